@@ -1,0 +1,4 @@
+"""`python -m heed` runs the command-line interface."""
+from heed.cli import main
+
+main()
