@@ -1,0 +1,16 @@
+"""heed: sequence-to-sequence learning with attention."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from heed.api import Translator
+
+
+def load(path: str) -> "Translator":
+    """Load a trained model directory; `heed.load(path).translate(["..."])`."""
+    from heed.api import Translator
+
+    return Translator.load(path)

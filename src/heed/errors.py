@@ -1,0 +1,38 @@
+"""User-facing errors. The CLI prints them in a line or two and exits with code 2, no traceback.
+
+Asserts are for heed's own bugs; these are for a user's mistakes, and they name what to fix:
+the file and line, or the config field.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class HeedError(Exception):
+    """A mistake in a user's input that heed can explain."""
+
+
+class DataError(HeedError):
+    """Bad corpus input: the message names the file and (1-based) line."""
+
+    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None) -> None:
+        self.path = None if path is None else str(path)
+        self.line = line
+        where = self.path or ""
+        if line is not None:
+            where = f"{where}:{line}" if where else f"line {line}"
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ConfigError(HeedError):
+    """Bad configuration: the message names the file and the dotted field."""
+
+    def __init__(self, message: str, *, field: str | None = None, path: str | Path | None = None) -> None:
+        self.field = field
+        self.path = None if path is None else str(path)
+        parts = [p for p in (self.path, f"field '{field}'" if field else None) if p]
+        super().__init__(f"{': '.join(parts)}: {message}" if parts else message)
+
+
+class ModelDirError(HeedError):
+    """A model directory that is missing, incomplete or not heed's."""

@@ -1,0 +1,1 @@
+"""PyTorch attention core and RNN encoder-decoder models."""
