@@ -1,0 +1,70 @@
+"""The model's config and the one builder that reads it."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from heed.nn.attention import ScoreName
+from heed.nn.decoder import BahdanauDecoder, LuongDecoder, PlainDecoder, _RNNDecoder
+from heed.nn.encoder import Bridge, RNNEncoder
+from heed.nn.seq2seq import Seq2Seq
+
+DEFAULT_SCORE: dict[str, ScoreName] = {"luong": "general", "bahdanau": "additive"}
+
+
+class ModelConfig(BaseModel):
+    """Architecture. `hidden_size` is the encoder's output size (both directions together) and the
+    decoder's hidden size."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decoder: Literal["luong", "bahdanau", "plain"] = "luong"
+    attention: ScoreName | None = Field(None, description="score; default general for luong, additive for bahdanau")
+    input_feeding: bool = True
+    rnn: Literal["lstm", "gru"] = "lstm"
+    embed_size: int = Field(256, gt=0)
+    hidden_size: int = Field(256, gt=0)
+    attention_hidden: int | None = Field(None, gt=0, description="additive score's hidden size (default hidden_size)")
+    encoder_layers: int = Field(1, ge=1)
+    decoder_layers: int = Field(1, ge=1)
+    bidirectional: bool = True
+    bridge: Literal["copy", "linear", "zeros"] = "copy"
+    dropout: float = Field(0.2, ge=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelConfig":
+        if self.bidirectional and self.hidden_size % 2:
+            raise ValueError("hidden_size must be even for a bidirectional encoder (each direction gets half)")
+        if self.bridge == "copy" and self.encoder_layers < self.decoder_layers:
+            raise ValueError("bridge 'copy' needs encoder_layers >= decoder_layers; use bridge: linear")
+        if self.decoder == "plain" and self.attention is not None:
+            raise ValueError("the plain decoder has no attention; remove 'attention'")
+        return self
+
+    @property
+    def score(self) -> ScoreName | None:
+        return self.attention or DEFAULT_SCORE.get(self.decoder)
+
+
+def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
+                bos_id: int = 1, eos_id: int = 2) -> Seq2Seq:
+    """A fresh Seq2Seq for this config and these vocabulary sizes."""
+    encoder = RNNEncoder(vocab_size=src_vocab_size, embed_size=cfg.embed_size, hidden_size=cfg.hidden_size,
+                         num_layers=cfg.encoder_layers, rnn=cfg.rnn, bidirectional=cfg.bidirectional,
+                         dropout=cfg.dropout, pad_id=pad_id)
+    bridge = Bridge(cfg.bridge, enc_hidden=cfg.hidden_size, enc_layers=cfg.encoder_layers,
+                    dec_hidden=cfg.hidden_size, dec_layers=cfg.decoder_layers,
+                    num_tensors=2 if cfg.rnn == "lstm" else 1)
+    common = dict(vocab_size=tgt_vocab_size, embed_size=cfg.embed_size, hidden_size=cfg.hidden_size,
+                  memory_size=cfg.hidden_size, num_layers=cfg.decoder_layers, rnn=cfg.rnn,
+                  dropout=cfg.dropout, pad_id=pad_id)
+    decoder: _RNNDecoder
+    if cfg.decoder == "luong":
+        decoder = LuongDecoder(score=cfg.score, input_feeding=cfg.input_feeding,
+                               attention_hidden=cfg.attention_hidden, **common)
+    elif cfg.decoder == "bahdanau":
+        decoder = BahdanauDecoder(score=cfg.score, attention_hidden=cfg.attention_hidden, **common)
+    else:
+        decoder = PlainDecoder(**common)
+    return Seq2Seq(encoder, bridge, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)

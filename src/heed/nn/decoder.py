@@ -1,0 +1,194 @@
+"""Decoders over an EncoderOutput: Luong (attention after the RNN), Bahdanau (attention before it),
+and Plain (no attention; the baseline to compare with).
+
+Every decoder speaks the same small protocol, which is all that search sees:
+    init_state(rnn_state, enc) -> DecoderState
+    step(prev_tokens (batch,), state, enc) -> DecoderStep(logits (batch, vocab), state, attention)
+    state.select(indices) -> DecoderState
+and `forward(tgt_in, state, enc)` runs the teacher-forced pass over a whole target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from heed.nn.attention import Attention, ScoreName
+from heed.nn.encoder import RNN_CLASSES, EncoderOutput, RNNKind
+from heed.nn.state import RNNState, as_raw, as_state, select_batch
+
+
+@dataclass(frozen=True)
+class DecoderState:
+    """rnn: each (layers, batch, hidden); feed: (batch, hidden) the previous attentional state
+    h~_{t-1} for Luong input feeding, else None."""
+
+    rnn: RNNState
+    feed: Tensor | None = None
+
+    def select(self, indices: Tensor) -> "DecoderState":
+        """Rows `indices` of the batch (beam reordering): indices (new_batch,) long."""
+        feed = None if self.feed is None else self.feed.index_select(0, indices)
+        return DecoderState(select_batch(self.rnn, indices), feed)
+
+
+class DecoderStep(NamedTuple):
+    logits: Tensor  # (batch, vocab)
+    state: DecoderState
+    attention: Tensor | None  # (batch, src_len); None for PlainDecoder
+
+
+class DecoderOutput(NamedTuple):
+    logits: Tensor  # (batch, tgt_len, vocab)
+    attention: Tensor | None  # (batch, tgt_len, src_len); None for PlainDecoder or when not asked for
+
+
+class _RNNDecoder(nn.Module):
+    """What the three decoders share: target embedding, an RNN, dropout and the generator."""
+
+    has_attention = True
+
+    def __init__(self, *, vocab_size: int, embed_size: int, hidden_size: int, rnn_input_size: int,
+                 num_layers: int, rnn: RNNKind, dropout: float, pad_id: int, generator_input: int) -> None:
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.embedding = nn.Embedding(vocab_size, embed_size, padding_idx=pad_id)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = RNN_CLASSES[rnn](rnn_input_size, hidden_size, num_layers=num_layers, batch_first=True,
+                                    dropout=dropout if num_layers > 1 else 0.0)
+        self.generator = nn.Linear(generator_input, vocab_size)
+
+    def project_keys(self, states: Tensor) -> Tensor | None:
+        """states (batch, src_len, memory) -> projected keys, once per source."""
+        return self.attention.project_keys(states)
+
+    def init_state(self, rnn_state: RNNState, enc: EncoderOutput) -> DecoderState:
+        return DecoderState(rnn_state)
+
+    def _run_rnn(self, inputs: Tensor, state: RNNState) -> tuple[Tensor, RNNState]:
+        """inputs (batch, steps, in) -> outputs (batch, steps, hidden), new state."""
+        outputs, raw = self.rnn(inputs, as_raw(state))
+        return outputs, as_state(raw)
+
+    def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
+        raise NotImplementedError
+
+    def forward(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
+                need_attention: bool = True) -> DecoderOutput:
+        """Teacher-forced pass, one step at a time. tgt_in (batch, tgt_len) -> DecoderOutput."""
+        logits, attention = [], []
+        for t in range(tgt_in.size(1)):
+            out = self.step(tgt_in[:, t], state, enc)
+            state = out.state
+            logits.append(out.logits)
+            attention.append(out.attention)
+        weights = torch.stack(attention, dim=1) if self.has_attention and need_attention else None
+        return DecoderOutput(torch.stack(logits, dim=1), weights)
+
+
+class LuongDecoder(_RNNDecoder):
+    """Luong et al. 2015: h_t = RNN(y_{t-1} [; h~_{t-1}]), c_t = attend(h_t),
+    h~_t = tanh(W_c [h_t; c_t]) (eq. 5), logits = W_gen h~_t (eq. 6)."""
+
+    def __init__(self, *, vocab_size: int, embed_size: int, hidden_size: int, memory_size: int,
+                 num_layers: int = 1, rnn: RNNKind = "lstm", score: ScoreName = "general",
+                 input_feeding: bool = True, attention_hidden: int | None = None,
+                 dropout: float = 0.0, pad_id: int = 0) -> None:
+        super().__init__(vocab_size=vocab_size, embed_size=embed_size, hidden_size=hidden_size,
+                         rnn_input_size=embed_size + (hidden_size if input_feeding else 0),
+                         num_layers=num_layers, rnn=rnn, dropout=dropout, pad_id=pad_id,
+                         generator_input=hidden_size)
+        self.input_feeding = input_feeding
+        self.attention = Attention(score, query_size=hidden_size, key_size=memory_size,
+                                   hidden_size=attention_hidden)
+        self.combine = nn.Linear(hidden_size + memory_size, hidden_size, bias=False)  # W_c
+
+    def init_state(self, rnn_state: RNNState, enc: EncoderOutput) -> DecoderState:
+        feed = rnn_state[0].new_zeros(rnn_state[0].size(1), self.hidden_size) if self.input_feeding else None
+        return DecoderState(rnn_state, feed)
+
+    def _attentional(self, h: Tensor, enc: EncoderOutput, need_attention: bool) -> tuple[Tensor, Tensor | None]:
+        """h (batch, [tgt_len,] hidden) -> h~ of the same shape, weights (batch, [tgt_len,] src_len)."""
+        if need_attention:
+            context, weights = self.attention(h, enc.keys, enc.states, enc.mask)
+        else:
+            context, weights = self.attention.context(h, enc.keys, enc.states, enc.mask), None
+        return torch.tanh(self.combine(torch.cat([h, context], dim=-1))), weights  # Luong eq. 5
+
+    def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
+        inputs = self.dropout(self.embedding(prev_tokens))  # (batch, embed)
+        if self.input_feeding:
+            inputs = torch.cat([inputs, state.feed], dim=-1)  # Luong §3.3: input feeding
+        outputs, rnn_state = self._run_rnn(inputs.unsqueeze(1), state.rnn)
+        h_tilde, weights = self._attentional(outputs[:, 0], enc, need_attention=True)  # (batch, hidden)
+        logits = self.generator(self.dropout(h_tilde))  # (batch, vocab)
+        return DecoderStep(logits, DecoderState(rnn_state, h_tilde if self.input_feeding else None), weights)
+
+    def forward(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
+                need_attention: bool = True) -> DecoderOutput:
+        if self.input_feeding:  # h~_{t-1} feeds step t: a loop over time is inherent
+            return super().forward(tgt_in, state, enc, need_attention=need_attention)
+        # Without input feeding the RNN never sees attention: run it over the whole target in one
+        # call, then attend for all steps in one batched call.
+        inputs = self.dropout(self.embedding(tgt_in))  # (batch, tgt_len, embed)
+        outputs, _ = self._run_rnn(inputs, state.rnn)  # (batch, tgt_len, hidden)
+        h_tilde, weights = self._attentional(outputs, enc, need_attention)  # (batch, tgt_len, hidden)
+        return DecoderOutput(self.generator(self.dropout(h_tilde)), weights)
+
+
+class BahdanauDecoder(_RNNDecoder):
+    """Bahdanau et al. 2015, A.1.2: c_t = attend(s_{t-1}); s_t = RNN([y_{t-1}; c_t], s_{t-1});
+    readout t_t = tanh(W_o [s_t; c_t; y_{t-1}]) (tanh in place of the paper's maxout), logits = W t_t."""
+
+    def __init__(self, *, vocab_size: int, embed_size: int, hidden_size: int, memory_size: int,
+                 num_layers: int = 1, rnn: RNNKind = "lstm", score: ScoreName = "additive",
+                 attention_hidden: int | None = None, dropout: float = 0.0, pad_id: int = 0) -> None:
+        super().__init__(vocab_size=vocab_size, embed_size=embed_size, hidden_size=hidden_size,
+                         rnn_input_size=embed_size + memory_size, num_layers=num_layers, rnn=rnn,
+                         dropout=dropout, pad_id=pad_id, generator_input=hidden_size)
+        self.attention = Attention(score, query_size=hidden_size, key_size=memory_size,
+                                   hidden_size=attention_hidden)
+        self.readout = nn.Linear(hidden_size + memory_size + embed_size, hidden_size)
+
+    def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
+        embedded = self.dropout(self.embedding(prev_tokens))  # (batch, embed)
+        query = state.rnn[0][-1]  # s_{t-1}: top layer's h (batch, hidden)
+        context, weights = self.attention(query, enc.keys, enc.states, enc.mask)  # (batch, memory)
+        outputs, rnn_state = self._run_rnn(torch.cat([embedded, context], dim=-1).unsqueeze(1), state.rnn)
+        s_t = outputs[:, 0]  # (batch, hidden)
+        readout = torch.tanh(self.readout(torch.cat([s_t, context, embedded], dim=-1)))
+        return DecoderStep(self.generator(self.dropout(readout)), DecoderState(rnn_state), weights)
+
+
+class PlainDecoder(_RNNDecoder):
+    """The encoder-decoder without attention (Cho et al. 2014): the encoder's final top-layer state
+    is the one summary c of the source, fed with y_{t-1} into every step; logits = W s_t."""
+
+    has_attention = False
+
+    def __init__(self, *, vocab_size: int, embed_size: int, hidden_size: int, memory_size: int,
+                 num_layers: int = 1, rnn: RNNKind = "lstm", dropout: float = 0.0, pad_id: int = 0) -> None:
+        super().__init__(vocab_size=vocab_size, embed_size=embed_size, hidden_size=hidden_size,
+                         rnn_input_size=embed_size + memory_size, num_layers=num_layers, rnn=rnn,
+                         dropout=dropout, pad_id=pad_id, generator_input=hidden_size)
+
+    def project_keys(self, states: Tensor) -> None:
+        return None
+
+    @staticmethod
+    def _summary(enc: EncoderOutput) -> Tensor:
+        return enc.final[0][-1]  # (batch, memory): the top layer's final h
+
+    def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
+        inputs = torch.cat([self.dropout(self.embedding(prev_tokens)), self._summary(enc)], dim=-1)
+        outputs, rnn_state = self._run_rnn(inputs.unsqueeze(1), state.rnn)
+        return DecoderStep(self.generator(self.dropout(outputs[:, 0])), DecoderState(rnn_state), None)
+
+    def forward(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
+                need_attention: bool = True) -> DecoderOutput:
+        embedded = self.dropout(self.embedding(tgt_in))  # (batch, tgt_len, embed)
+        summary = self._summary(enc).unsqueeze(1).expand(-1, tgt_in.size(1), -1)  # (batch, tgt_len, memory)
+        outputs, _ = self._run_rnn(torch.cat([embedded, summary], dim=-1), state.rnn)
+        return DecoderOutput(self.generator(self.dropout(outputs)), None)

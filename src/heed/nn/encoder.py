@@ -1,0 +1,138 @@
+"""RNN encoder: embedding, then a (bi)LSTM/GRU over packed sequences; returns every time step."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from heed.nn.masks import lengths_to_mask
+from heed.nn.state import RNNState, as_state, map_state
+
+RNNKind = Literal["lstm", "gru"]
+RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
+
+
+@dataclass(frozen=True)
+class EncoderOutput:
+    """Everything the decoder needs from one batch of sources.
+
+    states: (batch, src_len, hidden)   every time step, zero under padding
+    final:  RNNState, each (layers, batch, hidden)   directions concatenated per layer
+    mask:   bool (batch, src_len), True = real token
+    keys:   (batch, src_len, ·) the attention's projected keys, computed once per source
+            (None for a decoder without attention)
+    """
+
+    states: Tensor
+    final: RNNState
+    mask: Tensor
+    keys: Tensor | None = None
+
+    def repeat(self, times: int) -> "EncoderOutput":
+        """Each source `times` times in a row (batch * times): one copy per beam."""
+        def rep(t: Tensor, dim: int) -> Tensor:
+            return t.repeat_interleave(times, dim=dim)
+
+        return EncoderOutput(
+            states=rep(self.states, 0),
+            final=map_state(lambda t: rep(t, 1), self.final),
+            mask=rep(self.mask, 0),
+            keys=None if self.keys is None else rep(self.keys, 0),
+        )
+
+    def with_keys(self, keys: Tensor | None) -> "EncoderOutput":
+        return replace(self, keys=keys)
+
+
+class RNNEncoder(nn.Module):
+    """Embedding -> stacked (bi)RNN. `hidden_size` is the size of each output state: with
+    `bidirectional`, each direction has hidden_size // 2 units and the two are concatenated
+    (so a decoder of the same size can attend to and start from them directly)."""
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        embed_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        rnn: RNNKind = "lstm",
+        bidirectional: bool = True,
+        dropout: float = 0.0,
+        pad_id: int = 0,
+    ) -> None:
+        super().__init__()
+        if bidirectional and hidden_size % 2:
+            raise ValueError(f"a bidirectional encoder needs an even hidden_size, got {hidden_size}")
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.bidirectional = bidirectional
+        self.embedding = nn.Embedding(vocab_size, embed_size, padding_idx=pad_id)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = RNN_CLASSES[rnn](
+            embed_size,
+            hidden_size // 2 if bidirectional else hidden_size,
+            num_layers=num_layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
+
+    def forward(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
+        """src (batch, src_len) ids, src_lengths (batch,) -> EncoderOutput."""
+        embedded = self.dropout(self.embedding(src))  # (batch, src_len, embed)
+        # Packed so padding never touches a state; lengths live on the CPU as pack wants.
+        packed = pack_padded_sequence(
+            embedded, src_lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
+        )
+        packed_out, raw_final = self.rnn(packed)
+        states, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=src.size(1))
+        states = self.dropout(states)  # (batch, src_len, hidden)
+        final = map_state(self._join_directions, as_state(raw_final))
+        return EncoderOutput(states=states, final=final, mask=lengths_to_mask(src_lengths, src.size(1)))
+
+    def _join_directions(self, t: Tensor) -> Tensor:
+        """(layers * dirs, batch, hidden/dirs) -> (layers, batch, hidden)."""
+        if not self.bidirectional:
+            return t
+        layers2, batch, half = t.shape
+        t = t.view(layers2 // 2, 2, batch, half)  # (layers, dirs, batch, half)
+        return torch.cat([t[:, 0], t[:, 1]], dim=-1)  # (layers, batch, hidden)
+
+
+class Bridge(nn.Module):
+    """Initial decoder state from the encoder's final state.
+
+    - "copy": the top `dec_layers` encoder layers as they are (sizes must match);
+    - "linear": tanh(W h) per state tensor, from the top encoder layer to every decoder layer
+      (Bahdanau et al. 2015, A.2.2 initialises s_0 = tanh(W_s h_1));
+    - "zeros": no information passes (a deliberately blind start).
+    """
+
+    def __init__(self, kind: Literal["copy", "linear", "zeros"], *, enc_hidden: int, enc_layers: int,
+                 dec_hidden: int, dec_layers: int, num_tensors: int) -> None:
+        super().__init__()
+        if kind == "copy" and (enc_hidden != dec_hidden or enc_layers < dec_layers):
+            raise ValueError(
+                f"bridge 'copy' needs encoder hidden {enc_hidden} == decoder hidden {dec_hidden} and at "
+                f"least as many encoder layers ({enc_layers}) as decoder layers ({dec_layers}); use 'linear'"
+            )
+        self.kind = kind
+        self.dec_layers = dec_layers
+        self.dec_hidden = dec_hidden
+        if kind == "linear":
+            self.proj = nn.ModuleList(nn.Linear(enc_hidden, dec_hidden) for _ in range(num_tensors))
+
+    def forward(self, final: RNNState) -> RNNState:
+        """final: each (enc_layers, batch, enc_hidden) -> each (dec_layers, batch, dec_hidden)."""
+        if self.kind == "copy":
+            return map_state(lambda t: t[t.size(0) - self.dec_layers:].contiguous(), final)
+        if self.kind == "zeros":
+            return map_state(lambda t: t.new_zeros(self.dec_layers, t.size(1), self.dec_hidden), final)
+        return tuple(
+            torch.tanh(proj(t[-1])).unsqueeze(0).expand(self.dec_layers, -1, -1).contiguous()
+            for proj, t in zip(self.proj, final)
+        )

@@ -1,0 +1,53 @@
+"""The encoder-decoder: encode once, then decode teacher-forced (training) or step by step (search)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from torch import Tensor, nn
+
+from heed.nn.decoder import DecoderState, DecoderStep, _RNNDecoder
+from heed.nn.encoder import Bridge, EncoderOutput, RNNEncoder
+
+
+class Seq2SeqOutput(NamedTuple):
+    logits: Tensor  # (batch, tgt_len, vocab)
+    attention: Tensor | None  # (batch, tgt_len, src_len); None without attention or when not asked for
+
+
+class Seq2Seq(nn.Module):
+    """Encoder + bridge + decoder. Search talks to it through `encode`, `init_state`, `step`
+    and `DecoderState.select`, never through the decoder's class."""
+
+    def __init__(self, encoder: RNNEncoder, bridge: Bridge, decoder: _RNNDecoder, *,
+                 pad_id: int = 0, bos_id: int = 1, eos_id: int = 2) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.bridge = bridge
+        self.decoder = decoder
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+
+    @property
+    def has_attention(self) -> bool:
+        return self.decoder.has_attention
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
+        """src (batch, src_len), src_lengths (batch,) -> EncoderOutput with the attention keys
+        projected once for the whole decode."""
+        enc = self.encoder(src, src_lengths)
+        return enc.with_keys(self.decoder.project_keys(enc.states))
+
+    def init_state(self, enc: EncoderOutput) -> DecoderState:
+        return self.decoder.init_state(self.bridge(enc.final), enc)
+
+    def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
+        """prev_tokens (batch,) -> DecoderStep(logits (batch, vocab), state, attention (batch, src_len))."""
+        return self.decoder.step(prev_tokens, state, enc)
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
+                need_attention: bool = True) -> Seq2SeqOutput:
+        """Teacher-forced: src (batch, src_len), tgt_in (batch, tgt_len) starting with BOS ->
+        logits (batch, tgt_len, vocab), attention (batch, tgt_len, src_len).
+        With need_attention=False the weights are not materialised where a fused kernel can skip them."""
+        enc = self.encode(src, src_lengths)
+        out = self.decoder(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
+        return Seq2SeqOutput(out.logits, out.attention)
