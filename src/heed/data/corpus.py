@@ -1,0 +1,180 @@
+"""Parallel corpora: read sentence pairs from a TSV file or two aligned files, plain or gzipped.
+
+Every reader streams (one line in memory at a time), decodes UTF-8 strictly and passes both sides
+through `normalize`. Bad input raises `DataError` naming the file and 1-based line, never a bare
+`UnicodeDecodeError` or `IndexError`.
+
+Empty lines (nothing before the newline) at the very end of a file are ignored, since editors and
+`echo >>` leave them; an empty line followed by more text is an error, because it usually means a
+lost sentence and, in parallel files, a shifted alignment. A line of only spaces is not empty: it
+is a sentence that normalizes to nothing, reported as an empty source or target.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import unicodedata
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+from heed.errors import DataError
+
+PathLike = str | os.PathLike[str]
+
+
+class Pair(NamedTuple):
+    """One source sentence and its translation, both normalized."""
+
+    src: str
+    tgt: str
+
+
+# Zero-width characters are dropped rather than turned into spaces: U+2060 WORD JOINER and
+# U+FEFF ZERO WIDTH NO-BREAK SPACE (a stray BOM) join, they do not separate, so a space would
+# split a word in two. Visible no-break spaces (U+00A0, U+202F narrow, U+2007 figure, U+3000
+# ideographic, ...) are whitespace to `str.split` and collapse to one ordinary space below.
+_DROP = dict.fromkeys(map(ord, "\u200b\u2060\ufeff"), None)
+
+
+def normalize(text: str) -> str:
+    """Unicode NFC, no-break and other Unicode spaces -> " ", whitespace runs collapsed, stripped.
+
+    >>> normalize("Va\\u202f!  ")
+    'Va !'
+    """
+    text = unicodedata.normalize("NFC", text).translate(_DROP)
+    return " ".join(text.split())
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    """Open a corpus file for reading bytes; `.gz` files are decompressed on the fly."""
+    try:
+        if path.suffix == ".gz":
+            return gzip.open(path, "rb")  # type: ignore[return-value]
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise DataError("no such file", path=path) from None
+    except IsADirectoryError:
+        raise DataError("is a directory, expected a text file", path=path) from None
+    except OSError as e:
+        raise DataError(f"cannot open: {e.strerror or e}", path=path) from None
+
+
+def _lines(path: PathLike) -> Iterator[tuple[int, str]]:
+    """(1-based line number, decoded line without its newline) for every line up to the last
+    non-empty one. Raises DataError for undecodable bytes and for empty lines before the end."""
+    path = Path(path)
+    with _open_binary(path) as raw:
+        number = 0
+        first_empty: int | None = None  # first line of the current run of empty lines
+        try:
+            for number, data in enumerate(raw, start=1):
+                try:
+                    line = data.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise DataError(
+                        f"invalid UTF-8 (byte {data[e.start]:#04x} at column {e.start + 1}); "
+                        "re-encode the file as UTF-8",
+                        path=path,
+                        line=number,
+                    ) from None
+                if number == 1 and line.startswith("\ufeff"):
+                    line = line[1:]  # a UTF-8 byte order mark is not text
+                line = line.rstrip("\r\n")
+                if not line:
+                    if first_empty is None:
+                        first_empty = number
+                    continue
+                if first_empty is not None:
+                    raise DataError(
+                        "empty line; every line needs a sentence (only empty lines at the end of a "
+                        "file are ignored)",
+                        path=path,
+                        line=first_empty,
+                    )
+                yield number, line
+        except (OSError, EOFError, zlib.error) as e:
+            # A truncated or corrupt .gz surfaces while reading, not while opening.
+            raise DataError(f"cannot read after line {number}: {e}", path=path, line=number + 1) from None
+
+
+def _side(text: str, what: str, path: PathLike, number: int) -> str:
+    text = normalize(text)
+    if not text:
+        raise DataError(f"empty {what} after normalization", path=path, line=number)
+    return text
+
+
+def read_tsv(path: PathLike, *, reverse: bool = False) -> Iterator[Pair]:
+    """Stream pairs from a tab-separated file: column 1 = source, column 2 = target.
+
+    Further columns are ignored, so the Tatoeba/manythings.org files (`Go.\\tVa !\\tCC-BY ...`)
+    read as they are. `reverse=True` swaps the columns (source = column 2). Plain or `.gz` (by
+    suffix). Raises DataError (file and line) for a line without a tab, an empty side, invalid
+    UTF-8, an empty line before the end, an empty corpus or a missing file.
+    """
+    src_col, tgt_col = (2, 1) if reverse else (1, 2)
+    count = 0
+    for number, line in _lines(path):
+        columns = line.split("\t")
+        if len(columns) < 2:
+            raise DataError(
+                "no tab on this line; a TSV corpus needs 'source<TAB>target'", path=path, line=number
+            )
+        src = _side(columns[src_col - 1], f"source (column {src_col})", path, number)
+        tgt = _side(columns[tgt_col - 1], f"target (column {tgt_col})", path, number)
+        count += 1
+        yield Pair(src, tgt)
+    if count == 0:
+        raise DataError("empty corpus: no sentence pairs", path=path)
+
+
+def read_parallel(src_path: PathLike, tgt_path: PathLike) -> Iterator[Pair]:
+    """Stream pairs from two line-aligned files (line i of one translates line i of the other).
+
+    Plain or `.gz`. Raises DataError for files of different lengths (naming both and the line where
+    the shorter one ended), an empty side, invalid UTF-8, an empty corpus or a missing file.
+    """
+    src_lines, tgt_lines = _lines(src_path), _lines(tgt_path)
+    count = 0
+    while True:
+        s = next(src_lines, None)
+        t = next(tgt_lines, None)
+        if s is None and t is None:
+            break
+        if s is None or t is None:
+            short, long = (src_path, tgt_path) if s is None else (tgt_path, src_path)
+            if count == 0:
+                raise DataError(f"file is empty but {long} is not; the files must be line-aligned", path=short)
+            raise DataError(
+                f"no more sentences after line {count} but {long} goes on (line {count + 1}); "
+                "the files must have the same number of lines",
+                path=short,
+                line=count,
+            )
+        (number, src), (_, tgt) = s, t
+        count += 1
+        yield Pair(_side(src, "source", src_path, number), _side(tgt, "target", tgt_path, number))
+    if count == 0:
+        raise DataError(f"empty corpus: no sentences (and {tgt_path} is empty too)", path=src_path)
+
+
+def load_pairs(
+    *,
+    tsv: PathLike | None = None,
+    src: PathLike | None = None,
+    tgt: PathLike | None = None,
+    reverse: bool = False,
+) -> list[Pair]:
+    """Read a whole corpus, either `tsv=` or both `src=` and `tgt=`; `reverse` swaps the sides."""
+    if tsv is not None and (src is not None or tgt is not None):
+        raise ValueError("give either tsv= or src=/tgt=, not both")
+    if tsv is not None:
+        return list(read_tsv(tsv, reverse=reverse))
+    if src is None or tgt is None:
+        raise ValueError("give tsv=, or both src= and tgt=")
+    if reverse:
+        src, tgt = tgt, src
+    return list(read_parallel(src, tgt))
