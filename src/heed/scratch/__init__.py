@@ -1,0 +1,30 @@
+"""heed.scratch: the attention seq2seq built from scratch in NumPy (no torch), in the style of
+"Deep Learning from Scratch 2", ch. 8, but exact: it computes what heed's PyTorch twin computes,
+and its gradients match torch autograd and central differences.
+
+Layers (`params`, `grads`, `forward`, `backward`) live in `layers` and `attention`; the model in
+`model`; Adam and clipping in `optim`; gradient checks in `gradcheck`; torch <-> NumPy weights in
+`bridge` (the only module that touches torch, lazily); training on the dates task in `train`
+(`python -m heed.scratch --help`).
+"""
+from heed.scratch.attention import Attention, AttentionWeight, TimeAttention, WeightSum
+from heed.scratch.functions import lengths_to_mask, masked_softmax
+from heed.scratch.layers import (
+    LSTM,
+    Affine,
+    Embedding,
+    Softmax,
+    SoftmaxWithLoss,
+    Tanh,
+    TimeAffine,
+    TimeEmbedding,
+    TimeLSTM,
+)
+from heed.scratch.model import AttentionSeq2seq, Generated
+from heed.scratch.optim import Adam, clip_grads
+
+__all__ = [
+    "Adam", "Affine", "Attention", "AttentionSeq2seq", "AttentionWeight", "Embedding", "Generated", "LSTM",
+    "Softmax", "SoftmaxWithLoss", "Tanh", "TimeAffine", "TimeAttention", "TimeEmbedding", "TimeLSTM",
+    "WeightSum", "clip_grads", "lengths_to_mask", "masked_softmax",
+]
