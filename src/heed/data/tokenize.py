@@ -1,0 +1,200 @@
+"""Tokenizers: text <-> token strings. Ids are the Vocab's business (`heed.data.vocab`).
+
+Four kinds, one interface:
+
+- "char":    every character is a token; a space becomes "▁" so `detokenize` restores the text.
+- "word":    whitespace split, joined back with single spaces.
+- "bpe", "unigram": SentencePiece subwords, trained in memory on the training side.
+
+Text is expected to be `heed.data.corpus.normalize`d already (single spaces, NFC); round trips are
+exact for such text. A tokenizer is persisted as `to_spec()` (a small JSON-able dict the caller keeps,
+e.g. in a checkpoint) plus, for SentencePiece, the model file `<name>.spm.model` that `save` writes.
+`load_tokenizer` reads that file back; nothing is retrained and nothing is pickled.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import sentencepiece as spm
+
+from heed.errors import ModelDirError
+
+TokenizerKind = Literal["char", "word", "bpe", "unigram"]
+TOKENIZER_KINDS: tuple[str, ...] = get_args(TokenizerKind)
+
+SPACE = "▁"  # U+2581, SentencePiece's meta symbol for a space; the char tokenizer uses it too
+
+
+class Tokenizer(ABC):
+    """Turns a normalized sentence into a list of token strings and back."""
+
+    kind: str
+
+    @abstractmethod
+    def tokenize(self, text: str) -> list[str]:
+        """"a cat" -> e.g. ["a", "cat"]."""
+
+    @abstractmethod
+    def detokenize(self, tokens: list[str]) -> str:
+        """Inverse of `tokenize` for normalized text."""
+
+    def save(self, directory: Path, name: str) -> None:
+        """Write whatever files `to_spec()` alone cannot describe (none for char/word)."""
+
+    def to_spec(self) -> dict[str, Any]:
+        """A JSON-able description; `load_tokenizer(directory, name, spec)` rebuilds the tokenizer."""
+        return {"kind": self.kind}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.to_spec()})"
+
+
+class CharTokenizer(Tokenizer):
+    """Characters as tokens; " " is written "▁" so that spaces survive as visible tokens.
+
+    A literal "▁" in the text would come back as a space: that character is not expected in text.
+    """
+
+    kind = "char"
+
+    def tokenize(self, text: str) -> list[str]:
+        return [SPACE if c == " " else c for c in text]
+
+    def detokenize(self, tokens: list[str]) -> str:
+        return "".join(tokens).replace(SPACE, " ")
+
+
+class WordTokenizer(Tokenizer):
+    """Whitespace-separated words as tokens (punctuation stays attached: "Va !" -> ["Va", "!"])."""
+
+    kind = "word"
+
+    def tokenize(self, text: str) -> list[str]:
+        return text.split()
+
+    def detokenize(self, tokens: list[str]) -> str:
+        return " ".join(tokens)
+
+
+def spm_model_path(directory: Path, name: str) -> Path:
+    """Where `SentencePieceTokenizer.save(directory, name)` writes its model."""
+    return Path(directory) / f"{name}.spm.model"
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """SentencePiece BPE or unigram subwords over a serialized model (bytes)."""
+
+    def __init__(self, kind: Literal["bpe", "unigram"], model: bytes, *, vocab_size: int | None = None) -> None:
+        if kind not in ("bpe", "unigram"):
+            raise ValueError(f"SentencePiece kind must be 'bpe' or 'unigram', got {kind!r}")
+        self.kind = kind
+        self.model = model
+        self._sp = spm.SentencePieceProcessor(model_proto=model)
+        # As requested at training; the model may hold fewer pieces (soft limit).
+        self.vocab_size = self._sp.get_piece_size() if vocab_size is None else vocab_size
+
+    @classmethod
+    def train(
+        cls, kind: Literal["bpe", "unigram"], texts: Iterable[str], *, vocab_size: int
+    ) -> SentencePieceTokenizer:
+        """Train in memory. `vocab_size` is a soft limit (hard_vocab_limit=False), so a tiny
+        corpus gives a smaller model instead of an error. One thread, so the same texts always give
+        the same model bytes."""
+        model = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(texts),
+                model_writer=model,
+                model_type=kind,
+                vocab_size=vocab_size,
+                hard_vocab_limit=False,
+                character_coverage=1.0,  # every training character gets a piece (dates, Hangul, ...)
+                normalization_rule_name="identity",  # heed normalizes (NFC) before; keep text exact
+                unk_id=0,
+                bos_id=-1,  # sentence markers are the Vocab's job
+                eos_id=-1,
+                pad_id=-1,
+                num_threads=1,
+                minloglevel=2,
+            )
+        except RuntimeError as e:  # e.g. "Vocabulary size is smaller than required_chars. 5 vs 17."
+            message = str(e).split("] ", 1)[-1]
+            raise ValueError(f"cannot train a {kind} tokenizer with vocab_size={vocab_size}: {message}") from None
+        return cls(kind, model.getvalue(), vocab_size=vocab_size)
+
+    @classmethod
+    def load(cls, directory: Path, name: str, spec: dict[str, Any]) -> SentencePieceTokenizer:
+        path = spm_model_path(directory, name)
+        try:
+            model = path.read_bytes()
+        except FileNotFoundError:
+            raise ModelDirError(f"{path}: SentencePiece model missing ({spec['kind']} tokenizer '{name}')") from None
+        expected = spec.get("sha256")
+        if expected is not None and hashlib.sha256(model).hexdigest() != expected:
+            raise ModelDirError(f"{path}: SentencePiece model does not match the one this model was trained with")
+        vocab_size = spec.get("vocab_size")
+        return cls(spec["kind"], model, vocab_size=None if vocab_size is None else int(vocab_size))
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._sp.encode(text, out_type=str)
+
+    def detokenize(self, tokens: list[str]) -> str:
+        return self._sp.decode_pieces(tokens)
+
+    @property
+    def num_pieces(self) -> int:
+        """Pieces in the trained model, <unk> included."""
+        return self._sp.get_piece_size()
+
+    def save(self, directory: Path, name: str) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        _atomic_write_bytes(spm_model_path(directory, name), self.model)
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"kind": self.kind, "vocab_size": self.vocab_size, "sha256": hashlib.sha256(self.model).hexdigest()}
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], *, vocab_size: int = 8000) -> Tokenizer:
+    """A tokenizer of `kind`, trained on `texts` where training means something (bpe, unigram).
+
+    `vocab_size` only matters for SentencePiece; char and word vocabularies are sized by
+    `Vocab.build(min_freq=, max_size=)`.
+    """
+    if kind == "char":
+        return CharTokenizer()
+    if kind == "word":
+        return WordTokenizer()
+    if kind in ("bpe", "unigram"):
+        return SentencePieceTokenizer.train(kind, texts, vocab_size=vocab_size)
+    raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(TOKENIZER_KINDS)}")
+
+
+def load_tokenizer(directory: Path, name: str, spec: dict[str, Any]) -> Tokenizer:
+    """Rebuild a tokenizer from its `to_spec()` and, for SentencePiece, `<directory>/<name>.spm.model`."""
+    kind = spec.get("kind")
+    if kind == "char":
+        return CharTokenizer()
+    if kind == "word":
+        return WordTokenizer()
+    if kind in ("bpe", "unigram"):
+        return SentencePieceTokenizer.load(Path(directory), name, spec)
+    raise ModelDirError(f"{directory}: unknown tokenizer kind {kind!r} for '{name}'; expected one of {', '.join(TOKENIZER_KINDS)}")

@@ -1,0 +1,103 @@
+import json
+
+import pytest
+import sentencepiece
+
+from heed.data.tokenize import (
+    CharTokenizer,
+    SentencePieceTokenizer,
+    Tokenizer,
+    WordTokenizer,
+    load_tokenizer,
+    spm_model_path,
+    train_tokenizer,
+)
+from heed.errors import ModelDirError
+
+TEXTS = [
+    "the cat sat on the mat",
+    "the dog sat on the log",
+    "a cat and a dog",
+    "Va ! Je t'aime.",
+    "1998-03-03 est un mardi",
+    "1998년 3월 3일 화요일",
+] * 5
+
+
+@pytest.mark.parametrize("kind", ["char", "word"])
+def test_simple_tokenizers_round_trip(kind):
+    tok = train_tokenizer(kind, TEXTS)
+    for text in TEXTS:
+        assert tok.detokenize(tok.tokenize(text)) == text
+
+
+def test_char_tokenizer_marks_spaces():
+    assert CharTokenizer().tokenize("a b") == ["a", "▁", "b"]
+    assert WordTokenizer().tokenize("Va !") == ["Va", "!"]
+
+
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_sentencepiece_round_trips_seen_and_unseen_text(kind):
+    tok = train_tokenizer(kind, TEXTS, vocab_size=60)
+    assert isinstance(tok, Tokenizer) and tok.kind == kind
+    for text in [*TEXTS, "zebra quiz"]:  # z, b, q, u never seen in training
+        assert tok.detokenize(tok.tokenize(text)) == text
+
+
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_sentencepiece_training_is_deterministic(kind):
+    a = train_tokenizer(kind, TEXTS, vocab_size=60)
+    b = train_tokenizer(kind, iter(TEXTS), vocab_size=60)
+    assert a.model == b.model
+
+
+def test_tiny_corpus_with_large_vocab_size_still_trains():
+    tok = train_tokenizer("unigram", ["ab ab", "ba"], vocab_size=8000)
+    assert tok.num_pieces < 8000
+
+
+def test_vocab_size_below_character_count_is_a_clear_error():
+    with pytest.raises(ValueError, match="vocab_size=5.*required_chars"):
+        train_tokenizer("bpe", TEXTS, vocab_size=5)
+
+
+@pytest.mark.parametrize("kind", ["char", "word", "bpe", "unigram"])
+def test_saved_tokenizer_loads_with_identical_pieces(tmp_path, kind):
+    tok = train_tokenizer(kind, TEXTS, vocab_size=60)
+    tok.save(tmp_path, "src")
+    spec = json.loads(json.dumps(tok.to_spec()))  # survives JSON
+    loaded = load_tokenizer(tmp_path, "src", spec)
+    assert loaded.kind == kind and loaded.to_spec() == spec
+    for text in [*TEXTS, "zebra quiz"]:
+        assert loaded.tokenize(text) == tok.tokenize(text)
+
+
+def test_loading_sentencepiece_reuses_the_file_and_never_retrains(tmp_path, monkeypatch):
+    tok = train_tokenizer("bpe", TEXTS, vocab_size=60)
+    tok.save(tmp_path, "tgt")
+    path = spm_model_path(tmp_path, "tgt")
+    assert path == tmp_path / "tgt.spm.model" and path.read_bytes() == tok.model
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("load_tokenizer retrained SentencePiece")
+
+    monkeypatch.setattr(sentencepiece.SentencePieceTrainer, "train", no_training)
+    loaded = load_tokenizer(tmp_path, "tgt", tok.to_spec())
+    assert isinstance(loaded, SentencePieceTokenizer) and loaded.model == path.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tgt.spm.model"]  # no temp files left
+
+
+def test_loading_a_missing_or_different_model_is_an_error(tmp_path):
+    tok = train_tokenizer("unigram", TEXTS, vocab_size=60)
+    with pytest.raises(ModelDirError, match=r"src\.spm\.model: SentencePiece model missing"):
+        load_tokenizer(tmp_path, "src", tok.to_spec())
+    train_tokenizer("bpe", TEXTS, vocab_size=60).save(tmp_path, "src")
+    with pytest.raises(ModelDirError, match="does not match"):
+        load_tokenizer(tmp_path, "src", tok.to_spec())
+    with pytest.raises(ModelDirError, match="unknown tokenizer kind"):
+        load_tokenizer(tmp_path, "src", {"kind": "morfessor"})
+
+
+def test_unknown_kind_is_rejected():
+    with pytest.raises(ValueError, match="unknown tokenizer kind"):
+        train_tokenizer("bytes", TEXTS)  # type: ignore[arg-type]
