@@ -1,0 +1,245 @@
+"""Batches of padded id tensors, grouped by length so little compute goes to padding.
+
+An example is `(src_ids, tgt_ids)`: vocabulary ids without specials. `collate` adds them:
+
+    src     = src_ids + [EOS]          the encoder sees an explicit end, and an empty source still
+                                       has length 1 (no zero-length rows, no all-padding masks)
+    tgt_in  = [BOS] + tgt_ids          decoder inputs (teacher forcing)
+    tgt_out = tgt_ids + [EOS]          what the decoder must predict at each step
+
+so src_len and tgt_len below count those specials. Padding id is 0 (`vocab.PAD`); masks are
+bool, True = real token. Lengths for batching are these padded widths (len + 1).
+
+Randomness comes only from `random.Random(seed * 1_000_003 + epoch)`: the same seed and epoch give
+the same batches, another epoch gives another order, and the global RNG is never touched.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from typing import TypeVar
+
+import torch
+from torch import Tensor
+
+from heed.data.vocab import BOS, EOS, PAD
+
+Example = tuple[list[int], list[int]]
+
+
+def _pad(rows: Sequence[Sequence[int]], width: int) -> Tensor:
+    """Rows of ids -> long (len(rows), width), right-padded with PAD."""
+    return torch.tensor([list(r) + [PAD] * (width - len(r)) for r in rows], dtype=torch.long)
+
+
+B = TypeVar("B", bound="_Tensors")
+
+
+class _Tensors:
+    """What both batch kinds share: moving all tensor fields together, and the source mask."""
+
+    src: Tensor
+
+    @property
+    def size(self) -> int:
+        """Number of sentences in the batch."""
+        return self.src.size(0)
+
+    @property
+    def src_mask(self) -> Tensor:
+        """bool (batch, src_len), True = real token."""
+        return self.src != PAD
+
+    def to(self: B, device: torch.device | str, non_blocking: bool = False) -> B:
+        """A copy with every tensor on `device`."""
+        return replace(self, **{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})  # type: ignore[arg-type]
+
+    def pin_memory(self: B) -> B:
+        """A copy in page-locked memory, for `to("cuda", non_blocking=True)` (needs CUDA)."""
+        return replace(self, **{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})  # type: ignore[arg-type]
+
+
+@dataclass
+class Batch(_Tensors):
+    """Sources and targets, for training and scoring.
+
+    src          long (batch, src_len)   ids + EOS, right-padded with 0
+    src_lengths  long (batch,)           real tokens per row (EOS included, so >= 1)
+    tgt_in       long (batch, tgt_len)   BOS + ids, right-padded with 0
+    tgt_out      long (batch, tgt_len)   ids + EOS, right-padded with 0
+    tgt_lengths  long (batch,)           len(ids) + 1, the real positions of tgt_in and tgt_out
+    indices      long (batch,)           position of each example in the caller's list
+    """
+
+    src: Tensor
+    src_lengths: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    tgt_lengths: Tensor
+    indices: Tensor
+
+    @property
+    def tgt_mask(self) -> Tensor:
+        """bool (batch, tgt_len), True = real position of tgt_in / tgt_out."""
+        return self.tgt_out != PAD
+
+    @property
+    def num_tgt_tokens(self) -> int:
+        """Non-padding tokens in tgt_out (EOS included): the loss's normalizer."""
+        return int(self.tgt_lengths.sum())
+
+
+@dataclass
+class SourceBatch(_Tensors):
+    """Sources only, for translation (`sentence_batches`).
+
+    src          long (batch, src_len)   ids + EOS, right-padded with 0
+    src_lengths  long (batch,)           >= 1
+    indices      long (batch,)           position of each row in the caller's input list
+    """
+
+    src: Tensor
+    src_lengths: Tensor
+    indices: Tensor
+
+
+def collate(examples: Sequence[Example], indices: Sequence[int]) -> Batch:
+    """Pad examples `(src_ids, tgt_ids)` (no specials) into a Batch; `indices` are their positions
+    in the caller's list, kept in `Batch.indices`."""
+    if len(examples) != len(indices):
+        raise ValueError(f"{len(examples)} examples but {len(indices)} indices")
+    if not examples:
+        raise ValueError("cannot collate an empty batch")
+    srcs = [[*s, EOS] for s, _ in examples]
+    tgt_in = [[BOS, *t] for _, t in examples]
+    tgt_out = [[*t, EOS] for _, t in examples]
+    src_len = max(map(len, srcs))
+    tgt_len = max(map(len, tgt_out))
+    return Batch(
+        src=_pad(srcs, src_len),
+        src_lengths=torch.tensor([len(s) for s in srcs], dtype=torch.long),
+        tgt_in=_pad(tgt_in, tgt_len),
+        tgt_out=_pad(tgt_out, tgt_len),
+        tgt_lengths=torch.tensor([len(t) for t in tgt_out], dtype=torch.long),
+        indices=torch.tensor(list(indices), dtype=torch.long),
+    )
+
+
+def _width(example: Example) -> int:
+    """Padded width an example needs: the longer of src + EOS and BOS + tgt."""
+    return max(len(example[0]), len(example[1])) + 1
+
+
+def _cut(order: list[int], examples: Sequence[Example], batch_tokens: int, max_sentences: int | None) -> list[list[int]]:
+    """Greedily cut `order` into runs with len(run) * max width <= batch_tokens (and at most
+    max_sentences); an example over the budget on its own becomes a batch of one."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    widest = 0
+    for i in order:
+        width = max(widest, _width(examples[i]))
+        full = max_sentences is not None and len(current) >= max_sentences
+        if current and (full or (len(current) + 1) * width > batch_tokens):
+            groups.append(current)
+            current, width = [], _width(examples[i])
+        current.append(i)
+        widest = width
+    if current:
+        groups.append(current)
+    return groups
+
+
+def token_batches(
+    examples: Sequence[Example],
+    *,
+    batch_tokens: int,
+    max_sentences: int | None = None,
+    shuffle: bool,
+    seed: int = 0,
+    epoch: int = 0,
+    pool_size: int = 100,
+) -> list[Batch]:
+    """Token-bucketed training batches, each costing at most `batch_tokens` padded positions.
+
+    1. shuffle the examples (if `shuffle`);
+    2. in pools of about `pool_size` batches' worth of examples, sort by (src_len, tgt_len), so
+       batches hold similar lengths but stay random across pools;
+    3. cut batches so that sentences x (longest src or tgt in the batch, padded) <= batch_tokens
+       and sentences <= max_sentences; a single example over the budget gets a batch of its own;
+    4. shuffle the batch order (if `shuffle`).
+
+    Every example lands in exactly one batch; `Batch.indices` points back into `examples`.
+    """
+    if batch_tokens < 1:
+        raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
+    if max_sentences is not None and max_sentences < 1:
+        raise ValueError(f"max_sentences must be >= 1 or None, got {max_sentences}")
+    if pool_size < 1:
+        raise ValueError(f"pool_size must be >= 1, got {pool_size}")
+    if not examples:
+        return []
+    rng = random.Random(seed * 1_000_003 + epoch)
+    order = list(range(len(examples)))
+    if shuffle:
+        rng.shuffle(order)
+    mean_width = sum(_width(e) for e in examples) / len(examples)
+    per_batch = max(1, int(batch_tokens // mean_width))
+    if max_sentences is not None:
+        per_batch = min(per_batch, max_sentences)
+    pool = pool_size * per_batch
+    groups: list[list[int]] = []
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start : start + pool], key=lambda i: (len(examples[i][0]), len(examples[i][1])))
+        groups.extend(_cut(chunk, examples, batch_tokens, max_sentences))
+    if shuffle:
+        rng.shuffle(groups)
+    return [collate([examples[i] for i in g], g) for g in groups]
+
+
+def sentence_batches(src_ids: Sequence[list[int]], *, batch_size: int) -> list[SourceBatch]:
+    """Inference batches of at most `batch_size` sources, longest first, sorted by length inside
+    each batch (descending, as `pack_padded_sequence` likes). Put outputs back in input order with
+    `results[batch.indices[k]] = output[k]`."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(src_ids)), key=lambda i: -len(src_ids[i]))  # stable: ties keep input order
+    batches = []
+    for start in range(0, len(order), batch_size):
+        group = order[start : start + batch_size]
+        srcs = [[*src_ids[i], EOS] for i in group]
+        batches.append(
+            SourceBatch(
+                src=_pad(srcs, max(map(len, srcs))),
+                src_lengths=torch.tensor([len(s) for s in srcs], dtype=torch.long),
+                indices=torch.tensor(group, dtype=torch.long),
+            )
+        )
+    return batches
+
+
+def padding_fraction(batches: Sequence[Batch | SourceBatch]) -> float:
+    """Share of padded positions in src (and tgt_out, for Batches) over all batches: 0 = no waste."""
+    total = real = 0
+    for b in batches:
+        total += b.src.numel()
+        real += int(b.src_lengths.sum())
+        if isinstance(b, Batch):
+            total += b.tgt_out.numel()
+            real += b.num_tgt_tokens
+    return 1.0 - real / total if total else 0.0
+
+
+def filter_by_length(
+    examples: Sequence[Example], *, max_src_len: int | None, max_tgt_len: int | None
+) -> tuple[list[Example], int]:
+    """(examples with len(src_ids) <= max_src_len and len(tgt_ids) <= max_tgt_len, number dropped).
+
+    Lengths are counted without specials; None means no limit.
+    """
+    kept = [
+        e
+        for e in examples
+        if (max_src_len is None or len(e[0]) <= max_src_len) and (max_tgt_len is None or len(e[1]) <= max_tgt_len)
+    ]
+    return kept, len(examples) - len(kept)
