@@ -1,0 +1,292 @@
+"""The built-in "dates" task: many written forms of a date -> ISO 8601 `YYYY-MM-DD`.
+
+The classic task for watching attention work: to write "1998-03-03" from "Tuesday the 3rd of March,
+nineteen ninety-eight" the decoder must look at the year words for the year digits, the month name
+for the month and the ordinal for the day, in a different order from the source.
+
+Sources come in English (hand-written forms: ordinals, year words, long verbose phrasings, plus
+numeric US, day-first, ISO-like and dotted forms) and, through Babel's CLDR data (shipped in the
+package, nothing downloaded), French, German, Spanish and Korean (the locale's full / long / medium /
+short formats and a few custom patterns each). Letters appear in any case (as written, lower,
+UPPER, Title).
+
+The target is always determined by the source:
+- Dates are uniform over 1900-01-01..2099-12-31; a two-digit year is only written for 1950..2049
+  (so "98" is 1998 and "05" is 2005).
+- Numeric forms that write the day and month as numbers with the year last are ambiguous when
+  another active form writes the same shape in the other order ("03/04/1998" is 4 March in
+  en-US and 3 April in French). Such forms are only used for dates where the reading does not
+  matter: day > 12 (the other reading has no such month) or day == month. Forms with no rival
+  shape (German "03.04.1998", ISO "1998-04-03") are used for every date.
+- Train, dev and test never share a source string (the same date may appear in several splits,
+  written differently), and generation fails loudly if two dates ever produced the same string.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import random
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import NamedTuple
+
+from babel import Locale
+from babel.dates import parse_pattern, tokenize_pattern
+
+from heed.data.corpus import Pair, normalize
+
+DATE_LANGUAGES: tuple[str, ...] = ("en", "fr", "de", "es", "ko")
+FIRST_DATE = date(1900, 1, 1)
+LAST_DATE = date(2099, 12, 31)
+TWO_DIGIT_YEARS = (1950, 2049)  # the only years written with two digits: 50..99 -> 19xx, 00..49 -> 20xx
+
+
+class DateSplits(NamedTuple):
+    train: list[Pair]
+    dev: list[Pair]
+    test: list[Pair]
+
+
+# CLDR patterns (https://unicode.org/reports/tr35/tr35-dates.html#Date_Field_Symbol_Table) per
+# locale, beside its "full", "long", "medium" and "short" formats.
+_PATTERNS: dict[str, tuple[str, ...]] = {
+    "en": (
+        "EEEE, d MMMM y", "d MMMM y", "d MMM y", "EEE, MMM d, y",
+        "MM/dd/y", "d/M/y", "dd-MM-yy", "y-MM-dd", "yyyyMMdd", "dd.MM.y",
+    ),
+    "fr": ("'le' d MMMM y", "EEE d MMM y", "d/M/yy", "dd-MM-y"),
+    "de": ("'am' d. MMMM y", "EEEE, 'den' d. MMMM y", "d.M.y", "d. MMM y", "EEE, d. MMM y"),
+    "es": ("'el' d 'de' MMMM 'de' y", "EEEE d 'de' MMMM 'de' y", "dd/MM/y", "d-M-y", "EEE, d MMM y"),
+    "ko": ("yy년 M월 d일", "y년 M월 d일 (E)", "y-MM-dd", "y/M/d"),
+}
+_STANDARD = ("full", "long", "medium", "short")
+
+# English by hand, for what CLDR has no pattern for: ordinals and years in words.
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July",
+           "August", "September", "October", "November", "December")
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")  # date.weekday()
+_ONES = ("", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+         "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
+_TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_ORDINAL_ONES = ("", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth",
+                 "tenth", "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth",
+                 "seventeenth", "eighteenth", "nineteenth")
+_ORDINAL_TENS = {20: "twentieth", 30: "thirtieth"}
+
+
+def _words(n: int) -> str:
+    """1..99 in English words: 42 -> "forty-two"."""
+    if n < 20:
+        return _ONES[n]
+    tens, ones = divmod(n, 10)
+    return _TENS[tens] + (f"-{_ONES[ones]}" if ones else "")
+
+
+def _ordinal_words(n: int) -> str:
+    """1..31 -> "first" .. "thirty-first"."""
+    if n < 20:
+        return _ORDINAL_ONES[n]
+    tens, ones = divmod(n, 10)
+    return _ORDINAL_TENS[tens * 10] if not ones else f"{_TENS[tens]}-{_ORDINAL_ONES[ones]}"
+
+
+def _ordinal(n: int) -> str:
+    """3 -> "3rd", 11 -> "11th", 22 -> "22nd"."""
+    suffix = "th" if 11 <= n % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _year_words(year: int, rng: random.Random) -> str:
+    """1998 -> "nineteen ninety-eight", 1905 -> "nineteen oh five", 1900 -> "nineteen hundred",
+    2000 -> "two thousand", 2005 -> "two thousand (and) five", 2017 -> "twenty seventeen".
+    Each phrase names one year."""
+    century, rest = divmod(year, 100)
+    if year == 2000:
+        return "two thousand"
+    if 2000 < year < 2010:
+        return f"two thousand {rng.choice(('', 'and '))}{_ONES[rest]}"
+    if rest == 0:
+        return f"{_words(century)} hundred"
+    return f"{_words(century)} {'oh ' + _ONES[rest] if rest < 10 else _words(rest)}"
+
+
+_EnRender = Callable[[date, random.Random], str]
+
+_EN_ORDINAL_FORMS: tuple[_EnRender, ...] = (
+    lambda d, r: f"the {_ordinal(d.day)} of {_MONTHS[d.month - 1]} {d.year}",
+    lambda d, r: f"{_MONTHS[d.month - 1]} {_ordinal(d.day)}, {d.year}",
+    lambda d, r: f"{_ordinal(d.day)} {_MONTHS[d.month - 1]} {d.year}",
+    lambda d, r: f"{_WEEKDAYS[d.weekday()]}, the {_ordinal(d.day)} of {_MONTHS[d.month - 1]} {d.year}",
+    lambda d, r: f"{_MONTHS[d.month - 1][:3]} {_ordinal(d.day)}, {d.year}",
+)
+_EN_VERBOSE_FORMS: tuple[_EnRender, ...] = (
+    lambda d, r: f"on the {_ordinal_words(d.day)} day of {_MONTHS[d.month - 1]} in the year {d.year}",
+    lambda d, r: f"{_WEEKDAYS[d.weekday()]} the {_ordinal(d.day)} of {_MONTHS[d.month - 1]}, {_year_words(d.year, r)}",
+    lambda d, r: f"the {_ordinal_words(d.day)} of {_MONTHS[d.month - 1]}, {_year_words(d.year, r)}",
+    lambda d, r: f"{_MONTHS[d.month - 1]} the {_ordinal_words(d.day)}, {_year_words(d.year, r)}",
+    lambda d, r: (
+        f"it was a {_WEEKDAYS[d.weekday()]}, the {_ordinal_words(d.day)} day of the month of "
+        f"{_MONTHS[d.month - 1]}, in the year {_year_words(d.year, r)}"
+    ),
+)
+
+
+@dataclass(frozen=True)
+class _Form:
+    """One way of writing a date."""
+
+    name: str  # CLDR pattern, or "en:ordinal:3"-style name for hand-written forms
+    render: _EnRender
+    two_digit_year: bool = False
+    order_sensitive: bool = False  # numeric day and month whose order another form reverses
+
+    def allows(self, d: date) -> bool:
+        if self.two_digit_year and not TWO_DIGIT_YEARS[0] <= d.year <= TWO_DIGIT_YEARS[1]:
+            return False
+        if self.order_sensitive and d.day <= 12 and d.day != d.month:
+            return False
+        return True
+
+
+def _shape(pattern: str) -> tuple[tuple[str, ...], str]:
+    """A pattern's shape with numeric day/month fields blurred to "N", and their order.
+
+    "M/d/yy" and "d/M/yy" -> (("N", "/", "N", "/", "yy"), "Md" / "dM"); the same shape in two
+    orders is an ambiguity. Text fields keep their letter, so "d MMMM y" has order "d".
+    """
+    shape: list[str] = []
+    order = ""
+    for kind, value in tokenize_pattern(pattern):
+        if kind == "chars":
+            shape.append(value)
+            continue
+        letter, count = value
+        if letter in "dM" and count <= 2:
+            shape.append("N")
+            order += letter
+        elif letter == "y":
+            shape.append("yy" if count == 2 else "y")
+        else:
+            shape.append(letter * count)
+    return tuple(shape), order
+
+
+@functools.lru_cache(maxsize=8)
+def _forms(languages: tuple[str, ...], verbose: bool) -> dict[str, tuple[_Form, ...]]:
+    """The forms of each language, with order-sensitivity decided across all of them."""
+    patterns: dict[str, list[tuple[str, Locale]]] = {}
+    for lang in dict.fromkeys(languages):
+        locale = Locale.parse(lang)
+        standard = [locale.date_formats[f].pattern for f in _STANDARD]
+        patterns[lang] = [(p, locale) for p in dict.fromkeys([*standard, *_PATTERNS[lang]])]
+    orders_by_shape: dict[tuple[str, ...], set[str]] = {}
+    for entries in patterns.values():
+        for pattern, _ in entries:
+            shape, order = _shape(pattern)
+            if len(order) == 2:
+                orders_by_shape.setdefault(shape, set()).add(order)
+    forms: dict[str, tuple[_Form, ...]] = {}
+    for lang, entries in patterns.items():
+        lang_forms = []
+        for pattern, locale in entries:
+            shape, order = _shape(pattern)
+            compiled = parse_pattern(pattern)
+            lang_forms.append(
+                _Form(
+                    name=f"{lang}:{pattern}",
+                    render=lambda d, r, c=compiled, loc=locale: c.apply(d, loc),
+                    two_digit_year="yy" in shape,
+                    order_sensitive=len(order) == 2 and len(orders_by_shape[shape]) > 1,
+                )
+            )
+        if lang == "en":
+            lang_forms += [_Form(f"en:ordinal:{i}", f) for i, f in enumerate(_EN_ORDINAL_FORMS)]
+            if verbose:
+                lang_forms += [_Form(f"en:verbose:{i}", f) for i, f in enumerate(_EN_VERBOSE_FORMS)]
+        forms[lang] = tuple(lang_forms)
+    return forms
+
+
+def _recase(text: str, rng: random.Random) -> str:
+    """As written (half the time), lower, UPPER or Title case (first letter of each word only, so
+    "3rd" stays "3rd")."""
+    if not any(c.isalpha() for c in text):
+        return text
+    r = rng.random()
+    if r < 0.5:
+        return text
+    if r < 0.7:
+        return text.lower()
+    if r < 0.9:
+        return text.upper()
+    return " ".join(w[:1].upper() + w[1:] for w in text.split(" "))
+
+
+def generate_dates(
+    *,
+    n_train: int,
+    n_dev: int,
+    n_test: int,
+    seed: int = 0,
+    languages: Sequence[str] = DATE_LANGUAGES,
+    verbose_forms: bool = True,
+) -> DateSplits:
+    """Generate (written date, ISO date) pairs, split into train/dev/test with no shared source.
+
+    Each pair: a date uniform over 1900..2099, a language uniform over `languages`, a form uniform
+    over that language's forms usable for the date, then a random letter case. `verbose_forms`
+    adds long English phrasings (up to ~100 characters). The same arguments give the same splits.
+    """
+    for name, n in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
+        if n < 0:
+            raise ValueError(f"{name} must be >= 0, got {n}")
+    unknown = [lang for lang in languages if lang not in DATE_LANGUAGES]
+    if unknown or not languages:
+        raise ValueError(f"dates languages must be a non-empty subset of {', '.join(DATE_LANGUAGES)}; got {list(languages)}")
+    langs = tuple(languages)
+    forms = _forms(langs, verbose_forms)
+    rng = random.Random(seed)
+    lo, hi = FIRST_DATE.toordinal(), LAST_DATE.toordinal()
+    total = n_train + n_dev + n_test
+    target_of: dict[str, str] = {}
+    pairs: list[Pair] = []
+    tries_left = 20 * total + 1000
+    while len(pairs) < total:
+        tries_left -= 1
+        if tries_left < 0:
+            raise ValueError(f"could only find {len(pairs)} distinct date strings of the {total} asked for")
+        d = date.fromordinal(rng.randint(lo, hi))
+        form = rng.choice([f for f in forms[rng.choice(langs)] if f.allows(d)])
+        src = normalize(_recase(form.render(d, rng), rng))
+        tgt = d.isoformat()
+        earlier = target_of.get(src)
+        if earlier is None:
+            target_of[src] = tgt
+            pairs.append(Pair(src, tgt))
+        elif earlier != tgt:  # a bug in the forms above, not a user error
+            raise AssertionError(f"form {form.name} wrote {src!r} for both {earlier} and {tgt}")
+    return DateSplits(pairs[:n_train], pairs[n_train : n_train + n_dev], pairs[n_train + n_dev :])
+
+
+def write_splits(splits: DateSplits, directory: str | os.PathLike[str]) -> dict[str, Path]:
+    """Write `train.tsv`, `dev.tsv`, `test.tsv` (source<TAB>target per line) into `directory`,
+    each through a temp file and os.replace. Returns {"train": path, "dev": path, "test": path}."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, pairs in splits._asdict().items():
+        path = directory / f"{name}.tsv"
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+                for src, tgt in pairs:
+                    f.write(f"{src}\t{tgt}\n")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        paths[name] = path
+    return paths
