@@ -113,16 +113,16 @@ def _year_words(year: int, rng: random.Random) -> str:
     return f"{_words(century)} {'oh ' + _ONES[rest] if rest < 10 else _words(rest)}"
 
 
-_EnRender = Callable[[date, random.Random], str]
+_Render = Callable[[date, random.Random], str]
 
-_EN_ORDINAL_FORMS: tuple[_EnRender, ...] = (
+_EN_ORDINAL_FORMS: tuple[_Render, ...] = (
     lambda d, r: f"the {_ordinal(d.day)} of {_MONTHS[d.month - 1]} {d.year}",
     lambda d, r: f"{_MONTHS[d.month - 1]} {_ordinal(d.day)}, {d.year}",
     lambda d, r: f"{_ordinal(d.day)} {_MONTHS[d.month - 1]} {d.year}",
     lambda d, r: f"{_WEEKDAYS[d.weekday()]}, the {_ordinal(d.day)} of {_MONTHS[d.month - 1]} {d.year}",
     lambda d, r: f"{_MONTHS[d.month - 1][:3]} {_ordinal(d.day)}, {d.year}",
 )
-_EN_VERBOSE_FORMS: tuple[_EnRender, ...] = (
+_EN_VERBOSE_FORMS: tuple[_Render, ...] = (
     lambda d, r: f"on the {_ordinal_words(d.day)} day of {_MONTHS[d.month - 1]} in the year {d.year}",
     lambda d, r: f"{_WEEKDAYS[d.weekday()]} the {_ordinal(d.day)} of {_MONTHS[d.month - 1]}, {_year_words(d.year, r)}",
     lambda d, r: f"the {_ordinal_words(d.day)} of {_MONTHS[d.month - 1]}, {_year_words(d.year, r)}",
@@ -139,7 +139,7 @@ class _Form:
     """One way of writing a date."""
 
     name: str  # CLDR pattern, or "en:ordinal:3"-style name for hand-written forms
-    render: _EnRender
+    render: _Render
     two_digit_year: bool = False
     order_sensitive: bool = False  # numeric day and month whose order another form reverses
 
