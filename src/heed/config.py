@@ -1,0 +1,415 @@
+"""The run's configuration: validated pydantic models (an unknown key anywhere is an error), read from
+YAML, with dotted `--set section.field=value` overrides.
+
+Paths. Corpus paths written in a config file resolve relative to *that file's directory*, so a
+config and its data can move together (`configs/x.yaml` naming `../data/train.tsv` means
+`data/train.tsv` beside `configs/`). A corpus path given with `--set` resolves relative to the
+current directory, like any other command-line argument. `output_dir` resolves relative to the
+current directory. When heed saves a config (into every checkpoint and the model directory), corpus
+paths are rewritten relative to the saved file, so the saved file still works where it lies and holds
+no absolute paths.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import tempfile
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from heed.errors import ConfigError
+from heed.nn.build import ModelConfig
+from heed.search import DecodeConfig
+
+CORPUS_SPLITS = ("train", "dev", "test")
+CORPUS_PATH_KEYS = ("tsv", "src", "tgt")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ----------------------------------------------------------------------------------------- data
+
+
+class CorpusConfig(_Strict):
+    """One corpus: a TSV file (`source<TAB>target`), or two line-aligned files."""
+
+    tsv: Path | None = None
+    src: Path | None = None
+    tgt: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "CorpusConfig":
+        if self.tsv is not None and (self.src is not None or self.tgt is not None):
+            raise ValueError("give either 'tsv', or 'src' and 'tgt', not both")
+        if self.tsv is None and (self.src is None or self.tgt is None):
+            raise ValueError("give 'tsv: FILE', or both 'src: FILE' and 'tgt: FILE'")
+        return self
+
+
+class SplitConfig(_Strict):
+    """Hold dev and test sentences out of a single training corpus, deterministically.
+
+    Pairs are grouped by source sentence before the split, so a held-out source never also appears
+    in training with another translation (Tatoeba repeats sources)."""
+
+    dev: int = Field(1000, ge=0)
+    test: int = Field(1000, ge=0)
+    seed: int = 0
+
+
+class DatesConfig(_Strict):
+    """The generated dates task (`heed.data.dates`): dates written many ways -> ISO 8601."""
+
+    n_train: int = Field(20000, gt=0)
+    n_dev: int = Field(500, gt=0)
+    n_test: int = Field(1000, gt=0)
+    seed: int = 0
+    languages: list[str] = Field(default_factory=lambda: ["en", "fr", "de", "es", "ko"], min_length=1)
+    verbose_forms: bool = True
+
+
+class TokenizerConfig(_Strict):
+    kind: Literal["char", "word", "bpe", "unigram"] = "char"
+    vocab_size: int = Field(8000, gt=0, description="sentencepiece vocabulary size (bpe and unigram)")
+
+
+class TokenizersConfig(_Strict):
+    src: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    tgt: TokenizerConfig = Field(default_factory=TokenizerConfig)
+
+
+class VocabConfig(_Strict):
+    min_freq: int = Field(1, ge=1)
+    max_size: int | None = Field(None, gt=0)
+
+
+class DataConfig(_Strict):
+    """Where the sentence pairs come from and how they become batches.
+
+    Either `task: dates` (generated, with its `dates:` sizes), or a `train:` corpus with `dev:` and
+    `test:` corpora or a `split:` that holds them out of `train`."""
+
+    task: Literal["dates"] | None = None
+    dates: DatesConfig = Field(default_factory=DatesConfig)
+    train: CorpusConfig | None = None
+    dev: CorpusConfig | None = None
+    test: CorpusConfig | None = None
+    split: SplitConfig | None = None
+    reverse: bool = Field(False, description="swap source and target of every corpus")
+    tokenizer: TokenizersConfig = Field(default_factory=TokenizersConfig)
+    vocab: VocabConfig = Field(default_factory=VocabConfig)
+    max_src_len: int = Field(100, gt=0, description="longer training pairs are dropped (in tokens)")
+    max_tgt_len: int = Field(100, gt=0)
+    batch_tokens: int = Field(4000, gt=0, description="source + target tokens per batch, padding included")
+    max_sentences: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "DataConfig":
+        if self.task is not None:
+            given = [name for name in (*CORPUS_SPLITS, "split") if getattr(self, name) is not None]
+            if given:
+                raise ValueError(f"task '{self.task}' generates its data; remove '{given[0]}' or set task: null")
+            if self.reverse:
+                raise ValueError(f"'reverse' applies to corpora, not to task '{self.task}'")
+        elif self.train is None:
+            raise ValueError("no data: set 'task: dates', or give a 'train:' corpus ({tsv: FILE} or {src:, tgt:})")
+        if self.split is not None and (self.dev is not None or self.test is not None):
+            raise ValueError("'split' holds dev and test out of 'train'; remove it or remove 'dev'/'test'")
+        return self
+
+
+# ---------------------------------------------------------------------------------------- train
+
+
+class ScheduleConfig(_Strict):
+    """Learning-rate schedule.
+
+    - constant: `train.lr` throughout;
+    - plateau: multiply the rate by `factor` when the dev metric (`early_stopping.metric`) has not
+      improved for `patience` evaluations in a row, never below `min_lr`;
+    - warmup: rise linearly to `train.lr` over `warmup_steps`, then `decay: inverse_sqrt`
+      (lr * sqrt(warmup_steps / step), Vaswani et al. 2017, eq. 3) or `decay: none` (stay)."""
+
+    name: Literal["constant", "plateau", "warmup"] = "constant"
+    factor: float = Field(0.5, gt=0.0, lt=1.0)
+    patience: int = Field(1, ge=0)
+    min_lr: float = Field(1e-5, ge=0.0)
+    warmup_steps: int = Field(1000, gt=0)
+    decay: Literal["inverse_sqrt", "none"] = "inverse_sqrt"
+
+    @model_validator(mode="after")
+    def _fields_of_name(self) -> "ScheduleConfig":
+        owners = {"factor": "plateau", "patience": "plateau", "min_lr": "plateau",
+                  "warmup_steps": "warmup", "decay": "warmup"}
+        for field in sorted(self.model_fields_set):
+            if field in owners and owners[field] != self.name:
+                raise ValueError(f"'{field}' belongs to schedule '{owners[field]}', not '{self.name}'")
+        return self
+
+
+class EarlyStoppingConfig(_Strict):
+    """The dev metric that picks the best checkpoint, drives the plateau schedule and stops training."""
+
+    metric: Literal["bleu", "exact_match", "loss"] = "bleu"
+    patience: int | None = Field(5, ge=1, description="evaluations without improvement before stopping; null = never")
+    target: float | None = Field(None, description="stop as soon as the metric reaches this (e.g. 100 for exact_match)")
+
+
+class TrainConfig(_Strict):
+    seed: int = 1
+    epochs: int = Field(10, gt=0)
+    max_steps: int | None = Field(None, gt=0, description="stop after this many updates (whichever comes first)")
+    optimizer: Literal["adam"] = "adam"
+    lr: float = Field(1e-3, gt=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(0.0, ge=0.0)
+    clip: float | None = Field(1.0, gt=0.0, description="max gradient norm; null = no clipping")
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    label_smoothing: float = Field(0.1, ge=0.0, lt=1.0)
+    early_stopping: EarlyStoppingConfig = Field(default_factory=EarlyStoppingConfig)
+    eval_every: int | None = Field(None, gt=0, description="evaluate every N updates; null = once per epoch")
+    log_every: int = Field(50, gt=0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    bf16: bool | None = Field(None, description="bf16 autocast; null = on when training on CUDA")
+    threads: int | None = Field(None, gt=0, description="torch CPU threads; null = torch's default")
+
+
+# ---------------------------------------------------------------------------------------- whole
+
+
+class Config(_Strict):
+    data: DataConfig
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    decode: DecodeConfig = Field(default_factory=DecodeConfig)
+    output_dir: Path = Path("runs/default")
+
+
+# ------------------------------------------------------------------------------- load and save
+
+
+def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Config:
+    """Read a YAML config, apply `section.field=value` overrides, validate.
+
+    Raises ConfigError naming the file (or `--set`) and the dotted field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("no such config file", path=path) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, expected a YAML config file", path=path) from None
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text; save the config as UTF-8", path=path) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror or e}", path=path) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"invalid YAML: {where}{problem}", path=path) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping of sections (data:, model:, ...), got {type(raw).__name__}", path=path)
+    return config_from_dict(raw, source=path, base_dir=path.parent, overrides=overrides)
+
+
+def config_from_dict(raw: dict[str, Any], *, source: str | os.PathLike[str] | None = None,
+                     base_dir: str | os.PathLike[str] = ".", overrides: Sequence[str] = ()) -> Config:
+    """Validate a config mapping. Relative corpus paths in `raw` resolve against `base_dir`; those in
+    `overrides` against the current directory."""
+    raw = _resolve_corpus_paths(_deep_copy(raw), Path(base_dir))
+    overridden = []
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_dotted(raw, key, value)
+        overridden.append(key)
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as e:
+        raise _config_error(e, source=source, overridden=overridden) from None
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`model.hidden_size=256` -> ("model.hidden_size", 256). The value is a YAML scalar (or flow
+    mapping/list: `data.train={tsv: x.tsv}`). Raises ConfigError for an unknown field."""
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"expected FIELD=VALUE (e.g. model.hidden_size=256), got '{item}'", path="--set")
+    _check_field(key)
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        raise ConfigError(f"cannot parse value '{text}' (YAML)", field=key, path="--set") from None
+    if _is_corpus_path(key) and isinstance(value, str):
+        value = str(Path(value).absolute())
+    elif key.count(".") == 1 and key.split(".")[0] == "data" and key.split(".")[1] in CORPUS_SPLITS \
+            and isinstance(value, dict):
+        value = {k: str(Path(v).absolute()) if k in CORPUS_PATH_KEYS and isinstance(v, str) else v
+                 for k, v in value.items()}
+    return key, value
+
+
+def config_to_dict(config: Config, *, relative_to: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Plain data (YAML/JSON-able). With `relative_to`, corpus paths become relative to that directory."""
+    data = config.model_dump(mode="json")
+    if relative_to is not None:
+        base = Path(relative_to).absolute()
+        for split in CORPUS_SPLITS:
+            corpus = data["data"].get(split)
+            for key in CORPUS_PATH_KEYS:
+                if corpus and corpus.get(key) is not None:
+                    corpus[key] = Path(os.path.relpath(Path(corpus[key]).absolute(), base)).as_posix()
+    return data
+
+
+def save_config(config: Config, path: str | os.PathLike[str]) -> None:
+    """Write the resolved config as YAML (atomically); corpus paths relative to the file."""
+    path = Path(path)
+    data = config_to_dict(config, relative_to=path.parent)
+    text = "# heed resolved config: defaults filled in, overrides applied\n" + yaml.safe_dump(
+        data, sort_keys=False, allow_unicode=True)
+    atomic_write_text(path, text)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to a temp file beside `path`, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ------------------------------------------------------------------------------------- helpers
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def _is_corpus_path(key: str) -> bool:
+    parts = key.split(".")
+    return len(parts) == 3 and parts[0] == "data" and parts[1] in CORPUS_SPLITS and parts[2] in CORPUS_PATH_KEYS
+
+
+def _resolve_corpus_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    data = raw.get("data")
+    if isinstance(data, dict):
+        for split in CORPUS_SPLITS:
+            corpus = data.get(split)
+            if isinstance(corpus, dict):
+                for key in CORPUS_PATH_KEYS:
+                    value = corpus.get(key)
+                    if isinstance(value, str) and not os.path.isabs(value):
+                        corpus[key] = str((base / value).absolute())
+    return raw
+
+
+def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    node = raw
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(f"'{'.'.join(parts[:i + 1])}' is not a section, cannot set a field inside it",
+                              field=key, path="--set")
+        node = child
+    node[parts[-1]] = value
+
+
+def _model_class(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation such as `X`, `X | None`, `Optional[X]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _model_class(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _model_at(parts: Sequence[str | int]) -> type[BaseModel] | None:
+    """The config model class found by walking field names `parts` down from Config."""
+    cls: type[BaseModel] | None = Config
+    for part in parts:
+        if cls is None or not isinstance(part, str) or part not in cls.model_fields:
+            return None
+        cls = _model_class(cls.model_fields[part].annotation)
+    return cls
+
+
+def _unknown_field_message(cls: type[BaseModel], name: str) -> str:
+    close = difflib.get_close_matches(name, list(cls.model_fields), n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(cls.model_fields)})"
+    return f"unknown field{hint}"
+
+
+def _check_field(key: str) -> None:
+    """Raise ConfigError unless `key` names a field of the config schema."""
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        cls = _model_at(parts[:i])
+        if cls is None:
+            return  # inside a free-form value (a list or mapping): validation will judge it
+        if part not in cls.model_fields:
+            raise ConfigError(_unknown_field_message(cls, part), field=".".join(parts[: i + 1]), path="--set")
+
+
+def _dotted(loc: Sequence[str | int]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _config_error(error: ValidationError, *, source: str | os.PathLike[str] | None,
+                  overridden: Sequence[str]) -> ConfigError:
+    errors = error.errors(include_url=False)
+    # A misspelt key also makes the key it meant "missing": name the misspelling first.
+    errors.sort(key=lambda e: e["type"] != "extra_forbidden")
+    first = errors[0]
+    loc = list(first["loc"])
+    field = _dotted(loc) or None
+    if first["type"] == "extra_forbidden":
+        cls = _model_at(loc[:-1])
+        message = _unknown_field_message(cls, str(loc[-1])) if cls is not None else "unknown field"
+    elif first["type"] == "missing":
+        message = "required field is missing"
+    else:
+        message = first["msg"]
+        for prefix in ("Value error, ", "Assertion failed, "):
+            message = message.removeprefix(prefix)
+        message = message[:1].lower() + message[1:]
+        if "input" in first and not isinstance(first["input"], (dict, list)) and first["type"] != "value_error":
+            message += f" (got {first['input']!r})"
+    from_override = any(field and (field == key or field.startswith(key + ".")) for key in overridden)
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    where = "--set" if from_override else source
+    return ConfigError(message, field=field, path=where)
