@@ -1,0 +1,345 @@
+"""Model directories and training checkpoints: atomic saves, pickle-free loads, exact resume.
+
+A model directory is everything translation needs, and nothing machine-specific:
+
+    model.safetensors    weights (safetensors: loading runs no code)
+    config.yaml          the resolved config (corpus paths relative to this file)
+    tokenizers.json      tokenizer specs; src.spm.model / tgt.spm.model for SentencePiece
+    src.vocab.json, tgt.vocab.json
+    metrics.jsonl        the training log, when there is one
+    heed.json            {"format": 1, "heed_version": ..., "kind": "model" | "checkpoint", ...}
+
+A training run writes
+
+    OUTPUT_DIR/model/             the best model so far (by the dev metric), a model directory
+    OUTPUT_DIR/checkpoints/last/  a model directory + training state, written at every evaluation
+    OUTPUT_DIR/checkpoints/best/  the same, for the best evaluation
+    OUTPUT_DIR/metrics.jsonl
+
+Training state is pickle-free too: `optimizer.safetensors` (every tensor of the optimizer's state),
+`rng.safetensors` (torch CPU and CUDA generator states) and `trainer.json` (step, epoch, position in
+the epoch, best metric, patience, schedule, the optimizer's non-tensor settings).
+
+Atomic directory swap: a directory is written completely under `NAME.tmp-XXXX/` beside its target,
+then `NAME` -> `NAME.old`, `NAME.tmp-XXXX` -> `NAME`, and `NAME.old` is removed. Killed before the
+first rename, `NAME` is untouched (the temp directory is swept up by the next save); killed between the
+renames, `NAME` is missing and `NAME.old` is complete, so `resolve_dir` falls back to it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+import heed
+from heed.config import Config, atomic_write_text, load_config, save_config
+from heed.errors import ConfigError, ModelDirError
+from heed.nn.build import build_model
+from heed.nn.seq2seq import Seq2Seq
+from heed.pipeline import Codec
+
+FORMAT_VERSION = 1
+META_FILE = "heed.json"
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+OPTIMIZER_FILE = "optimizer.safetensors"
+RNG_FILE = "rng.safetensors"
+TRAINER_FILE = "trainer.json"
+
+
+# --------------------------------------------------------------------------- atomic directories
+
+
+def replace_dir(target: str | os.PathLike[str], fill: Callable[[Path], None]) -> Path:
+    """Build a directory with `fill(tmp)` and swap it in at `target` atomically (see module doc)."""
+    target = Path(target)
+    parent = target.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    for stale in parent.glob(f"{target.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=parent))
+    try:
+        fill(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = parent / f"{target.name}.old"
+    if target.exists():
+        if old.exists():  # left by a swap that finished except for its clean-up
+            shutil.rmtree(old)
+        os.replace(target, old)
+    # If `target` was missing, `old` (if any) is the last complete copy: keep it until `tmp` is in.
+    os.replace(tmp, target)
+    _fsync_dir(parent)
+    shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def resolve_dir(target: str | os.PathLike[str]) -> Path | None:
+    """The complete copy of `target`: itself, or `target.old` when a swap was cut between its two
+    renames. None if neither exists."""
+    target = Path(target)
+    for candidate in (target, target.with_name(f"{target.name}.old")):
+        if (candidate / META_FILE).is_file():
+            return candidate
+    return None
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path))
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+# ------------------------------------------------------------------------------ model directory
+
+
+def write_model_files(directory: Path, *, model: nn.Module | dict[str, torch.Tensor], config: Config,
+                      codec: Codec, metrics: Path | None = None, kind: str = "model",
+                      info: dict[str, Any] | None = None) -> None:
+    """Write a model directory's files into `directory` (no swap; see `save_model_dir`).
+    `heed.json` is written last, so its presence marks a complete directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    state = model.state_dict() if isinstance(model, nn.Module) else model
+    _save_tensors(dict(state), directory / WEIGHTS_FILE)
+    save_config(config, directory / CONFIG_FILE)
+    codec.save(directory)
+    if metrics is not None and metrics.is_file():
+        shutil.copyfile(metrics, directory / METRICS_FILE)
+    meta = {"format": FORMAT_VERSION, "heed_version": heed.__version__, "kind": kind, **(info or {})}
+    _write_json(directory / META_FILE, meta)
+
+
+def save_model_dir(target: str | os.PathLike[str], *, model: nn.Module | dict[str, torch.Tensor],
+                   config: Config, codec: Codec, metrics: Path | None = None,
+                   info: dict[str, Any] | None = None) -> Path:
+    """Atomically (re)write the model directory `target`."""
+    return replace_dir(target, lambda tmp: write_model_files(tmp, model=model, config=config, codec=codec,
+                                                             metrics=metrics, info=info))
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    model: Seq2Seq  # in eval mode, on the requested device
+    config: Config
+    codec: Codec
+    directory: Path  # the model directory actually read
+    meta: dict[str, Any]
+
+
+def find_model_dir(path: str | os.PathLike[str]) -> Path:
+    """A model directory, given itself or a training output directory that holds `model/`."""
+    path = Path(path)
+    if not path.exists():
+        raise ModelDirError(f"{path}: no such model directory; give a trained model directory "
+                            "(e.g. runs/NAME/model) or a training output directory")
+    if not path.is_dir():
+        raise ModelDirError(f"{path}: not a directory; give a model directory (it holds {META_FILE})")
+    for candidate in (path, path / "model"):
+        found = resolve_dir(candidate)
+        if found is not None:
+            return found
+    if (path / "checkpoints").is_dir():
+        raise ModelDirError(f"{path}: training has not written a model yet (no {path / 'model'}); "
+                            "wait for the first evaluation, or resume training")
+    raise ModelDirError(f"{path}: not a heed model directory (no {META_FILE}, no model/ inside)")
+
+
+def read_meta(directory: Path) -> dict[str, Any]:
+    path = directory / META_FILE
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelDirError(f"{path}: missing; not a heed model directory") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelDirError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
+        raise ModelDirError(f"{path}: model format {meta.get('format') if isinstance(meta, dict) else '?'} "
+                            f"is not this heed's format {FORMAT_VERSION}; use the heed version that wrote it "
+                            f"({meta.get('heed_version', '?') if isinstance(meta, dict) else '?'})")
+    return meta
+
+
+def load_weights(path: Path, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Tensors from a safetensors file, straight onto `device` (CUDA-trained weights load on CPU)."""
+    try:
+        return load_file(str(path), device=str(device))
+    except FileNotFoundError:
+        raise ModelDirError(f"{path}: missing") from None
+    except (SafetensorError, OSError) as e:
+        raise ModelDirError(f"{path}: unreadable weights ({e})") from None
+
+
+def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str = "cpu") -> LoadedModel:
+    """Load a model directory (or the `model/` of a training output directory) onto `device`."""
+    directory = find_model_dir(path)
+    meta = read_meta(directory)
+    try:
+        config = load_config(directory / CONFIG_FILE)
+    except ConfigError as e:
+        raise ModelDirError(f"{e}; the model directory's config does not match this heed") from None
+    codec = Codec.load(directory)
+    model = build_model(config.model, src_vocab_size=len(codec.src_vocab), tgt_vocab_size=len(codec.tgt_vocab))
+    state = load_weights(directory / WEIGHTS_FILE)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        first = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
+        raise ModelDirError(f"{directory / WEIGHTS_FILE}: weights do not fit the model in config.yaml ({first})") from None
+    model.to(device).eval()
+    return LoadedModel(model, config, codec, directory, meta)
+
+
+# ---------------------------------------------------------------------------- training state
+
+
+@dataclass
+class TrainerState:
+    """Where a training run is, beside its weights and optimizer: all that exact resume needs.
+
+    `epoch` is the epoch in progress (0-based) and `batch_in_epoch` how many of its batches are done;
+    the epoch's batch order is rebuilt from (seed, epoch), so the remaining batches are known."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    best_value: float | None = None
+    best_step: int | None = None
+    bad_evals: int = 0  # evaluations since the best one
+    schedule: dict[str, Any] | None = None
+    window: dict[str, float] | None = None  # the log window's running sums (loss, tokens, steps)
+    finished: bool = False
+    stop_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TrainerState":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def _flatten_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """optimizer.state_dict() -> (tensors keyed "state.<param>.<name>", JSON-able rest)."""
+    tensors: dict[str, torch.Tensor] = {}
+    rest: dict[str, dict[str, Any]] = {}
+    for param, values in state["state"].items():
+        for name, value in values.items():
+            if torch.is_tensor(value):
+                tensors[f"state.{param}.{name}"] = value
+            else:
+                rest.setdefault(str(param), {})[name] = value
+    return tensors, {"param_groups": state["param_groups"], "state": rest}
+
+
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], rest: dict[str, Any],
+                         current: dict[str, Any]) -> dict[str, Any]:
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        _, param, name = key.split(".", 2)
+        state.setdefault(int(param), {})[name] = value
+    for param, values in rest["state"].items():
+        state.setdefault(int(param), {}).update(values)
+    groups = []
+    for saved, now in zip(rest["param_groups"], current["param_groups"]):
+        # JSON turned tuples (betas) into lists; give them back their type.
+        groups.append({k: tuple(v) if isinstance(now.get(k), tuple) else v for k, v in saved.items()})
+    return {"state": state, "param_groups": groups}
+
+
+def rng_states() -> dict[str, torch.Tensor]:
+    states = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            states[f"cuda.{i}"] = s
+    return states
+
+
+def set_rng_states(states: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(states["torch_cpu"])
+    cuda = [states[k] for k in sorted((k for k in states if k.startswith("cuda.")), key=lambda k: int(k[5:]))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])
+
+
+def save_checkpoint(target: str | os.PathLike[str], *, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    trainer: TrainerState, config: Config, codec: Codec, metrics: Path | None = None) -> Path:
+    """Atomically write a training checkpoint (a model directory + training state) at `target`."""
+    opt_tensors, opt_rest = _flatten_optimizer(optimizer.state_dict())
+    rng = rng_states()
+
+    def fill(tmp: Path) -> None:
+        _save_tensors(opt_tensors, tmp / OPTIMIZER_FILE)
+        _save_tensors(rng, tmp / RNG_FILE)
+        _write_json(tmp / TRAINER_FILE, {"trainer": trainer.to_json(), "optimizer": opt_rest})
+        write_model_files(tmp, model=model, config=config, codec=codec, metrics=metrics, kind="checkpoint",
+                          info={"step": trainer.step})
+
+    return replace_dir(target, fill)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    directory: Path
+    weights: dict[str, torch.Tensor]
+    trainer: TrainerState
+    optimizer_tensors: dict[str, torch.Tensor]
+    optimizer_rest: dict[str, Any]
+    rng: dict[str, torch.Tensor]
+    config: Config
+
+    def restore(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Load weights and optimizer state; set the global torch RNGs (call inside fork_rng)."""
+        model.load_state_dict(self.weights, strict=True)
+        optimizer.load_state_dict(_unflatten_optimizer(self.optimizer_tensors, self.optimizer_rest,
+                                                       optimizer.state_dict()))
+        set_rng_states(self.rng)
+
+
+def load_checkpoint(target: str | os.PathLike[str], *, device: torch.device | str = "cpu") -> Checkpoint:
+    """Read a checkpoint written by `save_checkpoint` (falling back to `target.old`, see module doc)."""
+    directory = resolve_dir(target)
+    if directory is None:
+        raise ModelDirError(f"{target}: no checkpoint to resume from")
+    read_meta(directory)
+    try:
+        data = json.loads((directory / TRAINER_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelDirError(f"{directory / TRAINER_FILE}: unreadable training state ({e})") from None
+    return Checkpoint(
+        directory=directory,
+        weights=load_weights(directory / WEIGHTS_FILE, device),
+        trainer=TrainerState.from_json(data["trainer"]),
+        optimizer_tensors=load_weights(directory / OPTIMIZER_FILE, device),
+        optimizer_rest=data["optimizer"],
+        rng=load_weights(directory / RNG_FILE, "cpu"),
+        config=load_config(directory / CONFIG_FILE),
+    )

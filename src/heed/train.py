@@ -1,0 +1,643 @@
+"""The training loop: Adam, clipping, label smoothing, LR schedules, dev evaluation, early stopping,
+atomic checkpoints and exact resume.
+
+    for each epoch: batches = token_batches(train, seed, epoch)        # the same order on resume
+        for each batch: loss = label-smoothed cross-entropy per target token
+                        backward, clip, Adam step                       # one "step"
+                        every eval_every steps (or at epoch end): dev loss, greedy decode ->
+                        BLEU / chrF / exact match; best? -> checkpoints/best + model/; always
+                        checkpoints/last
+
+Exact resume: `checkpoints/last` holds the weights, Adam's state, the torch RNG states (dropout),
+the LR schedule, the best metric and patience, and the position (epoch, batches done). Batches come
+from `token_batches(seed, epoch)`, so on resume the epoch's order is rebuilt and the batches already
+done are skipped: a resumed run continues the same loss sequence as one that never stopped.
+
+Randomness: the model is initialised and trained inside `torch.random.fork_rng`, seeded with
+`train.seed`, so the caller's global RNG state is the same after `train()` as before.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+from heed.checkpoint import (METRICS_FILE, WEIGHTS_FILE, Checkpoint, TrainerState, load_checkpoint, load_weights,
+                             resolve_dir, save_checkpoint, save_model_dir)
+from heed.config import Config, ScheduleConfig, atomic_write_text, config_to_dict
+from heed.data.batching import filter_by_length, sentence_batches, token_batches
+from heed.data.corpus import Pair
+from heed.data.vocab import PAD
+from heed.errors import ConfigError, HeedError
+from heed.evaluate import Scores, evaluate
+from heed.nn.build import build_model
+from heed.nn.seq2seq import Seq2Seq
+from heed.pipeline import Codec, Example, load_corpora
+from heed.search import DecodeConfig, search
+
+HIGHER_IS_BETTER = {"bleu": True, "exact_match": True, "loss": False}
+# Fields a resumed run may change; any other difference from the checkpoint's config is an error.
+RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.log_every", "train.device", "train.threads",
+                     "train.eval_every", "train.early_stopping.patience", "train.early_stopping.target",
+                     "decode", "output_dir", "data.train", "data.dev", "data.test")
+
+
+# ----------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class DevResult:
+    loss: float  # mean negative log-likelihood per target token (no label smoothing)
+    scores: Scores  # of greedy translations
+
+    def metric(self, name: str) -> float:
+        return self.loss if name == "loss" else getattr(self.scores, name)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    output_dir: Path
+    model_dir: Path | None  # None only if training stopped before its first evaluation
+    steps: int
+    epoch: float  # epochs done, fractional
+    metric: str
+    best_value: float | None
+    best_step: int | None
+    stop_reason: str  # "epochs" | "max_steps" | "early_stopping" | "target" | "interrupted" | "finished"
+    last_dev: DevResult | None
+    test: Scores | None
+    seconds: float
+
+
+# ---------------------------------------------------------------------------------- schedule
+
+
+class LRSchedule:
+    """The learning rate for each step (warm-up) and after each evaluation (plateau).
+
+    State is plain JSON (`state_dict`), saved in every checkpoint."""
+
+    def __init__(self, cfg: ScheduleConfig, *, base_lr: float, higher_is_better: bool) -> None:
+        self.cfg = cfg
+        self.base_lr = base_lr
+        self.higher_is_better = higher_is_better
+        self.lr = base_lr  # plateau's current rate
+        self.best: float | None = None
+        self.bad = 0
+
+    def lr_at(self, step: int) -> float:
+        """Rate for update number `step` (1-based)."""
+        if self.cfg.name == "warmup":
+            w = self.cfg.warmup_steps
+            if step <= w:
+                return self.base_lr * step / w
+            return self.base_lr * (math.sqrt(w / step) if self.cfg.decay == "inverse_sqrt" else 1.0)
+        return self.lr
+
+    def after_eval(self, value: float) -> bool:
+        """Feed a dev metric; returns True if the rate was just lowered (plateau only)."""
+        if self.cfg.name != "plateau":
+            return False
+        if self.best is None or _better(value, self.best, self.higher_is_better):
+            self.best, self.bad = value, 0
+            return False
+        self.bad += 1
+        if self.bad > self.cfg.patience and self.lr > self.cfg.min_lr:
+            self.lr, self.bad = max(self.lr * self.cfg.factor, self.cfg.min_lr), 0
+            return True
+        return False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"lr": self.lr, "best": self.best, "bad": self.bad}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.lr, self.best, self.bad = state["lr"], state["best"], state["bad"]
+
+
+def _better(value: float, best: float, higher_is_better: bool) -> bool:
+    return value > best if higher_is_better else value < best
+
+
+# ----------------------------------------------------------------------------------- devices
+
+
+def resolve_device(name: str) -> torch.device:
+    """"auto" -> CUDA when available, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("CUDA is not available on this machine; use device: auto or cpu", field="train.device")
+    return torch.device(name)
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch.set_num_threads for the duration, then back to what it was."""
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------------------------- decoding
+
+
+def translate_ids(model: Seq2Seq, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, device: torch.device,
+                  batch_size: int = 64) -> list[list]:
+    """n-best Hypotheses for every source (ids without specials), in input order."""
+    results: list[list] = [[] for _ in src_ids]
+    for batch in sentence_batches(src_ids, batch_size=batch_size):
+        batch = batch.to(device)
+        for k, hyps in zip(batch.indices.tolist(), search(model, batch.src, batch.src_lengths, cfg)):
+            results[k] = hyps
+    return results
+
+
+# ------------------------------------------------------------------------------------ logging
+
+
+class _Log:
+    """Where training reports go: metrics.jsonl (always), TensorBoard (if installed), and the
+    console: a rich progress bar on a terminal, a plain line per `log_every` steps otherwise."""
+
+    def __init__(self, output_dir: Path, console: Console | None, *, total_steps: int, start_step: int,
+                 progress: bool | None) -> None:
+        self.path = output_dir / METRICS_FILE
+        self.console = console
+        self.tensorboard = _tensorboard_writer(output_dir / "tensorboard")
+        use_bar = console is not None and (console.is_terminal if progress is None else progress)
+        self.progress: Progress | None = None
+        if use_bar:
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]} tok/s"),
+                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                console=console, transient=False)
+            self.task = self.progress.add_task("train", total=total_steps, completed=start_step,
+                                               loss="-", speed="-")
+        self.total_steps = total_steps
+
+    def __enter__(self) -> "_Log":
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+
+    def say(self, message: str) -> None:
+        if self.console is not None:
+            self.console.print(message, highlight=False)
+
+    def record(self, entry: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        if self.tensorboard is not None:
+            prefix = entry["kind"]
+            for key, value in entry.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "kind"):
+                    self.tensorboard.add_scalar(f"{prefix}/{key}", value, entry["step"])
+
+    def advance(self, step: int, epoch: float) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, completed=step, description=f"epoch {epoch:.2f}")
+
+    def train_line(self, step: int, epoch: float, loss: float, lr: float, speed: float, eta: float | None) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, loss=f"{loss:.3f}", speed=f"{speed:,.0f}")
+        else:
+            eta_text = "" if eta is None else f" | eta {_duration(eta)}"
+            self.say(f"step {step}/{self.total_steps} | epoch {epoch:.2f} | loss {loss:.4f} | lr {lr:.2e} "
+                     f"| {speed:,.0f} tok/s{eta_text}")
+
+    def truncate_after(self, step: int) -> None:
+        """Drop entries written after `step` (a run killed after its last checkpoint)."""
+        if not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= step]
+        atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+
+
+def _tensorboard_writer(directory: Path) -> Any:
+    try:
+        import tensorboard  # noqa: F401  (torch's SummaryWriter needs the package)
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(log_dir=str(directory))
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+# ----------------------------------------------------------------------------------- trainer
+
+
+@dataclass
+class _Data:
+    codec: Codec
+    train: list[Example]
+    dev_pairs: list[Pair]
+    dev: list[Example]
+    test_pairs: list[Pair]
+    dropped: int
+
+
+@dataclass
+class _Window:
+    """Running sums since the last log line. loss_sum stays a tensor so no step waits on the device."""
+
+    loss_sum: torch.Tensor
+    tokens: int = 0
+    steps: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    def to_json(self) -> dict[str, float]:
+        return {"loss_sum": float(self.loss_sum), "tokens": self.tokens, "steps": self.steps}
+
+
+class Trainer:
+    """One training run. `train(config)` is the usual way in; the class exists so the loop's
+    pieces (step, evaluate, checkpoint) have names."""
+
+    def __init__(self, config: Config, *, resume: bool = False, console: Console | None = None,
+                 progress: bool | None = None) -> None:
+        self.config = config
+        self.resume = resume
+        self.console = console
+        self.progress = progress
+        self.output_dir = Path(config.output_dir)
+        self.ckpt_dir = self.output_dir / "checkpoints"
+        self.model_dir = self.output_dir / "model"
+        self.device = resolve_device(config.train.device)
+        self.bf16 = (self.device.type == "cuda") if config.train.bf16 is None else config.train.bf16
+        self.metric = config.train.early_stopping.metric
+        self.higher = HIGHER_IS_BETTER[self.metric]
+        self._stop_requested = False
+
+    # -- public ---------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop cleanly after the current step (saving `last`); what Ctrl-C does."""
+        self._stop_requested = True
+
+    def run(self) -> TrainResult:
+        started = time.perf_counter()
+        cfg = self.config
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch_threads(cfg.train.threads), torch.random.fork_rng(devices=devices), self._sigint():
+            torch.manual_seed(cfg.train.seed)
+            checkpoint = self._open_run()
+            data = self._load_data(Codec.load(checkpoint.directory) if checkpoint else None)
+            self.data = data
+            model = build_model(cfg.model, src_vocab_size=len(data.codec.src_vocab),
+                                tgt_vocab_size=len(data.codec.tgt_vocab)).to(self.device)
+            optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
+                                         weight_decay=cfg.train.weight_decay)
+            schedule = LRSchedule(cfg.train.schedule, base_lr=cfg.train.lr, higher_is_better=self.higher)
+            state = TrainerState()
+            if checkpoint is not None:
+                checkpoint.restore(model, optimizer)
+                state = checkpoint.trainer
+                if state.schedule is not None:
+                    schedule.load_state_dict(state.schedule)
+            self.model, self.optimizer, self.schedule, self.state = model, optimizer, schedule, state
+            return self._loop(started, resumed=checkpoint is not None)
+
+    # -- setup ----------------------------------------------------------------------------
+
+    def _open_run(self) -> Checkpoint | None:
+        """A fresh output directory (refusing to overwrite a run), or the checkpoint to resume."""
+        last = resolve_dir(self.ckpt_dir / "last")
+        if not self.resume:
+            if last is not None or resolve_dir(self.model_dir) is not None:
+                raise HeedError(f"{self.output_dir}: holds a training run already; resume it with --resume, "
+                                "or choose another --output-dir")
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
+            return None
+        if last is None:
+            raise HeedError(f"{self.output_dir}: no checkpoint to resume from (no {self.ckpt_dir / 'last'}); "
+                            "start without --resume")
+        checkpoint = load_checkpoint(self.ckpt_dir / "last", device=self.device)
+        _check_resumable(checkpoint.config, self.config, checkpoint.directory)
+        return checkpoint
+
+    def _load_data(self, codec: Codec | None) -> _Data:
+        cfg = self.config.data
+        corpora = load_corpora(cfg)
+        if codec is None:
+            codec = Codec.build(corpora.train, cfg)
+        train, dropped = filter_by_length(codec.encode_pairs(corpora.train), max_src_len=cfg.max_src_len,
+                                          max_tgt_len=cfg.max_tgt_len)
+        if not train:
+            raise ConfigError(f"every training pair is longer than max_src_len={cfg.max_src_len} or "
+                              f"max_tgt_len={cfg.max_tgt_len} tokens; raise them", field="data")
+        return _Data(codec, train, corpora.dev, codec.encode_pairs(corpora.dev), corpora.test, dropped)
+
+    def _batches(self, epoch: int):
+        d = self.config.data
+        return token_batches(self.data.train, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
+                             shuffle=True, seed=self.config.train.seed, epoch=epoch)
+
+    @contextlib.contextmanager
+    def _sigint(self) -> Iterator[None]:
+        """First Ctrl-C: finish the step, save `last`, stop. Second: abort at once (KeyboardInterrupt)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            if self._stop_requested:
+                signal.signal(signal.SIGINT, previous)
+                raise KeyboardInterrupt
+            self._stop_requested = True
+            if self.console is not None:
+                self.console.print("[yellow]stopping after this step and saving a checkpoint "
+                                   "(Ctrl-C again to abort without saving)[/]")
+
+        previous = signal.signal(signal.SIGINT, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def _loop(self, started: float, *, resumed: bool) -> TrainResult:
+        cfg, state, data = self.config, self.state, self.data
+        first = self._batches(state.epoch)
+        per_epoch = len(first)
+        total = cfg.train.epochs * per_epoch
+        if cfg.train.max_steps is not None:
+            total = min(total, cfg.train.max_steps)
+        log = _Log(self.output_dir, self.console, total_steps=max(total, state.step), start_step=state.step,
+                   progress=self.progress)
+        if resumed:
+            log.truncate_after(state.step)
+        self.log = log
+        n_params = sum(p.numel() for p in self.model.parameters())
+        log.say(f"{'resuming at step ' + str(state.step) if resumed else 'training'} on {self.device}"
+                f"{' (bf16)' if self.bf16 and self.device.type == 'cuda' else ''}: {n_params:,} parameters; "
+                f"{len(data.train):,} train pairs ({data.dropped:,} over the length limits dropped), "
+                f"{len(data.dev):,} dev, {len(data.test_pairs):,} test; vocab {len(data.codec.src_vocab):,} "
+                f"src / {len(data.codec.tgt_vocab):,} tgt; {per_epoch:,} batches per epoch")
+        log.say(f"output: {self.output_dir}")
+        window = _Window(torch.zeros((), dtype=torch.float64, device=self.device))
+        if state.window is not None:
+            window.loss_sum += state.window["loss_sum"]
+            window.tokens, window.steps = int(state.window["tokens"]), int(state.window["steps"])
+        last_dev: DevResult | None = None
+        evaluated_at = state.step if resumed else -1
+        stop = state.stop_reason if state.finished and state.stop_reason in ("early_stopping", "target") else None
+        run_start_step, run_start_time = state.step, time.perf_counter()
+        batches = first
+        with log:
+            while stop is None and state.epoch < cfg.train.epochs:
+                if batches is None:
+                    batches = self._batches(state.epoch)
+                for b in range(state.batch_in_epoch, len(batches)):
+                    self._step(batches[b], window)
+                    state.step += 1
+                    state.batch_in_epoch = b + 1
+                    epoch_done = state.batch_in_epoch == len(batches)
+                    if epoch_done:
+                        state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+                    progress = state.epoch + state.batch_in_epoch / len(batches)
+                    log.advance(state.step, progress)
+                    if state.step % cfg.train.log_every == 0:
+                        self._log_window(window, progress, run_start_step, run_start_time, total)
+                    due = (epoch_done if cfg.train.eval_every is None
+                           else state.step % cfg.train.eval_every == 0)
+                    if cfg.train.max_steps is not None and state.step >= cfg.train.max_steps:
+                        stop = "max_steps"
+                    if due or stop is not None:
+                        last_dev, stop = self._evaluate_and_save(window, progress, stop)
+                        evaluated_at = state.step
+                    if self._stop_requested and stop is None:
+                        stop = "interrupted"
+                        self._save_last(window)
+                    if stop is not None:
+                        break
+                batches = None
+            if stop is None:
+                stop = "epochs"
+            if evaluated_at != state.step and stop != "interrupted":
+                last_dev, _ = self._evaluate_and_save(window, state.epoch + state.batch_in_epoch / per_epoch, stop)
+            test = None
+            if stop != "interrupted":
+                test = self._finish(stop)
+        if stop == "interrupted":
+            log.say(f"[yellow]interrupted at step {state.step}; checkpoint saved in {self.ckpt_dir / 'last'}. "
+                    f"Resume with: heed train CONFIG --resume --output-dir {self.output_dir}[/]")
+        model_dir = resolve_dir(self.model_dir)
+        return TrainResult(self.output_dir, model_dir, state.step, state.epoch + state.batch_in_epoch / per_epoch,
+                           self.metric, state.best_value, state.best_step, stop, last_dev, test,
+                           time.perf_counter() - started)
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.device.type == "cuda" and self.bf16:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _to_device(self, batch):
+        if self.device.type == "cuda":
+            return batch.pin_memory().to(self.device, non_blocking=True)
+        return batch
+
+    def _step(self, batch, window: _Window) -> None:
+        """One update: forward (no attention weights kept), label-smoothed loss per target token,
+        backward, clip, Adam."""
+        cfg = self.config.train
+        self.model.train()
+        batch = self._to_device(batch)
+        lr = self.schedule.lr_at(self.state.step + 1)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        with self._autocast():
+            logits = self.model(batch.src, batch.src_lengths, batch.tgt_in, need_attention=False).logits
+        tokens = batch.num_tgt_tokens
+        loss_sum = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1),
+                                   ignore_index=PAD, label_smoothing=cfg.label_smoothing, reduction="sum")
+        self.optimizer.zero_grad(set_to_none=True)
+        (loss_sum / tokens).backward()
+        if cfg.clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
+        self.optimizer.step()
+        window.loss_sum += loss_sum.detach().double()
+        window.tokens += tokens
+        window.steps += 1
+
+    def _log_window(self, window: _Window, epoch: float, run_start_step: int, run_start_time: float,
+                    total: int) -> None:
+        state = self.state
+        loss = float(window.loss_sum) / max(window.tokens, 1)
+        if not math.isfinite(loss):
+            raise HeedError(f"training diverged: the loss is {loss} at step {state.step}; "
+                            "lower train.lr or set train.clip")
+        seconds = time.perf_counter() - window.started
+        speed = window.tokens / seconds if seconds > 0 else 0.0
+        done = state.step - run_start_step
+        per_step = (time.perf_counter() - run_start_time) / done if done else 0.0
+        eta = per_step * max(total - state.step, 0) if done else None
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.log.record({"kind": "train", "step": state.step, "epoch": round(epoch, 4), "loss": loss, "lr": lr,
+                         "tok_per_s": round(speed, 1)})
+        self.log.train_line(state.step, epoch, loss, lr, speed, eta)
+        window.loss_sum.zero_()
+        window.tokens = window.steps = 0
+        window.started = time.perf_counter()
+
+    # -- evaluation and checkpoints ---------------------------------------------------------
+
+    def dev_loss(self) -> float:
+        """Mean NLL per dev target token (no label smoothing), teacher-forced."""
+        self.model.eval()
+        total, tokens = 0.0, 0
+        d = self.config.data
+        with torch.inference_mode():
+            for batch in token_batches(self.data.dev, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
+                                       shuffle=False):
+                batch = self._to_device(batch)
+                logits = self.model(batch.src, batch.src_lengths, batch.tgt_in, need_attention=False).logits
+                total += float(F.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
+                                               batch.tgt_out.reshape(-1), ignore_index=PAD, reduction="sum"))
+                tokens += batch.num_tgt_tokens
+        return total / max(tokens, 1)
+
+    def decode_pairs(self, pairs: Sequence[Pair], cfg: DecodeConfig) -> list[str]:
+        self.model.eval()
+        codec = self.data.codec
+        hyps = translate_ids(self.model, [codec.encode_src(p.src) for p in pairs], cfg, device=self.device)
+        return [codec.decode_tgt(h[0].tokens)[1] if h else "" for h in hyps]
+
+    def _evaluate_and_save(self, window: _Window, epoch: float, stop: str | None) -> tuple[DevResult | None, str | None]:
+        """Dev evaluation (if there is a dev set), best/patience bookkeeping, then checkpoints."""
+        state, es = self.state, self.config.train.early_stopping
+        dev = None
+        improved = False
+        if self.data.dev:
+            greedy = self.config.decode.model_copy(update={"beam_size": 1, "n_best": 1})
+            dev = DevResult(self.dev_loss(), evaluate(self.decode_pairs(self.data.dev_pairs, greedy),
+                                                      [p.tgt for p in self.data.dev_pairs]))
+            value = dev.metric(self.metric)
+            improved = state.best_value is None or _better(value, state.best_value, self.higher)
+            if improved:
+                state.best_value, state.best_step, state.bad_evals = value, state.step, 0
+            else:
+                state.bad_evals += 1
+            lowered = self.schedule.after_eval(value)
+            s = dev.scores
+            self.log.record({"kind": "dev", "step": state.step, "epoch": round(epoch, 4), "loss": dev.loss,
+                             "ppl": math.exp(min(dev.loss, 50.0)), "bleu": s.bleu, "chrf": s.chrf,
+                             "exact_match": s.exact_match, "lr": self.optimizer.param_groups[0]["lr"],
+                             "best": improved})
+            self.log.say(f"dev @ step {state.step} (epoch {epoch:.2f}): loss {dev.loss:.4f}  BLEU {s.bleu:.2f}  "
+                         f"chrF {s.chrf:.2f}  exact {s.exact_match:.2f}%"
+                         f"{'  [green]best[/]' if improved else f'  (best {state.best_value:.4g} @ {state.best_step})'}"
+                         f"{'  lr lowered to ' + format(self.schedule.lr, '.2e') if lowered else ''}")
+            if stop is None and es.target is not None and _reached(value, es.target, self.higher):
+                stop = "target"
+                self.log.say(f"dev {self.metric} {value:.4g} reached the target {es.target:g}: stopping")
+            elif stop is None and es.patience is not None and state.bad_evals >= es.patience:
+                stop = "early_stopping"
+                self.log.say(f"no dev improvement in {es.patience} evaluations: stopping early")
+        else:
+            improved = True  # without a dev set the latest model is the one to keep
+            state.best_step = state.step
+        if stop in ("target", "early_stopping"):
+            state.finished, state.stop_reason = True, stop
+        self._save_last(window)
+        if improved:
+            self._save(self.ckpt_dir / "best", window)
+            save_model_dir(self.model_dir, model=self.model, config=self.config, codec=self.data.codec,
+                           metrics=self.log.path, info={"step": state.step})
+        return dev, stop
+
+    def _save_last(self, window: _Window) -> None:
+        self._save(self.ckpt_dir / "last", window)
+
+    def _save(self, target: Path, window: _Window) -> None:
+        self.state.schedule = self.schedule.state_dict()
+        self.state.window = window.to_json()
+        save_checkpoint(target, model=self.model, optimizer=self.optimizer, trainer=self.state,
+                        config=self.config, codec=self.data.codec, metrics=self.log.path)
+
+    def _finish(self, stop: str) -> Scores | None:
+        """Put the best weights in `model/` with the whole log, and score the test set with them."""
+        best = resolve_dir(self.ckpt_dir / "best")
+        if best is not None:
+            self.model.load_state_dict(load_weights(best / WEIGHTS_FILE, self.device))
+        test = None
+        if self.data.test_pairs:
+            hyps = self.decode_pairs(self.data.test_pairs, self.config.decode)
+            test = evaluate(hyps, [p.tgt for p in self.data.test_pairs])
+            self.log.record({"kind": "test", "step": self.state.best_step or self.state.step,
+                             "bleu": test.bleu, "chrf": test.chrf, "exact_match": test.exact_match,
+                             "beam_size": self.config.decode.beam_size})
+            self.log.say(f"test (best model, step {self.state.best_step}, beam {self.config.decode.beam_size}): "
+                         f"BLEU {test.bleu:.2f}  chrF {test.chrf:.2f}  exact {test.exact_match:.2f}% "
+                         f"({test.exact}/{test.total})")
+        save_model_dir(self.model_dir, model=self.model, config=self.config, codec=self.data.codec,
+                       metrics=self.log.path, info={"step": self.state.best_step, "stop_reason": stop})
+        self.log.say(f"model: {self.model_dir}  (stopped: {stop.replace('_', ' ')})")
+        return test
+
+
+def _reached(value: float, target: float, higher_is_better: bool) -> bool:
+    return value >= target if higher_is_better else value <= target
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: data}
+
+
+def _check_resumable(saved: Config, now: Config, where: Path) -> None:
+    """Resuming with another model, data or optimisation would not continue the same run."""
+    old, new = _flatten(config_to_dict(saved)), _flatten(config_to_dict(now))
+    for key in sorted(set(old) | set(new)):
+        if any(key == p or key.startswith(p + ".") for p in RESUMABLE_CHANGES):
+            continue
+        if old.get(key) != new.get(key):
+            raise ConfigError(f"is {old.get(key)!r} in the checkpoint ({where}) but {new.get(key)!r} now; "
+                              "a resumed run needs the same config (only epochs, max_steps, logging, device, "
+                              "early stopping and decode may change)", field=key)
+
+
+def train(config: Config, *, resume: bool = False, console: Console | None = None,
+          progress: bool | None = None) -> TrainResult:
+    """Train a model as `config` says, writing into `config.output_dir`; with `resume`, continue the
+    run saved there. `console`: where to report (None = silent); `progress`: force the progress bar
+    on or off (default: on when the console is a terminal)."""
+    return Trainer(config, resume=resume, console=console, progress=progress).run()
