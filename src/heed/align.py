@@ -1,0 +1,216 @@
+"""Word alignments from attention: hard alignments, Pharaoh files, AER, unknown-word replacement.
+
+Attention weights `(tgt_len, src_len)` are a soft alignment: row j says where output token j looked.
+This module turns them into hard links, reads and writes them in the Pharaoh format that aligners
+(GIZA++ symmetrised output, fast_align, eflomal) use, scores them against a gold standard with
+the alignment error rate, and uses them to replace `<unk>` outputs.
+
+Pharaoh format: one sentence per line, links `i-j` separated by spaces, `i` the 0-based source
+position and `j` the 0-based target position (source first). Gold standards also mark links that
+annotators judged only *possible*; accepted spellings (Sure S is always a subset of Possible P):
+
+    i-j     sure
+    i-j-S   sure      (explicit)
+    i-j-P   possible
+    i?j     possible
+    ipj     possible
+
+The 1-based "LINE SRC TGT S|P" format of the 2003 NAACL shared task is not read here.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from heed.errors import DataError
+
+Link = tuple[int, int]  # (src_i, tgt_j), 0-based
+
+# One link token: `i-j`, `i-j-S`, `i-j-P`, `i?j` or `ipj`.
+_LINK = re.compile(r"(\d+)(?:-(\d+)(?:-([SPsp]))?|[?p](\d+))")
+
+
+def weight_matrix(weights: Any, *, tgt_len: int | None = None, src_len: int | None = None) -> np.ndarray:
+    """Attention weights as a float64 NumPy array `(tgt_len, src_len)`; accepts NumPy or torch.
+
+    With `tgt_len` and `src_len` (the token counts) the shape is checked against them.
+    """
+    if hasattr(weights, "detach"):  # a torch.Tensor, without importing torch here
+        weights = weights.detach().float().cpu().numpy()
+    matrix = np.asarray(weights, dtype=np.float64)
+    if matrix.ndim != 2:
+        raise ValueError(f"attention weights must be 2-D (tgt_len, src_len), got shape {matrix.shape}")
+    if tgt_len is not None and src_len is not None and matrix.shape != (tgt_len, src_len):
+        raise ValueError(
+            f"attention weights have shape {matrix.shape} but there are {tgt_len} output and "
+            f"{src_len} source tokens: expected (tgt_len, src_len) = ({tgt_len}, {src_len})"
+        )
+    return matrix
+
+
+def hard_alignment(weights: Any) -> list[Link]:
+    """For each target position j, the source position i it attends to most: `[(i, j), ...]`.
+
+    `weights`: `(tgt_len, src_len)`. Pairs come in target order, source first (Pharaoh order).
+    Ties go to the leftmost source position. Rows that are all zero (padding steps, which
+    `masked_softmax` gives weights of exactly 0) get no link.
+    """
+    matrix = weight_matrix(weights)  # (tgt_len, src_len)
+    best = matrix.argmax(axis=1)  # (tgt_len,)
+    return [(int(best[j]), j) for j in range(matrix.shape[0]) if np.any(matrix[j] != 0)]
+
+
+def to_pharaoh(pairs: Iterable[Link]) -> str:
+    """`[(0, 0), (1, 2)]` -> `"0-0 1-2"`. Sequences keep their order; sets are sorted."""
+    if isinstance(pairs, (set, frozenset)):
+        pairs = sorted(pairs)
+    out = []
+    for i, j in pairs:
+        if int(i) != i or int(j) != j or i < 0 or j < 0:
+            raise ValueError(f"alignment link ({i}, {j}) must be two non-negative integers")
+        out.append(f"{int(i)}-{int(j)}")
+    return " ".join(out)
+
+
+def _parse_links(line: str, path: str | Path | None, line_no: int | None) -> tuple[set[Link], set[Link]]:
+    """(sure, possible) links of one Pharaoh line; possible includes sure."""
+    sure: set[Link] = set()
+    possible: set[Link] = set()
+    for token in line.split():
+        m = _LINK.fullmatch(token)
+        if m is None:
+            raise DataError(
+                f"malformed alignment link {token!r}: expected 'i-j' (sure), 'i?j' or 'ipj' "
+                "(possible), or 'i-j-S' / 'i-j-P', with 0-based positions",
+                path=path,
+                line=line_no,
+            )
+        src, tgt_dash, kind, tgt_possible = m.groups()
+        if tgt_possible is not None:
+            possible.add((int(src), int(tgt_possible)))
+            continue
+        link = (int(src), int(tgt_dash))
+        possible.add(link)
+        if kind is None or kind in "Ss":
+            sure.add(link)
+    return sure, possible
+
+
+def parse_pharaoh(line: str, *, path: str | Path | None = None, line_no: int | None = None) -> set[Link]:
+    """All links of one Pharaoh line as `{(src_i, tgt_j), ...}`, sure and possible alike.
+
+    `path` and `line_no` (1-based) only name the place in a `DataError` for a malformed token.
+    Use `parse_gold_pharaoh` to keep sure and possible links apart.
+    """
+    return _parse_links(line, path, line_no)[1]
+
+
+def parse_gold_pharaoh(
+    line: str, *, path: str | Path | None = None, line_no: int | None = None
+) -> tuple[set[Link], set[Link]]:
+    """`(sure, possible)` links of one gold Pharaoh line; `possible` includes every sure link."""
+    return _parse_links(line, path, line_no)
+
+
+def _read_lines(path: str | Path) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.rstrip("\r\n") for line in f]
+    except OSError as e:
+        raise DataError(f"cannot read: {e.strerror or e}", path=path) from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"not UTF-8 text ({e.reason} at byte {e.start})", path=path) from None
+
+
+def read_alignments(path: str | Path) -> list[set[Link]]:
+    """One set of links per line of a Pharaoh file (an empty line is a sentence with no links)."""
+    return [parse_pharaoh(line, path=path, line_no=n) for n, line in enumerate(_read_lines(path), 1)]
+
+
+def read_gold_alignments(path: str | Path) -> tuple[list[set[Link]], list[set[Link]]]:
+    """`(sure, possible)`, one set per line each, from a gold Pharaoh file; possible includes sure."""
+    sure, possible = [], []
+    for n, line in enumerate(_read_lines(path), 1):
+        s, p = parse_gold_pharaoh(line, path=path, line_no=n)
+        sure.append(s)
+        possible.append(p)
+    return sure, possible
+
+
+def alignment_error_rate(
+    hyp: Sequence[set[Link]], sure: Sequence[set[Link]], possible: Sequence[set[Link]]
+) -> float:
+    """Corpus alignment error rate (Och & Ney 2003, "A Systematic Comparison of Various
+    Statistical Alignment Models", Computational Linguistics 29(1)):
+
+        AER = 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|)
+
+    with A the hypothesis links, S the sure and P the possible gold links, counts summed over
+    all sentences. S ⊆ P is enforced by using P ∪ S, so a gold file that lists a sure link only
+    once still counts it as possible. 0 is perfect; lower is better.
+    """
+    if not len(hyp) == len(sure) == len(possible):
+        raise ValueError(
+            f"AER needs one link set per sentence in each: got {len(hyp)} hypothesis, "
+            f"{len(sure)} sure and {len(possible)} possible"
+        )
+    a_and_s = a_and_p = n_a = n_s = 0
+    for a, s, p in zip(hyp, sure, possible):
+        a, s = set(a), set(s)
+        p = set(p) | s
+        a_and_s += len(a & s)
+        a_and_p += len(a & p)
+        n_a += len(a)
+        n_s += len(s)
+    if n_a + n_s == 0:
+        raise ValueError("AER is undefined when there are no hypothesis and no sure gold links")
+    return 1.0 - (a_and_s + a_and_p) / (n_a + n_s)
+
+
+def replace_unknowns(
+    tgt_tokens: Sequence[str],
+    src_tokens: Sequence[str],
+    weights: Any,
+    *,
+    unk: str = "<unk>",
+    dictionary: dict[str, str] | None = None,
+) -> list[str]:
+    """Replace each `unk` output with the source token it attended to most.
+
+    Luong et al. 2015b ("Addressing the rare word problem") and Jean et al. 2015: the source
+    word is translated with `dictionary` when it has an entry, and copied as is otherwise
+    (right for names and numbers). `weights`: `(tgt_len, src_len)`, one row per output token.
+    Works on word-level tokens; subword pieces should be joined first.
+    """
+    matrix = weight_matrix(weights, tgt_len=len(tgt_tokens), src_len=len(src_tokens))
+    out = list(tgt_tokens)
+    for j, token in enumerate(tgt_tokens):
+        if token == unk:
+            source = src_tokens[int(matrix[j].argmax())]
+            out[j] = dictionary.get(source, source) if dictionary else source
+    return out
+
+
+def load_dictionary(path: str | Path) -> dict[str, str]:
+    """A `src<TAB>tgt` word dictionary, one pair a line; blank lines are skipped.
+
+    When a source word has several lines the first wins, so a lexicon sorted by probability
+    keeps its best translation.
+    """
+    table: dict[str, str] = {}
+    for n, line in enumerate(_read_lines(path), 1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
+            raise DataError(
+                f"expected 'source<TAB>target', got {line!r} ({len(fields)} tab-separated fields)",
+                path=path,
+                line=n,
+            )
+        table.setdefault(fields[0].strip(), fields[1].strip())
+    return table
