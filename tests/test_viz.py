@@ -147,8 +147,8 @@ def test_cjk_font_is_chosen_by_glyph_coverage_not_by_name(monkeypatch):
 
 
 def test_korean_heatmap_renders_hangul_glyphs():
-    # Needs a CJK font installed (Debian: fonts-wqy-microhei or fonts-noto-cjk). Fails without one
-    # on purpose: without it Korean tokens are drawn as empty boxes.
+    # An installed CJK font, else heed's bundled one: fails if the font heed picks lacks the
+    # glyphs, since Korean tokens would then be drawn as empty boxes.
     font = viz.cjk_font()
     assert font is not None, "no font with Hangul, Kana and CJK ideographs is installed"
     path = font_manager.findfont(font_manager.FontProperties(family=font), fallback_to_default=False)
@@ -168,6 +168,29 @@ def test_korean_heatmap_renders_hangul_glyphs():
         warnings.simplefilter("always")
         fig.savefig(io.BytesIO(), format="png")  # plain savefig: save_figure would hide them
     assert glyph_warnings(caught) == []
+
+
+def test_bundled_font_draws_hangul_where_no_cjk_font_is_installed(tmp_path):
+    # A fresh process that sees no system font with CJK glyphs falls back to heed's own subset.
+    script = """
+import warnings, io
+from matplotlib import font_manager
+from heed import viz
+probe = frozenset(ord(c) for c in viz.CJK_PROBES)
+font_manager.fontManager.ttflist = [e for e in font_manager.fontManager.ttflist
+                                    if not probe <= viz._codepoints(e.fname)]
+font_manager.findSystemFonts = lambda *a, **k: []
+assert viz.cjk_font() == viz.BUNDLED_CJK_FAMILY, viz.cjk_font()
+fig = viz.attention_heatmap(%r, %r, [[1.0 / %d] * %d] * %d)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    fig.savefig(io.BytesIO(), format="png")
+bad = [str(w.message) for w in caught if "missing from font" in str(w.message) or w.category is viz.MissingFontWarning]
+assert not bad, bad
+print("ok")
+""" % (KO_SRC, KO_TGT, len(KO_SRC), len(KO_SRC), len(KO_TGT))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_without_a_cjk_font_heed_warns_once_with_how_to_install(monkeypatch, tmp_path):

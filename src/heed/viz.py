@@ -59,6 +59,8 @@ PREFERRED_CJK_FONTS = (
     "Droid Sans Fallback", "Apple SD Gothic Neo", "AppleGothic", "Hiragino Sans",
     "Malgun Gothic", "Yu Gothic", "Microsoft YaHei", "Arial Unicode MS",
 )
+BUNDLED_CJK_FONT = Path(__file__).parent / "fonts" / "HeedCJKSans-Regular.ttf"
+BUNDLED_CJK_FAMILY = "Heed CJK Sans"
 # One probe character per script: 한 (Hangul), あ (Hiragana), 中 (CJK ideograph).
 CJK_PROBES = "\ud55c\u3042\u4e2d"
 
@@ -117,7 +119,8 @@ def cjk_font() -> str | None:
     Preferred fonts (`PREFERRED_CJK_FONTS`) come first, then any other font matplotlib knows.
     Coverage is checked in the font file's cmap, not guessed from the name: Debian's
     "Droid Sans Fallback" (DroidSansFallbackFull.ttf), for one, has kana and ideographs but
-    no Hangul. The answer is cached for the process.
+    no Hangul. Where no installed font qualifies, heed's bundled "Heed CJK Sans" is used, so
+    None means that file is missing too. The answer is cached for the process.
     """
     # Only families with an upright regular face: text is drawn at normal weight, and asking
     # findfont for a family without one makes matplotlib log a complaint per family.
@@ -127,7 +130,17 @@ def cjk_font() -> str | None:
     for name in ordered:
         if _covers(name, CJK_PROBES):
             return name
-    return _cjk_font_missing_from_cache()
+    return _cjk_font_missing_from_cache() or _bundled_cjk_font()
+
+
+def _bundled_cjk_font() -> str | None:
+    """heed's own fallback, a subset of WenQuanYi Micro Hei (Apache-2.0; see heed/fonts/NOTICE),
+    registered for this process only. An installed CJK font is preferred: it looks better."""
+    path = str(BUNDLED_CJK_FONT)
+    if not BUNDLED_CJK_FONT.is_file() or not all(ord(c) in _codepoints(path) for c in CJK_PROBES):
+        return None
+    font_manager.fontManager.addfont(path)
+    return BUNDLED_CJK_FAMILY if _covers(BUNDLED_CJK_FAMILY, CJK_PROBES) else None
 
 
 def _cjk_font_missing_from_cache() -> str | None:
