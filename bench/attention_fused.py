@@ -53,7 +53,7 @@ def bench_score(score: str, args: argparse.Namespace, generator: torch.Generator
         return attention(query, attention.project_keys(states), states, mask).context
 
     def fused() -> torch.Tensor:
-        return attention.context(query, attention.project_keys(states), states, mask)
+        return attention.context(query, attention.project_keys(states), states, mask, fused=True)
 
     with torch.no_grad():  # the two paths must agree before their speed means anything
         torch.testing.assert_close(fused(), explicit(), rtol=1e-4, atol=1e-5)

@@ -211,7 +211,7 @@ def test_fused_context_equals_explicit_context_with_gradients(score: str, one_st
         q, k, v = (t.clone().requires_grad_() for t in (query, keys, values))
         module.zero_grad()
         projected = module.project_keys(k)
-        context = module.context(q, projected, v, mask) if use_fused else module(q, projected, v, mask).context
+        context = module.context(q, projected, v, mask, fused=True) if use_fused else module(q, projected, v, mask).context
         (context * torch.linspace(-1, 1, context.numel(), dtype=torch.float64).view_as(context)).sum().backward()
         grads = [q.grad, k.grad, v.grad] + [p.grad.clone() for p in module.parameters()]
         return context, grads
@@ -231,7 +231,7 @@ def test_fused_context_gives_zero_for_all_padding_row_in_low_precision(score: st
     module = Attention(score, query_size=SIZE, key_size=SIZE).to(dtype)
     query, keys, values, mask = make_inputs(dtype)
     query.requires_grad_()
-    context = module.context(query, module.project_keys(keys), values, mask)
+    context = module.context(query, module.project_keys(keys), values, mask, fused=True)
     assert torch.isfinite(context).all()
     assert torch.equal(context[EMPTY_ROW], torch.zeros_like(context[EMPTY_ROW]))
     explicit = module(query, module.project_keys(keys), values, mask).context
@@ -246,7 +246,7 @@ def test_additive_context_falls_back_to_the_explicit_path() -> None:
     assert not module.fusable
     query, keys, values, mask = make_inputs()
     projected = module.project_keys(keys)
-    assert torch.equal(module.context(query, projected, values, mask), module(query, projected, values, mask).context)
+    assert torch.equal(module.context(query, projected, values, mask, fused=True), module(query, projected, values, mask).context)
 
 
 # --- user mistakes ------------------------------------------------------------------------------
