@@ -1,0 +1,103 @@
+"""Decoding speed: sentences per second for greedy and beam search, as a markdown table.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/decode_speed.py [--devices cpu cuda] [--seconds 2]
+
+Randomly initialised models (speed does not depend on the weights, only on how many steps run):
+- "256/8000": embed 256, hidden 256, vocab 8000 (a realistic subword model), max 30 steps;
+- "dates":    embed 64, hidden 128, character vocab 80 (the dates task), max 11 steps (10 chars + EOS).
+Sources are ~20 tokens (lengths 16..24). `min_len` is set to the maximum so that a random model,
+which would end at a random step, decodes every step: the worst case, and the same work every run.
+Batch 1 decodes sentences one at a time; batch 64 decodes them 64 at once.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+import torch
+
+from heed.nn.build import ModelConfig, build_model
+from heed.search import DecodeConfig, search
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    embed: int
+    hidden: int
+    vocab: int
+    max_tokens: int  # output tokens before the forced EOS; steps = max_tokens + 1
+
+
+SETTINGS = [Setting("256/8000", 256, 256, 8000, 29), Setting("dates", 64, 128, 80, 10)]
+
+
+def make_sources(n: int, vocab: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """src (n, 24) ids 3..vocab-1 with PAD (0) after each length; lengths (n,) in 16..24."""
+    lengths = torch.randint(16, 25, (n,), generator=gen)
+    src = torch.randint(3, vocab, (n, 24), generator=gen)
+    return src.masked_fill(torch.arange(24) >= lengths.unsqueeze(1), 0), lengths
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def sentences_per_second(model, src, lengths, cfg: DecodeConfig, batch: int, seconds: float,
+                         device: torch.device) -> tuple[float, float]:
+    """Decode `src` in batches of `batch` until at least `seconds` have passed (after one warm-up
+    batch). Returns (sentences per second, milliseconds per batch)."""
+    batches = [(src[i:i + batch].to(device), lengths[i:i + batch].to(device))
+               for i in range(0, src.size(0), batch)]
+    search(model, *batches[0], cfg)  # warm-up: allocator, kernels, lazy init
+    sync(device)
+    done, n_batches, start = 0, 0, time.perf_counter()
+    while True:
+        for s, l in batches:
+            search(model, s, l, cfg)
+            done += s.size(0)
+            n_batches += 1
+        sync(device)
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return done / elapsed, 1000 * elapsed / n_batches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--devices", nargs="+", default=["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 64])
+    parser.add_argument("--beams", nargs="+", type=int, default=[1, 5])
+    parser.add_argument("--seconds", type=float, default=2.0, help="minimum timed seconds per row")
+    args = parser.parse_args()
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s)"
+          + (f", {torch.cuda.get_device_name()}" if "cuda" in args.devices else ""))
+    print()
+    print("| model | device | search | batch | sentences/s | ms/batch |")
+    print("|---|---|---|---:|---:|---:|")
+    gen = torch.Generator().manual_seed(0)
+    for setting in SETTINGS:
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(embed_size=setting.embed, hidden_size=setting.hidden, dropout=0.0),
+                            src_vocab_size=setting.vocab, tgt_vocab_size=setting.vocab).eval()
+        src, lengths = make_sources(64, setting.vocab, gen)
+        for device_name in args.devices:
+            device = torch.device(device_name)
+            model.to(device)
+            for beam in args.beams:
+                cfg = DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=setting.max_tokens,
+                                   min_len=setting.max_tokens)
+                for batch in args.batches:
+                    sents = src if batch > 1 else src[:8]  # batch 1: 8 sentences one by one
+                    rate, ms = sentences_per_second(model, sents, lengths[:sents.size(0)], cfg, batch,
+                                                    args.seconds, device)
+                    label = "greedy" if beam == 1 else f"beam {beam}"
+                    print(f"| {setting.name} | {device_name} | {label} | {batch} | {rate:,.1f} | {ms:,.1f} |",
+                          flush=True)
+
+
+if __name__ == "__main__":
+    main()

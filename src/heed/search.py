@@ -1,0 +1,462 @@
+"""Greedy and beam search over the decoder protocol.
+
+Search sees only this protocol (never a model class):
+    model.encode(src (batch, src_len), src_lengths (batch,)) -> enc   (enc.mask bool (batch, src_len),
+        True = real token; enc.repeat(k) repeats each row k times in a row)
+    model.init_state(enc) -> state
+    model.step(prev_tokens (batch,), state, enc) -> DecoderStep(logits (batch, vocab), state,
+        attention (batch, src_len) or None)
+    state.select(indices (n,) long) -> state
+    model.bos_id, model.eos_id, model.pad_id
+
+Conventions, the same in greedy and beam search:
+- Lengths. `max_len = floor(max_len_a * src_len + max_len_b)` counts the output tokens *without*
+  EOS: a hypothesis has at most `max_len` tokens, then EOS is forced, so the decoder runs at most
+  `max_len + 1` steps. `min_len` also counts tokens without EOS: EOS is forbidden while fewer than
+  `min_len` tokens are out. Where the two clash, `max_len` wins.
+- Scores. `log_prob` is the model's own sum of log p(y_t | y_<t, x) over the tokens and EOS (a forced
+  EOS keeps the model's log-probability), so it equals the teacher-forced score of the same tokens.
+  PAD and BOS are never emitted: their log-probabilities are set to -inf, without renormalising.
+  `score = log_prob / lp(|Y|) + cp(X; Y)` (Wu et al. 2016, eq. 14) with |Y| = tokens + EOS.
+- Beam search ranks *live* hypotheses by log_prob alone (as fairseq does); the length and coverage
+  penalties rank *finished* ones. So `beam_search` with beam 1 follows exactly the greedy path and,
+  without penalties, returns exactly greedy's hypothesis; with penalties it may search on past
+  greedy's EOS while a longer hypothesis could still score higher. `search` sends beam 1 to greedy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from torch import Tensor
+
+from heed.errors import ConfigError
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Hypothesis:
+    """One decoded output.
+
+    tokens:    ids, without BOS and EOS
+    score:     the final ranking score, after the length and coverage penalties
+    log_prob:  raw sum of token log-probabilities, EOS included
+    attention: (len(tokens) + 1, src_len) the weights behind each output token and EOS, cut to the
+               real length of this source (on the CPU); None for a model without attention
+    """
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+    attention: Tensor | None = None
+
+
+class DecodeConfig(BaseModel):
+    """How to decode. The one home of search's defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    beam_size: int = Field(1, ge=1, description="1 = greedy")
+    n_best: int = Field(1, ge=1, description="hypotheses returned per sentence, at most beam_size")
+    length_penalty: float = Field(0.0, ge=0.0, description="GNMT alpha; 0 = off")
+    coverage_penalty: float = Field(0.0, ge=0.0, description="GNMT beta; 0 = off; needs attention")
+    min_len: int = Field(0, ge=0, description="output tokens before EOS is allowed (EOS not counted)")
+    max_len_a: float = Field(2.0, ge=0.0,
+                             description="max output tokens = floor(a * src_len + b), EOS not counted")
+    max_len_b: int = Field(10, ge=0)
+    no_repeat_ngram: int = Field(0, ge=0, description="forbid repeating any n-gram of this size; 0 = off")
+
+    @model_validator(mode="after")
+    def _check(self) -> "DecodeConfig":
+        if self.n_best > self.beam_size:
+            raise ValueError(f"n_best ({self.n_best}) cannot exceed beam_size ({self.beam_size})")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# Penalties: pure functions, shared by greedy and beam search and by the tests.
+
+
+def length_penalty(lengths: Tensor, alpha: float) -> Tensor:
+    """Wu et al. 2016, eq. 14: lp(Y) = ((5 + |Y|) / (5 + 1))^alpha.
+
+    lengths: (...) |Y|, output length with EOS. Returns float (...); all ones when alpha = 0."""
+    return ((5.0 + lengths.float()) / 6.0) ** alpha
+
+
+def coverage_penalty(attn_sum: Tensor, mask: Tensor, beta: float) -> Tensor:
+    """Wu et al. 2016, eq. 14: cp(X; Y) = beta * sum_i log(min(sum_j p_ij, 1.0)), i over the real
+    source positions, j over the output steps (EOS included). Never positive.
+
+    attn_sum: (..., src_len) sum_j p_ij; mask: bool broadcastable to it, True = real token.
+    Returns (...). A real position with no attention at all would give log 0 = -inf and make every
+    such hypothesis tie; it is clamped to the smallest normal float instead (about -87 in float32).
+    """
+    if beta == 0.0:
+        return attn_sum.new_zeros(attn_sum.shape[:-1])
+    tiny = torch.finfo(attn_sum.dtype).tiny
+    per_position = attn_sum.clamp(min=tiny, max=1.0).log().masked_fill(~mask, 0.0)  # (..., src_len)
+    return beta * per_position.sum(-1)
+
+
+def hypothesis_score(log_prob: Tensor, lengths: Tensor, coverage: Tensor | None, mask: Tensor | None,
+                     cfg: DecodeConfig) -> Tensor:
+    """Wu et al. 2016, eq. 14: s(Y, X) = log P(Y|X) / lp(Y) + cp(X; Y).
+
+    log_prob (...), lengths (...) with EOS, coverage (..., src_len) or None when beta = 0."""
+    score = log_prob / length_penalty(lengths, cfg.length_penalty)
+    if cfg.coverage_penalty:
+        score = score + coverage_penalty(coverage, mask, cfg.coverage_penalty)
+    return score
+
+
+def max_output_lengths(src_lengths: Tensor, cfg: DecodeConfig) -> Tensor:
+    """(batch,) long: floor(max_len_a * src_len + max_len_b), output tokens without EOS."""
+    return torch.floor(cfg.max_len_a * src_lengths.double() + cfg.max_len_b).long()
+
+
+# ---------------------------------------------------------------------------------------------
+# One step's constrained log-probabilities (both searches).
+
+
+def _block_ngrams(logp: Tensor, seq: Tensor, n: int) -> None:
+    """Forbid every token that would complete an n-gram already in the hypothesis.
+
+    logp (rows, vocab), set to -inf in place at the banned tokens; seq (rows, t) the tokens emitted
+    so far (no BOS). EOS is never banned: it never occurs in `seq`."""
+    t = seq.size(1)
+    if t < n:
+        return
+    windows = seq.unfold(1, n, 1)  # (rows, t - n + 1, n) every n-gram so far
+    suffix = seq[:, t - n + 1:]  # (rows, n - 1) the n-gram being completed (empty for n = 1)
+    matches = (windows[:, :, :-1] == suffix.unsqueeze(1)).all(-1)  # (rows, t - n + 1)
+    # scatter_add, not scatter: several windows may name the same token.
+    banned = torch.zeros_like(logp).scatter_add_(1, windows[:, :, -1], matches.to(logp.dtype)) > 0
+    logp.masked_fill_(banned, NEG_INF)
+
+
+def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Tensor, cfg: DecodeConfig,
+                    model: Any, *, may_be_full: bool) -> Tensor:
+    """log p(y_t | y_<t, x) with the search's constraints applied, for output position t.
+
+    logits (rows, vocab); seq (rows, t) emitted tokens or None; row_max_len (rows,) long;
+    may_be_full: whether any row may have reached its max_len (known on the host, so the common
+    case skips the forced-EOS pass over (rows, vocab)).
+    Returns (rows, vocab): -inf for PAD and BOS, for EOS before min_len, for n-gram repeats, and
+    for everything but EOS once a row has max_len tokens (forced EOS keeps its model log-prob)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (rows, vocab) a fresh tensor: edited in place
+    eos = model.eos_id
+    raw_eos = logp[:, eos].clone() if may_be_full else None  # (rows,)
+    for banned in {model.pad_id, model.bos_id} - {eos}:
+        logp[:, banned] = NEG_INF
+    if t < cfg.min_len:
+        logp[:, eos] = NEG_INF
+    if cfg.no_repeat_ngram and seq is not None:
+        _block_ngrams(logp, seq, cfg.no_repeat_ngram)
+    if may_be_full:
+        full = row_max_len <= t  # (rows,) output full: EOS only
+        logp.masked_fill_(full.unsqueeze(1), NEG_INF)
+        logp[:, eos] = torch.where(full, raw_eos, logp[:, eos])
+    return logp
+
+
+def _extremes(max_len: Tensor) -> tuple[int, int]:
+    """The shortest and longest max_len of the batch, in one host sync before the step loop."""
+    shortest, longest = torch.stack([max_len.min(), max_len.max()]).tolist()
+    return shortest, longest
+
+
+def _checked_attention(attention: Tensor | None, cfg: DecodeConfig) -> Tensor | None:
+    if attention is None and cfg.coverage_penalty:
+        raise ConfigError("the coverage penalty needs a model with attention; set it to 0",
+                          field="coverage_penalty")
+    return attention
+
+
+def _to_hypotheses(tokens: Tensor, lengths: Tensor, scores: Tensor, log_probs: Tensor,
+                   attention: Tensor | None, src_lengths: Tensor) -> list[Hypothesis]:
+    """Rows into Hypothesis objects (one host transfer for everything).
+
+    tokens (n, steps) long, lengths (n,) tokens without EOS, scores/log_probs (n,),
+    attention (n, steps, src_len) or None, src_lengths (n,)."""
+    tok, lens, sc, lp, srcl = (x.tolist() for x in (tokens.cpu(), lengths.cpu(), scores.cpu(),
+                                                     log_probs.cpu(), src_lengths.cpu()))
+    attn = None if attention is None else attention.cpu()
+    return [
+        Hypothesis(tokens=tok[i][:lens[i]], score=sc[i], log_prob=lp[i],
+                   attention=None if attn is None else attn[i, :lens[i] + 1, :srcl[i]].clone())
+        for i in range(len(tok))
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy search.
+
+
+@torch.inference_mode()
+def greedy_search(model: Any, src: Tensor, src_lengths: Tensor,
+                  cfg: DecodeConfig | None = None) -> list[Hypothesis]:
+    """The most likely token at every step, for the whole batch at once.
+
+    src (batch, src_len), src_lengths (batch,). Returns one Hypothesis per sentence.
+    `beam_size` and `n_best` are ignored; every other field of `cfg` applies.
+    Put the model in eval mode first (search does not change it)."""
+    cfg = cfg or DecodeConfig()
+    batch = src.size(0)
+    enc = model.encode(src, src_lengths)
+    state = model.init_state(enc)
+    max_len = max_output_lengths(src_lengths, cfg).to(src.device)  # (batch,)
+    shortest, longest = _extremes(max_len)
+    steps = longest + 1
+
+    prev = torch.full((batch,), model.bos_id, dtype=torch.long, device=src.device)
+    log_prob = torch.zeros(batch, device=src.device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    seq = src.new_zeros(batch, 0) if cfg.no_repeat_ngram else None  # (batch, t)
+    coverage = None  # (batch, src_len) sum of the attention rows so far
+    tokens, attention = [], []
+    for t in range(steps):
+        out = model.step(prev, state, enc)
+        attn = _checked_attention(out.attention, cfg)
+        logp = _step_log_probs(out.logits, t, seq, max_len, cfg, model,
+                               may_be_full=t >= shortest)  # (batch, vocab)
+        best, token = logp.max(dim=-1)  # (batch,)
+        if t >= shortest:
+            token = token.masked_fill(max_len <= t, model.eos_id)  # even if the model gives EOS -inf
+        token = token.masked_fill(finished, model.pad_id)
+        log_prob = log_prob + best.masked_fill(finished, 0.0)
+        if attn is not None:
+            attn = attn.float().masked_fill(finished.unsqueeze(1), 0.0)
+            attention.append(attn)
+            if cfg.coverage_penalty:
+                coverage = attn if coverage is None else coverage + attn
+        tokens.append(token)
+        if seq is not None:
+            seq = torch.cat([seq, token.unsqueeze(1)], dim=1)
+        finished = finished | (token == model.eos_id)
+        state, prev = out.state, token
+        # The one host sync per step: it costs a device round trip on a GPU, and saves running
+        # every sentence to the longest max_len when all have ended earlier.
+        if bool(finished.all()):
+            break
+
+    token_rows = torch.stack(tokens, dim=1)  # (batch, steps_run)
+    lengths = (token_rows == model.eos_id).long().argmax(dim=1)  # position of EOS = tokens before it
+    scores = hypothesis_score(log_prob, lengths + 1, coverage, enc.mask, cfg)
+    attn_rows = torch.stack(attention, dim=1) if attention else None  # (batch, steps_run, src_len)
+    return _to_hypotheses(token_rows, lengths, scores, log_prob, attn_rows, src_lengths)
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search: flat (batch * beam) rows, row b * beam + k is beam k of sentence b.
+
+
+class _Finished(NamedTuple):
+    """The n_best best finished hypotheses of each sentence, best first; empty slots score -inf.
+    A hypothesis is named by the step that emitted its EOS and its parent's row at that step;
+    its tokens and attention are recovered by `_backtrack` at the end."""
+
+    score: Tensor  # (batch, n_best)
+    log_prob: Tensor  # (batch, n_best)
+    step: Tensor  # (batch, n_best) long
+    row: Tensor  # (batch, n_best) long, flat row of the step's input
+
+    @staticmethod
+    def empty(batch: int, n_best: int, device: torch.device) -> "_Finished":
+        return _Finished(torch.full((batch, n_best), NEG_INF, device=device),
+                         torch.full((batch, n_best), NEG_INF, device=device),
+                         torch.zeros(batch, n_best, dtype=torch.long, device=device),
+                         torch.zeros(batch, n_best, dtype=torch.long, device=device))
+
+
+def _expand_scores(cum_log_prob: Tensor, logp: Tensor, batch: int) -> Tensor:
+    """Every one-token extension of every live beam.
+
+    cum_log_prob (batch * beam,), logp (batch * beam, vocab) -> (batch, beam * vocab), where
+    column k * vocab + v extends beam k with token v."""
+    return (cum_log_prob.unsqueeze(1) + logp).view(batch, -1)
+
+
+def _select_top(candidates: Tensor, beam: int, vocab: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The 2 * beam best extensions per sentence, best first: with at most `beam` of them EOS,
+    at least `beam` continue. Returns cand_log_prob, token and parent beam index, each (batch, 2 * beam)."""
+    cand_log_prob, index = candidates.topk(2 * beam, dim=1)  # (batch, 2 * beam)
+    return cand_log_prob, index % vocab, index // vocab
+
+
+def _finish(fin: _Finished, cand_log_prob: Tensor, token: Tensor, parent_row: Tensor, t: int,
+            coverage: Tensor | None, src_mask: Tensor, cfg: DecodeConfig, eos_id: int) -> _Finished:
+    """Move EOS candidates that rank within the top `beam` into the finished set (fairseq's rule:
+    an EOS ranked below the beam would not have survived pruning, so it does not count).
+
+    cand_log_prob, token, parent_row: (batch, beam) the top `beam` candidates; coverage
+    (batch, beam, src_len) their attention sums with this step's row, or None; src_mask (batch, src_len)."""
+    is_eos = (token == eos_id) & torch.isfinite(cand_log_prob)  # (batch, beam)
+    lengths = torch.full_like(token, t + 1)  # t tokens + EOS
+    score = hypothesis_score(cand_log_prob, lengths, coverage, src_mask.unsqueeze(1), cfg)
+    score = score.masked_fill(~is_eos, NEG_INF)
+    all_score = torch.cat([fin.score, score], dim=1)  # (batch, n_best + beam)
+    best, pick = all_score.topk(fin.score.size(1), dim=1)  # (batch, n_best)
+    return _Finished(
+        best,
+        torch.cat([fin.log_prob, cand_log_prob], dim=1).gather(1, pick),
+        torch.cat([fin.step, torch.full_like(token, t)], dim=1).gather(1, pick),
+        torch.cat([fin.row, parent_row], dim=1).gather(1, pick),
+    )
+
+
+def _prune(cand_log_prob: Tensor, token: Tensor, parent_row: Tensor, beam: int,
+           eos_id: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The `beam` best non-EOS candidates become the live beams.
+
+    Inputs (batch, 2 * beam). Returns cum_log_prob, token, parent_row, each (batch * beam,);
+    a beam with no finite candidate left is dead (-inf) and is never finished."""
+    key = cand_log_prob.masked_fill(token == eos_id, NEG_INF)
+    _, pick = key.topk(beam, dim=1)  # (batch, beam)
+    live = key.gather(1, pick)
+    return live.view(-1), token.gather(1, pick).view(-1), parent_row.gather(1, pick).view(-1)
+
+
+def _is_done(fin: _Finished, cum_log_prob: Tensor, max_len: Tensor, cfg: DecodeConfig) -> Tensor:
+    """(batch,) bool: the sentence holds n_best finished hypotheses no live beam can beat, or no
+    live beam is left.
+
+    A live beam with log-prob L <= 0 can only finish with log_prob <= L (log-probs only fall), in
+    at most max_len + 1 steps, and with cp <= 0. As lp grows with length (alpha >= 0), its final
+    score is at most L / lp(max_len + 1). Exact, so early stopping never changes the result;
+    with beta > 0 the bound (cp <= 0) is loose and search tends to run longer.
+    cum_log_prob (batch, beam); max_len (batch,)."""
+    best_live = cum_log_prob.max(dim=1).values  # (batch,)
+    bound = best_live / length_penalty(max_len + 1, cfg.length_penalty)
+    return (fin.score[:, -1] >= bound) | torch.isneginf(best_live)
+
+
+def _backtrack(fin_step: Tensor, fin_row: Tensor, tok_hist: Tensor, back_hist: Tensor,
+               attn_hist: Tensor | None, eos_id: int, pad_id: int) -> tuple[Tensor, Tensor | None]:
+    """Follow back-pointers from each finished hypothesis to the first step.
+
+    fin_step, fin_row (n,): the step of its EOS and its parent's row there. tok_hist, back_hist
+    (steps, batch * beam): at step s, live beam r was given token tok_hist[s, r] and came from row
+    back_hist[s, r] of step s's input. attn_hist (steps, batch * beam, src_len): step s's attention
+    per input row. Returns tokens (n, steps) (EOS then PAD after the end) and attention
+    (n, steps, src_len), zero after the end.
+
+    History + backtracking, rather than reordering every prefix's attention each step (and
+    merging finished ones into a (batch, n_best, steps, src_len) buffer): the step loop then moves
+    O(batch * beam * src_len) numbers per step instead of O(t * batch * beam * src_len).
+    Measured for batch 64, beam 5, 30 steps, src_len 20 (CPU, 1 thread, shared machine):
+    about 2 ms per batch for history + backtrack against about 30 ms for reordering, next to
+    about 1.6 s for the whole decode of the bench's 256/8000 model."""
+    n, steps = fin_step.numel(), tok_hist.size(0)
+    ids = torch.arange(n, device=fin_step.device)
+    tokens = torch.full((n, steps), pad_id, dtype=torch.long, device=fin_step.device)
+    tokens[ids, fin_step] = eos_id
+    attention = None
+    if attn_hist is not None:
+        attention = attn_hist.new_zeros(n, steps, attn_hist.size(-1))
+        attention[ids, fin_step] = attn_hist[fin_step, fin_row]  # the row that produced EOS
+    row = fin_row.clone()  # a row of step s + 1's input
+    for s in range(steps - 2, -1, -1):
+        active = s < fin_step  # (n,)
+        parent = back_hist[s, row]
+        tokens[:, s] = torch.where(active, tok_hist[s, row], tokens[:, s])
+        if attention is not None:
+            attention[:, s] = torch.where(active.unsqueeze(1), attn_hist[s, parent], attention[:, s])
+        row = torch.where(active, parent, row)
+    return tokens, attention
+
+
+@torch.inference_mode()
+def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
+                cfg: DecodeConfig | None = None) -> list[list[Hypothesis]]:
+    """Beam search for the whole batch at once, vectorised over batch * beam.
+
+    src (batch, src_len), src_lengths (batch,). Returns, per sentence, up to n_best hypotheses,
+    best score first (fewer only when the constraints leave fewer finite ones, e.g. min_len with
+    n-gram blocking on a tiny vocabulary). Put the model in eval mode first.
+
+    Each step: log-probs of every live beam (_step_log_probs) -> all extensions (_expand_scores)
+    -> the 2 * beam best per sentence (_select_top) -> EOS ones among the top beam finish
+    (_finish) -> the beam best others live on (_prune) and the decoder state follows them
+    (state.select). A sentence is done once no live beam can beat its n_best-th finished one
+    (_is_done); its beams are then killed. Tokens and attention are recovered at the end (_backtrack).
+    """
+    cfg = cfg or DecodeConfig()
+    beam, device = cfg.beam_size, src.device
+    batch = src.size(0)
+    enc = model.encode(src, src_lengths)
+    src_mask = enc.mask  # (batch, src_len)
+    enc = enc.repeat(beam)  # (batch * beam, ...)
+    state = model.init_state(enc)
+    max_len = max_output_lengths(src_lengths, cfg).to(device)  # (batch,)
+    row_max_len = max_len.repeat_interleave(beam)  # (batch * beam,)
+    shortest, longest = _extremes(max_len)
+    steps = longest + 1
+    offsets = (torch.arange(batch, device=device) * beam).unsqueeze(1)  # (batch, 1) first row of each sentence
+
+    # Only beam 0 of each sentence is live at first; the others start at -inf so the first step
+    # does not fill the beam with copies of the same extension.
+    cum = torch.full((batch, beam), NEG_INF, device=device)
+    cum[:, 0] = 0.0
+    cum = cum.view(-1)  # (batch * beam,)
+    prev = torch.full((batch * beam,), model.bos_id, dtype=torch.long, device=device)
+    seq = src.new_zeros(batch * beam, 0) if cfg.no_repeat_ngram else None  # (batch * beam, t)
+    coverage = None  # (batch * beam, src_len) attention sums of the live beams
+    fin = _Finished.empty(batch, cfg.n_best, device)
+    tok_hist, back_hist, attn_hist = [], [], []
+    for t in range(steps):
+        out = model.step(prev, state, enc)
+        attn = _checked_attention(out.attention, cfg)
+        logp = _step_log_probs(out.logits, t, seq, row_max_len, cfg, model,
+                               may_be_full=t >= shortest)  # (batch * beam, vocab)
+        vocab = logp.size(1)
+        cand_lp, token, parent = _select_top(_expand_scores(cum, logp, batch), beam, vocab)  # (batch, 2 * beam)
+        parent_row = parent + offsets  # (batch, 2 * beam) flat rows of this step's input
+
+        cand_coverage = None
+        if cfg.coverage_penalty:
+            # (batch * beam, src_len) each live beam's coverage including this step
+            step_coverage = attn.float() if coverage is None else coverage + attn.float()
+            cand_coverage = step_coverage[parent_row[:, :beam]]  # (batch, beam, src_len)
+        fin = _finish(fin, cand_lp[:, :beam], token[:, :beam], parent_row[:, :beam], t,
+                      cand_coverage, src_mask, cfg, model.eos_id)
+
+        cum, live_token, back = _prune(cand_lp, token, parent_row, beam, model.eos_id)  # (batch * beam,)
+        done = _is_done(fin, cum.view(batch, beam), max_len, cfg)  # (batch,)
+        cum = cum.masked_fill(done.repeat_interleave(beam), NEG_INF)
+
+        tok_hist.append(live_token)
+        back_hist.append(back)
+        if attn is not None:
+            attn_hist.append(attn.float())
+        if seq is not None:
+            seq = torch.cat([seq.index_select(0, back), live_token.unsqueeze(1)], dim=1)
+        if cfg.coverage_penalty:
+            coverage = step_coverage.index_select(0, back)
+        state = out.state.select(back)
+        prev = live_token
+        # The one host sync per step (see greedy_search): stop once every sentence is done.
+        if bool(done.all()):
+            break
+
+    fin_step, fin_row = fin.step.reshape(-1), fin.row.reshape(-1)  # (batch * n_best,)
+    tokens, attention = _backtrack(fin_step, fin_row, torch.stack(tok_hist), torch.stack(back_hist),
+                                   torch.stack(attn_hist) if attn_hist else None, model.eos_id, model.pad_id)
+    hyps = _to_hypotheses(tokens, fin_step, fin.score.reshape(-1), fin.log_prob.reshape(-1), attention,
+                          src_lengths.repeat_interleave(cfg.n_best))
+    valid = torch.isfinite(fin.score).cpu().tolist()  # (batch, n_best) empty slots are -inf
+    return [[h for h, ok in zip(hyps[b * cfg.n_best:(b + 1) * cfg.n_best], valid[b]) if ok]
+            for b in range(batch)]
+
+
+def search(model: Any, src: Tensor, src_lengths: Tensor,
+           cfg: DecodeConfig | None = None) -> list[list[Hypothesis]]:
+    """Decode a batch: greedy for beam_size 1, else beam search. Returns n_best hypotheses per
+    sentence, best first."""
+    cfg = cfg or DecodeConfig()
+    if cfg.beam_size == 1:
+        return [[h] for h in greedy_search(model, src, src_lengths, cfg)]
+    return beam_search(model, src, src_lengths, cfg)
