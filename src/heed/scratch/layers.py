@@ -13,9 +13,11 @@ Mask polarity: bool, True = real token.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from heed.scratch.functions import log_softmax, sigmoid, softmax
+from heed.scratch.functions import log_softmax, softmax
 
 
 class Embedding:
@@ -59,11 +61,13 @@ class Affine:
         self.x: np.ndarray | None = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        W = self.params[0]
         self.x = x
-        out = x @ self.params[0].T  # (..., out)
+        # As one 2-D matmul: a stacked (batch, T, in) @ (in, out) would run T-sized matmuls.
+        out = x.reshape(-1, W.shape[1]) @ W.T  # (rows, out)
         if len(self.params) == 2:
             out += self.params[1]
-        return out
+        return out.reshape(*x.shape[:-1], W.shape[0])  # (..., out)
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
         W = self.params[0]
@@ -72,7 +76,7 @@ class Affine:
         np.matmul(d2.T, x2, out=self.grads[0])  # (out, in)
         if len(self.params) == 2:
             self.grads[1][...] = d2.sum(axis=0)
-        return dout @ W  # (..., in)
+        return (d2 @ W).reshape(self.x.shape)  # (..., in)
 
 
 class TimeAffine(Affine):
@@ -185,11 +189,27 @@ class LSTM:
         return dA @ Wx, dA @ Wh, dc_prev
 
 
+@functools.lru_cache(maxsize=16)
+def _gate_affine(H: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(scale, shift), each (4H,): gates = scale * tanh(scale * A) + shift gives sigmoid on i, f, o
+    (sigmoid(x) = 0.5 tanh(x / 2) + 0.5) and tanh on g."""
+    scale = np.full(4 * H, 0.5, dtype)
+    scale[2 * H:3 * H] = 1.0
+    shift = np.full(4 * H, 0.5, dtype)
+    shift[2 * H:3 * H] = 0.0
+    return scale, shift
+
+
 def _activate_gates(A: np.ndarray, H: int) -> None:
-    """In place: pre-activations (batch, 4H) -> gates i, f, o = sigmoid, g = tanh."""
-    sigmoid(A[:, :2 * H], out=A[:, :2 * H])
-    np.tanh(A[:, 2 * H:3 * H], out=A[:, 2 * H:3 * H])
-    sigmoid(A[:, 3 * H:], out=A[:, 3 * H:])
+    """In place: pre-activations (batch, 4H) -> gates i, f, o = sigmoid, g = tanh.
+
+    One tanh over the whole contiguous row (NumPy's vectorised tanh is several times slower on
+    the strided quarter-slices)."""
+    scale, shift = _gate_affine(H, A.dtype)
+    A *= scale
+    np.tanh(A, out=A)
+    A *= scale
+    A += shift
 
 
 def _gate_grads(dA: np.ndarray, gates: np.ndarray, tanh_c: np.ndarray, c_prev: np.ndarray,
