@@ -1,0 +1,153 @@
+"""`heed demo`: the whole toolkit in a few minutes on a laptop CPU.
+
+1. generate the dates task (dates written in English, French, German, Spanish and Korean -> ISO),
+2. train a Luong-attention model on it (configs/demo.yaml) with the progress bar,
+3. translate the held-out test set: a table of samples in several languages, and exact match,
+4. draw where the model looked for a Korean and an English date (an attention heatmap PNG).
+"""
+from __future__ import annotations
+
+import random
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from heed.config import Config, load_config
+from heed.data.corpus import Pair
+from heed.errors import HeedError
+
+DEMO_CONFIG = Path("configs") / "demo.yaml"
+# --quick: a smoke test of every stage, not the real result.
+QUICK_OVERRIDES = ("data.dates.n_train=2000", "data.dates.n_dev=100", "data.dates.n_test=100", "train.epochs=1")
+
+# Words that give a generated date's language away (the task does not label them), checked in
+# order; English names that German shares (april, august, september, november) come last.
+_LANGUAGE_HINTS = (
+    ("ko", re.compile("[\uac00-\ud7a3]")),
+    ("es", re.compile(r"\b(enero|febrero|marzo|abril|mayo|junio|julio|agosto|septiembre|octubre|noviembre|"
+                      r"diciembre|lunes|martes|miércoles|jueves|viernes|sábado|domingo|de|el)\b", re.IGNORECASE)),
+    ("de", re.compile(r"\b(januar|februar|märz|juni|juli|oktober|dezember|montag|dienstag|mittwoch|donnerstag|"
+                      r"freitag|samstag|sonntag|am|den|mär|okt|dez)\b|\d\.\s+[^\W\d]", re.IGNORECASE)),
+    ("fr", re.compile(r"\b(janv|févr|mars|avr|mai|juin|juil|août|sept|oct|nov|déc|lundi|mardi|mercredi|jeudi|"
+                      r"vendredi|samedi|dimanche|le)\b", re.IGNORECASE)),
+    ("en", re.compile(r"[^\W\d]")),  # any other letters: the English forms
+)
+
+
+def guess_language(text: str) -> str:
+    """"ko", "es", "fr", "en", "de", or "numeric" for a date written in digits only."""
+    for language, pattern in _LANGUAGE_HINTS:
+        if pattern.search(text):
+            return language
+    return "numeric"
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    output_dir: Path
+    exact_match: float  # on the test set, percent
+    total: int
+    seconds: float
+    heatmap: Path | None
+
+
+def find_demo_config() -> Path:
+    """configs/demo.yaml: in the current directory, else beside heed's source tree."""
+    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        if (base / DEMO_CONFIG).is_file():
+            return base / DEMO_CONFIG
+    raise HeedError(f"cannot find {DEMO_CONFIG}; run the demo from heed's repository root")
+
+
+def demo_config(*, output_dir: Path, quick: bool = False, overrides: list[str] | None = None) -> Config:
+    overrides = [*(QUICK_OVERRIDES if quick else ()), *(overrides or []), f"output_dir={Path(output_dir).absolute()}"]
+    return load_config(find_demo_config(), overrides)
+
+
+def _pick_samples(pairs: list[Pair], per_language: int = 2, seed: int = 0) -> list[int]:
+    """Indices of a few test pairs per language, in a fixed random order."""
+    order = list(range(len(pairs)))
+    random.Random(seed).shuffle(order)
+    chosen: dict[str, list[int]] = {}
+    for i in order:
+        bucket = chosen.setdefault(guess_language(pairs[i].src), [])
+        if len(bucket) < per_language:
+            bucket.append(i)
+    return [i for language in ("en", "fr", "de", "es", "ko", "numeric") for i in chosen.get(language, [])]
+
+
+def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overrides: list[str] | None = None,
+             console: Console | None = None, progress: bool | None = None) -> DemoResult:
+    """Run the four steps (see module doc); returns the test exact match and where things went."""
+    from heed.api import Translator
+    from heed.data.dates import generate_dates, write_splits
+    from heed.evaluate import evaluate
+    from heed.train import train
+    from heed.viz import attention_grid, save_figure
+
+    console = console or Console(highlight=False)
+    started = time.perf_counter()
+    output_dir = Path(output_dir)
+    if output_dir.exists() and any(output_dir.iterdir()):
+        raise HeedError(f"{output_dir}: exists and is not empty; remove it or choose another --output-dir")
+    cfg = demo_config(output_dir=output_dir, quick=quick, overrides=overrides)
+    if cfg.data.task != "dates":
+        raise HeedError(f"{find_demo_config()}: the demo needs data.task: dates")
+
+    # 1. data
+    d = cfg.data.dates
+    console.rule("[bold]1. data: the dates task")
+    splits = generate_dates(n_train=d.n_train, n_dev=d.n_dev, n_test=d.n_test, seed=d.seed,
+                            languages=tuple(d.languages), verbose_forms=d.verbose_forms)
+    data_dir = output_dir / "data"
+    write_splits(splits, data_dir)
+    (data_dir / "test.src").write_text("".join(p.src + "\n" for p in splits.test), encoding="utf-8")
+    (data_dir / "test.ref").write_text("".join(p.tgt + "\n" for p in splits.test), encoding="utf-8")
+    console.print(f"{len(splits.train):,} train / {len(splits.dev):,} dev / {len(splits.test):,} test pairs in "
+                  f"{', '.join(d.languages)} (written to {data_dir}), e.g.")
+    for pair in splits.train[:4]:
+        console.print(f"   {pair.src!r} -> {pair.tgt}")
+
+    # 2. training
+    console.rule(f"[bold]2. training ({cfg.model.decoder} attention, {cfg.model.attention or 'default'} score)")
+    train(cfg, console=console, progress=progress)
+
+    # 3. test translations
+    console.rule("[bold]3. held-out test set")
+    translator = Translator.load(output_dir)
+    outputs = translator.translate([p.src for p in splits.test])
+    scores = evaluate([t.text for t in outputs], [p.tgt for p in splits.test])
+    table = Table(title="sample test translations (greedy)")
+    for name in ("lang", "input", "output", "reference", ""):
+        table.add_column(name)
+    for i in _pick_samples(splits.test):
+        ok = outputs[i].text == splits.test[i].tgt
+        table.add_row(guess_language(splits.test[i].src), splits.test[i].src, outputs[i].text, splits.test[i].tgt,
+                      "[green]✓[/]" if ok else "[red]✗[/]")
+    console.print(table)
+    console.print(f"[bold]test exact match: {scores.exact_match:.2f}%[/] ({scores.exact}/{scores.total})   "
+                  f"BLEU {scores.bleu:.2f}   chrF {scores.chrf:.2f}")
+
+    # 4. attention
+    console.rule("[bold]4. where the model looked")
+    heatmap = None
+    picks = [next((i for i in range(len(splits.test)) if guess_language(splits.test[i].src) == language), None)
+             for language in ("ko", "en")]
+    picks = [i for i in picks if i is not None and outputs[i].attention is not None]
+    if picks:
+        items, titles = [], []
+        for i in picks:
+            src_labels, out_labels = outputs[i].labels()
+            items.append((src_labels, out_labels, outputs[i].attention))
+            titles.append(splits.test[i].src)
+        heatmap = save_figure(attention_grid(items, titles=titles), output_dir / "attention.png")
+        console.print(f"attention heatmap: {heatmap}")
+    seconds = time.perf_counter() - started
+    console.print(f"done in {seconds:.0f} s. Try:  heed translate {output_dir} <<< 'le 14 juillet 1789'\n"
+                  f"                 heed evaluate {output_dir} --src {data_dir / 'test.src'} "
+                  f"--ref {data_dir / 'test.ref'}")
+    return DemoResult(output_dir, scores.exact_match, scores.total, seconds, heatmap)
