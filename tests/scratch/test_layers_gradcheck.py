@@ -223,3 +223,28 @@ def test_time_attention_equals_one_step_attention_at_every_step(rng):
     for t in range(T):
         np.testing.assert_allclose(one.forward(queries[:, t], keys, values, mask), contexts[:, t], rtol=1e-12)
         np.testing.assert_allclose(one.weights, many.weights[:, t], rtol=1e-12)
+
+
+@pytest.mark.parametrize("score", ["dot", "general"])
+def test_whole_model_gradients_match_central_differences(score):
+    from heed.scratch import AttentionSeq2seq
+
+    model = AttentionSeq2seq(7, 6, embed_size=3, hidden_size=4, score=score, dtype=np.float64, rng=1)
+    # N(0, 1) weights rather than torch's small init: with those, some gradients (W_a's ~1e-5) sit
+    # near the finite differences' own rounding error (~1e-16 * loss / eps), not a test of backward.
+    rng = np.random.default_rng(2)
+    for p in model.params:
+        p[...] = rng.standard_normal(p.shape)
+    src = np.array([[4, 5, 6, 2], [3, 2, 0, 0], [0, 0, 0, 0]])
+    src_lengths = np.array([4, 2, 0])
+    tgt_in = np.array([[1, 4, 5], [1, 3, 0], [1, 0, 0]])
+    tgt_out = np.array([[4, 5, 2], [3, 2, 0], [2, 0, 0]])
+    f = lambda: model.forward(src, src_lengths, tgt_in, tgt_out)  # noqa: E731
+    f()
+    model.backward()
+    analytic = {name: g.copy() for name, g in model.named_grads().items()}
+    numeric = {name: numerical_gradient(f, p) for name, p in model.named_params().items()}
+    for name in ("encoder.embedding.weight", "decoder.embedding.weight"):
+        numeric[name][0] = 0.0  # the padding row gets no gradient (torch's padding_idx)
+    errors = {name: rel_error(analytic[name], numeric[name]) for name in analytic}
+    assert_all_close(errors)
