@@ -1,13 +1,13 @@
 """The run's configuration: validated pydantic models (an unknown key anywhere is an error), read from
 YAML, with dotted `--set section.field=value` overrides.
 
-Paths. Corpus paths written in a config file resolve relative to *that file's directory*, so a
-config and its data can move together (`configs/x.yaml` naming `../data/train.tsv` means
-`data/train.tsv` beside `configs/`). A corpus path given with `--set` resolves relative to the
-current directory, like any other command-line argument. `output_dir` resolves relative to the
-current directory. When heed saves a config (into every checkpoint and the model directory), corpus
-paths are rewritten relative to the saved file, so the saved file still works where it lies and holds
-no absolute paths.
+Paths. A relative path written in a config file (corpus files, `output_dir`) resolves against *that
+file's directory*, so a config and its data move together: `configs/x.yaml` naming
+`../data/train.tsv` means `data/train.tsv` beside `configs/`. A path given on the command line
+(`--set data.train.tsv=...`, `--output-dir`) resolves against the current directory, like any other
+argument; so does the default `output_dir` (runs/default). When heed saves a config (into every
+checkpoint and model directory) it writes these paths relative to the saved file, so the copy still
+points at the same places, holds no absolute paths, and moves with its directory.
 """
 from __future__ import annotations
 
@@ -18,16 +18,17 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 
 from heed.errors import ConfigError
 from heed.nn.build import ModelConfig
 from heed.search import DecodeConfig
 
 CORPUS_SPLITS = ("train", "dev", "test")
+OUTPUT_DIR = "output_dir"
 CORPUS_PATH_KEYS = ("tsv", "src", "tgt")
 
 
@@ -145,14 +146,22 @@ class ScheduleConfig(_Strict):
     warmup_steps: int = Field(1000, gt=0)
     decay: Literal["inverse_sqrt", "none"] = "inverse_sqrt"
 
+    _OWNERS: ClassVar[dict[str, str]] = {"factor": "plateau", "patience": "plateau", "min_lr": "plateau",
+                                         "warmup_steps": "warmup", "decay": "warmup"}
+
     @model_validator(mode="after")
     def _fields_of_name(self) -> "ScheduleConfig":
-        owners = {"factor": "plateau", "patience": "plateau", "min_lr": "plateau",
-                  "warmup_steps": "warmup", "decay": "warmup"}
         for field in sorted(self.model_fields_set):
-            if field in owners and owners[field] != self.name:
-                raise ValueError(f"'{field}' belongs to schedule '{owners[field]}', not '{self.name}'")
+            owner = self._OWNERS.get(field)
+            if owner is not None and owner != self.name:
+                raise ValueError(f"'{field}' belongs to schedule '{owner}', not '{self.name}'")
         return self
+
+    @model_serializer(mode="wrap")
+    def _only_own_fields(self, handler: Any) -> dict[str, Any]:
+        """Saved configs list only the chosen schedule's settings (and so load back)."""
+        data = handler(self)
+        return {k: v for k, v in data.items() if self._OWNERS.get(k, self.name) == self.name}
 
 
 class EarlyStoppingConfig(_Strict):
@@ -227,9 +236,9 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> 
 
 def config_from_dict(raw: dict[str, Any], *, source: str | os.PathLike[str] | None = None,
                      base_dir: str | os.PathLike[str] = ".", overrides: Sequence[str] = ()) -> Config:
-    """Validate a config mapping. Relative corpus paths in `raw` resolve against `base_dir`; those in
+    """Validate a config mapping. Relative paths in `raw` resolve against `base_dir`; those in
     `overrides` against the current directory."""
-    raw = _resolve_corpus_paths(_deep_copy(raw), Path(base_dir))
+    raw = _resolve_paths(_deep_copy(raw), Path(base_dir))
     overridden = []
     for item in overrides:
         key, value = parse_override(item)
@@ -253,34 +262,40 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(text) if text.strip() else None
     except yaml.YAMLError:
         raise ConfigError(f"cannot parse value '{text}' (YAML)", field=key, path="--set") from None
-    if _is_corpus_path(key) and isinstance(value, str):
-        value = str(Path(value).absolute())
+    if (_is_corpus_path(key) or key == OUTPUT_DIR) and isinstance(value, str):
+        value = os.path.abspath(value)
     elif key.count(".") == 1 and key.split(".")[0] == "data" and key.split(".")[1] in CORPUS_SPLITS \
             and isinstance(value, dict):
-        value = {k: str(Path(v).absolute()) if k in CORPUS_PATH_KEYS and isinstance(v, str) else v
+        value = {k: os.path.abspath(v) if k in CORPUS_PATH_KEYS and isinstance(v, str) else v
                  for k, v in value.items()}
     return key, value
 
 
 def config_to_dict(config: Config, *, relative_to: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Plain data (YAML/JSON-able). With `relative_to`, corpus paths become relative to that directory."""
+    """Plain data (YAML/JSON-able). With `relative_to`, corpus paths and output_dir become relative
+    to that directory."""
     data = config.model_dump(mode="json")
     if relative_to is not None:
         base = Path(relative_to).absolute()
+
+        def rel(path: str) -> str:
+            return Path(os.path.relpath(os.path.abspath(path), base)).as_posix()
+
         for split in CORPUS_SPLITS:
             corpus = data["data"].get(split)
             for key in CORPUS_PATH_KEYS:
                 if corpus and corpus.get(key) is not None:
-                    corpus[key] = Path(os.path.relpath(Path(corpus[key]).absolute(), base)).as_posix()
+                    corpus[key] = rel(corpus[key])
+        data[OUTPUT_DIR] = rel(data[OUTPUT_DIR])
     return data
 
 
 def save_config(config: Config, path: str | os.PathLike[str]) -> None:
-    """Write the resolved config as YAML (atomically); corpus paths relative to the file."""
+    """Write the resolved config as YAML (atomically); paths relative to the file."""
     path = Path(path)
     data = config_to_dict(config, relative_to=path.parent)
-    text = "# heed resolved config: defaults filled in, overrides applied\n" + yaml.safe_dump(
-        data, sort_keys=False, allow_unicode=True)
+    header = "# heed resolved config: defaults filled in, overrides applied; paths relative to this file\n"
+    text = header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     atomic_write_text(path, text)
 
 
@@ -315,7 +330,11 @@ def _is_corpus_path(key: str) -> bool:
     return len(parts) == 3 and parts[0] == "data" and parts[1] in CORPUS_SPLITS and parts[2] in CORPUS_PATH_KEYS
 
 
-def _resolve_corpus_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Relative corpus paths and output_dir in `raw`, made absolute against `base`."""
+    output_dir = raw.get(OUTPUT_DIR)
+    if isinstance(output_dir, str) and not os.path.isabs(output_dir):
+        raw[OUTPUT_DIR] = os.path.abspath(base / output_dir)
     data = raw.get("data")
     if isinstance(data, dict):
         for split in CORPUS_SPLITS:
@@ -324,7 +343,7 @@ def _resolve_corpus_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
                 for key in CORPUS_PATH_KEYS:
                     value = corpus.get(key)
                     if isinstance(value, str) and not os.path.isabs(value):
-                        corpus[key] = str((base / value).absolute())
+                        corpus[key] = os.path.abspath(base / value)
     return raw
 
 

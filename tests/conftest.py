@@ -1,0 +1,55 @@
+"""Shared fixtures: a tiny generated dates corpus on disk, a tiny-model config for it, and one tiny
+model trained once per session (tests that change it copy it first)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from heed.data.dates import generate_dates, write_splits
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """train/dev/test.tsv (200/20/20 English and French dates), plus test.src and test.ref."""
+    directory = tmp_path_factory.mktemp("corpus")
+    splits = generate_dates(n_train=200, n_dev=20, n_test=20, seed=7, languages=("en", "fr"), verbose_forms=False)
+    paths = write_splits(splits, directory)
+    paths["test_src"] = write_lines(directory / "test.src", [p.src for p in splits.test])
+    paths["test_ref"] = write_lines(directory / "test.ref", [p.tgt for p in splits.test])
+    return paths
+
+
+def tiny_config(corpus: dict[str, Path], output_dir: Path, **train: Any) -> dict[str, Any]:
+    """A config mapping for a model small enough to train in a second or two."""
+    return {
+        "data": {
+            "train": {"tsv": str(corpus["train"])},
+            "dev": {"tsv": str(corpus["dev"])},
+            "test": {"tsv": str(corpus["test"])},
+            "batch_tokens": 300,
+        },
+        "model": {"embed_size": 8, "hidden_size": 16, "input_feeding": False, "dropout": 0.1},
+        "train": {"epochs": 2, "lr": 0.01, "log_every": 5, "threads": 1,
+                  "early_stopping": {"metric": "exact_match", "patience": None}, **train},
+        "decode": {"max_len_b": 12, "max_len_a": 0.0},
+        "output_dir": str(output_dir),
+    }
+
+
+@pytest.fixture(scope="session")
+def trained_run(tiny_corpus: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A training output directory (model/, checkpoints/, metrics.jsonl) of a tiny model.
+    Shared: copy it before changing anything inside."""
+    from heed.config import config_from_dict
+    from heed.train import train
+
+    output = tmp_path_factory.mktemp("run") / "out"
+    train(config_from_dict(tiny_config(tiny_corpus, output)))
+    return output

@@ -1,0 +1,147 @@
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from heed.config import Config, config_from_dict, load_config, parse_override, save_config
+from heed.errors import ConfigError
+
+DATES = {"data": {"task": "dates"}}
+
+
+def write_yaml(path: Path, data: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_defaults_fill_everything_but_data():
+    cfg = config_from_dict(DATES)
+    assert cfg.model.hidden_size == 256 and cfg.train.lr == 1e-3 and cfg.decode.beam_size == 1
+
+
+def test_typo_names_the_file_and_dotted_field_with_a_suggestion(tmp_path):
+    path = write_yaml(tmp_path / "x.yaml", {**DATES, "model": {"hiden_size": 64}})
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == f"{path}: field 'model.hiden_size': unknown field (did you mean 'hidden_size'?)"
+
+
+def test_typo_in_a_section_name_is_reported_before_the_missing_section(tmp_path):
+    path = write_yaml(tmp_path / "x.yaml", {"dat": {"task": "dates"}})
+    with pytest.raises(ConfigError, match=r"field 'dat': unknown field \(did you mean 'data'\?\)"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("section, field", [("train", "lr_rate"), ("decode", "beam"), ("data", "batch_token")])
+def test_every_section_rejects_unknown_keys(section, field):
+    with pytest.raises(ConfigError, match=rf"field '{section}.{field}': unknown field"):
+        config_from_dict({**DATES, section: {**DATES.get(section, {}), field: 1}} if section != "data"
+                         else {"data": {"task": "dates", field: 1}})
+
+
+def test_bad_value_names_the_field_and_the_value():
+    with pytest.raises(ConfigError, match=r"field 'model.hidden_size': input should be greater than 0 \(got -3\)"):
+        config_from_dict({**DATES, "model": {"hidden_size": -3}})
+
+
+def test_set_overrides_parse_yaml_scalars():
+    cfg = config_from_dict(DATES, overrides=["model.hidden_size=64", "train.clip=null", "model.bidirectional=false",
+                                             "train.lr=3e-3", "data.dates.languages=[en, ko]"])
+    assert cfg.model.hidden_size == 64 and cfg.train.clip is None and cfg.model.bidirectional is False
+    assert cfg.train.lr == 3e-3 and cfg.data.dates.languages == ["en", "ko"]
+
+
+def test_unknown_set_key_is_an_error_naming_the_field():
+    with pytest.raises(ConfigError) as e:
+        config_from_dict(DATES, overrides=["model.hiden_size=64"])
+    assert str(e.value) == "--set: field 'model.hiden_size': unknown field (did you mean 'hidden_size'?)"
+    with pytest.raises(ConfigError, match="expected FIELD=VALUE"):
+        parse_override("model.hidden_size")
+
+
+def test_bad_set_value_is_attributed_to_set():
+    with pytest.raises(ConfigError, match=r"^--set: field 'train.epochs'"):
+        config_from_dict(DATES, source="x.yaml", overrides=["train.epochs=many"])
+
+
+def test_corpus_paths_resolve_against_the_config_file(tmp_path):
+    path = write_yaml(tmp_path / "configs" / "x.yaml", {"data": {"train": {"tsv": "../data/train.tsv"}}})
+    cfg = load_config(path)
+    assert cfg.data.train.tsv == tmp_path / "data" / "train.tsv"
+
+
+def test_corpus_paths_given_with_set_resolve_against_the_current_directory(tmp_path, monkeypatch):
+    path = write_yaml(tmp_path / "configs" / "x.yaml", {"data": {"train": {"tsv": "a.tsv"}}})
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(path, ["data.train.tsv=other.tsv"])
+    assert cfg.data.train.tsv == tmp_path / "other.tsv"
+    cfg = load_config(path, ["data.train={src: s.txt, tgt: t.txt}"])
+    assert (cfg.data.train.src, cfg.data.train.tgt) == (tmp_path / "s.txt", tmp_path / "t.txt")
+
+
+def test_output_dir_resolves_against_the_config_file_unless_given_on_the_command_line(tmp_path, monkeypatch):
+    path = write_yaml(tmp_path / "configs" / "x.yaml", {**DATES, "output_dir": "../runs/x"})
+    monkeypatch.chdir(tmp_path / "configs")
+    assert load_config(path).output_dir == tmp_path / "runs" / "x"
+    assert load_config(path, ["output_dir=here"]).output_dir == tmp_path / "configs" / "here"
+
+
+def test_saved_config_has_relative_paths_and_loads_back_equal(tmp_path):
+    cfg = load_config(write_yaml(tmp_path / "configs" / "x.yaml",
+                                 {"data": {"train": {"src": "../d/a.de", "tgt": "../d/a.en"}, "split": {"dev": 5}},
+                                  "output_dir": "../runs/x",
+                                  "train": {"schedule": {"name": "warmup", "warmup_steps": 10}}}))
+    saved = tmp_path / "run" / "model" / "config.yaml"
+    save_config(cfg, saved)
+    text = saved.read_text(encoding="utf-8")
+    assert str(tmp_path) not in text  # nothing machine-specific
+    assert "../../d/a.de" in text and "output_dir: ../../runs/x" in text
+    assert load_config(saved) == cfg
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("data:\n  task: dates\nmodel: [oops\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"{path}: invalid YAML: line \d+, column \d+"):
+        load_config(path)
+
+
+def test_missing_config_file_and_non_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "nope.yaml")
+    path = tmp_path / "list.yaml"
+    path.write_text("- a\n- b\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(path)
+
+
+def test_data_needs_exactly_one_source():
+    with pytest.raises(ConfigError, match="no data"):
+        config_from_dict({"data": {}})
+    with pytest.raises(ConfigError, match="generates its data"):
+        config_from_dict({"data": {"task": "dates", "train": {"tsv": "a"}}})
+    with pytest.raises(ConfigError, match=r"field 'data.train': give either 'tsv'"):
+        config_from_dict({"data": {"train": {"tsv": "a", "src": "b"}}})
+    with pytest.raises(ConfigError, match="'split' holds dev and test out of 'train'"):
+        config_from_dict({"data": {"train": {"tsv": "a"}, "dev": {"tsv": "b"}, "split": {"dev": 1}}})
+
+
+def test_schedule_settings_must_belong_to_the_chosen_schedule():
+    with pytest.raises(ConfigError, match="'warmup_steps' belongs to schedule 'warmup', not 'plateau'"):
+        config_from_dict({**DATES, "train": {"schedule": {"name": "plateau", "warmup_steps": 5}}})
+
+
+def test_model_validator_messages_come_through():
+    with pytest.raises(ConfigError, match="field 'model': hidden_size must be even"):
+        config_from_dict({**DATES, "model": {"hidden_size": 33}})
+
+
+def test_config_file_is_not_changed_by_loading(tmp_path):
+    path = write_yaml(tmp_path / "x.yaml", DATES)
+    before = path.read_bytes()
+    load_config(path, ["model.hidden_size=64"])
+    assert path.read_bytes() == before
+    assert isinstance(load_config(path), Config)
+    assert not os.path.isabs(str(load_config(path).output_dir))
