@@ -1,0 +1,203 @@
+import json
+
+import pytest
+import torch
+
+from conftest import tiny_config
+from heed.config import ScheduleConfig, config_from_dict
+from heed.data.corpus import Pair
+from heed.errors import ConfigError, HeedError
+from heed.pipeline import Codec, split_corpus
+from heed.train import LRSchedule, Trainer, resolve_device, train
+
+
+def records(output_dir, kind):
+    lines = (output_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+def losses(output_dir):
+    return [(r["step"], r["loss"]) for r in records(output_dir, "train")]
+
+
+def without_timing(entries):
+    return [{k: v for k, v in e.items() if k != "tok_per_s"} for e in entries]
+
+
+def config(corpus, output_dir, **train_options):
+    return config_from_dict(tiny_config(corpus, output_dir, **train_options))
+
+
+# ------------------------------------------------------------------------------------ resume
+
+
+def test_resume_after_max_steps_continues_the_identical_loss_sequence(tiny_corpus, tmp_path):
+    common = {"epochs": 2, "log_every": 1, "eval_every": 7}
+    straight = train(config(tiny_corpus, tmp_path / "a", **common))
+    train(config(tiny_corpus, tmp_path / "b", **common, max_steps=5))  # stops mid-epoch
+    resumed = train(config(tiny_corpus, tmp_path / "b", **common), resume=True)
+    assert resumed.steps == straight.steps > 5
+    assert losses(tmp_path / "b") == losses(tmp_path / "a")
+    assert [s for s, _ in losses(tmp_path / "a")] == list(range(1, straight.steps + 1))
+
+
+def test_resume_after_an_interrupt_continues_the_identical_sequence(tiny_corpus, tmp_path, monkeypatch):
+    """Ctrl-C path: stop between two evaluations, in the middle of a log window, with a plateau
+    schedule that has already lowered the rate (its state must survive too)."""
+    common = {"epochs": 3, "log_every": 2, "eval_every": 3, "lr": 0.02,
+              "schedule": {"name": "plateau", "patience": 0, "factor": 0.5}}
+    straight = train(config(tiny_corpus, tmp_path / "a", **common))
+
+    real_step = Trainer._step
+
+    def step_then_interrupt(self, batch, window):
+        real_step(self, batch, window)
+        if self.state.step + 1 == 8:  # this is update 8: as if Ctrl-C came during it
+            self.request_stop()
+
+    monkeypatch.setattr(Trainer, "_step", step_then_interrupt)
+    stopped = train(config(tiny_corpus, tmp_path / "b", **common))
+    monkeypatch.undo()
+    assert (stopped.stop_reason, stopped.steps) == ("interrupted", 8)
+    resumed = train(config(tiny_corpus, tmp_path / "b", **common), resume=True)
+    assert resumed.steps == straight.steps
+    assert losses(tmp_path / "b") == losses(tmp_path / "a")
+    assert without_timing(records(tmp_path / "b", "dev")) == without_timing(records(tmp_path / "a", "dev"))
+    assert len({r["lr"] for r in records(tmp_path / "a", "train")}) > 1  # the plateau did act
+
+
+def test_resume_needs_a_checkpoint_and_a_fresh_run_needs_an_unused_directory(tiny_corpus, tmp_path, trained_run):
+    with pytest.raises(HeedError, match="no checkpoint to resume from"):
+        train(config(tiny_corpus, tmp_path / "empty"), resume=True)
+    with pytest.raises(HeedError, match="holds a training run already; resume it with --resume"):
+        train(config(tiny_corpus, trained_run))
+
+
+def test_resume_with_another_model_is_refused(tiny_corpus, tmp_path):
+    train(config(tiny_corpus, tmp_path / "a", max_steps=2))
+    changed = config_from_dict(tiny_config(tiny_corpus, tmp_path / "a"), overrides=["model.hidden_size=32"])
+    with pytest.raises(ConfigError, match="field 'model.hidden_size': is 16 in the checkpoint .* but 32 now"):
+        train(changed, resume=True)
+
+
+# ------------------------------------------------------------------------------- the run
+
+
+def test_training_leaves_the_global_rng_as_it_was(tiny_corpus, tmp_path):
+    before = torch.get_rng_state()
+    threads = torch.get_num_threads()
+    train(config(tiny_corpus, tmp_path / "a", max_steps=2))
+    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.get_num_threads() == threads
+
+
+def test_same_seed_same_losses_other_seed_other_losses(tiny_corpus, tmp_path):
+    train(config(tiny_corpus, tmp_path / "a", max_steps=3, log_every=1))
+    train(config(tiny_corpus, tmp_path / "b", max_steps=3, log_every=1))
+    train(config(tiny_corpus, tmp_path / "c", max_steps=3, log_every=1, seed=2))
+    assert losses(tmp_path / "a") == losses(tmp_path / "b") != losses(tmp_path / "c")
+
+
+def test_metrics_jsonl_has_train_dev_and_test_records(trained_run):
+    train_records = records(trained_run, "train")
+    assert train_records and set(train_records[0]) >= {"step", "epoch", "loss", "lr", "tok_per_s"}
+    dev = records(trained_run, "dev")
+    assert len(dev) == 2  # once per epoch by default
+    assert set(dev[0]) >= {"step", "epoch", "loss", "bleu", "chrf", "exact_match", "best"}
+    assert dev[-1]["epoch"] == 2.0
+    assert records(trained_run, "test")
+    assert (trained_run / "model" / "metrics.jsonl").read_text() == (trained_run / "metrics.jsonl").read_text()
+
+
+def test_loss_goes_down(trained_run):
+    train_records, dev = records(trained_run, "train"), records(trained_run, "dev")
+    assert train_records[-1]["loss"] < train_records[0]["loss"]
+    assert dev[-1]["loss"] < dev[0]["loss"]
+
+
+def test_early_stopping_target_stops_at_the_first_evaluation_reaching_it(tiny_corpus, tmp_path):
+    result = train(config(tiny_corpus, tmp_path / "a", epochs=5, eval_every=2,
+                          early_stopping={"metric": "loss", "patience": None, "target": 1e9}))
+    assert (result.stop_reason, result.steps) == ("target", 2)
+    # a resumed finished run has nothing left to do
+    again = train(config(tiny_corpus, tmp_path / "a", epochs=5, eval_every=2,
+                         early_stopping={"metric": "loss", "patience": None, "target": 1e9}), resume=True)
+    assert (again.stop_reason, again.steps) == ("target", 2)
+
+
+def test_patience_stops_after_that_many_evaluations_without_improvement(tiny_corpus, tmp_path):
+    result = train(config(tiny_corpus, tmp_path / "a", epochs=50, eval_every=1, lr=1e-9,
+                          early_stopping={"metric": "exact_match", "patience": 2}))
+    assert result.stop_reason == "early_stopping"
+    assert result.steps == result.best_step + 2
+
+
+def test_progress_lines_when_not_a_terminal(tiny_corpus, tmp_path):
+    from rich.console import Console
+
+    console = Console(record=True, force_terminal=False, width=200)
+    train(config(tiny_corpus, tmp_path / "a", max_steps=4, log_every=2), console=console)
+    text = console.export_text()
+    assert "step 2/4 | epoch" in text and "tok/s" in text and "step 4/4" in text
+    assert "dev @ step 4" in text and "model:" in text
+
+
+def test_cuda_requested_without_cuda_is_a_config_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ConfigError, match="field 'train.device': CUDA is not available"):
+        resolve_device("cuda")
+
+
+# ----------------------------------------------------------------------------- schedules
+
+
+def test_warmup_rises_linearly_then_decays_as_inverse_sqrt():
+    s = LRSchedule(ScheduleConfig(name="warmup", warmup_steps=4), base_lr=1.0, higher_is_better=True)
+    assert [s.lr_at(k) for k in (1, 2, 4)] == [0.25, 0.5, 1.0]
+    assert s.lr_at(16) == pytest.approx(0.5)  # sqrt(4 / 16)
+    flat = LRSchedule(ScheduleConfig(name="warmup", warmup_steps=4, decay="none"), base_lr=1.0, higher_is_better=True)
+    assert flat.lr_at(100) == 1.0
+
+
+def test_plateau_lowers_the_rate_after_patience_evaluations_without_improvement():
+    s = LRSchedule(ScheduleConfig(name="plateau", factor=0.5, patience=1, min_lr=0.2), base_lr=1.0,
+                   higher_is_better=True)
+    lowered = [s.after_eval(v) for v in (10, 11, 11, 11, 12, 5, 5, 5, 5)]
+    assert lowered == [False, False, False, True, False, False, True, False, True]
+    assert s.lr_at(1) == 0.2  # 1 -> 0.5 -> 0.25 -> floored at min_lr
+    restored = LRSchedule(s.cfg, base_lr=1.0, higher_is_better=True)
+    restored.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    assert restored.state_dict() == s.state_dict()
+
+
+def test_plateau_on_loss_wants_lower_values():
+    s = LRSchedule(ScheduleConfig(name="plateau", factor=0.5, patience=0), base_lr=1.0, higher_is_better=False)
+    assert [s.after_eval(v) for v in (3.0, 2.0, 2.5)] == [False, False, True]
+
+
+# ------------------------------------------------------------------------------ pipeline
+
+
+def test_split_holds_out_exact_counts_and_no_source_leaks_into_training():
+    pairs = [Pair(f"s{i % 40}", f"t{i}") for i in range(100)]  # every source appears 2 or 3 times
+    corpora = split_corpus(pairs, dev=7, test=5, seed=3)
+    assert (len(corpora.dev), len(corpora.test)) == (7, 5)
+    held = {p.src for p in corpora.dev + corpora.test}
+    assert not held & {p.src for p in corpora.train}
+    assert split_corpus(pairs, dev=7, test=5, seed=3) == corpora
+    assert split_corpus(pairs, dev=7, test=5, seed=4) != corpora
+    with pytest.raises(ConfigError, match="only 40 distinct source sentences"):
+        split_corpus(pairs, dev=30, test=10, seed=0)
+
+
+def test_codec_round_trip_and_unknown_characters(tiny_corpus, tmp_path):
+    cfg = config(tiny_corpus, tmp_path / "x")
+    codec = Codec.build([Pair("ab c", "1-2"), Pair("ca", "2")], cfg.data)
+    src_ids, tgt_ids = codec.encode_pairs([Pair("ab c", "1-2")])[0]
+    assert len(src_ids) == 4 and codec.decode_tgt(tgt_ids) == (["1", "-", "2"], "1-2")
+    assert 3 in codec.encode_src("z")  # UNK
+    codec.save(tmp_path / "codec")
+    loaded = Codec.load(tmp_path / "codec")
+    assert (loaded.src_vocab, loaded.tgt_vocab) == (codec.src_vocab, codec.tgt_vocab)
+    assert loaded.src_tokenizer.to_spec() == codec.src_tokenizer.to_spec()
