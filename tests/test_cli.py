@@ -1,0 +1,209 @@
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import heed
+from conftest import tiny_config, write_lines
+from heed.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args, input=None):
+    return runner.invoke(app, [str(a) for a in args], input=input)
+
+
+def write_config(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def assert_user_error(result, *fragments):
+    """Exit code 2, a short message naming what is wrong, no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert "Traceback" not in result.output
+    message = result.stderr.strip()
+    assert message.startswith("error:") and len(message.splitlines()) <= 2, message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def bad_corpus_config(tmp_path, tiny_corpus, **train_corpus):
+    data = tiny_config(tiny_corpus, tmp_path / "out")
+    data["data"]["train"] = {k: str(v) for k, v in train_corpus.items()}
+    return write_config(tmp_path / "bad.yaml", data)
+
+
+# --------------------------------------------------------------------------------- basics
+
+
+def test_version():
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.stdout.startswith(f"heed {heed.__version__}")
+
+
+@pytest.mark.parametrize("command", [[], ["train"], ["translate"], ["evaluate"], ["demo"]])
+def test_help_on_every_command(command):
+    result = invoke(*command, "--help")
+    assert result.exit_code == 0 and "Usage:" in result.stdout
+
+
+# ------------------------------------------------------------------------- user errors -> 2
+
+
+def test_config_typo_exits_2_naming_the_field(tmp_path, tiny_corpus):
+    data = tiny_config(tiny_corpus, tmp_path / "out")
+    data["model"]["hiden_size"] = 8
+    path = write_config(tmp_path / "typo.yaml", data)
+    assert_user_error(invoke("train", path), str(path), "field 'model.hiden_size'", "did you mean 'hidden_size'")
+
+
+def test_unknown_set_key_exits_2_naming_the_field(tmp_path, tiny_corpus):
+    path = write_config(tmp_path / "ok.yaml", tiny_config(tiny_corpus, tmp_path / "out"))
+    assert_user_error(invoke("train", path, "--set", "train.learning_rate=0.1"), "--set",
+                      "field 'train.learning_rate'", "unknown field")
+
+
+def test_missing_config_and_bad_yaml_exit_2(tmp_path):
+    assert_user_error(invoke("train", tmp_path / "nope.yaml"), "nope.yaml", "no such config file")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data: {task: dates\n", encoding="utf-8")
+    assert_user_error(invoke("train", bad), "bad.yaml", "invalid YAML: line")
+
+
+def test_tsv_line_without_a_tab_names_file_and_line(tmp_path, tiny_corpus):
+    tsv = write_lines(tmp_path / "c.tsv", ["a\t1", "b\t2", "no tab here", "d\t4"])
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, tsv=tsv)), f"{tsv}:3:", "no tab")
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path, tiny_corpus):
+    tsv = tmp_path / "c.tsv"
+    tsv.write_bytes(b"a\t1\nb\xff\t2\n")
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, tsv=tsv)), f"{tsv}:2:",
+                      "invalid UTF-8")
+
+
+def test_blank_line_inside_the_corpus_names_file_and_line(tmp_path, tiny_corpus):
+    tsv = write_lines(tmp_path / "c.tsv", ["a\t1", "", "c\t3"])
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, tsv=tsv)), f"{tsv}:2:", "every line needs a sentence")
+
+
+def test_empty_side_names_file_and_line(tmp_path, tiny_corpus):
+    tsv = write_lines(tmp_path / "c.tsv", ["a\t1", "b\t "])
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, tsv=tsv)), f"{tsv}:2:", "empty target")
+
+
+def test_parallel_files_of_different_lengths_name_the_short_file_and_line(tmp_path, tiny_corpus):
+    src = write_lines(tmp_path / "c.src", ["a", "b", "c"])
+    tgt = write_lines(tmp_path / "c.tgt", ["1", "2"])
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, src=src, tgt=tgt)), f"{tgt}:2:",
+                      str(src), "same number of lines")
+
+
+def test_missing_and_corrupt_corpus_files(tmp_path, tiny_corpus):
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, tsv=tmp_path / "gone.tsv")),
+                      "gone.tsv", "no such file")
+    broken = tmp_path / "c.tsv.gz"
+    whole = gzip.compress("".join(f"s{i}\t{i * 7919 % 10007}\n" for i in range(3000)).encode())
+    broken.write_bytes(whole[: len(whole) // 2])
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, tsv=broken)), str(broken), "cannot read")
+
+
+def test_reader_error_through_python_m_heed(tmp_path, tiny_corpus):
+    """The real entry point, in a fresh process: one clean line on stderr, exit 2."""
+    tsv = write_lines(tmp_path / "c.tsv", ["a\t1", "b\t2", "three"])
+    config = bad_corpus_config(tmp_path, tiny_corpus, tsv=tsv)
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "heed", "train", str(config)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert proc.stderr.strip() == (f"error: {tsv}:3: no tab on this line; a TSV corpus needs 'source<TAB>target'")
+
+
+def test_translate_a_missing_model_exits_2(tmp_path):
+    assert_user_error(invoke("translate", tmp_path / "nothing", input="x\n"), "nothing", "no such model directory")
+    assert_user_error(invoke("translate", tmp_path, input="x\n"), "not a heed model directory")
+
+
+def test_evaluate_with_misaligned_files_exits_2(trained_run, tmp_path):
+    src = write_lines(tmp_path / "s.txt", ["a", "b"])
+    ref = write_lines(tmp_path / "r.txt", ["1"])
+    assert_user_error(invoke("evaluate", trained_run, "--src", src, "--ref", ref), f"{ref}:1:", "same number of lines")
+
+
+def test_translate_input_that_is_not_utf8_names_the_line(trained_run, tmp_path):
+    bad = tmp_path / "in.txt"
+    bad.write_bytes(b"1 May 2001\n\xc3\x28\n")
+    assert_user_error(invoke("translate", trained_run, "--input", bad), f"{bad}:2:", "invalid UTF-8")
+
+
+def test_interrupted_training_says_how_to_resume(tmp_path, tiny_corpus, monkeypatch):
+    import heed.train
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(heed.train, "train", interrupted)
+    path = write_config(tmp_path / "ok.yaml", tiny_config(tiny_corpus, tmp_path / "out"))
+    result = invoke("train", path)
+    assert result.exit_code == 130 and "Traceback" not in result.output
+    assert f"heed train {path} --resume" in " ".join(result.stderr.split())
+
+
+# --------------------------------------------------------------------------- round trip
+
+
+def test_train_translate_evaluate_round_trip(tmp_path, tiny_corpus):
+    path = write_config(tmp_path / "run.yaml", tiny_config(tiny_corpus, tmp_path / "ignored"))
+    out = tmp_path / "run"
+    result = invoke("train", path, "--output-dir", out, "--set", "train.epochs=1")
+    assert result.exit_code == 0, result.output
+    assert "model written to" in result.stdout and "step 5/" in result.stderr
+    assert (out / "model" / "model.safetensors").is_file() and not (tmp_path / "ignored").exists()
+
+    hyps = tmp_path / "hyps.txt"
+    result = invoke("translate", out, "--input", tiny_corpus["test_src"], "--output", hyps, "--batch-size", "4")
+    assert result.exit_code == 0, result.output
+    n = len(tiny_corpus["test_src"].read_text(encoding="utf-8").splitlines())
+    from_file = hyps.read_text(encoding="utf-8").splitlines()
+    assert len(from_file) == n
+
+    result = invoke("translate", out / "model", "--beam", "1", input=tiny_corpus["test_src"].read_text(encoding="utf-8"))
+    assert result.exit_code == 0 and result.stdout.splitlines() == from_file
+
+    result = invoke("evaluate", out, "--src", tiny_corpus["test_src"], "--ref", tiny_corpus["test_ref"],
+                    "--hyps", tmp_path / "h2.txt")
+    assert result.exit_code == 0, result.output
+    assert "BLEU = " in result.stdout and "nrefs:1|case:mixed" in result.stdout
+    assert "chrF = " in result.stdout and f"exact match = " in result.stdout and f"/{n})" in result.stdout
+    assert (tmp_path / "h2.txt").read_text(encoding="utf-8").splitlines() == from_file
+
+    result = invoke("train", path, "--output-dir", out, "--set", "train.epochs=2", "--resume")
+    assert result.exit_code == 0, result.output
+    assert "resuming at step" in result.stderr
+
+
+def test_blank_input_lines_stay_blank(trained_run):
+    result = invoke("translate", trained_run, input="1 May 2001\n\n3 mars 1999\n")
+    assert result.exit_code == 0
+    lines = result.stdout.split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]
+
+
+def test_demo_quick_runs_every_stage(tmp_path):
+    out = tmp_path / "demo"
+    result = invoke("demo", "--quick", "--output-dir", out, "--set", "data.dates.n_train=200",
+                    "--set", "data.dates.n_dev=20", "--set", "data.dates.n_test=30",
+                    "--set", "model.hidden_size=16", "--set", "model.embed_size=8")
+    assert result.exit_code == 0, result.output
+    assert "test exact match:" in result.stdout and "sample test translations" in result.stdout
+    assert (out / "attention.png").is_file() and (out / "model" / "heed.json").is_file()
+    assert (out / "data" / "test.src").is_file()
+    assert_user_error(invoke("demo", "--output-dir", out), "exists and is not empty")
