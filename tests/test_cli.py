@@ -206,4 +206,8 @@ def test_demo_quick_runs_every_stage(tmp_path):
     assert "test exact match:" in result.stdout and "sample test translations" in result.stdout
     assert (out / "attention.png").is_file() and (out / "model" / "heed.json").is_file()
     assert (out / "data" / "test.src").is_file()
-    assert_user_error(invoke("demo", "--output-dir", out), "exists and is not empty")
+    other = tmp_path / "mine"
+    other.mkdir()
+    write_lines(other / "notes.txt", ["keep me"])
+    assert_user_error(invoke("demo", "--output-dir", other), "is not a demo run")
+    assert (other / "notes.txt").is_file()

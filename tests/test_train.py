@@ -142,6 +142,27 @@ def test_progress_lines_when_not_a_terminal(tiny_corpus, tmp_path):
     assert "dev @ step 4" in text and "model:" in text
 
 
+def test_tensorboard_gets_the_same_scalars_when_installed(tiny_corpus, tmp_path, monkeypatch):
+    import heed.train
+
+    class FakeWriter:
+        def __init__(self):
+            self.scalars, self.closed = [], False
+
+        def add_scalar(self, tag, value, step):
+            self.scalars.append((tag, step))
+
+        def close(self):
+            self.closed = True
+
+    writer = FakeWriter()
+    monkeypatch.setattr(heed.train, "_tensorboard_writer", lambda directory: writer)
+    train(config(tiny_corpus, tmp_path / "a", max_steps=2, log_every=1))
+    assert {("train/loss", 1), ("train/loss", 2), ("train/lr", 1), ("dev/bleu", 2), ("test/exact_match", 2)} <= set(
+        writer.scalars)
+    assert writer.closed
+
+
 def test_cuda_requested_without_cuda_is_a_config_error():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")

@@ -324,8 +324,12 @@ class Checkpoint:
         set_rng_states(self.rng)
 
 
-def load_checkpoint(target: str | os.PathLike[str], *, device: torch.device | str = "cpu") -> Checkpoint:
-    """Read a checkpoint written by `save_checkpoint` (falling back to `target.old`, see module doc)."""
+def load_checkpoint(target: str | os.PathLike[str]) -> Checkpoint:
+    """Read a checkpoint written by `save_checkpoint` (falling back to `target.old`, see module doc).
+
+    Every tensor is read onto the CPU: `restore` copies weights into the model wherever it lives, and
+    `Optimizer.load_state_dict` moves the moments to their parameters' device while Adam's step
+    counters stay on the CPU, where a non-capturable Adam wants them."""
     directory = resolve_dir(target)
     if directory is None:
         raise ModelDirError(f"{target}: no checkpoint to resume from")
@@ -336,10 +340,10 @@ def load_checkpoint(target: str | os.PathLike[str], *, device: torch.device | st
         raise ModelDirError(f"{directory / TRAINER_FILE}: unreadable training state ({e})") from None
     return Checkpoint(
         directory=directory,
-        weights=load_weights(directory / WEIGHTS_FILE, device),
+        weights=load_weights(directory / WEIGHTS_FILE),
         trainer=TrainerState.from_json(data["trainer"]),
-        optimizer_tensors=load_weights(directory / OPTIMIZER_FILE, device),
+        optimizer_tensors=load_weights(directory / OPTIMIZER_FILE),
         optimizer_rest=data["optimizer"],
-        rng=load_weights(directory / RNG_FILE, "cpu"),
+        rng=load_weights(directory / RNG_FILE),
         config=load_config(directory / CONFIG_FILE),
     )

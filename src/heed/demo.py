@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,21 @@ def demo_config(*, output_dir: Path, quick: bool = False, overrides: list[str] |
     return load_config(find_demo_config(), overrides)
 
 
+DEMO_MARKER = ".heed-demo"
+
+
+def _clear_previous_demo(output_dir: Path, console: Console) -> None:
+    """Start from an empty directory: replace an earlier demo run, never anything else."""
+    if output_dir.exists() and any(output_dir.iterdir()):
+        if not (output_dir / DEMO_MARKER).is_file():
+            raise HeedError(f"{output_dir}: exists, is not empty and is not a demo run; choose another --output-dir")
+        console.print(f"replacing the previous demo run in {output_dir}")
+        shutil.rmtree(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / DEMO_MARKER).write_text("written by `heed demo`; the next demo run replaces this directory\n",
+                                          encoding="utf-8")
+
+
 def _pick_samples(pairs: list[Pair], per_language: int = 2, seed: int = 0) -> list[int]:
     """Indices of a few test pairs per language, in a fixed random order."""
     order = list(range(len(pairs)))
@@ -92,9 +108,8 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
     console = console or Console(highlight=False)
     started = time.perf_counter()
     output_dir = Path(output_dir)
-    if output_dir.exists() and any(output_dir.iterdir()):
-        raise HeedError(f"{output_dir}: exists and is not empty; remove it or choose another --output-dir")
     cfg = demo_config(output_dir=output_dir, quick=quick, overrides=overrides)
+    _clear_previous_demo(output_dir, console)
     if cfg.data.task != "dates":
         raise HeedError(f"{find_demo_config()}: the demo needs data.task: dates")
 

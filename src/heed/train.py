@@ -223,6 +223,12 @@ class _Log:
         if self.progress is not None:
             self.progress.update(self.task, completed=step, description=f"epoch {epoch:.2f}")
 
+    def show(self, window: "_Window") -> None:
+        seconds = time.perf_counter() - window.started
+        if self.progress is not None and window.tokens:
+            self.progress.update(self.task, loss=f"{float(window.loss_sum) / window.tokens:.3f}",
+                                 speed=f"{window.tokens / seconds if seconds > 0 else 0.0:,.0f}")
+
     def train_line(self, step: int, epoch: float, loss: float, lr: float, speed: float, eta: float | None) -> None:
         if self.progress is not None:
             self.progress.update(self.task, loss=f"{loss:.3f}", speed=f"{speed:,.0f}")
@@ -345,7 +351,7 @@ class Trainer:
         if last is None:
             raise HeedError(f"{self.output_dir}: no checkpoint to resume from (no {self.ckpt_dir / 'last'}); "
                             "start without --resume")
-        checkpoint = load_checkpoint(self.ckpt_dir / "last", device=self.device)
+        checkpoint = load_checkpoint(self.ckpt_dir / "last")
         _check_resumable(checkpoint.config, self.config, checkpoint.directory)
         return checkpoint
 
@@ -418,6 +424,8 @@ class Trainer:
         stop = state.stop_reason if state.finished and state.stop_reason in ("early_stopping", "target") else None
         run_start_step, run_start_time = state.step, time.perf_counter()
         batches = first
+        # Reading the loss waits for the device: on a GPU, refresh the bar's loss every 10 steps only.
+        bar_every = 1 if self.device.type == "cpu" else min(cfg.train.log_every, 10)
         with log:
             while stop is None and state.epoch < cfg.train.epochs:
                 if batches is None:
@@ -431,6 +439,8 @@ class Trainer:
                         state.epoch, state.batch_in_epoch = state.epoch + 1, 0
                     progress = state.epoch + state.batch_in_epoch / len(batches)
                     log.advance(state.step, progress)
+                    if log.progress is not None and state.step % bar_every == 0:
+                        log.show(window)  # the bar's loss and speed: the running window
                     if state.step % cfg.train.log_every == 0:
                         self._log_window(window, progress, run_start_step, run_start_time, total)
                     due = (epoch_done if cfg.train.eval_every is None
@@ -454,8 +464,8 @@ class Trainer:
             if stop != "interrupted":
                 test = self._finish(stop)
         if stop == "interrupted":
-            log.say(f"[yellow]interrupted at step {state.step}; checkpoint saved in {self.ckpt_dir / 'last'}. "
-                    f"Resume with: heed train CONFIG --resume --output-dir {self.output_dir}[/]")
+            log.say(f"[yellow]interrupted at step {state.step}; saved the checkpoint {self.ckpt_dir / 'last'}, "
+                    "ready to resume[/]")
         model_dir = resolve_dir(self.model_dir)
         return TrainResult(self.output_dir, model_dir, state.step, state.epoch + state.batch_in_epoch / per_epoch,
                            self.metric, state.best_value, state.best_step, stop, last_dev, test,
