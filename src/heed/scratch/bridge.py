@@ -131,7 +131,7 @@ def load_into_torch(model: AttentionSeq2seq, torch_model: "Seq2Seq") -> "Seq2Seq
     if score != model.score:
         raise BridgeError(f"attention score differs: torch {score!r}, scratch {model.score!r}")
     params = dict(torch_model.named_parameters())
-    _check_shapes(model, {k: v for k, v in params.items()})
+    _check_shapes(model, params)
     with torch.no_grad():
         for name, value in model.named_params().items():
             if name in _SUMMED_BIASES:

@@ -1,22 +1,10 @@
-"""Stateless NumPy functions the layers share: sigmoid, softmax and the one masked softmax.
+"""Stateless NumPy functions the layers share: softmax, log-softmax and the one masked softmax.
 
 Mask polarity, as everywhere in heed: `mask` is bool, True = real token, False = padding.
 """
 from __future__ import annotations
 
 import numpy as np
-
-
-def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """1 / (1 + exp(-x)), written as 0.5 * tanh(x / 2) + 0.5 so no exp ever overflows.
-
-    `out` may be `x` itself (in place).
-    """
-    out = np.multiply(x, 0.5, out=out)
-    np.tanh(out, out=out)
-    out *= 0.5
-    out += 0.5
-    return out
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

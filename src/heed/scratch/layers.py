@@ -128,7 +128,7 @@ class SoftmaxWithLoss:
         self.params: list[np.ndarray] = []
         self.grads: list[np.ndarray] = []
         self.ignore_index = ignore_index
-        self.cache: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None
+        self.cache: tuple[np.ndarray, np.ndarray, np.ndarray, int, tuple[int, ...]] | None = None
 
     def forward(self, logits: np.ndarray, targets: np.ndarray) -> float:
         vocab = logits.shape[-1]
@@ -137,16 +137,15 @@ class SoftmaxWithLoss:
         valid = np.ones(t.shape, bool) if self.ignore_index is None else t != self.ignore_index
         count = int(valid.sum())
         picked = logp[np.arange(t.size), t]  # (rows,)
-        self.cache = (logp, t, valid, count)
-        self.shape = logits.shape
+        self.cache = (logp, t, valid, count, logits.shape)
         return float(-(picked * valid).sum() / max(count, 1))
 
     def backward(self, dout: float = 1.0) -> np.ndarray:
-        logp, t, valid, count = self.cache
+        logp, t, valid, count, shape = self.cache
         dx = np.exp(logp)  # softmax (rows, vocab)
         dx[np.arange(t.size), t] -= 1.0
         dx *= (valid * (dout / max(count, 1)))[:, None].astype(dx.dtype)
-        return dx.reshape(self.shape)
+        return dx.reshape(shape)
 
 
 class LSTM:
