@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-grad", type=float, default=5.0, help="global gradient-norm clip")
     p.add_argument("--train-size", type=int, default=45000)
     p.add_argument("--eval-size", type=int, default=5000, help="dev (per epoch) and test (at the end) pairs")
-    p.add_argument("--languages", default="en", help="comma-separated subset of en,fr,de,es,ko")
+    p.add_argument("--languages", default="en,fr,de,es,ko", help="comma-separated subset of en,fr,de,es,ko")
     p.add_argument("--verbose-forms", action="store_true", help="add long English phrasings (up to ~100 chars)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
