@@ -1,0 +1,45 @@
+"""Decode a file with a trained heed model through the Python API, timing only the translate call
+(loading the model and reading the file are outside the timer, as in the peers' own timers).
+
+    python bench/compare/heed_decode.py MODEL_DIR INPUT OUTPUT --beam 5 --batch-size 64
+        [--max-len 20] [--threads 1]
+
+Prints one line: `heed decode: N sentences in S s (R sentences/s)`.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+
+import heed
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("model", type=Path)
+    p.add_argument("input", type=Path)
+    p.add_argument("output", type=Path)
+    p.add_argument("--beam", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-len", type=int, default=20, help="output tokens before the forced EOS")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+
+    torch.set_num_threads(args.threads)
+    translator = heed.load(str(args.model))
+    texts = args.input.read_text(encoding="utf-8").splitlines()
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = translator.translate(texts, beam=args.beam, batch_size=args.batch_size, max_len_a=0.0,
+                                   max_len_b=args.max_len, length_penalty=0.0)
+    seconds = time.perf_counter() - start
+    args.output.write_text("".join(t.text + "\n" for t in out), encoding="utf-8")
+    print(f"heed decode: {len(texts)} sentences in {seconds:.4f} s ({len(texts) / seconds:.1f} sentences/s); "
+          f"beam {args.beam}, batch {args.batch_size}, {torch.get_num_threads()} thread(s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,372 @@
+"""Speed side by side: heed, Joey NMT, OpenNMT-py and fairseq train and decode the same model on the
+same data, one after another on this machine, and the figures go into bench/RESULTS.md.
+
+    .venv/bin/python bench/compare/run.py --peers-dir /work/peers --steps 1000
+    bash bench/compare/run.sh --peers-dir /work/peers --steps 1000          # the same
+
+The peers live in their own virtual environments, made by the shared scripts
+(`bash ../shared/bench/peers/install_peers.sh DIR joey onmt fairseq`, or `--install` here); their
+configs, parsers and data maker are read from that shared folder (`--shared-dir`), never copied.
+A peer that is missing or fails is reported as such; the others still run.
+
+What happens, in order (nothing runs at the same time as anything else):
+1. the data into WORK/data (bench/compare/corpora.py): `--dataset dates` (the default and the
+   reference comparison) runs the shared make_data.py, the character-level dates corpus of
+   20,000 / 1,000 / 1,000 pairs; `--dataset multi30k` cuts Multi30k de->en into pieces with one
+   shared SentencePiece model. Then the decoding sets: the test set repeated to --decode-sents
+   lines (its first lines are the test set) and the first --decode-sents-b1 of those for batch 1.
+2. per system: prepare (vocabulary, binarising; untimed), train --steps steps under
+   /usr/bin/time -v, then decode greedy and beam 5 at --decode-batch and at batch 1, each in its own
+   process; the quality of the greedy and beam-5 outputs on the test set (dates: exact match with
+   the shared exact_match.py; multi30k: sacreBLEU).
+3. bench/floor.py: the bare-PyTorch floor of one training step on the same shapes.
+Every command's output is kept under WORK/logs/SYSTEM/; the figures in WORK/results.json and the
+table in WORK/results.md and, between its own markers, in bench/RESULTS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script folder, not a package
+
+from measure import StepFailed, bench_env, loadavg, machine, run_measured  # noqa: E402
+from corpora import Dates, Multi30k, hypotheses, tokens_per_step  # noqa: E402
+from systems import SYSTEMS, Bench, NotAvailable  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+PEERS = ("joey", "onmt", "fairseq")  # the kit names of install_peers.sh, also our keys
+EXPECTED_PARAMS = {"onmt": 286_224, "fairseq": 286_224, "joey": 302_656}
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--peers-dir", type=Path, required=True, help="folder with the peer venvs (joey/, onmt/, fairseq/)")
+    p.add_argument("--work-dir", type=Path, help="data, runs and logs (default: PEERS_DIR/compare/DATASET)")
+    p.add_argument("--shared-dir", type=Path, default=REPO / ".." / "shared" / "bench" / "peers",
+                   help="the shared peers scripts and configs (default: ../shared/bench/peers from the repo root)")
+    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    p.add_argument("--dataset", choices=["dates", "multi30k"], default="dates",
+                   help="dates: the peers' corpus (the reference comparison); multi30k: de->en, shared SentencePiece")
+    p.add_argument("--multi30k-dir", type=Path, default=REPO / ".." / "shared" / "data" / "multi30k")
+    p.add_argument("--spm-vocab", type=int, default=8000, help="multi30k: SentencePiece pieces (both languages)")
+    p.add_argument("--steps", type=int, default=1000, help="training steps, the same in every system")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for every system (OMP_NUM_THREADS)")
+    p.add_argument("--decode-sents", type=int, default=10000, help="sentences decoded at --decode-batch")
+    p.add_argument("--decode-batch", type=int, default=64)
+    p.add_argument("--decode-sents-b1", type=int, default=1000, help="sentences decoded at batch 1")
+    p.add_argument("--max-len", type=int, help="output tokens at most when decoding (default: dates 20, multi30k 60)")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds any one command may run (a hung peer fails)")
+    p.add_argument("--install", action="store_true", help="install missing peers first (install_peers.sh)")
+    p.add_argument("--results", type=Path, default=REPO / "bench" / "RESULTS.md",
+                   help="markdown file whose 'Speed side by side' section is (re)written")
+    p.add_argument("--no-results", action="store_true", help="print the table, do not touch --results")
+    args = p.parse_args(argv)
+    if args.steps < 100:
+        p.error("--steps must be >= 100: throughput is pooled over the 50-step log windows after step 50")
+    if args.decode_sents_b1 > args.decode_sents:
+        p.error("--decode-sents-b1 cannot exceed --decode-sents")
+    return args
+
+
+# -------------------------------------------------------------------------------------- data
+
+
+def make_data(bench: Bench, args: argparse.Namespace) -> int:
+    """The data set and the decoding sets; returns how many test sentences are scored."""
+    bench.dataset.make(bench)
+    for stale in bench.data.glob("decode*"):
+        stale.unlink()
+    bench.make_decode_set(args.decode_sents)
+    if args.decode_sents_b1 != args.decode_sents:
+        bench.make_decode_set(args.decode_sents_b1)
+    n_test = len((bench.data / "test.tgt").read_text(encoding="utf-8").splitlines())
+    return min(n_test, args.decode_sents)
+
+
+# ----------------------------------------------------------------------------------- install
+
+
+def install(bench: Bench, kit: str) -> None:
+    """install_peers.sh for one kit; its failure is that peer's 'not installed' reason."""
+    log = bench.work / "logs" / f"install_{kit}.log"
+    say(f"installing {kit} into {bench.peers} (log: {log}) ...")
+    try:
+        run_measured(["bash", str(bench.shared / "install_peers.sh"), str(bench.peers), kit], log=log,
+                     env={**os.environ}, timeout=3600)
+    except StepFailed as e:
+        raise NotAvailable(f"install failed: {str(e).splitlines()[0]} (log: {log})") from None
+
+
+# --------------------------------------------------------------------------------------- run
+
+
+def run_system(bench: Bench, key: str, args: argparse.Namespace, n_test: int) -> dict:
+    system = SYSTEMS[key](bench)
+    result: dict = {"key": key, "name": system.name, "status": "ok", "decode": {}, "quality": {}, "errors": []}
+    say(f"\n== {system.name}  (load {loadavg()})")
+    try:
+        try:
+            system.check()
+        except NotAvailable:
+            if not (args.install and key in PEERS):
+                raise
+            install(bench, key)
+            system.check()
+        result["version"] = system.version()
+    except NotAvailable as e:
+        result.update(status="not installed", reason=str(e))
+        say(f"   {e}")
+        return result
+    except Exception as e:  # noqa: BLE001
+        result.update(status="not available", reason=_reason(e))
+        say(f"   not available: {result['reason']}")
+        return result
+    try:
+        system.prepare()
+        say(f"   training {args.steps} steps ...")
+        train = system.train()
+    except Exception as e:  # noqa: BLE001  one system's failure must not stop the others
+        result.update(status="training failed", reason=_reason(e))
+        say(f"   training failed: {result['reason']}")
+        return result
+    result["train"] = {"tok_per_s": train.tok_per_s, "params": train.params, "seconds": train.run.seconds,
+                       "cpu_seconds": train.run.cpu_seconds, "max_rss_mb": train.run.max_rss_mb, "loadavg": train.run.loadavg, "log": str(train.run.log)}
+    say(f"   {train.tok_per_s:,.0f} target tok/s, {train.params or 0:,} parameters, peak RSS "
+        f"{train.run.max_rss_mb or 0:,.0f} MB, {train.run.seconds:.0f} s wall")
+    for beam, batch, n in decode_plan(args):
+        label = f"beam{beam}_batch{batch}"
+        try:
+            d = system.decode(beam, batch, n)
+            outputs = hypotheses(key, d.hyps, n)
+        except Exception as e:  # noqa: BLE001
+            result["decode"][label] = {"error": _reason(e)}
+            result["errors"].append(f"decode beam {beam} batch {batch}: {_reason(e)}")
+            say(f"   decode beam {beam} batch {batch}: failed: {_reason(e)}")
+            continue
+        result["decode"][label] = {"sent_per_s": d.sent_per_s, "seconds": d.seconds, "sentences": n,
+                                   "mean_output_tokens": sum(len(h.split()) for h in outputs) / max(len(outputs), 1),
+                                   "max_rss_mb": d.run.max_rss_mb, "loadavg": d.run.loadavg, "hyps": str(d.hyps)}
+        scored = ""
+        if batch == args.decode_batch:
+            try:
+                result["quality"][f"beam{beam}"] = bench.dataset.quality(bench, key, d.hyps, n_test)
+                scored = f"; {bench.dataset.metric}: {result['quality'][f'beam{beam}']:.1f}"
+            except Exception as e:  # noqa: BLE001
+                result["errors"].append(f"{bench.dataset.metric} beam {beam}: {_reason(e)}")
+        say(f"   decode beam {beam} batch {batch}: {d.sent_per_s:,.1f} sent/s ({n} sentences in {d.seconds:.2f} s, "
+            f"{result['decode'][label]['mean_output_tokens']:.1f} tokens each){scored}")
+    return result
+
+
+def decode_plan(args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    """(beam, batch, sentences): greedy and beam 5, at --decode-batch and at batch 1."""
+    return [(1, args.decode_batch, args.decode_sents), (5, args.decode_batch, args.decode_sents),
+            (1, 1, args.decode_sents_b1), (5, 1, args.decode_sents_b1)]
+
+
+def _reason(e: Exception) -> str:
+    if isinstance(e, (StepFailed, NotAvailable)):
+        return str(e)
+    return f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
+
+
+def run_floor(bench: Bench, heed_tok_per_s: float | None) -> dict | None:
+    out = bench.work / "floor.json"
+    cmd = [str(bench.heed_python), str(REPO / "bench" / "floor.py"), "--data", str(bench.data), "--threads",
+           str(bench.threads), "--json", str(out)]
+    if heed_tok_per_s:
+        cmd += ["--heed-tok-per-s", f"{heed_tok_per_s:.1f}"]
+    say(f"\n== floor  (load {loadavg()})")
+    try:
+        run = run_measured(cmd, log=bench.work / "logs" / "floor.log", env=bench.env)
+    except StepFailed as e:
+        say(f"   floor failed: {e}")
+        return None
+    say("\n".join("   " + line for line in run.text().splitlines()[2:]))
+    floor = json.loads(out.read_text())
+    floor["loadavg"] = run.loadavg
+    return floor
+
+
+# ------------------------------------------------------------------------------------ report
+
+
+def _num(value: float | None, fmt: str = ",.0f") -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Namespace, n_test: int,
+          metric: str) -> str:
+    names = [r["name"] for r in results]
+    rows: list[tuple[str, list[str]]] = []
+
+    def row(label: str, cell) -> None:
+        cells = []
+        for r in results:
+            if r["status"] != "ok":
+                cells.append("–")
+                continue
+            try:
+                cells.append(cell(r))
+            except (KeyError, TypeError, ValueError):
+                cells.append("failed")
+        rows.append((label, cells))
+
+    rows.append(("status", [r["status"] if r["status"] == "ok" else f"**{r['status']}**" for r in results]))
+    row("version", lambda r: r.get("version", "?"))
+    row("parameters", lambda r: _num(r["train"]["params"]))
+    row("train: target tokens/s (after step 50)", lambda r: _num(r["train"]["tok_per_s"]))
+    row(f"train: ms per step ({tps:,.0f} target tokens)", lambda r: _num(1e3 * tps / r["train"]["tok_per_s"], ".1f"))
+    if floor:
+        floor_rate = floor["tokens_per_step"] / floor["floor_s"]  # per token: the floor's batches differ a little
+        row("train: time per token / floor", lambda r: _num(floor_rate / r["train"]["tok_per_s"], ".2f") + "×")
+    row(f"train: wall time for {args.steps} steps, s (whole process)", lambda r: _num(r["train"]["seconds"]))
+    row("train: CPU time (user + system), s", lambda r: _num(r["train"]["cpu_seconds"]))
+    row("train: peak RSS, MB", lambda r: _num(r["train"]["max_rss_mb"]))
+    for beam, batch, n in decode_plan(args):
+        what = "greedy" if beam == 1 else f"beam {beam}"
+        row(f"decode {what}, batch {batch}: sentences/s ({n:,})",
+            lambda r, k=f"beam{beam}_batch{batch}": _num(r["decode"][k]["sent_per_s"], ",.1f"))
+    row(f"decode: mean output tokens (greedy, batch {args.decode_batch})",
+        lambda r: _num(r["decode"][f"beam1_batch{args.decode_batch}"]["mean_output_tokens"], ".2f"))
+    row("decode: peak RSS, MB (max of the four)",
+        lambda r: _num(max(d["max_rss_mb"] for d in r["decode"].values() if d.get("max_rss_mb"))))
+    for beam in (1, 5):
+        what = "greedy" if beam == 1 else f"beam {beam}"
+        row(f"{metric}, {what} (test, {n_test:,})", lambda r, k=f"beam{beam}": _num(r["quality"][k], ".1f"))
+    row("load before training (1/5/15 min)", lambda r: r["train"]["loadavg"])
+
+    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
+    return "\n".join(lines)
+
+
+def report(results: list[dict], floor: dict | None, info: dict, args: argparse.Namespace, bench: Bench,
+           command: str, n_test: int, tps: float, started: datetime, minutes: float) -> str:
+    ds = bench.dataset
+    out = [f"## {ds.title}", "",
+           f"{started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min. Machine: {info['cpu']}, {info['cores']} cores; "
+           f"torch {info['torch']} in every system (CPU), {info['threads']} thread(s) each "
+           f"(`OMP_NUM_THREADS={info['threads']}`, heed `train.threads: {info['threads']}`); Python {info['python']}; "
+           "systems run one after another. GPU memory: not measured (a CPU run; the peers' configs are CPU-only).", "",
+           "Command:", "", "```", command, "```", "",
+           "Model: embedding 64, 1-layer biLSTM encoder 64 per direction, 1-layer LSTM decoder 128, Luong general "
+           "attention with input feeding, no dropout; Adam 1e-3 constant, clip 5, batches of 128 sentences, seed 42, "
+           f"{args.steps} steps. Data: {ds.describe()}. Decoding: at most {bench.max_len} tokens, no length penalty.",
+           "", table(results, floor, tps, args, n_test, ds.metric), ""]
+    if floor:
+        out += [f"Floor (bench/floor.py, same shapes and lengths, {floor['threads']} thread, load before "
+                f"{floor['loadavg']}): bare LSTMs forward+backward {1e3 * floor['floor_s']:.1f} ms/step "
+                f"({floor['tokens_per_step'] / floor['floor_s']:,.0f} tok/s); the same with Adam "
+                f"{1e3 * floor['floor_update_s']:.1f} ms; the whole model in bare PyTorch (attention, input-feeding "
+                f"loop) {1e3 * floor['bare_model_s']:.1f} ms; heed's model outside its trainer "
+                f"{1e3 * floor['heed_model_s']:.1f} ms"
+                + (f"; heed's trainer {1e3 * floor['heed_trainer_s']:.1f} ms "
+                   f"({floor['heed_trainer_s'] / floor['floor_s']:.2f}× the floor)." if "heed_trainer_s" in floor else "."),
+                ""]
+    clip = ds.heed_clip(bench)
+    notes = [
+        "How each figure is measured:",
+        "- training throughput: each system's own log, target tokens (EOS included) per second, pooled over the "
+        "50-step windows after step 50 (`parse_train.py`; heed: the `tok_per_s` of its `metrics.jsonl`, pooled the "
+        "same way); ms per step = target tokens per step / throughput. Peak RSS: `/usr/bin/time -v` "
+        "(\"Maximum resident set size\"); CPU time from the same, a check on the wall-clock figures when other "
+        "load was present.",
+        "- decoding: each system's own timer, model loading excluded: Joey \"Generation took\", OpenNMT-py "
+        "\"Total translation time\" (refined by its tokens/s), fairseq-generate \"Translated … in Xs\", heed the "
+        "`Translator.translate` call (bench/compare/heed_decode.py). fairseq has no separate greedy decoder: "
+        "its greedy is beam search with beam 1. Decoding time grows with the output length: compare the "
+        "mean output tokens too.",
+        f"- {ds.metric}: on the first {n_test:,} outputs of the batch-{args.decode_batch} decodes (the test set).",
+        "- heed normalises the loss per target token, the peers per sentence; with Adam (scale-free) heed's "
+        f"clip {clip:.4f} = 5 / (mean target tokens) gives the peers' clip-5 updates"
+        + (" exactly (every dates target has 11 tokens)." if ds.name == "dates" else " approximately.")
+        + " heed reads the files with its `word` tokenizer (space-separated tokens, as the peers do).",
+        f"- parameter counts: OpenNMT-py and fairseq {EXPECTED_PARAMS['onmt']:,}, Joey {EXPECTED_PARAMS['joey']:,} "
+        "on dates (Joey adds a bridge layer). OpenNMT-py and fairseq round vocabularies up to a multiple of 8; heed "
+        "does not, so on dates it has one target row fewer (15 vs 16: 64 + 129 = 193 parameters) and the same "
+        "architecture.",
+    ]
+    for r in results:
+        if r["status"] != "ok":
+            reason = (r.get("reason") or r["status"]).splitlines()[0]
+            notes.append(f"- {r['name']}: {reason if reason.startswith(r['status']) else r['status'] + ': ' + reason}")
+        for err in r.get("errors", []):
+            notes.append(f"- {r['name']}: {err.splitlines()[0]}")
+    out += notes
+    return "\n".join(out) + "\n"
+
+
+def write_section(path: Path, section: str, marker: str) -> None:
+    """Replace the text between our markers (or append it); the rest of the file is left alone."""
+    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
+    block = f"{start}\n{section.rstrip()}\n{end}\n"
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        after = rest.split(end, 1)[1].lstrip("\n")
+        text = head + block + ("\n" + after if after else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = datetime.now(timezone.utc)
+    t0 = time.perf_counter()
+    command = shlex.join(["python", "bench/compare/run.py", *(sys.argv[1:] if argv is None else argv)])
+    peers = args.peers_dir.absolute()
+    work = (args.work_dir or peers / "compare" / args.dataset).absolute()
+    shared = args.shared_dir.resolve()
+    if not (shared / "make_data.py").exists():
+        say(f"error: {shared} holds no make_data.py; point --shared-dir at the shared peers folder")
+        return 2
+    dataset = Dates() if args.dataset == "dates" else Multi30k(args.multi30k_dir.resolve(), args.spm_vocab)
+    work.mkdir(parents=True, exist_ok=True)
+    heed_python = Path(sys.executable)
+    bench = Bench(repo=REPO, work=work, peers=peers, shared=shared, heed_python=heed_python, dataset=dataset,
+                  steps=args.steps, threads=args.threads, max_len=args.max_len or dataset.max_len,
+                  timeout=args.timeout, env=bench_env(args.threads))
+    info = machine(args.threads, heed_python)
+    say(f"work folder {work}; peers {peers}; shared scripts {shared}")
+    say(f"machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']}, {args.threads} thread(s); "
+        f"load {loadavg()}")
+    try:
+        n_test = make_data(bench, args)
+    except StepFailed as e:
+        say(f"error: cannot make the {dataset.name} data: {e}")
+        return 1
+    tps = tokens_per_step(bench)
+    results = [run_system(bench, key, args, n_test) for key in args.systems]
+    heed = next((r for r in results if r["key"] == "heed" and r["status"] == "ok"), None)
+    floor = run_floor(bench, heed["train"]["tok_per_s"] if heed else None)
+    minutes = (time.perf_counter() - t0) / 60
+    section = report(results, floor, info, args, bench, command, n_test, tps, started, minutes)
+    (work / "results.json").write_text(json.dumps({"machine": info, "command": command, "results": results,
+                                                    "floor": floor}, indent=2, default=str) + "\n")
+    (work / "results.md").write_text(section, encoding="utf-8")
+    say("\n" + section)
+    if not args.no_results:
+        write_section(args.results, section, dataset.marker)
+        say(f"written to {args.results} (between the <!-- {dataset.marker}:start/end --> markers)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
