@@ -41,6 +41,13 @@ def test_resume_after_max_steps_continues_the_identical_loss_sequence(tiny_corpu
     assert [s for s, _ in losses(tmp_path / "a")] == list(range(1, straight.steps + 1))
 
 
+def test_resuming_with_no_steps_left_trains_nothing(tiny_corpus, tmp_path):
+    train(config(tiny_corpus, tmp_path / "a", max_steps=3, log_every=1))
+    again = train(config(tiny_corpus, tmp_path / "a", max_steps=3, log_every=1), resume=True)
+    assert (again.steps, again.stop_reason) == (3, "max_steps")
+    assert [s for s, _ in losses(tmp_path / "a")] == [1, 2, 3]
+
+
 def test_resume_after_an_interrupt_continues_the_identical_sequence(tiny_corpus, tmp_path, monkeypatch):
     """Ctrl-C path: stop between two evaluations, in the middle of a log window, with a plateau
     schedule that has already lowered the rate (its state must survive too)."""

@@ -317,7 +317,7 @@ class Trainer:
         started = time.perf_counter()
         cfg = self.config
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch_threads(cfg.train.threads), torch.random.fork_rng(devices=devices), self._sigint():
+        with torch_threads(cfg.train.threads), torch.random.fork_rng(devices=devices):
             torch.manual_seed(cfg.train.seed)
             checkpoint = self._open_run()
             data = self._load_data(Codec.load(checkpoint.directory) if checkpoint else None)
@@ -422,11 +422,13 @@ class Trainer:
         last_dev: DevResult | None = None
         evaluated_at = state.step if resumed else -1
         stop = state.stop_reason if state.finished and state.stop_reason in ("early_stopping", "target") else None
+        if stop is None and cfg.train.max_steps is not None and state.step >= cfg.train.max_steps:
+            stop = "max_steps"  # resumed with no steps left
         run_start_step, run_start_time = state.step, time.perf_counter()
         batches = first
         # Reading the loss waits for the device: on a GPU, refresh the bar's loss every 10 steps only.
         bar_every = 1 if self.device.type == "cpu" else min(cfg.train.log_every, 10)
-        with log:
+        with log, self._sigint():
             while stop is None and state.epoch < cfg.train.epochs:
                 if batches is None:
                     batches = self._batches(state.epoch)
@@ -452,7 +454,8 @@ class Trainer:
                         evaluated_at = state.step
                     if self._stop_requested and stop is None:
                         stop = "interrupted"
-                        self._save_last(window)
+                        if evaluated_at != state.step:
+                            self._save_last(window)
                     if stop is not None:
                         break
                 batches = None
