@@ -83,7 +83,9 @@ def run_measured(cmd: list[str], *, log: Path, env: dict[str, str], cwd: Path | 
         times = re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", report)
         cpu = sum(map(float, times)) if len(times) == 2 else None
     if rc != 0:
-        raise StepFailed(f"exit {rc}: {shlex.join(cmd[:4])} ...; last lines of {log}:\n{tail(log)}")
+        last = tail(log, 8)
+        final = last.splitlines()[-1].strip() if last else ""
+        raise StepFailed(f"exit {rc}: {shlex.join(cmd[:4])} ... (log {log}): {final}\n{last}")
     return Measured(seconds, rss, cpu, load, log)
 
 
