@@ -2,6 +2,8 @@
 model trained once per session (tests that change it copy it first)."""
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,7 @@ import pytest
 from heed.data.dates import generate_dates, write_splits
 
 
-def write_lines(path: Path, lines: list[str]) -> Path:
+def _write_lines(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
 
@@ -21,12 +23,12 @@ def tiny_corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("corpus")
     splits = generate_dates(n_train=200, n_dev=20, n_test=20, seed=7, languages=("en", "fr"), verbose_forms=False)
     paths = write_splits(splits, directory)
-    paths["test_src"] = write_lines(directory / "test.src", [p.src for p in splits.test])
-    paths["test_ref"] = write_lines(directory / "test.ref", [p.tgt for p in splits.test])
+    paths["test_src"] = _write_lines(directory / "test.src", [p.src for p in splits.test])
+    paths["test_ref"] = _write_lines(directory / "test.ref", [p.tgt for p in splits.test])
     return paths
 
 
-def tiny_config(corpus: dict[str, Path], output_dir: Path, **train: Any) -> dict[str, Any]:
+def _tiny_config(corpus: dict[str, Path], output_dir: Path, **train: Any) -> dict[str, Any]:
     """A config mapping for a model small enough to train in a second or two."""
     return {
         "data": {
@@ -44,12 +46,31 @@ def tiny_config(corpus: dict[str, Path], output_dir: Path, **train: Any) -> dict
 
 
 @pytest.fixture(scope="session")
-def trained_run(tiny_corpus: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_config(tiny_corpus: dict[str, Path]) -> Callable[..., dict[str, Any]]:
+    """`tiny_config(output_dir, **train_options)` -> a config mapping for the tiny corpus."""
+    return functools.partial(_tiny_config, tiny_corpus)
+
+
+@pytest.fixture(scope="session")
+def make_config(tiny_config: Callable[..., dict[str, Any]]) -> Callable[..., Any]:
+    """`make_config(output_dir, **train_options)` -> a validated Config for the tiny corpus."""
+    from heed.config import config_from_dict
+
+    return lambda output_dir, **train: config_from_dict(tiny_config(output_dir, **train))
+
+
+@pytest.fixture
+def write_lines() -> Callable[[Path, list[str]], Path]:
+    """`write_lines(path, lines)` -> path, one line each, UTF-8."""
+    return _write_lines
+
+
+@pytest.fixture(scope="session")
+def trained_run(make_config: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A training output directory (model/, checkpoints/, metrics.jsonl) of a tiny model.
     Shared: copy it before changing anything inside."""
-    from heed.config import config_from_dict
     from heed.train import train
 
     output = tmp_path_factory.mktemp("run") / "out"
-    train(config_from_dict(tiny_config(tiny_corpus, output)))
+    train(make_config(output))
     return output

@@ -9,7 +9,6 @@ import yaml
 from typer.testing import CliRunner
 
 import heed
-from conftest import tiny_config, write_lines
 from heed.cli import app
 
 runner = CliRunner()
@@ -34,8 +33,8 @@ def assert_user_error(result, *fragments):
         assert fragment in message, (fragment, message)
 
 
-def bad_corpus_config(tmp_path, tiny_corpus, **train_corpus):
-    data = tiny_config(tiny_corpus, tmp_path / "out")
+def bad_corpus_config(tmp_path, tiny_config, **train_corpus):
+    data = tiny_config(tmp_path / "out")
     data["data"]["train"] = {k: str(v) for k, v in train_corpus.items()}
     return write_config(tmp_path / "bad.yaml", data)
 
@@ -57,15 +56,15 @@ def test_help_on_every_command(command):
 # ------------------------------------------------------------------------- user errors -> 2
 
 
-def test_config_typo_exits_2_naming_the_field(tmp_path, tiny_corpus):
-    data = tiny_config(tiny_corpus, tmp_path / "out")
+def test_config_typo_exits_2_naming_the_field(tmp_path, tiny_config):
+    data = tiny_config(tmp_path / "out")
     data["model"]["hiden_size"] = 8
     path = write_config(tmp_path / "typo.yaml", data)
     assert_user_error(invoke("train", path), str(path), "field 'model.hiden_size'", "did you mean 'hidden_size'")
 
 
-def test_unknown_set_key_exits_2_naming_the_field(tmp_path, tiny_corpus):
-    path = write_config(tmp_path / "ok.yaml", tiny_config(tiny_corpus, tmp_path / "out"))
+def test_unknown_set_key_exits_2_naming_the_field(tmp_path, tiny_config):
+    path = write_config(tmp_path / "ok.yaml", tiny_config(tmp_path / "out"))
     assert_user_error(invoke("train", path, "--set", "train.learning_rate=0.1"), "--set",
                       "field 'train.learning_rate'", "unknown field")
 
@@ -77,48 +76,48 @@ def test_missing_config_and_bad_yaml_exit_2(tmp_path):
     assert_user_error(invoke("train", bad), "bad.yaml", "invalid YAML: line")
 
 
-def test_tsv_line_without_a_tab_names_file_and_line(tmp_path, tiny_corpus):
+def test_tsv_line_without_a_tab_names_file_and_line(tmp_path, write_lines, tiny_config):
     tsv = write_lines(tmp_path / "c.tsv", ["a\t1", "b\t2", "no tab here", "d\t4"])
-    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, tsv=tsv)), f"{tsv}:3:", "no tab")
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_config, tsv=tsv)), f"{tsv}:3:", "no tab")
 
 
-def test_invalid_utf8_names_file_and_line(tmp_path, tiny_corpus):
+def test_invalid_utf8_names_file_and_line(tmp_path, tiny_config):
     tsv = tmp_path / "c.tsv"
     tsv.write_bytes(b"a\t1\nb\xff\t2\n")
-    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, tsv=tsv)), f"{tsv}:2:",
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_config, tsv=tsv)), f"{tsv}:2:",
                       "invalid UTF-8")
 
 
-def test_blank_line_inside_the_corpus_names_file_and_line(tmp_path, tiny_corpus):
+def test_blank_line_inside_the_corpus_names_file_and_line(tmp_path, write_lines, tiny_config):
     tsv = write_lines(tmp_path / "c.tsv", ["a\t1", "", "c\t3"])
-    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, tsv=tsv)), f"{tsv}:2:", "every line needs a sentence")
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_config, tsv=tsv)), f"{tsv}:2:", "every line needs a sentence")
 
 
-def test_empty_side_names_file_and_line(tmp_path, tiny_corpus):
+def test_empty_side_names_file_and_line(tmp_path, write_lines, tiny_config):
     tsv = write_lines(tmp_path / "c.tsv", ["a\t1", "b\t "])
-    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, tsv=tsv)), f"{tsv}:2:", "empty target")
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_config, tsv=tsv)), f"{tsv}:2:", "empty target")
 
 
-def test_parallel_files_of_different_lengths_name_the_short_file_and_line(tmp_path, tiny_corpus):
+def test_parallel_files_of_different_lengths_name_the_short_file_and_line(tmp_path, write_lines, tiny_config):
     src = write_lines(tmp_path / "c.src", ["a", "b", "c"])
     tgt = write_lines(tmp_path / "c.tgt", ["1", "2"])
-    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, src=src, tgt=tgt)), f"{tgt}:2:",
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_config, src=src, tgt=tgt)), f"{tgt}:2:",
                       str(src), "same number of lines")
 
 
-def test_missing_and_corrupt_corpus_files(tmp_path, tiny_corpus):
-    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, tsv=tmp_path / "gone.tsv")),
+def test_missing_and_corrupt_corpus_files(tmp_path, tiny_config):
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_config, tsv=tmp_path / "gone.tsv")),
                       "gone.tsv", "no such file")
     broken = tmp_path / "c.tsv.gz"
     whole = gzip.compress("".join(f"s{i}\t{i * 7919 % 10007}\n" for i in range(3000)).encode())
     broken.write_bytes(whole[: len(whole) // 2])
-    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_corpus, tsv=broken)), str(broken), "cannot read")
+    assert_user_error(invoke("train", bad_corpus_config(tmp_path, tiny_config, tsv=broken)), str(broken), "cannot read")
 
 
-def test_reader_error_through_python_m_heed(tmp_path, tiny_corpus):
+def test_reader_error_through_python_m_heed(tmp_path, write_lines, tiny_config):
     """The real entry point, in a fresh process: one clean line on stderr, exit 2."""
     tsv = write_lines(tmp_path / "c.tsv", ["a\t1", "b\t2", "three"])
-    config = bad_corpus_config(tmp_path, tiny_corpus, tsv=tsv)
+    config = bad_corpus_config(tmp_path, tiny_config, tsv=tsv)
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.run([sys.executable, "-m", "heed", "train", str(config)], capture_output=True, text=True,
                           env=env, timeout=120)
@@ -132,7 +131,7 @@ def test_translate_a_missing_model_exits_2(tmp_path):
     assert_user_error(invoke("translate", tmp_path, input="x\n"), "not a heed model directory")
 
 
-def test_evaluate_with_misaligned_files_exits_2(trained_run, tmp_path):
+def test_evaluate_with_misaligned_files_exits_2(trained_run, tmp_path, write_lines):
     src = write_lines(tmp_path / "s.txt", ["a", "b"])
     ref = write_lines(tmp_path / "r.txt", ["1"])
     assert_user_error(invoke("evaluate", trained_run, "--src", src, "--ref", ref), f"{ref}:1:", "same number of lines")
@@ -144,14 +143,14 @@ def test_translate_input_that_is_not_utf8_names_the_line(trained_run, tmp_path):
     assert_user_error(invoke("translate", trained_run, "--input", bad), f"{bad}:2:", "invalid UTF-8")
 
 
-def test_interrupted_training_says_how_to_resume(tmp_path, tiny_corpus, monkeypatch):
+def test_interrupted_training_says_how_to_resume(tmp_path, monkeypatch, tiny_config):
     import heed.train
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(heed.train, "train", interrupted)
-    path = write_config(tmp_path / "ok.yaml", tiny_config(tiny_corpus, tmp_path / "out"))
+    path = write_config(tmp_path / "ok.yaml", tiny_config(tmp_path / "out"))
     result = invoke("train", path)
     assert result.exit_code == 130 and "Traceback" not in result.output
     assert f"heed train {path} --resume" in " ".join(result.stderr.split())
@@ -160,8 +159,8 @@ def test_interrupted_training_says_how_to_resume(tmp_path, tiny_corpus, monkeypa
 # --------------------------------------------------------------------------- round trip
 
 
-def test_train_translate_evaluate_round_trip(tmp_path, tiny_corpus):
-    path = write_config(tmp_path / "run.yaml", tiny_config(tiny_corpus, tmp_path / "ignored"))
+def test_train_translate_evaluate_round_trip(tmp_path, tiny_corpus, tiny_config):
+    path = write_config(tmp_path / "run.yaml", tiny_config(tmp_path / "ignored"))
     out = tmp_path / "run"
     result = invoke("train", path, "--output-dir", out, "--set", "train.epochs=1")
     assert result.exit_code == 0, result.output
@@ -197,7 +196,7 @@ def test_blank_input_lines_stay_blank(trained_run):
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]
 
 
-def test_demo_quick_runs_every_stage(tmp_path):
+def test_demo_quick_runs_every_stage(tmp_path, write_lines):
     out = tmp_path / "demo"
     result = invoke("demo", "--quick", "--output-dir", out, "--set", "data.dates.n_train=200",
                     "--set", "data.dates.n_dev=20", "--set", "data.dates.n_test=30",

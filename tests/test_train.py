@@ -3,7 +3,6 @@ import json
 import pytest
 import torch
 
-from conftest import tiny_config
 from heed.config import ScheduleConfig, config_from_dict
 from heed.data.corpus import Pair
 from heed.errors import ConfigError, HeedError
@@ -24,36 +23,32 @@ def without_timing(entries):
     return [{k: v for k, v in e.items() if k != "tok_per_s"} for e in entries]
 
 
-def config(corpus, output_dir, **train_options):
-    return config_from_dict(tiny_config(corpus, output_dir, **train_options))
-
-
 # ------------------------------------------------------------------------------------ resume
 
 
-def test_resume_after_max_steps_continues_the_identical_loss_sequence(tiny_corpus, tmp_path):
+def test_resume_after_max_steps_continues_the_identical_loss_sequence(tmp_path, make_config):
     common = {"epochs": 2, "log_every": 1, "eval_every": 7}
-    straight = train(config(tiny_corpus, tmp_path / "a", **common))
-    train(config(tiny_corpus, tmp_path / "b", **common, max_steps=5))  # stops mid-epoch
-    resumed = train(config(tiny_corpus, tmp_path / "b", **common), resume=True)
+    straight = train(make_config(tmp_path / "a", **common))
+    train(make_config(tmp_path / "b", **common, max_steps=5))  # stops mid-epoch
+    resumed = train(make_config(tmp_path / "b", **common), resume=True)
     assert resumed.steps == straight.steps > 5
     assert losses(tmp_path / "b") == losses(tmp_path / "a")
     assert [s for s, _ in losses(tmp_path / "a")] == list(range(1, straight.steps + 1))
 
 
-def test_resuming_with_no_steps_left_trains_nothing(tiny_corpus, tmp_path):
-    train(config(tiny_corpus, tmp_path / "a", max_steps=3, log_every=1))
-    again = train(config(tiny_corpus, tmp_path / "a", max_steps=3, log_every=1), resume=True)
+def test_resuming_with_no_steps_left_trains_nothing(tmp_path, make_config):
+    train(make_config(tmp_path / "a", max_steps=3, log_every=1))
+    again = train(make_config(tmp_path / "a", max_steps=3, log_every=1), resume=True)
     assert (again.steps, again.stop_reason) == (3, "max_steps")
     assert [s for s, _ in losses(tmp_path / "a")] == [1, 2, 3]
 
 
-def test_resume_after_an_interrupt_continues_the_identical_sequence(tiny_corpus, tmp_path, monkeypatch):
+def test_resume_after_an_interrupt_continues_the_identical_sequence(tmp_path, monkeypatch, make_config):
     """Ctrl-C path: stop between two evaluations, in the middle of a log window, with a plateau
     schedule that has already lowered the rate (its state must survive too)."""
     common = {"epochs": 3, "log_every": 2, "eval_every": 3, "lr": 0.02,
               "schedule": {"name": "plateau", "patience": 0, "factor": 0.5}}
-    straight = train(config(tiny_corpus, tmp_path / "a", **common))
+    straight = train(make_config(tmp_path / "a", **common))
 
     real_step = Trainer._step
 
@@ -63,26 +58,26 @@ def test_resume_after_an_interrupt_continues_the_identical_sequence(tiny_corpus,
             self.request_stop()
 
     monkeypatch.setattr(Trainer, "_step", step_then_interrupt)
-    stopped = train(config(tiny_corpus, tmp_path / "b", **common))
+    stopped = train(make_config(tmp_path / "b", **common))
     monkeypatch.undo()
     assert (stopped.stop_reason, stopped.steps) == ("interrupted", 8)
-    resumed = train(config(tiny_corpus, tmp_path / "b", **common), resume=True)
+    resumed = train(make_config(tmp_path / "b", **common), resume=True)
     assert resumed.steps == straight.steps
     assert losses(tmp_path / "b") == losses(tmp_path / "a")
     assert without_timing(records(tmp_path / "b", "dev")) == without_timing(records(tmp_path / "a", "dev"))
     assert len({r["lr"] for r in records(tmp_path / "a", "train")}) > 1  # the plateau did act
 
 
-def test_resume_needs_a_checkpoint_and_a_fresh_run_needs_an_unused_directory(tiny_corpus, tmp_path, trained_run):
+def test_resume_needs_a_checkpoint_and_a_fresh_run_needs_an_unused_directory(tmp_path, trained_run, make_config):
     with pytest.raises(HeedError, match="no checkpoint to resume from"):
-        train(config(tiny_corpus, tmp_path / "empty"), resume=True)
+        train(make_config(tmp_path / "empty"), resume=True)
     with pytest.raises(HeedError, match="holds a training run already; resume it with --resume"):
-        train(config(tiny_corpus, trained_run))
+        train(make_config(trained_run))
 
 
-def test_resume_with_another_model_is_refused(tiny_corpus, tmp_path):
-    train(config(tiny_corpus, tmp_path / "a", max_steps=2))
-    changed = config_from_dict(tiny_config(tiny_corpus, tmp_path / "a"), overrides=["model.hidden_size=32"])
+def test_resume_with_another_model_is_refused(tmp_path, make_config, tiny_config):
+    train(make_config(tmp_path / "a", max_steps=2))
+    changed = config_from_dict(tiny_config(tmp_path / "a"), overrides=["model.hidden_size=32"])
     with pytest.raises(ConfigError, match="field 'model.hidden_size': is 16 in the checkpoint .* but 32 now"):
         train(changed, resume=True)
 
@@ -90,18 +85,18 @@ def test_resume_with_another_model_is_refused(tiny_corpus, tmp_path):
 # ------------------------------------------------------------------------------- the run
 
 
-def test_training_leaves_the_global_rng_as_it_was(tiny_corpus, tmp_path):
+def test_training_leaves_the_global_rng_as_it_was(tmp_path, make_config):
     before = torch.get_rng_state()
     threads = torch.get_num_threads()
-    train(config(tiny_corpus, tmp_path / "a", max_steps=2))
+    train(make_config(tmp_path / "a", max_steps=2))
     assert torch.equal(torch.get_rng_state(), before)
     assert torch.get_num_threads() == threads
 
 
-def test_same_seed_same_losses_other_seed_other_losses(tiny_corpus, tmp_path):
-    train(config(tiny_corpus, tmp_path / "a", max_steps=3, log_every=1))
-    train(config(tiny_corpus, tmp_path / "b", max_steps=3, log_every=1))
-    train(config(tiny_corpus, tmp_path / "c", max_steps=3, log_every=1, seed=2))
+def test_same_seed_same_losses_other_seed_other_losses(tmp_path, make_config):
+    train(make_config(tmp_path / "a", max_steps=3, log_every=1))
+    train(make_config(tmp_path / "b", max_steps=3, log_every=1))
+    train(make_config(tmp_path / "c", max_steps=3, log_every=1, seed=2))
     assert losses(tmp_path / "a") == losses(tmp_path / "b") != losses(tmp_path / "c")
 
 
@@ -122,34 +117,34 @@ def test_loss_goes_down(trained_run):
     assert dev[-1]["loss"] < dev[0]["loss"]
 
 
-def test_early_stopping_target_stops_at_the_first_evaluation_reaching_it(tiny_corpus, tmp_path):
-    result = train(config(tiny_corpus, tmp_path / "a", epochs=5, eval_every=2,
+def test_early_stopping_target_stops_at_the_first_evaluation_reaching_it(tmp_path, make_config):
+    result = train(make_config(tmp_path / "a", epochs=5, eval_every=2,
                           early_stopping={"metric": "loss", "patience": None, "target": 1e9}))
     assert (result.stop_reason, result.steps) == ("target", 2)
     # a resumed finished run has nothing left to do
-    again = train(config(tiny_corpus, tmp_path / "a", epochs=5, eval_every=2,
+    again = train(make_config(tmp_path / "a", epochs=5, eval_every=2,
                          early_stopping={"metric": "loss", "patience": None, "target": 1e9}), resume=True)
     assert (again.stop_reason, again.steps) == ("target", 2)
 
 
-def test_patience_stops_after_that_many_evaluations_without_improvement(tiny_corpus, tmp_path):
-    result = train(config(tiny_corpus, tmp_path / "a", epochs=50, eval_every=1, lr=1e-9,
+def test_patience_stops_after_that_many_evaluations_without_improvement(tmp_path, make_config):
+    result = train(make_config(tmp_path / "a", epochs=50, eval_every=1, lr=1e-9,
                           early_stopping={"metric": "exact_match", "patience": 2}))
     assert result.stop_reason == "early_stopping"
     assert result.steps == result.best_step + 2
 
 
-def test_progress_lines_when_not_a_terminal(tiny_corpus, tmp_path):
+def test_progress_lines_when_not_a_terminal(tmp_path, make_config):
     from rich.console import Console
 
     console = Console(record=True, force_terminal=False, width=200)
-    train(config(tiny_corpus, tmp_path / "a", max_steps=4, log_every=2), console=console)
+    train(make_config(tmp_path / "a", max_steps=4, log_every=2), console=console)
     text = console.export_text()
     assert "step 2/4 | epoch" in text and "tok/s" in text and "step 4/4" in text
     assert "dev @ step 4" in text and "model:" in text
 
 
-def test_tensorboard_gets_the_same_scalars_when_installed(tiny_corpus, tmp_path, monkeypatch):
+def test_tensorboard_gets_the_same_scalars_when_installed(tmp_path, monkeypatch, make_config):
     import heed.train
 
     class FakeWriter:
@@ -164,7 +159,7 @@ def test_tensorboard_gets_the_same_scalars_when_installed(tiny_corpus, tmp_path,
 
     writer = FakeWriter()
     monkeypatch.setattr(heed.train, "_tensorboard_writer", lambda directory: writer)
-    train(config(tiny_corpus, tmp_path / "a", max_steps=2, log_every=1))
+    train(make_config(tmp_path / "a", max_steps=2, log_every=1))
     assert {("train/loss", 1), ("train/loss", 2), ("train/lr", 1), ("dev/bleu", 2), ("test/exact_match", 2)} <= set(
         writer.scalars)
     assert writer.closed
@@ -219,8 +214,8 @@ def test_split_holds_out_exact_counts_and_no_source_leaks_into_training():
         split_corpus(pairs, dev=30, test=10, seed=0)
 
 
-def test_codec_round_trip_and_unknown_characters(tiny_corpus, tmp_path):
-    cfg = config(tiny_corpus, tmp_path / "x")
+def test_codec_round_trip_and_unknown_characters(tmp_path, make_config):
+    cfg = make_config(tmp_path / "x")
     codec = Codec.build([Pair("ab c", "1-2"), Pair("ca", "2")], cfg.data)
     src_ids, tgt_ids = codec.encode_pairs([Pair("ab c", "1-2")])[0]
     assert len(src_ids) == 4 and codec.decode_tgt(tgt_ids) == (["1", "-", "2"], "1-2")
