@@ -47,7 +47,7 @@ def test_version():
     assert result.exit_code == 0 and result.stdout.startswith(f"heed {heed.__version__}")
 
 
-@pytest.mark.parametrize("command", [[], ["train"], ["translate"], ["evaluate"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["train"], ["translate"], ["evaluate"], ["attention"], ["demo"]])
 def test_help_on_every_command(command):
     result = invoke(*command, "--help")
     assert result.exit_code == 0 and "Usage:" in result.stdout
@@ -187,6 +187,14 @@ def test_train_translate_evaluate_round_trip(tmp_path, tiny_corpus, tiny_config)
     result = invoke("train", path, "--output-dir", out, "--set", "train.epochs=2", "--resume")
     assert result.exit_code == 0, result.output
     assert "resuming at step" in result.stderr
+
+
+def test_attention_command_draws_a_heatmap(trained_run, tmp_path):
+    figure = tmp_path / "a.svg"
+    result = invoke("attention", trained_run, "3 March 1998", "le 4 mai 2001", "--output", figure)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("3 March 1998\t") and figure.read_text(encoding="utf-8").startswith("<?xml")
+    assert_user_error(invoke("attention", trained_run, "x", "--output", tmp_path / "a.gif"), "a.gif", ".png")
 
 
 def test_blank_input_lines_stay_blank(trained_run):

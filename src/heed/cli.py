@@ -229,6 +229,33 @@ def evaluate(
     typer.echo(format_scores(score(outputs, [p.tgt for p in pairs])))
 
 
+# --------------------------------------------------------------------------------- attention
+
+
+@app.command()
+@friendly_errors
+def attention(
+    model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
+    sentences: List[str] = typer.Argument(..., help="Source sentences to translate and plot."),
+    output: Path = typer.Option(Path("attention.png"), "--output", "-o", help="Figure file: .png, .svg or .pdf."),
+    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: the model's decode config)."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+) -> None:
+    """Translate sentences and draw where the model looked: one attention heatmap per sentence."""
+    from heed.api import Translator
+    from heed.viz import attention_grid, save_figure
+
+    translations = Translator.load(model, device=device).translate(sentences, beam=beam)
+    items = [(*t.labels(), t.attention) for t in translations if t.attention is not None and t.src_tokens]
+    if not items:
+        raise HeedError("nothing to draw: the model has no attention, or every sentence is empty")
+    for sentence, t in zip(sentences, translations):
+        typer.echo(f"{sentence}\t{t.text}")
+    path = save_figure(attention_grid(items, titles=[s for s, t in zip(sentences, translations)
+                                                     if t.attention is not None and t.src_tokens]), output)
+    typer.echo(f"attention heatmap: {path}")
+
+
 # -------------------------------------------------------------------------------------- demo
 
 
