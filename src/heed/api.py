@@ -1,9 +1,9 @@
 """Translate with a trained model from Python:
 
-    >>> import heed
-    >>> t = heed.load("runs/demo")                      # a model dir, or a training output dir
-    >>> out = t.translate(["le 3 mars 1998", "1998년 3월 3일"], beam=5)
-    >>> out[0].text, out[0].attention.shape             # ('1998-03-03', (11, 15))
+    import heed
+    t = heed.load("runs/demo")                       # a model dir, or a training output dir
+    out = t.translate(["le 3 mars 1998", "1998년 3월 3일"], beam=5)
+    out[0].text, out[0].attention.shape              # ('1998-03-03', (11, 15))
 
 `Translation.attention` has one row per output token plus one for the end of sentence, and one
 column per source token plus one for the end-of-sentence marker the encoder reads:
@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from heed.checkpoint import load_model_dir
 from heed.config import Config
-from heed.data.vocab import SPECIALS, EOS
+from heed.data.vocab import EOS, SPECIALS
 from heed.errors import ConfigError
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec
