@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from heed.nn.attention import Attention, ScoreName
@@ -72,6 +73,27 @@ class _RNNDecoder(nn.Module):
         outputs, raw = self.rnn(inputs, as_raw(state))
         return outputs, as_state(raw)
 
+    def _step_rnn(self, inputs: Tensor, state: RNNState) -> tuple[Tensor, RNNState]:
+        """One time step: inputs (batch, in) -> top layer's output (batch, hidden), new state.
+
+        Runs the cell kernels over nn.LSTM/nn.GRU's own parameters (so checkpoints keep one layout):
+        a one-step call of the sequence module costs about twice as much on CPU, and the step loop
+        (input feeding, Bahdanau, search) is where decoding spends its time.
+        """
+        rnn = self.rnn
+        cell = torch.lstm_cell if isinstance(rnn, nn.LSTM) else torch.gru_cell
+        x, new_layers = inputs, []
+        for layer in range(rnn.num_layers):
+            if layer > 0 and rnn.dropout and self.training:
+                x = F.dropout(x, rnn.dropout, training=True)  # between layers, as nn.LSTM does
+            weights = [getattr(rnn, f"{name}_l{layer}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            hx = tuple(t[layer] for t in state)
+            out = cell(x, hx if len(hx) == 2 else hx[0], *weights)
+            out = as_state(out)
+            new_layers.append(out)
+            x = out[0]  # (batch, hidden)
+        return x, tuple(torch.stack(parts) for parts in zip(*new_layers))
+
     def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
         raise NotImplementedError
 
@@ -121,8 +143,8 @@ class LuongDecoder(_RNNDecoder):
         inputs = self.dropout(self.embedding(prev_tokens))  # (batch, embed)
         if self.input_feeding:
             inputs = torch.cat([inputs, state.feed], dim=-1)  # Luong §3.3: input feeding
-        outputs, rnn_state = self._run_rnn(inputs.unsqueeze(1), state.rnn)
-        h_tilde, weights = self._attentional(outputs[:, 0], enc, need_attention=True)  # (batch, hidden)
+        h, rnn_state = self._step_rnn(inputs, state.rnn)  # (batch, hidden)
+        h_tilde, weights = self._attentional(h, enc, need_attention=True)  # (batch, hidden)
         logits = self.generator(self.dropout(h_tilde))  # (batch, vocab)
         return DecoderStep(logits, DecoderState(rnn_state, h_tilde if self.input_feeding else None), weights)
 
@@ -156,8 +178,7 @@ class BahdanauDecoder(_RNNDecoder):
         embedded = self.dropout(self.embedding(prev_tokens))  # (batch, embed)
         query = state.rnn[0][-1]  # s_{t-1}: top layer's h (batch, hidden)
         context, weights = self.attention(query, enc.keys, enc.states, enc.mask)  # (batch, memory)
-        outputs, rnn_state = self._run_rnn(torch.cat([embedded, context], dim=-1).unsqueeze(1), state.rnn)
-        s_t = outputs[:, 0]  # (batch, hidden)
+        s_t, rnn_state = self._step_rnn(torch.cat([embedded, context], dim=-1), state.rnn)  # (batch, hidden)
         readout = torch.tanh(self.readout(torch.cat([s_t, context, embedded], dim=-1)))
         return DecoderStep(self.generator(self.dropout(readout)), DecoderState(rnn_state), weights)
 
@@ -183,8 +204,8 @@ class PlainDecoder(_RNNDecoder):
 
     def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
         inputs = torch.cat([self.dropout(self.embedding(prev_tokens)), self._summary(enc)], dim=-1)
-        outputs, rnn_state = self._run_rnn(inputs.unsqueeze(1), state.rnn)
-        return DecoderStep(self.generator(self.dropout(outputs[:, 0])), DecoderState(rnn_state), None)
+        s_t, rnn_state = self._step_rnn(inputs, state.rnn)  # (batch, hidden)
+        return DecoderStep(self.generator(self.dropout(s_t)), DecoderState(rnn_state), None)
 
     def forward(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                 need_attention: bool = True) -> DecoderOutput:
