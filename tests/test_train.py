@@ -36,6 +36,14 @@ def test_resume_after_max_steps_continues_the_identical_loss_sequence(tmp_path, 
     assert [s for s, _ in losses(tmp_path / "a")] == list(range(1, straight.steps + 1))
 
 
+def test_a_time_budget_stops_training_and_still_leaves_an_evaluated_model(tmp_path, make_config):
+    # A budget far below one step's time: the run stops after its first update, evaluates, saves.
+    result = train(make_config(tmp_path / "a", epochs=5, log_every=1, max_minutes=1e-9))
+    assert (result.steps, result.stop_reason) == (1, "max_minutes")
+    assert result.model_dir is not None and (result.model_dir / "model.safetensors").is_file()
+    assert [s for s, _ in losses(tmp_path / "a")] == [1]
+
+
 def test_resuming_with_no_steps_left_trains_nothing(tmp_path, make_config):
     train(make_config(tmp_path / "a", max_steps=3, log_every=1))
     again = train(make_config(tmp_path / "a", max_steps=3, log_every=1), resume=True)

@@ -176,6 +176,8 @@ class TrainConfig(_Strict):
     seed: int = 1
     epochs: int = Field(10, gt=0)
     max_steps: int | None = Field(None, gt=0, description="stop after this many updates (whichever comes first)")
+    max_minutes: float | None = Field(None, gt=0, description="stop once this run has trained this long "
+                                      "(wall clock, evaluations included; counted afresh on resume)")
     optimizer: Literal["adam"] = "adam"
     lr: float = Field(1e-3, gt=0.0)
     betas: tuple[float, float] = (0.9, 0.999)

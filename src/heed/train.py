@@ -50,7 +50,7 @@ from heed.search import DecodeConfig, search
 
 HIGHER_IS_BETTER = {"bleu": True, "exact_match": True, "loss": False}
 # Fields a resumed run may change; any other difference from the checkpoint's config is an error.
-RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.log_every", "train.device", "train.threads",
+RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.max_minutes", "train.log_every", "train.device", "train.threads",
                      "train.eval_every", "train.early_stopping.patience", "train.early_stopping.target",
                      "decode", "output_dir", "data.train", "data.dev", "data.test")
 
@@ -76,7 +76,7 @@ class TrainResult:
     metric: str
     best_value: float | None
     best_step: int | None
-    stop_reason: str  # "epochs" | "max_steps" | "early_stopping" | "target" | "interrupted" | "finished"
+    stop_reason: str  # "epochs" | "max_steps" | "max_minutes" | "early_stopping" | "target" | "interrupted" | "finished"
     last_dev: DevResult | None
     test: Scores | None
     seconds: float
@@ -449,6 +449,9 @@ class Trainer:
                            else state.step % cfg.train.eval_every == 0)
                     if cfg.train.max_steps is not None and state.step >= cfg.train.max_steps:
                         stop = "max_steps"
+                    if (cfg.train.max_minutes is not None
+                            and time.perf_counter() - run_start_time >= 60 * cfg.train.max_minutes):
+                        stop = "max_minutes"
                     if due or stop is not None:
                         last_dev, stop = self._evaluate_and_save(window, progress, stop)
                         evaluated_at = state.step
