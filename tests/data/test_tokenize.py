@@ -101,3 +101,31 @@ def test_loading_a_missing_or_different_model_is_an_error(tmp_path):
 def test_unknown_kind_is_rejected():
     with pytest.raises(ValueError, match="unknown tokenizer kind"):
         train_tokenizer("bytes", TEXTS)  # type: ignore[arg-type]
+
+
+def test_word_ids_of_word_and_char_tokens():
+    assert WordTokenizer().word_ids(["Va", "!"]) == [0, 1]
+    chars = CharTokenizer()
+    assert chars.word_ids(chars.tokenize("ab c")) == [0, 0, None, 1]  # "▁" belongs to no word
+    assert chars.word_ids([]) == []
+
+
+@pytest.mark.parametrize("kind", ["char", "word", "bpe", "unigram"])
+def test_word_ids_group_each_whitespace_word_s_tokens(kind):
+    tok = train_tokenizer(kind, TEXTS, vocab_size=60)
+    for text in [*TEXTS, "zebra quiz , ok"]:
+        tokens = tok.tokenize(text)
+        ids = tok.word_ids(tokens)
+        words = text.split()
+        assert [i for i in ids if i is not None] == sorted(i for i in ids if i is not None)  # in order
+        for w, word in enumerate(words):
+            pieces = [t for t, i in zip(tokens, ids) if i == w]
+            assert "".join(pieces).replace("▁", "") == word, (kind, text, tokens, ids)
+
+
+def test_sentencepiece_detokenizes_pieces_it_does_not_know():
+    # Unknown-word replacement puts source pieces, unknown to the target model, into the output.
+    tok = train_tokenizer("bpe", TEXTS, vocab_size=60)
+    assert tok.detokenize(["▁Zoltan", *tok.tokenize("sat on the mat")]) == "Zoltan sat on the mat"
+    assert tok.detokenize([*tok.tokenize("the cat"), "▁Zoltan", *tok.tokenize("sat")]) == "the cat Zoltan sat"
+    assert tok.detokenize([*tok.tokenize("the"), "Zol"]) == "theZol"  # a mid-word piece joins its word

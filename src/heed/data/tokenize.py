@@ -45,6 +45,11 @@ class Tokenizer(ABC):
     def detokenize(self, tokens: list[str]) -> str:
         """Inverse of `tokenize` for normalized text."""
 
+    def word_ids(self, tokens: list[str]) -> list[int | None]:
+        """For each token, the 0-based index of the whitespace word of the text it belongs to, or
+        None for a token that is only a word separator. The base case: one token per word."""
+        return list(range(len(tokens)))
+
     def save(self, directory: Path, name: str) -> None:
         """Write whatever files `to_spec()` alone cannot describe (none for char/word)."""
 
@@ -69,6 +74,20 @@ class CharTokenizer(Tokenizer):
 
     def detokenize(self, tokens: list[str]) -> str:
         return "".join(tokens).replace(SPACE, " ")
+
+    def word_ids(self, tokens: list[str]) -> list[int | None]:
+        """"▁" tokens separate words and belong to none: ["a", "▁", "b", "c"] -> [0, None, 1, 1]."""
+        ids: list[int | None] = []
+        word, in_word = -1, False
+        for token in tokens:
+            if token == SPACE:
+                ids.append(None)
+                in_word = False
+                continue
+            if not in_word:
+                word, in_word = word + 1, True
+            ids.append(word)
+        return ids
 
 
 class WordTokenizer(Tokenizer):
@@ -146,7 +165,25 @@ class SentencePieceTokenizer(Tokenizer):
         return self._sp.encode(text, out_type=str)
 
     def detokenize(self, tokens: list[str]) -> str:
-        return self._sp.decode_pieces(tokens)
+        # SentencePiece writes a piece it does not know (one copied from the source by unknown-word
+        # replacement, say "▁Zoltan") literally, "▁" and all, and strips the leading space only
+        # of a known piece: turn the marks of unknown pieces into spaces, the first one into nothing.
+        unk = self._sp.unk_id()
+        pieces = [p.replace(SPACE, " ") if self._sp.piece_to_id(p) == unk else p for p in tokens]
+        if pieces and pieces[0] != tokens[0]:
+            pieces[0] = pieces[0].removeprefix(" ")
+        return self._sp.decode_pieces(pieces)
+
+    def word_ids(self, tokens: list[str]) -> list[int | None]:
+        """A piece starting with "▁" starts a word, any other continues it:
+        ["▁the", "▁c", "at", "▁", ","] -> [0, 1, 1, 2, 2]."""
+        ids: list[int | None] = []
+        word = -1
+        for piece in tokens:
+            if piece.startswith(SPACE) or word < 0:
+                word += 1
+            ids.append(word)
+        return ids
 
     @property
     def num_pieces(self) -> int:
