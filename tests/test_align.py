@@ -15,6 +15,7 @@ from heed.align import (
     read_gold_alignments,
     replace_unknowns,
     to_pharaoh,
+    word_attention,
 )
 from heed.errors import DataError
 
@@ -132,3 +133,50 @@ def test_load_dictionary_error_names_file_and_line(tmp_path, bad):
     with pytest.raises(DataError) as err:
         load_dictionary(path)
     assert err.value.line == 2 and f"{path}:2:" in str(err.value)
+
+
+def test_replace_unknowns_keeps_a_piece_s_word_start_mark_out_of_the_dictionary():
+    # SentencePiece pieces: "▁Zoltan" starts a word; the dictionary is of words.
+    out = replace_unknowns(["▁le", "<unk>", "<unk>"], ["▁the", "▁Zoltan", "ich"], np.eye(3),
+                           dictionary={"Zoltan": "Zoltán", "ich": "ICH"})
+    assert out == ["▁le", "▁Zoltán", "ICH"]
+    assert replace_unknowns(["<unk>"], ["▁"], [[1.0]], dictionary={"": "x"}) == ["▁"]  # a char-level space
+
+
+def test_align_space_mark_is_the_tokenizers():
+    from heed import align
+    from heed.data.tokenize import SPACE
+
+    assert align.SPACE == SPACE
+
+
+def test_word_attention_sums_source_pieces_and_averages_target_pieces():
+    # source pieces  "▁new" "▁yor" "k" "</s>"  -> words new(0), york(1); </s> in no word
+    # target pieces  "▁nueva" "▁Yo" "rk"       -> words nueva(0), York(1)
+    weights = np.array([
+        [0.7, 0.1, 0.1, 0.1],
+        [0.1, 0.6, 0.2, 0.1],
+        [0.0, 0.2, 0.7, 0.1],
+    ])
+    words = word_attention(weights, [0, 1, 1, None], [0, 1, 1])
+    # nueva: [0.7, 0.1 + 0.1]; York: mean of [0.1, 0.6 + 0.2] and [0.0, 0.2 + 0.7] = [0.05, 0.85]
+    np.testing.assert_allclose(words, [[0.7, 0.2], [0.05, 0.85]])
+    assert hard_alignment(words) == [(0, 0), (1, 1)]
+
+
+def test_word_attention_lets_a_split_word_outweigh_one_sharper_piece():
+    # "▁a" gets 0.4; "▁b" "c" get 0.3 each: the word b holds 0.6 of the attention (max would pick a).
+    words = word_attention([[0.4, 0.3, 0.3]], [0, 1, 1], [0])
+    np.testing.assert_allclose(words, [[0.4, 0.6]])
+    assert hard_alignment(words) == [(1, 0)]
+
+
+def test_word_attention_drops_separators_and_keeps_word_tokens_as_they_are():
+    weights = np.array([[0.5, 0.2, 0.3], [0.1, 0.1, 0.8]])
+    # char tokens "a" "▁" "b": the space belongs to no word, its weight is dropped
+    np.testing.assert_allclose(word_attention(weights, [0, None, 1], [0, 1]), [[0.5, 0.3], [0.1, 0.8]])
+    # a target "▁" (None) gets no row
+    np.testing.assert_allclose(word_attention(weights, [0, 1, 2], [0, None]), weights[:1])
+    np.testing.assert_allclose(word_attention(weights, [0, 1, 2], [0, 1]), weights)  # word level: unchanged
+    with pytest.raises(ValueError, match="expected"):
+        word_attention(weights, [0, 1], [0, 1])

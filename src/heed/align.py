@@ -3,7 +3,8 @@
 Attention weights `(tgt_len, src_len)` are a soft alignment: row j says where output token j looked.
 This module turns them into hard links, reads and writes them in the Pharaoh format that aligners
 (GIZA++ symmetrised output, fast_align, eflomal) use, scores them against a gold standard with
-the alignment error rate, and uses them to replace `<unk>` outputs.
+the alignment error rate, and uses them to replace `<unk>` outputs. `word_attention` lifts
+subword or character attention to whitespace words, the unit gold alignments are written in.
 
 Pharaoh format: one sentence per line, links `i-j` separated by spaces, `i` the 0-based source
 position and `j` the 0-based target position (source first). Gold standards also mark links that
@@ -28,6 +29,10 @@ import numpy as np
 
 from heed.errors import DataError
 
+# "▁", SentencePiece's word-start mark and the char tokenizer's space: heed.data.tokenize.SPACE,
+# spelt out so that this module stays free of torch (heed.data imports it).
+SPACE = "\u2581"
+
 Link = tuple[int, int]  # (src_i, tgt_j), 0-based
 
 # One link token: `i-j`, `i-j-S`, `i-j-P`, `i?j` or `ipj`.
@@ -50,6 +55,41 @@ def weight_matrix(weights: Any, *, tgt_len: int | None = None, src_len: int | No
             f"{src_len} source tokens: expected (tgt_len, src_len) = ({tgt_len}, {src_len})"
         )
     return matrix
+
+
+def word_attention(
+    weights: Any, src_word_ids: Sequence[int | None], tgt_word_ids: Sequence[int | None]
+) -> np.ndarray:
+    """Token attention `(tgt_len, src_len)` -> word attention `(tgt_words, src_words)`.
+
+    `src_word_ids[i]` / `tgt_word_ids[j]`: the word token i / j belongs to, None for a token
+    that belongs to no word (the char tokenizer's "▁" between words, a </s>); see
+    `Tokenizer.word_ids`. Word counts are the largest id + 1.
+
+    - Over the source, the pieces of a word are **summed**: attention is a distribution over
+      positions, so the weight on a word is the probability of looking at any of its pieces, and
+      a word split in five pieces is not outvoted by a word kept whole (as with max it could be
+      by a single sharp piece, and as it would be by the mean).
+    - Over the target, a word's row is the **mean** of its pieces' rows, so a row stays a
+      distribution (sums to at most 1) whatever the word's piece count.
+
+    Weight on tokens with no word (e.g. the </s> column) is dropped, not spread: rows then sum
+    to less than 1. For word-level tokens (ids 0, 1, 2, ...) the matrix comes back unchanged.
+    """
+    matrix = weight_matrix(weights, tgt_len=len(tgt_word_ids), src_len=len(src_word_ids))
+    n_src = max((i for i in src_word_ids if i is not None), default=-1) + 1
+    n_tgt = max((j for j in tgt_word_ids if j is not None), default=-1) + 1
+    src_onehot = np.zeros((len(src_word_ids), n_src))  # (src_len, src_words)
+    for i, word in enumerate(src_word_ids):
+        if word is not None:
+            src_onehot[i, word] = 1.0
+    tgt_mean = np.zeros((n_tgt, len(tgt_word_ids)))  # (tgt_words, tgt_len)
+    for j, word in enumerate(tgt_word_ids):
+        if word is not None:
+            tgt_mean[word, j] = 1.0
+    pieces = tgt_mean.sum(axis=1, keepdims=True)  # (tgt_words, 1)
+    tgt_mean = np.divide(tgt_mean, pieces, out=np.zeros_like(tgt_mean), where=pieces > 0)
+    return tgt_mean @ matrix @ src_onehot  # (tgt_words, src_words)
 
 
 def hard_alignment(weights: Any) -> list[Link]:
@@ -183,16 +223,29 @@ def replace_unknowns(
 
     Luong et al. 2015b ("Addressing the rare word problem") and Jean et al. 2015: the source
     word is translated with `dictionary` when it has an entry, and copied as is otherwise
-    (right for names and numbers). `weights`: `(tgt_len, src_len)`, one row per output token.
-    Works on word-level tokens; subword pieces should be joined first.
+    (right for names and numbers). `weights`: `(tgt_len, src_len)`, one row per output token
+    and one column per source token (no </s> column: the end of sentence is nothing to copy).
+
+    Made for word-level tokens, and token for token right for the others too: an unknown
+    character is replaced by the source character it looked at, an unknown SentencePiece piece
+    by a source piece. A piece's word-start mark "▁" stays out of the dictionary look-up and
+    on the replacement ("▁Zoltan" -> "▁" + dictionary["Zoltan"]).
     """
     matrix = weight_matrix(weights, tgt_len=len(tgt_tokens), src_len=len(src_tokens))
     out = list(tgt_tokens)
     for j, token in enumerate(tgt_tokens):
         if token == unk:
-            source = src_tokens[int(matrix[j].argmax())]
-            out[j] = dictionary.get(source, source) if dictionary else source
+            out[j] = _lookup(src_tokens[int(matrix[j].argmax())], dictionary)
     return out
+
+
+def _lookup(source: str, dictionary: dict[str, str] | None) -> str:
+    """`source` translated by `dictionary` (keeping a leading "▁" word-start mark), else itself."""
+    if not dictionary:
+        return source
+    mark = SPACE if source.startswith(SPACE) and len(source) > 1 else ""
+    word = source[len(mark):]
+    return mark + dictionary[word] if word in dictionary else source
 
 
 def load_dictionary(path: str | Path) -> dict[str, str]:
