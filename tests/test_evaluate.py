@@ -1,7 +1,16 @@
 import pytest
 
 from heed.errors import HeedError
-from heed.evaluate import evaluate, exact_matches, format_scores
+from heed.evaluate import (
+    Bucket,
+    by_length,
+    default_buckets,
+    evaluate,
+    exact_matches,
+    format_scores,
+    parse_buckets,
+    source_lengths,
+)
 
 
 def test_identical_texts_score_100():
@@ -41,3 +50,76 @@ def test_different_counts_are_a_user_error():
         evaluate(["a", "b"], ["a"])
     with pytest.raises(HeedError, match="nothing to evaluate"):
         evaluate([], [])
+
+
+# ------------------------------------------------------------------------------- by length
+
+SHORT_1 = "the cat sat"  # 3 words
+SHORT_2 = "a dog ran in the park"  # 6 words
+LONG_1 = "one two three four five six seven eight nine ten eleven twelve"  # 12 words
+LONG_2 = "we walked along the river for a long time and then we went home"  # 14 words
+
+
+def test_by_length_scores_each_bucket_on_its_own_sentences():
+    srcs = [LONG_1, SHORT_1, LONG_2, SHORT_2]
+    refs = ["un deux trois quatre cinq six", "le chat", "nous avons marché", "un chien a couru"]
+    hyps = ["un deux trois quatre cinq six", "le chat", "quelque chose d'autre", "un chien a couru"]
+    short, long = by_length(srcs, hyps, refs, [Bucket(1, 10), Bucket(11, None)])
+    # 1-10: both short sentences, both translated exactly
+    assert (short.label, short.count, short.exact, short.exact_match) == ("1-10", 2, 2, 100.0)
+    assert short.bleu == pytest.approx(100.0) and short.chrf == pytest.approx(100.0)
+    # 11+: one of two exact; BLEU is the corpus BLEU of those two sentences alone
+    assert (long.label, long.count, long.exact, long.exact_match) == ("11+", 2, 1, 50.0)
+    alone = evaluate([hyps[0], hyps[2]], [refs[0], refs[2]])
+    assert long.bleu == pytest.approx(alone.bleu) and 0 < long.bleu < 100
+
+
+def test_by_length_leaves_out_empty_buckets_and_sentences_outside_all():
+    srcs, texts = [SHORT_1, SHORT_2, LONG_1], ["a", "b", "c"]
+    scores = by_length(srcs, texts, texts, [Bucket(1, 3), Bucket(4, 5), Bucket(6, 10)])
+    assert [(b.label, b.count) for b in scores] == [("1-3", 1), ("6-10", 1)]  # 4-5 empty; 12 words: nowhere
+
+
+def test_by_length_counts_characters_or_given_lengths():
+    srcs = ["ab c", "abcdefgh"]  # 4 and 8 characters (a space counts), 2 and 1 words
+    assert source_lengths(srcs, "words") == [2, 1] and source_lengths(srcs, "chars") == [4, 8]
+    scores = by_length(srcs, ["x", "y"], ["x", "z"], [Bucket(1, 5), Bucket(6, 10)], unit="chars")
+    assert [(b.label, b.exact) for b in scores] == [("1-5", 1), ("6-10", 0)]
+    scores = by_length(srcs, ["x", "y"], ["x", "z"], [Bucket(1, 5), Bucket(6, 10)], lengths=[7, 3])
+    assert [(b.label, b.exact) for b in scores] == [("1-5", 0), ("6-10", 1)]
+    with pytest.raises(HeedError, match="2 sources, 1 translations and 2 references"):
+        by_length(srcs, ["x"], ["x", "z"])
+
+
+def test_default_buckets_are_round_and_merge_a_thin_tail():
+    def labels(lengths):
+        return [b.label for b in default_buckets(lengths)]
+
+    assert labels([3] * 5 + [12] * 10 + [25] * 10 + [33] * 10 + [45] * 5) == ["1-10", "11-20", "21-30", "31-40", "41-50"]
+    assert labels(list(range(8, 31))) == ["6-10", "11-15", "16-20", "21-25", "26-30"]  # characters of dates
+    assert labels([1, 2, 3]) == ["1", "2", "3"]
+    # 48 and 33 are 3 of 93 sentences (< 5%): merged into an open last bucket, never into the first
+    assert labels([5] * 40 + [12] * 30 + [25] * 20 + [33] * 2 + [48]) == ["1-10", "11-20", "21+"]
+    assert labels([3, 45] + [5] * 100) == ["1-10", "11+"]
+    assert labels([0, 4, 9]) == ["0-2", "3-4", "5-6", "7-8", "9-10"]  # 0 (an empty source) joins 1-2
+    assert default_buckets([]) == []
+
+
+def test_parse_buckets_reads_inclusive_ranges():
+    assert parse_buckets("1-10, 11-20,21+") == [Bucket(1, 10), Bucket(11, 20), Bucket(21, None)]
+    assert parse_buckets("5,6-9") == [Bucket(5, 5), Bucket(6, 9)]
+    assert [b.label for b in parse_buckets("5,6-9,10+")] == ["5", "6-9", "10+"]
+    assert 10 in Bucket(1, 10) and 11 not in Bucket(1, 10) and 10**6 in Bucket(21, None)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("0-10,10-20", "overlap at 10: ranges include both ends"),
+    ("11-20,1-10", "overlap"),
+    ("1-10,20+,30-40", "must come last"),
+    ("10-1", "ends before it starts"),
+    ("1-10,x", "cannot read 'x'"),
+    ("", "cannot read ''"),
+])
+def test_parse_buckets_says_what_is_wrong(spec, message):
+    with pytest.raises(HeedError, match=message):
+        parse_buckets(spec)

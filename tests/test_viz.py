@@ -105,6 +105,19 @@ def test_length_plot_has_a_line_per_model_over_buckets_in_order():
     assert ax.get_ylabel() == "chrF"
 
 
+def test_length_plot_names_the_length_unit_and_starts_at_zero():
+    fig = viz.length_plot({"m": [("1-10", 30.0), ("11+", 20.0)]}, unit="words")
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "source length (words)"
+    assert ax.get_ylim()[0] == 0.0  # a 10-point gap looks like one
+
+
+def test_figure_format_checks_the_suffix_before_any_drawing():
+    assert [viz.figure_format(f"a{s}") for s in (".png", ".SVG", ".pdf")] == ["png", "svg", "pdf"]
+    with pytest.raises(HeedError, match=r"a\.gif: cannot save a figure as '\.gif'"):
+        viz.figure_format("a.gif")
+
+
 @pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<svg"), (".pdf", b"%PDF")])
 def test_save_figure_writes_the_format_of_the_suffix(tmp_path, suffix, magic):
     path = viz.save_figure(viz.attention_heatmap(SRC, TGT, diagonal(5, 5)), tmp_path / f"att{suffix}")

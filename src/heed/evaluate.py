@@ -1,4 +1,5 @@
-"""Corpus-level scores of detokenized translations: sacrebleu BLEU and chrF, and exact match.
+"""Corpus-level scores of detokenized translations: sacrebleu BLEU and chrF, and exact match,
+for a whole test set or per source-length bucket (`by_length`).
 
 Scores are computed on plain text (what a user reads), never on token ids, so they compare across
 tokenizers. BLEU uses sacrebleu's default 13a tokenization; the signature printed beside a score says
@@ -6,8 +7,10 @@ exactly how it was computed (Post 2018, "A Call for Clarity in Reporting BLEU Sc
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from sacrebleu.metrics import BLEU, CHRF
 
@@ -72,3 +75,133 @@ def format_scores(scores: Scores) -> str:
         f"chrF = {scores.chrf:.2f}   ({scores.chrf_signature})\n"
         f"exact match = {scores.exact_match:.2f}% ({scores.exact}/{scores.total})"
     )
+
+
+# ---------------------------------------------------------------------------- scores by length
+
+LengthUnit = Literal["words", "chars", "tokens"]
+NICE_WIDTHS = (1, 2, 5)  # bucket widths are these times a power of ten
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Source lengths `low` to `high`, both included; `high` None = no upper limit."""
+
+    low: int
+    high: int | None
+
+    @property
+    def label(self) -> str:
+        """"1-10", "7" (one length), or "31+" without an upper limit: the forms `parse_buckets` reads."""
+        if self.high is None:
+            return f"{self.low}+"
+        return str(self.low) if self.low == self.high else f"{self.low}-{self.high}"
+
+    def __contains__(self, length: int) -> bool:
+        return self.low <= length and (self.high is None or length <= self.high)
+
+
+@dataclass(frozen=True)
+class BucketScore:
+    """Scores of the sentences whose source length falls in one bucket; percentages (0-100)."""
+
+    label: str
+    count: int  # sentences in the bucket
+    bleu: float
+    chrf: float
+    exact_match: float
+    exact: int  # of them, hypotheses equal to their reference
+
+
+def source_lengths(srcs: Sequence[str], unit: Literal["words", "chars"] = "words") -> list[int]:
+    """Length of each source: whitespace-separated words, or characters (spaces included).
+    ("tokens", the model's own tokens, needs the model: count `Translation.src_tokens`.)"""
+    if unit == "words":
+        return [len(s.split()) for s in srcs]
+    if unit == "chars":
+        return [len(" ".join(s.split())) for s in srcs]
+    raise ValueError(f"unknown length unit {unit!r}; use 'words' or 'chars' (or pass lengths=)")
+
+
+def parse_buckets(spec: str) -> list[Bucket]:
+    """"1-10,11-20,21+" -> buckets. Ranges include both ends, come in increasing order and do
+    not overlap; "7" is the one length 7, "A+" (last only) has no upper limit. Raises HeedError
+    saying what is wrong."""
+    buckets: list[Bucket] = []
+    for part in (p.strip() for p in spec.split(",")):
+        m = re.fullmatch(r"(\d+)\s*(?:-\s*(\d+)|(\+))?", part)
+        if m is None:
+            raise HeedError(f"--buckets: cannot read {part!r}; write ranges like 1-10,11-20,21+ (both ends included)")
+        low = int(m.group(1))
+        high = None if m.group(3) else int(m.group(2)) if m.group(2) else low
+        if high is not None and high < low:
+            raise HeedError(f"--buckets: range {part!r} ends before it starts")
+        if buckets:
+            last = buckets[-1]
+            if last.high is None:
+                raise HeedError(f"--buckets: {last.label} has no upper limit, so it must come last")
+            if low <= last.high:
+                raise HeedError(f"--buckets: {last.label} and {part} overlap at {low}: ranges include both ends "
+                                f"(write e.g. 1-10,11-20), in increasing order")
+        buckets.append(Bucket(low, high))
+    return buckets
+
+
+def default_buckets(lengths: Sequence[int], *, max_buckets: int = 6, min_share: float = 0.05) -> list[Bucket]:
+    """Equal-width buckets over the lengths seen, the width a round number (1, 2, 5, 10, 20, ...)
+    giving at most `max_buckets`: word lengths 3..45 -> 1-10, 11-20, 21-30, 31-40, 41-50;
+    character lengths 8..30 -> 6-10, 11-15, ..., 26-30. Trailing buckets holding under `min_share`
+    of the sentences are merged into an open-ended last one ("31+"), so that the last score is
+    not that of two or three sentences (but never into the first: outliers stay visible).
+    A length of 0 joins the first bucket."""
+    if not lengths:
+        return []
+    lo, hi = min(lengths), max(lengths)
+    width = next(w * 10**p for p in range(12) for w in NICE_WIDTHS
+                 if _bucket_index(hi, w * 10**p) - _bucket_index(lo, w * 10**p) < max_buckets)
+    first, last = _bucket_index(lo, width), _bucket_index(hi, width)
+    buckets = [Bucket(k * width + 1, (k + 1) * width) for k in range(first, last + 1)]
+    if lo == 0:
+        buckets[0] = Bucket(0, buckets[0].high)
+    while len(buckets) > 2 and sum(n in buckets[-1] for n in lengths) < min_share * len(lengths):
+        buckets[-2:] = [Bucket(buckets[-2].low, None)]
+    return buckets
+
+
+def _bucket_index(length: int, width: int) -> int:
+    """Buckets of `width` are 1..width, width+1..2*width, ...; 0 goes with the first."""
+    return (max(length, 1) - 1) // width
+
+
+def by_length(
+    srcs: Sequence[str],
+    hyps: Sequence[str],
+    refs: Sequence[str],
+    buckets: Sequence[Bucket] | None = None,
+    *,
+    unit: Literal["words", "chars"] = "words",
+    lengths: Sequence[int] | None = None,
+) -> list[BucketScore]:
+    """BLEU, chrF and exact match of the sentences in each source-length bucket.
+
+    Length is that of the source `srcs[k]` in `unit`s (whitespace words by default), or
+    `lengths[k]` when given (e.g. the model's token counts). `buckets` default to
+    `default_buckets(lengths)`. A bucket's BLEU is a corpus BLEU over its sentences only.
+    Buckets no sentence falls in are left out, and so are sentences outside every bucket.
+    """
+    if not len(srcs) == len(hyps) == len(refs):
+        raise HeedError(f"{len(srcs)} sources, {len(hyps)} translations and {len(refs)} references; "
+                        "give one of each per line")
+    lengths = list(lengths) if lengths is not None else source_lengths(srcs, unit)
+    if len(lengths) != len(srcs):
+        raise ValueError(f"{len(lengths)} lengths for {len(srcs)} sentences")
+    if buckets is None:
+        buckets = default_buckets(lengths)
+    out = []
+    for bucket in buckets:
+        members = [k for k, n in enumerate(lengths) if n in bucket]
+        if not members:
+            continue
+        scores = evaluate([hyps[k] for k in members], [refs[k] for k in members])
+        out.append(BucketScore(bucket.label, len(members), scores.bleu, scores.chrf, scores.exact_match, scores.exact))
+    return out

@@ -38,6 +38,7 @@ __all__ = [
     "attention_grid",
     "attention_heatmap",
     "cjk_font",
+    "figure_format",
     "length_plot",
     "save_figure",
 ]
@@ -425,12 +426,14 @@ def attention_grid(
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
-def length_plot(table: dict[str, Sequence[tuple[str, float]]], *, metric: str = "BLEU") -> Figure:
+def length_plot(table: dict[str, Sequence[tuple[str, float]]], *, metric: str = "BLEU",
+                unit: str = "tokens") -> Figure:
     """Scores by sentence-length bucket, one line with markers per model.
 
     `table`: `{model_name: [(bucket_label, value), ...]}` as `heed.evaluate` makes it, e.g.
     `{"bahdanau": [("1-10", 31.2), ("11-20", 27.5)], ...}`. Buckets are drawn in the order they
-    first appear; a model without a score for a bucket leaves a gap there.
+    first appear; a model without a score for a bucket leaves a gap there. `unit` names what the
+    lengths count, on the x axis ("source length (words)").
     """
     if not table:
         raise ValueError("length_plot needs at least one model's scores")
@@ -458,8 +461,9 @@ def length_plot(table: dict[str, Sequence[tuple[str, float]]], *, metric: str = 
     else:
         ax.set_xticklabels(buckets, fontfamily=family, fontsize=9)
     ax.tick_params(axis="y", labelsize=9)
-    ax.set_xlabel("sentence length (tokens)", fontfamily=family)
+    ax.set_xlabel(f"source length ({unit})", fontfamily=family)
     ax.set_ylabel(metric, fontfamily=family)
+    ax.set_ylim(bottom=0)  # scores are 0-100: a gap between lines should look as big as it is
     ax.set_title(f"{metric} by sentence length", fontfamily=family)
     ax.grid(axis="y", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
@@ -471,6 +475,18 @@ def length_plot(table: dict[str, Sequence[tuple[str, float]]], *, metric: str = 
 # ---------------------------------------------------------------- saving
 
 
+def figure_format(path: str | Path) -> str:
+    """"png", "svg" or "pdf" from the suffix of `path`; HeedError for any other (so a command
+    can check its output path before it does the work)."""
+    path = Path(path)
+    fmt = SAVE_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise HeedError(
+            f"{path}: cannot save a figure as '{path.suffix or '(no suffix)'}'; use .png, .svg or .pdf"
+        )
+    return fmt
+
+
 def save_figure(fig: Figure, path: str | Path) -> Path:
     """Write `fig` as PNG (150 dpi), SVG or PDF, chosen by the suffix; returns the path.
 
@@ -479,11 +495,7 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     same bytes.
     """
     path = Path(path)
-    fmt = SAVE_FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise HeedError(
-            f"{path}: cannot save a figure as '{path.suffix or '(no suffix)'}'; use .png, .svg or .pdf"
-        )
+    fmt = figure_format(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     options: dict[str, Any] = {"format": fmt}
     if fmt == "png":
