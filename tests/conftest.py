@@ -74,3 +74,44 @@ def trained_run(make_config: Callable[..., Any], tmp_path_factory: pytest.TempPa
     output = tmp_path_factory.mktemp("run") / "out"
     train(make_config(output))
     return output
+
+
+GREETINGS = [("hello", "bonjour"), ("goodbye", "au revoir"), ("thanks", "merci")]
+VERBS = [("sleeps", "dort"), ("eats", "mange"), ("runs", "court"), ("sings", "chante")]
+NAMES = ["anna", "paul", "marie", "jean", "luc", "eva"]
+
+
+@pytest.fixture(scope="session")
+def word_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A training output directory of a tiny word-level model that has learnt to pass `<unk>`
+    through: "hello NAME sleeps" -> "bonjour NAME dort", where half the names occur once and so
+    (vocab.min_freq 2) are `<unk>` on both sides. Shared: copy it before changing anything inside."""
+    import random
+
+    from heed.config import config_from_dict
+    from heed.train import train
+
+    directory = tmp_path_factory.mktemp("words")
+    rng = random.Random(0)
+
+    def pairs(n: int, prefix: str) -> list[str]:
+        lines = []
+        for i in range(n):
+            (greet, greet_fr), (verb, verb_fr) = rng.choice(GREETINGS), rng.choice(VERBS)
+            name = rng.choice(NAMES) if rng.random() < 0.5 else f"{prefix}{i}"
+            lines.append(f"{greet} {name} {verb}\t{greet_fr} {name} {verb_fr}")
+        return lines
+
+    train_tsv = _write_lines(directory / "train.tsv", pairs(300, "x"))
+    dev_tsv = _write_lines(directory / "dev.tsv", pairs(20, "y"))
+    config = {
+        "data": {"train": {"tsv": str(train_tsv)}, "dev": {"tsv": str(dev_tsv)}, "batch_tokens": 300,
+                 "tokenizer": {"src": {"kind": "word"}, "tgt": {"kind": "word"}}, "vocab": {"min_freq": 2}},
+        "model": {"embed_size": 16, "hidden_size": 32, "input_feeding": False, "dropout": 0.0},
+        "train": {"epochs": 6, "lr": 0.02, "log_every": 50, "threads": 1,
+                  "early_stopping": {"metric": "loss", "patience": None}},
+        "decode": {"max_len_b": 8, "max_len_a": 0.0, "beam_size": 1},
+        "output_dir": str(directory / "out"),
+    }
+    train(config_from_dict(config))
+    return directory / "out"

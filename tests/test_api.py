@@ -1,0 +1,107 @@
+"""Translator: unknown-word replacement and forced alignments."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from heed.align import hard_alignment, word_attention
+from heed.api import Translator
+from heed.errors import HeedError
+
+
+@pytest.fixture(scope="module")
+def words(word_run) -> Translator:
+    torch.set_num_threads(1)
+    return Translator.load(word_run, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def chars(trained_run) -> Translator:
+    return Translator.load(trained_run, device="cpu")
+
+
+# ------------------------------------------------------------------------ unknown words
+
+
+def test_the_word_model_outputs_unk_for_a_name_it_never_saw(words):
+    (t,) = words.translate(["hello zoltan sleeps"])
+    assert t.tokens == ["bonjour", "<unk>", "dort"] and t.text == "bonjour <unk> dort"
+
+
+def test_replace_unk_copies_the_attended_source_word(words):
+    (plain,) = words.translate(["hello zoltan sleeps"])
+    (t,) = words.translate(["hello zoltan sleeps"], replace_unk=True)
+    j = plain.tokens.index("<unk>")
+    # the source word that output j attended to most (no </s> column), copied in its place
+    source = t.src_tokens[int(plain.attention[j, : len(plain.src_tokens)].argmax())]
+    assert source == "zoltan"
+    assert t.tokens == ["bonjour", "zoltan", "dort"] and t.text == "bonjour zoltan dort"
+    np.testing.assert_array_equal(t.attention, plain.attention)
+
+
+def test_replace_unk_translates_with_a_dictionary_mapping_or_file(words, tmp_path):
+    (t,) = words.translate(["hello zoltan sleeps"], replace_unk=True, dictionary={"zoltan": "Zoltán"})
+    assert t.text == "bonjour Zoltán dort"
+    lexicon = tmp_path / "lex.tsv"
+    lexicon.write_text("zoltan\tZoli\n", encoding="utf-8")
+    (t,) = words.translate(["hello zoltan sleeps"], dictionary=lexicon)  # a dictionary implies replace_unk
+    assert t.text == "bonjour Zoli dort"
+
+
+def test_replace_unk_leaves_known_words_alone(words):
+    plain = words.translate(["thanks anna sings", "hello zoltan sleeps"])
+    replaced = words.translate(["thanks anna sings", "hello zoltan sleeps"], replace_unk=True)
+    assert (replaced[0].text, replaced[0].tokens) == (plain[0].text, plain[0].tokens)
+    assert replaced[1].text != plain[1].text
+
+
+# --------------------------------------------------------------------------- alignments
+
+
+def test_forced_alignment_of_the_model_s_own_output_is_its_search_attention(words, chars):
+    """Teacher-forcing the greedy output reproduces the attention greedy search had, per word."""
+    for translator, sources in [(words, ["hello anna sleeps", "goodbye paul eats"]),
+                                (chars, ["3 March 1998", "le 4 mai 2001"])]:
+        outputs = translator.translate(sources, beam=1)
+        forced = translator.align(sources, [t.text for t in outputs])
+        for source, t, a in zip(sources, outputs, forced):
+            src_ids = translator.codec.src_tokenizer.word_ids(t.src_tokens)
+            tgt_ids = translator.codec.tgt_tokenizer.word_ids(t.tokens)
+            expected = word_attention(t.attention[: len(t.tokens), : len(t.src_tokens)], src_ids, tgt_ids)
+            np.testing.assert_allclose(a.attention, expected, atol=1e-5)
+            assert a.src_words == source.split() and a.tgt_words == t.text.split()
+
+
+def test_alignment_links_are_the_word_argmax_within_the_sentence(chars):
+    src = ["MARDI 5 DÉCEMBRE 1950", "25-01-1966", "Oct 2, 2012"]
+    tgt = ["1950 - 12 - 05", "1966-01-25", "2012 10 02"]
+    for a, s, t in zip(chars.align(src, tgt), src, tgt):
+        assert a.attention.shape == (len(t.split()), len(s.split()))
+        assert np.all(a.attention.sum(axis=1) <= 1 + 1e-5)  # what went to </s> is dropped
+        assert a.links == hard_alignment(a.attention)
+        assert [j for _, j in a.links] == list(range(len(t.split())))  # one link per target word
+        assert a.pharaoh() == " ".join(f"{i}-{j}" for i, j in a.links)
+
+
+def test_alignment_batching_and_order_change_nothing(chars):
+    src = ["1 May 2001", "MARDI 5 DÉCEMBRE 1950", "x", "25-01-1966"]
+    tgt = ["2001-05-01", "1950-12-05", "2000 01 01", "1966 01 25"]
+    together = chars.align(src, tgt, batch_size=3)
+    alone = [chars.align([s], [t])[0] for s, t in zip(src, tgt)]
+    for a, b in zip(together, alone):
+        assert a.links == b.links
+        np.testing.assert_allclose(a.attention, b.attention, atol=1e-5)
+
+
+def test_an_empty_side_aligns_to_nothing(chars):
+    a, b = chars.align(["", "3 May 2001"], ["2001-05-03", ""])
+    assert (a.links, a.attention.shape) == ([], (1, 0))
+    assert (b.links, b.attention.shape) == ([], (0, 3))
+
+
+def test_align_rejects_different_counts_and_single_strings(chars):
+    with pytest.raises(HeedError, match="2 source sentences but 1 translations"):
+        chars.align(["a", "b"], ["c"])
+    with pytest.raises(TypeError, match="lists of sentences"):
+        chars.align("a", "b")  # type: ignore[arg-type]
