@@ -1,4 +1,5 @@
-"""The `heed` command: a thin layer over heed.train, heed.api, heed.evaluate and heed.demo.
+"""The `heed` command: a thin layer over heed.train, heed.api, heed.evaluate, heed.align, heed.viz
+and heed.demo.
 
 Every user mistake (a HeedError, an unreadable file) is printed in a line or two on stderr, naming
 the file/line/field and what to do, with exit code 2 and no traceback.
@@ -6,20 +7,27 @@ the file/line/field and what to do, with exit code 2 and no traceback.
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import io
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, List, Optional, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, List, Optional, TextIO, TypeVar
 
 import typer
 from rich.console import Console
 
 import heed
 from heed.errors import DataError, HeedError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from heed.api import Translation
+    from heed.evaluate import Bucket, BucketScore
 
 app = typer.Typer(
     name="heed",
@@ -161,6 +169,11 @@ class _AtomicOutput:
             Path(self.tmp).unlink(missing_ok=True)
 
 
+REPLACE_UNK_HELP = ("Replace each <unk> in the output by the source token it attended to most "
+                    "(copied, or translated by --dictionary).")
+DICTIONARY_HELP = "A source<TAB>target word list for --replace-unk (implies it); first entry wins."
+
+
 @app.command()
 @friendly_errors
 def translate(
@@ -169,11 +182,15 @@ def translate(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write translations (default: stdout)."),
     beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: the model's decode config; 1 = greedy)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentences per batch."),
+    replace_unk: bool = typer.Option(False, "--replace-unk", help=REPLACE_UNK_HELP),
+    dictionary: Optional[Path] = typer.Option(None, "--dictionary", help=DICTIONARY_HELP),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
 ) -> None:
     """Translate sentences, one per line: stdin -> stdout, or --input/--output files."""
+    from heed.align import load_dictionary
     from heed.api import Translator
 
+    table = load_dictionary(dictionary) if dictionary is not None else None
     translator = Translator.load(model, device=device)
     name = str(input) if input is not None else "<stdin>"
     interactive = input is None and sys.stdin.isatty()
@@ -181,7 +198,8 @@ def translate(
 
     def run(source: Any, sink: TextIO) -> None:
         for chunk in _chunks(_read_lines(source, name), chunk_size):
-            for t in translator.translate(chunk, beam=beam, batch_size=batch_size):
+            for t in translator.translate(chunk, beam=beam, batch_size=batch_size, replace_unk=replace_unk,
+                                          dictionary=table):
                 sink.write(t.text + "\n")
             sink.flush()
 
@@ -204,6 +222,27 @@ def _stdin_bytes() -> Any:
 # ---------------------------------------------------------------------------------- evaluate
 
 
+class LengthUnit(str, enum.Enum):
+    words = "words"
+    chars = "chars"
+    tokens = "tokens"
+
+
+class PlotMetric(str, enum.Enum):
+    bleu = "bleu"
+    chrf = "chrf"
+    exact_match = "exact_match"
+
+
+METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "exact_match": "exact match (%)"}
+BUCKETS_HELP = ("Source-length buckets, both ends included, e.g. 1-10,11-20,21+ (default: about six "
+                "equal round-width buckets over the lengths seen; implies --by-length).")
+LENGTH_UNIT_HELP = ("What source length counts: whitespace words (default), characters, or the model's "
+                    "own tokens (implies --by-length).")
+PLOT_HELP = "Also draw the scores by length: .png, .svg or .pdf (implies --by-length)."
+PLOT_METRIC_HELP = "The score the plot shows."
+
+
 @app.command()
 @friendly_errors
 def evaluate(
@@ -213,20 +252,105 @@ def evaluate(
     beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: the model's decode config)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1),
     hyps: Optional[Path] = typer.Option(None, "--hyps", help="Also write the translations here."),
+    replace_unk: bool = typer.Option(False, "--replace-unk", help=REPLACE_UNK_HELP),
+    dictionary: Optional[Path] = typer.Option(None, "--dictionary", help=DICTIONARY_HELP),
+    by_length: bool = typer.Option(False, "--by-length", help="Also score each source-length bucket: a table "
+                                   "of sentences, BLEU, chrF and exact match per bucket."),
+    buckets: Optional[str] = typer.Option(None, "--buckets", metavar="RANGES", help=BUCKETS_HELP),
+    length_unit: Optional[LengthUnit] = typer.Option(None, "--length-unit", help=LENGTH_UNIT_HELP),
+    plot: Optional[Path] = typer.Option(None, "--plot", help=PLOT_HELP),
+    plot_metric: PlotMetric = typer.Option(PlotMetric.bleu, "--plot-metric", help=PLOT_METRIC_HELP),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
 ) -> None:
-    """Translate --src and score against --ref: BLEU and chrF (with sacrebleu signatures), exact match."""
+    """Translate --src and score against --ref: BLEU and chrF (with sacrebleu signatures), exact match;
+    with --by-length, also per source-length bucket."""
+    from heed.align import load_dictionary
     from heed.api import Translator
     from heed.data.corpus import read_parallel
     from heed.evaluate import evaluate as score, format_scores
 
+    bucket_list = _parse_buckets(buckets)
+    _check_figure_path(plot)
+    table = load_dictionary(dictionary) if dictionary is not None else None
     pairs = list(read_parallel(src, ref))
     translator = Translator.load(model, device=device)
-    outputs = [t.text for t in translator.translate([p.src for p in pairs], beam=beam, batch_size=batch_size)]
+    translations = translator.translate([p.src for p in pairs], beam=beam, batch_size=batch_size,
+                                        replace_unk=replace_unk, dictionary=table)
+    outputs = [t.text for t in translations]
     if hyps is not None:
         with _AtomicOutput(hyps) as sink:
             sink.writelines(h + "\n" for h in outputs)
     typer.echo(format_scores(score(outputs, [p.tgt for p in pairs])))
+    if by_length or buckets is not None or length_unit is not None or plot is not None:
+        unit = (length_unit or LengthUnit.words).value
+        results = _scores_by_length([p.src for p in pairs], {_model_names([model], None)[0]: outputs},
+                                    [p.tgt for p in pairs], bucket_list, unit, translations)
+        _show_by_length(results, unit, len(pairs), plot, plot_metric.value)
+
+
+def _parse_buckets(spec: Optional[str]) -> "Optional[list[Bucket]]":
+    from heed.evaluate import parse_buckets
+
+    return None if spec is None else parse_buckets(spec)
+
+
+def _check_figure_path(path: Optional[Path]) -> None:
+    """A wrong figure suffix is a user error before any translating, not after."""
+    from heed.viz import figure_format
+
+    if path is not None:
+        figure_format(path)
+
+
+def _scores_by_length(srcs: Sequence[str], outputs: dict[str, list[str]], refs: Sequence[str],
+                      buckets: "Optional[list[Bucket]]", unit: str,
+                      translations: "Sequence[Translation]") -> "dict[str, list[BucketScore]]":
+    """{model name: bucket scores}; every model's sentences fall in the same buckets. Token
+    lengths are those of `translations`' source tokens (one model's tokenizer)."""
+    from heed.evaluate import by_length, default_buckets, source_lengths
+
+    lengths = [len(t.src_tokens) for t in translations] if unit == "tokens" else source_lengths(srcs, unit)
+    buckets = buckets if buckets is not None else default_buckets(lengths)
+    return {name: by_length(srcs, hyps, refs, buckets, lengths=lengths) for name, hyps in outputs.items()}
+
+
+def _show_by_length(results: "dict[str, list[BucketScore]]", unit: str, total: int, plot: Optional[Path],
+                    metric: str) -> None:
+    """The by-length table on stdout, a row per bucket (and model, when there are several), and,
+    with `plot`, the figure."""
+    from rich.table import Table
+
+    first = next(iter(results.values()))
+    several = len(results) > 1
+    typer.echo("")
+    table = Table(title=f"scores by source length ({unit})", title_justify="left", box=None, pad_edge=False)
+    table.add_column(f"length ({unit})")
+    table.add_column("sentences", justify="right")
+    if several:
+        table.add_column("model")
+    for column in ("BLEU", "chrF", "exact match"):
+        table.add_column(column, justify="right")
+    for k, bucket in enumerate(first):
+        for m, (name, rows) in enumerate(results.items()):
+            b = rows[k]
+            lead = [bucket.label, str(bucket.count)] if m == 0 else ["", ""]
+            table.add_row(*lead, *([name] if several else []), f"{b.bleu:.2f}", f"{b.chrf:.2f}",
+                          f"{b.exact_match:.1f}% ({b.exact}/{b.count})")
+    _print_table(table)
+    outside = total - sum(b.count for b in first)
+    if outside:
+        typer.echo(f"{outside} of {total} sentences fall in no bucket and are left out of this table")
+    if plot is not None:
+        from heed.viz import length_plot, save_figure
+
+        series = {name: [(f"{b.label}\nn={b.count}", getattr(b, metric)) for b in rows]
+                  for name, rows in results.items()}
+        path = save_figure(length_plot(series, metric=METRIC_NAMES[metric], unit=unit), plot)
+        typer.echo(f"plot: {path}")
+
+
+def _print_table(table: "Table") -> None:
+    Console(highlight=False, soft_wrap=False).print(table)
 
 
 # --------------------------------------------------------------------------------- attention
@@ -245,6 +369,7 @@ def attention(
     from heed.api import Translator
     from heed.viz import attention_grid, save_figure
 
+    _check_figure_path(output)
     translations = Translator.load(model, device=device).translate(sentences, beam=beam)
     items = [(*t.labels(), t.attention) for t in translations if t.attention is not None and t.src_tokens]
     if not items:
@@ -254,6 +379,152 @@ def attention(
     path = save_figure(attention_grid(items, titles=[s for s, t in zip(sentences, translations)
                                                      if t.attention is not None and t.src_tokens]), output)
     typer.echo(f"attention heatmap: {path}")
+
+
+# ------------------------------------------------------------------------------------- align
+
+
+@app.command()
+@friendly_errors
+def align(
+    model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
+    src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
+    tgt: Path = typer.Option(..., "--tgt", help="Their translations, line-aligned with --src."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the alignments (default: stdout)."),
+    gold: Optional[Path] = typer.Option(None, "--gold", help="Gold alignments (Pharaoh; i-j or i-j-S sure, "
+                                        "i-j-P, i?j or ipj possible): print the alignment error rate."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+) -> None:
+    """Word-align --src with --tgt by the model's attention: each target word is linked to the source
+    word it attends to most while the model reads --tgt as its own output (forced decoding).
+
+    One Pharaoh line per sentence pair: "i-j" links, i a 0-based word of the source, j of the target,
+    words being the whitespace-separated words whatever the model's tokens (subword and character
+    attention is summed over each source word's pieces and averaged over each target word's). With
+    --gold the alignment error rate goes to stdout, or to stderr when the alignments do."""
+    from heed.api import Translator
+    from heed.data.corpus import read_parallel
+
+    pairs = list(read_parallel(src, tgt))
+    words = [(len(p.src.split()), len(p.tgt.split())) for p in pairs]
+    reference = _read_gold(gold, words, src, tgt) if gold is not None else None
+    alignments = Translator.load(model, device=device).align([p.src for p in pairs], [p.tgt for p in pairs],
+                                                            batch_size=batch_size)
+    lines = [a.pharaoh() + "\n" for a in alignments]
+    if output is None:
+        sys.stdout.writelines(lines)
+        sys.stdout.flush()
+    else:
+        with _AtomicOutput(output) as sink:
+            sink.writelines(lines)
+    if reference is not None:
+        from heed.align import alignment_error_rate
+
+        sure, possible = reference
+        hyp = [set(a.links) for a in alignments]
+        aer = alignment_error_rate(hyp, sure, possible)
+        line = (f"AER = {aer:.4f}   ({len(pairs)} sentences; {sum(map(len, hyp))} links against "
+                f"{sum(map(len, sure))} sure and {sum(len(p | s) for p, s in zip(possible, sure))} possible)")
+        typer.echo(line, err=output is None)  # stdout, unless it carries the alignments
+
+
+def _read_gold(path: Path, words: list[tuple[int, int]], src: Path, tgt: Path) -> tuple[list[set], list[set]]:
+    """(sure, possible) gold links, one set per sentence pair, checked against the pairs' word
+    counts `words[k] = (source words, target words)`. Empty lines past the last sentence are ignored."""
+    from heed.align import read_gold_alignments
+
+    sure, possible = read_gold_alignments(path)
+    while len(sure) > len(words) and not possible[-1]:
+        sure.pop()
+        possible.pop()
+    if len(sure) != len(words):
+        raise DataError(f"{len(sure)} alignment lines but {src} and {tgt} have {len(words)} sentences; "
+                        "give one line per sentence (an empty line for none)", path=path)
+    for number, (links, (n_src, n_tgt)) in enumerate(zip(possible, words), start=1):
+        for i, j in sorted(links | sure[number - 1]):
+            if i >= n_src or j >= n_tgt:
+                raise DataError(f"link {i}-{j} is outside the sentence pair ({n_src} source and {n_tgt} target "
+                                "words; positions are 0-based whitespace words of --src and --tgt)",
+                                path=path, line=number)
+    return sure, possible
+
+
+# ----------------------------------------------------------------------------------- compare
+
+
+@app.command()
+@friendly_errors
+def compare(
+    models: List[Path] = typer.Argument(..., help="Model directories (or training output directories) to compare."),
+    src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
+    ref: Path = typer.Option(..., "--ref", help="Reference translations, line-aligned with --src."),
+    names: Optional[str] = typer.Option(None, "--names", metavar="A,B,...",
+                                        help="One name per model for the table and plot (default: directory names)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the models' scores by length on one figure: "
+                                        ".png, .svg or .pdf."),
+    plot_metric: PlotMetric = typer.Option(PlotMetric.bleu, "--plot-metric", help=PLOT_METRIC_HELP),
+    buckets: Optional[str] = typer.Option(None, "--buckets", metavar="RANGES", help=BUCKETS_HELP.replace(
+        "; implies --by-length", "")),
+    length_unit: LengthUnit = typer.Option(LengthUnit.words, "--length-unit", help=(
+        "What source length counts: whitespace words, characters, or tokens (the first model's "
+        "source tokenizer).")),
+    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: each model's decode config)."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+) -> None:
+    """Translate the same test set with several models and compare them: BLEU, chrF and exact match
+    per model, then scores by source length side by side (and, with --plot, one line per model):
+    the figure where attention holds up on long sentences and a plain encoder-decoder falls away."""
+    from rich.table import Table
+
+    from heed.api import Translator
+    from heed.data.corpus import read_parallel
+    from heed.evaluate import evaluate as score
+
+    labels = _model_names(models, names)
+    bucket_list = _parse_buckets(buckets)
+    _check_figure_path(plot)
+    pairs = list(read_parallel(src, ref))
+    srcs, refs = [p.src for p in pairs], [p.tgt for p in pairs]
+    outputs: dict[str, list[str]] = {}
+    first_model: list[Translation] = []  # its source tokens are what --length-unit tokens counts
+    for label, path in zip(labels, models):
+        translations = Translator.load(path, device=device).translate(srcs, beam=beam, batch_size=batch_size)
+        outputs[label] = [t.text for t in translations]
+        first_model = first_model or translations
+
+    overall = {label: score(hyps, refs) for label, hyps in outputs.items()}
+    table = Table(title=f"{len(pairs)} sentences of {src}", title_justify="left", box=None, pad_edge=False)
+    for column in ("model", "BLEU", "chrF", "exact match"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for label, s in overall.items():
+        table.add_row(label, f"{s.bleu:.2f}", f"{s.chrf:.2f}", f"{s.exact_match:.1f}% ({s.exact}/{s.total})")
+    _print_table(table)
+    some = next(iter(overall.values()))
+    typer.echo(f"BLEU: {some.bleu_signature}\nchrF: {some.chrf_signature}")
+    results = _scores_by_length(srcs, outputs, refs, bucket_list, length_unit.value, first_model)
+    _show_by_length(results, length_unit.value, len(pairs), plot, plot_metric.value)
+
+
+def _model_names(models: Sequence[Path], names: Optional[str]) -> list[str]:
+    """--names split at commas, or each model's directory name (its parent's for a `model/`
+    inside a training output directory); the paths as given where those repeat."""
+    if names is not None:
+        given = [n.strip() for n in names.split(",")]
+        if len(given) != len(models) or not all(given):
+            raise HeedError(f"--names has {len(given)} name{'s' * (len(given) != 1)} for {len(models)} models; "
+                            "give one non-empty name per model, comma-separated")
+        if len(set(given)) != len(given):
+            raise HeedError(f"--names repeats a name ({names}); give each model its own")
+        return given
+
+    def short(path: Path) -> str:
+        path = path.absolute()
+        return path.parent.name if path.name == "model" and path.parent.name else path.name
+
+    derived = [short(p) for p in models]
+    return derived if len(set(derived)) == len(derived) else [str(p) for p in models]
 
 
 # -------------------------------------------------------------------------------------- demo
