@@ -105,3 +105,26 @@ def test_align_rejects_different_counts_and_single_strings(chars):
         chars.align(["a", "b"], ["c"])
     with pytest.raises(TypeError, match="lists of sentences"):
         chars.align("a", "b")  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def subwords(tiny_config, tmp_path_factory) -> Translator:
+    """A one-epoch dates model with BPE sources and unigram targets."""
+    from heed.config import config_from_dict
+    from heed.train import train
+
+    data = tiny_config(tmp_path_factory.mktemp("subwords") / "out", epochs=1)
+    data["data"]["tokenizer"] = {"src": {"kind": "bpe", "vocab_size": 80}, "tgt": {"kind": "unigram", "vocab_size": 30}}
+    train(config_from_dict(data))
+    return Translator.load(data["output_dir"], device="cpu")
+
+
+def test_subword_alignments_are_between_whitespace_words(subwords):
+    src = ["MARDI 5 DÉCEMBRE 1950", "le 4 mai 2001 Zürich"]  # "Zürich": characters never seen
+    tgt = ["1950 - 12 - 05", "2001 05 04 Zürich"]
+    for a, s, t in zip(subwords.align(src, tgt), src, tgt):
+        assert len(subwords.codec.src_tokens(s)) > len(s.split())  # the model reads pieces ...
+        assert (a.src_words, a.tgt_words) == (s.split(), t.split())  # ... links join words
+        assert a.attention.shape == (len(t.split()), len(s.split()))
+        assert [j for _, j in a.links] == list(range(len(t.split())))
+        assert all(0 <= i < len(s.split()) for i, _ in a.links)

@@ -161,6 +161,19 @@ def test_evaluate_by_length_with_buckets_in_characters(trained_run, tiny_corpus)
     assert "fall in no bucket and are left out" in result.stdout  # dates are longer than 12 characters
 
 
+def test_evaluate_by_length_in_the_model_s_tokens(trained_run, tiny_corpus):
+    result = invoke("evaluate", trained_run, "--src", tiny_corpus["test_src"], "--ref", tiny_corpus["test_ref"],
+                    "--length-unit", "tokens")
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines() if re.match(r"^\d+(-\d+|\+)?\s+\d+\s", line)]
+    assert "scores by source length (tokens)" in result.stdout
+    # characters, for this model: its lengths are those of the sources in characters
+    by_chars = invoke("evaluate", trained_run, "--src", tiny_corpus["test_src"], "--ref", tiny_corpus["test_ref"],
+                      "--length-unit", "chars")
+    assert rows == [line.split() for line in by_chars.stdout.splitlines()
+                    if re.match(r"^\d+(-\d+|\+)?\s+\d+\s", line)]
+
+
 @pytest.mark.parametrize("args, fragments", [
     (["--buckets", "1-10,10-20"], ["--buckets: 1-10 and 10-20 overlap at 10"]),
     (["--plot", "by_length.jpg"], ["by_length.jpg", "use .png, .svg or .pdf"]),
