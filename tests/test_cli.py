@@ -181,7 +181,7 @@ def test_train_translate_evaluate_round_trip(tmp_path, tiny_corpus, tiny_config)
                     "--hyps", tmp_path / "h2.txt")
     assert result.exit_code == 0, result.output
     assert "BLEU = " in result.stdout and "nrefs:1|case:mixed" in result.stdout
-    assert "chrF = " in result.stdout and f"exact match = " in result.stdout and f"/{n})" in result.stdout
+    assert "chrF = " in result.stdout and "exact match = " in result.stdout and f"/{n})" in result.stdout
     assert (tmp_path / "h2.txt").read_text(encoding="utf-8").splitlines() == from_file
 
     result = invoke("train", path, "--output-dir", out, "--set", "train.epochs=2", "--resume")

@@ -24,7 +24,14 @@ import numpy as np
 import torch
 from pydantic import ValidationError
 
-from heed.align import Link, hard_alignment, load_dictionary, replace_unknowns, to_pharaoh, word_attention
+from heed.align import (
+    Link,
+    hard_alignment,
+    load_dictionary,
+    replace_unknowns,
+    to_pharaoh,
+    word_attention,
+)
 from heed.checkpoint import load_model_dir
 from heed.config import Config
 from heed.data.batching import collate

@@ -42,8 +42,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 import heed
-from heed.config import Config, atomic_write_text, load_config, save_config
+from heed.config import Config, load_config, save_config
 from heed.errors import ConfigError, ModelDirError
+from heed.files import atomic_write_text, read_model_json
 from heed.nn.build import build_model
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec
@@ -175,12 +176,7 @@ def find_model_dir(path: str | os.PathLike[str]) -> Path:
 
 def read_meta(directory: Path) -> dict[str, Any]:
     path = directory / META_FILE
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelDirError(f"{path}: missing; not a heed model directory") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelDirError(f"{path}: not valid JSON ({e})") from None
+    meta = read_model_json(path)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
         raise ModelDirError(f"{path}: model format {meta.get('format') if isinstance(meta, dict) else '?'} "
                             f"is not this heed's format {FORMAT_VERSION}; use the heed version that wrote it "

@@ -10,9 +10,7 @@ import contextlib
 import enum
 import functools
 import io
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional, TextIO, TypeVar
@@ -22,6 +20,7 @@ from rich.console import Console
 
 import heed
 from heed.errors import DataError, HeedError
+from heed.files import atomic_open
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -149,26 +148,6 @@ def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-class _AtomicOutput:
-    """A text file written beside its target and renamed into place on success."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __enter__(self) -> TextIO:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        self.file = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
-        return self.file
-
-    def __exit__(self, exc_type: Any, *rest: Any) -> None:
-        self.file.close()
-        if exc_type is None:
-            os.replace(self.tmp, self.path)
-        else:
-            Path(self.tmp).unlink(missing_ok=True)
-
-
 REPLACE_UNK_HELP = ("Replace each <unk> in the output by the source token it attended to most "
                     "(copied, or translated by --dictionary).")
 DICTIONARY_HELP = "A source<TAB>target word list for --replace-unk (implies it); first entry wins."
@@ -207,7 +186,7 @@ def translate(
         if output is None:
             run(source, sys.stdout)
         else:
-            with _AtomicOutput(output) as sink:
+            with atomic_open(output) as sink:
                 run(source, sink)
 
 
@@ -267,7 +246,8 @@ def evaluate(
     from heed.align import load_dictionary
     from heed.api import Translator
     from heed.data.corpus import read_parallel
-    from heed.evaluate import evaluate as score, format_scores
+    from heed.evaluate import evaluate as score
+    from heed.evaluate import format_scores
 
     bucket_list = _parse_buckets(buckets)
     _check_figure_path(plot)
@@ -278,7 +258,7 @@ def evaluate(
                                         replace_unk=replace_unk, dictionary=table)
     outputs = [t.text for t in translations]
     if hyps is not None:
-        with _AtomicOutput(hyps) as sink:
+        with atomic_open(hyps) as sink:
             sink.writelines(h + "\n" for h in outputs)
     typer.echo(format_scores(score(outputs, [p.tgt for p in pairs])))
     if by_length or buckets is not None or length_unit is not None or plot is not None:
@@ -416,7 +396,7 @@ def align(
         sys.stdout.writelines(lines)
         sys.stdout.flush()
     else:
-        with _AtomicOutput(output) as sink:
+        with atomic_open(output) as sink:
             sink.writelines(lines)
     if reference is not None:
         from heed.align import alignment_error_rate

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import tempfile
 import types
 import typing
 from collections.abc import Sequence
@@ -21,9 +20,17 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from heed.errors import ConfigError
+from heed.files import atomic_write_text
 from heed.nn.build import ModelConfig
 from heed.search import DecodeConfig
 
@@ -299,21 +306,6 @@ def save_config(config: Config, path: str | os.PathLike[str]) -> None:
     header = "# heed resolved config: defaults filled in, overrides applied; paths relative to this file\n"
     text = header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     atomic_write_text(path, text)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to a temp file beside `path`, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ------------------------------------------------------------------------------------- helpers

@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from heed.config import DataConfig, atomic_write_text
+from heed.config import DataConfig
 from heed.data.corpus import Pair, load_pairs, normalize
 from heed.data.dates import generate_dates
 from heed.data.tokenize import Tokenizer, load_tokenizer, train_tokenizer
 from heed.data.vocab import Vocab
 from heed.errors import ConfigError, DataError, ModelDirError
+from heed.files import atomic_write_text, read_model_json
 
 Example = tuple[list[int], list[int]]
 TOKENIZERS_FILE = "tokenizers.json"
@@ -144,12 +145,7 @@ class Codec:
     def load(cls, directory: str | Path) -> "Codec":
         directory = Path(directory)
         path = directory / TOKENIZERS_FILE
-        try:
-            specs = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ModelDirError(f"{path}: missing; is {directory} a heed model directory?") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ModelDirError(f"{path}: not valid JSON ({e})") from None
+        specs = read_model_json(path)
         try:
             src_vocab = Vocab.load(directory / SRC_VOCAB_FILE)
             tgt_vocab = Vocab.load(directory / TGT_VOCAB_FILE)

@@ -32,17 +32,33 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
-from heed.checkpoint import (METRICS_FILE, WEIGHTS_FILE, Checkpoint, TrainerState, load_checkpoint, load_weights,
-                             resolve_dir, save_checkpoint, save_model_dir)
-from heed.config import Config, ScheduleConfig, atomic_write_text, config_to_dict
+from heed.checkpoint import (
+    METRICS_FILE,
+    WEIGHTS_FILE,
+    Checkpoint,
+    TrainerState,
+    load_checkpoint,
+    load_weights,
+    resolve_dir,
+    save_checkpoint,
+    save_model_dir,
+)
+from heed.config import Config, ScheduleConfig, config_to_dict
 from heed.data.batching import filter_by_length, sentence_batches, token_batches
 from heed.data.corpus import Pair
 from heed.data.vocab import PAD
 from heed.errors import ConfigError, HeedError
 from heed.evaluate import Scores, evaluate
+from heed.files import atomic_write_text
 from heed.nn.build import build_model
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec, Example, load_corpora

@@ -16,7 +16,6 @@ import contextlib
 import functools
 import math
 import os
-import secrets
 import unicodedata
 import warnings
 from collections.abc import Iterator, Sequence
@@ -32,6 +31,7 @@ from matplotlib.figure import Figure, FigureBase
 
 from heed.align import weight_matrix
 from heed.errors import HeedError
+from heed.files import atomic_open
 
 __all__ = [
     "MissingFontWarning",
@@ -504,14 +504,6 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
         options["metadata"] = {"Date": None}
     else:
         options["metadata"] = {"CreationDate": None}
-    # open(..., "xb") rather than mkstemp: the file gets the usual umask permissions, not 0600.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "xb") as f, _quiet_missing_glyphs():
-            fig.savefig(f, **options)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "wb") as f, _quiet_missing_glyphs():
+        fig.savefig(f, **options)
     return path

@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import os
 import random
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -37,6 +36,7 @@ from babel import Locale
 from babel.dates import parse_pattern, tokenize_pattern
 
 from heed.data.corpus import Pair, normalize
+from heed.files import atomic_open
 
 DATE_LANGUAGES: tuple[str, ...] = ("en", "fr", "de", "es", "ko")
 FIRST_DATE = date(1900, 1, 1)
@@ -279,14 +279,7 @@ def write_splits(splits: DateSplits, directory: str | os.PathLike[str]) -> dict[
     paths = {}
     for name, pairs in splits._asdict().items():
         path = directory / f"{name}.tsv"
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                for src, tgt in pairs:
-                    f.write(f"{src}\t{tgt}\n")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_open(path) as f:
+            f.writelines(f"{src}\t{tgt}\n" for src, tgt in pairs)
         paths[name] = path
     return paths

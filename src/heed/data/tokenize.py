@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any, Literal, get_args
 import sentencepiece as spm
 
 from heed.errors import ModelDirError
+from heed.files import atomic_write_bytes
 
 TokenizerKind = Literal["char", "word", "bpe", "unigram"]
 TOKENIZER_KINDS: tuple[str, ...] = get_args(TokenizerKind)
@@ -193,21 +192,12 @@ class SentencePieceTokenizer(Tokenizer):
     def save(self, directory: Path, name: str) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        _atomic_write_bytes(spm_model_path(directory, name), self.model)
+        atomic_write_bytes(spm_model_path(directory, name), self.model)
 
     def to_spec(self) -> dict[str, Any]:
         return {"kind": self.kind, "vocab_size": self.vocab_size, "sha256": hashlib.sha256(self.model).hexdigest()}
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], *, vocab_size: int = 8000) -> Tokenizer:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from heed.errors import DataError
+from heed.files import atomic_open
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS: tuple[str, ...] = ("<pad>", "<s>", "</s>", "<unk>")
@@ -113,17 +112,9 @@ class Vocab:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the token list as JSON (temp file + os.replace, so a crash leaves the old file)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self._tokens, f, ensure_ascii=False, indent=0)
-                f.write("\n")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_open(path) as f:
+            json.dump(self._tokens, f, ensure_ascii=False, indent=0)
+            f.write("\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Vocab:

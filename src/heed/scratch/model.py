@@ -22,7 +22,14 @@ import numpy as np
 
 from heed.scratch.attention import Attention, TimeAttention
 from heed.scratch.functions import lengths_to_mask
-from heed.scratch.layers import LSTM, SoftmaxWithLoss, Tanh, TimeAffine, TimeEmbedding, TimeLSTM
+from heed.scratch.layers import (
+    LSTM,
+    SoftmaxWithLoss,
+    Tanh,
+    TimeAffine,
+    TimeEmbedding,
+    TimeLSTM,
+)
 
 SCORES = ("dot", "general")
 
