@@ -20,7 +20,7 @@ def losses(output_dir):
 
 
 def without_timing(entries):
-    return [{k: v for k, v in e.items() if k != "tok_per_s"} for e in entries]
+    return [{k: v for k, v in e.items() if k not in ("tok_per_s", "time")} for e in entries]
 
 
 # ------------------------------------------------------------------------------------ resume
@@ -110,7 +110,7 @@ def test_same_seed_same_losses_other_seed_other_losses(tmp_path, make_config):
 
 def test_metrics_jsonl_has_train_dev_and_test_records(trained_run):
     train_records = records(trained_run, "train")
-    assert train_records and set(train_records[0]) >= {"step", "epoch", "loss", "lr", "tok_per_s"}
+    assert train_records and set(train_records[0]) >= {"step", "epoch", "loss", "lr", "tok_per_s", "time"}
     dev = records(trained_run, "dev")
     assert len(dev) == 2  # once per epoch by default
     assert set(dev[0]) >= {"step", "epoch", "loss", "bleu", "chrf", "exact_match", "best"}

@@ -227,12 +227,15 @@ class _Log:
             self.console.print(message, highlight=False)
 
     def record(self, entry: dict[str, Any]) -> None:
+        """One JSON line, stamped with the wall-clock `time` (Unix seconds) so durations (time per
+        epoch, time to a BLEU) can be read off the file, across resumes too."""
+        entry = {**entry, "time": round(time.time(), 3)}
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry, ensure_ascii=False) + "\n")
         if self.tensorboard is not None:
             prefix = entry["kind"]
             for key, value in entry.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "kind"):
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "kind", "time"):
                     self.tensorboard.add_scalar(f"{prefix}/{key}", value, entry["step"])
 
     def advance(self, step: int, epoch: float) -> None:
