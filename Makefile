@@ -20,5 +20,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The benchmarks that need nothing outside the repository (about 10 minutes on 2 cores); the
+# peer comparison needs ../shared: bash bench/compare/run.sh --peers-dir DIR --install
+bench: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python bench/attention_fused.py
+	OMP_NUM_THREADS=1 $(BIN)/python bench/decode_speed.py
+	$(BIN)/python bench/scratch_dates.py --epochs 10 --blas-threads 1 --stop-at 0.999
+
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
