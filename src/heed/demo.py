@@ -19,6 +19,7 @@ from rich.table import Table
 
 from heed.config import Config, load_config
 from heed.data.corpus import Pair
+from heed.data.dates import FIRST_DATE, LAST_DATE
 from heed.errors import HeedError
 
 DEMO_CONFIG = Path("configs") / "demo.yaml"
@@ -162,7 +163,9 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
         heatmap = save_figure(attention_grid(items, titles=titles), output_dir / "attention.png")
         console.print(f"attention heatmap: {heatmap}")
     seconds = time.perf_counter() - started
-    console.print(f"done in {seconds:.0f} s. Try:  heed translate {output_dir} <<< 'le 14 juillet 1789'\n"
-                  f"                 heed evaluate {output_dir} --src {data_dir / 'test.src'} "
-                  f"--ref {data_dir / 'test.ref'}")
+    first, last = FIRST_DATE.year, LAST_DATE.year
+    console.print(f"done in {seconds:.0f} s. The model knows dates from {first} to {last} "
+                  f"(the task's range). Try:\n"
+                  f"  heed translate {output_dir} <<< 'le 14 juillet 1989'\n"
+                  f"  heed evaluate {output_dir} --src {data_dir / 'test.src'} --ref {data_dir / 'test.ref'}")
     return DemoResult(output_dir, scores.exact_match, scores.total, seconds, heatmap)
