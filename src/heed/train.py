@@ -511,13 +511,13 @@ class Trainer:
         backward, clip, Adam."""
         cfg = self.config.train
         self.model.train()
+        tokens = batch.num_tgt_tokens  # read on the host, before the copy: no wait on the device
         batch = self._to_device(batch)
         lr = self.schedule.lr_at(self.state.step + 1)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with self._autocast():
             logits = self.model(batch.src, batch.src_lengths, batch.tgt_in, need_attention=False).logits
-        tokens = batch.num_tgt_tokens
         loss_sum = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1),
                                    ignore_index=PAD, label_smoothing=cfg.label_smoothing, reduction="sum")
         self.optimizer.zero_grad(set_to_none=True)
