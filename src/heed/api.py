@@ -181,7 +181,7 @@ class Translator:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         src_tokens = [self.codec.src_tokens(t) for t in src_texts]
-        tgt_tokens = [self.codec.tgt_tokenizer.tokenize(normalize(t)) for t in tgt_texts]
+        tgt_tokens = [self.codec.tgt_tokens(t) for t in tgt_texts]
         examples = [(self.codec.src_vocab.encode(s), self.codec.tgt_vocab.encode(t))
                     for s, t in zip(src_tokens, tgt_tokens)]
         todo = sorted((k for k, (s, t) in enumerate(examples) if s and t), key=lambda k: -len(examples[k][0]))

@@ -116,6 +116,9 @@ class Codec:
     def src_tokens(self, text: str) -> list[str]:
         return self.src_tokenizer.tokenize(normalize(text))
 
+    def tgt_tokens(self, text: str) -> list[str]:
+        return self.tgt_tokenizer.tokenize(normalize(text))
+
     def encode_src(self, text: str) -> list[int]:
         """A source sentence -> ids without specials (batching appends EOS)."""
         return self.src_vocab.encode(self.src_tokens(text))
