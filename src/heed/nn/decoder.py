@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from heed.nn.attention import Attention, ScoreName
 from heed.nn.encoder import RNN_CLASSES, EncoderOutput, RNNKind
+from heed.nn.feeding import InputFeedingLSTM
 from heed.nn.state import RNNState, as_raw, as_state, select_batch
 
 
@@ -151,6 +152,8 @@ class LuongDecoder(_RNNDecoder):
     def forward(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                 need_attention: bool = True) -> DecoderOutput:
         if self.input_feeding:  # h~_{t-1} feeds step t: a loop over time is inherent
+            if self.fusable(tgt_in):
+                return self.forward_fused(tgt_in, state, enc, need_attention=need_attention)
             return super().forward(tgt_in, state, enc, need_attention=need_attention)
         # Without input feeding the RNN never sees attention: run it over the whole target in one
         # call, then attend for all steps in one batched call.
@@ -158,6 +161,43 @@ class LuongDecoder(_RNNDecoder):
         outputs, _ = self._run_rnn(inputs, state.rnn)  # (batch, tgt_len, hidden)
         h_tilde, weights = self._attentional(outputs, enc, need_attention)  # (batch, tgt_len, hidden)
         return DecoderOutput(self.generator(self.dropout(h_tilde)), weights)
+
+    def fusable(self, tgt_in: Tensor) -> bool:
+        """Whether the teacher-forced pass can run as one hand-written autograd node
+        (heed.nn.feeding): input feeding, LSTM, a dot-product score, on the CPU. On CUDA the step
+        loop stays until the fused pass is measured there."""
+        return (self.input_feeding and isinstance(self.rnn, nn.LSTM) and not tgt_in.is_cuda
+                and self.attention.score in ("dot", "general", "scaled_dot"))
+
+    def forward_fused(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
+                      need_attention: bool = True) -> DecoderOutput:
+        """The input-feeding pass through InputFeedingLSTM: the same numbers as the step loop.
+        Under autocast its GEMMs run in the autocast dtype and everything else in float32."""
+        rnn, layers_n = self.rnn, self.rnn.num_layers
+        device = tgt_in.device.type
+        compute_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        dtype = rnn.weight_ih_l0.dtype
+        with torch.autocast(device, enabled=False):
+            embed = self.embedding.embedding_dim
+            w0 = rnn.weight_ih_l0  # (4H, embed + H) over [y_{t-1}; h~_{t-1}]
+            embedded = self.dropout(self.embedding(tgt_in)).transpose(0, 1)  # (T, B, embed)
+            gx = F.linear(embedded, w0[:, :embed], rnn.bias_ih_l0 + rnn.bias_hh_l0)  # (T, B, 4H)
+            layers = [torch.cat([w0[:, embed:], rnn.weight_hh_l0], dim=1)]
+            for k in range(1, layers_n):
+                layers += [torch.cat([getattr(rnn, f"weight_ih_l{k}"), getattr(rnn, f"weight_hh_l{k}")], dim=1),
+                           getattr(rnn, f"bias_ih_l{k}") + getattr(rnn, f"bias_hh_l{k}")]
+            drop = None
+            if self.training and rnn.dropout and layers_n > 1:  # between layers, as nn.LSTM does
+                keep = 1.0 - rnn.dropout
+                drop = gx.new_empty(layers_n - 1, *gx.shape[:2], self.hidden_size).bernoulli_(keep).div_(keep)
+            keys = enc.keys.to(dtype)
+            scale = keys.size(-1) ** -0.5 if self.attention.score == "scaled_dot" else 1.0
+            h0, c0 = (t.to(dtype) for t in state.rnn)
+            h_tilde, weights = InputFeedingLSTM.apply(
+                gx, h0, c0, state.feed.to(dtype), keys, enc.states.to(dtype), ~enc.mask, self.combine.weight,
+                drop, scale, compute_dtype, *layers)
+        logits = self.generator(self.dropout(h_tilde.transpose(0, 1)))  # (B, T, vocab)
+        return DecoderOutput(logits, weights.transpose(0, 1) if need_attention else None)
 
 
 class BahdanauDecoder(_RNNDecoder):
