@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 import torch
@@ -171,6 +172,29 @@ def test_tensorboard_gets_the_same_scalars_when_installed(tmp_path, monkeypatch,
     assert {("train/loss", 1), ("train/loss", 2), ("train/lr", 1), ("dev/bleu", 2), ("test/exact_match", 2)} <= set(
         writer.scalars)
     assert writer.closed
+
+
+def test_bf16_on_the_cpu_runs_the_model_under_autocast(tmp_path, make_config, monkeypatch):
+    from rich.console import Console
+
+    seen = []
+    original = Trainer._step
+
+    def spy(self, batch, window):
+        seen.append((torch.is_autocast_enabled("cpu"), self.model.encoder.embedding.weight.dtype))
+        with self._autocast():
+            seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return original(self, batch, window)
+
+    monkeypatch.setattr(Trainer, "_step", spy)
+    console = Console(record=True, force_terminal=False, width=200)
+    result = train(make_config(tmp_path / "a", max_steps=3, log_every=1, bf16=True, device="cpu"), console=console)
+    assert result.steps == 3
+    assert seen[:2] == [(False, torch.float32), (True, torch.bfloat16)]  # float32 weights, bf16 inside
+    assert "(bf16 autocast)" in console.export_text()
+    assert all(math.isfinite(loss) for _, loss in losses(tmp_path / "a"))
+    plain = train(make_config(tmp_path / "b", max_steps=3, log_every=1, device="cpu"))
+    assert plain.steps == 3 and losses(tmp_path / "b") != losses(tmp_path / "a")
 
 
 def test_cuda_requested_without_cuda_is_a_config_error():

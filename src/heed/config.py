@@ -196,7 +196,7 @@ class TrainConfig(_Strict):
     eval_every: int | None = Field(None, gt=0, description="evaluate every N updates; null = once per epoch")
     log_every: int = Field(50, gt=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    bf16: bool | None = Field(None, description="bf16 autocast; null = on when training on CUDA")
+    bf16: bool | None = Field(None, description="bf16 autocast, float32 weights; null = on CUDA GPUs with bf16")
     threads: int | None = Field(None, gt=0, description="torch CPU threads; null = torch's default")
 
 
