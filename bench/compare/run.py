@@ -248,6 +248,22 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
         what = "greedy" if beam == 1 else f"beam {beam}"
         row(f"{metric}, {what} (test, {n_test:,})", lambda r, k=f"beam{beam}": _num(r["quality"][k], ".1f"))
     row("load before training (1/5/15 min)", lambda r: r["train"]["loadavg"])
+    peers = [r for r in results if r["status"] == "ok" and not r["key"].startswith("heed")]
+
+    def versus_peers(label: str, value) -> None:
+        """heed's figure divided by the best peer's, in heed's columns."""
+        try:
+            best = max(value(r) for r in peers)
+        except (KeyError, TypeError, ValueError):
+            return
+        row(label, lambda r: f"**{value(r) / best:.2f}×**" if r["key"].startswith("heed") else "")
+
+    if peers:
+        versus_peers("train: tokens/s ÷ the fastest peer's", lambda r: r["train"]["tok_per_s"])
+        for beam, batch, _ in decode_plan(args):
+            what = "greedy" if beam == 1 else f"beam {beam}"
+            versus_peers(f"decode {what}, batch {batch}: ÷ the fastest peer's",
+                         lambda r, k=f"beam{beam}_batch{batch}": r["decode"][k]["sent_per_s"])
 
     lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
@@ -299,6 +315,9 @@ def report(results: list[dict], floor: dict | None, info: dict, args: argparse.N
         "on dates (Joey adds a bridge layer). OpenNMT-py and fairseq round vocabularies up to a multiple of 8; heed "
         "does not, so on dates it has one target row fewer (15 vs 16: 64 + 129 = 193 parameters) and the same "
         "architecture.",
+        "- \"heed, bf16 training\": the same heed run with `train.bf16: true` (autocast: float32 weights, bf16 "
+        "matrix products, which CPUs with AMX run several times faster). Every other system, and heed's own "
+        "column, trains in float32; every system decodes in float32.",
     ]
     for r in results:
         if r["status"] != "ok":
