@@ -22,7 +22,8 @@ LSTM decoder of 128 and the output projection + cross-entropy:
 With `--heed-tok-per-s` (heed's training throughput from a real run, target tokens/s), heed's
 trainer step time is also printed as a multiple of the floor; bench/compare passes it, and the
 same for every peer.
-Medians over `--steps` timed steps after 10 warm-up steps, cycling over the batches.
+Means over `--steps` timed steps after 10 warm-up steps, cycling over the batches (means, as a
+trainer's tokens/s is one: the source length, and so the step time, varies from batch to batch).
 """
 from __future__ import annotations
 
@@ -183,7 +184,7 @@ class HeedModel(nn.Module):
 
 
 def time_steps(model: nn.Module, batches: list[dict[str, Tensor]], *, steps: int, update: bool) -> float:
-    """Median seconds of one step (forward + backward, and with `update` zero_grad + clip + Adam)."""
+    """Mean seconds of one step (forward + backward, and with `update` zero_grad + clip + Adam)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3) if update else None
     times = []
     for k in range(10 + steps):
@@ -199,7 +200,7 @@ def time_steps(model: nn.Module, batches: list[dict[str, Tensor]], *, steps: int
             optimizer.step()
         if k >= 10:
             times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.mean(times)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"threads": args.threads, "lengths": source, "batch": BATCH, "tokens_per_step": tokens_per_step,
               "floor_s": floor, "floor_update_s": floor_update, "bare_model_s": bare, "heed_model_s": heed}
     print(f"floor on {torch.get_num_threads()} thread(s), batch {BATCH}, lengths from {source}, "
-          f"{tokens_per_step:.0f} target tokens per step; medians of {args.steps} steps")
+          f"{tokens_per_step:.0f} target tokens per step; means of {args.steps} steps")
     rows = [("floor: bare LSTMs fwd+bwd", floor), ("floor + zero_grad/clip/Adam", floor_update),
             ("bare model (attention, input feeding) full step", bare), ("heed model, full step, outside trainer", heed)]
     if args.heed_tok_per_s:

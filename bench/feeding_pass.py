@@ -1,0 +1,98 @@
+"""Before/after for the training step of an input-feeding Luong model: autograd through the step
+loop against the hand-written pass (heed.nn.feeding), each in float32 and under bf16 autocast,
+plus Adam's step with and without `fused=True`.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/feeding_pass.py [--data DIR] [--steps 40] [--threads 1]
+
+The model and batches are bench/floor.py's (the dates model of bench/compare: embed 64,
+biLSTM 64+64, LSTM decoder 128, general attention, batch 128; lengths from DIR/train.* when
+given). A step is forward + loss + backward + clip + Adam; means over `--steps` steps after 10
+warm-up steps (a trainer's tokens/s is a mean too, and source lengths vary from batch to batch),
+the four variants interleaved batch by batch so that load on a shared machine falls on all alike.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import floor  # noqa: E402  (bench/floor.py: the model and batches)
+
+from heed.nn.decoder import _RNNDecoder  # noqa: E402
+
+
+def step(model, optimizer, batch, *, fused: bool, bf16: bool) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        enc = model.encode(batch["src"], batch["src_lengths"])
+        state = model.init_state(enc)
+        if fused:
+            out = model.decoder.forward_fused(batch["tgt_in"], state, enc, need_attention=False)
+        else:
+            out = _RNNDecoder.forward(model.decoder, batch["tgt_in"], state, enc, need_attention=False)
+    logits = out.logits.float()
+    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1), ignore_index=0,
+                           reduction="sum") / batch["tokens"]
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+    optimizer.step()
+
+
+def adam_ms(model, *, fused: bool, steps: int) -> float:
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused)
+    times = []
+    for k in range(10 + steps):
+        start = time.perf_counter()
+        optimizer.step()
+        if k >= 10:
+            times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, help="folder with train.src/train.tgt (lengths, vocab)")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    if args.data:
+        src_lens, tgt_lens, src_vocab, tgt_vocab = floor.file_lengths(args.data)
+    else:
+        (src_lens, tgt_lens), src_vocab, tgt_vocab = floor.builtin_lengths(20000, 0), 37, 15
+    batches = floor.make_batches(src_lens, tgt_lens, src_vocab=src_vocab, tgt_vocab=tgt_vocab, n_batches=20, seed=42)
+    tokens = statistics.mean(b["tokens"] for b in batches)
+
+    variants = {(fused, bf16): [] for fused in (False, True) for bf16 in (False, True)}
+    runs = {key: floor.HeedModel(src_vocab, tgt_vocab).model for key in variants}
+    optimizers = {key: torch.optim.Adam(m.parameters(), lr=1e-3, fused=True) for key, m in runs.items()}
+    for k in range(10 + args.steps):
+        for (fused, bf16), times in variants.items():
+            start = time.perf_counter()
+            step(runs[fused, bf16], optimizers[fused, bf16], batches[k % len(batches)], fused=fused, bf16=bf16)
+            if k >= 10:
+                times.append(time.perf_counter() - start)
+
+    print(f"{torch.get_num_threads()} thread(s), batch {floor.BATCH}, {tokens:.0f} target tokens per step; "
+          f"means of {args.steps} steps")
+    base = statistics.mean(variants[False, False])
+    for (fused, bf16), times in variants.items():
+        ms = 1e3 * statistics.mean(times)
+        print(f"  {'hand-written pass' if fused else 'autograd step loop':<20} {'bf16 autocast' if bf16 else 'float32':<14}"
+              f"{ms:7.1f} ms  {tokens / ms * 1e3:8,.0f} tok/s  {base * 1e3 / ms:5.2f}x")
+    model = floor.HeedModel(src_vocab, tgt_vocab).model
+    print(f"  Adam step alone: {adam_ms(model, fused=False, steps=args.steps):.2f} ms (foreach), "
+          f"{adam_ms(model, fused=True, steps=args.steps):.2f} ms (fused=True)")
+
+
+if __name__ == "__main__":
+    main()
