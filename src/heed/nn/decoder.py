@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from heed.nn.attention import Attention, ScoreName
 from heed.nn.encoder import RNN_CLASSES, EncoderOutput, RNNKind
-from heed.nn.feeding import InputFeedingLSTM
+from heed.nn.feeding import InputFeedingLSTM, gate_order
 from heed.nn.state import RNNState, as_raw, as_state, select_batch
 
 
@@ -179,13 +179,20 @@ class LuongDecoder(_RNNDecoder):
         dtype = rnn.weight_ih_l0.dtype
         with torch.autocast(device, enabled=False):
             embed = self.embedding.embedding_dim
-            w0 = rnn.weight_ih_l0  # (4H, embed + H) over [y_{t-1}; h~_{t-1}]
+            order = gate_order(self.hidden_size, tgt_in.device)  # rows (i, f, g, o) -> (o, i, f, g)
+
+            def weights(k: int) -> tuple[Tensor, Tensor]:  # layer k: W_ih, W_hh, b_ih + b_hh in that order
+                w_ih, w_hh = getattr(rnn, f"weight_ih_l{k}"), getattr(rnn, f"weight_hh_l{k}")
+                bias = getattr(rnn, f"bias_ih_l{k}") + getattr(rnn, f"bias_hh_l{k}")
+                return w_ih[order], w_hh[order], bias[order]
+
+            w_ih, w_hh, bias = weights(0)  # w_ih (4H, embed + H) over [y_{t-1}; h~_{t-1}]
             embedded = self.dropout(self.embedding(tgt_in)).transpose(0, 1)  # (T, B, embed)
-            gx = F.linear(embedded, w0[:, :embed], rnn.bias_ih_l0 + rnn.bias_hh_l0)  # (T, B, 4H)
-            layers = [torch.cat([w0[:, embed:], rnn.weight_hh_l0], dim=1)]
+            gx = F.linear(embedded, w_ih[:, :embed], bias)  # (T, B, 4H)
+            layers = [torch.cat([w_ih[:, embed:], w_hh], dim=1)]
             for k in range(1, layers_n):
-                layers += [torch.cat([getattr(rnn, f"weight_ih_l{k}"), getattr(rnn, f"weight_hh_l{k}")], dim=1),
-                           getattr(rnn, f"bias_ih_l{k}") + getattr(rnn, f"bias_hh_l{k}")]
+                w_ih, w_hh, bias = weights(k)
+                layers += [torch.cat([w_ih, w_hh], dim=1), bias]
             drop = None
             if self.training and rnn.dropout and layers_n > 1:  # between layers, as nn.LSTM does
                 keep = 1.0 - rnn.dropout
