@@ -1,6 +1,6 @@
 """Before/after for the training step of an input-feeding Luong model: autograd through the step
 loop against the hand-written pass (heed.nn.feeding), each in float32 and under bf16 autocast,
-plus Adam's step with and without `fused=True`.
+plus Adam's step with and without `fused=True`, and the recurrent GEMM alone in float32 and bf16.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/feeding_pass.py [--data DIR] [--steps 40] [--threads 1]
 
@@ -57,6 +57,17 @@ def adam_ms(model, *, fused: bool, steps: int) -> float:
     return 1e3 * statistics.median(times)
 
 
+def gemm_us(m: int, k: int, n: int, dtype: torch.dtype, calls: int = 300) -> float:
+    """Mean microseconds of one (m, k) @ (k, n) product."""
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    for _ in range(30):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(calls):
+        a @ b
+    return 1e6 * (time.perf_counter() - start) / calls
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, help="folder with train.src/train.tgt (lengths, vocab)")
@@ -89,6 +100,10 @@ def main() -> None:
         ms = 1e3 * statistics.mean(times)
         print(f"  {'hand-written pass' if fused else 'autograd step loop':<20} {'bf16 autocast' if bf16 else 'float32':<14}"
               f"{ms:7.1f} ms  {tokens / ms * 1e3:8,.0f} tok/s  {base * 1e3 / ms:5.2f}x")
+    for shape in ((128, 256, 512), (320, 256, 512)):  # the recurrent product: training batch, beam 5 x 64
+        fp32, bf16 = gemm_us(*shape, torch.float32), gemm_us(*shape, torch.bfloat16)
+        print(f"  GEMM {shape[0]}x{shape[1]} @ {shape[1]}x{shape[2]}: {fp32:.0f} us float32, {bf16:.0f} us bf16 "
+              f"({fp32 / bf16:.1f}x)")
     model = floor.HeedModel(src_vocab, tgt_vocab).model
     print(f"  Adam step alone: {adam_ms(model, fused=False, steps=args.steps):.2f} ms (foreach), "
           f"{adam_ms(model, fused=True, steps=args.steps):.2f} ms (fused=True)")

@@ -6,7 +6,8 @@
 Three things are timed on the same batches (batch 128, dates lengths: with `--data DIR`, the
 lengths of DIR/train.src and DIR/train.tgt from /work/shared/bench/peers/make_data.py, else the
 same length mix built in), all with embed 64, a bidirectional LSTM encoder of 64 per direction, an
-LSTM decoder of 128 and the output projection + cross-entropy:
+LSTM decoder of 128 (other sizes: --embed E --hidden H, the encoder H/2 per direction) and the output
+projection + cross-entropy:
 
 1. floor        bare PyTorch, forward + backward only: the encoder biLSTM over the padded source
                 (no packing), the decoder LSTM over the whole target in one call (no attention,
@@ -41,7 +42,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 PAD, BOS, EOS = 0, 1, 2
 BATCH = 128
-EMBED, ENC_HALF, HIDDEN = 64, 64, 128
+EMBED, HIDDEN = 64, 128  # the dates sizes; --embed/--hidden for others (encoder: HIDDEN // 2 per direction)
 
 
 # ----------------------------------------------------------------------------------- batches
@@ -109,17 +110,17 @@ def make_batches(src_lens: list[int], tgt_lens: list[int], *, src_vocab: int, tg
 class FloorModel(nn.Module):
     """Only the unavoidable work: two cuDNN-style whole-sequence LSTMs, a projection, the loss."""
 
-    def __init__(self, src_vocab: int, tgt_vocab: int) -> None:
+    def __init__(self, src_vocab: int, tgt_vocab: int, embed: int = EMBED, hidden: int = HIDDEN) -> None:
         super().__init__()
-        self.src_embed = nn.Embedding(src_vocab, EMBED, padding_idx=PAD)
-        self.encoder = nn.LSTM(EMBED, ENC_HALF, batch_first=True, bidirectional=True)
-        self.tgt_embed = nn.Embedding(tgt_vocab, EMBED, padding_idx=PAD)
-        self.decoder = nn.LSTM(EMBED, HIDDEN, batch_first=True)
-        self.out = nn.Linear(HIDDEN, tgt_vocab)
+        self.src_embed = nn.Embedding(src_vocab, embed, padding_idx=PAD)
+        self.encoder = nn.LSTM(embed, hidden // 2, batch_first=True, bidirectional=True)
+        self.tgt_embed = nn.Embedding(tgt_vocab, embed, padding_idx=PAD)
+        self.decoder = nn.LSTM(embed, hidden, batch_first=True)
+        self.out = nn.Linear(hidden, tgt_vocab)
 
     def loss(self, b: dict[str, Tensor]) -> Tensor:
-        _, (h, c) = self.encoder(self.src_embed(b["src"]))  # h, c: (2, batch, 64)
-        h0 = torch.cat([h[0], h[1]], -1).unsqueeze(0)  # (1, batch, 128)
+        _, (h, c) = self.encoder(self.src_embed(b["src"]))  # h, c: (2, batch, hidden / 2)
+        h0 = torch.cat([h[0], h[1]], -1).unsqueeze(0)  # (1, batch, hidden)
         c0 = torch.cat([c[0], c[1]], -1).unsqueeze(0)
         states, _ = self.decoder(self.tgt_embed(b["tgt_in"]), (h0, c0))  # (batch, tgt_len, 128)
         logits = self.out(states)  # (batch, tgt_len, vocab)
@@ -131,15 +132,16 @@ class BareModel(nn.Module):
     """The benchmarked model in bare PyTorch: packed biLSTM encoder, LSTMCell decoder with input
     feeding and Luong general attention, h~ = tanh(W_c [h; c]) (Luong et al. 2015, eq. 5)."""
 
-    def __init__(self, src_vocab: int, tgt_vocab: int) -> None:
+    def __init__(self, src_vocab: int, tgt_vocab: int, embed: int = EMBED, hidden: int = HIDDEN) -> None:
         super().__init__()
-        self.src_embed = nn.Embedding(src_vocab, EMBED, padding_idx=PAD)
-        self.encoder = nn.LSTM(EMBED, ENC_HALF, batch_first=True, bidirectional=True)
-        self.tgt_embed = nn.Embedding(tgt_vocab, EMBED, padding_idx=PAD)
-        self.cell = nn.LSTMCell(EMBED + HIDDEN, HIDDEN)
-        self.w_a = nn.Linear(HIDDEN, HIDDEN, bias=False)
-        self.w_c = nn.Linear(2 * HIDDEN, HIDDEN, bias=False)
-        self.out = nn.Linear(HIDDEN, tgt_vocab)
+        self.hidden = hidden
+        self.src_embed = nn.Embedding(src_vocab, embed, padding_idx=PAD)
+        self.encoder = nn.LSTM(embed, hidden // 2, batch_first=True, bidirectional=True)
+        self.tgt_embed = nn.Embedding(tgt_vocab, embed, padding_idx=PAD)
+        self.cell = nn.LSTMCell(embed + hidden, hidden)
+        self.w_a = nn.Linear(hidden, hidden, bias=False)
+        self.w_c = nn.Linear(2 * hidden, hidden, bias=False)
+        self.out = nn.Linear(hidden, tgt_vocab)
 
     def loss(self, b: dict[str, Tensor]) -> Tensor:
         src, lengths = b["src"], b["src_lengths"]
@@ -149,7 +151,7 @@ class BareModel(nn.Module):
         keys = self.w_a(memory)  # (batch, src_len, 128)
         pad = src == PAD  # (batch, src_len)
         h, c = torch.cat([h[0], h[1]], -1), torch.cat([c[0], c[1]], -1)  # (batch, 128)
-        feed = memory.new_zeros(src.size(0), HIDDEN)
+        feed = memory.new_zeros(src.size(0), self.hidden)
         embedded = self.tgt_embed(b["tgt_in"])  # (batch, tgt_len, 64)
         outputs = []
         for t in range(embedded.size(1)):
@@ -166,12 +168,12 @@ class BareModel(nn.Module):
 class HeedModel(nn.Module):
     """heed's Seq2Seq for the same config, with the loss heed's trainer computes."""
 
-    def __init__(self, src_vocab: int, tgt_vocab: int) -> None:
+    def __init__(self, src_vocab: int, tgt_vocab: int, embed: int = EMBED, hidden: int = HIDDEN) -> None:
         super().__init__()
         from heed.nn.build import ModelConfig, build_model
 
-        cfg = ModelConfig(decoder="luong", attention="general", input_feeding=True, rnn="lstm", embed_size=EMBED,
-                          hidden_size=HIDDEN, bidirectional=True, bridge="copy", dropout=0.0)
+        cfg = ModelConfig(decoder="luong", attention="general", input_feeding=True, rnn="lstm", embed_size=embed,
+                          hidden_size=hidden, bidirectional=True, bridge="copy", dropout=0.0)
         self.model = build_model(cfg, src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab)
 
     def loss(self, b: dict[str, Tensor]) -> Tensor:
@@ -209,6 +211,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1, as in bench/compare)")
     p.add_argument("--steps", type=int, default=60, help="timed steps per measurement (after 10 warm-up)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--embed", type=int, default=EMBED, help=f"embedding size (default {EMBED}, the dates model)")
+    p.add_argument("--hidden", type=int, default=HIDDEN, help=f"decoder hidden size (default {HIDDEN})")
     p.add_argument("--heed-tok-per-s", type=float, help="heed's training target tokens/s from a real run")
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args(argv)
@@ -224,14 +228,16 @@ def main(argv: list[str] | None = None) -> dict:
     batches = make_batches(src_lens, tgt_lens, src_vocab=src_vocab, tgt_vocab=tgt_vocab, n_batches=20, seed=args.seed)
     tokens_per_step = statistics.mean(b["tokens"] for b in batches)
 
-    floor = time_steps(FloorModel(src_vocab, tgt_vocab), batches, steps=args.steps, update=False)
-    floor_update = time_steps(FloorModel(src_vocab, tgt_vocab), batches, steps=args.steps, update=True)
-    bare = time_steps(BareModel(src_vocab, tgt_vocab), batches, steps=args.steps, update=True)
-    heed = time_steps(HeedModel(src_vocab, tgt_vocab), batches, steps=args.steps, update=True)
+    floor = time_steps(FloorModel(src_vocab, tgt_vocab, args.embed, args.hidden), batches, steps=args.steps, update=False)
+    floor_update = time_steps(FloorModel(src_vocab, tgt_vocab, args.embed, args.hidden), batches, steps=args.steps, update=True)
+    bare = time_steps(BareModel(src_vocab, tgt_vocab, args.embed, args.hidden), batches, steps=args.steps, update=True)
+    heed = time_steps(HeedModel(src_vocab, tgt_vocab, args.embed, args.hidden), batches, steps=args.steps, update=True)
 
-    result = {"threads": args.threads, "lengths": source, "batch": BATCH, "tokens_per_step": tokens_per_step,
+    result = {"threads": args.threads, "lengths": source, "batch": BATCH, "embed": args.embed, "hidden": args.hidden,
+              "tokens_per_step": tokens_per_step,
               "floor_s": floor, "floor_update_s": floor_update, "bare_model_s": bare, "heed_model_s": heed}
-    print(f"floor on {torch.get_num_threads()} thread(s), batch {BATCH}, lengths from {source}, "
+    print(f"floor on {torch.get_num_threads()} thread(s), batch {BATCH}, embed {args.embed}, hidden {args.hidden}, "
+          f"lengths from {source}, "
           f"{tokens_per_step:.0f} target tokens per step; means of {args.steps} steps")
     rows = [("floor: bare LSTMs fwd+bwd", floor), ("floor + zero_grad/clip/Adam", floor_update),
             ("bare model (attention, input feeding) full step", bare), ("heed model, full step, outside trainer", heed)]

@@ -49,6 +49,7 @@ class Dates:
     marker = "compare"
     metric = "exact match %"
     max_len = 20
+    embed, hidden = 64, 128  # the issue's dates model (and the peers' shared configs)
     source: Path | None = None  # unused; the shared make_data.py makes the corpus
 
     def describe(self) -> str:
@@ -93,6 +94,7 @@ class Multi30k:
     marker = "compare-multi30k"
     metric = "BLEU"
     max_len = 60
+    embed, hidden = 256, 256  # the issue's Multi30k model; the peers' shared configs are resized to it
 
     def describe(self) -> str:
         return (f"Multi30k de→en from {self.source} (29,000 train pairs; val, 1,014 pairs, as dev and test), one "

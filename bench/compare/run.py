@@ -186,7 +186,8 @@ def _reason(e: Exception) -> str:
 def run_floor(bench: Bench, heed_tok_per_s: float | None) -> dict | None:
     out = bench.work / "floor.json"
     cmd = [str(bench.heed_python), str(REPO / "bench" / "floor.py"), "--data", str(bench.data), "--threads",
-           str(bench.threads), "--json", str(out)]
+           str(bench.threads), "--json", str(out), "--embed", str(bench.dataset.embed), "--hidden",
+           str(bench.dataset.hidden)]
     if heed_tok_per_s:
         cmd += ["--heed-tok-per-s", f"{heed_tok_per_s:.1f}"]
     say(f"\n== floor  (load {loadavg()})")
@@ -279,7 +280,8 @@ def report(results: list[dict], floor: dict | None, info: dict, args: argparse.N
            f"(`OMP_NUM_THREADS={info['threads']}`, heed `train.threads: {info['threads']}`); Python {info['python']}; "
            "systems run one after another. GPU memory: not measured (a CPU run; the peers' configs are CPU-only).", "",
            "Command:", "", "```", command, "```", "",
-           "Model: embedding 64, 1-layer biLSTM encoder 64 per direction, 1-layer LSTM decoder 128, Luong general "
+           f"Model: embedding {ds.embed}, 1-layer biLSTM encoder {ds.hidden // 2} per direction, 1-layer LSTM decoder "
+           f"{ds.hidden}, Luong general "
            "attention with input feeding, no dropout; Adam 1e-3 constant, clip 5, batches of 128 sentences, seed 42, "
            f"{args.steps} steps. Data: {ds.describe()}. Decoding: at most {bench.max_len} tokens, no length penalty.",
            "", table(results, floor, tps, args, n_test, ds.metric), ""]
@@ -311,14 +313,17 @@ def report(results: list[dict], floor: dict | None, info: dict, args: argparse.N
         f"clip {clip:.4f} = 5 / (mean target tokens) gives the peers' clip-5 updates"
         + (" exactly (every dates target has 11 tokens)." if ds.name == "dates" else " approximately.")
         + " heed reads the files with its `word` tokenizer (space-separated tokens, as the peers do).",
-        f"- parameter counts: OpenNMT-py and fairseq {EXPECTED_PARAMS['onmt']:,}, Joey {EXPECTED_PARAMS['joey']:,} "
-        "on dates (Joey adds a bridge layer). OpenNMT-py and fairseq round vocabularies up to a multiple of 8; heed "
-        "does not, so on dates it has one target row fewer (15 vs 16: 64 + 129 = 193 parameters) and the same "
-        "architecture.",
-        "- \"heed, bf16 training\": the same heed run with `train.bf16: true` (autocast: float32 weights, bf16 "
-        "matrix products, which CPUs with AMX run several times faster). Every other system, and heed's own "
-        "column, trains in float32; every system decodes in float32.",
+        (f"- parameter counts: OpenNMT-py and fairseq {EXPECTED_PARAMS['onmt']:,}, Joey {EXPECTED_PARAMS['joey']:,} "
+         "on dates (Joey adds a bridge layer). OpenNMT-py and fairseq round vocabularies up to a multiple of 8; heed "
+         "does not, so on dates it has one target row fewer (15 vs 16: 64 + 129 = 193 parameters) and the same "
+         "architecture." if ds.name == "dates" else
+         "- parameter counts differ a little: Joey adds a bridge layer; OpenNMT-py and fairseq round vocabularies "
+         "up to a multiple of 8 and build them with their own rules from the same pieces."),
     ]
+    if any(r["key"] == "heed-bf16" for r in results):
+        notes.append("- \"heed, bf16 training\": the same heed run with `train.bf16: true` (autocast: float32 weights, "
+                     "bf16 matrix products, which CPUs with AMX run several times faster). Every other system, and "
+                     "heed's own column, trains in float32; every system decodes in float32.")
     for r in results:
         if r["status"] != "ok":
             reason = (r.get("reason") or r["status"]).splitlines()[0]

@@ -180,7 +180,8 @@ class Heed(System):
                 "batch_tokens": 10**9, "max_sentences": 128,  # batches of 128 sentences
             },
             "model": {"decoder": "luong", "attention": "general", "input_feeding": True, "rnn": "lstm",
-                      "embed_size": 64, "hidden_size": 128, "encoder_layers": 1, "decoder_layers": 1,
+                      "embed_size": self.b.dataset.embed, "hidden_size": self.b.dataset.hidden,
+                      "encoder_layers": 1, "decoder_layers": 1,
                       "bidirectional": True, "bridge": "copy", "dropout": 0.0},
             "train": {"seed": 42, "epochs": 10**6, "max_steps": self.b.steps, "lr": 1e-3, "betas": [0.9, 0.999],
                       "clip": round(self.b.dataset.heed_clip(self.b), 6), "label_smoothing": 0.0,
@@ -250,7 +251,10 @@ class Joey(System):
         cfg["training"]["updates"] = self.b.steps
         cfg["training"]["logging_freq"] = LOG_EVERY
         cfg["model_dir"] = str(self.dir / "model")
-        return self.b.dataset.joey_config(cfg)
+        enc, dec, ds = cfg["model"]["encoder"], cfg["model"]["decoder"], self.b.dataset
+        enc["embeddings"]["embedding_dim"] = dec["embeddings"]["embedding_dim"] = ds.embed
+        enc["hidden_size"], dec["hidden_size"] = ds.hidden // 2, ds.hidden  # per direction; decoder
+        return ds.joey_config(cfg)
 
     def train(self) -> Train:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -294,7 +298,8 @@ class OpenNMT(System):
 
     def _config(self) -> Path:
         cfg = self._peer_config("onmt_rnn_date.yaml")
-        cfg.update({"train_steps": self.b.steps, "save_checkpoint_steps": self.b.steps, "report_every": LOG_EVERY,
+        cfg.update({"word_vec_size": self.b.dataset.embed, "hidden_size": self.b.dataset.hidden,  # brnn: half each way
+                    "train_steps": self.b.steps, "save_checkpoint_steps": self.b.steps, "report_every": LOG_EVERY,
                     "save_data": str(self.dir / "run"), "src_vocab": str(self.dir / "vocab.src"),
                     "tgt_vocab": str(self.dir / "vocab.tgt"), "save_model": str(self.dir / "model" / "rnn"),
                     "log_file": str(self.dir / "train.log")})
@@ -352,12 +357,7 @@ class Fairseq(System):
         """Binarise train/dev/test and the decoding sets (test1, test2, ... in `self.subsets`)."""
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
-        # fairseq_train.sh finds the venv and data-bin under $PEERS: give it our work folder
-        if (self.b.work / "fairseq").resolve() != (self.b.peers / "fairseq").resolve():
-            link = self.b.work / "fairseq"
-            if link.is_symlink() or not link.exists():
-                link.unlink(missing_ok=True)
-                link.symlink_to(self.b.peers / "fairseq")
+        self._train_entry()
         d = self.b.data
         sets = sorted({int(p.name.removeprefix("decode").split(".")[0]) for p in d.glob("decode*.src")})
         self.subsets = {n: f"test{i + 1}" for i, n in enumerate(sets)}
@@ -366,6 +366,31 @@ class Fairseq(System):
                       "--trainpref", str(d / "train"), "--validpref", str(d / "dev"), "--testpref", testpref,
                       "--destdir", str(self.dir / "data-bin"), "--workers", "1"],
                      log=self.logs / "preprocess.log", env=self.b.env, timeout=self.b.timeout)
+
+    def _train_entry(self) -> None:
+        """fairseq_train.sh runs $PEERS/fairseq/bin/fairseq-train with the dates sizes; we pass our work
+        folder as $PEERS. There fairseq/ is the real venv (a link) when the sizes are the script's, else
+        a folder whose bin/fairseq-train runs the real one with this dataset's sizes appended (fairseq's
+        argparse keeps the last value of an option)."""
+        entry, ds = self.b.work / "fairseq", self.b.dataset
+        if entry.resolve() == (self.b.peers / "fairseq").resolve() and not entry.is_symlink():
+            if (ds.embed, ds.hidden) != (64, 128):
+                raise StepFailed(f"--work-dir is the peers folder: fairseq cannot be resized there ({ds.name} wants "
+                                 f"embed {ds.embed}, hidden {ds.hidden}); use another --work-dir")
+            return  # the work folder is the peers folder itself
+        if entry.is_symlink() or entry.is_file():
+            entry.unlink()
+        elif entry.is_dir():
+            shutil.rmtree(entry)
+        if (ds.embed, ds.hidden) == (64, 128):
+            entry.symlink_to(self.b.peers / "fairseq")
+            return
+        sizes = (f"--encoder-embed-dim {ds.embed} --encoder-hidden-size {ds.hidden // 2} --decoder-embed-dim "
+                 f"{ds.embed} --decoder-hidden-size {ds.hidden} --decoder-out-embed-dim {ds.hidden}")
+        script = entry / "bin" / "fairseq-train"
+        script.parent.mkdir(parents=True)
+        script.write_text(f'#!/bin/bash\nexec "{self.bin / "fairseq-train"}" "$@" {sizes}\n', encoding="utf-8")
+        script.chmod(0o755)
 
     def train(self) -> Train:
         log = self.logs / "train.log"
