@@ -143,6 +143,34 @@ def test_translate_input_that_is_not_utf8_names_the_line(trained_run, tmp_path):
     assert_user_error(invoke("translate", trained_run, "--input", bad), f"{bad}:2:", "invalid UTF-8")
 
 
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_threads_option_sets_torch_threads_for_the_decode_and_restores_them(trained_run, tmp_path, monkeypatch,
+                                                                         command):
+    import torch
+
+    from heed.api import Translator
+
+    seen = []
+    original = Translator.translate
+
+    def spy(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate", spy)
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("hello\n", encoding="utf-8")
+    ref.write_text("bonjour\n", encoding="utf-8")
+    before = torch.get_num_threads()
+    wanted = 2 if before == 1 else 1
+    args = ["--input", src] if command == "translate" else ["--src", src, "--ref", ref]
+    result = invoke(command, trained_run, *args, "--threads", wanted)
+    assert result.exit_code == 0, result.output
+    assert seen == [wanted] and torch.get_num_threads() == before
+    refused = invoke(command, trained_run, *args, "--threads", 0)  # typer's own usage error
+    assert refused.exit_code == 2 and "--threads" in refused.stderr and "Traceback" not in refused.output
+
+
 def test_interrupted_training_says_how_to_resume(tmp_path, monkeypatch, tiny_config):
     import heed.train
 

@@ -42,6 +42,9 @@ USER_ERROR = 2
 INTERRUPTED = 130
 
 
+THREADS_HELP = "torch CPU threads (default: torch's choice, usually one per core)."
+
+
 def _stderr() -> Console:
     return Console(stderr=True, highlight=False)
 
@@ -164,10 +167,12 @@ def translate(
     replace_unk: bool = typer.Option(False, "--replace-unk", help=REPLACE_UNK_HELP),
     dictionary: Optional[Path] = typer.Option(None, "--dictionary", help=DICTIONARY_HELP),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
 ) -> None:
     """Translate sentences, one per line: stdin -> stdout, or --input/--output files."""
     from heed.align import load_dictionary
     from heed.api import Translator
+    from heed.train import torch_threads
 
     table = load_dictionary(dictionary) if dictionary is not None else None
     translator = Translator.load(model, device=device)
@@ -182,7 +187,7 @@ def translate(
                 sink.write(t.text + "\n")
             sink.flush()
 
-    with (open(input, "rb") if input is not None else _stdin_bytes()) as source:
+    with torch_threads(threads), (open(input, "rb") if input is not None else _stdin_bytes()) as source:
         if output is None:
             run(source, sys.stdout)
         else:
@@ -240,6 +245,7 @@ def evaluate(
     plot: Optional[Path] = typer.Option(None, "--plot", help=PLOT_HELP),
     plot_metric: PlotMetric = typer.Option(PlotMetric.bleu, "--plot-metric", help=PLOT_METRIC_HELP),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
 ) -> None:
     """Translate --src and score against --ref: BLEU and chrF (with sacrebleu signatures), exact match;
     with --by-length, also per source-length bucket."""
@@ -248,14 +254,16 @@ def evaluate(
     from heed.data.corpus import read_parallel
     from heed.evaluate import evaluate as score
     from heed.evaluate import format_scores
+    from heed.train import torch_threads
 
     bucket_list = _parse_buckets(buckets)
     _check_figure_path(plot)
     table = load_dictionary(dictionary) if dictionary is not None else None
     pairs = list(read_parallel(src, ref))
     translator = Translator.load(model, device=device)
-    translations = translator.translate([p.src for p in pairs], beam=beam, batch_size=batch_size,
-                                        replace_unk=replace_unk, dictionary=table)
+    with torch_threads(threads):
+        translations = translator.translate([p.src for p in pairs], beam=beam, batch_size=batch_size,
+                                            replace_unk=replace_unk, dictionary=table)
     outputs = [t.text for t in translations]
     if hyps is not None:
         with atomic_open(hyps) as sink:
