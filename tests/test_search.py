@@ -62,6 +62,9 @@ class FakeEnc:
     def repeat(self, times: int) -> "FakeEnc":
         return FakeEnc(self.mask.repeat_interleave(times, dim=0))
 
+    def select(self, indices: Tensor) -> "FakeEnc":
+        return FakeEnc(self.mask.index_select(0, indices))
+
 
 @dataclass
 class PrefixState:
@@ -227,9 +230,11 @@ def test_beam_size_one_equals_greedy(decoder: str, extra: dict) -> None:
     for g, b in zip(greedy, beam):
         assert len(b) == 1
         assert b[0].tokens == g.tokens
-        assert b[0].score == g.score and b[0].log_prob == g.log_prob
+        # beam search drops finished sentences from its batch: smaller GEMMs round the last bits
+        # differently, so equal up to float rounding
+        assert b[0].score == pytest.approx(g.score, rel=1e-6) and b[0].log_prob == pytest.approx(g.log_prob, rel=1e-6)
         if g.attention is not None:
-            assert torch.equal(b[0].attention, g.attention)
+            torch.testing.assert_close(b[0].attention, g.attention, rtol=1e-5, atol=1e-7)
 
 
 def test_greedy_scores_with_the_gnmt_formula_and_teacher_forced_log_probs() -> None:
@@ -283,6 +288,25 @@ def test_vectorised_beam_equals_reference_loop(decoder: str, extra: dict) -> Non
     src, lengths = padded_batch([5, 2, 4])
     cfg = DecodeConfig(max_len_a=0.5, max_len_b=3, **extra)
     batched = beam_search(model, src, lengths, cfg)
+    for b, n in enumerate(lengths.tolist()):
+        assert_same_hypotheses(batched[b], reference_beam_search(model, src[b], n, cfg))
+
+
+def test_finished_sentences_leave_the_batch_without_changing_any_result(monkeypatch) -> None:
+    model = tiny_model("luong")
+    src, lengths = padded_batch([6, 1, 4])
+    cfg = DecodeConfig(beam_size=3, n_best=2, max_len_a=1.0, max_len_b=1)  # max lengths 7, 2, 5
+    rows_per_step = []
+    original = model.step
+
+    def step(prev, state, enc):
+        rows_per_step.append(prev.size(0))
+        return original(prev, state, enc)
+
+    monkeypatch.setattr(model, "step", step)
+    batched = beam_search(model, src, lengths, cfg)
+    assert rows_per_step[0] == 9 and rows_per_step[-1] == 3  # 3 sentences x 3 beams, then the longest alone
+    assert rows_per_step == sorted(rows_per_step, reverse=True)
     for b, n in enumerate(lengths.tolist()):
         assert_same_hypotheses(batched[b], reference_beam_search(model, src[b], n, cfg))
 

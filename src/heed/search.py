@@ -392,55 +392,77 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
     enc = enc.repeat(beam)  # (batch * beam, ...)
     state = model.init_state(enc)
     max_len = max_output_lengths(src_lengths, cfg).to(device)  # (batch,)
-    row_max_len = max_len.repeat_interleave(beam)  # (batch * beam,)
     shortest, longest = _extremes(max_len)
     steps = longest + 1
-    offsets = (torch.arange(batch, device=device) * beam).unsqueeze(1)  # (batch, 1) first row of each sentence
+
+    # A sentence that is done leaves the batch: its rows are dropped from the state and the
+    # encoder output, so the late steps run only for the sentences still searching. `active`
+    # holds their ids and `rows` the global row (sentence * beam + k) of each input row; the
+    # history and the finished set speak in global rows, so backtracking never sees the shrinking.
+    active = torch.arange(batch, device=device)  # (n,)
+    rows = torch.arange(batch * beam, device=device)  # (n * beam,)
+    beam_index = torch.arange(beam, device=device)
+    act_mask, act_max_len, row_max_len = src_mask, max_len, max_len.repeat_interleave(beam)
 
     # Only beam 0 of each sentence is live at first; the others start at -inf so the first step
     # does not fill the beam with copies of the same extension.
     cum = torch.full((batch, beam), NEG_INF, device=device)
     cum[:, 0] = 0.0
-    cum = cum.view(-1)  # (batch * beam,)
+    cum = cum.view(-1)  # (n * beam,)
     prev = torch.full((batch * beam,), model.bos_id, dtype=torch.long, device=device)
-    seq = src.new_zeros(batch * beam, 0) if cfg.no_repeat_ngram else None  # (batch * beam, t)
-    coverage = None  # (batch * beam, src_len) attention sums of the live beams
-    fin = _Finished.empty(batch, cfg.n_best, device)
+    seq = src.new_zeros(batch * beam, 0) if cfg.no_repeat_ngram else None  # (n * beam, t)
+    coverage = None  # (n * beam, src_len) attention sums of the live beams
+    act_fin = _Finished.empty(batch, cfg.n_best, device)  # (n, n_best) of the active sentences
+    fin = _Finished.empty(batch, cfg.n_best, device)  # (batch, n_best) where they go when done
     tok_hist, back_hist, attn_hist = [], [], []
     for t in range(steps):
+        n = active.numel()
         out = model.step(prev, state, enc)
         attn = _checked_attention(out.attention, cfg)
         logp = _step_log_probs(out.logits, t, seq, row_max_len, cfg, model,
-                               may_be_full=t >= shortest)  # (batch * beam, vocab)
+                               may_be_full=t >= shortest)  # (n * beam, vocab)
         vocab = logp.size(1)
-        cand_lp, token, parent = _select_top(_expand_scores(cum, logp, batch), beam, vocab)  # (batch, 2 * beam)
-        parent_row = parent + offsets  # (batch, 2 * beam) flat rows of this step's input
+        cand_lp, token, parent = _select_top(_expand_scores(cum, logp, n), beam, vocab)  # (n, 2 * beam)
+        local_parent = parent + (torch.arange(n, device=device) * beam).unsqueeze(1)  # rows of this input
+        global_parent = parent + (active * beam).unsqueeze(1)
 
         cand_coverage = None
         if cfg.coverage_penalty:
-            # (batch * beam, src_len) each live beam's coverage including this step
+            # (n * beam, src_len) each live beam's coverage including this step
             step_coverage = attn.float() if coverage is None else coverage + attn.float()
-            cand_coverage = step_coverage[parent_row[:, :beam]]  # (batch, beam, src_len)
-        fin = _finish(fin, cand_lp[:, :beam], token[:, :beam], parent_row[:, :beam], t,
-                      cand_coverage, src_mask, cfg, model.eos_id)
+            cand_coverage = step_coverage[local_parent[:, :beam]]  # (n, beam, src_len)
+        act_fin = _finish(act_fin, cand_lp[:, :beam], token[:, :beam], global_parent[:, :beam], t,
+                          cand_coverage, act_mask, cfg, model.eos_id)
 
-        cum, live_token, back = _prune(cand_lp, token, parent_row, beam, model.eos_id)  # (batch * beam,)
-        done = _is_done(fin, cum.view(batch, beam), max_len, cfg)  # (batch,)
-        cum = cum.masked_fill(done.repeat_interleave(beam), NEG_INF)
+        cum, live_token, back = _prune(cand_lp, token, local_parent, beam, model.eos_id)  # (n * beam,)
+        done = _is_done(act_fin, cum.view(n, beam), act_max_len, cfg)  # (n,)
 
-        tok_hist.append(live_token)
-        back_hist.append(back)
+        # history: the new live beam k of sentence b is global row b * beam + k, like its input row
+        tok_hist.append(torch.full((batch * beam,), model.pad_id, device=device).index_copy_(0, rows, live_token))
+        back_hist.append(torch.zeros(batch * beam, dtype=torch.long, device=device).index_copy_(0, rows, rows[back]))
         if attn is not None:
-            attn_hist.append(attn.float())
+            attn_hist.append(attn.new_zeros(batch * beam, attn.size(-1), dtype=torch.float)
+                             .index_copy_(0, rows, attn.float()))
+        # The one host sync per step (see greedy_search): how many sentences are done.
+        n_done = int(done.sum())
+        if n_done == n:
+            break
+        if n_done:  # the done sentences leave: keep the others' rows, in order
+            keep = (~done).nonzero().squeeze(1)  # (n',)
+            fin = _Finished(*(whole.index_copy(0, active, part) for whole, part in zip(fin, act_fin)))
+            act_fin = _Finished(*(part.index_select(0, keep) for part in act_fin))
+            keep_rows = (keep.unsqueeze(1) * beam + beam_index).view(-1)  # (n' * beam,)
+            active, rows, back = active[keep], rows[keep_rows], back[keep_rows]
+            cum, live_token = cum[keep_rows], live_token[keep_rows]
+            enc = enc.select(keep_rows)
+            act_mask, act_max_len, row_max_len = act_mask[keep], act_max_len[keep], row_max_len[keep_rows]
         if seq is not None:
             seq = torch.cat([seq.index_select(0, back), live_token.unsqueeze(1)], dim=1)
         if cfg.coverage_penalty:
             coverage = step_coverage.index_select(0, back)
         state = out.state.select(back)
         prev = live_token
-        # The one host sync per step (see greedy_search): stop once every sentence is done.
-        if bool(done.all()):
-            break
+    fin = _Finished(*(whole.index_copy(0, active, part) for whole, part in zip(fin, act_fin)))
 
     fin_step, fin_row = fin.step.reshape(-1), fin.row.reshape(-1)  # (batch * n_best,)
     tokens, attention = _backtrack(fin_step, fin_row, torch.stack(tok_hist), torch.stack(back_hist),

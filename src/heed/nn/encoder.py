@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from heed.nn.masks import lengths_to_mask
-from heed.nn.state import RNNState, as_state, map_state
+from heed.nn.state import RNNState, as_state, map_state, select_batch
 
 RNNKind = Literal["lstm", "gru"]
 RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
@@ -41,6 +41,15 @@ class EncoderOutput:
             final=map_state(lambda t: rep(t, 1), self.final),
             mask=rep(self.mask, 0),
             keys=None if self.keys is None else rep(self.keys, 0),
+        )
+
+    def select(self, indices: Tensor) -> "EncoderOutput":
+        """Rows `indices` (new_batch,) long of the batch: beam search drops finished sentences."""
+        return EncoderOutput(
+            states=self.states.index_select(0, indices),
+            final=select_batch(self.final, indices),
+            mask=self.mask.index_select(0, indices),
+            keys=None if self.keys is None else self.keys.index_select(0, indices),
         )
 
     def with_keys(self, keys: Tensor | None) -> "EncoderOutput":
