@@ -311,6 +311,24 @@ def test_finished_sentences_leave_the_batch_without_changing_any_result(monkeypa
         assert_same_hypotheses(batched[b], reference_beam_search(model, src[b], n, cfg))
 
 
+def test_greedy_drops_finished_sentences_too(monkeypatch) -> None:
+    model = tiny_model("bahdanau")
+    src, lengths = padded_batch([6, 1, 4])
+    cfg = DecodeConfig(max_len_a=1.0, max_len_b=1, coverage_penalty=0.2)  # max lengths 7, 2, 5
+    alone = [greedy_search(model, src[b:b + 1, :n], lengths[b:b + 1], cfg)[0] for b, n in enumerate(lengths.tolist())]
+    rows_per_step = []
+    original = model.step
+
+    def step(prev, state, enc):
+        rows_per_step.append(prev.size(0))
+        return original(prev, state, enc)
+
+    monkeypatch.setattr(model, "step", step)
+    together = greedy_search(model, src, lengths, cfg)
+    assert rows_per_step[0] == 3 and rows_per_step[-1] == 1 and rows_per_step == sorted(rows_per_step, reverse=True)
+    assert_same_hypotheses(together, alone)
+
+
 def test_hypotheses_match_teacher_forced_log_probs_and_attention() -> None:
     model = tiny_model("bahdanau")
     src, lengths = padded_batch([5, 3])

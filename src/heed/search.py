@@ -205,47 +205,62 @@ def greedy_search(model: Any, src: Tensor, src_lengths: Tensor,
     `beam_size` and `n_best` are ignored; every other field of `cfg` applies.
     Put the model in eval mode first (search does not change it)."""
     cfg = cfg or DecodeConfig()
-    batch = src.size(0)
+    batch, device = src.size(0), src.device
     enc = model.encode(src, src_lengths)
+    src_mask = enc.mask  # (batch, src_len)
     state = model.init_state(enc)
-    max_len = max_output_lengths(src_lengths, cfg).to(src.device)  # (batch,)
+    max_len = max_output_lengths(src_lengths, cfg).to(device)  # (batch,)
     shortest, longest = _extremes(max_len)
     steps = longest + 1
 
-    prev = torch.full((batch,), model.bos_id, dtype=torch.long, device=src.device)
-    log_prob = torch.zeros(batch, device=src.device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
-    seq = src.new_zeros(batch, 0) if cfg.no_repeat_ngram else None  # (batch, t)
+    # A sentence that has emitted EOS leaves the batch (as in beam_search): `active` holds the ids
+    # of the n sentences still decoding; the per-step outputs are scattered back to all of them.
+    active = torch.arange(batch, device=device)  # (n,)
+    act_max_len = max_len
+    prev = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)  # (n,)
+    log_prob = torch.zeros(batch, device=device)
+    seq = src.new_zeros(batch, 0) if cfg.no_repeat_ngram else None  # (n, t)
     coverage = None  # (batch, src_len) sum of the attention rows so far
     tokens, attention = [], []
     for t in range(steps):
+        n = active.numel()
         out = model.step(prev, state, enc)
         attn = _checked_attention(out.attention, cfg)
-        logp = _step_log_probs(out.logits, t, seq, max_len, cfg, model,
-                               may_be_full=t >= shortest)  # (batch, vocab)
-        best, token = logp.max(dim=-1)  # (batch,)
+        logp = _step_log_probs(out.logits, t, seq, act_max_len, cfg, model,
+                               may_be_full=t >= shortest)  # (n, vocab)
+        best, token = logp.max(dim=-1)  # (n,)
         if t >= shortest:
-            token = token.masked_fill(max_len <= t, model.eos_id)  # even if the model gives EOS -inf
-        token = token.masked_fill(finished, model.pad_id)
-        log_prob = log_prob + best.masked_fill(finished, 0.0)
+            token = token.masked_fill(act_max_len <= t, model.eos_id)  # even if the model gives EOS -inf
+        whole = n == batch  # no sentence has left yet: nothing to scatter
+        log_prob = log_prob + best if whole else log_prob.index_add(0, active, best)
+        tokens.append(token if whole else
+                      torch.full((batch,), model.pad_id, dtype=torch.long, device=device).index_copy_(0, active, token))
         if attn is not None:
-            attn = attn.float().masked_fill(finished.unsqueeze(1), 0.0)
-            attention.append(attn)
+            attn = attn.float()
+            if not whole:
+                attn = attn.new_zeros(batch, attn.size(-1)).index_copy_(0, active, attn)
+            attention.append(attn)  # (batch, src_len), zero for the sentences already done
             if cfg.coverage_penalty:
                 coverage = attn if coverage is None else coverage + attn
-        tokens.append(token)
         if seq is not None:
             seq = torch.cat([seq, token.unsqueeze(1)], dim=1)
-        finished = finished | (token == model.eos_id)
+        done = token == model.eos_id  # (n,)
         state, prev = out.state, token
         # The one host sync per step: it costs a device round trip on a GPU, and saves running
         # every sentence to the longest max_len when all have ended earlier.
-        if bool(finished.all()):
+        n_done = int(done.sum())
+        if n_done == n:
             break
+        if n_done:
+            keep = (~done).nonzero().squeeze(1)  # (n',)
+            active, prev, act_max_len = active[keep], prev[keep], act_max_len[keep]
+            state, enc = state.select(keep), enc.select(keep)
+            if seq is not None:
+                seq = seq[keep]
 
     token_rows = torch.stack(tokens, dim=1)  # (batch, steps_run)
     lengths = (token_rows == model.eos_id).long().argmax(dim=1)  # position of EOS = tokens before it
-    scores = hypothesis_score(log_prob, lengths + 1, coverage, enc.mask, cfg)
+    scores = hypothesis_score(log_prob, lengths + 1, coverage, src_mask, cfg)
     attn_rows = torch.stack(attention, dim=1) if attention else None  # (batch, steps_run, src_len)
     return _to_hypotheses(token_rows, lengths, scores, log_prob, attn_rows, src_lengths)
 
@@ -438,11 +453,18 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
         done = _is_done(act_fin, cum.view(n, beam), act_max_len, cfg)  # (n,)
 
         # history: the new live beam k of sentence b is global row b * beam + k, like its input row
-        tok_hist.append(torch.full((batch * beam,), model.pad_id, device=device).index_copy_(0, rows, live_token))
-        back_hist.append(torch.zeros(batch * beam, dtype=torch.long, device=device).index_copy_(0, rows, rows[back]))
-        if attn is not None:
-            attn_hist.append(attn.new_zeros(batch * beam, attn.size(-1), dtype=torch.float)
-                             .index_copy_(0, rows, attn.float()))
+        if n == batch:  # no sentence has left yet: local rows are global rows
+            tok_hist.append(live_token)
+            back_hist.append(back)
+            if attn is not None:
+                attn_hist.append(attn.float())
+        else:
+            tok_hist.append(torch.full((batch * beam,), model.pad_id, device=device).index_copy_(0, rows, live_token))
+            back_hist.append(torch.zeros(batch * beam, dtype=torch.long, device=device)
+                             .index_copy_(0, rows, rows[back]))
+            if attn is not None:
+                attn_hist.append(attn.new_zeros(batch * beam, attn.size(-1), dtype=torch.float)
+                                 .index_copy_(0, rows, attn.float()))
         # The one host sync per step (see greedy_search): how many sentences are done.
         n_done = int(done.sum())
         if n_done == n:
