@@ -57,13 +57,15 @@ def padded_batch(lengths: list[int], vocab: int = 10, seed: int = 1) -> tuple[Te
 
 @dataclass
 class FakeEnc:
-    mask: Tensor  # bool (batch, src_len), True = real token
+    mask: Tensor  # bool (rows, src_len), True = real token; one row per decoder row
+    group: int = 1  # decoder rows per source
 
     def repeat(self, times: int) -> "FakeEnc":
-        return FakeEnc(self.mask.repeat_interleave(times, dim=0))
+        return FakeEnc(self.mask.repeat_interleave(times, dim=0), self.group * times)
 
-    def select(self, indices: Tensor) -> "FakeEnc":
-        return FakeEnc(self.mask.index_select(0, indices))
+    def select(self, sources: Tensor) -> "FakeEnc":
+        rows = (sources.unsqueeze(1) * self.group + torch.arange(self.group)).view(-1)
+        return FakeEnc(self.mask.index_select(0, rows), self.group)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 Search sees only this protocol (never a model class):
     model.encode(src (batch, src_len), src_lengths (batch,)) -> enc   (enc.mask bool (batch, src_len),
-        True = real token; enc.repeat(k) repeats each row k times in a row)
+        True = real token; enc.repeat(k) gives each source k decoder rows in a row; enc.select(sources)
+        keeps those sources and their rows)
     model.init_state(enc) -> state
     model.step(prev_tokens (batch,), state, enc) -> DecoderStep(logits (batch, vocab), state,
         attention (batch, src_len) or None)
@@ -404,7 +405,7 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
     batch = src.size(0)
     enc = model.encode(src, src_lengths)
     src_mask = enc.mask  # (batch, src_len)
-    enc = enc.repeat(beam)  # (batch * beam, ...)
+    enc = enc.repeat(beam)  # batch * beam decoder rows, beam per source
     state = model.init_state(enc)
     max_len = max_output_lengths(src_lengths, cfg).to(device)  # (batch,)
     shortest, longest = _extremes(max_len)
@@ -476,7 +477,7 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
             keep_rows = (keep.unsqueeze(1) * beam + beam_index).view(-1)  # (n' * beam,)
             active, rows, back = active[keep], rows[keep_rows], back[keep_rows]
             cum, live_token = cum[keep_rows], live_token[keep_rows]
-            enc = enc.select(keep_rows)
+            enc = enc.select(keep)
             act_mask, act_max_len, row_max_len = act_mask[keep], act_max_len[keep], row_max_len[keep_rows]
         if seq is not None:
             seq = torch.cat([seq.index_select(0, back), live_token.unsqueeze(1)], dim=1)

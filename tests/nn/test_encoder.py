@@ -85,17 +85,22 @@ def test_bidirectional_encoder_needs_even_hidden_size() -> None:
     RNNEncoder(vocab_size=VOCAB, embed_size=EMBED, hidden_size=7, bidirectional=False)  # fine one-way
 
 
-def test_encoder_output_repeat_copies_each_source_in_a_row() -> None:
+def test_encoder_output_repeat_gives_each_source_rows_in_a_row_and_select_keeps_whole_sources() -> None:
     out = make_encoder("lstm", True, 2)(make_batch(), LENGTHS)
     out = out.with_keys(torch.randn(len(LENGTHS), SRC_LEN, 3, dtype=torch.float64))
     rep = out.repeat(3)
     order = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3])
-    assert torch.equal(rep.states, out.states[order])
-    assert torch.equal(rep.mask, out.mask[order])
-    assert torch.equal(rep.keys, out.keys[order])
+    assert rep.group == 3  # three decoder rows per source, the source itself stored once
+    assert rep.states is out.states and rep.mask is out.mask and rep.keys is out.keys
     for r, o in zip(rep.final, out.final, strict=True):
         assert torch.equal(r, o[:, order])
     assert EncoderOutput(out.states, out.final, out.mask).repeat(2).keys is None
+    # dropping source 1 keeps sources 0, 2, 3 and their rows
+    kept = rep.select(torch.tensor([0, 2, 3]))
+    assert kept.group == 3 and torch.equal(kept.states, out.states[[0, 2, 3]])
+    assert torch.equal(kept.mask, out.mask[[0, 2, 3]]) and torch.equal(kept.keys, out.keys[[0, 2, 3]])
+    for k, o in zip(kept.final, out.final, strict=True):
+        assert torch.equal(k, o[:, [0, 0, 0, 2, 2, 2, 3, 3, 3]])
 
 
 # --- Bridge ---------------------------------------------------------------------------------------

@@ -69,6 +69,22 @@ class _RNNDecoder(nn.Module):
     def init_state(self, rnn_state: RNNState, enc: EncoderOutput) -> DecoderState:
         return DecoderState(rnn_state)
 
+    def _attend(self, query: Tensor, enc: EncoderOutput, need_attention: bool = True) -> tuple[Tensor, Tensor | None]:
+        """query (rows, q) for one step or (batch, tgt_len, q) for all -> context and weights of the
+        same leading shape. When sources serve several rows (enc.group > 1: beams), a source's rows
+        attend in one grouped call, as the steps of one target do: (batch, group, q)."""
+        grouped = query.dim() == 2 and enc.group > 1
+        if grouped:
+            query = query.view(-1, enc.group, query.size(-1))  # (batch, group, q)
+        if need_attention:
+            context, weights = self.attention(query, enc.keys, enc.states, enc.mask)
+        else:
+            context, weights = self.attention.context(query, enc.keys, enc.states, enc.mask), None
+        if grouped:
+            context = context.flatten(0, 1)  # (rows, memory)
+            weights = None if weights is None else weights.flatten(0, 1)  # (rows, src_len)
+        return context, weights
+
     def _run_rnn(self, inputs: Tensor, state: RNNState) -> tuple[Tensor, RNNState]:
         """inputs (batch, steps, in) -> outputs (batch, steps, hidden), new state."""
         outputs, raw = self.rnn(inputs, as_raw(state))
@@ -134,10 +150,7 @@ class LuongDecoder(_RNNDecoder):
 
     def _attentional(self, h: Tensor, enc: EncoderOutput, need_attention: bool) -> tuple[Tensor, Tensor | None]:
         """h (batch, [tgt_len,] hidden) -> h~ of the same shape, weights (batch, [tgt_len,] src_len)."""
-        if need_attention:
-            context, weights = self.attention(h, enc.keys, enc.states, enc.mask)
-        else:
-            context, weights = self.attention.context(h, enc.keys, enc.states, enc.mask), None
+        context, weights = self._attend(h, enc, need_attention)
         return torch.tanh(self.combine(torch.cat([h, context], dim=-1))), weights  # Luong eq. 5
 
     def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
@@ -224,7 +237,7 @@ class BahdanauDecoder(_RNNDecoder):
     def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
         embedded = self.dropout(self.embedding(prev_tokens))  # (batch, embed)
         query = state.rnn[0][-1]  # s_{t-1}: top layer's h (batch, hidden)
-        context, weights = self.attention(query, enc.keys, enc.states, enc.mask)  # (batch, memory)
+        context, weights = self._attend(query, enc)  # (batch, memory)
         s_t, rnn_state = self._step_rnn(torch.cat([embedded, context], dim=-1), state.rnn)  # (batch, hidden)
         readout = torch.tanh(self.readout(torch.cat([s_t, context, embedded], dim=-1)))
         return DecoderStep(self.generator(self.dropout(readout)), DecoderState(rnn_state), weights)

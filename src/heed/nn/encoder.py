@@ -24,32 +24,41 @@ class EncoderOutput:
     mask:   bool (batch, src_len), True = real token
     keys:   (batch, src_len, ·) the attention's projected keys, computed once per source
             (None for a decoder without attention)
+    group:  decoder rows per source (beam search's beams, after `repeat`): final has
+            batch * group rows, row r belongs to source r // group
     """
 
     states: Tensor
     final: RNNState
     mask: Tensor
     keys: Tensor | None = None
+    group: int = 1
 
     def repeat(self, times: int) -> "EncoderOutput":
-        """Each source `times` times in a row (batch * times): one copy per beam."""
-        def rep(t: Tensor, dim: int) -> Tensor:
-            return t.repeat_interleave(times, dim=dim)
-
+        """Each source serving `times` decoder rows in a row (batch * times rows): one per beam.
+        states, keys and mask stay one copy per source (the decoder attends for a source's rows in
+        one grouped call, so beam search reads each source once a step, not once per beam); only
+        `final`, which starts every row's decoder state, is repeated."""
         return EncoderOutput(
-            states=rep(self.states, 0),
-            final=map_state(lambda t: rep(t, 1), self.final),
-            mask=rep(self.mask, 0),
-            keys=None if self.keys is None else rep(self.keys, 0),
+            states=self.states,
+            final=map_state(lambda t: t.repeat_interleave(times, dim=1), self.final),
+            mask=self.mask,
+            keys=self.keys,
+            group=self.group * times,
         )
 
-    def select(self, indices: Tensor) -> "EncoderOutput":
-        """Rows `indices` (new_batch,) long of the batch: beam search drops finished sentences."""
+    def select(self, sources: Tensor) -> "EncoderOutput":
+        """Sources `sources` (new_batch,) long, with all their decoder rows: search drops finished
+        sentences."""
+        rows = sources
+        if self.group > 1:
+            rows = (sources.unsqueeze(1) * self.group + torch.arange(self.group, device=sources.device)).view(-1)
         return EncoderOutput(
-            states=self.states.index_select(0, indices),
-            final=select_batch(self.final, indices),
-            mask=self.mask.index_select(0, indices),
-            keys=None if self.keys is None else self.keys.index_select(0, indices),
+            states=self.states.index_select(0, sources),
+            final=select_batch(self.final, rows),
+            mask=self.mask.index_select(0, sources),
+            keys=None if self.keys is None else self.keys.index_select(0, sources),
+            group=self.group,
         )
 
     def with_keys(self, keys: Tensor | None) -> "EncoderOutput":
