@@ -294,18 +294,23 @@ def test_vectorised_beam_equals_reference_loop(decoder: str, extra: dict) -> Non
         assert_same_hypotheses(batched[b], reference_beam_search(model, src[b], n, cfg))
 
 
-def test_finished_sentences_leave_the_batch_without_changing_any_result(monkeypatch) -> None:
-    model = tiny_model("luong")
-    src, lengths = padded_batch([6, 1, 4])
-    cfg = DecodeConfig(beam_size=3, n_best=2, max_len_a=1.0, max_len_b=1)  # max lengths 7, 2, 5
-    rows_per_step = []
-    original = model.step
+def count_rows_per_step(model, monkeypatch) -> list[int]:
+    """The list that will hold how many decoder rows each model.step call gets."""
+    rows_per_step, original = [], model.step
 
     def step(prev, state, enc):
         rows_per_step.append(prev.size(0))
         return original(prev, state, enc)
 
     monkeypatch.setattr(model, "step", step)
+    return rows_per_step
+
+
+def test_finished_sentences_leave_the_batch_without_changing_any_result(monkeypatch) -> None:
+    model = tiny_model("luong")
+    src, lengths = padded_batch([6, 1, 4])
+    cfg = DecodeConfig(beam_size=3, n_best=2, max_len_a=1.0, max_len_b=1)  # max lengths 7, 2, 5
+    rows_per_step = count_rows_per_step(model, monkeypatch)
     batched = beam_search(model, src, lengths, cfg)
     assert rows_per_step[0] == 9 and rows_per_step[-1] == 3  # 3 sentences x 3 beams, then the longest alone
     assert rows_per_step == sorted(rows_per_step, reverse=True)
@@ -318,14 +323,7 @@ def test_greedy_drops_finished_sentences_too(monkeypatch) -> None:
     src, lengths = padded_batch([6, 1, 4])
     cfg = DecodeConfig(max_len_a=1.0, max_len_b=1, coverage_penalty=0.2)  # max lengths 7, 2, 5
     alone = [greedy_search(model, src[b:b + 1, :n], lengths[b:b + 1], cfg)[0] for b, n in enumerate(lengths.tolist())]
-    rows_per_step = []
-    original = model.step
-
-    def step(prev, state, enc):
-        rows_per_step.append(prev.size(0))
-        return original(prev, state, enc)
-
-    monkeypatch.setattr(model, "step", step)
+    rows_per_step = count_rows_per_step(model, monkeypatch)
     together = greedy_search(model, src, lengths, cfg)
     assert rows_per_step[0] == 3 and rows_per_step[-1] == 1 and rows_per_step == sorted(rows_per_step, reverse=True)
     assert_same_hypotheses(together, alone)
