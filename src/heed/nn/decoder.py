@@ -194,17 +194,17 @@ class LuongDecoder(_RNNDecoder):
             embed = self.embedding.embedding_dim
             order = gate_order(self.hidden_size, tgt_in.device)  # rows (i, f, g, o) -> (o, i, f, g)
 
-            def weights(k: int) -> tuple[Tensor, Tensor]:  # layer k: W_ih, W_hh, b_ih + b_hh in that order
+            def layer_weights(k: int) -> tuple[Tensor, Tensor, Tensor]:  # W_ih, W_hh, b_ih + b_hh, rows reordered
                 w_ih, w_hh = getattr(rnn, f"weight_ih_l{k}"), getattr(rnn, f"weight_hh_l{k}")
                 bias = getattr(rnn, f"bias_ih_l{k}") + getattr(rnn, f"bias_hh_l{k}")
                 return w_ih[order], w_hh[order], bias[order]
 
-            w_ih, w_hh, bias = weights(0)  # w_ih (4H, embed + H) over [y_{t-1}; h~_{t-1}]
+            w_ih, w_hh, bias = layer_weights(0)  # w_ih (4H, embed + H) over [y_{t-1}; h~_{t-1}]
             embedded = self.dropout(self.embedding(tgt_in)).transpose(0, 1)  # (T, B, embed)
             gx = F.linear(embedded, w_ih[:, :embed], bias)  # (T, B, 4H)
             layers = [torch.cat([w_ih[:, embed:], w_hh], dim=1)]
             for k in range(1, layers_n):
-                w_ih, w_hh, bias = weights(k)
+                w_ih, w_hh, bias = layer_weights(k)
                 layers += [torch.cat([w_ih, w_hh], dim=1), bias]
             drop = None
             if self.training and rnn.dropout and layers_n > 1:  # between layers, as nn.LSTM does
