@@ -25,6 +25,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python bench/attention_fused.py
 	OMP_NUM_THREADS=1 $(BIN)/python bench/decode_speed.py
+	OMP_NUM_THREADS=1 $(BIN)/python bench/floor.py
+	OMP_NUM_THREADS=1 $(BIN)/python bench/feeding_pass.py
 	$(BIN)/python bench/scratch_dates.py --epochs 10 --blas-threads 1 --stop-at 0.999
 
 clean:
