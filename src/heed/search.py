@@ -177,6 +177,14 @@ def _checked_attention(attention: Tensor | None, cfg: DecodeConfig) -> Tensor | 
     return attention
 
 
+def _all_rows(values: Tensor, index: Tensor, total: int, fill: float = 0) -> Tensor:
+    """values (n, ...) placed at rows `index` (n,) of a (total, ...) tensor filled with `fill`;
+    `values` itself while n == total (no sentence has left the batch, so index is every row)."""
+    if values.size(0) == total:
+        return values
+    return values.new_full((total, *values.shape[1:]), fill).index_copy_(0, index, values)
+
+
 def _to_hypotheses(tokens: Tensor, lengths: Tensor, scores: Tensor, log_probs: Tensor,
                    attention: Tensor | None, src_lengths: Tensor) -> list[Hypothesis]:
     """Rows into Hypothesis objects (one host transfer for everything).
@@ -232,15 +240,11 @@ def greedy_search(model: Any, src: Tensor, src_lengths: Tensor,
         best, token = logp.max(dim=-1)  # (n,)
         if t >= shortest:
             token = token.masked_fill(act_max_len <= t, model.eos_id)  # even if the model gives EOS -inf
-        whole = n == batch  # no sentence has left yet: nothing to scatter
-        log_prob = log_prob + best if whole else log_prob.index_add(0, active, best)
-        tokens.append(token if whole else
-                      torch.full((batch,), model.pad_id, dtype=torch.long, device=device).index_copy_(0, active, token))
+        log_prob = log_prob + best if n == batch else log_prob.index_add(0, active, best)
+        tokens.append(_all_rows(token, active, batch, model.pad_id))
         if attn is not None:
-            attn = attn.float()
-            if not whole:
-                attn = attn.new_zeros(batch, attn.size(-1)).index_copy_(0, active, attn)
-            attention.append(attn)  # (batch, src_len), zero for the sentences already done
+            attn = _all_rows(attn.float(), active, batch)  # (batch, src_len), zero for the sentences already done
+            attention.append(attn)
             if cfg.coverage_penalty:
                 coverage = attn if coverage is None else coverage + attn
         if seq is not None:
@@ -279,6 +283,10 @@ class _Finished(NamedTuple):
     log_prob: Tensor  # (batch, n_best)
     step: Tensor  # (batch, n_best) long
     row: Tensor  # (batch, n_best) long, flat row of the step's input
+
+    def put(self, index: Tensor, part: "_Finished") -> "_Finished":
+        """These sentences' rows replaced by `part`'s: index (n,) long, part (n, n_best)."""
+        return _Finished(*(whole.index_copy(0, index, rows) for whole, rows in zip(self, part)))
 
     @staticmethod
     def empty(batch: int, n_best: int, device: torch.device) -> "_Finished":
@@ -454,25 +462,17 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
         done = _is_done(act_fin, cum.view(n, beam), act_max_len, cfg)  # (n,)
 
         # history: the new live beam k of sentence b is global row b * beam + k, like its input row
-        if n == batch:  # no sentence has left yet: local rows are global rows
-            tok_hist.append(live_token)
-            back_hist.append(back)
-            if attn is not None:
-                attn_hist.append(attn.float())
-        else:
-            tok_hist.append(torch.full((batch * beam,), model.pad_id, device=device).index_copy_(0, rows, live_token))
-            back_hist.append(torch.zeros(batch * beam, dtype=torch.long, device=device)
-                             .index_copy_(0, rows, rows[back]))
-            if attn is not None:
-                attn_hist.append(attn.new_zeros(batch * beam, attn.size(-1), dtype=torch.float)
-                                 .index_copy_(0, rows, attn.float()))
+        tok_hist.append(_all_rows(live_token, rows, batch * beam, model.pad_id))
+        back_hist.append(_all_rows(back if n == batch else rows[back], rows, batch * beam))
+        if attn is not None:
+            attn_hist.append(_all_rows(attn.float(), rows, batch * beam))
         # The one host sync per step (see greedy_search): how many sentences are done.
         n_done = int(done.sum())
         if n_done == n:
             break
         if n_done:  # the done sentences leave: keep the others' rows, in order
             keep = (~done).nonzero().squeeze(1)  # (n',)
-            fin = _Finished(*(whole.index_copy(0, active, part) for whole, part in zip(fin, act_fin)))
+            fin = fin.put(active, act_fin)
             act_fin = _Finished(*(part.index_select(0, keep) for part in act_fin))
             keep_rows = (keep.unsqueeze(1) * beam + beam_index).view(-1)  # (n' * beam,)
             active, rows, back = active[keep], rows[keep_rows], back[keep_rows]
@@ -485,7 +485,7 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
             coverage = step_coverage.index_select(0, back)
         state = out.state.select(back)
         prev = live_token
-    fin = _Finished(*(whole.index_copy(0, active, part) for whole, part in zip(fin, act_fin)))
+    fin = fin.put(active, act_fin)
 
     fin_step, fin_row = fin.step.reshape(-1), fin.row.reshape(-1)  # (batch * n_best,)
     tokens, attention = _backtrack(fin_step, fin_row, torch.stack(tok_hist), torch.stack(back_hist),
