@@ -19,7 +19,9 @@ What happens, in order (nothing runs at the same time as anything else):
    /usr/bin/time -v, then decode greedy and beam 5 at --decode-batch and at batch 1, each in its own
    process; the quality of the greedy and beam-5 outputs on the test set (dates: exact match with
    the shared exact_match.py; multi30k: sacreBLEU).
-3. bench/floor.py: the bare-PyTorch floor of one training step on the same shapes.
+3. bench/floor.py: the bare-PyTorch floor of one training step on the same shapes; then
+   bench/gemm_floor.py: the matrix products alone of this model's training step and of heed's
+   beam-5 decode, in float32 and bfloat16, against 2x / 3x the fastest peer's figures.
 Every command's output is kept under WORK/logs/SYSTEM/; the figures in WORK/results.json and the
 table in WORK/results.md and, between its own markers, in bench/RESULTS.md.
 """
@@ -202,6 +204,65 @@ def run_floor(bench: Bench, heed_tok_per_s: float | None) -> dict | None:
     return floor
 
 
+def run_gemm_floor(bench: Bench, results: list[dict], args: argparse.Namespace) -> dict | None:
+    """bench/gemm_floor.py against the fastest peer's training tok/s and beam-5 sentences/s."""
+    heed = next((r for r in results if r["key"] == "heed" and r["status"] == "ok"), None)
+    if heed is None:
+        return None
+    peers = [r for r in results if r["status"] == "ok" and not r["key"].startswith("heed")]
+
+    def fastest(figure) -> float | None:
+        try:
+            return max(figure(r) for r in peers)
+        except (KeyError, TypeError, ValueError):  # no peer, or no figure
+            return None
+
+    peer_tok = fastest(lambda r: r["train"]["tok_per_s"])
+    peer_sent = fastest(lambda r: r["decode"][f"beam5_batch{args.decode_batch}"]["sent_per_s"])
+    out = bench.work / "gemm_floor.json"
+    cmd = [str(bench.heed_python), str(REPO / "bench" / "gemm_floor.py"), "--data", str(bench.data),
+           "--threads", str(bench.threads), "--embed", str(bench.dataset.embed), "--hidden", str(bench.dataset.hidden),
+           "--decode-model", str(bench.work / "heed_run" / "out" / "model"),
+           "--decode-input", f"{bench.decode_prefix(args.decode_sents)}.src", "--beam", "5",
+           "--batch-size", str(args.decode_batch), "--max-len", str(bench.max_len), "--json", str(out)]
+    cmd += ["--peer-tok-per-s", f"{peer_tok:.1f}"] if peer_tok else []
+    cmd += ["--peer-sent-per-s", f"{peer_sent:.1f}"] if peer_sent else []
+    say(f"\n== GEMM floor  (load {loadavg()})")
+    try:
+        run = run_measured(cmd, log=bench.work / "logs" / "gemm_floor.log", env=bench.env)
+    except StepFailed as e:
+        say(f"   GEMM floor failed: {e}")
+        return None
+    say("\n".join("   " + line for line in run.text().splitlines()))
+    gemm = json.loads(out.read_text())
+    gemm.update(loadavg=run.loadavg, peer_tok_per_s=peer_tok, peer_sent_per_s=peer_sent)
+    return gemm
+
+
+def gemm_floor_text(gemm: dict) -> list[str]:
+    """The paragraph under the table: what the products alone allow, and what 2x / 3x would need."""
+    train, dec = gemm["train"], gemm.get("decode")
+    text = (f"GEMM floor (bench/gemm_floor.py, the matrix products of this model alone, each shape timed on this "
+            f"machine, element-wise work left out; load before {gemm['loadavg']}): a training step's products take "
+            f"{1e3 * train['float32']['step_s']:.1f} ms in float32 ({train['float32']['max_tok_per_s']:,.0f} tok/s at "
+            f"most) and {1e3 * train['bfloat16']['step_s']:.1f} ms in bfloat16 "
+            f"({train['bfloat16']['max_tok_per_s']:,.0f} tok/s)")
+    if gemm.get("peer_tok_per_s"):
+        need = 2 * gemm["peer_tok_per_s"]
+        text += (f"; 2× the fastest peer ({need:,.0f} tok/s) would need "
+                 f"{need / train['float32']['max_tok_per_s']:.0%} of the float32 bound")
+    if dec:
+        text += (f". heed's beam-5 decode of {dec['sentences']:,} sentences ran {dec['decoder_rows']:,} decoder rows "
+                 f"in {dec['steps']:,} steps; their products alone take {dec['float32']['s']:.2f} s in float32 "
+                 f"({dec['float32']['max_sent_per_s']:,.1f} sentences/s at most) and {dec['bfloat16']['s']:.2f} s in "
+                 f"bfloat16 ({dec['bfloat16']['max_sent_per_s']:,.1f})")
+        if gemm.get("peer_sent_per_s"):
+            need = 3 * gemm["peer_sent_per_s"]
+            text += (f"; 3× the fastest peer ({need:,.1f} sentences/s) would need "
+                     f"{need / dec['float32']['max_sent_per_s']:.0%} of the float32 bound")
+    return [text + ".", ""]
+
+
 # ------------------------------------------------------------------------------------ report
 
 
@@ -271,8 +332,8 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
     return "\n".join(lines)
 
 
-def report(results: list[dict], floor: dict | None, info: dict, args: argparse.Namespace, bench: Bench,
-           command: str, n_test: int, tps: float, started: datetime, minutes: float) -> str:
+def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dict, args: argparse.Namespace,
+           bench: Bench, command: str, n_test: int, tps: float, started: datetime, minutes: float) -> str:
     ds = bench.dataset
     out = [f"## {ds.title}", "",
            f"{started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min. Machine: {info['cpu']}, {info['cores']} cores; "
@@ -295,6 +356,8 @@ def report(results: list[dict], floor: dict | None, info: dict, args: argparse.N
                 + (f"; heed's trainer {1e3 * floor['heed_trainer_s']:.1f} ms "
                    f"({floor['heed_trainer_s'] / floor['floor_s']:.2f}× the floor)." if "heed_trainer_s" in floor else "."),
                 ""]
+    if gemm:
+        out += gemm_floor_text(gemm)
     clip = ds.heed_clip(bench)
     notes = [
         "How each figure is measured:",
@@ -380,10 +443,11 @@ def main(argv: list[str] | None = None) -> int:
     results = [run_system(bench, key, args, n_test) for key in args.systems]
     heed = next((r for r in results if r["key"] == "heed" and r["status"] == "ok"), None)
     floor = run_floor(bench, heed["train"]["tok_per_s"] if heed else None)
+    gemm = run_gemm_floor(bench, results, args)
     minutes = (time.perf_counter() - t0) / 60
-    section = report(results, floor, info, args, bench, command, n_test, tps, started, minutes)
+    section = report(results, floor, gemm, info, args, bench, command, n_test, tps, started, minutes)
     (work / "results.json").write_text(json.dumps({"machine": info, "command": command, "results": results,
-                                                    "floor": floor}, indent=2, default=str) + "\n")
+                                                    "floor": floor, "gemm_floor": gemm}, indent=2, default=str) + "\n")
     (work / "results.md").write_text(section, encoding="utf-8")
     say("\n" + section)
     if not args.no_results:

@@ -9,8 +9,9 @@ if TYPE_CHECKING:
     from heed.api import Translator
 
 
-def load(path: str) -> "Translator":
-    """Load a trained model directory; `heed.load(path).translate(["..."])`."""
+def load(path: str, *, device: str = "auto") -> "Translator":
+    """Load a trained model directory; `heed.load(path).translate(["..."])`.
+    `device`: "auto" (CUDA if available), "cpu" or "cuda"."""
     from heed.api import Translator
 
-    return Translator.load(path)
+    return Translator.load(path, device=device)
