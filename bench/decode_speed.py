@@ -1,6 +1,7 @@
 """Decoding speed: sentences per second for greedy and beam search, as a markdown table.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/decode_speed.py [--devices cpu cuda] [--seconds 2]
+        [--precisions float32 bfloat16]
 
 Randomly initialised models (speed does not depend on the weights, only on how many steps run):
 - "256/8000": embed 256, hidden 256, vocab 8000 (a realistic subword model), max 30 steps;
@@ -8,10 +9,13 @@ Randomly initialised models (speed does not depend on the weights, only on how m
 Sources are ~20 tokens (lengths 16..24). `min_len` is set to the maximum so that a random model,
 which would end at a random step, decodes every step: the worst case, and the same work every run.
 Batch 1 decodes sentences one at a time; batch 64 decodes them 64 at once.
+bfloat16 is what `heed translate --bf16` does: the weights cast once, autocast around the search.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import time
 from dataclasses import dataclass
 
@@ -55,8 +59,8 @@ def sentences_per_second(model, src, lengths, cfg: DecodeConfig, batch: int, sec
     sync(device)
     done, n_batches, start = 0, 0, time.perf_counter()
     while True:
-        for s, l in batches:
-            search(model, s, l, cfg)
+        for s, n in batches:
+            search(model, s, n, cfg)
             done += s.size(0)
             n_batches += 1
         sync(device)
@@ -71,13 +75,14 @@ def main() -> None:
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 64])
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 5])
     parser.add_argument("--seconds", type=float, default=2.0, help="minimum timed seconds per row")
+    parser.add_argument("--precisions", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
     args = parser.parse_args()
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s)"
           + (f", {torch.cuda.get_device_name()}" if "cuda" in args.devices else ""))
     print()
-    print("| model | device | search | batch | sentences/s | ms/batch |")
-    print("|---|---|---|---:|---:|---:|")
+    print("| model | device | precision | search | batch | sentences/s | ms/batch |")
+    print("|---|---|---|---|---:|---:|---:|")
     gen = torch.Generator().manual_seed(0)
     for setting in SETTINGS:
         torch.manual_seed(0)
@@ -86,17 +91,21 @@ def main() -> None:
         src, lengths = make_sources(64, setting.vocab, gen)
         for device_name in args.devices:
             device = torch.device(device_name)
-            model.to(device)
-            for beam in args.beams:
-                cfg = DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=setting.max_tokens,
-                                   min_len=setting.max_tokens)
-                for batch in args.batches:
-                    sents = src if batch > 1 else src[:8]  # batch 1: 8 sentences one by one
-                    rate, ms = sentences_per_second(model, sents, lengths[:sents.size(0)], cfg, batch,
-                                                    args.seconds, device)
-                    label = "greedy" if beam == 1 else f"beam {beam}"
-                    print(f"| {setting.name} | {device_name} | {label} | {batch} | {rate:,.1f} | {ms:,.1f} |",
-                          flush=True)
+            for precision in args.precisions:
+                bf16 = precision == "bfloat16"
+                decoder = copy.deepcopy(model).to(device, torch.bfloat16 if bf16 else torch.float32)
+                autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+                for beam in args.beams:
+                    cfg = DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=setting.max_tokens,
+                                       min_len=setting.max_tokens)
+                    for batch in args.batches:
+                        sents = src if batch > 1 else src[:8]  # batch 1: 8 sentences one by one
+                        with autocast:
+                            rate, ms = sentences_per_second(decoder, sents, lengths[:sents.size(0)], cfg, batch,
+                                                            args.seconds, device)
+                        label = "greedy" if beam == 1 else f"beam {beam}"
+                        print(f"| {setting.name} | {device_name} | {precision} | {label} | {batch} | {rate:,.1f} "
+                              f"| {ms:,.1f} |", flush=True)
 
 
 if __name__ == "__main__":

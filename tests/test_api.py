@@ -128,3 +128,35 @@ def test_subword_alignments_are_between_whitespace_words(subwords):
         assert a.attention.shape == (len(t.split()), len(s.split()))
         assert [j for _, j in a.links] == list(range(len(t.split())))
         assert all(0 <= i < len(s.split()) for i, _ in a.links)
+
+
+# ------------------------------------------------------------------------------ bfloat16
+
+
+@pytest.fixture(scope="module")
+def words_bf16(word_run) -> Translator:
+    return Translator.load(word_run, device="cpu", bf16=True)
+
+
+WORD_SOURCES = ["hello anna sleeps", "goodbye paul eats", "thanks marie runs", "hello jean sings",
+                "goodbye eva sleeps", "thanks luc eats"]
+
+
+def test_a_bf16_translator_holds_bf16_weights_and_translates_like_float32(words, words_bf16):
+    assert {p.dtype for p in words_bf16.model.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in words.model.parameters()} == {torch.float32}  # loading twice shares nothing
+    for beam in (1, 3):
+        ref, out = words.translate(WORD_SOURCES, beam=beam), words_bf16.translate(WORD_SOURCES, beam=beam)
+        assert [t.text for t in out] == [t.text for t in ref]
+        for a, b in zip(out, ref):
+            assert a.attention.dtype == np.float32 and a.attention.shape == b.attention.shape
+            np.testing.assert_allclose(a.attention, b.attention, atol=0.05)
+            np.testing.assert_allclose(a.attention.sum(1), 1.0, atol=0.02)
+            assert a.score == pytest.approx(b.score, abs=0.05 + 0.02 * abs(b.score))
+
+
+def test_a_bf16_translator_aligns_like_float32(words, words_bf16):
+    targets = [t.text for t in words.translate(WORD_SOURCES, beam=1)]
+    for a, b in zip(words_bf16.align(WORD_SOURCES, targets), words.align(WORD_SOURCES, targets)):
+        assert a.links == b.links
+        np.testing.assert_allclose(a.attention, b.attention, atol=0.05)

@@ -246,3 +246,16 @@ def test_demo_quick_runs_every_stage(tmp_path, write_lines):
     write_lines(other / "notes.txt", ["keep me"])
     assert_user_error(invoke("demo", "--output-dir", other), "is not a demo run")
     assert (other / "notes.txt").is_file()
+
+
+def test_translate_and_evaluate_in_bf16(word_run, tmp_path, write_lines):
+    sources = ["hello anna sleeps", "goodbye paul eats", "thanks marie runs"]
+    text = "".join(s + "\n" for s in sources)
+    fp32, bf16 = invoke("translate", word_run, input=text), invoke("translate", word_run, "--bf16", input=text)
+    assert fp32.exit_code == 0 and bf16.exit_code == 0, bf16.output
+    assert bf16.stdout == fp32.stdout and len(fp32.stdout.splitlines()) == 3
+    src = write_lines(tmp_path / "src.txt", sources)
+    ref = write_lines(tmp_path / "ref.txt", fp32.stdout.splitlines())
+    result = invoke("evaluate", word_run, "--src", src, "--ref", ref, "--bf16")
+    assert result.exit_code == 0, result.output
+    assert "exact match = 100.00% (3/3)" in result.stdout

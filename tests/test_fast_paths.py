@@ -192,3 +192,35 @@ def test_whole_model_loss_and_gradients_equal_with_fused_or_explicit_attention(e
     torch.testing.assert_close(fused_loss, explicit_loss, rtol=0, atol=1e-10)
     for f, e in zip(fused_grads, explicit_grads, strict=True):
         torch.testing.assert_close(f, e, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("model", [
+    dict(decoder="luong", rnn="lstm", attention="general", input_feeding=True, encoder_layers=2, decoder_layers=2),
+    dict(decoder="luong", rnn="gru", attention="cosine", input_feeding=False),
+    dict(decoder="luong", rnn="lstm", attention="scaled_dot", input_feeding=False),
+    dict(decoder="bahdanau", rnn="gru", attention="additive"),
+    dict(decoder="bahdanau", rnn="lstm", attention="dot"),
+    dict(decoder="plain", rnn="lstm"),
+])
+def test_every_architecture_decodes_in_bf16_close_to_float32(model) -> None:
+    """bf16 weights under autocast (Translator(bf16=True)): search runs for every decoder, RNN and
+    score, and the teacher-forced log-probabilities stay within bf16 rounding of float32's."""
+    from heed.search import DecodeConfig, search
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(embed_size=8, hidden_size=16, dropout=0.0, **model)
+    fp32 = build_model(cfg, src_vocab_size=20, tgt_vocab_size=20).eval()
+    bf16 = build_model(cfg, src_vocab_size=20, tgt_vocab_size=20).eval()
+    bf16.load_state_dict(fp32.state_dict())
+    bf16.to(torch.bfloat16)
+    src = torch.tensor([[5, 6, 7, 8, 9, 2], [4, 11, 2, 0, 0, 0], [12, 2, 0, 0, 0, 0]])
+    lengths, tgt_in = torch.tensor([6, 3, 2]), torch.tensor([[1, 5, 6, 7], [1, 8, 9, 0], [1, 4, 0, 0]])
+    with torch.inference_mode():
+        ref = fp32(src, lengths, tgt_in).logits.log_softmax(-1)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = bf16(src, lengths, tgt_in).logits.float().log_softmax(-1)
+            hyps = [search(bf16, src, lengths, DecodeConfig(beam_size=beam, max_len_b=5)) for beam in (1, 3)]
+    assert (got - ref).abs().max() < 0.1
+    for nbest in hyps:
+        assert len(nbest) == 3 and all(h and all(0 <= t < 20 for t in h[0].tokens) for h in nbest)
+        assert all(torch.isfinite(torch.tensor(h[0].log_prob)) for h in nbest)

@@ -2,7 +2,7 @@
 (loading the model and reading the file are outside the timer, as in the peers' own timers).
 
     python bench/compare/heed_decode.py MODEL_DIR INPUT OUTPUT --beam 5 --batch-size 64
-        [--max-len 20] [--threads 1]
+        [--max-len 20] [--threads 1] [--bf16]
 
 Prints one line: `heed decode: N sentences in S s (R sentences/s)`.
 """
@@ -26,10 +26,11 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-len", type=int, default=20, help="output tokens before the forced EOS")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (heed.load(..., bf16=True))")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
-    translator = heed.load(str(args.model))
+    translator = heed.load(str(args.model), bf16=args.bf16)
     texts = args.input.read_text(encoding="utf-8").splitlines()
     start = time.perf_counter()
     with torch.inference_mode():
@@ -38,7 +39,8 @@ def main() -> None:
     seconds = time.perf_counter() - start
     args.output.write_text("".join(t.text + "\n" for t in out), encoding="utf-8")
     print(f"heed decode: {len(texts)} sentences in {seconds:.4f} s ({len(texts) / seconds:.1f} sentences/s); "
-          f"beam {args.beam}, batch {args.batch_size}, {torch.get_num_threads()} thread(s)")
+          f"beam {args.beam}, batch {args.batch_size}, {torch.get_num_threads()} thread(s)"
+          f"{', bf16' if args.bf16 else ''}")
 
 
 if __name__ == "__main__":

@@ -384,9 +384,10 @@ def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dic
          "up to a multiple of 8 and build them with their own rules from the same pieces."),
     ]
     if any(r["key"] == "heed-bf16" for r in results):
-        notes.append("- \"heed, bf16 training\": the same heed run with `train.bf16: true` (autocast: float32 weights, "
-                     "bf16 matrix products, which CPUs with AMX run several times faster). Every other system, and "
-                     "heed's own column, trains in float32; every system decodes in float32.")
+        notes.append("- \"heed, bf16\": the same heed run with `train.bf16: true` (autocast: float32 weights, "
+                     "bf16 matrix products, which CPUs with AMX run several times faster), decoded with `--bf16` "
+                     "(weights cast to bf16 once, bf16 products, float32 log-probabilities). Every other system, and "
+                     "heed's own column, trains and decodes in float32.")
     for r in results:
         if r["status"] != "ok":
             reason = (r.get("reason") or r["status"]).splitlines()[0]

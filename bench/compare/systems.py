@@ -150,6 +150,7 @@ class System:
 
 class Heed(System):
     name, kind = "heed", "heed"
+    decode_options: tuple[str, ...] = ()  # extra heed_decode.py options
 
     def check(self) -> None:
         probe = subprocess.run([str(self.b.heed_python), "-c", "import heed.cli, heed.api, heed.train"],
@@ -217,16 +218,18 @@ class Heed(System):
         run = run_measured([str(self.b.heed_python), str(self.b.repo / "bench" / "compare" / "heed_decode.py"),
                             str(self.dir / "out" / "model"), f"{self.b.decode_prefix(n)}.src", str(hyps),
                             "--beam", str(beam), "--batch-size", str(batch), "--max-len", str(self.b.max_len),
-                            "--threads", str(self.b.threads)], log=log, env=self.b.env, timeout=self.b.timeout)
+                            "--threads", str(self.b.threads), *self.decode_options],
+                           log=log, env=self.b.env, timeout=self.b.timeout)
         seconds = _need(_float(r"sentences in ([\d.]+) s", run.text()), "heed's decode time", log)
         return Decode(n / seconds, seconds, hyps, run)
 
 
 class HeedBF16(Heed):
     """heed with `train.bf16: true`: the same model trained under bf16 autocast (float32 weights;
-    GEMMs in bf16, which CPUs with AMX run 3-5x faster). Decoding stays float32."""
+    GEMMs in bf16, which CPUs with AMX run 3-5x faster), and decoded in bf16 (`--bf16`)."""
 
-    name, kind = "heed, bf16 training", "heed_bf16"
+    name, kind = "heed, bf16", "heed_bf16"
+    decode_options = ("--bf16",)
 
     def config(self) -> dict:
         cfg = super().config()

@@ -9,9 +9,9 @@ if TYPE_CHECKING:
     from heed.api import Translator
 
 
-def load(path: str, *, device: str = "auto") -> "Translator":
+def load(path: str, *, device: str = "auto", bf16: bool = False) -> "Translator":
     """Load a trained model directory; `heed.load(path).translate(["..."])`.
-    `device`: "auto" (CUDA if available), "cpu" or "cuda"."""
+    `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16."""
     from heed.api import Translator
 
-    return Translator.load(path, device=device)
+    return Translator.load(path, device=device, bf16=bf16)
