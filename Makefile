@@ -24,8 +24,9 @@ test: $(STAMP)
 # peer comparison needs ../shared: bash bench/compare/run.sh --peers-dir DIR --install
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python bench/attention_fused.py
-	OMP_NUM_THREADS=1 $(BIN)/python bench/decode_speed.py
+	OMP_NUM_THREADS=1 $(BIN)/python bench/decode_speed.py --precisions float32 bfloat16
 	OMP_NUM_THREADS=1 $(BIN)/python bench/floor.py
+	OMP_NUM_THREADS=1 $(BIN)/python bench/gemm_floor.py
 	OMP_NUM_THREADS=1 $(BIN)/python bench/feeding_pass.py
 	$(BIN)/python bench/scratch_dates.py --epochs 10 --blas-threads 1 --stop-at 0.999
 
