@@ -55,6 +55,53 @@ def test_tokens_under_padding_change_nothing(rnn: str, bidirectional: bool, num_
 
 
 @pytest.mark.parametrize("rnn,bidirectional,num_layers", ENCODERS)
+def test_running_by_length_equals_packing_in_values_and_gradients(rnn: str, bidirectional: bool,
+                                                                  num_layers: int) -> None:
+    """The CPU fast path (one call per distinct length, no padding) against the packed call."""
+    encoder = make_encoder(rnn, bidirectional, num_layers)
+    embedded = torch.randn(len(LENGTHS), SRC_LEN, EMBED, dtype=torch.float64, requires_grad=True)
+    distinct, counts = torch.unique(LENGTHS, return_counts=True)
+    runs = {"by_length": lambda: encoder._run_by_length(embedded, LENGTHS, distinct.tolist(), counts.tolist()),
+            "packed": lambda: encoder._run_packed(embedded, LENGTHS)}
+    results = {}
+    for name, run in runs.items():
+        states, raw = run()
+        final = raw if isinstance(raw, tuple) else (raw,)
+        weights = torch.linspace(-1, 1, states.numel(), dtype=torch.float64).view_as(states)
+        loss = (states * weights).sum() + sum((f * f).sum() for f in final)
+        grads = torch.autograd.grad(loss, [embedded, *encoder.rnn.parameters()])
+        results[name] = (states.detach(), [f.detach() for f in final], grads)
+    (s1, f1, g1), (s2, f2, g2) = results["by_length"], results["packed"]
+    torch.testing.assert_close(s1, s2, rtol=0, atol=1e-12)
+    padding = torch.arange(SRC_LEN) >= LENGTHS.unsqueeze(1)
+    assert torch.equal(s1[padding], torch.zeros_like(s1[padding]))  # zero under padding
+    for a, b in zip(f1, f2, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("rnn,lengths,grad,expected", [
+    ("lstm", [4, 6, 2, 1], False, "by_length"),  # LSTM: up to 4 lengths, decoding or training
+    ("lstm", [4, 6, 2, 1, 3], True, "packed"),
+    ("gru", [4, 6, 2, 1], True, "by_length"),  # GRU: up to 4 lengths when training ...
+    ("gru", [4, 6], False, "packed"),  # ... only one when not
+    ("gru", [6, 6], False, "by_length"),
+])
+def test_the_encoder_runs_by_length_only_where_that_measured_faster(rnn: str, lengths: list[int], grad: bool,
+                                                                     expected: str, monkeypatch) -> None:
+    encoder = make_encoder(rnn, True, 1)
+    used = []
+    for name in ("by_length", "packed"):
+        method = getattr(encoder, f"_run_{name}")
+        monkeypatch.setattr(encoder, f"_run_{name}", lambda *a, _m=method, _n=name: used.append(_n) or _m(*a))
+    src = torch.randint(1, VOCAB, (len(lengths), max(lengths)))
+    with torch.set_grad_enabled(grad):
+        encoder(src, torch.tensor(lengths))
+    assert used == [expected]
+
+
+@pytest.mark.parametrize("rnn,bidirectional,num_layers", ENCODERS)
 def test_encoder_output_shapes(rnn: str, bidirectional: bool, num_layers: int) -> None:
     out = make_encoder(rnn, bidirectional, num_layers)(make_batch(), LENGTHS)
     batch = len(LENGTHS)

@@ -1,0 +1,225 @@
+"""Before and after for heed's fast paths, each on the same batches and the same weights.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/fast_paths.py [--data DIR] [--embed 64 --hidden 128]
+        [--batches 20] [--threads 1]
+
+Lengths and vocabulary sizes come from DIR/train.src and DIR/train.tgt (space-separated tokens, as
+bench/compare writes them), else from the built-in dates length mix; token ids are random (speed does
+not depend on them). The model is Luong general attention (bidirectional LSTM encoder of hidden / 2
+per direction, LSTM decoder of hidden), batches of 128 sentences. Rows (mean over --batches batches,
+after warm-up; "ms" per batch, "tok/s" real target tokens per second):
+
+1. token-bucketed batches (heed.data.batching.token_batches: sorted in pools, so a batch holds
+   similar lengths) against shuffled batches of the same 128 sentences each: padding and a whole
+   training step (forward, backward, Adam), with input feeding.
+2. the encoder run once per distinct source length over just those rows (heed's RNNEncoder on the
+   CPU, where a batch holds few lengths) against one call over the packed batch: forward and
+   backward of the encoder alone, on bucketed and on shuffled batches.
+3. Luong without input feeding: the whole target in one RNN call and one batched attention call
+   (LuongDecoder.forward) against the step loop (one decoder step at a time): forward + backward.
+4. the attention's key projection computed once per source (EncoderOutput.keys) against once per
+   step, in greedy search of 64 sentences.
+5. beam search vectorised over batch x beam against one sentence at a time: beam 5, 64 sentences.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from heed.data.batching import Batch, collate, token_batches
+from heed.data.vocab import PAD
+from heed.nn.build import ModelConfig, build_model
+from heed.nn.decoder import _RNNDecoder
+from heed.search import DecodeConfig, search
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floor import builtin_lengths, file_lengths  # noqa: E402
+
+BATCH = 128
+
+
+def examples_from_lengths(src_lens: list[int], tgt_lens: list[int], *, src_vocab: int, tgt_vocab: int,
+                          n: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """n (src_ids, tgt_ids) pairs with the real lengths of n random corpus lines and random ids."""
+    rng = random.Random(seed)
+    picks = rng.sample(range(len(src_lens)), n)
+    return [([rng.randrange(4, src_vocab) for _ in range(max(src_lens[i], 1))],
+             [rng.randrange(4, tgt_vocab) for _ in range(max(tgt_lens[i], 1))]) for i in picks]
+
+
+def shuffled_batches(examples: list, seed: int) -> list[Batch]:
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    groups = [order[k:k + BATCH] for k in range(0, len(order) - BATCH + 1, BATCH)]
+    return [collate([examples[i] for i in g], g) for g in groups]
+
+
+def bucketed_batches(examples: list, seed: int) -> list[Batch]:
+    batches = token_batches(examples, batch_tokens=10**9, max_sentences=BATCH, shuffle=True, seed=seed)
+    return [b for b in batches if b.src.size(0) == BATCH]  # whole batches only, like the shuffled ones
+
+
+def mean_seconds(run: Callable[[Batch], None], batches: list[Batch], warmup: int = 3) -> float:
+    for b in batches[:warmup]:
+        run(b)
+    times = []
+    for b in batches:
+        start = time.perf_counter()
+        run(b)
+        times.append(time.perf_counter() - start)
+    return statistics.mean(times)
+
+
+def training_step(model: torch.nn.Module) -> Callable[[Batch], None]:
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+
+    def run(b: Batch) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        logits = model(b.src, b.src_lengths, b.tgt_in, need_attention=False).logits
+        loss = F.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD, reduction="sum")
+        (loss / (b.tgt_out != PAD).sum()).backward()
+        optimizer.step()
+
+    return run
+
+
+def padding(batches: list[Batch]) -> str:
+    real = sum(int(b.src_lengths.sum() + (b.tgt_out != PAD).sum()) for b in batches)
+    padded = sum(b.src.numel() + b.tgt_out.numel() for b in batches)
+    return f"{padded / real - 1:.0%} padding"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", type=Path, help="folder with train.src/train.tgt; else the built-in dates mix")
+    p.add_argument("--embed", type=int, default=64)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--batches", type=int, default=20)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=42)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    if args.data is not None:
+        src_lens, tgt_lens, src_vocab, tgt_vocab = file_lengths(args.data)
+        source = str(args.data)
+    else:
+        (src_lens, tgt_lens), src_vocab, tgt_vocab, source = builtin_lengths(20000, args.seed), 37, 15, "dates mix"
+    examples = examples_from_lengths(src_lens, tgt_lens, src_vocab=src_vocab, tgt_vocab=tgt_vocab,
+                                     n=BATCH * args.batches, seed=args.seed)
+    shuffled, bucketed = shuffled_batches(examples, args.seed), bucketed_batches(examples, args.seed)
+
+    def build(input_feeding: bool) -> torch.nn.Module:
+        torch.manual_seed(args.seed)
+        cfg = ModelConfig(decoder="luong", attention="general", input_feeding=input_feeding, embed_size=args.embed,
+                          hidden_size=args.hidden, dropout=0.0)
+        return build_model(cfg, src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab)
+
+    print(f"fast paths on {torch.get_num_threads()} thread(s): embed {args.embed}, hidden {args.hidden}, "
+          f"vocab {src_vocab}/{tgt_vocab}, lengths from {source}, batches of {BATCH}, "
+          f"{len(shuffled)} shuffled / {len(bucketed)} bucketed batches")
+    print()
+    print("| fast path | before | after | speed-up |")
+    print("|---|---:|---:|---:|")
+
+    def row(name: str, before: float, after: float, unit: str = "ms", note_before: str = "",
+            note_after: str = "") -> None:
+        nb, na = f" ({note_before})" if note_before else "", f" ({note_after})" if note_after else ""
+        print(f"| {name} | {before * 1e3:,.1f} {unit}{nb} | {after * 1e3:,.1f} {unit}{na} | "
+              f"{before / after:.2f}× |", flush=True)
+
+    # 1. bucketing: per real target token, as batches differ in what they hold
+    model = build(input_feeding=True)
+    step = training_step(model)
+
+    def per_token(batches: list[Batch]) -> float:
+        tokens = statistics.mean(int((b.tgt_out != PAD).sum()) for b in batches)
+        return mean_seconds(step, batches) / tokens * 1000  # seconds per 1,000 target tokens
+
+    row("token-bucketed batches: training step per 1,000 target tokens", per_token(shuffled), per_token(bucketed),
+        note_before=f"shuffled, {padding(shuffled)}", note_after=f"bucketed, {padding(bucketed)}")
+
+    # 2. the encoder: one call per distinct length (heed on the CPU) against one packed call
+    encoder = model.encoder
+
+    def encode_packed(b: Batch) -> None:
+        states, final = encoder._run_packed(encoder.embedding(b.src), b.src_lengths)
+        (states.sum() + sum(t.sum() for t in final)).backward()
+
+    def encode_heed(b: Batch) -> None:
+        enc = encoder(b.src, b.src_lengths)
+        (enc.states.sum() + sum(t.sum() for t in enc.final)).backward()
+
+    for name, batches in (("bucketed", bucketed), ("shuffled", shuffled)):
+        groups = [len(set(b.src_lengths.tolist())) for b in batches]
+        by_length = sum(g <= encoder._max_length_groups() for g in groups)
+        row(f"encoder forward + backward, {name} batches ({statistics.mean(groups):.1f} source lengths a batch)",
+            mean_seconds(encode_packed, batches), mean_seconds(encode_heed, batches), note_before="packed",
+            note_after=f"heed: by length in {by_length} of {len(batches)} batches")
+
+    # 3. all steps at once (no input feeding)
+    plain = build(input_feeding=False)
+    decoder = plain.decoder
+
+    def whole_target(b: Batch) -> None:
+        plain.zero_grad(set_to_none=True)
+        plain(b.src, b.src_lengths, b.tgt_in, need_attention=False).logits.sum().backward()
+
+    def step_loop(b: Batch) -> None:
+        plain.zero_grad(set_to_none=True)
+        enc = plain.encode(b.src, b.src_lengths)
+        _RNNDecoder.forward(decoder, b.tgt_in, plain.init_state(enc), enc, need_attention=False).logits.sum().backward()
+
+    row("Luong without input feeding: all target steps in one call, forward + backward",
+        mean_seconds(step_loop, bucketed), mean_seconds(whole_target, bucketed), note_before="step loop",
+        note_after="one RNN call + one attention call")
+
+    # 4. key projection once per source, in greedy search
+    plain.eval()
+    sources = [(b.src[:64], b.src_lengths[:64]) for b in bucketed[:5]]
+    greedy = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=30)
+
+    class KeysEveryStep:
+        """The same model, but the attention's keys are projected again at every step."""
+
+        def __getattr__(self, name: str):
+            return getattr(plain, name)
+
+        def step(self, prev, state, enc):
+            return plain.step(prev, state, enc.with_keys(decoder.project_keys(enc.states)))
+
+    def decode_with(model_like) -> Callable[[tuple], None]:
+        return lambda s: search(model_like, s[0], s[1], greedy)
+
+    row("key projection once per source: greedy search, 64 sentences",
+        mean_seconds(decode_with(KeysEveryStep()), sources, 1), mean_seconds(decode_with(plain), sources, 1),
+        note_before="projected every step", note_after="once per source")
+
+    # 5. beam search over the batch
+    beam = DecodeConfig(beam_size=5, max_len_a=0.0, max_len_b=30)
+    src, lengths = sources[0]
+
+    def one_by_one(_: object) -> None:
+        for i in range(src.size(0)):
+            n = int(lengths[i])
+            search(plain, src[i:i + 1, :n], lengths[i:i + 1], beam)
+
+    def all_at_once(_: object) -> None:
+        search(plain, src, lengths, beam)
+
+    row("beam 5 vectorised over batch x beam: 64 sentences", mean_seconds(one_by_one, [None] * 3, 1),
+        mean_seconds(all_at_once, [None] * 3, 1), note_before="one sentence at a time", note_after="64 at once")
+
+
+if __name__ == "__main__":
+    main()
