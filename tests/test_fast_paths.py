@@ -224,3 +224,18 @@ def test_every_architecture_decodes_in_bf16_close_to_float32(model) -> None:
     for nbest in hyps:
         assert len(nbest) == 3 and all(h and all(0 <= t < 20 for t in h[0].tokens) for h in nbest)
         assert all(torch.isfinite(torch.tensor(h[0].log_prob)) for h in nbest)
+
+
+@pytest.mark.parametrize("user_value,expected", [(None, "16"), ("99", "99")])
+def test_importing_heed_caps_the_onednn_primitive_cache_unless_the_user_set_it(user_value, expected) -> None:
+    """The by-length encoder meets many shapes; heed keeps oneDNN's per-shape cache small."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    if user_value is not None:
+        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = user_value
+    code = "import os, heed; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == expected
