@@ -226,9 +226,11 @@ def test_every_architecture_decodes_in_bf16_close_to_float32(model) -> None:
         assert all(torch.isfinite(torch.tensor(h[0].log_prob)) for h in nbest)
 
 
-@pytest.mark.parametrize("user_value,expected", [(None, "16"), ("99", "99")])
-def test_importing_heed_caps_the_onednn_primitive_cache_unless_the_user_set_it(user_value, expected) -> None:
-    """The by-length encoder meets many shapes; heed keeps oneDNN's per-shape cache small."""
+@pytest.mark.parametrize("bf16,user_value,expected", [(False, None, "16"), (False, "99", "99"), (True, None, "unset")])
+def test_float32_work_caps_the_onednn_primitive_cache_unless_the_user_set_it(word_run, bf16, user_value,
+                                                                            expected) -> None:
+    """The by-length encoder meets many shapes; float32 translators and trainers keep oneDNN's
+    per-shape cache small, bf16 ones keep its default (re-creating bf16 primitives costs)."""
     import os
     import subprocess
     import sys
@@ -236,6 +238,8 @@ def test_importing_heed_caps_the_onednn_primitive_cache_unless_the_user_set_it(u
     env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
     if user_value is not None:
         env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = user_value
-    code = "import os, heed; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])"
+    code = (f"import os, heed; assert 'ONEDNN_PRIMITIVE_CACHE_CAPACITY' not in os.environ or {user_value!r}; "
+            f"heed.load({str(word_run)!r}, device='cpu', bf16={bf16}); "
+            "print(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY', 'unset'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.strip() == expected

@@ -42,7 +42,7 @@ from heed.errors import ConfigError, HeedError
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec
 from heed.search import DecodeConfig
-from heed.train import resolve_device, translate_ids
+from heed.train import limit_onednn_cache, resolve_device, translate_ids
 
 EOS_TOKEN = SPECIALS[EOS]
 UNK_TOKEN = SPECIALS[UNK]
@@ -109,6 +109,7 @@ class Translator:
                  bf16: bool = False) -> None:
         if bf16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise HeedError("this GPU cannot compute in bfloat16; decode without bf16")
+        limit_onednn_cache(bf16)
         self.model = (model.to(torch.bfloat16) if bf16 else model).to(device).eval()
         self.codec = codec
         self.config = config
