@@ -20,6 +20,10 @@ after warm-up; "ms" per batch, "tok/s" real target tokens per second):
 4. the attention's key projection computed once per source (EncoderOutput.keys) against once per
    step, in greedy search of 64 sentences.
 5. beam search vectorised over batch x beam against one sentence at a time: beam 5, 64 sentences.
+6. with --groups: where the by-length encoder stops paying (RNNEncoder._max_length_groups): a
+   bidirectional LSTM and GRU of embed and hidden / 2 per direction, 128 sentences of 30 tokens and
+   less spread over k distinct lengths, packed against by length, training (forward + backward) and
+   decoding (forward under inference_mode).
 """
 from __future__ import annotations
 
@@ -106,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batches", type=int, default=20)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--groups", action="store_true", help="also the encoder by number of distinct lengths")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -219,6 +224,41 @@ def main(argv: list[str] | None = None) -> None:
 
     row("beam 5 vectorised over batch x beam: 64 sentences", mean_seconds(one_by_one, [None] * 3, 1),
         mean_seconds(all_at_once, [None] * 3, 1), note_before="one sentence at a time", note_after="64 at once")
+    if args.groups:
+        encoder_by_groups(args.embed, args.hidden)
+
+
+def encoder_by_groups(embed: int, hidden: int) -> None:
+    """Section 6: packed against by length for 1..20 distinct lengths, LSTM and GRU."""
+    from heed.nn.encoder import RNNEncoder
+
+    print()
+    print("| encoder | distinct lengths | training: packed → by length | decoding: packed → by length |")
+    print("|---|---:|---:|---:|")
+    for rnn in ("lstm", "gru"):
+        torch.manual_seed(0)
+        encoder = RNNEncoder(vocab_size=50, embed_size=embed, hidden_size=hidden, rnn=rnn)
+        for groups in (1, 2, 3, 4, 6, 20):
+            lengths = torch.tensor([30 - (i % groups) for i in range(BATCH)])
+            embedded = torch.randn(BATCH, 30, embed, requires_grad=True)
+            distinct, counts = torch.unique(lengths, return_counts=True)
+            runs = {"packed": lambda: encoder._run_packed(embedded, lengths),
+                    "by length": lambda: encoder._run_by_length(embedded, lengths, distinct.tolist(),
+                                                                counts.tolist())}
+            cells = []
+            for training in (True, False):
+                times = {}
+                for name, run in runs.items():
+                    def once(_: object, run=run, training=training) -> None:
+                        if training:
+                            run()[0].sum().backward()
+                        else:
+                            with torch.inference_mode():
+                                run()
+                    times[name] = mean_seconds(once, [None] * 10)
+                cells.append(f"{1e3 * times['packed']:.1f} → {1e3 * times['by length']:.1f} ms "
+                             f"({times['packed'] / times['by length']:.2f}×)")
+            print(f"| {rnn} | {groups} | {cells[0]} | {cells[1]} |", flush=True)
 
 
 if __name__ == "__main__":
