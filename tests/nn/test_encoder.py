@@ -65,8 +65,7 @@ def test_running_by_length_equals_packing_in_values_and_gradients(rnn: str, bidi
             "packed": lambda: encoder._run_packed(embedded, LENGTHS)}
     results = {}
     for name, run in runs.items():
-        states, raw = run()
-        final = raw if isinstance(raw, tuple) else (raw,)
+        states, final = run()
         weights = torch.linspace(-1, 1, states.numel(), dtype=torch.float64).view_as(states)
         loss = (states * weights).sum() + sum((f * f).sum() for f in final)
         grads = torch.autograd.grad(loss, [embedded, *encoder.rnn.parameters()])

@@ -14,7 +14,6 @@ from heed.nn.state import RNNState, as_state, map_state, select_batch
 
 RNNKind = Literal["lstm", "gru"]
 RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
-RawState = Tensor | tuple[Tensor, Tensor]  # what nn.GRU / nn.LSTM return as their final state
 
 
 @dataclass(frozen=True)
@@ -107,11 +106,11 @@ class RNNEncoder(nn.Module):
         lengths = src_lengths.clamp(min=1).cpu()  # on the host, as pack and the grouping want
         distinct, counts = torch.unique(lengths, return_counts=True)  # ascending
         if embedded.device.type == "cpu" and distinct.numel() <= self._max_length_groups():
-            states, raw_final = self._run_by_length(embedded, lengths, distinct.tolist(), counts.tolist())
+            states, final = self._run_by_length(embedded, lengths, distinct.tolist(), counts.tolist())
         else:
-            states, raw_final = self._run_packed(embedded, lengths)
+            states, final = self._run_packed(embedded, lengths)
         states = self.dropout(states)  # (batch, src_len, hidden)
-        final = map_state(self._join_directions, as_state(raw_final))
+        final = map_state(self._join_directions, final)
         return EncoderOutput(states=states, final=final, mask=lengths_to_mask(src_lengths, src.size(1)))
 
     def _max_length_groups(self) -> int:
@@ -121,40 +120,38 @@ class RNNEncoder(nn.Module):
         and only with 1 when not."""
         return 4 if isinstance(self.rnn, nn.LSTM) or torch.is_grad_enabled() else 1
 
-    def _run_packed(self, embedded: Tensor, lengths: Tensor) -> tuple[Tensor, RawState]:
+    def _run_packed(self, embedded: Tensor, lengths: Tensor) -> tuple[Tensor, RNNState]:
         """One call over the packed batch, so padding never touches a state (cuDNN's way)."""
         packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
         packed_out, raw_final = self.rnn(packed)
         states, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=embedded.size(1))
-        return states, raw_final
+        return states, as_state(raw_final)
 
     def _run_by_length(self, embedded: Tensor, lengths: Tensor, distinct: list[int],
-                       counts: list[int]) -> tuple[Tensor, RawState]:
+                       counts: list[int]) -> tuple[Tensor, RNNState]:
         """One call per distinct length over just those rows, cut to that length: no padding and no
         packing. On the CPU PyTorch runs an RNN over a packed batch with a generic step loop, and
         over an unpadded one with oneDNN's fused layer: an LSTM's forward and backward is 1.4-3.9x
         faster when a batch holds a few lengths, as bucketed training batches and length-sorted
         inference batches do.
 
-        embedded (batch, src_len, embed); lengths (batch,) on the CPU; distinct (ascending) and
+        embedded (batch, src_len, embed) on the CPU; lengths (batch,); distinct (ascending) and
         counts: its values and how often each occurs. Returns states (batch, src_len, hidden), zero
-        under padding, and the raw final state (rows in batch order)."""
+        under padding, and the final state, each (layers * dirs, batch, hidden / dirs), in batch order."""
         src_len = embedded.size(1)
         if len(distinct) == 1:  # every row has the same length: one plain call
             states, raw_final = self.rnn(embedded[:, : distinct[0]])
-            return F.pad(states, (0, 0, 0, src_len - distinct[0])) if distinct[0] < src_len else states, raw_final
+            return F.pad(states, (0, 0, 0, src_len - distinct[0])), as_state(raw_final)
         order = torch.argsort(lengths, stable=True)  # rows grouped by length, ascending like `distinct`
         outputs, finals = [], []
-        for n, rows in zip(distinct, order.to(embedded.device).split(counts)):
+        for n, rows in zip(distinct, order.split(counts)):
             out, raw = self.rnn(embedded.index_select(0, rows)[:, :n])  # (rows, n, hidden)
             outputs.append(F.pad(out, (0, 0, 0, src_len - n)))
             finals.append(as_state(raw))
         inverse = torch.empty_like(order)
         inverse[order] = torch.arange(order.numel())
-        inverse = inverse.to(embedded.device)
         states = torch.cat(outputs).index_select(0, inverse)
-        raw_final = tuple(torch.cat(parts, dim=1).index_select(1, inverse) for parts in zip(*finals))
-        return states, raw_final if len(raw_final) == 2 else raw_final[0]
+        return states, tuple(torch.cat(parts, dim=1).index_select(1, inverse) for parts in zip(*finals))
 
     def _join_directions(self, t: Tensor) -> Tensor:
         """(layers * dirs, batch, hidden/dirs) -> (layers, batch, hidden)."""
