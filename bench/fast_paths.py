@@ -45,7 +45,7 @@ from heed.nn.decoder import _RNNDecoder
 from heed.search import DecodeConfig, search
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from floor import builtin_lengths, file_lengths  # noqa: E402
+from floor import corpus_lengths  # noqa: E402
 
 BATCH = 128
 
@@ -115,11 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
-    if args.data is not None:
-        src_lens, tgt_lens, src_vocab, tgt_vocab = file_lengths(args.data)
-        source = str(args.data)
-    else:
-        (src_lens, tgt_lens), src_vocab, tgt_vocab, source = builtin_lengths(20000, args.seed), 37, 15, "dates mix"
+    src_lens, tgt_lens, src_vocab, tgt_vocab, source = corpus_lengths(args.data, args.seed)
     examples = examples_from_lengths(src_lens, tgt_lens, src_vocab=src_vocab, tgt_vocab=tgt_vocab,
                                      n=BATCH * args.batches, seed=args.seed)
     shuffled, bucketed = shuffled_batches(examples, args.seed), bucketed_batches(examples, args.seed)

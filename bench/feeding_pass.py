@@ -76,10 +76,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    if args.data:
-        src_lens, tgt_lens, src_vocab, tgt_vocab = floor.file_lengths(args.data)
-    else:
-        (src_lens, tgt_lens), src_vocab, tgt_vocab = floor.builtin_lengths(20000, 0), 37, 15
+    src_lens, tgt_lens, src_vocab, tgt_vocab, _ = floor.corpus_lengths(args.data, 0)
     batches = floor.make_batches(src_lens, tgt_lens, src_vocab=src_vocab, tgt_vocab=tgt_vocab, n_batches=20, seed=42)
     tokens = statistics.mean(b["tokens"] for b in batches)
 

@@ -77,6 +77,17 @@ def file_lengths(data: Path) -> tuple[list[int], list[int], int, int]:
     return src, tgt, src_vocab, tgt_vocab
 
 
+def corpus_lengths(data: Path | None, seed: int) -> tuple[list[int], list[int], int, int, str]:
+    """Source and target token counts, the two vocabulary sizes and where they came from: DIR/train.*
+    (`file_lengths`) when `data` is given, else the built-in dates length mix (37 source and 15
+    target symbols)."""
+    if data is not None:
+        src_lens, tgt_lens, src_vocab, tgt_vocab = file_lengths(data)
+        return src_lens, tgt_lens, src_vocab, tgt_vocab, str(data)
+    src_lens, tgt_lens = builtin_lengths(20000, seed)
+    return src_lens, tgt_lens, 37, 15, "built-in dates length mix"
+
+
 def make_batches(src_lens: list[int], tgt_lens: list[int], *, src_vocab: int, tgt_vocab: int, n_batches: int,
                  seed: int) -> list[dict[str, Tensor]]:
     """`n_batches` length-bucketed batches of BATCH random sentences (ids random, lengths real):
@@ -219,12 +230,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    if args.data is not None:
-        src_lens, tgt_lens, src_vocab, tgt_vocab = file_lengths(args.data)
-        source = str(args.data)
-    else:
-        src_lens, tgt_lens = builtin_lengths(20000, args.seed)
-        src_vocab, tgt_vocab, source = 37, 15, "built-in dates length mix"
+    src_lens, tgt_lens, src_vocab, tgt_vocab, source = corpus_lengths(args.data, args.seed)
     batches = make_batches(src_lens, tgt_lens, src_vocab=src_vocab, tgt_vocab=tgt_vocab, n_batches=20, seed=args.seed)
     tokens_per_step = statistics.mean(b["tokens"] for b in batches)
 

@@ -36,11 +36,12 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from floor import BATCH, EMBED, HIDDEN, PAD, builtin_lengths, file_lengths, make_batches  # noqa: E402
+from floor import BATCH, EMBED, HIDDEN, PAD, corpus_lengths, make_batches  # noqa: E402
 
 Shape = tuple[str, int, int, int]  # ("mm", m, k, n): (m, k) @ (k, n); ("bmm", b, s, h): b x (1, h) @ (h, s) & back
 
@@ -136,10 +137,21 @@ def batch_lengths(src_lens: list[int], tgt_lens: list[int], *, n_batches: int,
     return [(b["src_lengths"].tolist(), (b["tgt_out"] != PAD).sum(1).tolist()) for b in batches]
 
 
-def record_decode(model_dir: Path, input_file: Path, *, beam: int, batch_size: int,
-                  max_len: int) -> tuple[list[int], list[int], list[list[int]], int, float]:
-    """Run heed's beam search once; return the decoder rows and source length at every step, the
-    source lengths of every batch, the sentence count and the seconds the decode took."""
+class RecordedDecode(NamedTuple):
+    """What one run of heed's beam search did, for `decode_gemms`."""
+
+    rows: list[int]  # decoder rows at every step
+    src_len: list[int]  # the padded source length at every step
+    batches: list[list[int]]  # the source lengths of every batch
+    sentences: int
+    seconds: float  # the translate call alone
+    embed: int  # the model's sizes
+    hidden: int
+    tgt_vocab: int
+
+
+def record_decode(model_dir: Path, input_file: Path, *, beam: int, batch_size: int, max_len: int) -> RecordedDecode:
+    """Load the model once and run heed's beam search on `input_file`, counting as it goes."""
     import heed
 
     translator = heed.load(str(model_dir), device="cpu")
@@ -153,7 +165,7 @@ def record_decode(model_dir: Path, input_file: Path, *, beam: int, batch_size: i
         return step(prev, state, enc)
 
     def counting_encode(src, src_lengths):
-        batches.append((src_lengths).tolist())
+        batches.append(src_lengths.tolist())
         return encode(src, src_lengths)
 
     model.step, model.encode = counting_step, counting_encode
@@ -163,14 +175,9 @@ def record_decode(model_dir: Path, input_file: Path, *, beam: int, batch_size: i
         translator.translate(texts, beam=beam, batch_size=batch_size, max_len_a=0.0, max_len_b=max_len,
                              length_penalty=0.0)
     seconds = time.perf_counter() - start
-    return rows, src_len, batches, len(texts), seconds
-
-
-def model_sizes(model_dir: Path) -> tuple[int, int, int]:
-    import heed
-
-    t = heed.load(str(model_dir), device="cpu")
-    return t.config.model.embed_size, t.config.model.hidden_size, len(t.codec.tgt_vocab)
+    cfg = translator.config.model
+    return RecordedDecode(rows, src_len, batches, len(texts), seconds, cfg.embed_size, cfg.hidden_size,
+                          len(translator.codec.tgt_vocab))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -195,10 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
-    if args.data is not None:
-        src_lens, tgt_lens, _, tgt_vocab = file_lengths(args.data)
-    else:
-        (src_lens, tgt_lens), tgt_vocab = builtin_lengths(20000, args.seed), 15
+    src_lens, tgt_lens, _, tgt_vocab, _ = corpus_lengths(args.data, args.seed)
     batches = batch_lengths(src_lens, tgt_lens, n_batches=args.batches, seed=args.seed)
     tokens_per_step = statistics.mean(sum(t) for _, t in batches)
     count = training_gemms(batches, embed=args.embed, hidden=args.hidden, tgt_vocab=tgt_vocab)
@@ -218,11 +222,11 @@ def main(argv: list[str] | None = None) -> dict:
         print(line)
 
     if args.decode_model is not None:
-        embed, hidden, vocab = model_sizes(args.decode_model)
-        rows, src_len, enc_batches, n_sents, heed_s = record_decode(
-            args.decode_model, args.decode_input, beam=args.beam, batch_size=args.batch_size, max_len=args.max_len)
-        dcount = decode_gemms(rows, enc_batches, embed=embed, hidden=hidden, src_len_per_step=src_len,
-                              tgt_vocab=vocab)
+        run = record_decode(args.decode_model, args.decode_input, beam=args.beam, batch_size=args.batch_size,
+                            max_len=args.max_len)
+        rows, n_sents, heed_s = run.rows, run.sentences, run.seconds
+        dcount = decode_gemms(rows, run.batches, embed=run.embed, hidden=run.hidden, src_len_per_step=run.src_len,
+                              tgt_vocab=run.tgt_vocab)
         result["decode"] = {"sentences": n_sents, "beam": args.beam, "batch": args.batch_size, "steps": len(rows),
                             "decoder_rows": sum(rows), "heed_s": heed_s}
         print(f"decode: heed beam {args.beam}, batch {args.batch_size} on {n_sents:,} sentences: {len(rows):,} "
