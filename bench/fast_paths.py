@@ -20,7 +20,11 @@ after warm-up; "ms" per batch, "tok/s" real target tokens per second):
 4. the attention's key projection computed once per source (EncoderOutput.keys) against once per
    step, in greedy search of 64 sentences.
 5. beam search vectorised over batch x beam against one sentence at a time: beam 5, 64 sentences.
-6. with --groups: where the by-length encoder stops paying (RNNEncoder._max_length_groups): a
+6. beam 5's candidates per step from each beam's own 10 best tokens, found in two levels
+   (heed.search._row_topk), against one top-k over all beam x vocab extensions: the whole beam
+   search of 64 sentences (30 steps, as min_len forces) with a target vocabulary of 8,000 and of
+   32,000 (the corpus's own sizes for the rest of the model).
+7. with --groups: where the by-length encoder stops paying (RNNEncoder._max_length_groups): a
    bidirectional LSTM and GRU of embed and hidden / 2 per direction, 128 sentences of 30 tokens and
    less spread over k distinct lengths, packed against by length, training (forward + backward) and
    decoding (forward under inference_mode).
@@ -34,10 +38,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
 
+import heed.search
 from heed.data.batching import Batch, collate, token_batches
 from heed.data.vocab import PAD
 from heed.nn.build import ModelConfig, build_model
@@ -220,6 +226,23 @@ def main(argv: list[str] | None = None) -> None:
 
     row("beam 5 vectorised over batch x beam: 64 sentences", mean_seconds(one_by_one, [None] * 3, 1),
         mean_seconds(all_at_once, [None] * 3, 1), note_before="one sentence at a time", note_after="64 at once")
+
+    # 6. two-level candidate selection, on wide target vocabularies
+    full_length = DecodeConfig(beam_size=5, min_len=30, max_len_a=0.0, max_len_b=30)
+    for vocab in (8000, 32000):
+        torch.manual_seed(args.seed)
+        wide = build_model(ModelConfig(embed_size=args.embed, hidden_size=args.hidden, dropout=0.0),
+                           src_vocab_size=src_vocab, tgt_vocab_size=vocab).eval()
+
+        def decode(s: tuple, wide: torch.nn.Module = wide) -> None:
+            search(wide, s[0], s[1], full_length)
+
+        with mock.patch.object(heed.search, "_TWO_LEVEL_MIN_VOCAB_PER_CANDIDATE", 10**9):  # never two levels
+            one_topk = mean_seconds(decode, sources, 1)
+        two_levels = mean_seconds(decode, sources, 1)
+        row(f"beam 5 candidates from each beam's best 10 (two-level top-k): 64 sentences, 31 steps, "
+            f"target vocabulary {vocab:,}", one_topk, two_levels,
+            note_before="one top-k over beam x vocab", note_after="two levels")
     if args.groups:
         encoder_by_groups(args.embed, args.hidden)
 

@@ -20,8 +20,17 @@ from heed.errors import ConfigError
 from heed.nn.build import ModelConfig, build_model
 from heed.nn.decoder import DecoderStep
 from heed.nn.masks import lengths_to_mask
-from heed.search import (DecodeConfig, Hypothesis, beam_search, coverage_penalty, greedy_search,
-                         length_penalty, search)
+from heed.search import (
+    _TWO_LEVEL_MIN_VOCAB_PER_CANDIDATE,
+    DecodeConfig,
+    Hypothesis,
+    _row_topk,
+    beam_search,
+    coverage_penalty,
+    greedy_search,
+    length_penalty,
+    search,
+)
 
 PAD, BOS, EOS, A, B, C, D = 0, 1, 2, 3, 4, 5, 6
 DECODERS = ["luong", "bahdanau", "plain"]
@@ -289,6 +298,37 @@ def test_vectorised_beam_equals_reference_loop(decoder: str, extra: dict) -> Non
     model = tiny_model(decoder)
     src, lengths = padded_batch([5, 2, 4])
     cfg = DecodeConfig(max_len_a=0.5, max_len_b=3, **extra)
+    batched = beam_search(model, src, lengths, cfg)
+    for b, n in enumerate(lengths.tolist()):
+        assert_same_hypotheses(batched[b], reference_beam_search(model, src[b], n, cfg))
+
+
+@pytest.mark.parametrize("vocab", [8000, 7929])  # a whole number of _TOPK_CHUNK columns, and a short last chunk
+@pytest.mark.parametrize("k", [10, 4])
+def test_row_topk_equals_topk_on_wide_rows(vocab: int, k: int) -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.log_softmax(torch.randn(6, vocab, generator=gen) * 4, dim=-1)
+    x[1, :] = -math.inf  # a forced-EOS row: one finite value, in the short last chunk
+    x[1, vocab - 1] = -0.5
+    x[2, :] = -math.inf  # and one whose finite value is in the first chunk
+    x[2, 2] = -0.1
+    x[3, -30:] = 5.0 + torch.arange(30.0)  # the best values all in the last chunk(s)
+    values, columns = _row_topk(x, k)
+    want_values, want_columns = x.topk(k, dim=1)
+    assert torch.equal(values, want_values)
+    assert ((columns >= 0) & (columns < vocab)).all()
+    finite = torch.isfinite(want_values)  # -inf values may name any column; real ones name their own
+    assert torch.equal(columns[finite], want_columns[finite])
+    assert torch.equal(x.gather(1, columns), values)
+
+
+@pytest.mark.parametrize("extra", [{}, {"min_len": 2, "no_repeat_ngram": 1}], ids=["plain-cfg", "constrained"])
+def test_beam_over_a_wide_vocabulary_equals_reference_loop(extra: dict) -> None:
+    """3,000 target tokens with beam 3: each beam's candidates come from _row_topk's two levels."""
+    assert 3000 >= _TWO_LEVEL_MIN_VOCAB_PER_CANDIDATE * 2 * 3
+    model = tiny_model("luong", tgt_vocab=3000)
+    src, lengths = padded_batch([5, 2, 4])
+    cfg = DecodeConfig(beam_size=3, n_best=3, max_len_a=0.5, max_len_b=3, **extra)
     batched = beam_search(model, src, lengths, cfg)
     for b, n in enumerate(lengths.tolist()):
         assert_same_hypotheses(batched[b], reference_beam_search(model, src[b], n, cfg))

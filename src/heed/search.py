@@ -296,19 +296,53 @@ class _Finished(NamedTuple):
                          torch.zeros(batch, n_best, dtype=torch.long, device=device))
 
 
-def _expand_scores(cum_log_prob: Tensor, logp: Tensor, batch: int) -> Tensor:
-    """Every one-token extension of every live beam.
+# _select_top's two-level search (_row_topk) pays from about this many vocabulary entries per
+# candidate kept; below, one top-k over all beam * vocab extensions is faster (1 CPU thread:
+# 2 * beam = 10 breaks even near 5,000 entries, 2 * beam = 4 near 2,000).
+_TWO_LEVEL_MIN_VOCAB_PER_CANDIDATE = 500
+# Width of the chunks in _row_topk's first pass: narrower chunks make the max pass scalar, wider
+# ones make the second top-k longer; 64 measured fastest.
+_TOPK_CHUNK = 64
 
-    cum_log_prob (batch * beam,), logp (batch * beam, vocab) -> (batch, beam * vocab), where
-    column k * vocab + v extends beam k with token v."""
-    return (cum_log_prob.unsqueeze(1) + logp).view(batch, -1)
+
+def _row_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest values of each row, best first, and their columns, as `x.topk(k, dim=1)`
+    gives them, in two levels: the maximum of each chunk of _TOPK_CHUNK columns (one vectorised
+    pass), then the exact top k within the k chunks with the largest maxima, which hold the k
+    largest values. x (rows, vocab) contiguous, vocab >= k * _TOPK_CHUNK. Returns values, columns,
+    each (rows, k). Equal values may come in another order; a -inf value may name any column."""
+    rows, vocab = x.shape
+    width = _TOPK_CHUNK
+    full = vocab // width
+    maxima = x[:, :full * width].view(rows, full, width).amax(dim=2)  # (rows, full)
+    if full * width < vocab:  # the last, shorter chunk
+        maxima = torch.cat([maxima, x[:, full * width:].amax(dim=1, keepdim=True)], dim=1)
+    _, chunk = maxima.topk(k, dim=1)  # (rows, k)
+    columns = ((chunk * width).unsqueeze(2) + torch.arange(width, device=x.device)).view(rows, -1)
+    beyond = columns >= vocab  # (rows, k * width) past the end of the short chunk: not candidates
+    columns = columns.clamp_(max=vocab - 1)
+    values = x.gather(1, columns).masked_fill_(beyond, NEG_INF)  # (rows, k * width)
+    best, pick = values.topk(k, dim=1)  # (rows, k)
+    return best, columns.gather(1, pick)
 
 
-def _select_top(candidates: Tensor, beam: int, vocab: int) -> tuple[Tensor, Tensor, Tensor]:
-    """The 2 * beam best extensions per sentence, best first: with at most `beam` of them EOS,
-    at least `beam` continue. Returns cand_log_prob, token and parent beam index, each (batch, 2 * beam)."""
-    cand_log_prob, index = candidates.topk(2 * beam, dim=1)  # (batch, 2 * beam)
-    return cand_log_prob, index % vocab, index // vocab
+def _select_top(cum_log_prob: Tensor, logp: Tensor, beam: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The 2 * beam best one-token extensions of each sentence's live beams, best first: with at
+    most `beam` of them EOS, at least `beam` continue.
+
+    cum_log_prob (n * beam,), logp (n * beam, vocab). Returns cand_log_prob, token and parent beam
+    index, each (n, 2 * beam). For a large vocabulary only each beam's own 2 * beam best tokens
+    are ranked (an extension among its sentence's best 2 * beam is among them): for 2 * beam = 10,
+    2.7 ms instead of 4.2 ms a step at 320 rows x 8,000 and 8.4 instead of 18 ms at 32,000."""
+    k, vocab = 2 * beam, logp.size(1)
+    n = cum_log_prob.numel() // beam
+    if vocab < _TWO_LEVEL_MIN_VOCAB_PER_CANDIDATE * k:
+        cand_log_prob, index = (cum_log_prob.unsqueeze(1) + logp).view(n, -1).topk(k, dim=1)
+        return cand_log_prob, index % vocab, index // vocab
+    top_logp, top_token = _row_topk(logp, k)  # (n * beam, k)
+    cand = (cum_log_prob.unsqueeze(1) + top_logp).view(n, beam * k)
+    cand_log_prob, pick = cand.topk(k, dim=1)  # (n, k)
+    return cand_log_prob, top_token.view(n, beam * k).gather(1, pick), pick // k
 
 
 def _finish(fin: _Finished, cand_log_prob: Tensor, token: Tensor, parent_row: Tensor, t: int,
@@ -402,8 +436,8 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
     best score first (fewer only when the constraints leave fewer finite ones, e.g. min_len with
     n-gram blocking on a tiny vocabulary). Put the model in eval mode first.
 
-    Each step: log-probs of every live beam (_step_log_probs) -> all extensions (_expand_scores)
-    -> the 2 * beam best per sentence (_select_top) -> EOS ones among the top beam finish
+    Each step: log-probs of every live beam (_step_log_probs) -> the 2 * beam best extensions
+    per sentence (_select_top) -> EOS ones among the top beam finish
     (_finish) -> the beam best others live on (_prune) and the decoder state follows them
     (state.select). A sentence is done once no live beam can beat its n_best-th finished one
     (_is_done); its beams are then killed. Tokens and attention are recovered at the end (_backtrack).
@@ -445,8 +479,7 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
         attn = _checked_attention(out.attention, cfg)
         logp = _step_log_probs(out.logits, t, seq, row_max_len, cfg, model,
                                may_be_full=t >= shortest)  # (n * beam, vocab)
-        vocab = logp.size(1)
-        cand_lp, token, parent = _select_top(_expand_scores(cum, logp, n), beam, vocab)  # (n, 2 * beam)
+        cand_lp, token, parent = _select_top(cum, logp, beam)  # (n, 2 * beam)
         local_parent = parent + (torch.arange(n, device=device) * beam).unsqueeze(1)  # rows of this input
         global_parent = parent + (active * beam).unsqueeze(1)
 
