@@ -6,7 +6,7 @@ Search sees only this protocol (never a model class):
         keeps those sources and their rows)
     model.init_state(enc) -> state
     model.step(prev_tokens (batch,), state, enc) -> DecoderStep(logits (batch, vocab), state,
-        attention (batch, src_len) or None)
+        attention (batch, src_len) or None), a NamedTuple
     state.select(indices (n,) long) -> state
     model.bos_id, model.eos_id, model.pad_id
 
@@ -447,8 +447,16 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
     batch = src.size(0)
     enc = model.encode(src, src_lengths)
     src_mask = enc.mask  # (batch, src_len)
+    # The beams of a sentence start as copies of one row, so the first step runs once per sentence
+    # and its output is copied to the beam rows (the step's work divided by beam).
+    bos = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)
+    first = model.step(bos, model.init_state(enc), enc)
+    copies = torch.arange(batch, device=device).repeat_interleave(beam)  # (batch * beam,) row -> sentence
+    first_rows = first._replace(
+        logits=first.logits.index_select(0, copies), state=first.state.select(copies),
+        attention=None if first.attention is None else first.attention.index_select(0, copies))
+    prev, state = None, None  # the inputs of step t > 0, set at the end of step t - 1
     enc = enc.repeat(beam)  # batch * beam decoder rows, beam per source
-    state = model.init_state(enc)
     max_len = max_output_lengths(src_lengths, cfg).to(device)  # (batch,)
     shortest, longest = _extremes(max_len)
     steps = longest + 1
@@ -467,7 +475,6 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
     cum = torch.full((batch, beam), NEG_INF, device=device)
     cum[:, 0] = 0.0
     cum = cum.view(-1)  # (n * beam,)
-    prev = torch.full((batch * beam,), model.bos_id, dtype=torch.long, device=device)
     seq = src.new_zeros(batch * beam, 0) if cfg.no_repeat_ngram else None  # (n * beam, t)
     coverage = None  # (n * beam, src_len) attention sums of the live beams
     act_fin = _Finished.empty(batch, cfg.n_best, device)  # (n, n_best) of the active sentences
@@ -475,7 +482,7 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
     tok_hist, back_hist, attn_hist = [], [], []
     for t in range(steps):
         n = active.numel()
-        out = model.step(prev, state, enc)
+        out = model.step(prev, state, enc) if t else first_rows
         attn = _checked_attention(out.attention, cfg)
         logp = _step_log_probs(out.logits, t, seq, row_max_len, cfg, model,
                                may_be_full=t >= shortest)  # (n * beam, vocab)
