@@ -15,10 +15,13 @@ What happens, in order (nothing runs at the same time as anything else):
    20,000 / 1,000 / 1,000 pairs; `--dataset multi30k` cuts Multi30k de->en into pieces with one
    shared SentencePiece model. Then the decoding sets: the test set repeated to --decode-sents
    lines (its first lines are the test set) and the first --decode-sents-b1 of those for batch 1.
-2. per system: prepare (vocabulary, binarising; untimed), train --steps steps under
-   /usr/bin/time -v, then decode greedy and beam 5 at --decode-batch and at batch 1, each in its own
-   process; the quality of the greedy and beam-5 outputs on the test set (dates: exact match with
-   the shared exact_match.py; multi30k: sacreBLEU).
+2. per system, in --systems order: prepare (vocabulary, binarising; untimed) and train --steps
+   steps under /usr/bin/time -v; then heed's systems train again, last (the same model; their
+   throughput is the mean of both runs). Then per decoding setting (greedy and beam 5, at
+   --decode-batch and at batch 1) every system decodes, each in its own process, back to back, the
+   order reversed from one setting to the next; the quality of the greedy and beam-5 outputs on the
+   test set (dates: exact match with the shared exact_match.py; multi30k: sacreBLEU). So a host
+   whose speed drifts during the run favours no system.
 3. bench/floor.py: the bare-PyTorch floor of one training step on the same shapes; then
    bench/gemm_floor.py: the matrix products alone of this model's training step and of heed's
    beam-5 decode, in float32 and bfloat16, against 2x / 3x the fastest peer's figures.
@@ -115,7 +118,9 @@ def install(bench: Bench, kit: str) -> None:
 # --------------------------------------------------------------------------------------- run
 
 
-def run_system(bench: Bench, key: str, args: argparse.Namespace, n_test: int) -> dict:
+def train_system(bench: Bench, key: str, args: argparse.Namespace) -> tuple[dict, object | None]:
+    """Check, prepare and train one system. Returns its result (status, version, train) and the
+    system, or None where it cannot decode (not installed, training failed)."""
     system = SYSTEMS[key](bench)
     result: dict = {"key": key, "name": system.name, "status": "ok", "decode": {}, "quality": {}, "errors": []}
     say(f"\n== {system.name}  (load {loadavg()})")
@@ -131,11 +136,11 @@ def run_system(bench: Bench, key: str, args: argparse.Namespace, n_test: int) ->
     except NotAvailable as e:
         result.update(status="not installed", reason=str(e))
         say(f"   {e}")
-        return result
+        return result, None
     except Exception as e:  # noqa: BLE001
         result.update(status="not available", reason=_reason(e))
         say(f"   not available: {result['reason']}")
-        return result
+        return result, None
     try:
         system.prepare()
         say(f"   training {args.steps} steps ...")
@@ -143,34 +148,77 @@ def run_system(bench: Bench, key: str, args: argparse.Namespace, n_test: int) ->
     except Exception as e:  # noqa: BLE001  one system's failure must not stop the others
         result.update(status="training failed", reason=_reason(e))
         say(f"   training failed: {result['reason']}")
-        return result
-    result["train"] = {"tok_per_s": train.tok_per_s, "params": train.params, "seconds": train.run.seconds,
-                       "cpu_seconds": train.run.cpu_seconds, "max_rss_mb": train.run.max_rss_mb, "loadavg": train.run.loadavg, "log": str(train.run.log)}
+        return result, None
+    result["train"] = {"tok_per_s": train.tok_per_s, "runs_tok_per_s": [train.tok_per_s], "params": train.params,
+                       "seconds": train.run.seconds, "cpu_seconds": train.run.cpu_seconds,
+                       "max_rss_mb": train.run.max_rss_mb, "loadavg": train.run.loadavg, "log": str(train.run.log)}
     say(f"   {train.tok_per_s:,.0f} target tok/s, {train.params or 0:,} parameters, peak RSS "
         f"{train.run.max_rss_mb or 0:,.0f} MB, {train.run.seconds:.0f} s wall")
-    for beam, batch, n in decode_plan(args):
-        label = f"beam{beam}_batch{batch}"
+    return result, system
+
+
+def train_again(system, result: dict, args: argparse.Namespace) -> None:
+    """heed's second training, after every peer's: its throughput becomes the mean of both runs, so
+    a host that speeds up or slows down during the comparison favours no one (the same seed and
+    data give the same model, which the decodes then use)."""
+    say(f"\n== {system.name} again, last  (load {loadavg()})")
+    try:
+        train = system.train()
+    except Exception as e:  # noqa: BLE001
+        result["errors"].append(f"second training: {_reason(e)}")
+        say(f"   second training failed: {_reason(e)}")
+        return
+    figures = result["train"]
+    figures["runs_tok_per_s"].append(train.tok_per_s)
+    figures["tok_per_s"] = sum(figures["runs_tok_per_s"]) / len(figures["runs_tok_per_s"])
+    figures["max_rss_mb"] = max(figures["max_rss_mb"] or 0, train.run.max_rss_mb or 0) or None
+    say(f"   {train.tok_per_s:,.0f} target tok/s (first run {figures['runs_tok_per_s'][0]:,.0f}; "
+        f"mean {figures['tok_per_s']:,.0f})")
+
+
+def decode_system(bench: Bench, system, result: dict, beam: int, batch: int, n: int, args: argparse.Namespace,
+                  n_test: int) -> None:
+    """One decode of one system into its result, with the quality of the batch-size decodes."""
+    label = f"beam{beam}_batch{batch}"
+    key = result["key"]
+    try:
+        d = system.decode(beam, batch, n)
+        outputs = hypotheses(key, d.hyps, n)
+    except Exception as e:  # noqa: BLE001
+        result["decode"][label] = {"error": _reason(e)}
+        result["errors"].append(f"decode beam {beam} batch {batch}: {_reason(e)}")
+        say(f"   {system.name}: failed: {_reason(e)}")
+        return
+    result["decode"][label] = {"sent_per_s": d.sent_per_s, "seconds": d.seconds, "sentences": n,
+                               "mean_output_tokens": sum(len(h.split()) for h in outputs) / max(len(outputs), 1),
+                               "max_rss_mb": d.run.max_rss_mb, "loadavg": d.run.loadavg, "hyps": str(d.hyps)}
+    scored = ""
+    if batch == args.decode_batch:
         try:
-            d = system.decode(beam, batch, n)
-            outputs = hypotheses(key, d.hyps, n)
+            result["quality"][f"beam{beam}"] = bench.dataset.quality(bench, key, d.hyps, n_test)
+            scored = f"; {bench.dataset.metric}: {result['quality'][f'beam{beam}']:.1f}"
         except Exception as e:  # noqa: BLE001
-            result["decode"][label] = {"error": _reason(e)}
-            result["errors"].append(f"decode beam {beam} batch {batch}: {_reason(e)}")
-            say(f"   decode beam {beam} batch {batch}: failed: {_reason(e)}")
-            continue
-        result["decode"][label] = {"sent_per_s": d.sent_per_s, "seconds": d.seconds, "sentences": n,
-                                   "mean_output_tokens": sum(len(h.split()) for h in outputs) / max(len(outputs), 1),
-                                   "max_rss_mb": d.run.max_rss_mb, "loadavg": d.run.loadavg, "hyps": str(d.hyps)}
-        scored = ""
-        if batch == args.decode_batch:
-            try:
-                result["quality"][f"beam{beam}"] = bench.dataset.quality(bench, key, d.hyps, n_test)
-                scored = f"; {bench.dataset.metric}: {result['quality'][f'beam{beam}']:.1f}"
-            except Exception as e:  # noqa: BLE001
-                result["errors"].append(f"{bench.dataset.metric} beam {beam}: {_reason(e)}")
-        say(f"   decode beam {beam} batch {batch}: {d.sent_per_s:,.1f} sent/s ({n} sentences in {d.seconds:.2f} s, "
-            f"{result['decode'][label]['mean_output_tokens']:.1f} tokens each){scored}")
-    return result
+            result["errors"].append(f"{bench.dataset.metric} beam {beam}: {_reason(e)}")
+    say(f"   {system.name}: {d.sent_per_s:,.1f} sent/s ({n} sentences in {d.seconds:.2f} s, "
+        f"{result['decode'][label]['mean_output_tokens']:.1f} tokens each){scored}")
+
+
+def run_all(bench: Bench, args: argparse.Namespace, n_test: int) -> list[dict]:
+    """Every system trains, in --systems order; heed's systems train again at the end (train_again);
+    then each decoding setting runs for every system back to back, the order reversed from one
+    setting to the next. Any drift of the host's speed during the comparison thus falls on all
+    systems alike instead of on whoever ran late."""
+    trained = [train_system(bench, key, args) for key in args.systems]
+    for result, system in reversed(trained):
+        if system is not None and result["key"].startswith("heed"):
+            train_again(system, result, args)
+    ready = [(result, system) for result, system in trained if system is not None]
+    for i, (beam, batch, n) in enumerate(decode_plan(args)):
+        say(f"\n== decode {'greedy' if beam == 1 else f'beam {beam}'}, batch {batch}, {n:,} sentences  "
+            f"(load {loadavg()})")
+        for result, system in (ready if i % 2 == 0 else ready[::-1]):
+            decode_system(bench, system, result, beam, batch, n, args, n_test)
+    return [result for result, _ in trained]
 
 
 def decode_plan(args: argparse.Namespace) -> list[tuple[int, int, int]]:
@@ -291,6 +339,8 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
     row("version", lambda r: r.get("version", "?"))
     row("parameters", lambda r: _num(r["train"]["params"]))
     row("train: target tokens/s (after step 50)", lambda r: _num(r["train"]["tok_per_s"]))
+    row("train: each run's tokens/s (heed: first and last)",
+        lambda r: " / ".join(_num(t) for t in r["train"]["runs_tok_per_s"]))
     row(f"train: ms per step ({tps:,.0f} target tokens)", lambda r: _num(1e3 * tps / r["train"]["tok_per_s"], ".1f"))
     if floor:
         floor_rate = floor["tokens_per_step"] / floor["floor_s"]  # per token: the floor's batches differ a little
@@ -339,7 +389,10 @@ def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dic
            f"{started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min. Machine: {info['cpu']}, {info['cores']} cores; "
            f"torch {info['torch']} in every system (CPU), {info['threads']} thread(s) each "
            f"(`OMP_NUM_THREADS={info['threads']}`, heed `train.threads: {info['threads']}`); Python {info['python']}; "
-           "systems run one after another. GPU memory: not measured (a CPU run; the peers' configs are CPU-only).", "",
+           "systems run one after another: every system trains, then heed trains again (its tokens/s is the mean "
+           "of its first and last run); then each decoding setting runs every system back to back, the order "
+           "reversed from one setting to the next, so a drift of the host's speed favours no one. "
+           "GPU memory: not measured (a CPU run; the peers' configs are CPU-only).", "",
            "Command:", "", "```", command, "```", "",
            f"Model: embedding {ds.embed}, 1-layer biLSTM encoder {ds.hidden // 2} per direction, 1-layer LSTM decoder "
            f"{ds.hidden}, Luong general "
@@ -441,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"error: cannot make the {dataset.name} data: {e}")
         return 1
     tps = tokens_per_step(bench)
-    results = [run_system(bench, key, args, n_test) for key in args.systems]
+    results = run_all(bench, args, n_test)
     heed = next((r for r in results if r["key"] == "heed" and r["status"] == "ok"), None)
     floor = run_floor(bench, heed["train"]["tok_per_s"] if heed else None)
     gemm = run_gemm_floor(bench, results, args)
