@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script folder, not
 
 from measure import StepFailed, bench_env, loadavg, machine, run_measured  # noqa: E402
 from corpora import Dates, Multi30k, hypotheses, tokens_per_step  # noqa: E402
-from systems import SYSTEMS, Bench, NotAvailable  # noqa: E402
+from systems import SYSTEMS, Bench, NotAvailable, System  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 PEERS = ("joey", "onmt", "fairseq")  # the kit names of install_peers.sh, also our keys
@@ -118,7 +118,7 @@ def install(bench: Bench, kit: str) -> None:
 # --------------------------------------------------------------------------------------- run
 
 
-def train_system(bench: Bench, key: str, args: argparse.Namespace) -> tuple[dict, object | None]:
+def train_system(bench: Bench, key: str, args: argparse.Namespace) -> tuple[dict, System | None]:
     """Check, prepare and train one system. Returns its result (status, version, train) and the
     system, or None where it cannot decode (not installed, training failed)."""
     system = SYSTEMS[key](bench)
@@ -157,7 +157,7 @@ def train_system(bench: Bench, key: str, args: argparse.Namespace) -> tuple[dict
     return result, system
 
 
-def train_again(system, result: dict, args: argparse.Namespace) -> None:
+def train_again(system: System, result: dict, args: argparse.Namespace) -> None:
     """heed's second training, after every peer's: its throughput becomes the mean of both runs, so
     a host that speeds up or slows down during the comparison favours no one (the same seed and
     data give the same model, which the decodes then use)."""
@@ -176,7 +176,7 @@ def train_again(system, result: dict, args: argparse.Namespace) -> None:
         f"mean {figures['tok_per_s']:,.0f})")
 
 
-def decode_system(bench: Bench, system, result: dict, beam: int, batch: int, n: int, args: argparse.Namespace,
+def decode_system(bench: Bench, system: System, result: dict, beam: int, batch: int, n: int, args: argparse.Namespace,
                   n_test: int) -> None:
     """One decode of one system into its result, with the quality of the batch-size decodes."""
     label = f"beam{beam}_batch{batch}"
