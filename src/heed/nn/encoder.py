@@ -141,7 +141,9 @@ class RNNEncoder(nn.Module):
         src_len = embedded.size(1)
         if len(distinct) == 1:  # every row has the same length: one plain call
             states, raw_final = self.rnn(embedded[:, : distinct[0]])
-            return F.pad(states, (0, 0, 0, src_len - distinct[0])), as_state(raw_final)
+            if distinct[0] < src_len:  # no copy in the common case: the batch is as long as its rows
+                states = F.pad(states, (0, 0, 0, src_len - distinct[0]))
+            return states, as_state(raw_final)
         order = torch.argsort(lengths, stable=True)  # rows grouped by length, ascending like `distinct`
         outputs, finals = [], []
         for n, rows in zip(distinct, order.split(counts)):
