@@ -145,3 +145,21 @@ def test_config_file_is_not_changed_by_loading(tmp_path):
     assert path.read_bytes() == before
     assert isinstance(load_config(path), Config)
     assert not os.path.isabs(str(load_config(path).output_dir))
+
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((REPO / "configs").glob("*.yaml"))
+
+
+def test_every_shipped_recipe_is_found():
+    assert {p.name for p in SHIPPED} >= {"demo.yaml", "multi30k_de_en.yaml", "tatoeba_fra_eng.yaml"}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_recipe_loads_and_reads_the_shared_data_beside_the_repository(path):
+    cfg = load_config(path)
+    corpora = [c for c in (cfg.data.train, cfg.data.dev, cfg.data.test) if c is not None]
+    files = [f for c in corpora for f in (c.tsv, c.src, c.tgt) if f is not None]
+    assert cfg.data.task == "dates" or files
+    for f in files:
+        assert f.resolve().is_relative_to(REPO.parent / "shared" / "data"), f
