@@ -130,6 +130,18 @@ def test_subword_alignments_are_between_whitespace_words(subwords):
         assert all(0 <= i < len(s.split()) for i, _ in a.links)
 
 
+# ------------------------------------------------------------------------------ layout
+
+
+def test_a_cpu_translator_decodes_with_column_major_decoder_weights(words):
+    decoder = words.model.decoder
+    for weight in (decoder.generator.weight, decoder.combine.weight, decoder.rnn.weight_ih_l0,
+                   decoder.rnn.weight_hh_l0):
+        assert weight.t().is_contiguous() and not weight.is_contiguous()
+    assert decoder.embedding.weight.is_contiguous()
+    assert all(p.is_contiguous() for p in words.model.encoder.parameters())
+
+
 # ------------------------------------------------------------------------------ bfloat16
 
 

@@ -39,6 +39,7 @@ from heed.data.batching import collate
 from heed.data.corpus import normalize
 from heed.data.vocab import EOS, SPECIALS, UNK
 from heed.errors import ConfigError, HeedError
+from heed.nn.layout import for_decoding
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec
 from heed.search import DecodeConfig
@@ -103,7 +104,10 @@ class Translator:
     under autocast and the log-probabilities search ranks are computed in float32. It pays where
     the products are large: batches of a subword model on a GPU or on a CPU with AMX (beam 5,
     batch 64 on the Multi30k model of bench/compare: 1.4x on one CPU core, dev BLEU 13.4 vs 13.5).
-    For batch 1, for small models and on CPUs without AMX it is slower (bench/RESULTS.md)."""
+    For batch 1, for small models and on CPUs without AMX it is slower (bench/RESULTS.md).
+
+    The translator owns `model`: it is cast, moved and put in eval mode in place, and on the CPU
+    its decoder's weights are stored column-major (heed.nn.layout; same values)."""
 
     def __init__(self, model: Seq2Seq, codec: Codec, config: Config, *, device: torch.device,
                  bf16: bool = False) -> None:
@@ -111,6 +115,8 @@ class Translator:
             raise HeedError("this GPU cannot compute in bfloat16; decode without bf16")
         limit_onednn_cache(bf16)
         self.model = (model.to(torch.bfloat16) if bf16 else model).to(device).eval()
+        if device.type == "cpu":
+            for_decoding(self.model.decoder)  # few rows a step: the faster GEMM layout there
         self.codec = codec
         self.config = config
         self.device = device
