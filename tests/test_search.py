@@ -346,10 +346,12 @@ def count_rows_per_step(model, monkeypatch) -> list[int]:
     return rows_per_step
 
 
-def test_finished_sentences_leave_the_batch_without_changing_any_result(monkeypatch) -> None:
+@pytest.mark.parametrize("alpha", [0.0, 0.8])  # with alpha > 0 each sentence's lp(max_len + 1) leaves with it
+def test_finished_sentences_leave_the_batch_without_changing_any_result(monkeypatch, alpha: float) -> None:
     model = tiny_model("luong")
     src, lengths = padded_batch([6, 1, 4])
-    cfg = DecodeConfig(beam_size=3, n_best=2, max_len_a=1.0, max_len_b=1)  # max lengths 7, 2, 5
+    cfg = DecodeConfig(beam_size=3, n_best=2, max_len_a=1.0, max_len_b=1,  # max lengths 7, 2, 5
+                       length_penalty=alpha)
     rows_per_step = count_rows_per_step(model, monkeypatch)
     batched = beam_search(model, src, lengths, cfg)
     # the first step once per sentence (the beams start as copies), then 3 sentences x 3 beams,

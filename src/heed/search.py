@@ -151,8 +151,12 @@ def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Ten
     logp = torch.log_softmax(logits.float(), dim=-1)  # (rows, vocab) a fresh tensor: edited in place
     eos = model.eos_id
     raw_eos = logp[:, eos].clone() if may_be_full else None  # (rows,)
-    for banned in {model.pad_id, model.bos_id} - {eos}:
-        logp[:, banned] = NEG_INF
+    banned = sorted({model.pad_id, model.bos_id} - {eos})
+    if banned and banned[-1] - banned[0] == len(banned) - 1:  # adjacent ids (heed's PAD 0, BOS 1): one fill
+        logp[:, banned[0]:banned[-1] + 1] = NEG_INF
+    else:
+        for token in banned:
+            logp[:, token] = NEG_INF
     if t < cfg.min_len:
         logp[:, eos] = NEG_INF
     if cfg.no_repeat_ngram and seq is not None:
@@ -352,10 +356,11 @@ def _finish(fin: _Finished, cand_log_prob: Tensor, token: Tensor, parent_row: Te
 
     cand_log_prob, token, parent_row: (batch, beam) the top `beam` candidates; coverage
     (batch, beam, src_len) their attention sums with this step's row, or None; src_mask (batch, src_len)."""
-    is_eos = (token == eos_id) & torch.isfinite(cand_log_prob)  # (batch, beam)
-    lengths = torch.full_like(token, t + 1)  # t tokens + EOS
-    score = hypothesis_score(cand_log_prob, lengths, coverage, src_mask.unsqueeze(1), cfg)
-    score = score.masked_fill(~is_eos, NEG_INF)
+    score = cand_log_prob  # (batch, beam); a -inf candidate scores -inf with any penalty: never finished
+    if cfg.length_penalty or cfg.coverage_penalty:
+        lengths = torch.full_like(token, t + 1)  # t tokens + EOS
+        score = hypothesis_score(cand_log_prob, lengths, coverage, src_mask.unsqueeze(1), cfg)
+    score = torch.where(token == eos_id, score, NEG_INF)
     all_score = torch.cat([fin.score, score], dim=1)  # (batch, n_best + beam)
     best, pick = all_score.topk(fin.score.size(1), dim=1)  # (batch, n_best)
     return _Finished(
@@ -388,7 +393,7 @@ def _is_done(fin: _Finished, cum_log_prob: Tensor, max_len: Tensor, cfg: DecodeC
     with beta > 0 the bound (cp <= 0) is loose and search tends to run longer.
     cum_log_prob (batch, beam); max_len (batch,)."""
     best_live = cum_log_prob.max(dim=1).values  # (batch,)
-    bound = best_live / length_penalty(max_len + 1, cfg.length_penalty)
+    bound = best_live / length_penalty(max_len + 1, cfg.length_penalty) if cfg.length_penalty else best_live
     return (fin.score[:, -1] >= bound) | torch.isneginf(best_live)
 
 
@@ -468,6 +473,8 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
     active = torch.arange(batch, device=device)  # (n,)
     rows = torch.arange(batch * beam, device=device)  # (n * beam,)
     beam_index = torch.arange(beam, device=device)
+    first_row = rows[::beam].unsqueeze(1)  # (n, 1) each active sentence's first row in this step's input
+    global_first_row = first_row  # (n, 1) and in the history (global rows)
     act_mask, act_max_len, row_max_len = src_mask, max_len, max_len.repeat_interleave(beam)
 
     # Only beam 0 of each sentence is live at first; the others start at -inf so the first step
@@ -487,8 +494,8 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
         logp = _step_log_probs(out.logits, t, seq, row_max_len, cfg, model,
                                may_be_full=t >= shortest)  # (n * beam, vocab)
         cand_lp, token, parent = _select_top(cum, logp, beam)  # (n, 2 * beam)
-        local_parent = parent + (torch.arange(n, device=device) * beam).unsqueeze(1)  # rows of this input
-        global_parent = parent + (active * beam).unsqueeze(1)
+        local_parent = parent + first_row  # rows of this input
+        global_parent = parent + global_first_row
 
         cand_coverage = None
         if cfg.coverage_penalty:
@@ -519,6 +526,7 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
             cum, live_token = cum[keep_rows], live_token[keep_rows]
             enc = enc.select(keep)
             act_mask, act_max_len, row_max_len = act_mask[keep], act_max_len[keep], row_max_len[keep_rows]
+            first_row, global_first_row = first_row[:keep.numel()], (active * beam).unsqueeze(1)
         if seq is not None:
             seq = torch.cat([seq.index_select(0, back), live_token.unsqueeze(1)], dim=1)
         if cfg.coverage_penalty:
