@@ -65,7 +65,7 @@ def test_all_padding_row_gets_zero_weights_not_uniform(dtype: torch.dtype) -> No
 
 def test_fp16_large_scores_do_not_overflow() -> None:
     # Scores near fp16's limit (65504): exp() of them overflows, so the softmax must subtract the row
-    # max first. Padding is filled with -inf, which fp16 holds (a -1e9 fill does not fit in fp16:
+    # max first. Padding is filled with fp16's lowest value (a -1e9 fill does not fit in fp16:
     # masked_fill raises), and a padded score at the fp16 maximum must still get 0.
     scores = torch.tensor([[60000.0, 59999.0, -60000.0, 65504.0],
                            [65504.0, 65504.0, 65504.0, 65504.0]], dtype=torch.float16)
@@ -75,6 +75,19 @@ def test_fp16_large_scores_do_not_overflow() -> None:
     # fp16 spacing at 60000 is 32, so 59999 rounds to 60000: two equal top scores -> 1/2, 1/2.
     expected = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float16)
     assert torch.equal(weights, expected)
+
+
+def test_padding_weights_are_those_of_a_minus_inf_fill_bit_for_bit() -> None:
+    scores = torch.randn(4, 3, 9) * 20
+    mask = lengths_to_mask(torch.tensor([9, 5, 1, 3]), max_len=9).unsqueeze(1)  # (4, 1, 9)
+    reference = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # no all-padding row here
+    assert torch.equal(masked_softmax(scores, mask), reference)
+
+
+def test_a_row_whose_real_scores_are_all_minus_inf_gets_zeros_not_nan() -> None:
+    scores = torch.tensor([[float("-inf"), float("-inf"), 1.0]])
+    weights = masked_softmax(scores, torch.tensor([[True, True, False]]))
+    assert torch.equal(weights, torch.zeros(1, 3))
 
 
 def test_gradient_through_all_padding_row_is_zero_not_nan() -> None:
