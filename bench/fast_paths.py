@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     def step_loop(b: Batch) -> None:
         plain.zero_grad(set_to_none=True)
         enc = plain.encode(b.src, b.src_lengths)
-        _RNNDecoder.forward(decoder, b.tgt_in, plain.init_state(enc), enc, need_attention=False).logits.sum().backward()
+        out = _RNNDecoder.forward_features(decoder, b.tgt_in, plain.init_state(enc), enc, need_attention=False)
+        decoder.generator(out.features).sum().backward()
 
     row("Luong without input feeding: all target steps in one call, forward + backward",
         mean_seconds(step_loop, bucketed), mean_seconds(whole_target, bucketed), note_before="step loop",

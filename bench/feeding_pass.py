@@ -35,8 +35,9 @@ def step(model, optimizer, batch, *, fused: bool, bf16: bool) -> None:
         if fused:
             out = model.decoder.forward_fused(batch["tgt_in"], state, enc, need_attention=False)
         else:
-            out = _RNNDecoder.forward(model.decoder, batch["tgt_in"], state, enc, need_attention=False)
-    logits = out.logits.float()
+            out = _RNNDecoder.forward_features(model.decoder, batch["tgt_in"], state, enc, need_attention=False)
+        logits = model.decoder.generator(out.features)
+    logits = logits.float()
     loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1), ignore_index=0,
                            reduction="sum") / batch["tokens"]
     loss.backward()

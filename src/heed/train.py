@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -61,6 +60,7 @@ from heed.errors import ConfigError, HeedError
 from heed.evaluate import Scores, evaluate
 from heed.files import atomic_write_text
 from heed.nn.build import build_model
+from heed.nn.loss import generator_loss
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec, Example, load_corpora
 from heed.search import DecodeConfig, search
@@ -541,9 +541,9 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with self._autocast():
-            logits = self.model(batch.src, batch.src_lengths, batch.tgt_in, need_attention=False).logits
-        loss_sum = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1),
-                                   ignore_index=PAD, label_smoothing=cfg.label_smoothing, reduction="sum")
+            features = self.model.forward_features(batch.src, batch.src_lengths, batch.tgt_in).features
+            loss_sum = generator_loss(features, self.model.decoder.generator, batch.tgt_out, ignore_index=PAD,
+                                      label_smoothing=cfg.label_smoothing)
         self.optimizer.zero_grad(set_to_none=True)
         (loss_sum / tokens).backward()
         if cfg.clip is not None:
@@ -584,9 +584,9 @@ class Trainer:
             for batch in token_batches(self.data.dev, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
                                        shuffle=False):
                 batch = self._to_device(batch)
-                logits = self.model(batch.src, batch.src_lengths, batch.tgt_in, need_attention=False).logits
-                total += float(F.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
-                                               batch.tgt_out.reshape(-1), ignore_index=PAD, reduction="sum"))
+                features = self.model.forward_features(batch.src, batch.src_lengths, batch.tgt_in).features
+                total += float(generator_loss(features, self.model.decoder.generator, batch.tgt_out,
+                                              ignore_index=PAD))
                 tokens += batch.num_tgt_tokens
         return total / max(tokens, 1)
 

@@ -1,11 +1,13 @@
 """The hand-written input-feeding pass (heed.nn.feeding) against autograd through the step loop."""
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
 from heed.nn.build import ModelConfig, build_model
-from heed.nn.decoder import _RNNDecoder
+from heed.nn.decoder import DecoderOutput, _RNNDecoder
 from heed.nn.feeding import InputFeedingLSTM
 
 SRC_LENGTHS = torch.tensor([7, 3, 5, 1])
@@ -31,9 +33,16 @@ def run(model, fused: bool):
     model.zero_grad()
     enc = model.encode(src, SRC_LENGTHS)
     state = model.init_state(enc)
-    out = model.decoder.forward_fused(tgt, state, enc) if fused else _RNNDecoder.forward(model.decoder, tgt, state, enc)
+    out = logits_of(model, fused, tgt, state, enc)
     (out.logits.sin().sum() + (out.attention * torch.arange(SRC_LEN)).sum()).backward()
     return out, {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def logits_of(model, fused: bool, tgt, state, enc) -> DecoderOutput:
+    """The fused pass, or the step loop every decoder inherits (the reference), then the generator."""
+    pass_ = model.decoder.forward_fused if fused else partial(_RNNDecoder.forward_features, model.decoder)
+    out = pass_(tgt, state, enc)
+    return DecoderOutput(model.decoder.generator(out.features), out.attention)
 
 
 @pytest.mark.parametrize("layers", [1, 2, 3])
@@ -100,13 +109,13 @@ def test_dropout_between_layers_is_sampled_in_training_and_off_in_eval():
     enc = model.encode(src, SRC_LENGTHS)
     state = model.init_state(enc)
     model.eval()
-    ref = _RNNDecoder.forward(model.decoder, tgt, state, enc).logits
-    torch.testing.assert_close(model.decoder.forward_fused(tgt, state, enc).logits, ref, rtol=0, atol=1e-12)
+    ref = logits_of(model, False, tgt, state, enc).logits
+    torch.testing.assert_close(logits_of(model, True, tgt, state, enc).logits, ref, rtol=0, atol=1e-12)
     model.train()
     torch.manual_seed(0)
-    first = model.decoder.forward_fused(tgt, state, enc).logits
+    first = logits_of(model, True, tgt, state, enc).logits
     torch.manual_seed(1)
-    assert not torch.allclose(model.decoder.forward_fused(tgt, state, enc).logits, first)
+    assert not torch.allclose(logits_of(model, True, tgt, state, enc).logits, first)
 
 
 def test_bf16_matrix_products_stay_close_to_float32():
@@ -117,7 +126,7 @@ def test_bf16_matrix_products_stay_close_to_float32():
         model.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             enc = model.encode(src, SRC_LENGTHS)
-            out = model.decoder.forward_fused(tgt, model.init_state(enc), enc)
+            out = logits_of(model, True, tgt, model.init_state(enc), enc)
         out.logits.float().logsumexp(-1).sum().backward()
         return out.logits.float(), {n: p.grad.clone() for n, p in model.named_parameters()}
 

@@ -5,7 +5,9 @@ Every decoder speaks the same small protocol, which is all that search sees:
     init_state(rnn_state, enc) -> DecoderState
     step(prev_tokens (batch,), state, enc) -> DecoderStep(logits (batch, vocab), state, attention)
     state.select(indices) -> DecoderState
-and `forward(tgt_in, state, enc)` runs the teacher-forced pass over a whole target.
+and `forward(tgt_in, state, enc)` runs the teacher-forced pass over a whole target. The trainer
+calls `forward_features` instead: the same pass up to the generator's input, which
+heed.nn.loss.generator_loss turns into the loss without materialising the logits.
 """
 from __future__ import annotations
 
@@ -44,6 +46,11 @@ class DecoderStep(NamedTuple):
 
 class DecoderOutput(NamedTuple):
     logits: Tensor  # (batch, tgt_len, vocab)
+    attention: Tensor | None  # (batch, tgt_len, src_len); None for PlainDecoder or when not asked for
+
+
+class DecoderFeatures(NamedTuple):
+    features: Tensor  # (batch, tgt_len, generator_input) the generator's input, dropout applied
     attention: Tensor | None  # (batch, tgt_len, src_len); None for PlainDecoder or when not asked for
 
 
@@ -111,20 +118,32 @@ class _RNNDecoder(nn.Module):
             x = out[0]  # (batch, hidden)
         return x, tuple(torch.stack(parts) for parts in zip(*new_layers))
 
-    def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
+    def _step_features(self, prev_tokens: Tensor, state: DecoderState,
+                       enc: EncoderOutput) -> tuple[Tensor, DecoderState, Tensor | None]:
+        """One step up to the generator: prev_tokens (batch,) -> its input (batch, generator_input)
+        before dropout, the new state, the attention weights (batch, src_len) or None."""
         raise NotImplementedError
+
+    def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
+        features, state, weights = self._step_features(prev_tokens, state, enc)
+        return DecoderStep(self.generator(self.dropout(features)), state, weights)  # logits (batch, vocab)
+
+    def forward_features(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
+                         need_attention: bool = True) -> DecoderFeatures:
+        """Teacher-forced pass up to the generator, one step at a time. tgt_in (batch, tgt_len)."""
+        features, attention = [], []
+        for t in range(tgt_in.size(1)):
+            out, state, weights = self._step_features(tgt_in[:, t], state, enc)
+            features.append(out)
+            attention.append(weights)
+        weights = torch.stack(attention, dim=1) if self.has_attention and need_attention else None
+        return DecoderFeatures(self.dropout(torch.stack(features, dim=1)), weights)
 
     def forward(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                 need_attention: bool = True) -> DecoderOutput:
-        """Teacher-forced pass, one step at a time. tgt_in (batch, tgt_len) -> DecoderOutput."""
-        logits, attention = [], []
-        for t in range(tgt_in.size(1)):
-            out = self.step(tgt_in[:, t], state, enc)
-            state = out.state
-            logits.append(out.logits)
-            attention.append(out.attention)
-        weights = torch.stack(attention, dim=1) if self.has_attention and need_attention else None
-        return DecoderOutput(torch.stack(logits, dim=1), weights)
+        """Teacher-forced pass. tgt_in (batch, tgt_len) -> logits (batch, tgt_len, vocab), weights."""
+        out = self.forward_features(tgt_in, state, enc, need_attention=need_attention)
+        return DecoderOutput(self.generator(out.features), out.attention)
 
 
 class LuongDecoder(_RNNDecoder):
@@ -153,27 +172,27 @@ class LuongDecoder(_RNNDecoder):
         context, weights = self._attend(h, enc, need_attention)
         return torch.tanh(self.combine(torch.cat([h, context], dim=-1))), weights  # Luong eq. 5
 
-    def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
+    def _step_features(self, prev_tokens: Tensor, state: DecoderState,
+                       enc: EncoderOutput) -> tuple[Tensor, DecoderState, Tensor | None]:
         inputs = self.dropout(self.embedding(prev_tokens))  # (batch, embed)
         if self.input_feeding:
             inputs = torch.cat([inputs, state.feed], dim=-1)  # Luong §3.3: input feeding
         h, rnn_state = self._step_rnn(inputs, state.rnn)  # (batch, hidden)
         h_tilde, weights = self._attentional(h, enc, need_attention=True)  # (batch, hidden)
-        logits = self.generator(self.dropout(h_tilde))  # (batch, vocab)
-        return DecoderStep(logits, DecoderState(rnn_state, h_tilde if self.input_feeding else None), weights)
+        return h_tilde, DecoderState(rnn_state, h_tilde if self.input_feeding else None), weights
 
-    def forward(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
-                need_attention: bool = True) -> DecoderOutput:
+    def forward_features(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
+                         need_attention: bool = True) -> DecoderFeatures:
         if self.input_feeding:  # h~_{t-1} feeds step t: a loop over time is inherent
             if self.fusable(tgt_in):
                 return self.forward_fused(tgt_in, state, enc, need_attention=need_attention)
-            return super().forward(tgt_in, state, enc, need_attention=need_attention)
+            return super().forward_features(tgt_in, state, enc, need_attention=need_attention)
         # Without input feeding the RNN never sees attention: run it over the whole target in one
         # call, then attend for all steps in one batched call.
         inputs = self.dropout(self.embedding(tgt_in))  # (batch, tgt_len, embed)
         outputs, _ = self._run_rnn(inputs, state.rnn)  # (batch, tgt_len, hidden)
         h_tilde, weights = self._attentional(outputs, enc, need_attention)  # (batch, tgt_len, hidden)
-        return DecoderOutput(self.generator(self.dropout(h_tilde)), weights)
+        return DecoderFeatures(self.dropout(h_tilde), weights)
 
     def fusable(self, tgt_in: Tensor) -> bool:
         """Whether the teacher-forced pass can run as one hand-written autograd node
@@ -183,7 +202,7 @@ class LuongDecoder(_RNNDecoder):
                 and self.attention.score in ("dot", "general", "scaled_dot"))
 
     def forward_fused(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
-                      need_attention: bool = True) -> DecoderOutput:
+                      need_attention: bool = True) -> DecoderFeatures:
         """The input-feeding pass through InputFeedingLSTM: the same numbers as the step loop.
         Under autocast its GEMMs run in the autocast dtype and everything else in float32."""
         rnn, layers_n = self.rnn, self.rnn.num_layers
@@ -216,8 +235,8 @@ class LuongDecoder(_RNNDecoder):
             h_tilde, weights = InputFeedingLSTM.apply(
                 gx, h0, c0, state.feed.to(dtype), keys, enc.states.to(dtype), ~enc.mask, self.combine.weight,
                 drop, scale, compute_dtype, *layers)
-        logits = self.generator(self.dropout(h_tilde.transpose(0, 1)))  # (B, T, vocab)
-        return DecoderOutput(logits, weights.transpose(0, 1) if need_attention else None)
+        features = self.dropout(h_tilde.transpose(0, 1))  # (B, T, H)
+        return DecoderFeatures(features, weights.transpose(0, 1) if need_attention else None)
 
 
 class BahdanauDecoder(_RNNDecoder):
@@ -234,13 +253,14 @@ class BahdanauDecoder(_RNNDecoder):
                                    hidden_size=attention_hidden)
         self.readout = nn.Linear(hidden_size + memory_size + embed_size, hidden_size)
 
-    def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
+    def _step_features(self, prev_tokens: Tensor, state: DecoderState,
+                       enc: EncoderOutput) -> tuple[Tensor, DecoderState, Tensor | None]:
         embedded = self.dropout(self.embedding(prev_tokens))  # (batch, embed)
         query = state.rnn[0][-1]  # s_{t-1}: top layer's h (batch, hidden)
         context, weights = self._attend(query, enc)  # (batch, memory)
         s_t, rnn_state = self._step_rnn(torch.cat([embedded, context], dim=-1), state.rnn)  # (batch, hidden)
-        readout = torch.tanh(self.readout(torch.cat([s_t, context, embedded], dim=-1)))
-        return DecoderStep(self.generator(self.dropout(readout)), DecoderState(rnn_state), weights)
+        readout = torch.tanh(self.readout(torch.cat([s_t, context, embedded], dim=-1)))  # (batch, hidden)
+        return readout, DecoderState(rnn_state), weights
 
 
 class PlainDecoder(_RNNDecoder):
@@ -262,14 +282,15 @@ class PlainDecoder(_RNNDecoder):
     def _summary(enc: EncoderOutput) -> Tensor:
         return enc.final[0][-1]  # (batch, memory): the top layer's final h
 
-    def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
+    def _step_features(self, prev_tokens: Tensor, state: DecoderState,
+                       enc: EncoderOutput) -> tuple[Tensor, DecoderState, Tensor | None]:
         inputs = torch.cat([self.dropout(self.embedding(prev_tokens)), self._summary(enc)], dim=-1)
         s_t, rnn_state = self._step_rnn(inputs, state.rnn)  # (batch, hidden)
-        return DecoderStep(self.generator(self.dropout(s_t)), DecoderState(rnn_state), None)
+        return s_t, DecoderState(rnn_state), None
 
-    def forward(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
-                need_attention: bool = True) -> DecoderOutput:
+    def forward_features(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
+                         need_attention: bool = True) -> DecoderFeatures:
         embedded = self.dropout(self.embedding(tgt_in))  # (batch, tgt_len, embed)
         summary = self._summary(enc).unsqueeze(1).expand(-1, tgt_in.size(1), -1)  # (batch, tgt_len, memory)
         outputs, _ = self._run_rnn(torch.cat([embedded, summary], dim=-1), state.rnn)
-        return DecoderOutput(self.generator(self.dropout(outputs)), None)
+        return DecoderFeatures(self.dropout(outputs), None)

@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 from torch import Tensor, nn
 
-from heed.nn.decoder import DecoderState, DecoderStep, _RNNDecoder
+from heed.nn.decoder import DecoderFeatures, DecoderState, DecoderStep, _RNNDecoder
 from heed.nn.encoder import Bridge, EncoderOutput, RNNEncoder
 
 
@@ -51,3 +51,11 @@ class Seq2Seq(nn.Module):
         enc = self.encode(src, src_lengths)
         out = self.decoder(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
         return Seq2SeqOutput(out.logits, out.attention)
+
+    def forward_features(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
+                         need_attention: bool = False) -> DecoderFeatures:
+        """`forward` up to the generator's input: features (batch, tgt_len, generator_input),
+        dropout applied. The trainer turns them into the loss with heed.nn.loss.generator_loss
+        (through `self.decoder.generator`), which never materialises the logits."""
+        enc = self.encode(src, src_lengths)
+        return self.decoder.forward_features(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
