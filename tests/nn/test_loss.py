@@ -96,10 +96,11 @@ def test_no_target_tokens_gives_zero_loss_and_zero_gradients() -> None:
     assert all(torch.equal(g, torch.zeros_like(g)) for g in grads(loss, features, generator))
 
 
-def test_it_evaluates_without_a_graph_in_inference_mode() -> None:
+def test_it_evaluates_without_a_graph_in_inference_mode(chunked) -> None:
     features, generator, target = make()
     with torch.inference_mode():
         got = generator_loss(features.detach(), generator, target, ignore_index=PAD)
+        assert chunked == [9]
         torch.testing.assert_close(got, reference(features.detach(), generator, target, 0.0), rtol=1e-12, atol=0)
 
 
