@@ -9,6 +9,7 @@ import torch
 from heed.nn.build import ModelConfig, build_model
 from heed.nn.layout import column_major, for_decoding
 from heed.nn.seq2seq import Seq2Seq
+from heed.search import DecodeConfig, beam_search
 
 SRC_VOCAB, TGT_VOCAB = 11, 13
 SRC_LENGTHS = torch.tensor([6, 3, 1, 4])
@@ -35,17 +36,11 @@ def make_batch() -> tuple[torch.Tensor, torch.Tensor]:
     return src, tgt_in
 
 
-def decode_step_by_step(model: Seq2Seq, src, src_lengths, tgt_in) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Search's protocol (encode, init_state, step): logits (batch, tgt_len, vocab), attention or None."""
-    enc = model.encode(src, src_lengths)
-    state = model.init_state(enc)
-    logits, attention = [], []
-    for t in range(tgt_in.size(1)):
-        out = model.step(tgt_in[:, t], state, enc)
-        state = out.state
-        logits.append(out.logits)
-        attention.append(out.attention)
-    return torch.stack(logits, dim=1), None if attention[0] is None else torch.stack(attention, dim=1)
+def beam(model: Seq2Seq, src: torch.Tensor) -> list[tuple[list[int], float, torch.Tensor | None]]:
+    """Search's use of the model (encode, init_state, step, select): tokens, score, attention of
+    the 2 best of a beam of 3, for every sentence."""
+    cfg = DecodeConfig(beam_size=3, n_best=2, max_len_a=1.0, max_len_b=2)
+    return [(h.tokens, h.score, h.attention) for hyps in beam_search(model, src, SRC_LENGTHS, cfg) for h in hyps]
 
 
 def test_column_major_keeps_the_values_and_makes_the_transpose_contiguous() -> None:
@@ -67,11 +62,9 @@ def test_for_decoding_lays_out_every_multiplied_decoder_matrix_and_changes_no_ou
     before = {k: v.clone() for k, v in model.state_dict().items()}
     encoder_strides = [p.stride() for p in model.encoder.parameters()]
     with torch.no_grad():
-        ref_steps, ref_weights = decode_step_by_step(model, src, SRC_LENGTHS, tgt_in)
-        ref_forced = model(src, SRC_LENGTHS, tgt_in).logits
+        ref_search, ref_forced = beam(model, src), model(src, SRC_LENGTHS, tgt_in)
         for_decoding(model.decoder)
-        steps, weights = decode_step_by_step(model, src, SRC_LENGTHS, tgt_in)
-        forced = model(src, SRC_LENGTHS, tgt_in).logits
+        search, forced = beam(model, src), model(src, SRC_LENGTHS, tgt_in)
 
     for key, value in matrices(model.decoder).items():
         if key == "embedding.weight":
@@ -82,10 +75,15 @@ def test_for_decoding_lays_out_every_multiplied_decoder_matrix_and_changes_no_ou
     assert [p.stride() for p in model.encoder.parameters()] == encoder_strides  # runs once a source
     after = model.state_dict()
     assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
-    torch.testing.assert_close(steps, ref_steps, rtol=0, atol=1e-12)
-    torch.testing.assert_close(forced, ref_forced, rtol=0, atol=1e-12)
-    if ref_weights is not None:
-        torch.testing.assert_close(weights, ref_weights, rtol=0, atol=1e-12)
+    assert [tokens for tokens, _, _ in search] == [tokens for tokens, _, _ in ref_search]
+    for (_, score, attention), (_, ref_score, ref_attention) in zip(search, ref_search):
+        assert score == pytest.approx(ref_score, abs=1e-12)
+        assert (attention is None) == (ref_attention is None)
+        if attention is not None:
+            torch.testing.assert_close(attention, ref_attention, rtol=0, atol=1e-12)
+    torch.testing.assert_close(forced.logits, ref_forced.logits, rtol=0, atol=1e-12)
+    if ref_forced.attention is not None:
+        torch.testing.assert_close(forced.attention, ref_forced.attention, rtol=0, atol=1e-12)
 
 
 def test_a_laid_out_model_saves_and_loads_into_a_fresh_one() -> None:
