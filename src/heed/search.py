@@ -151,12 +151,8 @@ def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Ten
     logp = torch.log_softmax(logits.float(), dim=-1)  # (rows, vocab) a fresh tensor: edited in place
     eos = model.eos_id
     raw_eos = logp[:, eos].clone() if may_be_full else None  # (rows,)
-    banned = sorted({model.pad_id, model.bos_id} - {eos})
-    if banned and banned[-1] - banned[0] == len(banned) - 1:  # adjacent ids (heed's PAD 0, BOS 1): one fill
-        logp[:, banned[0]:banned[-1] + 1] = NEG_INF
-    else:
-        for token in banned:
-            logp[:, token] = NEG_INF
+    for banned in {model.pad_id, model.bos_id} - {eos}:
+        logp[:, banned] = NEG_INF
     if t < cfg.min_len:
         logp[:, eos] = NEG_INF
     if cfg.no_repeat_ngram and seq is not None:

@@ -99,7 +99,8 @@ def generator_loss(features: Tensor, generator: nn.Linear, target: Tensor, *, ig
     `generator(features)`: F.cross_entropy(generator(features).float(), target, ignore_index=,
     label_smoothing=, reduction="sum"), without materialising the logits.
 
-    features (..., F) float, target (...) long. Returns a float32 scalar. Under CPU autocast the
+    features (..., F) float, target (...) long. Returns a float32 scalar (float64 for a float64
+    generator). Under CPU autocast the
     matrix products run in the autocast dtype, as the plain computation's would. Chunked on the
     CPU where the logits outgrow one chunk; otherwise, and on GPUs (whose kernels do not pay the
     CPU's price for fresh memory), the plain computation."""
