@@ -385,7 +385,7 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
 def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dict, args: argparse.Namespace,
            bench: Bench, command: str, n_test: int, tps: float, started: datetime, minutes: float) -> str:
     ds = bench.dataset
-    out = [f"## {ds.title}", "",
+    out = [f"## {ds.title}{threads_suffix(args.threads, ', {} threads each')}", "",
            f"{started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min. Machine: {info['cpu']}, {info['cores']} cores; "
            f"torch {info['torch']} in every system (CPU), {info['threads']} thread(s) each "
            f"(`OMP_NUM_THREADS={info['threads']}`, heed `train.threads: {info['threads']}`); Python {info['python']}; "
@@ -451,6 +451,13 @@ def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dic
     return "\n".join(out) + "\n"
 
 
+def threads_suffix(threads: int, pattern: str) -> str:
+    """The one-thread comparison is the reference table; a run with more threads gets a section and
+    markers of its own (`pattern` filled with the count), so it sits beside that table instead of
+    replacing it."""
+    return "" if threads == 1 else pattern.format(threads)
+
+
 def write_section(path: Path, section: str, marker: str) -> None:
     """Replace the text between our markers (or append it); the rest of the file is left alone."""
     start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
@@ -505,8 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     (work / "results.md").write_text(section, encoding="utf-8")
     say("\n" + section)
     if not args.no_results:
-        write_section(args.results, section, dataset.marker)
-        say(f"written to {args.results} (between the <!-- {dataset.marker}:start/end --> markers)")
+        marker = dataset.marker + threads_suffix(args.threads, "-threads{}")
+        write_section(args.results, section, marker)
+        say(f"written to {args.results} (between the <!-- {marker}:start/end --> markers)")
     return 0
 
 
