@@ -69,6 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--spm-vocab", type=int, default=8000, help="multi30k: SentencePiece pieces (both languages)")
     p.add_argument("--steps", type=int, default=1000, help="training steps, the same in every system")
     p.add_argument("--threads", type=int, default=1, help="CPU threads for every system (OMP_NUM_THREADS)")
+    p.add_argument("--seed", type=int, default=42, help="training seed, the same in every system")
     p.add_argument("--decode-sents", type=int, default=10000, help="sentences decoded at --decode-batch")
     p.add_argument("--decode-batch", type=int, default=64)
     p.add_argument("--decode-sents-b1", type=int, default=1000, help="sentences decoded at batch 1")
@@ -385,7 +386,7 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
 def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dict, args: argparse.Namespace,
            bench: Bench, command: str, n_test: int, tps: float, started: datetime, minutes: float) -> str:
     ds = bench.dataset
-    out = [f"## {ds.title}{threads_suffix(args.threads, ', {} threads each')}", "",
+    out = [f"## {ds.title}{variant_suffix(args, ', {} threads each', ', seed {}')}", "",
            f"{started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min. Machine: {info['cpu']}, {info['cores']} cores; "
            f"torch {info['torch']} in every system (CPU), {info['threads']} thread(s) each "
            f"(`OMP_NUM_THREADS={info['threads']}`, heed `train.threads: {info['threads']}`); Python {info['python']}; "
@@ -396,7 +397,7 @@ def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dic
            "Command:", "", "```", command, "```", "",
            f"Model: embedding {ds.embed}, 1-layer biLSTM encoder {ds.hidden // 2} per direction, 1-layer LSTM decoder "
            f"{ds.hidden}, Luong general "
-           "attention with input feeding, no dropout; Adam 1e-3 constant, clip 5, batches of 128 sentences, seed 42, "
+           f"attention with input feeding, no dropout; Adam 1e-3 constant, clip 5, batches of 128 sentences, seed {args.seed}, "
            f"{args.steps} steps. Data: {ds.describe()}. Decoding: at most {bench.max_len} tokens, no length penalty.",
            "", table(results, floor, tps, args, n_test, ds.metric), ""]
     if floor:
@@ -451,11 +452,12 @@ def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dic
     return "\n".join(out) + "\n"
 
 
-def threads_suffix(threads: int, pattern: str) -> str:
-    """The one-thread comparison is the reference table; a run with more threads gets a section and
-    markers of its own (`pattern` filled with the count), so it sits beside that table instead of
-    replacing it."""
-    return "" if threads == 1 else pattern.format(threads)
+def variant_suffix(args: argparse.Namespace, threads_pattern: str, seed_pattern: str) -> str:
+    """The one-thread, seed-42 comparison is the reference table; a run with more threads or another
+    seed gets a section and markers of its own (each pattern filled with its value), so it sits
+    beside that table instead of replacing it."""
+    return ((threads_pattern.format(args.threads) if args.threads != 1 else "")
+            + (seed_pattern.format(args.seed) if args.seed != 42 else ""))
 
 
 def write_section(path: Path, section: str, marker: str) -> None:
@@ -489,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     heed_python = Path(sys.executable)
     bench = Bench(repo=REPO, work=work, peers=peers, shared=shared, heed_python=heed_python, dataset=dataset,
-                  steps=args.steps, threads=args.threads, max_len=args.max_len or dataset.max_len,
+                  steps=args.steps, threads=args.threads, seed=args.seed, max_len=args.max_len or dataset.max_len,
                   timeout=args.timeout, env=bench_env(args.threads))
     info = machine(args.threads, heed_python)
     say(f"work folder {work}; peers {peers}; shared scripts {shared}")
@@ -512,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     (work / "results.md").write_text(section, encoding="utf-8")
     say("\n" + section)
     if not args.no_results:
-        marker = dataset.marker + threads_suffix(args.threads, "-threads{}")
+        marker = dataset.marker + variant_suffix(args, "-threads{}", "-seed{}")
         write_section(args.results, section, marker)
         say(f"written to {args.results} (between the <!-- {marker}:start/end --> markers)")
     return 0

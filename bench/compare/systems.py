@@ -55,6 +55,7 @@ class Bench:
     dataset: object  # corpora.Dates or corpora.Multi30k
     steps: int
     threads: int
+    seed: int  # training seed, the same in every system
     max_len: int
     timeout: float  # seconds any one command may run
     env: dict[str, str]
@@ -184,7 +185,7 @@ class Heed(System):
                       "embed_size": self.b.dataset.embed, "hidden_size": self.b.dataset.hidden,
                       "encoder_layers": 1, "decoder_layers": 1,
                       "bidirectional": True, "bridge": "copy", "dropout": 0.0},
-            "train": {"seed": 42, "epochs": 10**6, "max_steps": self.b.steps, "lr": 1e-3, "betas": [0.9, 0.999],
+            "train": {"seed": self.b.seed, "epochs": 10**6, "max_steps": self.b.steps, "lr": 1e-3, "betas": [0.9, 0.999],
                       "clip": round(self.b.dataset.heed_clip(self.b), 6), "label_smoothing": 0.0,
                       "schedule": {"name": "constant"}, "log_every": LOG_EVERY, "device": "cpu",
                       "threads": self.b.threads,
@@ -251,6 +252,7 @@ class Joey(System):
 
     def _base(self) -> dict:
         cfg = self._peer_config("joey_rnn_date.yaml")
+        cfg["random_seed"] = self.b.seed
         cfg["training"]["updates"] = self.b.steps
         cfg["training"]["logging_freq"] = LOG_EVERY
         cfg["model_dir"] = str(self.dir / "model")
@@ -301,7 +303,7 @@ class OpenNMT(System):
 
     def _config(self) -> Path:
         cfg = self._peer_config("onmt_rnn_date.yaml")
-        cfg.update({"word_vec_size": self.b.dataset.embed, "hidden_size": self.b.dataset.hidden,  # brnn: half each way
+        cfg.update({"seed": self.b.seed, "word_vec_size": self.b.dataset.embed, "hidden_size": self.b.dataset.hidden,  # brnn: half each way
                     "train_steps": self.b.steps, "save_checkpoint_steps": self.b.steps, "report_every": LOG_EVERY,
                     "save_data": str(self.dir / "run"), "src_vocab": str(self.dir / "vocab.src"),
                     "tgt_vocab": str(self.dir / "vocab.tgt"), "save_model": str(self.dir / "model" / "rnn"),
@@ -371,28 +373,31 @@ class Fairseq(System):
                      log=self.logs / "preprocess.log", env=self.b.env, timeout=self.b.timeout)
 
     def _train_entry(self) -> None:
-        """fairseq_train.sh runs $PEERS/fairseq/bin/fairseq-train with the dates sizes; we pass our work
-        folder as $PEERS. There fairseq/ is the real venv (a link) when the sizes are the script's, else
-        a folder whose bin/fairseq-train runs the real one with this dataset's sizes appended (fairseq's
-        argparse keeps the last value of an option)."""
+        """fairseq_train.sh runs $PEERS/fairseq/bin/fairseq-train with the dates sizes and seed 42; we
+        pass our work folder as $PEERS. There fairseq/ is the real venv (a link) when the sizes and the
+        seed are the script's, else a folder whose bin/fairseq-train runs the real one with this run's
+        sizes and seed appended (fairseq's argparse keeps the last value of an option)."""
         entry, ds = self.b.work / "fairseq", self.b.dataset
+        as_script = (ds.embed, ds.hidden) == (64, 128) and self.b.seed == 42
         if entry.resolve() == (self.b.peers / "fairseq").resolve() and not entry.is_symlink():
-            if (ds.embed, ds.hidden) != (64, 128):
-                raise StepFailed(f"--work-dir is the peers folder: fairseq cannot be resized there ({ds.name} wants "
-                                 f"embed {ds.embed}, hidden {ds.hidden}); use another --work-dir")
+            if not as_script:
+                raise StepFailed(f"--work-dir is the peers folder: fairseq cannot be resized or reseeded there "
+                                 f"({ds.name} wants embed {ds.embed}, hidden {ds.hidden}; seed {self.b.seed}); "
+                                 "use another --work-dir")
             return  # the work folder is the peers folder itself
         if entry.is_symlink() or entry.is_file():
             entry.unlink()
         elif entry.is_dir():
             shutil.rmtree(entry)
-        if (ds.embed, ds.hidden) == (64, 128):
+        if as_script:
             entry.symlink_to(self.b.peers / "fairseq")
             return
-        sizes = (f"--encoder-embed-dim {ds.embed} --encoder-hidden-size {ds.hidden // 2} --decoder-embed-dim "
-                 f"{ds.embed} --decoder-hidden-size {ds.hidden} --decoder-out-embed-dim {ds.hidden}")
+        extra = (f"--encoder-embed-dim {ds.embed} --encoder-hidden-size {ds.hidden // 2} --decoder-embed-dim "
+                 f"{ds.embed} --decoder-hidden-size {ds.hidden} --decoder-out-embed-dim {ds.hidden} "
+                 f"--seed {self.b.seed}")
         script = entry / "bin" / "fairseq-train"
         script.parent.mkdir(parents=True)
-        script.write_text(f'#!/bin/bash\nexec "{self.bin / "fairseq-train"}" "$@" {sizes}\n', encoding="utf-8")
+        script.write_text(f'#!/bin/bash\nexec "{self.bin / "fairseq-train"}" "$@" {extra}\n', encoding="utf-8")
         script.chmod(0o755)
 
     def train(self) -> Train:
