@@ -10,6 +10,21 @@ from typing import Any
 import pytest
 
 from heed.data.dates import generate_dates, write_splits
+from heed.runtime import cpu_bf16_supported
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`@pytest.mark.cpu_bf16` tests run where oneDNN computes bf16 on this CPU (AVX-512 or AMX) and
+    are skipped, with the reason, elsewhere (an AVX2-only CPU fails a bf16 LSTM inside oneDNN)."""
+    if cpu_bf16_supported():
+        return
+    import torch
+
+    skip = pytest.mark.skip(reason=f"this CPU has no bf16 support in oneDNN "
+                                   f"(capability {torch.backends.cpu.get_cpu_capability()})")
+    for item in items:
+        if "cpu_bf16" in item.keywords:
+            item.add_marker(skip)
 
 
 def _write_lines(path: Path, lines: list[str]) -> Path:

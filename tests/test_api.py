@@ -154,6 +154,7 @@ WORD_SOURCES = ["hello anna sleeps", "goodbye paul eats", "thanks marie runs", "
                 "goodbye eva sleeps", "thanks luc eats"]
 
 
+@pytest.mark.cpu_bf16
 def test_a_bf16_translator_holds_bf16_weights_and_translates_like_float32(words, words_bf16):
     assert {p.dtype for p in words_bf16.model.parameters()} == {torch.bfloat16}
     assert {p.dtype for p in words.model.parameters()} == {torch.float32}  # loading twice shares nothing
@@ -167,6 +168,7 @@ def test_a_bf16_translator_holds_bf16_weights_and_translates_like_float32(words,
             assert a.score == pytest.approx(b.score, abs=0.05 + 0.02 * abs(b.score))
 
 
+@pytest.mark.cpu_bf16
 def test_a_bf16_translator_aligns_like_float32(words, words_bf16):
     targets = [t.text for t in words.translate(WORD_SOURCES, beam=1)]
     for a, b in zip(words_bf16.align(WORD_SOURCES, targets), words.align(WORD_SOURCES, targets)):

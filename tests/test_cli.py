@@ -248,6 +248,7 @@ def test_demo_quick_runs_every_stage(tmp_path, write_lines):
     assert (other / "notes.txt").is_file()
 
 
+@pytest.mark.cpu_bf16
 def test_translate_and_evaluate_in_bf16(word_run, tmp_path, write_lines):
     sources = ["hello anna sleeps", "goodbye paul eats", "thanks marie runs"]
     text = "".join(s + "\n" for s in sources)

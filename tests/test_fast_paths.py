@@ -194,6 +194,7 @@ def test_whole_model_loss_and_gradients_equal_with_fused_or_explicit_attention(e
         torch.testing.assert_close(f, e, rtol=0, atol=1e-10)
 
 
+@pytest.mark.cpu_bf16
 @pytest.mark.parametrize("model", [
     dict(decoder="luong", rnn="lstm", attention="general", input_feeding=True, encoder_layers=2, decoder_layers=2),
     dict(decoder="luong", rnn="gru", attention="cosine", input_feeding=False),

@@ -8,7 +8,8 @@ from heed.config import ScheduleConfig, config_from_dict
 from heed.data.corpus import Pair
 from heed.errors import ConfigError, HeedError
 from heed.pipeline import Codec, split_corpus
-from heed.train import LRSchedule, Trainer, resolve_device, train
+from heed.runtime import resolve_device
+from heed.train import LRSchedule, Trainer, train
 
 
 def records(output_dir, kind):
@@ -174,6 +175,7 @@ def test_tensorboard_gets_the_same_scalars_when_installed(tmp_path, monkeypatch,
     assert writer.closed
 
 
+@pytest.mark.cpu_bf16
 def test_bf16_on_the_cpu_runs_the_model_under_autocast(tmp_path, make_config, monkeypatch):
     from rich.console import Console
 

@@ -42,8 +42,8 @@ from heed.errors import ConfigError, HeedError
 from heed.nn.layout import for_decoding
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec
-from heed.search import DecodeConfig
-from heed.train import limit_onednn_cache, resolve_device, translate_ids
+from heed.runtime import check_bf16, limit_onednn_cache, resolve_device
+from heed.search import DecodeConfig, translate_ids
 
 EOS_TOKEN = SPECIALS[EOS]
 UNK_TOKEN = SPECIALS[UNK]
@@ -111,8 +111,8 @@ class Translator:
 
     def __init__(self, model: Seq2Seq, codec: Codec, config: Config, *, device: torch.device,
                  bf16: bool = False) -> None:
-        if bf16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise HeedError("this GPU cannot compute in bfloat16; decode without bf16")
+        if bf16:
+            check_bf16(device, what="--bf16")
         limit_onednn_cache(bf16)
         self.model = (model.to(torch.bfloat16) if bf16 else model).to(device).eval()
         if device.type == "cpu":
@@ -126,7 +126,7 @@ class Translator:
     def load(cls, path: str | os.PathLike[str], *, device: str = "auto", bf16: bool = False) -> "Translator":
         """Load a model directory, or the `model/` inside a training output directory.
         `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16."""
-        torch_device = resolve_device(device)
+        torch_device = resolve_device(device, field="device")
         loaded = load_model_dir(path, device=torch_device)
         return cls(loaded.model, loaded.codec, loaded.config, device=torch_device, bf16=bf16)
 

@@ -175,7 +175,7 @@ def translate(
     """Translate sentences, one per line: stdin -> stdout, or --input/--output files."""
     from heed.align import load_dictionary
     from heed.api import Translator
-    from heed.train import torch_threads
+    from heed.runtime import torch_threads
 
     table = load_dictionary(dictionary) if dictionary is not None else None
     translator = Translator.load(model, device=device, bf16=bf16)
@@ -258,7 +258,7 @@ def evaluate(
     from heed.data.corpus import read_parallel
     from heed.evaluate import evaluate as score
     from heed.evaluate import format_scores
-    from heed.train import torch_threads
+    from heed.runtime import torch_threads
 
     bucket_list = _parse_buckets(buckets)
     _check_figure_path(plot)

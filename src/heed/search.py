@@ -26,6 +26,7 @@ Conventions, the same in greedy and beam search:
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -33,6 +34,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor
 
+from heed.data.batching import sentence_batches
 from heed.errors import ConfigError
 
 NEG_INF = float("-inf")
@@ -549,3 +551,15 @@ def search(model: Any, src: Tensor, src_lengths: Tensor,
     if cfg.beam_size == 1:
         return [[h] for h in greedy_search(model, src, src_lengths, cfg)]
     return beam_search(model, src, src_lengths, cfg)
+
+
+def translate_ids(model: Any, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, device: torch.device,
+                  batch_size: int = 64) -> list[list[Hypothesis]]:
+    """n-best Hypotheses for every source (ids without specials), in input order; sentences of
+    similar length are batched together."""
+    results: list[list[Hypothesis]] = [[] for _ in src_ids]
+    for batch in sentence_batches(src_ids, batch_size=batch_size):
+        batch = batch.to(device)
+        for k, hyps in zip(batch.indices.tolist(), search(model, batch.src, batch.src_lengths, cfg)):
+            results[k] = hyps
+    return results

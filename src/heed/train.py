@@ -53,7 +53,7 @@ from heed.checkpoint import (
     save_model_dir,
 )
 from heed.config import Config, ScheduleConfig, config_to_dict
-from heed.data.batching import filter_by_length, sentence_batches, token_batches
+from heed.data.batching import filter_by_length, token_batches
 from heed.data.corpus import Pair
 from heed.data.vocab import PAD
 from heed.errors import ConfigError, HeedError
@@ -63,7 +63,8 @@ from heed.nn.build import build_model
 from heed.nn.loss import generator_loss
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec, Example, load_corpora
-from heed.search import DecodeConfig, search
+from heed.runtime import check_bf16, default_bf16, limit_onednn_cache, resolve_device, torch_threads
+from heed.search import DecodeConfig, translate_ids
 
 HIGHER_IS_BETTER = {"bleu": True, "exact_match": True, "loss": False}
 # Fields a resumed run may change; any other difference from the checkpoint's config is an error.
@@ -146,66 +147,6 @@ class LRSchedule:
 
 def _better(value: float, best: float, higher_is_better: bool) -> bool:
     return value > best if higher_is_better else value < best
-
-
-# ----------------------------------------------------------------------------------- devices
-
-
-def resolve_device(name: str) -> torch.device:
-    """"auto" -> CUDA when available, else CPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("CUDA is not available on this machine; use device: auto or cpu", field="train.device")
-    return torch.device(name)
-
-
-def default_bf16(device: torch.device) -> bool:
-    """`train.bf16: null`: bf16 autocast on CUDA GPUs that support it. Not on the CPU, even with
-    AMX: there it trains ~15% faster but the demo ended at 99.6% test exact match against 99.9%
-    in float32 (bench/RESULTS.md, "bf16 on the CPU"), so it is a choice, `train.bf16: true`."""
-    return device.type == "cuda" and torch.cuda.is_bf16_supported()
-
-
-def limit_onednn_cache(bf16: bool) -> None:
-    """Keep oneDNN's per-shape primitive cache small for float32 work (a user's
-    ONEDNN_PRIMITIVE_CACHE_CAPACITY wins). On the CPU the encoder makes one oneDNN RNN call per
-    source length in a batch (heed.nn.encoder), so a run meets a new shape most batches, and the
-    default 1,024 cached primitives grew a 1000-step dates run from 471 MB to 997 MB; with 16 it
-    stayed at 465 MB, as fast. bf16 matrix products are oneDNN primitives too and re-creating them
-    costs (400 dates steps: 28.2 s with 16, 22.2 s with 1,024), so bf16 keeps the default.
-    oneDNN reads the variable at its first primitive: this works before any model has run in
-    the process and does nothing after."""
-    if not bf16:
-        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """torch.set_num_threads for the duration, then back to what it was."""
-    if threads is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-# ---------------------------------------------------------------------------------- decoding
-
-
-def translate_ids(model: Seq2Seq, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, device: torch.device,
-                  batch_size: int = 64) -> list[list]:
-    """n-best Hypotheses for every source (ids without specials), in input order."""
-    results: list[list] = [[] for _ in src_ids]
-    for batch in sentence_batches(src_ids, batch_size=batch_size):
-        batch = batch.to(device)
-        for k, hyps in zip(batch.indices.tolist(), search(model, batch.src, batch.src_lengths, cfg)):
-            results[k] = hyps
-    return results
 
 
 # ------------------------------------------------------------------------------------ logging
@@ -343,6 +284,8 @@ class Trainer:
         self.model_dir = self.output_dir / "model"
         self.device = resolve_device(config.train.device)
         self.bf16 = default_bf16(self.device) if config.train.bf16 is None else config.train.bf16
+        if self.bf16:
+            check_bf16(self.device, what="train.bf16")
         self.metric = config.train.early_stopping.metric
         self.higher = HIGHER_IS_BETTER[self.metric]
         self._stop_requested = False

@@ -118,6 +118,7 @@ def test_dropout_between_layers_is_sampled_in_training_and_off_in_eval():
     assert not torch.allclose(logits_of(model, True, tgt, state, enc).logits, first)
 
 
+@pytest.mark.cpu_bf16
 def test_bf16_matrix_products_stay_close_to_float32():
     model = make_model(layers=2).float()
     src, tgt = batch()

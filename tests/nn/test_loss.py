@@ -73,6 +73,7 @@ def test_a_second_backward_through_the_same_graph_is_refused() -> None:
         loss.backward()
 
 
+@pytest.mark.cpu_bf16
 def test_bf16_autocast_runs_the_products_in_bf16_and_stays_close() -> None:
     features, generator, target = make(dtype=torch.float32, vocab=50)
     want = reference(features, generator, target, 0.1)

@@ -1,0 +1,95 @@
+"""Where a model runs: the device, torch's CPU threads, oneDNN's cache and what the CPU can do.
+
+Training, translation (and later serving and export) import this module; nothing run-time lives
+in the trainer. No CPU feature is assumed: bf16 on the CPU is decided by asking oneDNN, because on
+CPUs without native or emulated bf16 support (an AVX2-only AMD EPYC, say) a bf16 LSTM fails inside
+oneDNN ("could not create a primitive descriptor") and bf16 products run ~50x slower.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import torch
+
+from heed.errors import ConfigError, HeedError
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(name: str, *, field: str = "train.device") -> torch.device:
+    """"auto" -> CUDA when available, else CPU; "cpu"; "cuda" or "cuda:N" where CUDA is there.
+    Anything else is a ConfigError naming `field` (a config field or a command-line option)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    kind, _, index = name.partition(":")
+    if kind != "cuda" or (index and not index.isdigit()):
+        raise ConfigError(f"unknown device {name!r}; use one of {', '.join(DEVICES)} (or cuda:N)", field=field)
+    if not torch.cuda.is_available():
+        raise ConfigError("CUDA is not available on this machine; use device: auto or cpu", field=field)
+    if index and int(index) >= torch.cuda.device_count():
+        raise ConfigError(f"{name}: this machine has {torch.cuda.device_count()} CUDA device(s)", field=field)
+    return torch.device(name)
+
+
+def cpu_bf16_supported() -> bool:
+    """True where oneDNN runs bf16 on this CPU (AVX-512 or AMX; on AVX2-only CPUs it cannot). Set
+    `ONEDNN_MAX_CPU_ISA=AVX2` before the first oneDNN call to see a machine without it."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def bf16_supported(device: torch.device) -> bool:
+    """Whether bfloat16 compute works on `device` (a CUDA GPU that supports it, or a CPU whose oneDNN does)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and cpu_bf16_supported()
+
+
+def check_bf16(device: torch.device, *, what: str) -> None:
+    """Raise a HeedError in one line when bf16 was asked for (`what`: the field or option) on a
+    device that cannot compute in it."""
+    if bf16_supported(device):
+        return
+    if device.type == "cpu":
+        reason = (f"this CPU cannot compute in bfloat16 (oneDNN reports no bf16 support; CPU capability "
+                  f"{torch.backends.cpu.get_cpu_capability()}: bf16 needs AVX-512 or AMX)")
+    else:
+        reason = "this GPU cannot compute in bfloat16"
+    raise HeedError(f"{what}: {reason}; run in float32 (leave {what} off)")
+
+
+def default_bf16(device: torch.device) -> bool:
+    """`train.bf16: null`: bf16 autocast on CUDA GPUs that support it. Not on the CPU, even with
+    AMX: there it trains ~15% faster but the demo ended at 99.6% test exact match against 99.9%
+    in float32 (bench/RESULTS.md, "bf16 on the CPU"), so it is a choice, `train.bf16: true`."""
+    return device.type == "cuda" and torch.cuda.is_bf16_supported()
+
+
+def limit_onednn_cache(bf16: bool) -> None:
+    """Keep oneDNN's per-shape primitive cache small for float32 work (a user's
+    ONEDNN_PRIMITIVE_CACHE_CAPACITY wins). On the CPU the encoder makes one oneDNN RNN call per
+    source length in a batch (heed.nn.encoder), so a run meets a new shape most batches, and the
+    default 1,024 cached primitives grew a 1000-step dates run from 471 MB to 997 MB; with 16 it
+    stayed at 465 MB, as fast. bf16 matrix products are oneDNN primitives too and re-creating them
+    costs (400 dates steps: 28.2 s with 16, 22.2 s with 1,024), so bf16 keeps the default.
+    oneDNN reads the variable at its first primitive: this works before any model has run in
+    the process and does nothing after."""
+    if not bf16:
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch.set_num_threads for the duration, then back to what it was."""
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
