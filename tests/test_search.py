@@ -271,7 +271,7 @@ def test_wide_beam_equals_brute_force_on_tiny_vocabulary(alpha: float, beta: flo
     # extensions exist at any step, so a beam of 85 keeps every prefix and every EOS.
     model = tiny_model("luong", tgt_vocab=7)
     src, lengths = padded_batch([4])
-    cfg = DecodeConfig(beam_size=85, n_best=85, max_len_a=0.0, max_len_b=3,
+    cfg = DecodeConfig(beam_size=85, n_best=85, max_len_a=0.0, max_len_b=3, min_len=0,
                        length_penalty=alpha, coverage_penalty=beta)
     outputs = [list(seq) for n in range(4) for seq in itertools.product([A, B, C, D], repeat=n)]
     log_probs, attention = teacher_forced(model, src, 4, outputs)
@@ -466,7 +466,7 @@ def test_length_penalty_reranks_finished_hypotheses() -> None:
     #           "A" log(.48*.95)=log .456 |Y|=2, lp = 7/6: alpha 0: -0.7853  alpha 1: -0.7853*6/7 = -0.6731
     model = ScriptedModel(table({(): {EOS: 0.5, A: 0.48, B: 0.02}, (A,): {EOS: 0.95, A: 0.03, B: 0.02}}))
     src, lengths = one_source()
-    cfg = DecodeConfig(beam_size=2, n_best=2, max_len_a=0, max_len_b=10)
+    cfg = DecodeConfig(beam_size=2, n_best=2, max_len_a=0, max_len_b=10, min_len=0)
     plain = beam_search(model, src, lengths, cfg)[0]
     assert [h.tokens for h in plain] == [[], [A]]
     assert [h.score for h in plain] == pytest.approx([math.log(0.5), math.log(0.456)])
@@ -557,7 +557,11 @@ def loves_eos(prefix: tuple[int, ...]) -> dict[int, float]:
 def test_min_len_is_respected_and_max_len_wins_a_clash(beam_size: int) -> None:
     src, lengths = one_source()
     cfg = DecodeConfig(beam_size=beam_size, n_best=beam_size, max_len_a=0, max_len_b=10)
-    assert search(ScriptedModel(loves_eos), src, lengths, cfg)[0][0].tokens == []
+    # By default (min_len 1) a decoder that puts EOS first still gives a non-empty translation ...
+    assert all(len(h.tokens) >= 1 for h in search(ScriptedModel(loves_eos), src, lengths, cfg)[0])
+    # ... and min_len 0 lets it end at step 0, as asked.
+    empty = cfg.model_copy(update={"min_len": 0})
+    assert search(ScriptedModel(loves_eos), src, lengths, empty)[0][0].tokens == []
     for hyps in search(ScriptedModel(loves_eos), src, lengths, cfg.model_copy(update={"min_len": 3})):
         assert hyps[0].tokens == [A, A, A]
         assert all(len(h.tokens) >= 3 for h in hyps)

@@ -66,7 +66,10 @@ class DecodeConfig(BaseModel):
     n_best: int = Field(1, ge=1, description="hypotheses returned per sentence, at most beam_size")
     length_penalty: float = Field(0.0, ge=0.0, description="GNMT alpha; 0 = off")
     coverage_penalty: float = Field(0.0, ge=0.0, description="GNMT beta; 0 = off; needs attention")
-    min_len: int = Field(0, ge=0, description="output tokens before EOS is allowed (EOS not counted)")
+    # 1, not 0: an empty translation of a non-empty source is never what a user wants, yet a beam
+    # can end at step 0 when EOS is each beam's best first token (seen on Multi30k at beam 5).
+    min_len: int = Field(1, ge=0, description="output tokens before EOS is allowed (EOS not counted); "
+                                               "0 allows an empty output")
     max_len_a: float = Field(2.0, ge=0.0,
                              description="max output tokens = floor(a * src_len + b), EOS not counted")
     max_len_b: int = Field(10, ge=0)
