@@ -1,4 +1,7 @@
+import contextlib
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -162,4 +165,149 @@ def test_shipped_recipe_loads_and_reads_the_shared_data_beside_the_repository(pa
     files = [f for c in corpora for f in (c.tsv, c.src, c.tgt) if f is not None]
     assert cfg.data.task == "dates" or files
     for f in files:
-        assert f.resolve().is_relative_to(REPO.parent / "shared" / "data"), f
+        # both sides resolved: ../shared may be a symlink to the data elsewhere
+        assert f.resolve().is_relative_to((REPO.parent / "shared" / "data").resolve()), f
+
+
+
+# ------------------------------------------------------------------ YAML that cannot hang heed
+
+# "Billion laughs": 9 levels of 9 aliases, 9^9 strings once expanded; the deep copy of the loaded
+# mapping used to run until memory ran out.
+BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+
+
+@contextlib.contextmanager
+def deadline(seconds: int) -> Iterator[None]:
+    """Fail (not hang) if the block runs longer than `seconds`."""
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_alias_bomb_in_a_config_file_is_refused_quickly_naming_the_file(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text("data:\n  task: dates\nextra:\n  " + BOMB.replace("\n", "\n  "), encoding="utf-8")
+    with deadline(10), pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{path}: invalid YAML: line 4, column 6: anchors and aliases")
+
+
+def test_alias_in_a_set_value_is_refused():
+    with pytest.raises(ConfigError, match=r"^--set: field 'data.dates.languages': cannot parse value .*anchors"):
+        parse_override("data.dates.languages=&a [en]")
+
+
+def test_duplicate_key_in_a_config_file_names_the_key_and_the_second_line(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("data:\n  task: dates\ntrain:\n  lr: 0.1\n  epochs: 2\n  lr: 0.5\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == (f"{path}: invalid YAML: line 6, column 3: duplicate key 'lr' (first on line 4); "
+                            "keep one of the two")
+
+
+def test_a_huge_config_file_is_refused_by_size_without_reading_it_all(tmp_path):
+    path = tmp_path / "huge.yaml"
+    with open(path, "wb") as f:
+        f.write(b"data: {task: dates}\n")
+        f.write(b"# padding\n" * (5 << 20))  # 50 MiB of comments: valid YAML, just far too big
+    with deadline(10), pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == (f"{path}: too large for a YAML config (50.0 MiB; at most 1 MiB); "
+                            "is this the right file?")
+
+
+def test_a_deeply_nested_config_is_a_config_error(tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("data: {task: dates}\nx: " + "[" * 100_000 + "]" * 100_000 + "\n", encoding="utf-8")
+    with deadline(20), pytest.raises(ConfigError, match=rf"^{path}: invalid YAML: line 2, column \d+: nested more"):
+        load_config(path)
+
+
+def test_a_config_read_from_an_endless_device_is_refused_by_size():
+    with deadline(10), pytest.raises(ConfigError, match=r"^/dev/zero: too large for a YAML config"):
+        load_config("/dev/zero")
+
+
+# --------------------------------------------------------------------------- decode length limit
+
+
+@pytest.mark.parametrize("decode", [{"max_len_a": 0, "max_len_b": 0}, {"max_len_a": 0.0, "max_len_b": 0}])
+def test_a_length_limit_that_allows_no_token_names_the_field(tmp_path, decode):
+    path = write_yaml(tmp_path / "x.yaml", {**DATES, "decode": decode})
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{path}: field 'decode.max_len_b': max_len_b 0 with max_len_a 0 allows no "
+                                   "output token")
+
+
+def test_a_length_limit_set_to_nothing_on_the_command_line_is_blamed_on_set(tmp_path):
+    path = write_yaml(tmp_path / "x.yaml", {**DATES, "decode": {"max_len_a": 0}})
+    with pytest.raises(ConfigError, match=r"^--set: field 'decode.max_len_b': max_len_b 0 with max_len_a 0"):
+        load_config(path, ["decode.max_len_b=0"])
+
+
+@pytest.mark.parametrize("decode", [{"max_len_a": 0, "max_len_b": 1}, {"max_len_a": 0.5, "max_len_b": 0}])
+def test_a_length_limit_that_allows_some_token_is_fine(decode):
+    cfg = config_from_dict({**DATES, "decode": decode})
+    assert (cfg.decode.max_len_a, cfg.decode.max_len_b) == (decode["max_len_a"], decode["max_len_b"])
+
+
+# ------------------------------------------------------------------------ plain decoder, attention
+
+
+def test_plain_decoder_ignores_an_attention_setting_and_saves_null(tmp_path):
+    path = write_yaml(tmp_path / "x.yaml", {**DATES, "model": {"decoder": "luong", "attention": "dot"},
+                                            "output_dir": "runs/x"})
+    cfg = load_config(path, ["model.decoder=plain"])
+    assert cfg.model.decoder == "plain" and cfg.model.attention is None and cfg.model.score is None
+    saved = tmp_path / "model" / "config.yaml"
+    save_config(cfg, saved)
+    assert yaml.safe_load(saved.read_text(encoding="utf-8"))["model"]["attention"] is None
+    assert load_config(saved) == cfg
+
+
+def test_plain_decoder_with_attention_in_the_file_builds_a_model_without_attention():
+    from heed.nn.build import build_model
+
+    cfg = config_from_dict({**DATES, "model": {"decoder": "plain", "attention": "general", "hidden_size": 8,
+                                               "embed_size": 4}})
+    model = build_model(cfg.model, src_vocab_size=5, tgt_vocab_size=5)
+    assert cfg.model.attention is None and not model.has_attention
+
+
+# ------------------------------------------------------------------ a field in the wrong section
+
+
+@pytest.mark.parametrize("raw, field", [
+    ({"data": {"train": {"tsv": "a.tsv"}}, "train": {"reverse": True}}, "train.reverse"),
+    ({"data": {"train": {"tsv": "a.tsv", "reverse": True}}}, "data.train.reverse"),
+    ({"data": {"train": {"tsv": "a.tsv"}}, "reverse": True}, "reverse"),
+])
+def test_misplaced_reverse_says_where_it_belongs(raw, field):
+    with pytest.raises(ConfigError) as e:
+        config_from_dict(raw, source="x.yaml")
+    assert str(e.value) == f"x.yaml: field '{field}': unknown field here; 'reverse' belongs under 'data' (data.reverse)"
+
+
+def test_misplaced_reverse_given_with_set_says_where_it_belongs():
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({"data": {"train": {"tsv": "a.tsv"}}}, overrides=["train.reverse=true"])
+    assert str(e.value) == ("--set: field 'train.reverse': unknown field here; "
+                            "'reverse' belongs under 'data' (data.reverse)")
+
+
+def test_a_field_with_several_homes_lists_them():
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({**DATES, "model": {"seed": 3}})
+    assert str(e.value) == ("field 'model.seed': unknown field here; "
+                            "'seed' belongs under 'data.dates', 'data.split' or 'train'")

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -29,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from heed import yamlio
 from heed.errors import ConfigError
 from heed.files import atomic_write_text
 from heed.nn.build import ModelConfig
@@ -210,6 +210,27 @@ class Config(_Strict):
     decode: DecodeConfig = Field(default_factory=DecodeConfig)
     output_dir: Path = Path("runs/default")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_decoder_ignores_attention(cls, data: Any) -> Any:
+        """`decoder: plain` with an `attention:` score (left over from a config for luong, or set in
+        a base config) means "no attention": drop the score, so the saved config says null and
+        switching the decoder is one edit, not two."""
+        if isinstance(data, dict) and isinstance(data.get("model"), dict):
+            model = data["model"]
+            if model.get("decoder") == "plain" and model.get("attention") is not None:
+                data = {**data, "model": {**model, "attention": None}}
+        return data
+
+
+def decode_length_problem(decode: DecodeConfig) -> str | None:
+    """Why `decode` can never emit a token, or None. max_len = floor(a * src_len + b) (search.py);
+    with a = 0 and b = 0 it is 0 for every source, so every translation would be silently empty."""
+    if decode.max_len_a == 0 and decode.max_len_b < 1:
+        return (f"max_len_b {decode.max_len_b} with max_len_a 0 allows no output token, so every translation "
+                "would be empty; set max_len_b >= 1 (max output tokens = floor(max_len_a * src_len + max_len_b))")
+    return None
+
 
 # ------------------------------------------------------------------------------- load and save
 
@@ -220,7 +241,10 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> 
     Raises ConfigError naming the file (or `--set`) and the dotted field."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            text = yamlio.read_capped(f).decode("utf-8")
+    except yamlio.TooLargeError as e:
+        raise ConfigError(str(e), path=path) from None
     except FileNotFoundError:
         raise ConfigError("no such config file", path=path) from None
     except IsADirectoryError:
@@ -230,12 +254,9 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> 
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror or e}", path=path) from None
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"invalid YAML: {where}{problem}", path=path) from None
+        raw = yamlio.parse(text)
+    except yamlio.YamlError as e:
+        raise ConfigError(str(e), path=path) from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -254,9 +275,14 @@ def config_from_dict(raw: dict[str, Any], *, source: str | os.PathLike[str] | No
         _set_dotted(raw, key, value)
         overridden.append(key)
     try:
-        return Config.model_validate(raw)
+        config = Config.model_validate(raw)
     except ValidationError as e:
         raise _config_error(e, source=source, overridden=overridden) from None
+    problem = decode_length_problem(config.decode)
+    if problem is not None:
+        from_override = any(key in ("decode", "decode.max_len_a", "decode.max_len_b") for key in overridden)
+        raise ConfigError(problem, field="decode.max_len_b", path="--set" if from_override else source)
+    return config
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -268,9 +294,9 @@ def parse_override(item: str) -> tuple[str, Any]:
         raise ConfigError(f"expected FIELD=VALUE (e.g. model.hidden_size=256), got '{item}'", path="--set")
     _check_field(key)
     try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
-        raise ConfigError(f"cannot parse value '{text}' (YAML)", field=key, path="--set") from None
+        value = yamlio.parse(text) if text.strip() else None
+    except yamlio.YamlError as e:
+        raise ConfigError(f"cannot parse value '{text}' ({e.problem})", field=key, path="--set") from None
     if (_is_corpus_path(key) or key == OUTPUT_DIR) and isinstance(value, str):
         value = os.path.abspath(value)
     elif key.count(".") == 1 and key.split(".")[0] == "data" and key.split(".")[1] in CORPUS_SPLITS \
@@ -304,7 +330,7 @@ def save_config(config: Config, path: str | os.PathLike[str]) -> None:
     path = Path(path)
     data = config_to_dict(config, relative_to=path.parent)
     header = "# heed resolved config: defaults filled in, overrides applied; paths relative to this file\n"
-    text = header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    text = header + yamlio.dump(data)
     atomic_write_text(path, text)
 
 
@@ -377,7 +403,32 @@ def _model_at(parts: Sequence[str | int]) -> type[BaseModel] | None:
     return cls
 
 
+def _homes(name: str) -> list[str]:
+    """Dotted sections of the schema that have a field `name` ("" for the top level)."""
+    found: list[str] = []
+
+    def walk(cls: type[BaseModel], prefix: str) -> None:
+        if name in cls.model_fields:
+            found.append(prefix)
+        for field, info in cls.model_fields.items():
+            child = _model_class(info.annotation)
+            if child is not None:
+                walk(child, f"{prefix}.{field}" if prefix else field)
+
+    walk(Config, "")
+    return found
+
+
 def _unknown_field_message(cls: type[BaseModel], name: str) -> str:
+    homes = _homes(name)
+    if homes:
+        # The right key in the wrong section (`train.reverse`, `data.train: {reverse: ...}`): say where
+        # it goes, which a spelling suggestion from this section cannot.
+        names = [f"'{home}'" if home else "the top level" for home in homes]
+        if len(names) == 1:
+            dotted = f"{homes[0]}.{name}" if homes[0] else name
+            return f"unknown field here; '{name}' belongs under {names[0]} ({dotted})"
+        return f"unknown field here; '{name}' belongs under {', '.join(names[:-1])} or {names[-1]}"
     close = difflib.get_close_matches(name, list(cls.model_fields), n=1, cutoff=0.6)
     hint = f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(cls.model_fields)})"
     return f"unknown field{hint}"

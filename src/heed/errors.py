@@ -36,3 +36,11 @@ class ConfigError(HeedError):
 
 class ModelDirError(HeedError):
     """A model directory that is missing, incomplete or not heed's."""
+
+
+class OutputError(HeedError):
+    """A file heed was told to write and cannot: the message names the path as the user gave it."""
+
+    def __init__(self, message: str, *, path: str | Path) -> None:
+        self.path = str(path)
+        super().__init__(f"{self.path}: {message}")
