@@ -6,22 +6,25 @@
 
 A `Codec` is everything that turns text into ids and back; it is saved beside the weights in
 every model directory and checkpoint, so translation uses exactly what training used.
+
+With `data.split:` the held-out dev and test pairs exist nowhere on disk; `write_heldout` writes
+them as line-aligned files, so `heed evaluate` and `heed compare` can score on them.
 """
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from heed.config import DataConfig
 from heed.data.corpus import Pair, load_pairs, normalize
 from heed.data.dates import generate_dates
-from heed.data.tokenize import Tokenizer, load_tokenizer, train_tokenizer
-from heed.data.vocab import Vocab
+from heed.data.tokenize import SentencePieceTokenizer, Tokenizer, load_tokenizer, spm_model_path, train_tokenizer
+from heed.data.vocab import SPECIALS, Vocab
 from heed.errors import ConfigError, DataError, ModelDirError
-from heed.files import atomic_write_text, read_model_json
+from heed.files import atomic_open, atomic_write_text, read_model_json
 
 Example = tuple[list[int], list[int]]
 TOKENIZERS_FILE = "tokenizers.json"
@@ -52,23 +55,27 @@ def load_corpora(data: DataConfig) -> Corpora:
 
     train = read(data.train)
     if data.split is not None:
-        return split_corpus(train, dev=data.split.dev, test=data.split.test, seed=data.split.seed)
+        # The file the source sentences (after `reverse`) come from: the one the counts are about.
+        source = data.train.tsv or (data.train.tgt if data.reverse else data.train.src)
+        return split_corpus(train, dev=data.split.dev, test=data.split.test, seed=data.split.seed,
+                            source=str(source))
     return Corpora(train, read(data.dev), read(data.test))
 
 
-def split_corpus(pairs: Sequence[Pair], *, dev: int, test: int, seed: int) -> Corpora:
+def split_corpus(pairs: Sequence[Pair], *, dev: int, test: int, seed: int, source: str = "the corpus") -> Corpora:
     """Hold exactly `dev` and `test` pairs out of `pairs`, chosen by `random.Random(seed)`.
 
     Pairs are grouped by source sentence first, and a group goes wholly to one side: a held-out
     source never appears in training with another translation. When the last group taken is larger
     than needed, its extra pairs are dropped (from every side), so the counts are exact. Training
-    pairs keep their corpus order."""
+    pairs keep their corpus order. `source` names the corpus file in errors."""
     groups: dict[str, list[int]] = {}
     for i, pair in enumerate(pairs):
         groups.setdefault(pair.src, []).append(i)
     if dev + test >= len(groups):
-        raise ConfigError(f"asks for {dev} dev + {test} test pairs, but the corpus has only {len(groups)} "
-                          "distinct source sentences; lower the split sizes", field="data.split")
+        raise ConfigError(f"asks for {dev} dev + {test} test pairs, but {source} has only {len(groups)} distinct "
+                          "source sentences (at least one must stay for training); lower the split sizes",
+                          field="data.split")
     sources = list(groups)
     random.Random(seed).shuffle(sources)
     held: set[int] = set()
@@ -86,6 +93,30 @@ def split_corpus(pairs: Sequence[Pair], *, dev: int, test: int, seed: int) -> Co
     return Corpora([p for i, p in enumerate(pairs) if i not in held], dev_pairs, test_pairs)
 
 
+HELDOUT_SPLITS = ("dev", "test")
+
+
+def write_heldout(corpora: Corpora, directory: str | Path) -> dict[str, Path]:
+    """Write the dev and test pairs as line-aligned files `<directory>/{dev,test}.{src,tgt}`
+    (a split with no pairs gets no files), each atomically. Returns {"dev.src": path, ...}.
+
+    The pairs are normalized and in the model's direction (after `data.reverse`), so
+    `heed evaluate MODEL --src dev.src --ref dev.tgt` scores exactly what was held out. Normalized
+    text holds no newline or tab (they are whitespace, collapsed), so each pair is one line."""
+    directory = Path(directory)
+    written: dict[str, Path] = {}
+    for split in HELDOUT_SPLITS:
+        pairs: list[Pair] = getattr(corpora, split)
+        if not pairs:
+            continue
+        for side in ("src", "tgt"):
+            path = directory / f"{split}.{side}"
+            with atomic_open(path) as f:
+                f.writelines(getattr(p, side) + "\n" for p in pairs)
+            written[f"{split}.{side}"] = path
+    return written
+
+
 @dataclass(frozen=True)
 class Codec:
     """Text <-> ids for both sides: a tokenizer and a vocabulary each."""
@@ -96,17 +127,28 @@ class Codec:
     tgt_vocab: Vocab
 
     @classmethod
-    def build(cls, pairs: Sequence[Pair], data: DataConfig) -> "Codec":
-        """Train tokenizers, then count vocabularies, on the training pairs only."""
+    def build(cls, pairs: Sequence[Pair], data: DataConfig, *,
+              warn: Callable[[str], None] | None = None) -> "Codec":
+        """Train tokenizers, then count vocabularies, on the training pairs only.
+
+        `warn(message)` hears of what the config asked for and did not get: a SentencePiece
+        vocabulary smaller than `vocab_size` because the corpus supports no more pieces."""
         if not pairs:
             raise DataError("no training pairs to build tokenizers and vocabularies from")
-        try:
-            src_tok = train_tokenizer(data.tokenizer.src.kind, (p.src for p in pairs),
-                                      vocab_size=data.tokenizer.src.vocab_size)
-            tgt_tok = train_tokenizer(data.tokenizer.tgt.kind, (p.tgt for p in pairs),
-                                      vocab_size=data.tokenizer.tgt.vocab_size)
-        except ValueError as e:
-            raise ConfigError(str(e), field="data.tokenizer") from None
+        tokenizers: dict[str, Tokenizer] = {}
+        for side in ("src", "tgt"):
+            spec = getattr(data.tokenizer, side)
+            try:
+                tokenizer = train_tokenizer(spec.kind, (getattr(p, side) for p in pairs), vocab_size=spec.vocab_size)
+            except ValueError as e:
+                raise ConfigError(str(e), field=f"data.tokenizer.{side}") from None
+            if warn is not None and isinstance(tokenizer, SentencePieceTokenizer) \
+                    and tokenizer.num_pieces < spec.vocab_size:
+                warn(f"data.tokenizer.{side}.vocab_size is {spec.vocab_size}, but the training corpus supports only "
+                     f"{tokenizer.num_pieces} {spec.kind} pieces: the {side} tokenizer has {tokenizer.num_pieces} "
+                     f"(set vocab_size to {tokenizer.num_pieces} or less to silence this)")
+            tokenizers[side] = tokenizer
+        src_tok, tgt_tok = tokenizers["src"], tokenizers["tgt"]
         src_vocab = Vocab.build((src_tok.tokenize(p.src) for p in pairs),
                                 min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
         tgt_vocab = Vocab.build((tgt_tok.tokenize(p.tgt) for p in pairs),
@@ -145,14 +187,44 @@ class Codec:
         self.tgt_vocab.save(directory / TGT_VOCAB_FILE)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Codec":
+    def load(cls, directory: str | Path, *, data: DataConfig | None = None) -> "Codec":
+        """Read what `save` wrote. Each tokenizer's `kind` in tokenizers.json is checked against
+        the files beside it (a SentencePiece model for bpe/unigram and only then; single
+        characters in a char vocabulary) and, given `data` (the model's resolved config), against
+        `data.tokenizer`: an edited kind would tokenize differently from training, so a mismatch
+        is a ModelDirError naming the file, never silently honoured."""
         directory = Path(directory)
         path = directory / TOKENIZERS_FILE
         specs = read_model_json(path)
+        if not isinstance(specs, dict) or not all(isinstance(specs.get(side), dict) for side in ("src", "tgt")):
+            raise ModelDirError(f"{path}: expected {{\"src\": {{\"kind\": ...}}, \"tgt\": {{...}}}}; "
+                                "not a heed model directory's tokenizers.json")
         try:
             src_vocab = Vocab.load(directory / SRC_VOCAB_FILE)
             tgt_vocab = Vocab.load(directory / TGT_VOCAB_FILE)
         except DataError as e:
             raise ModelDirError(str(e)) from None
+        for side, vocab in (("src", src_vocab), ("tgt", tgt_vocab)):
+            expected = None if data is None else getattr(data.tokenizer, side).kind
+            _check_kind(directory, side, specs[side], vocab, expected)
         return cls(load_tokenizer(directory, "src", specs["src"]), load_tokenizer(directory, "tgt", specs["tgt"]),
                    src_vocab, tgt_vocab)
+
+
+def _check_kind(directory: Path, side: str, spec: dict, vocab: Vocab, expected: str | None) -> None:
+    """A ModelDirError when tokenizers.json's `kind` for `side` disagrees with the config or with
+    the files that the tokenizer left beside it."""
+    path = directory / TOKENIZERS_FILE
+    kind = spec.get("kind")
+    if expected is not None and kind != expected:
+        raise ModelDirError(f"{path}: the {side} tokenizer's kind is {kind!r}, but the model was trained with "
+                            f"{expected!r} (data.tokenizer.{side}.kind in its config); restore kind: {expected!r}")
+    model_file = spm_model_path(directory, side)
+    if kind in ("char", "word") and model_file.exists():
+        raise ModelDirError(f"{path}: the {side} tokenizer's kind is {kind!r}, but {model_file.name} beside it is a "
+                            "SentencePiece model (bpe or unigram); the kind was edited, restore it")
+    if kind == "char":
+        longer = next((t for t in vocab.tokens[len(SPECIALS):] if len(t) != 1), None)
+        if longer is not None:
+            raise ModelDirError(f"{path}: the {side} tokenizer's kind is 'char', but {side}.vocab.json holds "
+                                f"multi-character tokens such as {longer!r}; the kind was edited, restore it")

@@ -1,9 +1,11 @@
 import gzip
+import os
+import re
 from pathlib import Path
 
 import pytest
 
-from heed.data.corpus import Pair, load_pairs, normalize, read_parallel, read_tsv
+from heed.data.corpus import MAX_LINE_BYTES, Pair, load_pairs, normalize, physical_lines, read_parallel, read_tsv
 from heed.errors import DataError
 
 
@@ -151,3 +153,102 @@ def test_load_pairs_takes_exactly_one_form(tmp_path):
         load_pairs(tsv=tsv, src=src, tgt=tgt)
     with pytest.raises(ValueError):
         load_pairs(src=src)
+
+
+# ------------------------------------------------------------------- hostile files and bytes
+
+
+def test_a_fifo_is_refused_before_opening_so_nothing_hangs(tmp_path):
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "pipe.tsv"
+    os.mkfifo(fifo)  # no writer: opening it would block forever
+    code = f"from heed.data.corpus import load_pairs; load_pairs(tsv={str(fifo)!r})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert f"DataError: {fifo}: is a FIFO (named pipe), not a regular file" in done.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/zero").is_char_device(), reason="no /dev/zero character device here")
+def test_a_device_is_refused_as_a_corpus():
+    with pytest.raises(DataError, match=r"^/dev/zero: is a character device, not a regular file"):
+        list(read_tsv("/dev/zero"))
+
+
+def test_a_symlink_to_a_file_reads_as_the_file(tmp_path):
+    target = write(tmp_path / "c.tsv", "a\tb\n")
+    (tmp_path / "link.tsv").symlink_to(target)
+    assert list(read_tsv(tmp_path / "link.tsv")) == [Pair("a", "b")]
+
+
+def test_a_line_over_one_mib_is_an_error_naming_the_line(tmp_path):
+    path = write(tmp_path / "c.tsv", b"a\tb\n" + b"x" * (MAX_LINE_BYTES + 1) + b"\tc\n")
+    with pytest.raises(DataError, match=r"c\.tsv:2: line longer than 1 MiB"):
+        list(read_tsv(path))
+    zeros = write(tmp_path / "zeros.tsv.gz", bytes(3 * MAX_LINE_BYTES))  # no newline at all
+    with pytest.raises(DataError, match=r"zeros\.tsv\.gz:1: line longer than 1 MiB"):
+        list(read_tsv(zeros))
+
+
+class Endless:
+    """A stream that never ends and holds no line end, counting what was read from it."""
+
+    def __init__(self) -> None:
+        self.read = 0
+
+    def read1(self, size: int = -1) -> bytes:
+        self.read += size
+        return b"x" * size
+
+
+def test_an_endless_line_is_refused_after_reading_about_one_mib():
+    stream = Endless()
+    with pytest.raises(DataError, match=r"<endless>:1: line longer than 1 MiB"):
+        list(physical_lines(stream, "<endless>"))
+    assert stream.read <= MAX_LINE_BYTES + (1 << 17)  # memory stays bounded
+
+
+def test_cr_only_files_read_line_by_line_with_editor_line_numbers(tmp_path):
+    lines = [f"s{i}\tt{i}" for i in range(300)]
+    path = write(tmp_path / "mac.tsv", "\r".join(lines) + "\r")
+    assert list(read_tsv(path)) == [Pair(f"s{i}", f"t{i}") for i in range(300)]
+    gz = write(tmp_path / "mac.tsv.gz", "\r".join(lines))
+    assert len(list(read_tsv(gz))) == 300
+    bad = write(tmp_path / "bad.tsv", "a\tb\rno tab\rc\td\r")
+    with pytest.raises(DataError, match=r"bad\.tsv:2: no tab"):
+        list(read_tsv(bad))
+    src, tgt = write(tmp_path / "s", "a\rb\rc\r"), write(tmp_path / "t", "x\r\ny\r\nz\r\n")
+    assert list(read_parallel(src, tgt)) == [Pair("a", "x"), Pair("b", "y"), Pair("c", "z")]
+
+
+class Chunks:
+    """A stream that returns the given chunks, one per read1 (as a pipe may)."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = list(chunks)
+
+    def read1(self, size: int = -1) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+def test_a_crlf_cut_between_two_reads_is_one_line_end():
+    assert list(physical_lines(Chunks(b"a\r", b"\nb\r", b"\r\nc"), "x")) == [b"a", b"b", b"", b"c"]
+    assert list(physical_lines(Chunks(b"a\r"), "x")) == [b"a"]
+    assert list(physical_lines(Chunks(b"a\n\n"), "x")) == [b"a", b""]
+
+
+@pytest.mark.parametrize(("data", "what", "column"), [
+    (b"a\x00b\tc\n", "NUL (U+0000)", 2),
+    (b"ab\tc\x1b[0m\n", "ESC (U+001B)", 5),
+    ("é\tb\x07\n".encode(), "U+0007", 4),  # columns count characters, not bytes
+])
+def test_control_characters_are_errors_naming_line_and_column(tmp_path, data, what, column):
+    path = write(tmp_path / "c.tsv", b"ok\tfine\n" + data)
+    with pytest.raises(DataError, match=rf"c\.tsv:2: control character {re.escape(what)} at column {column};"):
+        list(read_tsv(path))
+
+
+def test_tabs_and_a_byte_order_mark_are_not_control_characters(tmp_path):
+    path = write(tmp_path / "c.tsv", "\ufeffa\tb\textra\n")
+    assert list(read_tsv(path)) == [Pair("a", "b")]

@@ -129,3 +129,88 @@ def test_sentencepiece_detokenizes_pieces_it_does_not_know():
     assert tok.detokenize(["▁Zoltan", *tok.tokenize("sat on the mat")]) == "Zoltan sat on the mat"
     assert tok.detokenize([*tok.tokenize("the cat"), "▁Zoltan", *tok.tokenize("sat")]) == "the cat Zoltan sat"
     assert tok.detokenize([*tok.tokenize("the"), "Zol"]) == "theZol"  # a mid-word piece joins its word
+
+
+# ------------------------------------------------------------ kinds in a model directory
+
+
+def _codec_dir(tmp_path, make_config, src_kind: str, tgt_kind: str = "char", **extra):
+    from heed.config import config_from_dict
+    from heed.data.corpus import Pair
+    from heed.pipeline import Codec
+
+    cfg = make_config(tmp_path / "run")
+    raw = cfg.model_dump(mode="json")
+    raw["data"]["tokenizer"] = {"src": {"kind": src_kind, **extra}, "tgt": {"kind": tgt_kind}}
+    data = config_from_dict(raw).data
+    pairs = [Pair(f"the cat number {i} sleeps", f"{i}") for i in range(30)]
+    codec = Codec.build(pairs, data)
+    codec.save(tmp_path / "codec")
+    return tmp_path / "codec", data
+
+
+def _edit_kind(directory, side: str, kind: str) -> None:
+    path = directory / "tokenizers.json"
+    specs = json.loads(path.read_text(encoding="utf-8"))
+    specs[side]["kind"] = kind
+    path.write_text(json.dumps(specs), encoding="utf-8")
+
+
+@pytest.mark.parametrize(("trained", "edited", "says"), [
+    ("word", "char", "holds multi-character tokens"),
+    ("bpe", "char", "src.spm.model beside it is a SentencePiece model"),
+    ("unigram", "word", "src.spm.model beside it is a SentencePiece model"),
+    ("char", "bpe", "SentencePiece model missing"),
+])
+def test_an_edited_tokenizer_kind_is_caught_by_the_files_beside_it(tmp_path, make_config, trained, edited, says):
+    from heed.pipeline import Codec
+
+    sentencepiece_options = {"vocab_size": 40} if trained in ("bpe", "unigram") else {}
+    directory, _ = _codec_dir(tmp_path, make_config, trained, **sentencepiece_options)
+    _edit_kind(directory, "src", edited)
+    with pytest.raises(ModelDirError, match=says):
+        Codec.load(directory)
+
+
+@pytest.mark.parametrize(("trained", "edited"), [("char", "word"), ("bpe", "unigram")])
+def test_an_edited_tokenizer_kind_is_caught_by_the_model_s_config(tmp_path, make_config, trained, edited):
+    from heed.pipeline import Codec
+
+    directory, data = _codec_dir(tmp_path, make_config, trained, **({"vocab_size": 40} if trained == "bpe" else {}))
+    assert Codec.load(directory, data=data).src_tokenizer.kind == trained
+    _edit_kind(directory, "src", edited)
+    with pytest.raises(ModelDirError, match=rf"tokenizers\.json: the src tokenizer's kind is '{edited}', but the model "
+                                            rf"was trained with '{trained}'"):
+        Codec.load(directory, data=data)
+
+
+def test_a_tokenizers_json_without_both_sides_is_a_model_dir_error(tmp_path, make_config):
+    from heed.pipeline import Codec
+
+    directory, _ = _codec_dir(tmp_path, make_config, "char")
+    (directory / "tokenizers.json").write_text('{"src": {"kind": "char"}}', encoding="utf-8")
+    with pytest.raises(ModelDirError, match=r"tokenizers\.json: expected"):
+        Codec.load(directory)
+
+
+def test_a_corrupt_sentencepiece_model_without_checksum_is_a_model_dir_error(tmp_path):
+    train_tokenizer("bpe", TEXTS, vocab_size=60).save(tmp_path, "src")
+    (tmp_path / "src.spm.model").write_bytes(b"not a model")
+    with pytest.raises(ModelDirError, match=r"src\.spm\.model: cannot load the SentencePiece model"):
+        load_tokenizer(tmp_path, "src", {"kind": "bpe"})
+
+
+def test_a_vocabulary_smaller_than_asked_is_reported(tmp_path, make_config):
+    from heed.config import config_from_dict
+    from heed.data.corpus import Pair
+    from heed.pipeline import Codec
+
+    raw = make_config(tmp_path / "run").model_dump(mode="json")
+    raw["data"]["tokenizer"] = {"src": {"kind": "bpe", "vocab_size": 8000}, "tgt": {"kind": "char"}}
+    heard: list[str] = []
+    codec = Codec.build([Pair("the cat sleeps", "1"), Pair("a dog eats", "2")], config_from_dict(raw).data,
+                        warn=heard.append)
+    pieces = codec.src_tokenizer.num_pieces
+    assert pieces < 8000
+    assert heard == [f"data.tokenizer.src.vocab_size is 8000, but the training corpus supports only {pieces} bpe "
+                     f"pieces: the src tokenizer has {pieces} (set vocab_size to {pieces} or less to silence this)"]

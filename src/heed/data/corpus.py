@@ -4,6 +4,19 @@ Every reader streams (one line in memory at a time), decodes UTF-8 strictly and 
 through `normalize`. Bad input raises `DataError` naming the file and 1-based line, never a bare
 `UnicodeDecodeError` or `IndexError`.
 
+A corpus is a regular file (a symlink to one is fine): a FIFO, a device such as `/dev/zero` or a
+socket is refused before it is opened, since reading one can block forever or never end.
+
+Lines end at "\\n", "\\r\\n" or a lone "\\r" (old Mac files), as in Python's universal newlines and
+in most editors, so line numbers in errors match what an editor shows and a CR-only file reads as
+the many lines it holds rather than as one. A line is at most `MAX_LINE_BYTES` (1 MiB): anything
+longer is not a sentence (a binary or an endless file), and reading stops there with an error, so
+memory stays bounded whatever the file holds.
+
+Control characters (C0, U+0000 to U+001F, except tab) are errors naming the file, line and
+column, not stripped: a NUL or an escape in a corpus means a binary or a corrupt file, and
+silently dropping it would hide that (and, in parallel files, could hide a shifted alignment).
+
 Empty lines (nothing before the newline) at the very end of a file are ignored, since editors and
 `echo >>` leave them; an empty line followed by more text is an error, because it usually means a
 lost sentence and, in parallel files, a shifted alignment. A line of only spaces is not empty: it
@@ -13,15 +26,23 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
+import stat
 import unicodedata
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple, Protocol
 
 from heed.errors import DataError
 
 PathLike = str | os.PathLike[str]
+
+MAX_LINE_BYTES = 1 << 20  # 1 MiB
+_CHUNK = 1 << 16
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f]")  # C0 controls but tab
+_C0_NAMES = {0: "NUL", 0x1B: "ESC", 0x0B: "vertical tab", 0x0C: "form feed"}
 
 
 class Pair(NamedTuple):
@@ -48,41 +69,103 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
+class ByteStream(Protocol):
+    """What `physical_lines` reads: a binary file, gzip file or stdin's buffer."""
+
+    def read1(self, size: int = ..., /) -> bytes: ...
+
+
+_FILE_TYPES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
 def _open_binary(path: Path) -> BinaryIO:
-    """Open a corpus file for reading bytes; `.gz` files are decompressed on the fly."""
+    """Open a corpus file for reading bytes; `.gz` files are decompressed on the fly. Anything but
+    a regular file is refused before opening: opening a FIFO without a writer blocks forever, and
+    a device such as /dev/zero never ends."""
+    try:
+        mode = path.stat().st_mode  # follows symlinks: a link to a file is a file
+    except FileNotFoundError:
+        raise DataError("no such file", path=path) from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        raise DataError(f"cannot open: {getattr(e, 'strerror', None) or e}", path=path) from None
+    if stat.S_ISDIR(mode):
+        raise DataError("is a directory, expected a text file", path=path)
+    if not stat.S_ISREG(mode):
+        what = next((name for test, name in _FILE_TYPES if test(mode)), "a special file")
+        raise DataError(f"is {what}, not a regular file; a corpus must be a file (save the data to one first)",
+                        path=path)
     try:
         if path.suffix == ".gz":
             return gzip.open(path, "rb")  # type: ignore[return-value]
         return open(path, "rb")
-    except FileNotFoundError:
-        raise DataError("no such file", path=path) from None
-    except IsADirectoryError:
-        raise DataError("is a directory, expected a text file", path=path) from None
     except OSError as e:
         raise DataError(f"cannot open: {e.strerror or e}", path=path) from None
 
 
+def physical_lines(stream: ByteStream, path: PathLike) -> Iterator[bytes]:
+    """The lines of `stream` without their ends ("\\n", "\\r\\n" or a lone "\\r"), yielded as
+    soon as they arrive (`read1`, so an interactive stdin gets each line as it is typed). A line
+    longer than MAX_LINE_BYTES is a DataError naming `path` and the line: memory stays bounded
+    even for an endless line."""
+    pending = b""
+    number = 0
+    while True:
+        chunk = stream.read1(_CHUNK)
+        pending += chunk
+        start = 0
+        for match in _LINE_END.finditer(pending):
+            if chunk and match.end() == len(pending) and match.group() == b"\r":
+                break  # maybe the first half of a "\r\n" cut between two chunks: wait for the next
+            number += 1
+            if match.start() - start > MAX_LINE_BYTES:
+                _too_long(path, number)
+            yield pending[start : match.start()]
+            start = match.end()
+        pending = pending[start:]
+        if len(pending) > MAX_LINE_BYTES:
+            _too_long(path, number + 1)
+        if not chunk:
+            break
+    if pending:
+        yield pending
+
+
+def _too_long(path: PathLike, number: int) -> None:
+    raise DataError(f"line longer than {MAX_LINE_BYTES // (1 << 20)} MiB; that is no sentence (is this a "
+                    "text file, one sentence per line?)", path=path, line=number)
+
+
+def decode_line(data: bytes, path: PathLike, number: int) -> str:
+    """One line's bytes -> text: strict UTF-8, a byte order mark on line 1 dropped. Invalid UTF-8
+    and control characters (C0 but tab) are DataErrors naming `path`, the line and the column."""
+    try:
+        line = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"invalid UTF-8 (byte {data[e.start]:#04x} at column {e.start + 1}); "
+                        "re-encode the file as UTF-8", path=path, line=number) from None
+    if number == 1 and line.startswith("\ufeff"):
+        line = line[1:]  # a UTF-8 byte order mark is not text
+    bad = _CONTROL.search(line)
+    if bad is not None:
+        code = ord(bad.group())
+        name = f"{_C0_NAMES[code]} (U+{code:04X})" if code in _C0_NAMES else f"U+{code:04X}"
+        raise DataError(f"control character {name} at column {bad.start() + 1}; text must hold no control "
+                        "characters but tab (is this a binary or corrupt file?)", path=path, line=number)
+    return line
+
+
 def _lines(path: PathLike) -> Iterator[tuple[int, str]]:
-    """(1-based line number, decoded line without its newline) for every line up to the last
-    non-empty one. Raises DataError for undecodable bytes and for empty lines before the end."""
+    """(1-based line number, decoded line without its line end) for every line up to the last
+    non-empty one. Raises DataError for undecodable bytes, control characters, over-long lines and
+    empty lines before the end."""
     path = Path(path)
     with _open_binary(path) as raw:
         number = 0
         first_empty: int | None = None  # first line of the current run of empty lines
         try:
-            for number, data in enumerate(raw, start=1):
-                try:
-                    line = data.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise DataError(
-                        f"invalid UTF-8 (byte {data[e.start]:#04x} at column {e.start + 1}); "
-                        "re-encode the file as UTF-8",
-                        path=path,
-                        line=number,
-                    ) from None
-                if number == 1 and line.startswith("\ufeff"):
-                    line = line[1:]  # a UTF-8 byte order mark is not text
-                line = line.rstrip("\r\n")
+            for number, data in enumerate(physical_lines(raw, path), start=1):
+                line = decode_line(data, path, number)
                 if not line:
                     if first_empty is None:
                         first_empty = number

@@ -158,7 +158,10 @@ class SentencePieceTokenizer(Tokenizer):
         if expected is not None and hashlib.sha256(model).hexdigest() != expected:
             raise ModelDirError(f"{path}: SentencePiece model does not match the one this model was trained with")
         vocab_size = spec.get("vocab_size")
-        return cls(spec["kind"], model, vocab_size=None if vocab_size is None else int(vocab_size))
+        try:
+            return cls(spec["kind"], model, vocab_size=None if vocab_size is None else int(vocab_size))
+        except (RuntimeError, TypeError, ValueError) as e:  # not a SentencePiece model, or a bad vocab_size
+            raise ModelDirError(f"{path}: cannot load the SentencePiece model ({e})") from None
 
     def tokenize(self, text: str) -> list[str]:
         return self._sp.encode(text, out_type=str)
@@ -196,8 +199,6 @@ class SentencePieceTokenizer(Tokenizer):
 
     def to_spec(self) -> dict[str, Any]:
         return {"kind": self.kind, "vocab_size": self.vocab_size, "sha256": hashlib.sha256(self.model).hexdigest()}
-
-
 
 
 def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], *, vocab_size: int = 8000) -> Tokenizer:
