@@ -7,7 +7,7 @@ import torch
 
 from heed.align import hard_alignment, word_attention
 from heed.api import Translator
-from heed.errors import HeedError
+from heed.errors import ConfigError, HeedError
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +174,9 @@ def test_a_bf16_translator_aligns_like_float32(words, words_bf16):
     for a, b in zip(words_bf16.align(WORD_SOURCES, targets), words.align(WORD_SOURCES, targets)):
         assert a.links == b.links
         np.testing.assert_allclose(a.attention, b.attention, atol=0.05)
+
+
+def test_a_length_limit_that_allows_no_token_is_refused_from_python_too(words):
+    with pytest.raises(ConfigError, match=r"field 'decode.max_len_b': max_len_b 0 with max_len_a 0 allows no"):
+        words.translate(["hello anna sleeps"], max_len_a=0, max_len_b=0)
+    assert words.translate(["hello anna sleeps"], max_len_a=0, max_len_b=1)[0].tokens  # one token is allowed

@@ -198,3 +198,13 @@ def test_weights_that_do_not_fit_the_config_are_a_user_error(trained_run, tmp_pa
     (copy / "config.yaml").write_text(text, encoding="utf-8")
     with pytest.raises(ModelDirError, match="weights do not fit the model in config.yaml"):
         load_model_dir(copy)
+
+
+def test_the_data_fingerprint_round_trips_and_old_checkpoints_have_none(tmp_path, loaded):
+    optimizer = torch.optim.Adam(loaded.model.parameters())
+    fingerprint = {"data.train.tsv": {"bytes": 12, "sha256": "ab" * 32}}
+    save_checkpoint(tmp_path / "c", model=loaded.model, optimizer=optimizer,
+                    trainer=TrainerState(step=1, data=fingerprint), config=loaded.config, codec=loaded.codec)
+    assert load_checkpoint(tmp_path / "c").trainer.data == fingerprint
+    written_before_fingerprints = {"step": 1, "epoch": 0, "batch_in_epoch": 1}
+    assert TrainerState.from_json(written_before_fingerprints).data is None

@@ -91,18 +91,23 @@ def test_by_length_counts_characters_or_given_lengths():
         by_length(srcs, ["x"], ["x", "z"])
 
 
-def test_default_buckets_are_round_and_merge_a_thin_tail():
-    def labels(lengths):
-        return [b.label for b in default_buckets(lengths)]
+def test_default_buckets_are_fixed_per_unit_whatever_the_test_set():
+    assert [b.label for b in default_buckets("words")] == ["0-5", "6-10", "11-15", "16-20", "21-30", "31-40",
+                                                           "41-50", "51+"]
+    assert [b.label for b in default_buckets("chars")][:2] == ["0-25", "26-50"]
+    assert default_buckets("tokens")[-1] == Bucket(101, None)
+    for unit in ("words", "tokens", "chars"):  # every length falls in exactly one bucket
+        buckets = default_buckets(unit)
+        assert all(sum(n in b for b in buckets) == 1 for n in range(0, 400))
 
-    assert labels([3] * 5 + [12] * 10 + [25] * 10 + [33] * 10 + [45] * 5) == ["1-10", "11-20", "21-30", "31-40", "41-50"]
-    assert labels(list(range(8, 31))) == ["6-10", "11-15", "16-20", "21-25", "26-30"]  # characters of dates
-    assert labels([1, 2, 3]) == ["1", "2", "3"]
-    # 48 and 33 are 3 of 93 sentences (< 5%): merged into an open last bucket, never into the first
-    assert labels([5] * 40 + [12] * 30 + [25] * 20 + [33] * 2 + [48]) == ["1-10", "11-20", "21+"]
-    assert labels([3, 45] + [5] * 100) == ["1-10", "11+"]
-    assert labels([0, 4, 9]) == ["0-2", "3-4", "5-6", "7-8", "9-10"]  # 0 (an empty source) joins 1-2
-    assert default_buckets([]) == []
+
+def test_two_test_sets_of_different_lengths_get_the_same_default_buckets():
+    short = ["a b c", "a b", "a b c d e f g"]  # 3, 2 and 7 words
+    long = ["w " * 12, "w " * 25, "w " * 4, "w " * 60]  # 12, 25, 4 and 60 words
+    rows_short = {b.label: b.count for b in by_length(short, short, short)}
+    rows_long = {b.label: b.count for b in by_length(long, long, long)}
+    assert rows_short == {"0-5": 2, "6-10": 1}
+    assert rows_long == {"0-5": 1, "11-15": 1, "21-30": 1, "51+": 1}  # the same ranges, empty ones left out
 
 
 def test_parse_buckets_reads_inclusive_ranges():

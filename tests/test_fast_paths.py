@@ -227,7 +227,8 @@ def test_every_architecture_decodes_in_bf16_close_to_float32(model) -> None:
         assert all(torch.isfinite(torch.tensor(h[0].log_prob)) for h in nbest)
 
 
-@pytest.mark.parametrize("bf16,user_value,expected", [(False, None, "16"), (False, "99", "99"), (True, None, "unset")])
+@pytest.mark.parametrize("bf16,user_value,expected", [(False, None, "16"), (False, "99", "99"),
+                                                     pytest.param(True, None, "unset", marks=pytest.mark.cpu_bf16)])
 def test_float32_work_caps_the_onednn_primitive_cache_unless_the_user_set_it(word_run, bf16, user_value,
                                                                             expected) -> None:
     """The by-length encoder meets many shapes; float32 translators and trainers keep oneDNN's

@@ -1,5 +1,6 @@
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -258,3 +259,31 @@ def test_codec_round_trip_and_unknown_characters(tmp_path, make_config):
     loaded = Codec.load(tmp_path / "codec")
     assert (loaded.src_vocab, loaded.tgt_vocab) == (codec.src_vocab, codec.tgt_vocab)
     assert loaded.src_tokenizer.to_spec() == codec.src_tokenizer.to_spec()
+
+
+def test_a_split_writes_the_held_out_sentences_for_evaluate(tmp_path, tiny_config):
+    from heed.config import config_from_dict
+
+    data = tiny_config(tmp_path / "run", max_steps=2)
+    del data["data"]["dev"], data["data"]["test"]
+    data["data"]["split"] = {"dev": 10, "test": 12}
+    train(config_from_dict(data))
+    held = tmp_path / "run" / "data"
+    counts = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in sorted(held.iterdir())}
+    assert counts == {"dev.src": 10, "dev.tgt": 10, "test.src": 12, "test.tgt": 12}
+    train_sources = {line.split("\t")[0] for line in Path(data["data"]["train"]["tsv"]).read_text(
+        encoding="utf-8").splitlines()}
+    assert set((held / "test.src").read_text(encoding="utf-8").splitlines()) <= train_sources
+
+
+def test_a_vocabulary_smaller_than_asked_is_reported(tmp_path, tiny_config):
+    from rich.console import Console
+
+    from heed.config import config_from_dict
+
+    data = tiny_config(tmp_path / "run", max_steps=1)
+    data["data"]["tokenizer"] = {"src": {"kind": "bpe", "vocab_size": 8000}, "tgt": {"kind": "char"}}
+    console = Console(record=True, force_terminal=False, width=300)
+    train(config_from_dict(data), console=console)
+    text = console.export_text()
+    assert "warning: data.tokenizer.src.vocab_size is 8000, but the training corpus supports only" in text

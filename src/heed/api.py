@@ -9,6 +9,11 @@
 column per source token plus one for the end-of-sentence marker the encoder reads:
 shape `(len(tokens) + 1, len(src_tokens) + 1)`; `labels()` gives the matching axis labels.
 
+A source longer than the model's `data.max_src_len` tokens (the longest it trained on) is cut to
+that many tokens, and its `Translation.truncated` says how many were dropped: an RNN runs on
+longer inputs, but time, memory and the attention matrix grow with the length, and the model
+never learnt to translate them anyway.
+
     t.translate(["Zoltan est là"], replace_unk=True, dictionary="fr-en.dict")  # <unk> -> source word
     a = t.align(["le chat dort"], ["the cat sleeps"])[0]   # forced decoding of a given translation
     a.pharaoh(), a.attention.shape                         # ('0-0 1-1 2-2', (3, 3)), word level
@@ -34,7 +39,7 @@ from heed.align import (
     word_attention,
 )
 from heed.checkpoint import load_model_dir
-from heed.config import Config
+from heed.config import Config, decode_length_problem
 from heed.data.batching import collate
 from heed.data.corpus import normalize
 from heed.data.vocab import EOS, SPECIALS, UNK
@@ -60,6 +65,7 @@ class Translation:
     attention:  float32 (len(tokens) + 1, len(src_tokens) + 1): row j is where output j (last row:
                 </s>) looked, over the source tokens and the source's </s>; None for a model
                 without attention
+    truncated:  source tokens dropped beyond the translator's max_src_len (0: all were read)
     """
 
     text: str
@@ -67,6 +73,7 @@ class Translation:
     src_tokens: list[str]
     score: float
     attention: np.ndarray | None
+    truncated: int = 0
 
     def labels(self) -> tuple[list[str], list[str]]:
         """(source labels, output labels) for the attention matrix's columns and rows."""
@@ -137,6 +144,11 @@ class Translator:
         return contextlib.nullcontext()
 
     @property
+    def max_src_len(self) -> int:
+        """The longest source, in tokens, that `translate` reads: the model's `data.max_src_len`."""
+        return self.config.data.max_src_len
+
+    @property
     def decode_config(self) -> DecodeConfig:
         """The decoding settings saved with the model (`decode:` in its config)."""
         return self.config.decode
@@ -148,7 +160,8 @@ class Translator:
         """Translate `texts` (in input order). `beam`: beam size (default: the model's config);
         other `decode` keywords override `DecodeConfig` fields (length_penalty=, max_len_b=, ...).
         Sentences are batched longest first and put back in input order; an empty (or blank) text
-        gives an empty translation without running the model.
+        gives an empty translation without running the model. A source longer than `max_src_len`
+        tokens is cut to its first `max_src_len` (`Translation.truncated` counts the rest).
 
         `replace_unk`: each `<unk>` output token becomes the source token it attended to most
         (`heed.align.replace_unknowns`; Luong et al. 2015b), translated by `dictionary` (a
@@ -163,7 +176,8 @@ class Translator:
         if replace_unk and not self.model.has_attention:
             raise HeedError("this model has no attention, so nothing says which source word an <unk> stands "
                             "for; translate without unknown-word replacement")
-        src_tokens = [self.codec.src_tokens(t) for t in texts]
+        full = [self.codec.src_tokens(t) for t in texts]
+        src_tokens = [toks[: self.max_src_len] for toks in full]
         todo = [i for i, toks in enumerate(src_tokens) if toks]
         with self._precision():
             hyps = translate_ids(self.model, [self.codec.src_vocab.encode(src_tokens[i]) for i in todo], cfg,
@@ -180,7 +194,8 @@ class Translator:
                 tokens = replace_unknowns(tokens, src_tokens[i], attention[: len(tokens), : len(src_tokens[i])],
                                           unk=UNK_TOKEN, dictionary=table)
                 text = self.codec.tgt_tokenizer.detokenize(tokens)
-            out[i] = Translation(text, tokens, src_tokens[i], float(best.score), attention)
+            out[i] = Translation(text, tokens, src_tokens[i], float(best.score), attention,
+                                 len(full[i]) - len(src_tokens[i]))
         return out
 
     @staticmethod
@@ -246,11 +261,15 @@ class Translator:
         if not update:
             return self.config.decode
         try:
-            return DecodeConfig.model_validate({**self.config.decode.model_dump(), **update})
+            cfg = DecodeConfig.model_validate({**self.config.decode.model_dump(), **update})
         except ValidationError as e:
             err = e.errors(include_url=False)[0]
             field = ".".join(str(p) for p in err["loc"]) or None
             raise ConfigError(err["msg"].removeprefix("Value error, "), field=f"decode.{field}" if field else "decode") from None
+        problem = decode_length_problem(cfg)
+        if problem is not None:
+            raise ConfigError(problem, field="decode.max_len_b")
+        return cfg
 
 
 __all__ = ["Alignment", "Translation", "Translator"]

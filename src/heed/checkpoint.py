@@ -201,8 +201,11 @@ def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str =
     try:
         config = load_config(directory / CONFIG_FILE)
     except ConfigError as e:
-        raise ModelDirError(f"{e}; the model directory's config does not match this heed") from None
-    codec = Codec.load(directory)
+        # A field this heed does not know: a model from another version. Otherwise the file itself
+        # is broken (YAML syntax, an alias, a duplicate key), and the message says where.
+        hint = "; the model directory's config does not match this heed" if e.field is not None else ""
+        raise ModelDirError(f"{e}{hint}") from None
+    codec = Codec.load(directory, data=config.data)
     model = build_model(config.model, src_vocab_size=len(codec.src_vocab), tgt_vocab_size=len(codec.tgt_vocab))
     state = load_weights(directory / WEIGHTS_FILE)
     try:
@@ -234,6 +237,9 @@ class TrainerState:
     window: dict[str, float] | None = None  # the log window's running sums (loss, tokens, steps)
     finished: bool = False
     stop_reason: str | None = None
+    # What the run trains on (heed.train.data_fingerprint): per corpus file its size and sha256, so a
+    # resume notices changed data. None in checkpoints written before heed recorded it.
+    data: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

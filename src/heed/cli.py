@@ -10,8 +10,9 @@ import contextlib
 import enum
 import functools
 import io
+import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional, TextIO, TypeVar
 
@@ -25,7 +26,7 @@ from heed.files import atomic_open
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from heed.api import Translation
+    from heed.api import Translation, Translator
     from heed.evaluate import Bucket, BucketScore
 
 app = typer.Typer(
@@ -40,13 +41,16 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 USER_ERROR = 2
 INTERRUPTED = 130
+BROKEN_PIPE = 141
 
 
 THREADS_HELP = "torch CPU threads (default: torch's choice, usually one per core)."
 
 
 def _stderr() -> Console:
-    return Console(stderr=True, highlight=False)
+    # soft_wrap: rich wraps at 80 columns when stderr is not a terminal, which split log lines
+    # ("eta \n23m45s") and hints into pieces no grep or paste could use. A terminal wraps by itself.
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -63,6 +67,12 @@ def friendly_errors(command: F) -> F:
             return command(*args, **kwargs)
         except HeedError as e:
             raise _fail(_escape(str(e))) from None
+        except BrokenPipeError:
+            # The reader went away (`heed translate ... | head`): not a mistake, so no message. Point
+            # stdout at /dev/null so the interpreter's final flush cannot fail again, and exit as a
+            # process that SIGPIPE ended would (128 + 13), like `yes | head`.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(BROKEN_PIPE) from None
         except OSError as e:  # a file we were told to read or write
             where = f"{e.filename}: " if e.filename else ""
             raise _fail(_escape(f"{where}{e.strerror or e}")) from None
@@ -102,28 +112,47 @@ def train(
     set_: List[str] = typer.Option([], "--set", metavar="FIELD=VALUE",
                                    help="Override a config field, e.g. --set model.hidden_size=256 (repeatable)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in the output directory exactly."),
+    allow_data_change: bool = typer.Option(
+        False, "--allow-data-change", help="With --resume: go on even if a corpus file changed since the checkpoint."),
     output_dir: Optional[Path] = typer.Option(None, "--output-dir", help="Where to write (overrides output_dir)."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                             help="Progress bar (default: on a terminal; else a line per log_every)."),
 ) -> None:
-    """Train a model; checkpoints, metrics.jsonl and the model directory go to the output directory."""
+    """Train a model; checkpoints, metrics.jsonl and the model directory go to the output directory.
+
+    Ctrl-C or SIGTERM (what Slurm sends before it kills a job) finishes the step, saves
+    checkpoints/last, prints the command that resumes this run, and exits with 130 (Ctrl-C) or
+    143 (SIGTERM): 128 + the signal's number, as a shell reports a process the signal ended."""
+    import shlex
+
     from heed.config import load_config
+    from heed.train import score_command
     from heed.train import train as run_training
 
     overrides = list(set_) + ([f"output_dir={output_dir.absolute()}"] if output_dir is not None else [])
     cfg = load_config(config, overrides)
     console = _stderr()
+    # This run's own command line, so the printed resume continues it: same overrides, same directory.
+    again = ["heed", "train", str(config), *(arg for item in set_ for arg in ("--set", item)),
+             *(["--output-dir", str(output_dir)] if output_dir is not None else []),
+             *(["--allow-data-change"] if allow_data_change else []),
+             *([] if progress is None else ["--progress" if progress else "--no-progress"]), "--resume"]
     try:
-        result = run_training(cfg, resume=resume, console=console, progress=progress)
+        result = run_training(cfg, resume=resume, allow_data_change=allow_data_change, console=console,
+                              progress=progress)
     except KeyboardInterrupt:
-        console.print(f"\n[yellow]aborted. The last checkpoint ({cfg.output_dir / 'checkpoints' / 'last'}) is "
-                      f"intact; resume with: heed train {config} --resume"
-                      f"{'' if output_dir is None else f' --output-dir {output_dir}'}[/]")
+        console.print(f"\naborted. The last checkpoint ({cfg.output_dir / 'checkpoints' / 'last'}) is intact; "
+                      f"resume with: {shlex.join(again)}", style="yellow", markup=False, soft_wrap=True)
         raise typer.Exit(INTERRUPTED) from None
     if result.stop_reason == "interrupted":
-        console.print(f"resume with: heed train {config} --resume"
-                      f"{'' if output_dir is None else f' --output-dir {output_dir}'}")
-        raise typer.Exit(INTERRUPTED)
+        # soft_wrap: a command cut across lines could not be pasted back.
+        console.print(f"resume with: {shlex.join(again)}", markup=False, soft_wrap=True)
+        score = None if result.model_dir is None else score_command(cfg, result.model_dir, resume_command=again,
+                                                                      step=result.steps)
+        if score is not None:
+            console.print(f"score the best model on the test set with: {shlex.join(score)}", markup=False,
+                          soft_wrap=True)
+        raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
     typer.echo(f"model written to {result.model_dir}")
 
 
@@ -131,13 +160,13 @@ def train(
 
 
 def _read_lines(stream: Any, name: str) -> Iterator[str]:
-    """Decoded lines (without newline) of a binary stream; bad UTF-8 is a DataError naming the line."""
-    for number, raw in enumerate(stream, start=1):
-        try:
-            yield raw.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError as e:
-            raise DataError(f"invalid UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1}); "
-                            "re-encode the input as UTF-8", path=name, line=number) from None
+    """Decoded lines (without their ends) of a binary stream, by the corpus readers' rules: lines end
+    at \\n, \\r\\n or \\r; invalid UTF-8, control characters and lines over 1 MiB are DataErrors naming
+    the line."""
+    from heed.data.corpus import decode_line, physical_lines
+
+    for number, raw in enumerate(physical_lines(stream, name), start=1):
+        yield decode_line(raw, name, number)
 
 
 def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
@@ -149,6 +178,62 @@ def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
             chunk = []
     if chunk:
         yield chunk
+
+
+class _Progress:
+    """Sentences done: a bar on stderr while stderr is a terminal (and `enabled`), nothing otherwise,
+    so logs get no bar lines; never anything on stdout. `warn` prints above the bar."""
+
+    def __init__(self, what: str, total: Optional[int] = None, *, enabled: bool = True) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = _stderr()
+        self._bar: Optional[Progress] = None
+        if enabled and self.console.is_terminal:
+            columns = ([TextColumn(what), BarColumn(), MofNCompleteColumn()] if total is not None
+                       else [SpinnerColumn(), TextColumn(f"{{task.completed}} {what}")])
+            # No redirection: translations written to stdout must stay on stdout.
+            self._bar = Progress(*columns, TimeElapsedColumn(), console=self.console, transient=True,
+                                 redirect_stdout=False, redirect_stderr=False)
+            self._task = self._bar.add_task(what, total=total)
+
+    def __enter__(self) -> "_Progress":
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def advance(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+
+    def warn(self, message: str) -> None:
+        self.console.print(f"[yellow]warning:[/] {_escape(message)}", soft_wrap=True)
+
+
+def _translate_chunks(translator: "Translator", lines: Iterable[str], *, name: str, chunk_size: int,
+                      progress: _Progress, **options: Any) -> "Iterator[list[Translation]]":
+    """`translator.translate(chunk, **options)` for each `chunk_size` lines, advancing `progress`
+    and warning about sources cut to the model's max_src_len by their line numbers in `name`."""
+    first = 1
+    for chunk in _chunks(iter(lines), chunk_size):
+        translations = translator.translate(chunk, **options)
+        cut = [first + k for k, t in enumerate(translations) if t.truncated]
+        if cut:
+            progress.warn(_truncation_message(cut, name, translator.max_src_len))
+        progress.advance(len(chunk))
+        first += len(chunk)
+        yield translations
+
+
+def _truncation_message(lines: Sequence[int], name: str, limit: int, shown: int = 10) -> str:
+    listed = ", ".join(map(str, lines[:shown])) + (f" and {len(lines) - shown} more" if len(lines) > shown else "")
+    return (f"{name}: line{'s' * (len(lines) > 1)} {listed} {'are' if len(lines) > 1 else 'is'} longer than the "
+            f"model's max_src_len ({limit} tokens); only the first {limit} tokens were translated (split long "
+            "sentences)")
 
 
 REPLACE_UNK_HELP = ("Replace each <unk> in the output by the source token it attended to most "
@@ -172,23 +257,34 @@ def translate(
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
 ) -> None:
-    """Translate sentences, one per line: stdin -> stdout, or --input/--output files."""
+    """Translate sentences, one per line: stdin -> stdout, or --input/--output files.
+
+    A source longer than the model's data.max_src_len tokens (the longest it was trained on) is cut to
+    that many tokens, with a warning on stderr naming its line. A progress bar goes to stderr when it is
+    a terminal (and stdout is not)."""
     from heed.align import load_dictionary
     from heed.api import Translator
     from heed.runtime import torch_threads
 
+    if input is None and (sys.stdin is None or sys.stdin.closed):
+        raise HeedError("no input: stdin is closed; give --input FILE")
+    if output is None and (sys.stdout is None or sys.stdout.closed):
+        raise HeedError("no output: stdout is closed; give --output FILE")
     table = load_dictionary(dictionary) if dictionary is not None else None
     translator = Translator.load(model, device=device, bf16=bf16)
     name = str(input) if input is not None else "<stdin>"
     interactive = input is None and sys.stdin.isatty()
     chunk_size = 1 if interactive else batch_size * 16
+    # Translations streaming to a terminal are their own progress; a bar would tangle with them.
+    show_progress = not interactive and not (output is None and sys.stdout.isatty())
 
     def run(source: Any, sink: TextIO) -> None:
-        for chunk in _chunks(_read_lines(source, name), chunk_size):
-            for t in translator.translate(chunk, beam=beam, batch_size=batch_size, replace_unk=replace_unk,
-                                          dictionary=table):
-                sink.write(t.text + "\n")
-            sink.flush()
+        with _Progress("lines translated", enabled=show_progress) as progress:
+            for chunk in _translate_chunks(translator, _read_lines(source, name), name=name, chunk_size=chunk_size,
+                                           progress=progress, beam=beam, batch_size=batch_size,
+                                           replace_unk=replace_unk, dictionary=table):
+                sink.writelines(t.text + "\n" for t in chunk)
+                sink.flush()
 
     with torch_threads(threads), (open(input, "rb") if input is not None else _stdin_bytes()) as source:
         if output is None:
@@ -222,8 +318,10 @@ class PlotMetric(str, enum.Enum):
 
 
 METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "exact_match": "exact match (%)"}
-BUCKETS_HELP = ("Source-length buckets, both ends included, e.g. 1-10,11-20,21+ (default: about six "
-                "equal round-width buckets over the lengths seen; implies --by-length).")
+BUCKETS_HELP = ("Source-length buckets, both ends included, e.g. 1-10,11-20,21+ (default, the same for "
+                "every test set: words 0-5,6-10,11-15,16-20,21-30,31-40,41-50,51+; tokens 0-10,11-20,21-30,"
+                "31-40,41-60,61-80,81-100,101+; chars 0-25,26-50,51-75,76-100,101-150,151-200,201-250,251+; "
+                "empty buckets are left out; implies --by-length).")
 LENGTH_UNIT_HELP = ("What source length counts: whitespace words (default), characters, or the model's "
                     "own tokens (implies --by-length).")
 PLOT_HELP = "Also draw the scores by length: .png, .svg or .pdf (implies --by-length)."
@@ -252,7 +350,10 @@ def evaluate(
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
 ) -> None:
     """Translate --src and score against --ref: BLEU and chrF (with sacrebleu signatures), exact match;
-    with --by-length, also per source-length bucket."""
+    with --by-length, also per source-length bucket.
+
+    A source longer than the model's data.max_src_len tokens is cut to that many tokens, with a warning
+    on stderr naming its line. A progress bar goes to stderr when it is a terminal."""
     from heed.align import load_dictionary
     from heed.api import Translator
     from heed.data.corpus import read_parallel
@@ -265,9 +366,11 @@ def evaluate(
     table = load_dictionary(dictionary) if dictionary is not None else None
     pairs = list(read_parallel(src, ref))
     translator = Translator.load(model, device=device, bf16=bf16)
-    with torch_threads(threads):
-        translations = translator.translate([p.src for p in pairs], beam=beam, batch_size=batch_size,
-                                            replace_unk=replace_unk, dictionary=table)
+    # In chunks, as `heed translate` does, so both give the same outputs for the same file.
+    with torch_threads(threads), _Progress("translating", total=len(pairs)) as progress:
+        translations = [t for chunk in _translate_chunks(
+            translator, [p.src for p in pairs], name=str(src), chunk_size=batch_size * 16, progress=progress,
+            beam=beam, batch_size=batch_size, replace_unk=replace_unk, dictionary=table) for t in chunk]
     outputs = [t.text for t in translations]
     if hyps is not None:
         with atomic_open(hyps) as sink:
@@ -302,7 +405,7 @@ def _scores_by_length(srcs: Sequence[str], outputs: dict[str, list[str]], refs: 
     from heed.evaluate import by_length, default_buckets, source_lengths
 
     lengths = [len(t.src_tokens) for t in translations] if unit == "tokens" else source_lengths(srcs, unit)
-    buckets = buckets if buckets is not None else default_buckets(lengths)
+    buckets = buckets if buckets is not None else default_buckets(unit)
     return {name: by_length(srcs, hyps, refs, buckets, lengths=lengths) for name, hyps in outputs.items()}
 
 
@@ -357,12 +460,30 @@ def attention(
     beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: the model's decode config)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
 ) -> None:
-    """Translate sentences and draw where the model looked: one attention heatmap per sentence."""
+    """Translate sentences and draw where the model looked: one attention heatmap per sentence.
+
+    A sentence longer than the model's data.max_src_len tokens is cut to that many (with a warning); a
+    heatmap over more than 200 tokens a side is unreadable and refused."""
     from heed.api import Translator
-    from heed.viz import attention_grid, save_figure
+    from heed.viz import MAX_HEATMAP_TOKENS, attention_grid, save_figure
 
     _check_figure_path(output)
-    translations = Translator.load(model, device=device).translate(sentences, beam=beam)
+    translator = Translator.load(model, device=device)
+    for number, sentence in enumerate(sentences, start=1):  # before translating: the source bounds the cost
+        length = min(len(translator.codec.src_tokens(sentence)), translator.max_src_len)
+        if length + 1 > MAX_HEATMAP_TOKENS:  # + the </s> column
+            raise HeedError(f"sentence {number} ({_preview(sentence)}) is {length} tokens long; a heatmap over more "
+                            f"than {MAX_HEATMAP_TOKENS} tokens a side is unreadable: give a shorter sentence")
+    translations = translator.translate(sentences, beam=beam)
+    cut = [k for k, t in enumerate(translations, start=1) if t.truncated]
+    if cut:
+        _stderr().print(f"[yellow]warning:[/] {_escape(_truncation_message(cut, 'sentences', translator.max_src_len))}",
+                        soft_wrap=True)
+    for number, (sentence, t) in enumerate(zip(sentences, translations), start=1):
+        if len(t.tokens) + 1 > MAX_HEATMAP_TOKENS:
+            raise HeedError(f"the translation of sentence {number} ({_preview(sentence)}) is {len(t.tokens)} tokens "
+                            f"long; a heatmap over more than {MAX_HEATMAP_TOKENS} tokens a side is unreadable: "
+                            "give a shorter sentence")
     items = [(*t.labels(), t.attention) for t in translations if t.attention is not None and t.src_tokens]
     if not items:
         raise HeedError("nothing to draw: the model has no attention, or every sentence is empty")
@@ -371,6 +492,11 @@ def attention(
     path = save_figure(attention_grid(items, titles=[s for s, t in zip(sentences, translations)
                                                      if t.attention is not None and t.src_tokens]), output)
     typer.echo(f"attention heatmap: {path}")
+
+
+def _preview(sentence: str, chars: int = 40) -> str:
+    """The start of a sentence, quoted, for a one-line message."""
+    return repr(sentence if len(sentence) <= chars else sentence[:chars] + "...")
 
 
 # ------------------------------------------------------------------------------------- align
@@ -383,8 +509,8 @@ def align(
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
     tgt: Path = typer.Option(..., "--tgt", help="Their translations, line-aligned with --src."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the alignments (default: stdout)."),
-    gold: Optional[Path] = typer.Option(None, "--gold", help="Gold alignments (Pharaoh; i-j or i-j-S sure, "
-                                        "i-j-P, i?j or ipj possible): print the alignment error rate."),
+    gold: Optional[Path] = typer.Option(None, "--gold", help="Optional gold alignments (Pharaoh; i-j or i-j-S "
+                                        "sure, i-j-P, i?j or ipj possible): also print the alignment error rate."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
 ) -> None:
@@ -482,7 +608,11 @@ def compare(
     outputs: dict[str, list[str]] = {}
     first_model: list[Translation] = []  # its source tokens are what --length-unit tokens counts
     for label, path in zip(labels, models):
-        translations = Translator.load(path, device=device).translate(srcs, beam=beam, batch_size=batch_size)
+        translator = Translator.load(path, device=device)
+        with _Progress(f"{label}: translating", total=len(srcs)) as progress:
+            translations = [t for chunk in _translate_chunks(translator, srcs, name=f"{src} ({label})",
+                                                             chunk_size=batch_size * 16, progress=progress,
+                                                             beam=beam, batch_size=batch_size) for t in chunk]
         outputs[label] = [t.text for t in translations]
         first_model = first_model or translations
 

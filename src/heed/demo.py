@@ -7,9 +7,12 @@
 """
 from __future__ import annotations
 
+import os
 import random
 import re
+import shlex
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ from heed.config import Config, load_config
 from heed.data.corpus import Pair
 from heed.data.dates import FIRST_DATE, LAST_DATE
 from heed.errors import HeedError
+from heed.files import atomic_write_text
 
 DEMO_CONFIG = Path("configs") / "demo.yaml"
 # --quick: a smoke test of every stage, not the real result.
@@ -73,6 +77,24 @@ def demo_config(*, output_dir: Path, quick: bool = False, overrides: list[str] |
 DEMO_MARKER = ".heed-demo"
 
 
+def heed_command() -> str:
+    """How to run this heed from the current directory, for a hint to copy: "heed" when a `heed` is on
+    PATH; else the running interpreter's own `heed` script (relative to the current directory when
+    under it, e.g. `.venv/bin/heed` of a venv not activated); else `<python> -m heed`."""
+    if shutil.which("heed"):
+        return "heed"
+    # Not resolved: a venv's python is a symlink out of the venv, and its scripts sit beside the link.
+    script = Path(sys.executable).parent / ("heed.exe" if os.name == "nt" else "heed")
+    if not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m heed"
+    try:
+        relative = script.relative_to(Path.cwd())
+    except ValueError:
+        return shlex.quote(str(script))
+    # A bare "heed" would be looked up on PATH, where it is not.
+    return shlex.quote(str(relative) if relative.parent != Path(".") else f"./{relative}")
+
+
 def _clear_previous_demo(output_dir: Path, console: Console) -> None:
     """Start from an empty directory: replace an earlier demo run, never anything else."""
     if output_dir.exists() and any(output_dir.iterdir()):
@@ -121,8 +143,8 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
                             languages=tuple(d.languages), verbose_forms=d.verbose_forms)
     data_dir = output_dir / "data"
     write_splits(splits, data_dir)
-    (data_dir / "test.src").write_text("".join(p.src + "\n" for p in splits.test), encoding="utf-8")
-    (data_dir / "test.ref").write_text("".join(p.tgt + "\n" for p in splits.test), encoding="utf-8")
+    atomic_write_text(data_dir / "test.src", "".join(p.src + "\n" for p in splits.test))
+    atomic_write_text(data_dir / "test.ref", "".join(p.tgt + "\n" for p in splits.test))
     console.print(f"{len(splits.train):,} train / {len(splits.dev):,} dev / {len(splits.test):,} test pairs in "
                   f"{', '.join(d.languages)} (written to {data_dir}), e.g.")
     for pair in splits.train[:4]:
@@ -164,8 +186,11 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
         console.print(f"attention heatmap: {heatmap}")
     seconds = time.perf_counter() - started
     first, last = FIRST_DATE.year, LAST_DATE.year
+    heed, q = heed_command(), shlex.quote
+    # soft_wrap: a command to copy must stay on one line, also when the output is a log 80 columns wide.
     console.print(f"done in {seconds:.0f} s. The model knows dates from {first} to {last} "
                   f"(the task's range). Try:\n"
-                  f"  heed translate {output_dir} <<< 'le 14 juillet 1989'\n"
-                  f"  heed evaluate {output_dir} --src {data_dir / 'test.src'} --ref {data_dir / 'test.ref'}")
+                  f"  {heed} translate {q(str(output_dir))} <<< 'le 14 juillet 1989'\n"
+                  f"  {heed} evaluate {q(str(output_dir))} --src {q(str(data_dir / 'test.src'))} "
+                  f"--ref {q(str(data_dir / 'test.ref'))}", soft_wrap=True, markup=False)
     return DemoResult(output_dir, scores.exact_match, scores.total, seconds, heatmap)

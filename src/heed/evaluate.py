@@ -80,7 +80,6 @@ def format_scores(scores: Scores) -> str:
 # ---------------------------------------------------------------------------- scores by length
 
 LengthUnit = Literal["words", "chars", "tokens"]
-NICE_WIDTHS = (1, 2, 5)  # bucket widths are these times a power of ten
 
 
 @dataclass(frozen=True)
@@ -147,30 +146,25 @@ def parse_buckets(spec: str) -> list[Bucket]:
     return buckets
 
 
-def default_buckets(lengths: Sequence[int], *, max_buckets: int = 6, min_share: float = 0.05) -> list[Bucket]:
-    """Equal-width buckets over the lengths seen, the width a round number (1, 2, 5, 10, 20, ...)
-    giving at most `max_buckets`: word lengths 3..45 -> 1-10, 11-20, 21-30, 31-40, 41-50;
-    character lengths 8..30 -> 6-10, 11-15, ..., 26-30. Trailing buckets holding under `min_share`
-    of the sentences are merged into an open-ended last one ("31+"), so that the last score is
-    not that of two or three sentences (but never into the first: outliers stay visible).
-    A length of 0 joins the first bucket."""
-    if not lengths:
-        return []
-    lo, hi = min(lengths), max(lengths)
-    width = next(w * 10**p for p in range(12) for w in NICE_WIDTHS
-                 if _bucket_index(hi, w * 10**p) - _bucket_index(lo, w * 10**p) < max_buckets)
-    first, last = _bucket_index(lo, width), _bucket_index(hi, width)
-    buckets = [Bucket(k * width + 1, (k + 1) * width) for k in range(first, last + 1)]
-    if lo == 0:
-        buckets[0] = Bucket(0, buckets[0].high)
-    while len(buckets) > 2 and sum(n in buckets[-1] for n in lengths) < min_share * len(lengths):
-        buckets[-2:] = [Bucket(buckets[-2].low, None)]
-    return buckets
+# The default buckets are fixed per unit, never fitted to a test set, so two test sets (or two
+# runs) are always scored over the same ranges and their tables line up. Buckets no sentence falls
+# in are left out of a table. Tokens: subwords run ~1.3x words, characters ~5x.
+DEFAULT_BUCKET_EDGES: dict[str, tuple[int, ...]] = {
+    "words": (5, 10, 15, 20, 30, 40, 50),
+    "tokens": (10, 20, 30, 40, 60, 80, 100),
+    "chars": (25, 50, 75, 100, 150, 200, 250),
+}
 
 
-def _bucket_index(length: int, width: int) -> int:
-    """Buckets of `width` are 1..width, width+1..2*width, ...; 0 goes with the first."""
-    return (max(length, 1) - 1) // width
+def default_buckets(unit: LengthUnit = "words") -> list[Bucket]:
+    """The fixed default buckets of `unit`: words 0-5, 6-10, 11-15, 16-20, 21-30, 31-40, 41-50,
+    51+; tokens 0-10, 11-20, 21-30, 31-40, 41-60, 61-80, 81-100, 101+; characters 0-25, 26-50,
+    51-75, 76-100, 101-150, 151-200, 201-250, 251+. An empty source (length 0) is in the first."""
+    if unit not in DEFAULT_BUCKET_EDGES:
+        raise ValueError(f"unknown length unit {unit!r}; use one of {', '.join(DEFAULT_BUCKET_EDGES)}")
+    edges = DEFAULT_BUCKET_EDGES[unit]
+    lows = (0, *(e + 1 for e in edges))
+    return [Bucket(low, high) for low, high in zip(lows, (*edges, None))]
 
 
 def by_length(
@@ -186,7 +180,7 @@ def by_length(
 
     Length is that of the source `srcs[k]` in `unit`s (whitespace words by default), or
     `lengths[k]` when given (e.g. the model's token counts). `buckets` default to
-    `default_buckets(lengths)`. A bucket's BLEU is a corpus BLEU over its sentences only.
+    `default_buckets(unit)` (the words buckets when `lengths` are given). A bucket's BLEU is a corpus BLEU over its sentences only.
     Buckets no sentence falls in are left out, and so are sentences outside every bucket.
     """
     if not len(srcs) == len(hyps) == len(refs):
@@ -196,7 +190,7 @@ def by_length(
     if len(lengths) != len(srcs):
         raise ValueError(f"{len(lengths)} lengths for {len(srcs)} sentences")
     if buckets is None:
-        buckets = default_buckets(lengths)
+        buckets = default_buckets(unit)
     out = []
     for bucket in buckets:
         members = [k for k, n in enumerate(lengths) if n in bucket]

@@ -13,12 +13,20 @@ the LR schedule, the best metric and patience, and the position (epoch, batches 
 from `token_batches(seed, epoch)`, so on resume the epoch's order is rebuilt and the batches already
 done are skipped: a resumed run continues the same loss sequence as one that never stopped.
 
+Safety: the output directory is locked for the run (heed.lock), and nothing is created there before
+the config, device and data are known good. A non-finite loss stops the run with a HeedError naming
+the step, and the weights are checked before every save: no checkpoint ever holds NaN or Inf.
+`metrics.jsonl` is strict JSON (a non-finite value is written as null). Ctrl-C and SIGTERM (what
+Slurm sends before it kills a job) finish the step, save `last` and stop. Each checkpoint records a
+fingerprint of the corpus files (size, sha256): a resume onto changed data is refused unless allowed.
+
 Randomness: the model is initialised and trained inside `torch.random.fork_rng`, seeded with
 `train.seed`, so the caller's global RNG state is the same after `train()` as before.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -32,6 +40,7 @@ from typing import Any
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -52,17 +61,18 @@ from heed.checkpoint import (
     save_checkpoint,
     save_model_dir,
 )
-from heed.config import Config, ScheduleConfig, config_to_dict
+from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, Config, DataConfig, ScheduleConfig, config_to_dict
 from heed.data.batching import filter_by_length, token_batches
 from heed.data.corpus import Pair
 from heed.data.vocab import PAD
 from heed.errors import ConfigError, HeedError
 from heed.evaluate import Scores, evaluate
 from heed.files import atomic_write_text
+from heed.lock import RunLock
 from heed.nn.build import build_model
 from heed.nn.loss import generator_loss
 from heed.nn.seq2seq import Seq2Seq
-from heed.pipeline import Codec, Example, load_corpora
+from heed.pipeline import Codec, Corpora, Example, load_corpora, write_heldout
 from heed.runtime import check_bf16, default_bf16, limit_onednn_cache, resolve_device, torch_threads
 from heed.search import DecodeConfig, translate_ids
 
@@ -98,6 +108,7 @@ class TrainResult:
     last_dev: DevResult | None
     test: Scores | None
     seconds: float
+    stop_signal: int | None = None  # the signal (SIGINT, SIGTERM) behind an "interrupted" stop, if one was
 
 
 # ---------------------------------------------------------------------------------- schedule
@@ -190,10 +201,12 @@ class _Log:
 
     def record(self, entry: dict[str, Any]) -> None:
         """One JSON line, stamped with the wall-clock `time` (Unix seconds) so durations (time per
-        epoch, time to a BLEU) can be read off the file, across resumes too."""
-        entry = {**entry, "time": round(time.time(), 3)}
+        epoch, time to a BLEU) can be read off the file, across resumes too. Strict JSON: a
+        non-finite number (a dev loss that overflowed) is written as null, never as bare NaN."""
+        entry = {key: None if isinstance(value, float) and not math.isfinite(value) else value
+                 for key, value in {**entry, "time": round(time.time(), 3)}.items()}
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            f.write(json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n")
         if self.tensorboard is not None:
             prefix = entry["kind"]
             for key, value in entry.items():
@@ -218,13 +231,14 @@ class _Log:
             self.say(f"step {step}/{self.total_steps} | epoch {epoch:.2f} | loss {loss:.4f} | lr {lr:.2e} "
                      f"| {speed:,.0f} tok/s{eta_text}")
 
-    def truncate_after(self, step: int) -> None:
-        """Drop entries written after `step` (a run killed after its last checkpoint)."""
-        if not self.path.exists():
-            return
-        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-        atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+    def restore(self, saved: Path) -> None:
+        """On resume: the log as the checkpoint saw it (`saved`, the copy inside the checkpoint).
+        A run killed after its last checkpoint may have logged more (train and dev lines, or the
+        final test line of a run killed while finishing); the resumed run writes those again."""
+        if saved.is_file():
+            atomic_write_text(self.path, saved.read_text(encoding="utf-8"))
+        else:
+            self.path.unlink(missing_ok=True)
 
 
 def _tensorboard_writer(directory: Path) -> Any:
@@ -254,6 +268,7 @@ class _Data:
     dev: list[Example]
     test_pairs: list[Pair]
     dropped: int
+    corpora: Corpora
 
 
 @dataclass
@@ -269,14 +284,34 @@ class _Window:
         return {"loss_sum": float(self.loss_sum), "tokens": self.tokens, "steps": self.steps}
 
 
+class _Divergence:
+    """The first step whose loss was not finite, kept on the loss's device: noting it queues two tiny
+    kernels and never waits for the GPU; `first()` reads it (one wait)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.step = torch.zeros((), dtype=torch.int64, device=device)  # 0 = every loss so far finite
+        self.loss = torch.zeros((), dtype=torch.float64, device=device)
+
+    def note(self, loss: torch.Tensor, step: int) -> None:
+        first = (self.step == 0) & ~torch.isfinite(loss)
+        self.step.masked_fill_(first, step)
+        self.loss = torch.where(first, loss.double(), self.loss)
+
+    def first(self) -> tuple[int, float] | None:
+        """(step, loss) of the first non-finite loss, or None."""
+        step = int(self.step)
+        return None if step == 0 else (step, float(self.loss))
+
+
 class Trainer:
     """One training run. `train(config)` is the usual way in; the class exists so the loop's
     pieces (step, evaluate, checkpoint) have names."""
 
-    def __init__(self, config: Config, *, resume: bool = False, console: Console | None = None,
-                 progress: bool | None = None) -> None:
+    def __init__(self, config: Config, *, resume: bool = False, allow_data_change: bool = False,
+                 console: Console | None = None, progress: bool | None = None) -> None:
         self.config = config
         self.resume = resume
+        self.allow_data_change = allow_data_change
         self.console = console
         self.progress = progress
         self.output_dir = Path(config.output_dir)
@@ -289,6 +324,12 @@ class Trainer:
         self.metric = config.train.early_stopping.metric
         self.higher = HIGHER_IS_BETTER[self.metric]
         self._stop_requested = False
+        self._stop_signal: int | None = None
+        self._divergence = _Divergence(self.device)
+        # Reading the divergence flag waits for the device: on the CPU that costs nothing, so every
+        # step is checked; on a GPU it is read at each log line and before each save.
+        self._check_loss_every_step = self.device.type == "cpu"
+        self._last_saved: int | None = None  # step of checkpoints/last, once there is one
 
     # -- public ---------------------------------------------------------------------------
 
@@ -301,11 +342,12 @@ class Trainer:
         cfg = self.config
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         limit_onednn_cache(self.bf16)
-        with torch_threads(cfg.train.threads), torch.random.fork_rng(devices=devices):
+        with contextlib.ExitStack() as run:
+            run.enter_context(torch_threads(cfg.train.threads))
+            run.enter_context(torch.random.fork_rng(devices=devices))
             torch.manual_seed(cfg.train.seed)
-            checkpoint = self._open_run()
-            data = self._load_data(Codec.load(checkpoint.directory) if checkpoint else None)
-            self.data = data
+            checkpoint, fingerprint = self._open_run(run)
+            data = self.data
             model = build_model(cfg.model, src_vocab_size=len(data.codec.src_vocab),
                                 tgt_vocab_size=len(data.codec.tgt_vocab)).to(self.device)
             # fused: one kernel for every parameter (0.8 vs 1.5 ms a step for the 286k-parameter
@@ -317,41 +359,84 @@ class Trainer:
             if checkpoint is not None:
                 checkpoint.restore(model, optimizer)
                 state = checkpoint.trainer
+                self._last_saved = state.step
                 if state.schedule is not None:
                     schedule.load_state_dict(state.schedule)
+            state.data = fingerprint
             self.model, self.optimizer, self.schedule, self.state = model, optimizer, schedule, state
-            return self._loop(started, resumed=checkpoint is not None)
+            return self._loop(started, resumed_from=None if checkpoint is None else checkpoint.directory)
 
     # -- setup ----------------------------------------------------------------------------
 
-    def _open_run(self) -> Checkpoint | None:
-        """A fresh output directory (refusing to overwrite a run), or the checkpoint to resume."""
-        last = resolve_dir(self.ckpt_dir / "last")
-        if not self.resume:
-            if last is not None or resolve_dir(self.model_dir) is not None:
-                raise HeedError(f"{self.output_dir}: holds a training run already; resume it with --resume, "
-                                "or choose another --output-dir")
+    def _open_run(self, run: contextlib.ExitStack) -> tuple[Checkpoint | None, dict[str, Any]]:
+        """Check the output directory, load the data (into `self.data`), lock the directory for the
+        rest of `run`, and return the checkpoint to resume (None for a fresh run) with the data's
+        fingerprint. A fresh run creates the directory only once its data has loaded, so a
+        mistake leaves nothing behind; it refuses a directory that holds a run."""
+        if self.output_dir.exists() and not self.output_dir.is_dir():
+            raise HeedError(f"output_dir {self.output_dir} is a file; choose a directory")
+        if self.resume:
+            if resolve_dir(self.ckpt_dir / "last") is None:
+                raise HeedError(f"{self.output_dir}: no checkpoint to resume from (no {self.ckpt_dir / 'last'}); "
+                                "start without --resume")
+            self._lock(run)
+            checkpoint = load_checkpoint(self.ckpt_dir / "last")
+            _check_resumable(checkpoint.config, self.config, checkpoint.directory)
+            self.data = self._load_data(Codec.load(checkpoint.directory, data=checkpoint.config.data))
+            fingerprint = data_fingerprint(self.config.data)
+            if checkpoint.trainer.data is not None and not self.allow_data_change:
+                _check_same_data(checkpoint.trainer.data, fingerprint, self.config.data)
+            self._write_heldout()
+            return checkpoint, fingerprint
+        self._refuse_a_run()  # before the data loads, which may take minutes
+        self.data = self._load_data(None)
+        fingerprint = data_fingerprint(self.config.data)
+        try:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
-            return None
-        if last is None:
-            raise HeedError(f"{self.output_dir}: no checkpoint to resume from (no {self.ckpt_dir / 'last'}); "
-                            "start without --resume")
-        checkpoint = load_checkpoint(self.ckpt_dir / "last")
-        _check_resumable(checkpoint.config, self.config, checkpoint.directory)
-        return checkpoint
+        except OSError as e:
+            raise HeedError(f"output_dir {self.output_dir}: cannot create it ({e.strerror or e})") from None
+        self._lock(run)
+        self._refuse_a_run()  # again under the lock: another run may have written one meanwhile
+        (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
+        self._write_heldout()
+        return None, fingerprint
+
+    def _write_heldout(self) -> None:
+        """With `data.split`, the held-out dev and test sentences exist only in memory: write them
+        to OUTPUT_DIR/data/{dev,test}.{src,tgt} so `heed evaluate` and `compare` can use them.
+        The split is deterministic, so a resumed run writes the same files."""
+        if self.config.data.split is None:
+            return
+        written = write_heldout(self.data.corpora, self.output_dir / "data")
+        if written and self.console is not None:
+            self.console.print(f"held-out sentences: {self.output_dir / 'data'} "
+                               f"({', '.join(sorted(p.name for p in written.values()))})", markup=False)
+
+    def _refuse_a_run(self) -> None:
+        if resolve_dir(self.ckpt_dir / "last") is not None or resolve_dir(self.model_dir) is not None:
+            raise HeedError(f"{self.output_dir}: holds a training run already; resume it with --resume, "
+                            "or choose another --output-dir")
+
+    def _lock(self, run: contextlib.ExitStack) -> None:
+        lock = run.enter_context(RunLock(self.output_dir))
+        if lock.note is not None and self.console is not None:
+            self.console.print(f"[yellow]{escape(lock.note)}[/]")
 
     def _load_data(self, codec: Codec | None) -> _Data:
         cfg = self.config.data
         corpora = load_corpora(cfg)
         if codec is None:
-            codec = Codec.build(corpora.train, cfg)
+            codec = Codec.build(corpora.train, cfg, warn=self._warn)
         train, dropped = filter_by_length(codec.encode_pairs(corpora.train), max_src_len=cfg.max_src_len,
                                           max_tgt_len=cfg.max_tgt_len)
         if not train:
             raise ConfigError(f"every training pair is longer than max_src_len={cfg.max_src_len} or "
                               f"max_tgt_len={cfg.max_tgt_len} tokens; raise them", field="data")
-        return _Data(codec, train, corpora.dev, codec.encode_pairs(corpora.dev), corpora.test, dropped)
+        return _Data(codec, train, corpora.dev, codec.encode_pairs(corpora.dev), corpora.test, dropped, corpora)
+
+    def _warn(self, message: str) -> None:
+        if self.console is not None:
+            self.console.print(f"[yellow]warning:[/] {escape(message)}")
 
     def _batches(self, epoch: int):
         d = self.config.data
@@ -359,31 +444,39 @@ class Trainer:
                              shuffle=True, seed=self.config.train.seed, epoch=epoch)
 
     @contextlib.contextmanager
-    def _sigint(self) -> Iterator[None]:
-        """First Ctrl-C: finish the step, save `last`, stop. Second: abort at once (KeyboardInterrupt)."""
+    def _stop_signals(self) -> Iterator[None]:
+        """First Ctrl-C or SIGTERM (what Slurm and other schedulers send a job before they kill it):
+        finish the step, save `last`, stop. A second one: abort at once (KeyboardInterrupt)."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
 
+        def restore() -> None:
+            for signum, handler in previous.items():
+                # None: a handler not set from Python; the default is the closest we can put back.
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
         def handler(signum: int, frame: Any) -> None:
             if self._stop_requested:
-                signal.signal(signal.SIGINT, previous)
+                restore()
                 raise KeyboardInterrupt
             self._stop_requested = True
+            self._stop_signal = signum
             if self.console is not None:
-                self.console.print("[yellow]stopping after this step and saving a checkpoint "
-                                   "(Ctrl-C again to abort without saving)[/]")
+                self.console.print(f"[yellow]{signal.Signals(signum).name}: stopping after this step and saving a "
+                                   "checkpoint (Ctrl-C again to abort without saving)[/]")
 
-        previous = signal.signal(signal.SIGINT, handler)
+        previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            restore()
 
     # -- the loop -------------------------------------------------------------------------
 
-    def _loop(self, started: float, *, resumed: bool) -> TrainResult:
+    def _loop(self, started: float, *, resumed_from: Path | None) -> TrainResult:
         cfg, state, data = self.config, self.state, self.data
+        resumed = resumed_from is not None
         first = self._batches(state.epoch)
         per_epoch = len(first)
         total = cfg.train.epochs * per_epoch
@@ -391,8 +484,8 @@ class Trainer:
             total = min(total, cfg.train.max_steps)
         log = _Log(self.output_dir, self.console, total_steps=max(total, state.step), start_step=state.step,
                    progress=self.progress)
-        if resumed:
-            log.truncate_after(state.step)
+        if resumed_from is not None:
+            log.restore(resumed_from / METRICS_FILE)
         self.log = log
         n_params = sum(p.numel() for p in self.model.parameters())
         log.say(f"{'resuming at step ' + str(state.step) if resumed else 'training'} on {self.device}"
@@ -414,13 +507,15 @@ class Trainer:
         batches = first
         # Reading the loss waits for the device: on a GPU, refresh the bar's loss every 10 steps only.
         bar_every = 1 if self.device.type == "cpu" else min(cfg.train.log_every, 10)
-        with log, self._sigint():
+        with log, self._stop_signals():
             while stop is None and state.epoch < cfg.train.epochs:
                 if batches is None:
                     batches = self._batches(state.epoch)
                 for b in range(state.batch_in_epoch, len(batches)):
                     self._step(batches[b], window)
                     state.step += 1
+                    if self._check_loss_every_step:
+                        self._check_loss()
                     state.batch_in_epoch = b + 1
                     epoch_done = state.batch_in_epoch == len(batches)
                     if epoch_done:
@@ -456,12 +551,13 @@ class Trainer:
             if stop != "interrupted":
                 test = self._finish(stop)
         if stop == "interrupted":
-            log.say(f"[yellow]interrupted at step {state.step}; saved the checkpoint {self.ckpt_dir / 'last'}, "
-                    "ready to resume[/]")
+            unscored = "; the test set was not scored" if data.test_pairs else ""
+            log.say(f"[yellow]interrupted at step {state.step}; saved the checkpoint "
+                    f"{escape(str(self.ckpt_dir / 'last'))}, ready to resume{unscored}[/]")
         model_dir = resolve_dir(self.model_dir)
         return TrainResult(self.output_dir, model_dir, state.step, state.epoch + state.batch_in_epoch / per_epoch,
                            self.metric, state.best_value, state.best_step, stop, last_dev, test,
-                           time.perf_counter() - started)
+                           time.perf_counter() - started, self._stop_signal if stop == "interrupted" else None)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.bf16:
@@ -492,17 +588,17 @@ class Trainer:
         if cfg.clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
         self.optimizer.step()
-        window.loss_sum += loss_sum.detach().double()
+        loss_sum = loss_sum.detach()
+        self._divergence.note(loss_sum, self.state.step + 1)
+        window.loss_sum += loss_sum.double()
         window.tokens += tokens
         window.steps += 1
 
     def _log_window(self, window: _Window, epoch: float, run_start_step: int, run_start_time: float,
                     total: int) -> None:
         state = self.state
+        self._check_loss()
         loss = float(window.loss_sum) / max(window.tokens, 1)
-        if not math.isfinite(loss):
-            raise HeedError(f"training diverged: the loss is {loss} at step {state.step}; "
-                            "lower train.lr or set train.clip")
         seconds = time.perf_counter() - window.started
         speed = window.tokens / seconds if seconds > 0 else 0.0
         done = state.step - run_start_step
@@ -515,6 +611,30 @@ class Trainer:
         window.loss_sum.zero_()
         window.tokens = window.steps = 0
         window.started = time.perf_counter()
+
+    # -- divergence -------------------------------------------------------------------------
+
+    def _check_loss(self) -> None:
+        """Raise if any step so far had a non-finite loss."""
+        found = self._divergence.first()
+        if found is not None:
+            step, loss = found
+            raise self._diverged(step, f"the loss is {loss}")
+
+    def _check_finite(self) -> None:
+        """Raise unless every loss and every weight is finite: called before any evaluation or save,
+        so nothing non-finite is ever written."""
+        self._check_loss()
+        finite = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all()
+        if not bool(finite):
+            raise self._diverged(self.state.step, "the weights hold NaN or Inf after the update")
+
+    def _diverged(self, step: int, what: str) -> HeedError:
+        clip = self.config.train.clip
+        advice = "lower train.lr or " + ("set train.clip" if clip is None else f"train.clip (now {clip:g})")
+        last = (f"the last good checkpoint is {self.ckpt_dir / 'last'} (step {self._last_saved})"
+                if self._last_saved is not None else "no checkpoint was saved before it")
+        return HeedError(f"training diverged at step {step}: {what}; {advice}; {last}")
 
     # -- evaluation and checkpoints ---------------------------------------------------------
 
@@ -541,6 +661,7 @@ class Trainer:
 
     def _evaluate_and_save(self, window: _Window, epoch: float, stop: str | None) -> tuple[DevResult | None, str | None]:
         """Dev evaluation (if there is a dev set), best/patience bookkeeping, then checkpoints."""
+        self._check_finite()
         state, es = self.state, self.config.train.early_stopping
         dev = None
         improved = False
@@ -549,12 +670,14 @@ class Trainer:
             dev = DevResult(self.dev_loss(), evaluate(self.decode_pairs(self.data.dev_pairs, greedy),
                                                       [p.tgt for p in self.data.dev_pairs]))
             value = dev.metric(self.metric)
-            improved = state.best_value is None or _better(value, state.best_value, self.higher)
+            # A dev loss that overflowed (finite but huge weights) is no best and feeds no schedule.
+            finite = math.isfinite(value)
+            improved = finite and (state.best_value is None or _better(value, state.best_value, self.higher))
             if improved:
                 state.best_value, state.best_step, state.bad_evals = value, state.step, 0
             else:
                 state.bad_evals += 1
-            lowered = self.schedule.after_eval(value)
+            lowered = finite and self.schedule.after_eval(value)
             s = dev.scores
             self.log.record({"kind": "dev", "step": state.step, "epoch": round(epoch, 4), "loss": dev.loss,
                              "ppl": math.exp(min(dev.loss, 50.0)), "bleu": s.bleu, "chrf": s.chrf,
@@ -562,7 +685,7 @@ class Trainer:
                              "best": improved})
             self.log.say(f"dev @ step {state.step} (epoch {epoch:.2f}): loss {dev.loss:.4f}  BLEU {s.bleu:.2f}  "
                          f"chrF {s.chrf:.2f}  exact {s.exact_match:.2f}%"
-                         f"{'  [green]best[/]' if improved else f'  (best {state.best_value:.4g} @ {state.best_step})'}"
+                         f"{'  [green]best[/]' if improved else _best_so_far(state.best_value, state.best_step)}"
                          f"{'  lr lowered to ' + format(self.schedule.lr, '.2e') if lowered else ''}")
             if stop is None and es.target is not None and _reached(value, es.target, self.higher):
                 stop = "target"
@@ -584,8 +707,10 @@ class Trainer:
 
     def _save_last(self, window: _Window) -> None:
         self._save(self.ckpt_dir / "last", window)
+        self._last_saved = self.state.step
 
     def _save(self, target: Path, window: _Window) -> None:
+        self._check_finite()
         self.state.schedule = self.schedule.state_dict()
         self.state.window = window.to_json()
         save_checkpoint(target, model=self.model, optimizer=self.optimizer, trainer=self.state,
@@ -610,6 +735,10 @@ class Trainer:
                        metrics=self.log.path, info={"step": self.state.best_step, "stop_reason": stop})
         self.log.say(f"model: {self.model_dir}  (stopped: {stop.replace('_', ' ')})")
         return test
+
+
+def _best_so_far(value: float | None, step: int | None) -> str:
+    return "  (no best yet)" if value is None else f"  (best {value:.4g} @ {step})"
 
 
 def _reached(value: float, target: float, higher_is_better: bool) -> bool:
@@ -637,9 +766,84 @@ def _check_resumable(saved: Config, now: Config, where: Path) -> None:
                               "early stopping and decode may change)", field=key)
 
 
-def train(config: Config, *, resume: bool = False, console: Console | None = None,
+# ------------------------------------------------------------------------------ data fingerprint
+
+
+def data_fingerprint(data: DataConfig) -> dict[str, Any]:
+    """What a run trains on, keyed by config field: each configured corpus file's size and sha256
+    (`{"data.train.tsv": {"bytes": 1234, "sha256": "..."}}`), or a generated task's settings (its
+    data is a function of them). Paths are left out: a moved corpus with the same bytes is the same."""
+    if data.task is not None:
+        return {f"data.{data.task}": getattr(data, data.task).model_dump(mode="json")}
+    fingerprint: dict[str, Any] = {}
+    for split in CORPUS_SPLITS:
+        corpus = getattr(data, split)
+        for key in CORPUS_PATH_KEYS:
+            path = None if corpus is None else getattr(corpus, key)
+            if path is not None:
+                fingerprint[f"data.{split}.{key}"] = _file_fingerprint(path)
+    return fingerprint
+
+
+def _file_fingerprint(path: Path) -> dict[str, Any]:
+    """Size and sha256, read in 1 MiB chunks (a corpus may be gigabytes)."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return {"bytes": size, "sha256": digest.hexdigest()}
+
+
+def _check_same_data(saved: dict[str, Any], now: dict[str, Any], data: DataConfig) -> None:
+    """Refuse to resume onto data other than the checkpoint's: the run would not continue the same."""
+    changes = []
+    for field_name in sorted(set(saved) | set(now)):
+        old, new = saved.get(field_name), now.get(field_name)
+        if old == new:
+            continue
+        parts = field_name.split(".")
+        corpus = getattr(data, parts[1], None) if len(parts) == 3 else None
+        where = f"{field_name} {getattr(corpus, parts[2])}" if corpus is not None else field_name
+        if old is None:
+            changes.append(f"{where} is new since the checkpoint")
+        elif new is None:
+            changes.append(f"{where} was in the checkpoint's data and is not configured now")
+        elif "bytes" in old:
+            size = (f"{old['bytes']:,} -> {new['bytes']:,} bytes" if old["bytes"] != new["bytes"]
+                    else f"same size, {old['bytes']:,} bytes, other content")
+            changes.append(f"{where} changed since the checkpoint ({size})")
+        else:
+            changes.append(f"{where} changed since the checkpoint ({old} -> {new})")
+    if changes:
+        raise HeedError(f"{'; '.join(changes)}; resume with --allow-data-change to continue anyway")
+
+
+# ------------------------------------------------------------------------------------- entry
+
+
+def score_command(config: Config, model_dir: Path, *, resume_command: Sequence[str], step: int) -> list[str] | None:
+    """After an interrupted run (which skips the final test scoring): a command that scores the best
+    model on the test set, or None without one. `heed evaluate` with the test files when they are two
+    line-aligned files, what it reads; otherwise (a TSV, a `split`, a generated task) the run's own
+    `resume_command` (ending with --resume) with `train.max_steps` at `step`: that trains no further,
+    scores the test set and leaves `checkpoints/last` as it was, so a later plain resume goes on
+    training."""
+    data = config.data
+    if data.test is None and (data.split is None or data.split.test == 0) and data.task is None:
+        return None
+    test = data.test
+    if test is not None and test.src is not None and test.tgt is not None:
+        src, ref = (test.tgt, test.src) if data.reverse else (test.src, test.tgt)
+        return ["heed", "evaluate", str(model_dir), "--src", str(src), "--ref", str(ref)]
+    return [*resume_command[:-1], "--set", f"train.max_steps={step}", resume_command[-1]]
+
+
+def train(config: Config, *, resume: bool = False, allow_data_change: bool = False, console: Console | None = None,
           progress: bool | None = None) -> TrainResult:
     """Train a model as `config` says, writing into `config.output_dir`; with `resume`, continue the
-    run saved there. `console`: where to report (None = silent); `progress`: force the progress bar
-    on or off (default: on when the console is a terminal)."""
-    return Trainer(config, resume=resume, console=console, progress=progress).run()
+    run saved there (refused if its corpus files changed since the checkpoint, unless
+    `allow_data_change`). `console`: where to report (None = silent); `progress`: force the progress
+    bar on or off (default: on when the console is a terminal)."""
+    return Trainer(config, resume=resume, allow_data_change=allow_data_change, console=console,
+                   progress=progress).run()

@@ -34,6 +34,7 @@ from heed.errors import HeedError
 from heed.files import atomic_open
 
 __all__ = [
+    "MAX_HEATMAP_TOKENS",
     "MissingFontWarning",
     "attention_grid",
     "attention_heatmap",
@@ -46,6 +47,9 @@ __all__ = [
 CMAP = "Blues"  # sequential, white at 0: the few strong links stand out on a quiet background
 BASE_FONT = "DejaVu Sans"  # ships with matplotlib, so it is always there
 MAX_LABELLED = 30  # cells get their weight printed up to 30 x 30
+# Past 200 tokens a side the labels shrink below legibility and a figure costs seconds to draw;
+# such a heatmap is refused, not drawn.
+MAX_HEATMAP_TOKENS = 200
 MIN_LABELLED = 0.05  # weights below this stay unlabelled: they are visual noise
 SAVE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 PNG_DPI = 150
@@ -339,6 +343,10 @@ def _draw_heatmap(
 
 
 def _prepare(src_tokens: Sequence[str], tgt_tokens: Sequence[str], weights: Any) -> np.ndarray:
+    longest = max(len(src_tokens), len(tgt_tokens))
+    if longest > MAX_HEATMAP_TOKENS:
+        raise HeedError(f"a heatmap of {len(tgt_tokens)} x {len(src_tokens)} tokens is unreadable (at most "
+                        f"{MAX_HEATMAP_TOKENS} a side); draw a shorter sentence")
     return weight_matrix(weights, tgt_len=len(tgt_tokens), src_len=len(src_tokens))
 
 
@@ -354,7 +362,8 @@ def attention_heatmap(
 
     `weights`: `(tgt_len, src_len)`, NumPy or torch; row j is where output token j looked.
     Colours run over a fixed 0..1, so two heatmaps can be compared by eye; up to 30 x 30 cells
-    each weight >= 0.05 is printed in its cell. Draws on `ax` when given (and returns its figure),
+    each weight >= 0.05 is printed in its cell. More than MAX_HEATMAP_TOKENS (200) tokens on a
+    side is a HeedError, not a figure. Draws on `ax` when given (and returns its figure),
     else on a new figure sized to the sentence.
     """
     matrix = _prepare(src_tokens, tgt_tokens, weights)

@@ -14,6 +14,7 @@ exact match (the whole ISO date right) of greedy decoding on the held-out dev se
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -179,34 +180,76 @@ def load_dates(*, train_size: int, eval_size: int, seed: int, languages: Sequenc
                           languages=tuple(languages), verbose_forms=verbose_forms)
 
 
+def _integer(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `low` (argparse reports the message, exit code 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _real(*, positive: bool = False, at_most: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite number, > 0 with `positive` (else >= 0), <= `at_most` if given."""
+    bounds = ("> 0" if positive else ">= 0") + (f" and <= {at_most}" if at_most is not None else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number {bounds}, got {text!r}") from None
+        too_big = at_most is not None and value > at_most
+        if not math.isfinite(value) or value < 0 or (positive and value == 0) or too_big:
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {text}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m heed.scratch",
                                 description="Train the NumPy attention seq2seq on the dates task (CPU only).")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--embed", type=int, default=16)
+    p.add_argument("--epochs", type=_integer(1), default=10)
+    p.add_argument("--batch-size", type=_integer(1), default=128)
+    p.add_argument("--hidden", type=_integer(1), default=256)
+    p.add_argument("--embed", type=_integer(1), default=16)
     p.add_argument("--score", choices=SCORES, default="dot")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--max-grad", type=float, default=5.0, help="global gradient-norm clip")
-    p.add_argument("--train-size", type=int, default=45000)
-    p.add_argument("--eval-size", type=int, default=5000, help="dev (per epoch) and test (at the end) pairs")
+    p.add_argument("--lr", type=_real(positive=True), default=1e-3)
+    p.add_argument("--max-grad", type=_real(positive=True), default=5.0, help="global gradient-norm clip")
+    p.add_argument("--train-size", type=_integer(1), default=45000)
+    p.add_argument("--eval-size", type=_integer(1), default=5000, help="dev (per epoch) and test (at the end) pairs")
     p.add_argument("--languages", default="en,fr,de,es,ko", help="comma-separated subset of en,fr,de,es,ko")
     p.add_argument("--verbose-forms", action="store_true", help="add long English phrasings (up to ~100 chars)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_integer(0), default=0)  # NumPy generators take no negative seed
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    p.add_argument("--stop-at", type=float, default=None, help="stop once dev exact match reaches this (0-1)")
+    p.add_argument("--stop-at", type=_real(at_most=1.0), default=None,
+                   help="stop once dev exact match reaches this (0-1)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> Trained:
-    args = build_parser().parse_args(argv)
-    splits = load_dates(train_size=args.train_size, eval_size=args.eval_size, seed=args.seed,
-                        languages=[s.strip() for s in args.languages.split(",") if s.strip()],
-                        verbose_forms=args.verbose_forms)
-    trained = train(splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size, hidden=args.hidden,
-                    embed=args.embed, score=args.score, lr=args.lr, max_grad=args.max_grad, seed=args.seed,
-                    dtype=np.dtype(args.dtype).type, stop_at=args.stop_at)
+    """The command line; a bad option or an impossible data request exits with code 2 and one line."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        splits = load_dates(train_size=args.train_size, eval_size=args.eval_size, seed=args.seed,
+                            languages=[s.strip() for s in args.languages.split(",") if s.strip()],
+                            verbose_forms=args.verbose_forms)
+    except ValueError as e:  # unknown languages, more distinct dates than the task has
+        parser.error(str(e))
+    try:
+        trained = train(splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size,
+                        hidden=args.hidden, embed=args.embed, score=args.score, lr=args.lr, max_grad=args.max_grad,
+                        seed=args.seed, dtype=np.dtype(args.dtype).type, stop_at=args.stop_at)
+    except MemoryError:
+        parser.exit(2, f"{parser.prog}: error: out of memory for --hidden {args.hidden}, --embed {args.embed}, "
+                       f"--batch-size {args.batch_size}; lower them\n")
     test = encode(splits.test, trained.src_vocab, trained.tgt_vocab)
     em = exact_match(trained.model, test, trained.tgt_vocab)
     print(f"test exact match {100 * em:.2f}% on {len(splits.test)} pairs")
