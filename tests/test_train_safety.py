@@ -386,3 +386,34 @@ def test_with_test_files_the_score_hint_is_heed_evaluate(tmp_path, monkeypatch, 
                        "--ref", str(tiny_corpus["test_ref"])]
     scored = invoke(*command[1:])
     assert scored.exit_code == 0 and "BLEU = " in scored.stdout
+
+
+def test_a_run_killed_between_saving_last_and_best_resumes_to_the_same_best(tmp_path, make_config, monkeypatch):
+    """An improving evaluation saves last, then best, then model/. Killed after last (found by
+    bench/kill_resume.py: --resume then never wrote best, and model/ ended with other weights)."""
+    options = dict(max_steps=8, eval_every=4, log_every=2)
+    train(make_config(tmp_path / "ref", **options))
+    original = Trainer._save
+
+    def dies_before_best(self, target, window):
+        if target.name == "best":
+            raise KeyboardInterrupt  # the process ends here
+        return original(self, target, window)
+
+    monkeypatch.setattr(Trainer, "_save", dies_before_best)
+    with pytest.raises(KeyboardInterrupt):
+        train(make_config(tmp_path / "run", **options))
+    monkeypatch.setattr(Trainer, "_save", original)
+    assert (tmp_path / "run" / "checkpoints" / "last").is_dir()
+    assert not (tmp_path / "run" / "checkpoints" / "best").exists() and not (tmp_path / "run" / "model").exists()
+
+    train(make_config(tmp_path / "run", **options), resume=True)
+
+    def rows(run):
+        return [{k: v for k, v in json.loads(line).items() if k not in ("time", "tok_per_s")}
+                for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+
+    assert rows(tmp_path / "run") == rows(tmp_path / "ref")
+    for rel in ("model/model.safetensors", "checkpoints/best/model.safetensors"):
+        want, got = load_file(str(tmp_path / "ref" / rel)), load_file(str(tmp_path / "run" / rel))
+        assert want.keys() == got.keys() and all(want[k].equal(got[k]) for k in want), rel

@@ -51,6 +51,7 @@ from rich.progress import (
 )
 
 from heed.checkpoint import (
+    META_FILE,
     METRICS_FILE,
     WEIGHTS_FILE,
     Checkpoint,
@@ -498,6 +499,8 @@ class Trainer:
         if state.window is not None:
             window.loss_sum += state.window["loss_sum"]
             window.tokens, window.steps = int(state.window["tokens"]), int(state.window["steps"])
+        if resumed:
+            self._complete_best(window)
         last_dev: DevResult | None = None
         evaluated_at = state.step if resumed else -1
         stop = state.stop_reason if state.finished and state.stop_reason in ("early_stopping", "target") else None
@@ -705,6 +708,19 @@ class Trainer:
                            metrics=self.log.path, info={"step": state.step})
         return dev, stop
 
+    def _complete_best(self, window: _Window) -> None:
+        """On resume: an evaluation that improved saves `last`, then `best`, then `model/`. A run
+        killed between those has `last` at its best step with `best` or `model/` older or missing;
+        the restored state (weights, optimizer, RNG, log) is exactly that step's, so write them now."""
+        state = self.state
+        if state.best_step != state.step:
+            return
+        if _saved_step(self.ckpt_dir / "best") != state.step:
+            self._save(self.ckpt_dir / "best", window)
+        if _saved_step(self.model_dir) != state.step:
+            save_model_dir(self.model_dir, model=self.model, config=self.config, codec=self.data.codec,
+                           metrics=self.log.path, info={"step": state.step})
+
     def _save_last(self, window: _Window) -> None:
         self._save(self.ckpt_dir / "last", window)
         self._last_saved = self.state.step
@@ -739,6 +755,17 @@ class Trainer:
 
 def _best_so_far(value: float | None, step: int | None) -> str:
     return "  (no best yet)" if value is None else f"  (best {value:.4g} @ {step})"
+
+
+def _saved_step(target: Path) -> int | None:
+    """The training step a checkpoint or model directory was saved at; None if there is none."""
+    directory = resolve_dir(target)
+    if directory is None:
+        return None
+    try:
+        return json.loads((directory / META_FILE).read_text(encoding="utf-8")).get("step")
+    except (OSError, ValueError):
+        return None
 
 
 def _reached(value: float, target: float, higher_is_better: bool) -> bool:
