@@ -1,0 +1,741 @@
+"""Every bad or hostile input a user can give the `heed` command gets a clear error and harms nothing.
+
+Each case asserts: exit code 2; one line on stderr that starts with "error:" and names the file,
+line or field; no traceback; no hang (every case runs under a time limit); and, where the case
+points an output at something that already exists (a file, a device, a symlink), that it is
+unchanged afterwards. Most cases run the CLI in-process; those that need a closed stdin, another
+CPU's feature set or a separate process run `python -m heed` in a subprocess.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from heed.cli import app
+
+TIME_LIMIT = 60  # seconds a case may take; a hang fails the case instead of the whole run
+AVX2_ONLY = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}  # a CPU without bf16 in oneDNN
+
+
+@dataclass
+class Call:
+    """What one case runs and what it expects."""
+
+    argv: list[Any]
+    expect: list[str]  # fragments the error line must contain
+    keep: list[Path] = field(default_factory=list)  # paths that must be unchanged afterwards
+    stdin: str | None = None
+    close_stdin: bool = False
+    env: dict[str, str] | None = None  # set: run in a subprocess with these variables
+    module: str = "heed"  # subprocess runs `python -m MODULE`
+
+
+@dataclass
+class Ctx:
+    """What the cases build on: a scratch directory, a tiny corpus, a trained model to copy."""
+
+    tmp: Path
+    corpus: dict[str, Path]
+    config: Callable[..., dict[str, Any]]
+    run: Path
+
+    def file(self, name: str, data: str | bytes) -> Path:
+        path = self.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, str):
+            path.write_text(data, encoding="utf-8")
+        else:
+            path.write_bytes(data)
+        return path
+
+    def yaml_config(self, name: str = "run.yaml", edit: Callable[[dict], None] | None = None, **train: Any) -> Path:
+        data = self.config(self.tmp / "out", **train)
+        if edit is not None:
+            edit(data)
+        return self.file(name, yaml.safe_dump(data))
+
+    def corpus_config(self, **train_corpus: Any) -> Path:
+        def edit(data: dict) -> None:
+            data["data"]["train"] = {k: str(v) for k, v in train_corpus.items()}
+
+        return self.yaml_config("corpus.yaml", edit)
+
+    def model(self) -> Path:
+        """A private copy of the trained model directory, free to break."""
+        target = self.tmp / "model"
+        if not target.exists():
+            shutil.copytree(self.run / "model", target)
+        return target
+
+    def full_device(self) -> Path:
+        """A device that is always full, like /dev/full. As root a private node in the scratch
+        directory: were heed ever to regress and replace its output path, it would replace this
+        one and not the machine's /dev/full. Others cannot replace /dev/full anyway."""
+        if os.geteuid() != 0:
+            return Path("/dev/full")
+        path = self.tmp / "full"
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        return path
+
+    def fifo(self, name: str = "fifo") -> Path:
+        path = self.tmp / name
+        os.mkfifo(path)
+        return path
+
+
+CASES: dict[str, Callable[[Ctx], Call]] = {}
+
+
+def case(name: str) -> Callable[[Callable[[Ctx], Call]], Callable[[Ctx], Call]]:
+    def register(build: Callable[[Ctx], Call]) -> Callable[[Ctx], Call]:
+        assert name not in CASES, name
+        CASES[name] = build
+        return build
+
+    return register
+
+
+BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},"
+    f"*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)}]\n" for i in range(9))
+
+
+# ------------------------------------------------------------------------------- config files
+
+
+@case("config-missing")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.tmp / "nope.yaml"], ["nope.yaml"])
+
+
+@case("config-is-a-directory")
+def _(c: Ctx) -> Call:
+    (c.tmp / "dir.yaml").mkdir()
+    return Call(["train", c.tmp / "dir.yaml"], ["dir.yaml", "directory"])
+
+
+@case("config-not-utf8")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.file("latin1.yaml", "model: {decoder: 'caf\xe9'}".encode("latin-1"))], ["latin1.yaml"])
+
+
+@case("config-invalid-yaml")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.file("broken.yaml", "data: [unclosed\n")], ["broken.yaml", "line"])
+
+
+@case("config-not-a-mapping")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.file("list.yaml", "- a\n- b\n")], ["list.yaml"])
+
+
+@case("config-unknown-field")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["model"].update(hiden_size=8))], ["model.hiden_size"])
+
+
+@case("config-wrong-type")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["model"].update(hidden_size="big"))], ["model.hidden_size"])
+
+
+@case("config-negative-size")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["model"].update(hidden_size=-5))], ["model.hidden_size"])
+
+
+@case("config-alias-bomb")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.file("bomb.yaml", BOMB)], ["bomb.yaml", "alias"])
+
+
+@case("config-duplicate-key")
+def _(c: Ctx) -> Call:
+    text = yaml.safe_dump(c.config(c.tmp / "out")) + "output_dir: elsewhere\n"
+    return Call(["train", c.file("dup.yaml", text)], ["dup.yaml", "output_dir", "line"])
+
+
+@case("config-deeply-nested")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.file("deep.yaml", "a: " + "[" * 100_000)], ["deep.yaml"])
+
+
+@case("config-huge")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.file("huge.yaml", "# " + "x" * (8 << 20) + "\n")], ["huge.yaml"])
+
+
+@case("config-reverse-in-train")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["train"].update(reverse=True))], ["train.reverse", "data"])
+
+
+@case("config-device-tpu")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["train"].update(device="tpu"))], ["train.device"])
+
+
+@case("config-decode-max-len-zero")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["decode"].update(max_len_a=0.0, max_len_b=0))],
+                ["decode.max_len"])
+
+
+@case("config-n-best-over-beam")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["decode"].update(beam_size=2, n_best=3))], ["decode"])
+
+
+@case("config-dev-and-split")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["data"].update(split={"dev": 5, "test": 5}))],
+                ["split"])
+
+
+@case("set-without-equals")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(), "--set", "model.hidden_size"], ["model.hidden_size"])
+
+
+@case("set-unknown-field")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(), "--set", "model.hidden=3"], ["model.hidden"])
+
+
+@case("set-alias-bomb")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(), "--set", "model.dropout=&a [*a]"], ["model.dropout"])
+
+
+@case("train-bf16-without-cpu-support")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["train"].update(bf16=True, device="cpu"))],
+                ["train.bf16", "bfloat16"], env=AVX2_ONLY)
+
+
+@case("output-dir-is-a-file")
+def _(c: Ctx) -> Call:
+    afile = c.file("afile", "keep me\n")
+    return Call(["train", c.yaml_config(), "--output-dir", afile], ["afile"], keep=[afile])
+
+
+# ----------------------------------------------------------------------------------- corpora
+
+
+@case("corpus-missing")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.corpus_config(tsv=c.tmp / "none.tsv")], ["none.tsv"])
+
+
+@case("corpus-is-a-directory")
+def _(c: Ctx) -> Call:
+    (c.tmp / "d.tsv").mkdir()
+    return Call(["train", c.corpus_config(tsv=c.tmp / "d.tsv")], ["d.tsv"])
+
+
+@case("corpus-dev-zero")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.corpus_config(tsv="/dev/zero")], ["/dev/zero"])
+
+
+@case("corpus-fifo-without-writer")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.corpus_config(tsv=c.fifo("pairs.tsv"))], ["pairs.tsv"])
+
+
+@case("corpus-control-character")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.corpus_config(tsv=c.file("bell.tsv", "a\tb\nc\x07d\te\n"))], ["bell.tsv:2"])
+
+
+@case("corpus-nul-byte")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.corpus_config(tsv=c.file("nul.tsv", "a\tb\nc\x00d\te\n"))], ["nul.tsv:2"])
+
+
+@case("corpus-invalid-utf8")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.corpus_config(tsv=c.file("bad.tsv", b"a\tb\n\xc3\x28\tx\n"))], ["bad.tsv:2", "UTF-8"])
+
+
+@case("corpus-line-without-tab")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.corpus_config(tsv=c.file("notab.tsv", "a\tb\nno tab here\n"))], ["notab.tsv:2"])
+
+
+@case("corpus-empty-line-inside")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.corpus_config(tsv=c.file("gap.tsv", "a\tb\n\nc\td\n"))], ["gap.tsv:2"])
+
+
+@case("corpus-empty")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.corpus_config(tsv=c.file("empty.tsv", ""))], ["empty.tsv"])
+
+
+@case("corpus-empty-target")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.corpus_config(tsv=c.file("notgt.tsv", "a\tb\nc\t   \n"))], ["notgt.tsv:2"])
+
+
+@case("corpus-parallel-lengths-differ")
+def _(c: Ctx) -> Call:
+    src, tgt = c.file("p.src", "a\nb\nc\n"), c.file("p.tgt", "x\ny\n")
+    return Call(["train", c.corpus_config(src=src, tgt=tgt)], ["p.tgt"])
+
+
+@case("corpus-truncated-gz")
+def _(c: Ctx) -> Call:
+    data = gzip.compress(("a\tb\n" * 5000).encode())
+    return Call(["train", c.corpus_config(tsv=c.file("cut.tsv.gz", data[: len(data) // 2]))], ["cut.tsv.gz"])
+
+
+@case("corpus-not-gzip")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.corpus_config(tsv=c.file("fake.tsv.gz", "a\tb\n"))], ["fake.tsv.gz"])
+
+
+@case("corpus-binary-garbage")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.corpus_config(tsv=c.file("garbage.tsv", bytes(range(256)) * 40))], ["garbage.tsv"])
+
+
+@case("corpus-split-larger-than-corpus")
+def _(c: Ctx) -> Call:
+    def edit(d: dict) -> None:
+        d["data"].pop("dev")
+        d["data"].pop("test")
+        d["data"]["split"] = {"dev": 150, "test": 150}
+
+    return Call(["train", c.yaml_config("split.yaml", edit)], [c.corpus["train"].name])
+
+
+@case("corpus-every-pair-too-long")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["data"].update(max_src_len=1))], ["max_src_len"])
+
+
+# ------------------------------------------------------------------------------ output and resume
+
+
+@case("resume-without-checkpoint")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(), "--resume"], ["--resume"])
+
+
+@case("fresh-run-into-a-finished-run")
+def _(c: Ctx) -> Call:
+    run = c.tmp / "done"
+    shutil.copytree(c.run, run)
+    return Call(["train", c.yaml_config(), "--output-dir", run], [str(run)], keep=[run / "metrics.jsonl"])
+
+
+@case("resume-with-another-model")
+def _(c: Ctx) -> Call:
+    run = c.tmp / "done"
+    shutil.copytree(c.run, run)
+    return Call(["train", c.yaml_config(), "--output-dir", run, "--resume", "--set", "model.hidden_size=32"],
+                ["model.hidden_size"], keep=[run / "metrics.jsonl"])
+
+
+@case("resume-with-changed-corpus")
+def _(c: Ctx) -> Call:
+    run = c.tmp / "done"
+    shutil.copytree(c.run, run)
+    lines = c.corpus["train"].read_text(encoding="utf-8").splitlines(keepends=True)
+    changed = c.file("changed.tsv", "".join(lines[:-20]))
+
+    def edit(d: dict) -> None:
+        d["data"]["train"] = {"tsv": str(changed)}
+
+    return Call(["train", c.yaml_config(edit=edit), "--output-dir", run, "--resume"], ["changed.tsv"],
+                keep=[run / "metrics.jsonl"])
+
+
+@case("second-training-in-a-locked-output-dir")
+def _(c: Ctx) -> Call:
+    import fcntl
+
+    run = c.tmp / "busy"
+    run.mkdir()
+    holder = open(run / ".heed.lock", "a+")  # noqa: SIM115 (held until the process ends: another run)
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    holder.write(f"{os.getpid()}\n")
+    holder.flush()
+    _HELD.append(holder)
+    return Call(["train", c.yaml_config(), "--output-dir", run], [str(run), str(os.getpid())])
+
+
+_HELD: list[Any] = []
+
+
+# --------------------------------------------------------------------------- model directories
+
+
+@case("model-missing")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.tmp / "nomodel"], ["nomodel"], stdin="x\n")
+
+
+@case("model-empty-directory")
+def _(c: Ctx) -> Call:
+    (c.tmp / "empty").mkdir()
+    return Call(["translate", c.tmp / "empty"], ["empty"], stdin="x\n")
+
+
+@case("model-config-alias-bomb")
+def _(c: Ctx) -> Call:
+    model = c.model()
+    (model / "config.yaml").write_text(BOMB, encoding="utf-8")
+    return Call(["translate", model], ["config.yaml"], stdin="x\n")
+
+
+@case("model-config-duplicate-key")
+def _(c: Ctx) -> Call:
+    model = c.model()
+    text = (model / "config.yaml").read_text(encoding="utf-8")
+    (model / "config.yaml").write_text(text + "output_dir: again\n", encoding="utf-8")
+    return Call(["translate", model], ["config.yaml", "output_dir"], stdin="x\n")
+
+
+@case("model-weights-are-a-pickle")
+def _(c: Ctx) -> Call:
+    import pickle
+
+    model = c.model()
+    (model / "model.safetensors").write_bytes(pickle.dumps({"a": 1}))
+    return Call(["translate", model], ["model.safetensors"], stdin="x\n")
+
+
+@case("model-weights-truncated")
+def _(c: Ctx) -> Call:
+    model = c.model()
+    data = (model / "model.safetensors").read_bytes()
+    (model / "model.safetensors").write_bytes(data[: len(data) // 2])
+    return Call(["translate", model], ["model.safetensors"], stdin="x\n")
+
+
+@case("model-tokenizers-json-broken")
+def _(c: Ctx) -> Call:
+    model = c.model()
+    (model / "tokenizers.json").write_text("{not json", encoding="utf-8")
+    return Call(["translate", model], ["tokenizers.json"], stdin="x\n")
+
+
+@case("model-tokenizers-kind-edited")
+def _(c: Ctx) -> Call:
+    model = c.model()
+    text = (model / "tokenizers.json").read_text(encoding="utf-8")
+    assert '"char"' in text
+    (model / "tokenizers.json").write_text(text.replace('"char"', '"unigram"'), encoding="utf-8")
+    return Call(["translate", model], ["tokenizers.json"], stdin="x\n")
+
+
+@case("model-heed-json-missing")
+def _(c: Ctx) -> Call:
+    model = c.model()
+    (model / "heed.json").unlink()
+    return Call(["translate", model], ["model"], stdin="x\n")
+
+
+# ------------------------------------------------------------------------------------ translate
+
+
+@case("translate-device-tpu")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--device", "tpu"], ["device", "tpu"], stdin="x\n")
+
+
+@case("translate-bf16-without-cpu-support")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--bf16", "--device", "cpu"], ["--bf16", "bfloat16"], stdin="x\n",
+                env=AVX2_ONLY)
+
+
+@case("translate-stdin-closed")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run], ["stdin"], close_stdin=True, env={})
+
+
+@case("translate-input-missing")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--input", c.tmp / "in.txt"], ["in.txt"])
+
+
+@case("translate-input-is-a-directory")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--input", c.tmp], [str(c.tmp)])
+
+
+@case("translate-input-invalid-utf8")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--input", c.file("in.txt", b"1 May 2001\n\xff\n")], ["in.txt:2"])
+
+
+@case("translate-output-dev-full")
+def _(c: Ctx) -> Call:
+    full = c.full_device()
+    return Call(["translate", c.run, "-o", full], [str(full)], keep=[full], stdin="1 May 2001\n")
+
+
+@case("translate-output-is-a-directory")
+def _(c: Ctx) -> Call:
+    out = c.tmp / "outdir"
+    out.mkdir()
+    return Call(["translate", c.run, "-o", out], ["outdir"], keep=[out], stdin="1 May 2001\n")
+
+
+@case("translate-output-parent-is-a-file")
+def _(c: Ctx) -> Call:
+    parent = c.file("plain", "keep\n")
+    return Call(["translate", c.run, "-o", parent / "out.txt"], ["plain"], keep=[parent], stdin="1 May 2001\n")
+
+
+@case("translate-output-fifo-without-reader")
+def _(c: Ctx) -> Call:
+    fifo = c.fifo("out.fifo")
+    return Call(["translate", c.run, "-o", fifo], ["out.fifo"], keep=[fifo], stdin="1 May 2001\n")
+
+
+@case("translate-output-symlink-to-dev-full")
+def _(c: Ctx) -> Call:
+    link, full = c.tmp / "link.txt", c.full_device()
+    link.symlink_to(full)
+    return Call(["translate", c.run, "-o", link], ["link.txt"], keep=[link, full], stdin="1 May 2001\n")
+
+
+@case("translate-beam-zero")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--beam", "0"], ["--beam"], stdin="x\n")
+
+
+@case("translate-batch-size-zero")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--batch-size", "0"], ["--batch-size"], stdin="x\n")
+
+
+@case("translate-threads-zero")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--threads", "0"], ["--threads"], stdin="x\n")
+
+
+@case("translate-dictionary-missing")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--dictionary", c.tmp / "dict.tsv"], ["dict.tsv"], stdin="x\n")
+
+
+# ------------------------------------------------------------------------------------- evaluate
+
+
+@case("evaluate-ref-missing")
+def _(c: Ctx) -> Call:
+    return Call(["evaluate", c.run, "--src", c.corpus["test_src"], "--ref", c.tmp / "ref.txt"], ["ref.txt"])
+
+
+@case("evaluate-lengths-differ")
+def _(c: Ctx) -> Call:
+    ref = c.file("short.ref", "2001-05-01\n")
+    return Call(["evaluate", c.run, "--src", c.corpus["test_src"], "--ref", ref], ["short.ref"])
+
+
+@case("evaluate-plot-suffix")
+def _(c: Ctx) -> Call:
+    return Call(["evaluate", c.run, "--src", c.corpus["test_src"], "--ref", c.corpus["test_ref"],
+                 "--plot", c.tmp / "plot.bmp"], ["plot.bmp"])
+
+
+@case("evaluate-buckets-malformed")
+def _(c: Ctx) -> Call:
+    return Call(["evaluate", c.run, "--src", c.corpus["test_src"], "--ref", c.corpus["test_ref"],
+                 "--buckets", "1-x"], ["--buckets"])
+
+
+@case("evaluate-hyps-dev-full")
+def _(c: Ctx) -> Call:
+    full = c.full_device()
+    return Call(["evaluate", c.run, "--src", c.corpus["test_src"], "--ref", c.corpus["test_ref"],
+                 "--hyps", full], [str(full)], keep=[full])
+
+
+@case("evaluate-hyps-keeps-the-old-file-on-error")
+def _(c: Ctx) -> Call:
+    hyps = c.file("hyps.txt", "old\n")
+    ref = c.file("short.ref", "2001-05-01\n")
+    return Call(["evaluate", c.run, "--src", c.corpus["test_src"], "--ref", ref, "--hyps", hyps], ["short.ref"],
+                keep=[hyps])
+
+
+# ------------------------------------------------------------------------- attention, align, compare
+
+
+@case("attention-figure-suffix")
+def _(c: Ctx) -> Call:
+    return Call(["attention", c.run, "1 May 2001", "-o", c.tmp / "fig.bmp"], ["fig.bmp"])
+
+
+@case("attention-sentence-too-long")
+def _(c: Ctx) -> Call:
+    # A model trained on long inputs (max_src_len 5000): the input is not cut to a readable size.
+    model = c.model()
+    config = yaml.safe_load((model / "config.yaml").read_text(encoding="utf-8"))
+    config["data"]["max_src_len"] = 5000
+    (model / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    out = c.file("fig.png", b"old figure")
+    return Call(["attention", model, "1 May 2001 " * 400, "-o", out], ["tokens", "200"], keep=[out])
+
+
+@case("attention-output-is-a-directory")
+def _(c: Ctx) -> Call:
+    out = c.tmp / "fig.png"
+    out.mkdir()
+    return Call(["attention", c.run, "1 May 2001", "-o", out], ["fig.png"], keep=[out])
+
+
+@case("align-gold-line-count")
+def _(c: Ctx) -> Call:
+    gold = c.file("gold.align", "0-0\n")
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--gold", gold],
+                ["gold.align"])
+
+
+@case("align-gold-link-outside")
+def _(c: Ctx) -> Call:
+    n = len(c.corpus["test_src"].read_text(encoding="utf-8").splitlines())
+    gold = c.file("gold.align", "0-99\n" + "0-0\n" * (n - 1))
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--gold", gold],
+                ["gold.align:1"])
+
+
+@case("align-output-dev-full")
+def _(c: Ctx) -> Call:
+    full = c.full_device()
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "-o", full],
+                [str(full)], keep=[full])
+
+
+@case("compare-names-count")
+def _(c: Ctx) -> Call:
+    return Call(["compare", c.run, c.run, "--src", c.corpus["test_src"], "--ref", c.corpus["test_ref"],
+                 "--names", "a"], ["--names"])
+
+
+@case("demo-into-a-foreign-directory")
+def _(c: Ctx) -> Call:
+    other = c.tmp / "mine"
+    other.mkdir()
+    notes = c.file("mine/notes.txt", "keep me\n")
+    return Call(["demo", "--output-dir", other, "--quick"], ["mine"], keep=[notes])
+
+
+# ---------------------------------------------------------------------------------- NumPy engine
+
+
+@case("scratch-negative-hidden")
+def _(c: Ctx) -> Call:
+    return Call(["--hidden", "-5"], ["--hidden"], env={}, module="heed.scratch")
+
+
+@case("scratch-zero-epochs")
+def _(c: Ctx) -> Call:
+    return Call(["--epochs", "0"], ["--epochs"], env={}, module="heed.scratch")
+
+
+@case("scratch-unknown-language")
+def _(c: Ctx) -> Call:
+    return Call(["--languages", "en,xx"], ["languages", "xx"], env={}, module="heed.scratch")
+
+
+# ----------------------------------------------------------------------------------- the runner
+
+
+def snapshot(path: Path) -> tuple:
+    """What must not change: the kind of node, a link's target, a regular file's bytes."""
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        return ("link", os.readlink(path))
+    if stat.S_ISREG(info.st_mode):
+        return ("file", path.read_bytes())
+    if stat.S_ISDIR(info.st_mode):
+        return ("dir", sorted(p.name for p in path.iterdir()))
+    return ("node", stat.S_IFMT(info.st_mode), info.st_rdev)
+
+
+@dataclass
+class Outcome:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run_in_subprocess(call: Call) -> Outcome:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "80", **(call.env or {})}
+    kwargs: dict[str, Any] = {"stdin": subprocess.DEVNULL} if call.stdin is None else {"input": call.stdin}
+    if call.close_stdin:
+        kwargs = {"stdin": subprocess.DEVNULL, "preexec_fn": lambda: os.close(0)}
+    done = subprocess.run([sys.executable, "-m", call.module, *map(str, call.argv)], capture_output=True, text=True,
+                          env=env, timeout=TIME_LIMIT, **kwargs)
+    return Outcome(done.returncode, done.stdout, done.stderr)
+
+
+def run_in_process(call: Call) -> Outcome:
+    def too_long(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"no answer in {TIME_LIMIT} s: a hang")
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(TIME_LIMIT)
+    try:
+        result = CliRunner().invoke(app, [str(a) for a in call.argv], input=call.stdin)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        import traceback
+
+        trace = "".join(traceback.format_exception(result.exception))
+        return Outcome(1, result.stdout, f"{result.stderr}\nTraceback (escaped to the runner):\n{trace}")
+    return Outcome(result.exit_code, result.stdout, result.stderr)
+
+
+@pytest.fixture
+def ctx(tmp_path: Path, tiny_corpus, tiny_config, trained_run) -> Iterator[Ctx]:
+    yield Ctx(tmp_path, tiny_corpus, tiny_config, trained_run)
+    while _HELD:
+        _HELD.pop().close()
+
+
+def test_there_are_at_least_sixty_cases():
+    assert len(CASES) >= 60, len(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input_gets_one_clear_line_and_harms_nothing(name: str, ctx: Ctx) -> None:
+    call = CASES[name](ctx)
+    before = {path: snapshot(path) for path in call.keep}
+    outcome = run_in_subprocess(call) if call.env is not None else run_in_process(call)
+    assert "Traceback" not in outcome.stdout + outcome.stderr, outcome.stderr
+    assert outcome.code == 2, (outcome.code, outcome.stderr)
+    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
+    if lines and lines[0].lower().startswith("usage:"):
+        # An option's range or type, checked by click or argparse: their usual usage + error lines.
+        message = lines[-1]
+        assert "error" in message.lower(), outcome.stderr
+    else:
+        assert len(lines) == 1 and lines[0].startswith("error:"), outcome.stderr
+        message = lines[0]
+    for fragment in call.expect:
+        assert fragment in message, (fragment, message)
+    for path, was in before.items():
+        assert snapshot(path) == was, f"{path} changed"
