@@ -260,3 +260,12 @@ def test_translate_and_evaluate_in_bf16(word_run, tmp_path, write_lines):
     result = invoke("evaluate", word_run, "--src", src, "--ref", ref, "--bf16")
     assert result.exit_code == 0, result.output
     assert "exact match = 100.00% (3/3)" in result.stdout
+
+
+def test_stderr_lines_are_never_wrapped_when_it_is_not_a_terminal(capsys):
+    """Logs and hints must stay greppable and pasteable: rich wraps at 80 columns off a terminal."""
+    from heed.cli import _stderr
+
+    line = "step 100/2000 | epoch 0.50 | loss 2.3456 | lr 1.00e-03 | 12,345 tok/s | eta 23m45s " + "x" * 120
+    _stderr().print(line)
+    assert capsys.readouterr().err == line + "\n"

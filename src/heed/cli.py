@@ -665,8 +665,9 @@ def demo(
     from heed.demo import run_demo
 
     try:
-        run_demo(output_dir=output_dir, quick=quick, overrides=list(set_), console=Console(highlight=False),
-                 progress=progress)
+        # soft_wrap: a log off a terminal keeps each line whole (rich would wrap at 80 columns).
+        run_demo(output_dir=output_dir, quick=quick, overrides=list(set_),
+                 console=Console(highlight=False, soft_wrap=True), progress=progress)
     except KeyboardInterrupt:
         _stderr().print("\n[yellow]demo aborted[/]")
         raise typer.Exit(INTERRUPTED) from None

@@ -128,7 +128,7 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
     from heed.train import train
     from heed.viz import attention_grid, save_figure
 
-    console = console or Console(highlight=False)
+    console = console or Console(highlight=False, soft_wrap=True)
     started = time.perf_counter()
     output_dir = Path(output_dir)
     cfg = demo_config(output_dir=output_dir, quick=quick, overrides=overrides)
