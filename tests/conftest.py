@@ -2,8 +2,10 @@
 model trained once per session (tests that change it copy it first)."""
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +132,36 @@ def word_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     }
     train(config_from_dict(config))
     return directory / "out"
+
+
+# "Billion laughs": 9 levels of 9 aliases each, 9^9 (~387 million) strings once expanded, from a few
+# hundred bytes of text; anything that walks the loaded value (a deep copy, pydantic) never ends.
+ALIAS_BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+
+
+@pytest.fixture
+def alias_bomb() -> str:
+    """A YAML alias bomb (see ALIAS_BOMB)."""
+    return ALIAS_BOMB
+
+
+@contextlib.contextmanager
+def _deadline(seconds: int) -> Iterator[None]:
+    """Fail (not hang) if the block runs longer than `seconds`."""
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def deadline() -> Callable[[int], contextlib.AbstractContextManager[None]]:
+    """`with deadline(seconds):` fails the test, instead of hanging it, past `seconds`."""
+    return _deadline

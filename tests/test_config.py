@@ -1,7 +1,4 @@
-import contextlib
 import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -169,33 +166,12 @@ def test_shipped_recipe_loads_and_reads_the_shared_data_beside_the_repository(pa
         assert f.resolve().is_relative_to((REPO.parent / "shared" / "data").resolve()), f
 
 
-
 # ------------------------------------------------------------------ YAML that cannot hang heed
 
-# "Billion laughs": 9 levels of 9 aliases, 9^9 strings once expanded; the deep copy of the loaded
-# mapping used to run until memory ran out.
-BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-    f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
 
-
-@contextlib.contextmanager
-def deadline(seconds: int) -> Iterator[None]:
-    """Fail (not hang) if the block runs longer than `seconds`."""
-    def expire(signum: int, frame: object) -> None:
-        raise TimeoutError(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def test_alias_bomb_in_a_config_file_is_refused_quickly_naming_the_file(tmp_path):
+def test_alias_bomb_in_a_config_file_is_refused_quickly_naming_the_file(tmp_path, deadline, alias_bomb):
     path = tmp_path / "bomb.yaml"
-    path.write_text("data:\n  task: dates\nextra:\n  " + BOMB.replace("\n", "\n  "), encoding="utf-8")
+    path.write_text("data:\n  task: dates\nextra:\n  " + alias_bomb.replace("\n", "\n  "), encoding="utf-8")
     with deadline(10), pytest.raises(ConfigError) as e:
         load_config(path)
     assert str(e.value).startswith(f"{path}: invalid YAML: line 4, column 6: anchors and aliases")
@@ -215,7 +191,7 @@ def test_duplicate_key_in_a_config_file_names_the_key_and_the_second_line(tmp_pa
                             "keep one of the two")
 
 
-def test_a_huge_config_file_is_refused_by_size_without_reading_it_all(tmp_path):
+def test_a_huge_config_file_is_refused_by_size_without_reading_it_all(tmp_path, deadline):
     path = tmp_path / "huge.yaml"
     with open(path, "wb") as f:
         f.write(b"data: {task: dates}\n")
@@ -226,14 +202,14 @@ def test_a_huge_config_file_is_refused_by_size_without_reading_it_all(tmp_path):
                             "is this the right file?")
 
 
-def test_a_deeply_nested_config_is_a_config_error(tmp_path):
+def test_a_deeply_nested_config_is_a_config_error(tmp_path, deadline):
     path = tmp_path / "deep.yaml"
     path.write_text("data: {task: dates}\nx: " + "[" * 100_000 + "]" * 100_000 + "\n", encoding="utf-8")
     with deadline(20), pytest.raises(ConfigError, match=rf"^{path}: invalid YAML: line 2, column \d+: nested more"):
         load_config(path)
 
 
-def test_a_config_read_from_an_endless_device_is_refused_by_size():
+def test_a_config_read_from_an_endless_device_is_refused_by_size(deadline):
     with deadline(10), pytest.raises(ConfigError, match=r"^/dev/zero: too large for a YAML config"):
         load_config("/dev/zero")
 

@@ -2,35 +2,17 @@
 is written as what it is, never replaced by a regular file; every error names the user's path."""
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import signal
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from heed.errors import HeedError, ModelDirError, OutputError
 from heed.files import atomic_open, atomic_write_bytes, atomic_write_text, read_model_json
-
-
-@contextlib.contextmanager
-def deadline(seconds: int) -> Iterator[None]:
-    """Fail (not hang) if the block runs longer than `seconds`."""
-    def expire(signum: int, frame: object) -> None:
-        raise TimeoutError(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def leftovers(directory: Path) -> list[str]:
@@ -191,7 +173,7 @@ def test_a_dangling_symlink_creates_its_target(tmp_path):
     assert link.is_symlink() and (tmp_path / "later.txt").read_text() == "made"
 
 
-def test_a_fifo_with_a_reader_receives_the_data(tmp_path):
+def test_a_fifo_with_a_reader_receives_the_data(tmp_path, deadline):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
@@ -204,7 +186,7 @@ def test_a_fifo_with_a_reader_receives_the_data(tmp_path):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and leftovers(tmp_path) == []
 
 
-def test_a_fifo_without_a_reader_is_an_error_not_a_hang(tmp_path):
+def test_a_fifo_without_a_reader_is_an_error_not_a_hang(tmp_path, deadline):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     with deadline(10), pytest.raises(OutputError) as e:
