@@ -15,7 +15,6 @@ Every error is an OutputError naming the path as the user gave it, never the tem
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import stat
@@ -122,8 +121,7 @@ def _write_through(target: Path, mode: str, shown: str) -> Iterator[IO[Any]]:
             raise OutputError("no such device or file (heed creates no files under /dev or /proc)",
                               path=shown) from None
         raise _output_error(e, shown) from None
-    # Once open, writes should wait for a slow reader, not fail with EAGAIN.
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    os.set_blocking(fd, True)  # once open, writes wait for a slow reader instead of failing with EAGAIN
     text = {} if mode == "wb" else {"encoding": "utf-8", "newline": "\n"}
     f = os.fdopen(fd, mode, **text)
     try:
