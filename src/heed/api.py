@@ -17,6 +17,11 @@ never learnt to translate them anyway.
     t.translate(["Zoltan est là"], replace_unk=True, dictionary="fr-en.dict")  # <unk> -> source word
     a = t.align(["le chat dort"], ["the cat sleeps"])[0]   # forced decoding of a given translation
     a.pharaoh(), a.attention.shape                         # ('0-0 1-1 2-2', (3, 3)), word level
+
+    t.translate_nbest(["le 3 mars 1998"], beam=5, n_best=3)[0]          # 3 Translations, best first
+    t.translate(["le 3 mars 1998"], sampling=True, top_p=0.9, seed=1)    # a sample (reproducible)
+    t.translate(["le 3 mars 1998"], prefix=[["2", "0"]])                 # forced to start with "20"
+    e = t.explore(["le 3 mars 1998"], beam=3)[0]   # + the beam tree and each step's top tokens
 """
 from __future__ import annotations
 
@@ -42,13 +47,13 @@ from heed.checkpoint import load_model_dir
 from heed.config import Config, decode_length_problem
 from heed.data.batching import collate
 from heed.data.corpus import normalize
-from heed.data.vocab import EOS, SPECIALS, UNK
+from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from heed.errors import ConfigError, HeedError
 from heed.nn.layout import for_decoding
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec
 from heed.runtime import check_bf16, limit_onednn_cache, resolve_device
-from heed.search import DecodeConfig, translate_ids
+from heed.search import BeamTree, Decoded, DecodeConfig, translate_ids
 
 EOS_TOKEN = SPECIALS[EOS]
 UNK_TOKEN = SPECIALS[UNK]
@@ -66,6 +71,7 @@ class Translation:
                 </s>) looked, over the source tokens and the source's </s>; None for a model
                 without attention
     truncated:  source tokens dropped beyond the translator's max_src_len (0: all were read)
+    log_prob:   the model's log-probability of the output (its tokens and </s>), before penalties
     """
 
     text: str
@@ -74,6 +80,7 @@ class Translation:
     score: float
     attention: np.ndarray | None
     truncated: int = 0
+    log_prob: float = 0.0
 
     def labels(self) -> tuple[list[str], list[str]]:
         """(source labels, output labels) for the attention matrix's columns and rows."""
@@ -102,6 +109,43 @@ class Alignment:
     def pharaoh(self) -> str:
         """The links as one Pharaoh line, "0-0 1-2 2-1"."""
         return to_pharaoh(self.links)
+
+
+@dataclass(frozen=True)
+class BeamNode:
+    """A candidate beam search ranked: `token` appended to the output of node `parent`.
+
+    step: output position (-1: the root, before the first token); log_prob: cumulative; score: the
+    ranking score of a finished node, else its log_prob; status: "root", "kept", "finished" or
+    "pruned" (see heed.search.TreeNode)."""
+
+    id: int
+    parent: int | None
+    step: int
+    token: str
+    log_prob: float
+    score: float
+    status: str
+
+
+@dataclass(frozen=True)
+class Exploration:
+    """One sentence looked at closely (what the explorer page shows).
+
+    hypotheses:   the n-best Translations, best first (empty source: one empty Translation)
+    steps:        for the best hypothesis, one list per output position (its tokens, then </s>): the
+                  model's `alternatives` most likely tokens there as (token, log_prob), given the
+                  hypothesis' tokens before it (teacher forced; PAD and BOS left out)
+    beam:         the beam search tree, root first; None for greedy search and sampling
+    nodes:        for each hypothesis, its finished node in `beam` (None without a tree)
+    alignments:   for each hypothesis, its word Alignment (None for a model without attention)
+    """
+
+    hypotheses: list[Translation]
+    steps: list[list[tuple[str, float]]]
+    beam: list[BeamNode] | None
+    nodes: list[int | None]
+    alignments: list["Alignment | None"]
 
 
 class Translator:
@@ -156,9 +200,11 @@ class Translator:
     def translate(self, texts: Sequence[str], *, beam: int | None = None, batch_size: int = 64,
                   replace_unk: bool = False,
                   dictionary: Mapping[str, str] | str | os.PathLike[str] | None = None,
+                  prefix: Sequence[str | Sequence[str] | None] | None = None,
                   **decode: Any) -> list[Translation]:
-        """Translate `texts` (in input order). `beam`: beam size (default: the model's config);
-        other `decode` keywords override `DecodeConfig` fields (length_penalty=, max_len_b=, ...).
+        """Translate `texts` (in input order): the best hypothesis of each. `beam`: beam size
+        (default: the model's config); other `decode` keywords override `DecodeConfig` fields
+        (n_best=, length_penalty=, min_len=, sampling=, top_p=, seed=, ...).
         Sentences are batched longest first and put back in input order; an empty (or blank) text
         gives an empty translation without running the model. A source longer than `max_src_len`
         tokens is cut to its first `max_src_len` (`Translation.truncated` counts the rest).
@@ -167,36 +213,156 @@ class Translator:
         (`heed.align.replace_unknowns`; Luong et al. 2015b), translated by `dictionary` (a
         mapping, or a `src<TAB>tgt` file) where it has an entry, copied otherwise. `tokens`,
         `text` and the attention labels then show the replacements. A dictionary implies
-        `replace_unk`."""
+        `replace_unk`.
+
+        `prefix`: per text, the output's forced start: a target-side text (tokenized like a
+        reference) or a list of target tokens; None for no prefix. The search continues after it.
+
+        `sampling=True` draws instead of searching (temperature=, top_k=, top_p=); without a
+        `seed=` a fresh one is drawn, so give one to reproduce a sample."""
+        return [nbest[0] for nbest in self.translate_nbest(texts, beam=beam, batch_size=batch_size,
+                                                            replace_unk=replace_unk, dictionary=dictionary,
+                                                            prefix=prefix, **decode)]
+
+    def translate_nbest(self, texts: Sequence[str], *, beam: int | None = None, batch_size: int = 64,
+                        replace_unk: bool = False,
+                        dictionary: Mapping[str, str] | str | os.PathLike[str] | None = None,
+                        prefix: Sequence[str | Sequence[str] | None] | None = None,
+                        **decode: Any) -> list[list[Translation]]:
+        """As `translate`, but every sentence's n-best list (`n_best=` hypotheses, best first; fewer
+        only where the constraints leave fewer). An empty text gives one empty Translation."""
+        cfg = self.resolve_decode(beam, decode)
+        return [nbest for nbest, _ in self._run(texts, cfg, batch_size=batch_size, replace_unk=replace_unk,
+                                                dictionary=dictionary, prefix=prefix, trace=False)]
+
+    def explore(self, texts: Sequence[str], *, beam: int | None = None, alternatives: int = 5,
+                batch_size: int = 64, replace_unk: bool = False,
+                prefix: Sequence[str | Sequence[str] | None] | None = None, **decode: Any) -> list[Exploration]:
+        """Translate `texts` and keep what a person needs to see how: the n-best list, the beam
+        search tree, each output step's `alternatives` most likely tokens and the word alignments.
+        Takes `translate`'s options; costs more (a host copy per search step and one teacher-forced
+        pass), so use `translate` to translate."""
+        if alternatives < 1:
+            raise HeedError(f"alternatives must be at least 1, got {alternatives}")
+        cfg = self.resolve_decode(beam, decode)
+        runs = self._run(texts, cfg, batch_size=batch_size, replace_unk=replace_unk, dictionary=None,
+                         prefix=prefix, trace=True)
+        best = [nbest[0] for nbest, _ in runs]
+        steps = self._step_alternatives(best, alternatives, batch_size=batch_size)
+        out = []
+        for (nbest, decoded), alts in zip(runs, steps):
+            tree = None if decoded is None else decoded.tree
+            beam_nodes = None if tree is None else self._beam_nodes(tree)
+            nodes = [None] * len(nbest) if decoded is None else [h.node for h in decoded.hypotheses]
+            out.append(Exploration(nbest, alts, beam_nodes, nodes, [self.word_alignment(t) for t in nbest]))
+        return out
+
+    def _run(self, texts: Sequence[str], cfg: DecodeConfig, *, batch_size: int, replace_unk: bool,
+             dictionary: Mapping[str, str] | str | os.PathLike[str] | None,
+             prefix: Sequence[str | Sequence[str] | None] | None,
+             trace: bool) -> list[tuple[list[Translation], Decoded | None]]:
+        """Decode `texts`: per text, its n-best Translations and the search's raw Decoded (None for
+        an empty text, which is not decoded)."""
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of sentences; wrap a single one in a list")
-        cfg = self._decode_config(beam, decode)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         table = self._dictionary(dictionary)
         replace_unk = replace_unk or table is not None
         if replace_unk and not self.model.has_attention:
             raise HeedError("this model has no attention, so nothing says which source word an <unk> stands "
                             "for; translate without unknown-word replacement")
+        prefix_ids = self.prefix_ids(prefix, len(texts))
         full = [self.codec.src_tokens(t) for t in texts]
         src_tokens = [toks[: self.max_src_len] for toks in full]
         todo = [i for i, toks in enumerate(src_tokens) if toks]
         with self._precision():
-            hyps = translate_ids(self.model, [self.codec.src_vocab.encode(src_tokens[i]) for i in todo], cfg,
-                                 device=self.device, batch_size=batch_size)
-        out = [Translation("", [], [], 0.0, None if not self.model.has_attention else np.zeros((1, 1), np.float32))
-               for _ in texts]
-        for i, nbest in zip(todo, hyps):
-            best = nbest[0]
-            tokens, text = self.codec.decode_tgt(best.tokens)
-            attention = None if best.attention is None else best.attention.float().numpy()
-            if replace_unk and UNK_TOKEN in tokens:
-                assert attention is not None
-                # Rows: output tokens without </s>; columns: source tokens without </s>.
-                tokens = replace_unknowns(tokens, src_tokens[i], attention[: len(tokens), : len(src_tokens[i])],
-                                          unk=UNK_TOKEN, dictionary=table)
-                text = self.codec.tgt_tokenizer.detokenize(tokens)
-            out[i] = Translation(text, tokens, src_tokens[i], float(best.score), attention,
-                                 len(full[i]) - len(src_tokens[i]))
+            decoded = translate_ids(self.model, [self.codec.src_vocab.encode(src_tokens[i]) for i in todo], cfg,
+                                    device=self.device, batch_size=batch_size,
+                                    prefixes=None if prefix_ids is None else [prefix_ids[i] for i in todo],
+                                    trace=trace)
+        empty = Translation("", [], [], 0.0, None if not self.model.has_attention else np.zeros((1, 1), np.float32))
+        out: list[tuple[list[Translation], Decoded | None]] = [([empty], None) for _ in texts]
+        for i, result in zip(todo, decoded):
+            nbest = [self._translation(h.tokens, h.attention, float(h.score), float(h.log_prob), src_tokens[i],
+                                       len(full[i]) - len(src_tokens[i]), replace_unk, table)
+                     for h in result.hypotheses]
+            out[i] = (nbest or [empty], result)
         return out
+
+    def _translation(self, ids: list[int], attention: torch.Tensor | None, score: float, log_prob: float,
+                     src_tokens: list[str], truncated: int, replace_unk: bool,
+                     table: dict[str, str] | None) -> Translation:
+        tokens, text = self.codec.decode_tgt(ids)
+        matrix = None if attention is None else attention.float().numpy()
+        if replace_unk and UNK_TOKEN in tokens:
+            assert matrix is not None
+            # Rows: output tokens without </s>; columns: source tokens without </s>.
+            tokens = replace_unknowns(tokens, src_tokens, matrix[: len(tokens), : len(src_tokens)],
+                                      unk=UNK_TOKEN, dictionary=table)
+            text = self.codec.tgt_tokenizer.detokenize(tokens)
+        return Translation(text, tokens, src_tokens, score, matrix, truncated, log_prob)
+
+    def prefix_ids(self, prefix: Sequence[str | Sequence[str] | None] | None, count: int) -> list[list[int]] | None:
+        """Target ids of each text's forced prefix ([] for none); HeedError naming `prefix[k]` for a
+        wrong count, a special token or a token the target vocabulary lacks."""
+        if prefix is None:
+            return None
+        if isinstance(prefix, str) or len(prefix) != count:
+            raise HeedError(f"prefix must be a list with one entry per sentence ({count}); give None for no prefix")
+        vocab, out = self.codec.tgt_vocab, []
+        for k, entry in enumerate(prefix):
+            if entry is None:
+                out.append([])
+                continue
+            tokens = self.codec.tgt_tokens(entry) if isinstance(entry, str) else list(entry)
+            for token in tokens:
+                if not isinstance(token, str) or (token in SPECIALS and token != UNK_TOKEN) or (
+                        token not in vocab and token != UNK_TOKEN):
+                    raise HeedError(f"prefix[{k}]: {token!r} is not a token of the model's target vocabulary")
+            out.append(vocab.encode(tokens))
+        return out
+
+    def _step_alternatives(self, best: Sequence[Translation], k: int, *,
+                           batch_size: int) -> list[list[list[tuple[str, float]]]]:
+        """For each translation, per output position (tokens, then </s>), the model's k most likely
+        tokens there given the translation's tokens before it: one teacher-forced pass per batch."""
+        vocab = self.codec.tgt_vocab
+        examples = [(self.codec.src_vocab.encode(t.src_tokens), vocab.encode(t.tokens)) for t in best]
+        todo = [i for i, t in enumerate(best) if t.src_tokens]
+        out: list[list[list[tuple[str, float]]]] = [[] for _ in best]
+        k = min(k, len(vocab) - 2)  # PAD and BOS are never candidates
+        with torch.inference_mode(), self._precision():
+            for start in range(0, len(todo), batch_size):
+                group = todo[start : start + batch_size]
+                batch = collate([examples[i] for i in group], group).to(self.device)
+                logits = self.model(batch.src, batch.src_lengths, batch.tgt_in).logits  # (batch, tgt_len, vocab)
+                logp = torch.log_softmax(logits.float(), dim=-1)
+                logp[..., [PAD, BOS]] = float("-inf")
+                values, ids = (x.cpu().tolist() for x in logp.topk(k, dim=-1))  # (batch, tgt_len, k)
+                for row, i in enumerate(group):
+                    out[i] = [[(vocab.lookup(t), lp) for t, lp in zip(ids[row][j], values[row][j])]
+                              for j in range(len(examples[i][1]) + 1)]
+        return out
+
+    def _beam_nodes(self, tree: BeamTree) -> list[BeamNode]:
+        vocab = self.codec.tgt_vocab
+        return [BeamNode(n.id, n.parent, n.step, SPECIALS[BOS] if n.token is None else vocab.lookup(n.token),
+                         n.log_prob, n.score, n.status) for n in tree.nodes]
+
+    def word_alignment(self, translation: Translation) -> "Alignment | None":
+        """The word alignment behind a translation: its token attention lifted to whitespace words
+        (source pieces summed, output pieces averaged; `heed.align.word_attention`), each output
+        word linked to the source word with the most weight. None without attention."""
+        if translation.attention is None:
+            return None
+        src_ids = self.codec.src_tokenizer.word_ids(translation.src_tokens)
+        tgt_ids = self.codec.tgt_tokenizer.word_ids(translation.tokens)
+        matrix = word_attention(translation.attention[: len(translation.tokens), : len(translation.src_tokens)],
+                                src_ids, tgt_ids)  # (tgt_words, src_words)
+        return Alignment(_words(self.codec.src_tokenizer, translation.src_tokens, src_ids),
+                         _words(self.codec.tgt_tokenizer, translation.tokens, tgt_ids),
+                         matrix.astype(np.float32), hard_alignment(matrix))
 
     @staticmethod
     def _dictionary(dictionary: Mapping[str, str] | str | os.PathLike[str] | None) -> dict[str, str] | None:
@@ -253,6 +419,15 @@ class Translator:
         """Translate one sentence; returns the text."""
         return self.translate([text], **kwargs)[0].text
 
+    def resolve_decode(self, beam: int | None = None, overrides: Mapping[str, Any] | None = None) -> DecodeConfig:
+        """The model's decode config with `beam` and `overrides` (DecodeConfig fields) applied, and,
+        for sampling without a seed, a fresh seed (so the config says how to draw the same again).
+        A bad value is a ConfigError naming `decode.FIELD`."""
+        cfg = self._decode_config(beam, dict(overrides or {}))
+        if cfg.sampling and cfg.seed is None:
+            cfg = cfg.model_copy(update={"seed": int(torch.randint(0, 2**31 - 1, ()).item())})
+        return cfg
+
     def _decode_config(self, beam: int | None, overrides: dict[str, Any]) -> DecodeConfig:
         update = dict(overrides)
         if beam is not None:
@@ -264,7 +439,10 @@ class Translator:
             cfg = DecodeConfig.model_validate({**self.config.decode.model_dump(), **update})
         except ValidationError as e:
             err = e.errors(include_url=False)[0]
-            field = ".".join(str(p) for p in err["loc"]) or None
+            # A check across fields (n_best <= beam_size) has no location; its message starts with the field.
+            first_word = err["msg"].removeprefix("Value error, ").split(" ")[0]
+            field = ".".join(str(p) for p in err["loc"]) or (first_word if first_word in DecodeConfig.model_fields
+                                                             else None)
             raise ConfigError(err["msg"].removeprefix("Value error, "), field=f"decode.{field}" if field else "decode") from None
         problem = decode_length_problem(cfg)
         if problem is not None:
@@ -272,4 +450,13 @@ class Translator:
         return cfg
 
 
-__all__ = ["Alignment", "Translation", "Translator"]
+def _words(tokenizer: Any, tokens: list[str], word_ids: list[int | None]) -> list[str]:
+    """The whitespace words `tokens` make, by `word_ids` (Tokenizer.word_ids)."""
+    pieces: dict[int, list[str]] = {}
+    for token, word in zip(tokens, word_ids):
+        if word is not None:
+            pieces.setdefault(word, []).append(token)
+    return [tokenizer.detokenize(pieces[w]).strip() for w in sorted(pieces)]
+
+
+__all__ = ["Alignment", "BeamNode", "Exploration", "Translation", "Translator"]

@@ -49,12 +49,14 @@ class Hypothesis:
     log_prob:  raw sum of token log-probabilities, EOS included
     attention: (len(tokens) + 1, src_len) the weights behind each output token and EOS, cut to the
                real length of this source (on the CPU); None for a model without attention
+    node:      with `beam_search(..., trees=[])`, the id of the node that finished it in its tree
     """
 
     tokens: list[int]
     score: float
     log_prob: float
     attention: Tensor | None = None
+    node: int | None = None  # its finished node in the sentence's BeamTree, when the search was traced
 
 
 class DecodeConfig(BaseModel):
@@ -74,10 +76,22 @@ class DecodeConfig(BaseModel):
                              description="max output tokens = floor(a * src_len + b), EOS not counted")
     max_len_b: int = Field(10, ge=0)
     no_repeat_ngram: int = Field(0, ge=0, description="forbid repeating any n-gram of this size; 0 = off")
+    sampling: bool = Field(False, description="draw n_best samples per sentence instead of searching "
+                                              "(beam_size must be 1)")
+    temperature: float = Field(1.0, gt=0.0, description="sampling: divide the logits by this; < 1 is sharper")
+    top_k: int = Field(0, ge=0, description="sampling: draw from the k most likely tokens only; 0 = all")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="sampling: draw from the smallest set of tokens "
+                                                          "whose probability reaches p (nucleus); 1 = all")
+    seed: int | None = Field(None, ge=0, description="sampling: the random seed; the same seed and source give "
+                                                     "the same samples in any batch (None: a fresh seed)")
 
     @model_validator(mode="after")
     def _check(self) -> "DecodeConfig":
-        if self.n_best > self.beam_size:
+        if self.sampling:
+            if self.beam_size != 1:
+                raise ValueError(f"sampling draws n_best samples instead of a beam search; set beam_size to 1 "
+                                 f"(it is {self.beam_size})")
+        elif self.n_best > self.beam_size:
             raise ValueError(f"n_best ({self.n_best}) cannot exceed beam_size ({self.beam_size})")
         return self
 
@@ -145,17 +159,23 @@ def _block_ngrams(logp: Tensor, seq: Tensor, n: int) -> None:
 
 
 def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Tensor, cfg: DecodeConfig,
-                    model: Any, *, may_be_full: bool) -> Tensor:
+                    model: Any, *, may_be_full: bool, prefix: Prefix | None = None) -> Tensor:
     """log p(y_t | y_<t, x) with the search's constraints applied, for output position t.
 
     logits (rows, vocab); seq (rows, t) emitted tokens or None; row_max_len (rows,) long;
     may_be_full: whether any row may have reached its max_len (known on the host, so the common
-    case skips the forced-EOS pass over (rows, vocab)).
+    case skips the forced-EOS pass over (rows, vocab)); prefix: the rows' forced prefixes, or None.
     Returns (rows, vocab): -inf for PAD and BOS, for EOS before min_len, for n-gram repeats, and
-    for everything but EOS once a row has max_len tokens (forced EOS keeps its model log-prob)."""
+    for everything but EOS once a row has max_len tokens (forced EOS keeps its model log-prob);
+    a row still inside its forced prefix gets -inf for every token but the forced one, which
+    keeps its model log-prob whatever the constraints say."""
     logp = torch.log_softmax(logits.float(), dim=-1)  # (rows, vocab) a fresh tensor: edited in place
     eos = model.eos_id
     raw_eos = logp[:, eos].clone() if may_be_full else None  # (rows,)
+    forced = None
+    if prefix is not None and t < prefix.tokens.size(1):
+        forced_token = prefix.tokens[:, t:t + 1]  # (rows, 1)
+        forced = (prefix.lengths > t, forced_token, logp.gather(1, forced_token))  # (rows,), (rows, 1), (rows, 1)
     for banned in {model.pad_id, model.bos_id} - {eos}:
         logp[:, banned] = NEG_INF
     if t < cfg.min_len:
@@ -166,7 +186,44 @@ def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Ten
         full = row_max_len <= t  # (rows,) output full: EOS only
         logp.masked_fill_(full.unsqueeze(1), NEG_INF)
         logp[:, eos] = torch.where(full, raw_eos, logp[:, eos])
+    if forced is not None:
+        inside, forced_token, raw = forced
+        logp.masked_fill_(inside.unsqueeze(1), NEG_INF)
+        logp.scatter_(1, forced_token, torch.where(inside.unsqueeze(1), raw, logp.gather(1, forced_token)))
     return logp
+
+
+class Prefix(NamedTuple):
+    """Forced output prefixes: row r must start with tokens[r, :lengths[r]] (no BOS, no EOS).
+
+    tokens (rows, prefix_len) long, right-padded with PAD; lengths (rows,) long, 0 = no prefix.
+    The search continues after the prefix; its tokens keep their model log-probabilities, so a
+    hypothesis' score is the model's score of the whole output, prefix included."""
+
+    tokens: Tensor
+    lengths: Tensor
+
+    def select(self, rows: Tensor) -> "Prefix":
+        return Prefix(self.tokens.index_select(0, rows), self.lengths.index_select(0, rows))
+
+    def repeat(self, times: int) -> "Prefix":
+        """Each row `times` times in a row (one per beam or sample)."""
+        return Prefix(self.tokens.repeat_interleave(times, 0), self.lengths.repeat_interleave(times, 0))
+
+    @staticmethod
+    def of(prefixes: Sequence[Sequence[int]], *, pad_id: int, device: torch.device | str = "cpu") -> "Prefix":
+        """From one list of ids per row (an empty list: no prefix)."""
+        width = max(1, max(map(len, prefixes), default=0))
+        tokens = torch.full((len(prefixes), width), pad_id, dtype=torch.long)
+        for r, ids in enumerate(prefixes):
+            tokens[r, :len(ids)] = torch.tensor(list(ids), dtype=torch.long)
+        lengths = torch.tensor([len(ids) for ids in prefixes], dtype=torch.long)
+        return Prefix(tokens.to(device), lengths.to(device))
+
+
+def _with_prefix(max_len: Tensor, prefix: Prefix | None) -> Tensor:
+    """max_len (batch,) raised to each forced prefix's length: a prefix is never cut."""
+    return max_len if prefix is None else torch.maximum(max_len, prefix.lengths)
 
 
 def _extremes(max_len: Tensor) -> tuple[int, int]:
@@ -211,26 +268,93 @@ def _to_hypotheses(tokens: Tensor, lengths: Tensor, scores: Tensor, log_probs: T
 
 
 @torch.inference_mode()
-def greedy_search(model: Any, src: Tensor, src_lengths: Tensor,
-                  cfg: DecodeConfig | None = None) -> list[Hypothesis]:
+def greedy_search(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig | None = None, *,
+                  prefix: Prefix | None = None) -> list[Hypothesis]:
     """The most likely token at every step, for the whole batch at once.
 
     src (batch, src_len), src_lengths (batch,). Returns one Hypothesis per sentence.
-    `beam_size` and `n_best` are ignored; every other field of `cfg` applies.
+    `beam_size`, `n_best` and the sampling fields are ignored; every other field of `cfg` applies.
+    `prefix`: outputs forced to start with these tokens (one row per sentence).
     Put the model in eval mode first (search does not change it)."""
-    cfg = cfg or DecodeConfig()
+    return _left_to_right(model, src, src_lengths, cfg or DecodeConfig(), prefix=prefix, noise=None)
+
+
+class GumbelNoise:
+    """Per-sentence random streams for sampling, so a sentence draws the same samples alone as in
+    any batch: sentence b's `samples` rows read one (samples, vocab) block a step from a generator
+    seeded with `seed`, whatever the other sentences do.
+
+    Sampling by the Gumbel-max trick: argmax(log p + G), G = -log(-log U), U ~ uniform(0, 1),
+    draws from p exactly (Gumbel 1954; Maddison et al. 2014), and needs only per-row noise."""
+
+    def __init__(self, batch: int, samples: int, seed: int) -> None:
+        self.samples = samples
+        self.generators = [torch.Generator().manual_seed(seed) for _ in range(batch)]
+
+    def __call__(self, rows: Tensor, vocab: int) -> Tensor:
+        """Noise (n, vocab) for the active rows (n,), numbered sentence * samples + k. Every
+        sentence with an active row draws its whole block, used or not, so its stream stays
+        aligned with the step whatever its other samples did."""
+        sentences = torch.unique(rows // self.samples)  # sorted
+        blocks = torch.stack([torch.rand(self.samples, vocab, generator=self.generators[b])
+                              for b in sentences.tolist()])  # (sentences, samples, vocab)
+        slot = torch.searchsorted(sentences, rows // self.samples) * self.samples + rows % self.samples  # (n,)
+        u = blocks.view(-1, vocab)[slot.cpu()].clamp_(min=1e-20, max=1.0 - 1e-7)
+        return (-torch.log(-torch.log(u))).to(rows.device)
+
+
+def _sampling_log_probs(logp: Tensor, cfg: DecodeConfig) -> Tensor:
+    """The distribution samples are drawn from: the search's constrained log-probs (rows, vocab)
+    sharpened by `temperature`, cut to the `top_k` most likely tokens and to the nucleus `top_p`
+    (Holtzman et al. 2020: the fewest tokens, most likely first, whose probability reaches p).
+    Returns (rows, vocab) unnormalised log-weights, -inf outside."""
+    x = logp / cfg.temperature
+    if cfg.top_k and cfg.top_k < x.size(1):
+        kth = x.topk(cfg.top_k, dim=1).values[:, -1:]  # (rows, 1)
+        x = x.masked_fill(x < kth, NEG_INF)
+    if cfg.top_p < 1.0:
+        sorted_x, order = x.sort(dim=1, descending=True)
+        probs = torch.softmax(sorted_x, dim=1)
+        before = probs.cumsum(dim=1) - probs  # (rows, vocab) probability of the tokens ranked above
+        cut = before >= cfg.top_p  # the first token is never cut
+        x = x.scatter(1, order, sorted_x.masked_fill(cut, NEG_INF))
+    return x
+
+
+@torch.inference_mode()
+def sample(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, *,
+           prefix: Prefix | None = None) -> list[list[Hypothesis]]:
+    """Draw `cfg.n_best` outputs per sentence from the model (temperature, top-k, nucleus), best
+    score first. A sample's score is the model's own (untempered) log-probability of it, with the
+    length and coverage penalties as in search. `cfg.seed` must be set (the caller picks one).
+
+    src (batch, src_len), src_lengths (batch,); prefix: one row per sentence, or None."""
+    if cfg.seed is None:
+        raise ValueError("sample() needs cfg.seed; pick one (e.g. from torch.seed()) and report it")
+    k, batch = cfg.n_best, src.size(0)
+    rows = torch.arange(batch, device=src.device).repeat_interleave(k)  # (batch * k,) sentence of each row
+    noise = GumbelNoise(batch, k, cfg.seed)
+    hyps = _left_to_right(model, src.index_select(0, rows), src_lengths.index_select(0, rows), cfg,
+                          prefix=None if prefix is None else prefix.repeat(k), noise=noise)
+    return [sorted(hyps[b * k:(b + 1) * k], key=lambda h: -h.score) for b in range(batch)]
+
+
+def _left_to_right(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, *,
+                   prefix: Prefix | None, noise: GumbelNoise | None) -> list[Hypothesis]:
+    """One token a step for every row: the most likely one (noise None) or a sample (Gumbel-max
+    with `noise`). src (rows, src_len), src_lengths (rows,). Returns one Hypothesis per row."""
     batch, device = src.size(0), src.device
     enc = model.encode(src, src_lengths)
     src_mask = enc.mask  # (batch, src_len)
     state = model.init_state(enc)
-    max_len = max_output_lengths(src_lengths, cfg).to(device)  # (batch,)
+    max_len = _with_prefix(max_output_lengths(src_lengths, cfg).to(device), prefix)  # (batch,)
     shortest, longest = _extremes(max_len)
     steps = longest + 1
 
     # A sentence that has emitted EOS leaves the batch (as in beam_search): `active` holds the ids
     # of the n sentences still decoding; the per-step outputs are scattered back to all of them.
     active = torch.arange(batch, device=device)  # (n,)
-    act_max_len = max_len
+    act_max_len, act_prefix = max_len, prefix
     prev = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)  # (n,)
     log_prob = torch.zeros(batch, device=device)
     seq = src.new_zeros(batch, 0) if cfg.no_repeat_ngram else None  # (n, t)
@@ -241,8 +365,13 @@ def greedy_search(model: Any, src: Tensor, src_lengths: Tensor,
         out = model.step(prev, state, enc)
         attn = _checked_attention(out.attention, cfg)
         logp = _step_log_probs(out.logits, t, seq, act_max_len, cfg, model,
-                               may_be_full=t >= shortest)  # (n, vocab)
-        best, token = logp.max(dim=-1)  # (n,)
+                               may_be_full=t >= shortest, prefix=act_prefix)  # (n, vocab)
+        if noise is None:
+            best, token = logp.max(dim=-1)  # (n,)
+        else:
+            drawn = _sampling_log_probs(logp, cfg) + noise(active, logp.size(1))  # (n, vocab)
+            token = drawn.argmax(dim=-1)
+            best = logp.gather(1, token.unsqueeze(1)).squeeze(1)
         if t >= shortest:
             token = token.masked_fill(act_max_len <= t, model.eos_id)  # even if the model gives EOS -inf
         log_prob = log_prob + best if n == batch else log_prob.index_add(0, active, best)
@@ -265,6 +394,8 @@ def greedy_search(model: Any, src: Tensor, src_lengths: Tensor,
             keep = (~done).nonzero().squeeze(1)  # (n',)
             active, prev, act_max_len = active[keep], prev[keep], act_max_len[keep]
             state, enc = state.select(keep), enc.select(keep)
+            if act_prefix is not None:
+                act_prefix = act_prefix.select(keep)
             if seq is not None:
                 seq = seq[keep]
 
@@ -376,12 +507,13 @@ def _prune(cand_log_prob: Tensor, token: Tensor, parent_row: Tensor, beam: int,
            eos_id: int) -> tuple[Tensor, Tensor, Tensor]:
     """The `beam` best non-EOS candidates become the live beams.
 
-    Inputs (batch, 2 * beam). Returns cum_log_prob, token, parent_row, each (batch * beam,);
-    a beam with no finite candidate left is dead (-inf) and is never finished."""
+    Inputs (batch, 2 * beam). Returns cum_log_prob, token, parent_row, each (batch * beam,), and
+    the candidates picked (batch, beam); a beam with no finite candidate left is dead (-inf) and is
+    never finished."""
     key = cand_log_prob.masked_fill(token == eos_id, NEG_INF)
     _, pick = key.topk(beam, dim=1)  # (batch, beam)
     live = key.gather(1, pick)
-    return live.view(-1), token.gather(1, pick).view(-1), parent_row.gather(1, pick).view(-1)
+    return live.view(-1), token.gather(1, pick).view(-1), parent_row.gather(1, pick).view(-1), pick
 
 
 def _is_done(fin: _Finished, cum_log_prob: Tensor, max_len: Tensor, cfg: DecodeConfig) -> Tensor:
@@ -434,13 +566,16 @@ def _backtrack(fin_step: Tensor, fin_row: Tensor, tok_hist: Tensor, back_hist: T
 
 
 @torch.inference_mode()
-def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
-                cfg: DecodeConfig | None = None) -> list[list[Hypothesis]]:
+def beam_search(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig | None = None, *,
+                prefix: Prefix | None = None, trees: list[BeamTree] | None = None) -> list[list[Hypothesis]]:
     """Beam search for the whole batch at once, vectorised over batch * beam.
 
     src (batch, src_len), src_lengths (batch,). Returns, per sentence, up to n_best hypotheses,
     best score first (fewer only when the constraints leave fewer finite ones, e.g. min_len with
     n-gram blocking on a tiny vocabulary). Put the model in eval mode first.
+    `prefix`: outputs forced to start with these tokens (one row per sentence); the beam widens
+    after them. `trees`: a list to receive one BeamTree per sentence (the candidates of every
+    step, kept, finished and pruned), and each hypothesis' `node`; it costs a host copy a step.
 
     Each step: log-probs of every live beam (_step_log_probs) -> the 2 * beam best extensions
     per sentence (_select_top) -> EOS ones among the top beam finish
@@ -463,9 +598,11 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
         attention=None if first.attention is None else first.attention.index_select(0, copies))
     prev, state = None, None  # the inputs of step t > 0, set at the end of step t - 1
     enc = enc.repeat(beam)  # batch * beam decoder rows, beam per source
-    max_len = max_output_lengths(src_lengths, cfg).to(device)  # (batch,)
+    max_len = _with_prefix(max_output_lengths(src_lengths, cfg).to(device), prefix)  # (batch,)
     shortest, longest = _extremes(max_len)
     steps = longest + 1
+    row_prefix = None if prefix is None else prefix.repeat(beam)  # the beams of a sentence share its prefix
+    recorded: list[_TraceStep] = []
 
     # A sentence that is done leaves the batch: its rows are dropped from the state and the
     # encoder output, so the late steps run only for the sentences still searching. `active`
@@ -493,7 +630,7 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
         out = model.step(prev, state, enc) if t else first_rows
         attn = _checked_attention(out.attention, cfg)
         logp = _step_log_probs(out.logits, t, seq, row_max_len, cfg, model,
-                               may_be_full=t >= shortest)  # (n * beam, vocab)
+                               may_be_full=t >= shortest, prefix=row_prefix)  # (n * beam, vocab)
         cand_lp, token, parent = _select_top(cum, logp, beam)  # (n, 2 * beam)
         local_parent = parent + first_row  # rows of this input
         global_parent = parent + global_first_row
@@ -506,7 +643,9 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
         act_fin = _finish(act_fin, cand_lp[:, :beam], token[:, :beam], global_parent[:, :beam], t,
                           cand_coverage, act_mask, cfg, model.eos_id)
 
-        cum, live_token, back = _prune(cand_lp, token, local_parent, beam, model.eos_id)  # (n * beam,)
+        cum, live_token, back, picked = _prune(cand_lp, token, local_parent, beam, model.eos_id)  # (n * beam,)
+        if trees is not None:
+            recorded.append(_TraceStep(active.cpu(), cand_lp.cpu(), token.cpu(), parent.cpu(), picked.cpu()))
         done = _is_done(act_fin, cum.view(n, beam), act_max_len, cfg)  # (n,)
 
         # history: the new live beam k of sentence b is global row b * beam + k, like its input row
@@ -527,6 +666,8 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
             cum, live_token = cum[keep_rows], live_token[keep_rows]
             enc = enc.select(keep)
             act_mask, act_max_len, row_max_len = act_mask[keep], act_max_len[keep], row_max_len[keep_rows]
+            if row_prefix is not None:
+                row_prefix = row_prefix.select(keep_rows)
             first_row, global_first_row = first_row[:keep.numel()], (active * beam).unsqueeze(1)
         if seq is not None:
             seq = torch.cat([seq.index_select(0, back), live_token.unsqueeze(1)], dim=1)
@@ -541,28 +682,138 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor,
                                    torch.stack(attn_hist) if attn_hist else None, model.eos_id, model.pad_id)
     hyps = _to_hypotheses(tokens, fin_step, fin.score.reshape(-1), fin.log_prob.reshape(-1), attention,
                           src_lengths.repeat_interleave(cfg.n_best))
+    if trees is not None:
+        trees.extend(_build_trees(recorded, batch, beam, model.eos_id, hyps, fin.step.cpu(), fin.row.cpu(), cfg))
     valid = torch.isfinite(fin.score).cpu().tolist()  # (batch, n_best) empty slots are -inf
     return [[h for h, ok in zip(hyps[b * cfg.n_best:(b + 1) * cfg.n_best], valid[b]) if ok]
             for b in range(batch)]
 
 
-def search(model: Any, src: Tensor, src_lengths: Tensor,
-           cfg: DecodeConfig | None = None) -> list[list[Hypothesis]]:
-    """Decode a batch: greedy for beam_size 1, else beam search. Returns n_best hypotheses per
-    sentence, best first."""
+# ---------------------------------------------------------------------------------------------
+# The search tree, for people: what beam search kept, finished and pruned at every step.
+
+
+@dataclass
+class TreeNode:
+    """One candidate of one step: `token` appended to its `parent` node's output.
+
+    step: the output position (-1 for the root, before the first token); log_prob: cumulative;
+    score: the ranking score of a finished node (its hypothesis' score where it is in the n-best;
+    else log_prob / lp, without the coverage penalty), else its log_prob;
+    status: "root", "kept" (live in the beam), "finished" (ended with EOS among the step's best
+    `beam`) or "pruned" (among the step's 2 * beam best candidates, but dropped)."""
+
+    id: int
+    parent: int | None
+    step: int
+    token: int | None
+    log_prob: float
+    score: float
+    status: str
+
+
+@dataclass
+class BeamTree:
+    """Every finite candidate beam search ranked for one sentence, as a tree rooted at BOS."""
+
+    nodes: list[TreeNode]
+
+
+class _TraceStep(NamedTuple):
+    """One step's candidates, copied to the CPU: active (n,) sentence ids; cand_log_prob, token,
+    parent (n, 2 * beam) with parent the live beam slot extended; picked (n, beam) the candidates
+    that live on, by column."""
+
+    active: Tensor
+    cand_log_prob: Tensor
+    token: Tensor
+    parent: Tensor
+    picked: Tensor
+
+
+def _build_trees(recorded: Sequence[_TraceStep], batch: int, beam: int, eos_id: int, hyps: Sequence[Hypothesis],
+                 fin_step: Tensor, fin_row: Tensor, cfg: DecodeConfig) -> list[BeamTree]:
+    """One BeamTree per sentence from the recorded steps; sets each finished hypothesis' `node`.
+    hyps (batch * n_best) with fin_step, fin_row (batch, n_best) as beam_search keeps them."""
+    trees = [BeamTree([TreeNode(0, None, -1, None, 0.0, 0.0, "root")]) for _ in range(batch)]
+    live = [[0] * beam for _ in range(batch)]  # node id of each live beam slot; only slot 0 at first
+    finished: dict[tuple[int, int, int], int] = {}  # (sentence, step, parent slot) -> node id
+    for t, rec in enumerate(recorded):
+        lp, tok, par, picked = (x.tolist() for x in rec[1:])
+        for i, b in enumerate(rec.active.tolist()):
+            nodes, slot_node = trees[b].nodes, {}
+            kept = {c: k for k, c in enumerate(picked[i])}
+            for c in range(2 * beam):
+                if lp[i][c] == NEG_INF:
+                    continue
+                if c < beam and tok[i][c] == eos_id:
+                    status = "finished"
+                    score = lp[i][c] / float(length_penalty(torch.tensor(t + 1), cfg.length_penalty))
+                elif c in kept:
+                    status, score = "kept", lp[i][c]
+                else:
+                    status, score = "pruned", lp[i][c]
+                node = TreeNode(len(nodes), live[b][par[i][c]], t, tok[i][c], lp[i][c], score, status)
+                nodes.append(node)
+                if status == "finished":
+                    finished[(b, t, par[i][c])] = node.id
+                elif status == "kept":
+                    slot_node[kept[c]] = node.id
+            live[b] = [slot_node.get(k, 0) for k in range(beam)]
+    n_best = fin_step.size(1)
+    for b in range(batch):
+        for j in range(n_best):
+            h = hyps[b * n_best + j]
+            node = finished.get((b, int(fin_step[b, j]), int(fin_row[b, j]) - b * beam))
+            if node is not None:
+                h.node = node
+                trees[b].nodes[node].score = h.score
+    return trees
+
+
+def search(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig | None = None, *,
+           prefix: Prefix | None = None, trees: list[BeamTree | None] | None = None) -> list[list[Hypothesis]]:
+    """Decode a batch: sampling when `cfg.sampling`, else greedy for beam_size 1 and beam search
+    above. Returns n_best hypotheses per sentence, best first. `trees` receives one BeamTree per
+    sentence from beam search, None per sentence from greedy search and sampling."""
     cfg = cfg or DecodeConfig()
-    if cfg.beam_size == 1:
-        return [[h] for h in greedy_search(model, src, src_lengths, cfg)]
-    return beam_search(model, src, src_lengths, cfg)
+    if cfg.sampling:
+        out = sample(model, src, src_lengths, cfg, prefix=prefix)
+    elif cfg.beam_size == 1:
+        out = [[h] for h in greedy_search(model, src, src_lengths, cfg, prefix=prefix)]
+    else:
+        found: list[BeamTree] = []
+        out = beam_search(model, src, src_lengths, cfg, prefix=prefix, trees=found if trees is not None else None)
+        if trees is not None:
+            trees.extend(found)
+        return out
+    if trees is not None:
+        trees.extend([None] * len(out))
+    return out
+
+
+class Decoded(NamedTuple):
+    """What `translate_ids` gives for one source: its n-best hypotheses, best first, and, when
+    traced, its beam search tree (None for greedy search and sampling)."""
+
+    hypotheses: list[Hypothesis]
+    tree: BeamTree | None = None
 
 
 def translate_ids(model: Any, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, device: torch.device,
-                  batch_size: int = 64) -> list[list[Hypothesis]]:
-    """n-best Hypotheses for every source (ids without specials), in input order; sentences of
-    similar length are batched together."""
-    results: list[list[Hypothesis]] = [[] for _ in src_ids]
+                  batch_size: int = 64, prefixes: Sequence[Sequence[int]] | None = None,
+                  trace: bool = False) -> list[Decoded]:
+    """Decode every source (ids without specials), in input order; sentences of similar length are
+    batched together. `prefixes`: per source, output ids to force at the start ([] for none);
+    `trace`: also return beam search trees."""
+    results: list[Decoded] = [Decoded([]) for _ in src_ids]
     for batch in sentence_batches(src_ids, batch_size=batch_size):
         batch = batch.to(device)
-        for k, hyps in zip(batch.indices.tolist(), search(model, batch.src, batch.src_lengths, cfg)):
-            results[k] = hyps
+        order = batch.indices.tolist()
+        prefix = None if prefixes is None else Prefix.of([prefixes[k] for k in order], pad_id=model.pad_id,
+                                                         device=device)
+        trees: list[BeamTree | None] | None = [] if trace else None
+        hyps = search(model, batch.src, batch.src_lengths, cfg, prefix=prefix, trees=trees)
+        for i, (k, nbest) in enumerate(zip(order, hyps)):
+            results[k] = Decoded(nbest, None if trees is None else trees[i])
     return results

@@ -663,8 +663,10 @@ class Trainer:
     def decode_pairs(self, pairs: Sequence[Pair], cfg: DecodeConfig) -> list[str]:
         self.model.eval()
         codec = self.data.codec
-        hyps = translate_ids(self.model, [codec.encode_src(p.src) for p in pairs], cfg, device=self.device)
-        return [codec.decode_tgt(h[0].tokens)[1] if h else "" for h in hyps]
+        if cfg.sampling and cfg.seed is None:  # dev scores must be reproducible, so resume stays exact
+            cfg = cfg.model_copy(update={"seed": self.config.train.seed})
+        decoded = translate_ids(self.model, [codec.encode_src(p.src) for p in pairs], cfg, device=self.device)
+        return [codec.decode_tgt(d.hypotheses[0].tokens)[1] if d.hypotheses else "" for d in decoded]
 
     def _evaluate_and_save(self, window: _Window, epoch: float, stop: str | None) -> tuple[DevResult | None, str | None]:
         """Dev evaluation (if there is a dev set), best/patience bookkeeping, then checkpoints."""
