@@ -649,6 +649,68 @@ def _model_names(models: Sequence[Path], names: Optional[str]) -> list[str]:
     return derived if len(set(derived)) == len(derived) else [str(p) for p in models]
 
 
+# ------------------------------------------------------------------------------------- serve
+
+
+@app.command()
+@friendly_errors
+def serve(
+    models: List[Path] = typer.Argument(..., help="Model directories (or training output directories) to serve."),
+    names: Optional[str] = typer.Option(None, "--names", metavar="A,B,...",
+                                        help="One name per model for the API (default: directory names)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; 0.0.0.0 opens the server to "
+                             "the network (it has no authentication)."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port (0: any free one)."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
+    bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
+    max_sentences: int = typer.Option(64, "--max-sentences", min=1, help="Sentences per request at most."),
+    max_chars: int = typer.Option(1000, "--max-chars", min=1, help="Characters per sentence at most."),
+    max_body: int = typer.Option(1 << 20, "--max-body", min=1024, help="Request body bytes at most."),
+    max_queue: int = typer.Option(1024, "--max-queue", min=1,
+                                  help="Sentences waiting for the decoder at most; past it requests get 503 "
+                                       "with Retry-After."),
+    timeout: float = typer.Option(30.0, "--timeout", min=0.001, help="Seconds a request may take, waiting "
+                                  "included; past it, 504."),
+    batch_wait_ms: float = typer.Option(5.0, "--batch-wait-ms", min=0.0,
+                                        help="How long to gather concurrent requests into one batch."),
+    batch_sentences: int = typer.Option(64, "--batch-sentences", min=1, help="Sentences of one batch at most."),
+    batching: bool = typer.Option(True, "--batching/--no-batching",
+                                  help="Decode concurrent requests together (off: one request at a time)."),
+    log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level: debug, info, warning, error."),
+) -> None:
+    """Serve models over HTTP: a JSON API (POST /v1/translate, /v1/align; GET /v1/models, /health; the
+    OpenAPI page at /docs) and the attention explorer at /.
+
+    Several models load at once, each under its name, so the explorer can put them side by side.
+    Concurrent requests are decoded together (dynamic batching); a request breaking a limit gets a JSON
+    error naming the field. Needs the serve extra: pip install 'heed[serve]'."""
+    try:
+        import uvicorn
+
+        from heed.serve.app import ServeSettings, create_app, last_metrics
+    except ImportError as e:
+        raise HeedError(f"heed serve needs FastAPI and uvicorn ({e.name} is missing): pip install 'heed[serve]'") \
+            from None
+    from heed.api import Translator
+    from heed.checkpoint import find_model_dir
+    from heed.runtime import torch_threads
+
+    labels = _model_names(models, names)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        _stderr().print(f"[yellow]warning:[/] listening on {_escape(host)}: anyone who can reach this machine can "
+                        "use the server (it has no authentication); put it behind a proxy you trust",
+                        soft_wrap=True)
+    settings = ServeSettings(max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
+                             max_queue=max_queue, timeout=timeout, batch_wait_ms=batch_wait_ms,
+                             batch_sentences=batch_sentences, batching=batching)
+    with torch_threads(threads):
+        translators = {label: Translator.load(path, device=device, bf16=bf16) for label, path in zip(labels, models)}
+        metrics = {label: last_metrics(find_model_dir(path)) for label, path in zip(labels, models)}
+        app_ = create_app(translators, settings, metrics=metrics)
+        uvicorn.run(app_, host=host, port=port, log_level=log_level)
+
+
 # -------------------------------------------------------------------------------------- demo
 
 

@@ -28,6 +28,7 @@ class ConfigError(HeedError):
     """Bad configuration: the message names the file and the dotted field."""
 
     def __init__(self, message: str, *, field: str | None = None, path: str | Path | None = None) -> None:
+        self.message = message  # without the file and field, for callers that name them their own way
         self.field = field
         self.path = None if path is None else str(path)
         parts = [p for p in (self.path, f"field '{field}'" if field else None) if p]

@@ -146,13 +146,22 @@ def decode_line(data: bytes, path: PathLike, number: int) -> str:
                         "re-encode the file as UTF-8", path=path, line=number) from None
     if number == 1 and line.startswith("\ufeff"):
         line = line[1:]  # a UTF-8 byte order mark is not text
-    bad = _CONTROL.search(line)
+    bad = control_character(line)
     if bad is not None:
-        code = ord(bad.group())
-        name = f"{_C0_NAMES[code]} (U+{code:04X})" if code in _C0_NAMES else f"U+{code:04X}"
-        raise DataError(f"control character {name} at column {bad.start() + 1}; text must hold no control "
-                        "characters but tab (is this a binary or corrupt file?)", path=path, line=number)
+        raise DataError(f"{bad}; text must hold no control characters but tab (is this a binary or corrupt "
+                        "file?)", path=path, line=number)
     return line
+
+
+def control_character(text: str) -> str | None:
+    """"control character NUL (U+0000) at column 3" for the first C0 control character but tab in
+    `text` (a line end included), or None when there is none."""
+    bad = _CONTROL.search(text)
+    if bad is None:
+        return None
+    code = ord(bad.group())
+    name = f"{_C0_NAMES[code]} (U+{code:04X})" if code in _C0_NAMES else f"U+{code:04X}"
+    return f"control character {name} at column {bad.start() + 1}"
 
 
 def _lines(path: PathLike) -> Iterator[tuple[int, str]]:

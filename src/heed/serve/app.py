@@ -1,0 +1,413 @@
+"""`heed serve`: trained models behind a JSON API, and the attention explorer page.
+
+    app = create_app({"dates": Translator.load("runs/demo/model")}, ServeSettings())
+    uvicorn.run(app, host="127.0.0.1", port=8000)
+
+Routes (schemas in heed.serve.schemas; the OpenAPI page is /docs):
+    GET  /               the explorer (static/index.html: plain JS + SVG, no CDN)
+    GET  /health         {"status": "ok", "models": [...], "queued": sentences waiting}
+    GET  /v1/models      each model's resolved config, parameter count, last metrics
+    POST /v1/translate   sentences + any decoding option -> n-best, attention, alignments, trace
+    POST /v1/align       forced decoding of given translations -> word alignments
+
+Every request's sentences go through one Batcher (heed.serve.batcher): the model runs on its
+worker thread, never on the event loop. Every error is JSON, {"error": {"status", "message",
+"field"}}: 400 for a body that is not JSON, 404 for an unknown model, 413 for a limit passed (body
+bytes, sentences, characters), 422 for a wrong value, 503 with Retry-After when the queue is full,
+504 past the time limit. A user's input never reaches a 500. No request names a file: models are
+chosen by the names they were loaded under.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from heed.api import Exploration, Translation, Translator
+from heed.checkpoint import METRICS_FILE
+from heed.data.corpus import control_character
+from heed.errors import ConfigError, HeedError
+from heed.search import DecodeConfig
+from heed.serve.batcher import Batcher, QueueFull
+from heed.serve.schemas import (
+    DECODE_FIELDS,
+    AlignRequest,
+    AlignResponse,
+    ErrorResponse,
+    Health,
+    ModelsResponse,
+    TranslateRequest,
+    TranslateResponse,
+)
+
+STATIC_DIR = Path(__file__).parent / "static"
+log = logging.getLogger("heed.serve")
+
+
+class ServeSettings(BaseModel):
+    """The server's limits and batching; each is a `heed serve` option."""
+
+    max_sentences: int = Field(64, ge=1, description="sentences per request")
+    max_chars: int = Field(1000, ge=1, description="characters per sentence")
+    max_body: int = Field(1 << 20, ge=1024, description="request body bytes")
+    max_queue: int = Field(1024, ge=1, description="sentences waiting for the decoder; more get 503")
+    timeout: float = Field(30.0, gt=0, description="seconds per request, queue and decoding included; then 504")
+    batch_wait_ms: float = Field(5.0, ge=0, description="how long the decoder gathers requests into a batch")
+    batch_sentences: int = Field(64, ge=1, description="sentences of one batch at most")
+    batching: bool = Field(True, description="gather concurrent requests into one batch (off: one at a time)")
+
+
+class ApiError(Exception):
+    """A request the server refuses: becomes {"error": {...}} with `status`."""
+
+    def __init__(self, status: int, message: str, field: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.field, self.headers = status, message, field, dict(headers or {})
+
+
+def _error(status: int, message: str, field: str | None = None,
+           headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"status": status, "message": message, "field": field}}, status_code=status,
+                        headers=dict(headers or {}))
+
+
+# ------------------------------------------------------------------------------- body size
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over `limit` bytes gets 413 before it is parsed, whether it
+    declares its length or streams in chunks. The body is read here (at most `limit` bytes are
+    held) and handed to the app in one piece."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(scope, send)
+            return
+        chunks, seen = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
+                await self._refuse(scope, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: a disconnect, when it comes
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        response = _error(413, f"the request body is over the server's limit of {self.limit} bytes (--max-body)",
+                          "body")
+        await response(scope, _no_body, send)
+
+
+async def _no_body() -> Message:
+    return {"type": "http.disconnect"}
+
+
+# ------------------------------------------------------------------------------ the models
+
+
+@dataclass(frozen=True)
+class _Key:
+    """What jobs must share to be decoded in one call."""
+
+    model: str
+    task: str  # "translate", "explore" or "align"
+    decode: str  # the resolved DecodeConfig as JSON ("" for align)
+    replace_unk: bool = False
+    attention: bool = True
+    alternatives: int = 0
+
+
+def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+    """GET /v1/models' entry for one model."""
+    config = translator.config
+    decoder = config.model.decoder
+    return {
+        "name": name,
+        "attention": "none" if decoder == "plain" else decoder,
+        "parameters": sum(p.numel() for p in translator.model.parameters()),
+        "src_vocab": len(translator.codec.src_vocab),
+        "tgt_vocab": len(translator.codec.tgt_vocab),
+        "max_src_len": translator.max_src_len,
+        "decode": translator.decode_config.model_dump(mode="json"),
+        "config": config.model_dump(mode="json", exclude={"output_dir"}),
+        "metrics": dict(metrics) if metrics else None,
+    }
+
+
+def last_metrics(model_dir: Path) -> dict[str, Any] | None:
+    """{"dev": ..., "test": ...}: the last evaluation lines of a model directory's training log
+    (metrics.jsonl), without their wall-clock times; None when it has none."""
+    found: dict[str, Any] = {}
+    try:
+        with open(Path(model_dir) / METRICS_FILE, encoding="utf-8") as f:
+            for line in f:
+                with contextlib.suppress(ValueError):
+                    entry = json.loads(line)
+                    if isinstance(entry, dict) and entry.get("kind") in ("dev", "test"):
+                        found[entry["kind"]] = {k: v for k, v in entry.items() if k not in ("kind", "time")}
+    except OSError:
+        return None
+    return found or None
+
+
+def _matrix(values: Any) -> list[list[float]] | None:
+    return None if values is None else [[float(x) for x in row] for row in values]
+
+
+def _hypothesis(translator: Translator, t: Translation, *, attention: bool, node: int | None = None,
+                alignment: Any = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"text": t.text, "tokens": t.tokens, "score": t.score, "log_prob": t.log_prob,
+                           "attention": None, "alignment": None, "node": node}
+    if attention and t.attention is not None and t.src_tokens:
+        a = alignment if alignment is not None else translator.word_alignment(t)
+        out["attention"] = _matrix(t.attention)
+        out["alignment"] = None if a is None else {"src_words": a.src_words, "tgt_words": a.tgt_words,
+                                                   "links": [list(link) for link in a.links]}
+    return out
+
+
+def _sentence(translator: Translator, source: str, nbest: Sequence[Translation], *, attention: bool,
+              explored: Exploration | None = None) -> dict[str, Any]:
+    best = nbest[0]
+    result: dict[str, Any] = {"source": source, "src_tokens": best.src_tokens, "truncated": best.truncated,
+                              "steps": None, "beam": None}
+    if explored is None:
+        result["hypotheses"] = [_hypothesis(translator, t, attention=attention) for t in nbest]
+        return result
+    result["hypotheses"] = [_hypothesis(translator, t, attention=attention, node=node, alignment=a)
+                            for t, node, a in zip(explored.hypotheses, explored.nodes, explored.alignments)]
+    result["steps"] = [[{"token": token, "log_prob": lp} for token, lp in step if math.isfinite(lp)]
+                       for step in explored.steps]
+    if explored.beam is not None:
+        result["beam"] = {"nodes": [{"id": n.id, "parent": n.parent, "step": n.step, "token": n.token,
+                                     "log_prob": n.log_prob, "score": n.score, "status": n.status}
+                                    for n in explored.beam]}
+    return result
+
+
+def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any]) -> list[dict[str, Any]]:
+    """The worker's call for a batch of one key: items are (source, prefix tokens or None) for
+    translating, (source, target) for aligning. Returns one JSON-ready result per item."""
+    translator = translators[key.model]
+    if key.task == "align":
+        alignments = translator.align([s for s, _ in items], [t for _, t in items])
+        return [{"src_words": a.src_words, "tgt_words": a.tgt_words, "attention": _matrix(a.attention),
+                 "links": [list(link) for link in a.links], "pharaoh": a.pharaoh()} for a in alignments]
+    texts = [source for source, _ in items]
+    prefix = [p for _, p in items] if any(p for _, p in items) else None
+    decode = json.loads(key.decode)
+    if key.task == "explore":
+        explored = translator.explore(texts, alternatives=key.alternatives, replace_unk=key.replace_unk,
+                                      prefix=prefix, **decode)
+        return [_sentence(translator, s, e.hypotheses, attention=key.attention, explored=e)
+                for s, e in zip(texts, explored)]
+    nbests = translator.translate_nbest(texts, replace_unk=key.replace_unk, prefix=prefix, **decode)
+    return [_sentence(translator, s, n, attention=key.attention) for s, n in zip(texts, nbests)]
+
+
+# ----------------------------------------------------------------------------- the app
+
+
+def create_app(translators: Mapping[str, Translator], settings: ServeSettings | None = None, *,
+               metrics: Mapping[str, Mapping[str, Any] | None] | None = None) -> FastAPI:
+    """The FastAPI app serving `translators` by name; `metrics`: per name, its last training
+    evaluations (GET /v1/models). The batcher's worker thread starts here and stops at shutdown."""
+    if not translators:
+        raise ValueError("give at least one model")
+    settings = settings or ServeSettings()
+    models = dict(translators)
+    infos = {name: model_info(name, t, (metrics or {}).get(name)) for name, t in models.items()}
+    batcher = Batcher(lambda key, items: _run_batch(models, key, items), max_wait=settings.batch_wait_ms / 1000,
+                      max_sentences=settings.batch_sentences, max_queue=settings.max_queue,
+                      enabled=settings.batching)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        batcher.stop()
+
+    app = FastAPI(title="heed", version=_version(), lifespan=lifespan,
+                  description="Translate with attention models, and look inside them. The explorer is at /.",
+                  responses={400: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
+                             422: {"model": ErrorResponse}})
+    app.state.batcher = batcher
+    app.state.settings = settings
+    app.add_middleware(BodyLimit, limit=settings.max_body)
+    _add_error_handlers(app)
+
+    @app.get("/", include_in_schema=False)
+    async def explorer() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/health", response_model=Health)
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "models": list(models), "queued": batcher.queued}
+
+    @app.get("/v1/models", response_model=ModelsResponse)
+    async def list_models() -> dict[str, Any]:
+        return {"models": list(infos.values())}
+
+    @app.post("/v1/translate", response_model=TranslateResponse,
+              responses={404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}})
+    async def translate(request: TranslateRequest) -> JSONResponse:
+        name = _model_name(request.model, models)
+        translator = models[name]
+        _check_sentences(request.sentences, "sentences", settings)
+        decode = _decode(translator, request)
+        if request.replace_unk and not translator.model.has_attention:
+            raise ApiError(422, f"model {name!r} has no attention, so it cannot replace <unk>", "replace_unk")
+        if request.prefix is not None:
+            try:
+                translator.prefix_ids(request.prefix, len(request.sentences))
+            except HeedError as e:
+                field, _, message = str(e).partition(": ")
+                if not field.startswith("prefix["):  # about the list as a whole
+                    field, message = "prefix", str(e)
+                raise ApiError(422, message, field) from None
+        key = _Key(name, "explore" if request.trace else "translate", decode.model_dump_json(),
+                   request.replace_unk, request.attention, request.alternatives if request.trace else 0)
+        prefixes = request.prefix or [None] * len(request.sentences)
+        results = await _decoded(batcher, key, list(zip(request.sentences, prefixes)), settings)
+        return JSONResponse({"model": name, "decode": decode.model_dump(mode="json"), "results": results})
+
+    @app.post("/v1/align", response_model=AlignResponse,
+              responses={404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}})
+    async def align(request: AlignRequest) -> JSONResponse:
+        name = _model_name(request.model, models)
+        if not models[name].model.has_attention:
+            raise ApiError(422, f"model {name!r} has no attention, so it has no alignments", "model")
+        _check_sentences(request.sources, "sources", settings)
+        _check_sentences(request.targets, "targets", settings)
+        if len(request.sources) != len(request.targets):
+            raise ApiError(422, f"{len(request.sources)} sources but {len(request.targets)} targets; give one "
+                                "target per source", "targets")
+        results = await _decoded(batcher, _Key(name, "align", ""), list(zip(request.sources, request.targets)),
+                                 settings)
+        return JSONResponse({"model": name, "results": results})
+
+    return app
+
+
+def _version() -> str:
+    import heed
+
+    return heed.__version__
+
+
+def _model_name(requested: str | None, models: Mapping[str, Translator]) -> str:
+    if requested is None:
+        if len(models) == 1:
+            return next(iter(models))
+        raise ApiError(422, f"several models are loaded; name one: {', '.join(models)}", "model")
+    if requested not in models:
+        raise ApiError(404, f"no model named {requested!r}; loaded: {', '.join(models)}", "model")
+    return requested
+
+
+def _check_sentences(sentences: Sequence[str], field: str, settings: ServeSettings) -> None:
+    if not sentences:
+        raise ApiError(422, "give at least one sentence", field)
+    if len(sentences) > settings.max_sentences:
+        raise ApiError(413, f"{len(sentences)} sentences; the server takes at most {settings.max_sentences} a "
+                            "request (--max-sentences)", field)
+    for k, sentence in enumerate(sentences):
+        if not sentence.strip():
+            raise ApiError(422, "the sentence is empty", f"{field}[{k}]")
+        if len(sentence) > settings.max_chars:
+            raise ApiError(413, f"the sentence has {len(sentence)} characters; the server takes at most "
+                                f"{settings.max_chars} (--max-chars)", f"{field}[{k}]")
+        bad = control_character(sentence)
+        if bad is not None:
+            raise ApiError(422, f"{bad}; a sentence holds no control characters but tab", f"{field}[{k}]")
+
+
+def _decode(translator: Translator, request: TranslateRequest) -> DecodeConfig:
+    """The request's decoding options over the model's; a sampling seed is drawn when none is given."""
+    given = {name: getattr(request, name) for name in DECODE_FIELDS if getattr(request, name) is not None}
+    try:
+        cfg = translator.resolve_decode(None, given)
+    except ConfigError as e:
+        field = (e.field or "decode").removeprefix("decode.")
+        raise ApiError(422, e.message, field) from None
+    if cfg.coverage_penalty and not translator.model.has_attention:
+        raise ApiError(422, "the coverage penalty needs a model with attention; set it to 0", "coverage_penalty")
+    return cfg
+
+
+async def _decoded(batcher: Batcher, key: _Key, items: list[Any], settings: ServeSettings) -> list[Any]:
+    try:
+        return await batcher.run(key, items, timeout=settings.timeout)
+    except QueueFull as e:
+        raise ApiError(503, f"{e}; the queue holds {batcher.queued} sentences (--max-queue {settings.max_queue})",
+                       None, {"Retry-After": str(e.retry_after)}) from None
+    except asyncio.TimeoutError:
+        raise ApiError(504, f"the request took longer than the server's limit of {settings.timeout:g} s "
+                            "(--timeout); send fewer or shorter sentences", None) from None
+    except HeedError as e:
+        raise ApiError(422, str(e), None) from None
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, e: ApiError) -> JSONResponse:
+        return _error(e.status, e.message, e.field, e.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0]
+        loc = [p for p in first.get("loc", ()) if p != "body"]
+        if first.get("type") == "json_invalid":
+            return _error(400, f"the body is not valid JSON ({first.get('ctx', {}).get('error', 'parse error')})",
+                          "body")
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "body"
+        message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        return _error(422, message, field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        return _error(e.status_code, str(e.detail), None, getattr(e, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def bug(_: Request, e: Exception) -> JSONResponse:
+        log.error("internal error: %s: %s", type(e).__name__, e, exc_info=e)
+        return _error(500, "internal error; the server log has the details")

@@ -1,0 +1,156 @@
+"""The JSON shapes of the server's API, as pydantic models: requests are validated by them and
+responses documented by them in the OpenAPI schema (`/docs`, `/openapi.json`).
+
+The decoding options of a translate request are built from `heed.search.DecodeConfig`, the one
+home of their defaults and limits: every field optional, None = the model's own setting.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from heed.search import DecodeConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _optional_decode_fields() -> dict[str, Any]:
+    """Every DecodeConfig field as an optional request field with the same limits."""
+    fields: dict[str, Any] = {}
+    for name, info in DecodeConfig.model_fields.items():
+        annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        fields[name] = (Optional[annotation], Field(None, description=(info.description or name) +
+                                                    " (default: the model's decode config)"))
+    return fields
+
+
+DecodeOptions = create_model("DecodeOptions", __base__=_Strict, **_optional_decode_fields())
+DECODE_FIELDS = tuple(DecodeConfig.model_fields)
+
+
+class TranslateRequest(DecodeOptions):  # type: ignore[misc, valid-type]
+    """Sentences to translate, with any decoding option."""
+
+    model: Optional[str] = Field(None, description="a loaded model's name (GET /v1/models); may be left out "
+                                                   "when one model is loaded")
+    sentences: list[str] = Field(..., description="source sentences, non-blank, at most --max-chars each "
+                                                  "and --max-sentences in all")
+    replace_unk: bool = Field(False, description="replace each <unk> output token by the source token it "
+                                                 "attended to most")
+    prefix: Optional[list[Optional[Union[str, list[str]]]]] = Field(
+        None, description="per sentence, the output's forced start: a target text or a list of target tokens "
+                          "(null: none); the search continues after it")
+    attention: bool = Field(True, description="return each hypothesis' attention matrix and word alignment")
+    trace: bool = Field(False, description="also return each step's top tokens (`steps`) and, for beam "
+                                           "search, the search tree (`beam`)")
+    alternatives: int = Field(5, ge=1, le=50, description="with trace: top tokens per output step")
+
+
+class AlignRequest(_Strict):
+    """Given translations to align with their sources (forced decoding)."""
+
+    model: Optional[str] = None
+    sources: list[str]
+    targets: list[str]
+
+
+class WordAlignment(BaseModel):
+    src_words: list[str]
+    tgt_words: list[str]
+    links: list[tuple[int, int]] = Field(description="(source word, target word) pairs, Pharaoh order")
+
+
+class HypothesisOut(BaseModel):
+    text: str
+    tokens: list[str]
+    score: float = Field(description="the ranking score: log-probability after length/coverage penalties")
+    log_prob: float
+    attention: Optional[list[list[float]]] = Field(
+        None, description="(len(tokens) + 1) rows (the last: </s>) x (len(src_tokens) + 1) columns (the last: "
+                          "</s>); null for a model without attention")
+    alignment: Optional[WordAlignment] = None
+    node: Optional[int] = Field(None, description="with trace and beam search: its finished node in `beam`")
+
+
+class Alternative(BaseModel):
+    token: str
+    log_prob: float
+
+
+class BeamNodeOut(BaseModel):
+    id: int
+    parent: Optional[int]
+    step: int
+    token: str
+    log_prob: float = Field(description="cumulative")
+    score: float
+    status: Literal["root", "kept", "finished", "pruned"]
+
+
+class BeamTreeOut(BaseModel):
+    nodes: list[BeamNodeOut]
+
+
+class SentenceResult(BaseModel):
+    source: str
+    src_tokens: list[str]
+    truncated: int = Field(description="source tokens dropped beyond the model's max_src_len")
+    hypotheses: list[HypothesisOut] = Field(description="the n-best list, best first")
+    steps: Optional[list[list[Alternative]]] = Field(
+        None, description="with trace: per output position of the best hypothesis (its tokens, then </s>), the "
+                          "model's top tokens there given the tokens before")
+    beam: Optional[BeamTreeOut] = None
+
+
+class TranslateResponse(BaseModel):
+    model: str
+    decode: dict[str, Any] = Field(description="the decoding options used (a sampling seed included)")
+    results: list[SentenceResult]
+
+
+class AlignResult(BaseModel):
+    src_words: list[str]
+    tgt_words: list[str]
+    attention: list[list[float]] = Field(description="(len(tgt_words), len(src_words))")
+    links: list[tuple[int, int]]
+    pharaoh: str
+
+
+class AlignResponse(BaseModel):
+    model: str
+    results: list[AlignResult]
+
+
+class ModelInfo(BaseModel):
+    name: str
+    attention: str = Field(description="luong, bahdanau or none")
+    parameters: int
+    src_vocab: int
+    tgt_vocab: int
+    max_src_len: int
+    decode: dict[str, Any]
+    config: dict[str, Any] = Field(description="the resolved training config saved with the model")
+    metrics: Optional[dict[str, Any]] = Field(None, description="the last dev and test lines of its training log")
+
+
+class ModelsResponse(BaseModel):
+    models: list[ModelInfo]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    models: list[str]
+    queued: int = Field(description="sentences waiting for the decoder")
+
+
+class ErrorBody(BaseModel):
+    status: int
+    message: str
+    field: Optional[str] = Field(None, description="the request field at fault, e.g. sentences[2]")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody

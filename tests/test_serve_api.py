@@ -1,0 +1,358 @@
+"""The server's JSON API through FastAPI's test client: every endpoint, every error, and that
+dynamic batching changes no hypothesis."""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi", reason="heed[serve] is not installed")
+import httpx  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+
+from heed.api import Translator  # noqa: E402
+from heed.data.dates import generate_dates  # noqa: E402
+from heed.serve.app import ServeSettings, create_app, last_metrics  # noqa: E402
+
+SETTINGS = dict(max_sentences=60, max_chars=80, max_body=64 * 1024, max_queue=200, timeout=60.0)
+
+
+@pytest.fixture(scope="module")
+def plain_run(tiny_config: Callable[..., dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model without attention."""
+    from heed.config import config_from_dict
+    from heed.train import train
+
+    config = tiny_config(tmp_path_factory.mktemp("plain") / "out")
+    config["model"] = {**config["model"], "decoder": "plain"}
+    train(config_from_dict(config))
+    return Path(config["output_dir"])
+
+
+@pytest.fixture(scope="module")
+def translators(trained_run: Path, plain_run: Path) -> dict[str, Translator]:
+    return {"tiny": Translator.load(trained_run, device="cpu"), "plain": Translator.load(plain_run, device="cpu")}
+
+
+def _app(translators: dict[str, Translator], trained_run: Path, **settings: Any) -> Any:
+    return create_app(translators, ServeSettings(**{**SETTINGS, **settings}),
+                      metrics={"tiny": last_metrics(trained_run / "model")})
+
+
+@pytest.fixture(scope="module")
+def client(translators: dict[str, Translator], trained_run: Path) -> Iterator[TestClient]:
+    with TestClient(_app(translators, trained_run)) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def sentences() -> list[str]:
+    """50 date sentences the tiny model has not seen."""
+    splits = generate_dates(n_train=1, n_dev=1, n_test=50, seed=11, languages=("en", "fr"), verbose_forms=False)
+    return [p.src for p in splits.test]
+
+
+def _post(client: TestClient, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+    response = client.post(path, json=body)
+    return response.status_code, response.json()
+
+
+# ------------------------------------------------------------------------------ endpoints
+
+
+def test_health_names_the_models(client: TestClient) -> None:
+    assert client.get("/health").json() == {"status": "ok", "models": ["tiny", "plain"], "queued": 0}
+
+
+def test_models_give_config_parameters_and_metrics(client: TestClient, translators: dict[str, Translator],
+                                                   trained_run: Path) -> None:
+    models = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
+    tiny = translators["tiny"]
+    assert models["tiny"]["parameters"] == sum(p.numel() for p in tiny.model.parameters())
+    assert models["tiny"]["attention"] == "luong" and models["plain"]["attention"] == "none"
+    assert models["tiny"]["config"]["model"]["hidden_size"] == 16
+    assert "output_dir" not in models["tiny"]["config"]  # no server paths
+    assert models["tiny"]["decode"]["max_len_b"] == 12
+    assert models["tiny"]["tgt_vocab"] == len(tiny.codec.tgt_vocab)
+    assert models["tiny"]["metrics"] == last_metrics(trained_run / "model")
+    assert set(models["tiny"]["metrics"]) == {"dev", "test"}
+    assert models["plain"]["metrics"] is None
+
+
+def test_openapi_schema_documents_every_decode_option(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    assert {"/v1/translate", "/v1/align", "/v1/models", "/health"} <= set(schema["paths"])
+    request = schema["components"]["schemas"]["TranslateRequest"]["properties"]
+    for option in ("beam_size", "n_best", "length_penalty", "coverage_penalty", "min_len", "max_len_a", "max_len_b",
+                   "no_repeat_ngram", "sampling", "temperature", "top_k", "top_p", "seed", "replace_unk", "prefix"):
+        assert option in request, option
+    assert client.get("/docs").status_code == 200
+
+
+def test_translate_returns_the_n_best_list_with_attention_and_alignments(client: TestClient,
+                                                                         translators: dict[str, Translator]) -> None:
+    status, body = _post(client, "/v1/translate", {"model": "tiny", "sentences": ["March 3, 1998", "le 5 mai 2001"],
+                                                   "beam_size": 4, "n_best": 3})
+    assert status == 200
+    assert body["decode"]["beam_size"] == 4 and body["decode"]["n_best"] == 3
+    want = translators["tiny"].translate_nbest(["March 3, 1998", "le 5 mai 2001"], beam=4, n_best=3)
+    for result, nbest in zip(body["results"], want):
+        assert result["src_tokens"] == nbest[0].src_tokens
+        assert [h["tokens"] for h in result["hypotheses"]] == [t.tokens for t in nbest]
+        assert [h["text"] for h in result["hypotheses"]] == [t.text for t in nbest]
+        scores = [h["score"] for h in result["hypotheses"]]
+        assert scores == sorted(scores, reverse=True)
+        assert scores == pytest.approx([t.score for t in nbest], abs=1e-5)
+        for h in result["hypotheses"]:
+            attention = np.array(h["attention"])
+            assert attention.shape == (len(h["tokens"]) + 1, len(result["src_tokens"]) + 1)
+            np.testing.assert_allclose(attention.sum(axis=1), 1.0, atol=1e-5)
+            tgt_words = h["text"].split()
+            assert h["alignment"]["tgt_words"] == tgt_words
+            assert h["alignment"]["src_words"] == result["source"].split()
+            assert all(0 <= i < len(result["source"].split()) and 0 <= j < len(tgt_words)
+                       for i, j in h["alignment"]["links"])
+        assert result["steps"] is None and result["beam"] is None
+
+
+def test_trace_gives_step_alternatives_and_a_beam_tree_whose_paths_spell_the_hypotheses(client: TestClient) -> None:
+    status, body = _post(client, "/v1/translate", {"model": "tiny", "sentences": ["le 5 mai 2001"], "beam_size": 3,
+                                                   "n_best": 2, "trace": True, "alternatives": 4})
+    assert status == 200
+    result = body["results"][0]
+    best = result["hypotheses"][0]
+    assert len(result["steps"]) == len(best["tokens"]) + 1
+    assert all(len(step) == 4 for step in result["steps"])
+    nodes = {n["id"]: n for n in result["beam"]["nodes"]}
+    assert nodes[0]["status"] == "root"
+    assert {n["status"] for n in nodes.values()} >= {"root", "kept", "finished"}
+    for h in result["hypotheses"]:
+        path, node = [], nodes[h["node"]]
+        assert node["status"] == "finished"
+        assert node["log_prob"] == pytest.approx(h["log_prob"], abs=1e-5)
+        while node["parent"] is not None:
+            path.append(node["token"])
+            node = nodes[node["parent"]]
+        assert path[::-1] == [*h["tokens"], "</s>"]
+
+
+def test_a_forced_prefix_starts_every_hypothesis(client: TestClient) -> None:
+    status, body = _post(client, "/v1/translate", {"model": "tiny", "sentences": ["le 5 mai 2001", "March 3, 1998"],
+                                                   "beam_size": 2, "n_best": 2, "prefix": [["1", "7"], None]})
+    assert status == 200
+    assert all(h["tokens"][:2] == ["1", "7"] for h in body["results"][0]["hypotheses"])
+    _, free = _post(client, "/v1/translate", {"model": "tiny", "sentences": ["March 3, 1998"], "beam_size": 2,
+                                              "n_best": 2})
+    _assert_same(_hypotheses(body["results"][1:]), _hypotheses(free["results"]))  # no prefix: as without
+
+
+def test_sampling_reports_its_seed_and_the_seed_reproduces_it(client: TestClient) -> None:
+    request = {"model": "tiny", "sentences": ["le 5 mai 2001"], "sampling": True, "n_best": 5, "temperature": 1.5}
+    _, first = _post(client, "/v1/translate", request)
+    seed = first["decode"]["seed"]
+    assert isinstance(seed, int)
+    _, again = _post(client, "/v1/translate", {**request, "seed": seed})
+    assert again["results"] == first["results"]
+    assert len(first["results"][0]["hypotheses"]) == 5
+
+
+def test_align_matches_the_python_api(client: TestClient, translators: dict[str, Translator]) -> None:
+    status, body = _post(client, "/v1/align", {"model": "tiny", "sources": ["le 5 mai 2001"],
+                                               "targets": ["2001-05-05"]})
+    assert status == 200
+    want = translators["tiny"].align(["le 5 mai 2001"], ["2001-05-05"])[0]
+    got = body["results"][0]
+    assert got["pharaoh"] == want.pharaoh()
+    assert got["src_words"] == want.src_words and got["tgt_words"] == want.tgt_words
+    np.testing.assert_allclose(np.array(got["attention"]), want.attention, atol=1e-6)
+
+
+def test_attention_can_be_left_out(client: TestClient) -> None:
+    _, body = _post(client, "/v1/translate", {"model": "tiny", "sentences": ["le 5 mai 2001"], "attention": False})
+    assert body["results"][0]["hypotheses"][0]["attention"] is None
+
+
+def test_a_model_without_attention_translates_with_null_attention(client: TestClient) -> None:
+    status, body = _post(client, "/v1/translate", {"model": "plain", "sentences": ["le 5 mai 2001"]})
+    assert status == 200
+    assert body["results"][0]["hypotheses"][0]["attention"] is None
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+@pytest.mark.parametrize("body, status, field", [
+    ({"model": "nope", "sentences": ["a"]}, 404, "model"),
+    ({"sentences": ["a"]}, 422, "model"),  # two models loaded: name one
+    ({"model": "tiny", "sentences": []}, 422, "sentences"),
+    ({"model": "tiny", "sentences": ["ok", "  "]}, 422, "sentences[1]"),
+    ({"model": "tiny", "sentences": ["ok", "x" * 81]}, 413, "sentences[1]"),
+    ({"model": "tiny", "sentences": ["a"] * 61}, 413, "sentences"),
+    ({"model": "tiny", "sentences": ["a\x07b"]}, 422, "sentences[0]"),
+    ({"model": "tiny", "sentences": "le 5 mai"}, 422, "sentences"),
+    ({"model": "tiny", "sentences": [5]}, 422, "sentences[0]"),
+    ({"model": "tiny", "sentences": ["a"], "beam_size": "wide"}, 422, "beam_size"),
+    ({"model": "tiny", "sentences": ["a"], "beam_size": 0}, 422, "beam_size"),
+    ({"model": "tiny", "sentences": ["a"], "beam_size": 2, "n_best": 3}, 422, "n_best"),
+    ({"model": "tiny", "sentences": ["a"], "beam_size": 2, "sampling": True}, 422, "sampling"),
+    ({"model": "tiny", "sentences": ["a"], "top_p": 1.5}, 422, "top_p"),
+    ({"model": "tiny", "sentences": ["a"], "temperature": 0}, 422, "temperature"),
+    ({"model": "tiny", "sentences": ["a"], "max_len_a": 0, "max_len_b": 0}, 422, "max_len_b"),
+    ({"model": "tiny", "sentences": ["a"], "beam_sizes": 2}, 422, "beam_sizes"),
+    ({"model": "tiny", "sentences": ["a"], "prefix": [["no-such-token"]]}, 422, "prefix[0]"),
+    ({"model": "tiny", "sentences": ["a", "b"], "prefix": [["1"]]}, 422, "prefix"),
+    ({"model": "tiny", "sentences": ["a"], "prefix": [["</s>"]]}, 422, "prefix[0]"),
+    ({"model": "plain", "sentences": ["a"], "coverage_penalty": 0.2}, 422, "coverage_penalty"),
+    ({"model": "plain", "sentences": ["a"], "replace_unk": True}, 422, "replace_unk"),
+    ({"model": "tiny", "sentences": ["a"], "trace": True, "alternatives": 0}, 422, "alternatives"),
+    ({"model": "tiny", "sentences": ["a"], "dictionary": "/etc/passwd"}, 422, "dictionary"),
+])
+def test_translate_refuses_bad_requests_naming_the_field(client: TestClient, body: dict, status: int,
+                                                         field: str) -> None:
+    got, reply = _post(client, "/v1/translate", body)
+    assert got == status, reply
+    assert set(reply) == {"error"}
+    assert reply["error"]["status"] == status
+    assert reply["error"]["field"] == field
+    assert reply["error"]["message"] and "Traceback" not in reply["error"]["message"]
+
+
+@pytest.mark.parametrize("body, status, field", [
+    ({"model": "tiny", "sources": ["a", "b"], "targets": ["a"]}, 422, "targets"),
+    ({"model": "tiny", "sources": [""], "targets": ["a"]}, 422, "sources[0]"),
+    ({"model": "plain", "sources": ["a"], "targets": ["b"]}, 422, "model"),
+    ({"model": "tiny", "sources": ["a"]}, 422, "targets"),
+])
+def test_align_refuses_bad_requests_naming_the_field(client: TestClient, body: dict, status: int, field: str) -> None:
+    got, reply = _post(client, "/v1/align", body)
+    assert (got, reply["error"]["field"]) == (status, field)
+
+
+def test_a_body_that_is_not_json_is_a_400(client: TestClient) -> None:
+    response = client.post("/v1/translate", content=b'{"sentences": ["a"', headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == "body"
+
+
+def test_an_oversize_body_is_a_413_declared_or_streamed(client: TestClient) -> None:
+    big = b'{"sentences": ["' + b"a" * (65 * 1024) + b'"]}'
+    response = client.post("/v1/translate", content=big, headers={"content-type": "application/json"})
+    assert response.status_code == 413 and response.json()["error"]["field"] == "body"
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the server counts as it reads
+        yield b'{"sentences": ["'
+        for _ in range(70):
+            yield b"a" * 1024
+        yield b'"]}'
+
+    response = client.post("/v1/translate", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413
+
+
+def test_unknown_routes_and_methods_get_json_errors(client: TestClient) -> None:
+    assert client.get("/v1/nothing").json()["error"]["status"] == 404
+    assert client.get("/v1/translate").json()["error"]["status"] == 405
+
+
+class Gate:
+    """Wraps a translator so its translations wait for `open`."""
+
+    def __init__(self, translator: Translator) -> None:
+        self.translator, self.open, self.entered = translator, threading.Event(), threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.translator, name)
+
+    def translate_nbest(self, *args: Any, **kwargs: Any) -> Any:
+        self.entered.set()
+        self.open.wait(30)
+        return self.translator.translate_nbest(*args, **kwargs)
+
+
+def test_a_full_queue_gets_503_with_retry_after_and_a_slow_request_504(translators: dict[str, Translator],
+                                                                       trained_run: Path) -> None:
+    gate = Gate(translators["tiny"])
+    app = _app({"tiny": gate}, trained_run, max_queue=1, timeout=2.0, batch_wait_ms=0)  # type: ignore[dict-item]
+    with TestClient(app) as c:
+        replies: dict[str, Any] = {}
+
+        def send(name: str) -> None:
+            replies[name] = c.post("/v1/translate", json={"sentences": ["le 5 mai 2001"]})
+
+        running = threading.Thread(target=send, args=("running",))
+        running.start()
+        assert gate.entered.wait(10)  # the worker holds the first request
+        queued = threading.Thread(target=send, args=("queued",))
+        queued.start()
+        while c.get("/health").json()["queued"] < 1:
+            pass
+        full = c.post("/v1/translate", json={"sentences": ["le 5 mai 2001"]})
+        assert full.status_code == 503
+        assert int(full.headers["Retry-After"]) >= 1
+        assert "--max-queue" in full.json()["error"]["message"]
+        running.join(10)
+        queued.join(10)
+        assert replies["running"].status_code == 504  # the gate held it past --timeout 2
+        assert "--timeout" in replies["running"].json()["error"]["message"]
+        gate.open.set()
+        assert c.post("/v1/translate", json={"sentences": ["le 5 mai 2001"]}).status_code == 200
+
+
+# ------------------------------------------------------------------------------ batching
+
+
+class Counting:
+    """Wraps a translator and records how many sentences each decoding call got."""
+
+    def __init__(self, translator: Translator) -> None:
+        self.translator, self.sizes = translator, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.translator, name)
+
+    def translate_nbest(self, texts: list[str], **kwargs: Any) -> Any:
+        self.sizes.append(len(texts))
+        return self.translator.translate_nbest(texts, **kwargs)
+
+
+def _hypotheses(results: list[dict[str, Any]]) -> list[list[tuple[list[str], float]]]:
+    return [[(h["tokens"], h["score"]) for h in r["hypotheses"]] for r in results]
+
+
+def _assert_same(got: list, want: list) -> None:
+    """Tokens exactly; scores to float rounding (see heed.serve.batcher's doc)."""
+    assert [[tokens for tokens, _ in s] for s in got] == [[tokens for tokens, _ in s] for s in want]
+    for g, w in zip(got, want):
+        assert [score for _, score in g] == pytest.approx([score for _, score in w], abs=1e-5)
+
+
+@pytest.mark.parametrize("decode", [{"beam_size": 4, "n_best": 2}, {"beam_size": 1},
+                                    {"sampling": True, "seed": 3, "n_best": 2}], ids=["beam", "greedy", "sampling"])
+def test_batching_changes_no_hypothesis(translators: dict[str, Translator], trained_run: Path, sentences: list[str],
+                                        decode: dict[str, Any]) -> None:
+    counting = Counting(translators["tiny"])
+    app = _app({"tiny": counting}, trained_run, batch_wait_ms=50)  # type: ignore[dict-item]
+    with TestClient(app) as c:
+        one_by_one = [c.post("/v1/translate", json={"sentences": [s], **decode}).json()["results"][0]
+                      for s in sentences]
+        all_at_once = c.post("/v1/translate", json={"sentences": sentences, **decode}).json()["results"]
+    counting.sizes.clear()
+
+    async def concurrently() -> list[dict[str, Any]]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as ac:
+            replies = await asyncio.gather(*(ac.post("/v1/translate", json={"sentences": [s], **decode})
+                                             for s in sentences))
+        return [r.json()["results"][0] for r in replies]
+
+    app = _app({"tiny": counting}, trained_run, batch_wait_ms=50)  # type: ignore[dict-item]
+    concurrent = asyncio.run(concurrently())
+    assert max(counting.sizes) > 1, counting.sizes  # the 50 requests were really batched
+    want = _hypotheses(one_by_one)
+    _assert_same(_hypotheses(all_at_once), want)
+    _assert_same(_hypotheses(concurrent), want)
