@@ -1,0 +1,70 @@
+"""`heed serve` on the command line: its options, its warnings and its errors. uvicorn.run is replaced
+by a recorder, so nothing listens; the app it would serve is checked instead."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="heed[serve] is not installed")
+from fastapi.testclient import TestClient  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from heed.cli import app  # noqa: E402
+
+runner = CliRunner()
+OPTIONS = ["--names", "--host", "--port", "--device", "--threads", "--bf16", "--max-sentences", "--max-chars",
+           "--max-body", "--max-queue", "--timeout", "--batch-wait-ms", "--batch-sentences", "--no-batching"]
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """What `uvicorn.run` was called with."""
+    import uvicorn
+
+    calls: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app_, **kwargs: calls.update(app=app_, **kwargs))
+    return calls
+
+
+def test_help_documents_every_option() -> None:
+    result = runner.invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for option in OPTIONS:
+        assert option in result.output, option
+
+
+def test_serves_named_models_on_loopback_by_default(trained_run: Path, served: dict[str, Any]) -> None:
+    result = runner.invoke(app, ["serve", str(trained_run / "model"), str(trained_run), "--names", "a,b",
+                                 "--max-sentences", "7", "--no-batching", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert (served["host"], served["port"]) == ("127.0.0.1", 8000)
+    assert "warning" not in result.stderr
+    settings = served["app"].state.settings
+    assert (settings.max_sentences, settings.batching) == (7, False)
+    with TestClient(served["app"]) as client:
+        assert client.get("/health").json()["models"] == ["a", "b"]
+        reply = client.post("/v1/translate", json={"model": "a", "sentences": ["x"] * 8})
+        assert reply.status_code == 413 and "--max-sentences" in reply.json()["error"]["message"]
+
+
+def test_listening_beyond_loopback_warns(trained_run: Path, served: dict[str, Any]) -> None:
+    result = runner.invoke(app, ["serve", str(trained_run), "--host", "0.0.0.0", "--port", "9001"])
+    assert result.exit_code == 0, result.output
+    assert served["host"] == "0.0.0.0" and served["port"] == 9001
+    assert "warning:" in result.stderr and "no authentication" in result.stderr
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["serve", "no/such/dir"], "no/such/dir"),
+    (["serve", "{run}", "--names", "a,b"], "--names"),
+    (["serve", "{run}", "--port", "70000"], "--port"),
+])
+def test_mistakes_are_one_line_errors(trained_run: Path, served: dict[str, Any], args: list[str],
+                                      fragment: str) -> None:
+    result = runner.invoke(app, [a.format(run=trained_run) for a in args])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert fragment in result.stderr
+    assert not served
