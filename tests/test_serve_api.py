@@ -84,6 +84,16 @@ def test_models_give_config_parameters_and_metrics(client: TestClient, translato
     assert models["plain"]["metrics"] is None
 
 
+def test_the_explorer_page_and_its_files_are_served_locally(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "static/explorer.js" in page.text and "http" not in page.text.replace("http-equiv", "")  # no CDN
+    for path, kind in [("/static/explorer.js", "javascript"), ("/static/explorer.css", "text/css"),
+                       ("/fonts/heed-cjk.ttf", "font/ttf")]:
+        reply = client.get(path)
+        assert reply.status_code == 200 and kind in reply.headers["content-type"], path
+
+
 def test_openapi_schema_documents_every_decode_option(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
     assert {"/v1/translate", "/v1/align", "/v1/models", "/health"} <= set(schema["paths"])

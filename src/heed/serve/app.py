@@ -4,7 +4,8 @@
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
 Routes (schemas in heed.serve.schemas; the OpenAPI page is /docs):
-    GET  /               the explorer (static/index.html: plain JS + SVG, no CDN)
+    GET  /               the explorer (static/index.html: plain JS + SVG, no CDN; /fonts/heed-cjk.ttf its
+                         CJK fallback font, heed's bundled one)
     GET  /health         {"status": "ok", "models": [...], "queued": sentences waiting}
     GET  /v1/models      each model's resolved config, parameter count, last metrics
     POST /v1/translate   sentences + any decoding option -> n-best, attention, alignments, trace
@@ -55,6 +56,7 @@ from heed.serve.schemas import (
 )
 
 STATIC_DIR = Path(__file__).parent / "static"
+CJK_FONT = Path(__file__).parent.parent / "fonts" / "HeedCJKSans-Regular.ttf"
 log = logging.getLogger("heed.serve")
 
 
@@ -278,6 +280,11 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/fonts/heed-cjk.ttf", include_in_schema=False)
+    async def cjk_font() -> FileResponse:
+        # The explorer's CJK fallback (static/explorer.css): no CJK system font, no boxes.
+        return FileResponse(CJK_FONT, media_type="font/ttf", headers={"Cache-Control": "public, max-age=86400"})
 
     @app.get("/health", response_model=Health)
     async def health() -> dict[str, Any]:
