@@ -366,3 +366,14 @@ def test_batching_changes_no_hypothesis(translators: dict[str, Translator], trai
     want = _hypotheses(one_by_one)
     _assert_same(_hypotheses(all_at_once), want)
     _assert_same(_hypotheses(concurrent), want)
+
+
+def test_a_hypothesis_the_constraints_cut_short_has_a_null_score(client: TestClient) -> None:
+    # The tiny model's target side has 11 real tokens; blocking every repeat while demanding 40 tokens
+    # leaves greedy search no allowed token: the output ends there, and JSON cannot say -inf.
+    status, body = _post(client, "/v1/translate", {"model": "tiny", "sentences": ["le 5 mai 2001"], "min_len": 40,
+                                                   "max_len_b": 50, "no_repeat_ngram": 1})
+    assert status == 200
+    hypothesis = body["results"][0]["hypotheses"][0]
+    assert hypothesis["score"] is None and hypothesis["log_prob"] is None
+    assert len(hypothesis["tokens"]) == len(set(hypothesis["tokens"]))

@@ -26,6 +26,7 @@ Conventions, the same in greedy and beam search:
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -38,6 +39,7 @@ from heed.data.batching import sentence_batches
 from heed.errors import ConfigError
 
 NEG_INF = float("-inf")
+FORCED_FLOOR = -1e9  # the log-prob of a forced prefix token the model gives probability 0
 
 
 @dataclass
@@ -175,7 +177,9 @@ def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Ten
     forced = None
     if prefix is not None and t < prefix.tokens.size(1):
         forced_token = prefix.tokens[:, t:t + 1]  # (rows, 1)
-        forced = (prefix.lengths > t, forced_token, logp.gather(1, forced_token))  # (rows,), (rows, 1), (rows, 1)
+        # A forced token the model gives probability 0 stays forced, at a finite, hopeless log-prob.
+        raw = logp.gather(1, forced_token).clamp(min=FORCED_FLOOR)
+        forced = (prefix.lengths > t, forced_token, raw)  # (rows,), (rows, 1), (rows, 1)
     for banned in {model.pad_id, model.bos_id} - {eos}:
         logp[:, banned] = NEG_INF
     if t < cfg.min_len:
@@ -372,6 +376,9 @@ def _left_to_right(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConf
             drawn = _sampling_log_probs(logp, cfg) + noise(active, logp.size(1))  # (n, vocab)
             token = drawn.argmax(dim=-1)
             best = logp.gather(1, token.unsqueeze(1)).squeeze(1)
+        # Where the constraints allow no token at all (min_len with n-gram blocking on a tiny vocabulary),
+        # end the output: argmax over -inf would name PAD. Its score is then -inf, as in beam search.
+        token = token.masked_fill(torch.isneginf(best), model.eos_id)
         if t >= shortest:
             token = token.masked_fill(act_max_len <= t, model.eos_id)  # even if the model gives EOS -inf
         log_prob = log_prob + best if n == batch else log_prob.index_add(0, active, best)
@@ -746,8 +753,10 @@ def _build_trees(recorded: Sequence[_TraceStep], batch: int, beam: int, eos_id: 
             for c in range(2 * beam):
                 if lp[i][c] == NEG_INF:
                     continue
-                if c < beam and tok[i][c] == eos_id:
-                    status = "finished"
+                if tok[i][c] == eos_id:
+                    # Only an EOS among the best `beam` finishes (_finish); one below can still fill
+                    # a spare beam slot when too few candidates are finite, as a dead beam: pruned.
+                    status = "finished" if c < beam else "pruned"
                     score = lp[i][c] / float(length_penalty(torch.tensor(t + 1), cfg.length_penalty))
                 elif c in kept:
                     status, score = "kept", lp[i][c]
@@ -764,6 +773,8 @@ def _build_trees(recorded: Sequence[_TraceStep], batch: int, beam: int, eos_id: 
     for b in range(batch):
         for j in range(n_best):
             h = hyps[b * n_best + j]
+            if not math.isfinite(h.score):  # an empty slot (fewer than n_best finished): no node
+                continue
             node = finished.get((b, int(fin_step[b, j]), int(fin_row[b, j]) - b * beam))
             if node is not None:
                 h.node = node

@@ -190,13 +190,18 @@ def last_metrics(model_dir: Path) -> dict[str, Any] | None:
     return found or None
 
 
+def _finite(x: float) -> float | None:
+    """JSON has no infinities: a -inf score (the constraints left the search no allowed token) is null."""
+    return x if math.isfinite(x) else None
+
+
 def _matrix(values: Any) -> list[list[float]] | None:
     return None if values is None else [[float(x) for x in row] for row in values]
 
 
 def _hypothesis(translator: Translator, t: Translation, *, attention: bool, node: int | None = None,
                 alignment: Any = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"text": t.text, "tokens": t.tokens, "score": t.score, "log_prob": t.log_prob,
+    out: dict[str, Any] = {"text": t.text, "tokens": t.tokens, "score": _finite(t.score), "log_prob": _finite(t.log_prob),
                            "attention": None, "alignment": None, "node": node}
     if attention and t.attention is not None and t.src_tokens:
         a = alignment if alignment is not None else translator.word_alignment(t)

@@ -66,8 +66,10 @@ class WordAlignment(BaseModel):
 class HypothesisOut(BaseModel):
     text: str
     tokens: list[str]
-    score: float = Field(description="the ranking score: log-probability after length/coverage penalties")
-    log_prob: float
+    score: Optional[float] = Field(description="the ranking score: log-probability after length/coverage "
+                                               "penalties; null where the constraints (min_len, n-gram blocking) "
+                                               "left no allowed token, so the output was cut")
+    log_prob: Optional[float]
     attention: Optional[list[list[float]]] = Field(
         None, description="(len(tokens) + 1) rows (the last: </s>) x (len(src_tokens) + 1) columns (the last: "
                           "</s>); null for a model without attention")

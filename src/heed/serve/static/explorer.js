@@ -74,7 +74,8 @@
   }
 
   const clamp = (x, lo, hi) => Math.max(lo, Math.min(hi, x));
-  const fixed = (x, digits) => (Number.isFinite(x) ? x.toFixed(digits) : String(x));
+  // null: a score the API could not write (-inf: the constraints cut the output short).
+  const fixed = (x, digits) => (Number.isFinite(x) ? x.toFixed(digits) : x === null ? "−∞" : String(x));
 
   /** A probability as a percentage a person can compare: 97.3%, 0.018%, 4.2e-4%. */
   function percent(p) {
