@@ -151,13 +151,13 @@ def test_threads_option_sets_torch_threads_for_the_decode_and_restores_them(trai
     from heed.api import Translator
 
     seen = []
-    original = Translator.translate
+    original = Translator.translate_nbest  # what the commands call (translate() calls it too)
 
     def spy(self, *args, **kwargs):
         seen.append(torch.get_num_threads())
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(Translator, "translate", spy)
+    monkeypatch.setattr(Translator, "translate_nbest", spy)
     src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
     src.write_text("hello\n", encoding="utf-8")
     ref.write_text("bonjour\n", encoding="utf-8")

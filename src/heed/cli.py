@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
+import inspect
 import io
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -20,7 +22,7 @@ import typer
 from rich.console import Console
 
 import heed
-from heed.errors import DataError, HeedError
+from heed.errors import ConfigError, DataError, HeedError
 from heed.files import atomic_open
 
 if TYPE_CHECKING:
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
     from heed.api import Translation, Translator
     from heed.evaluate import Bucket, BucketScore
+    from heed.search import DecodeConfig
 
 app = typer.Typer(
     name="heed",
@@ -215,13 +218,14 @@ class _Progress:
 
 
 def _translate_chunks(translator: "Translator", lines: Iterable[str], *, name: str, chunk_size: int,
-                      progress: _Progress, **options: Any) -> "Iterator[list[Translation]]":
-    """`translator.translate(chunk, **options)` for each `chunk_size` lines, advancing `progress`
-    and warning about sources cut to the model's max_src_len by their line numbers in `name`."""
+                      progress: _Progress, **options: Any) -> "Iterator[list[list[Translation]]]":
+    """`translator.translate_nbest(chunk, **options)` (per line, its n-best list, best first) for
+    each `chunk_size` lines, advancing `progress` and warning about sources cut to the model's
+    max_src_len by their line numbers in `name`."""
     first = 1
     for chunk in _chunks(iter(lines), chunk_size):
-        translations = translator.translate(chunk, **options)
-        cut = [first + k for k, t in enumerate(translations) if t.truncated]
+        translations = translator.translate_nbest(chunk, **options)
+        cut = [first + k for k, nbest in enumerate(translations) if nbest[0].truncated]
         if cut:
             progress.warn(_truncation_message(cut, name, translator.max_src_len))
         progress.advance(len(chunk))
@@ -243,21 +247,134 @@ BF16_HELP = ("Decode in bfloat16: faster for batches of a large model on a GPU o
              "for batch 1 or small models; the outputs may differ a little from float32's.")
 
 
+# ---------------------------------------------------------------------------- decode options
+
+
+# A flag for every heed.search.DecodeConfig field: (field, flag, type, help). Each help is the
+# field's description with field names written as flags (tests/test_cli_decode.py holds them
+# together); it is written out here, not read from DecodeConfig, because heed.search imports
+# torch, which would make every `heed --help` take seconds.
+DECODE_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("beam_size", "--beam", int, "Beam size; 1 = greedy."),
+    ("n_best", "--n-best", int, "Hypotheses returned per sentence, at most --beam. `heed translate` writes "
+     "them all (see its help); the other commands use the best."),
+    ("length_penalty", "--length-penalty", float, "Length penalty: GNMT alpha; 0 = off."),
+    ("coverage_penalty", "--coverage-penalty", float, "Coverage penalty: GNMT beta; 0 = off; needs attention."),
+    ("min_len", "--min-len", int, "Output tokens before EOS is allowed (EOS not counted); 0 allows an empty "
+     "output."),
+    ("max_len_a", "--max-len-a", float, "Max output tokens = floor(a * src_len + b), EOS not counted; this "
+     "sets a."),
+    ("max_len_b", "--max-len-b", int, "Sets b in --max-len-a's max output tokens."),
+    ("no_repeat_ngram", "--no-repeat-ngram", int, "Forbid repeating any n-gram of this size; 0 = off."),
+    ("sampling", "--sampling/--no-sampling", bool, "Draw --n-best samples per sentence instead of searching "
+     "(--beam must be 1). --sampling without --beam samples with --beam 1."),
+    ("temperature", "--temperature", float, "With --sampling: divide the logits by this; < 1 is sharper."),
+    ("top_k", "--top-k", int, "With --sampling: draw from the k most likely tokens only; 0 = all."),
+    ("top_p", "--top-p", float, "With --sampling: draw from the smallest set of tokens whose probability reaches p "
+     "(nucleus); 1 = all."),
+    ("seed", "--seed", int, "With --sampling: the random seed; the same seed and source give the same samples in any "
+     "batch (None: a fresh seed). Without --seed the seed drawn is printed on stderr."),
+)
+DECODE_FLAG = {field: flag.split("/")[0] for field, flag, _, _ in DECODE_FLAGS}
+# Field names: those with an underscore anywhere; plain words ("seed") only where they lead the text
+# ("sampling: ...", "sampling draws ..."), as elsewhere they are English ("the random seed").
+_DECODE_FIELD_WORD = re.compile(r"\b(" + "|".join(f for f in DECODE_FLAG if "_" in f) + r")\b|^("
+                                + "|".join(f for f in DECODE_FLAG if "_" not in f) + r")\b")
+
+
+def flag_words(text: str) -> str:
+    """`text` with DecodeConfig field names written as their flags ("n_best" -> "--n-best")."""
+    return _DECODE_FIELD_WORD.sub(lambda m: DECODE_FLAG[m.group(m.lastindex or 0)], text)
+
+
+def decode_options(command: F) -> F:
+    """Give `command` the DECODE_FLAGS, each None (= the model's decode config) unless given. The
+    command takes a keyword-only `decode`: {DecodeConfig field: value} of the flags given."""
+    signature = inspect.signature(command, eval_str=True)
+    flags = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
+                               default=typer.Option(None, flag, help=f"{help} Default: the model's decode config.",
+                                                    show_default=False))
+             for field, flag, kind, help in DECODE_FLAGS]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        given = {field: kwargs.pop(field) for field in DECODE_FLAG}
+        return command(*args, decode={k: v for k, v in given.items() if v is not None}, **kwargs)
+
+    # typer reads a command's options from its signature: the command's own, less `decode`, then the flags.
+    own = [p for name, p in signature.parameters.items() if name != "decode"]
+    wrapper.__signature__ = signature.replace(parameters=[*own, *flags])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in (*own, *flags)}
+    return wrapper  # type: ignore[return-value]
+
+
+def resolve_decode(translator: "Translator", decode: dict[str, Any], *, label: str = "") -> "DecodeConfig":
+    """The translator's decode config with the flags given (`decode`, from `decode_options`) applied,
+    validated; a bad value is a HeedError naming its flag. Sampling without --seed gets one seed,
+    printed on stderr, for all the input (and for the user to draw the same again)."""
+    overrides = dict(decode)
+    beam = overrides.pop("beam_size", None)
+    if beam is None and overrides.get("sampling"):
+        beam = 1  # sampling draws instead of searching: the model's beam size would only clash
+    try:
+        cfg = translator.resolve_decode(beam, overrides)
+    except ConfigError as e:
+        raise HeedError(_decode_flag_message(e, decode)) from None
+    if cfg.sampling and decode.get("seed") is None:
+        _stderr().print(f"{label + ': ' if label else ''}sampling with seed {cfg.seed} (--seed {cfg.seed} draws "
+                        "the same samples again)", markup=False, soft_wrap=True)
+    return cfg
+
+
+def _decode_flag_message(error: ConfigError, given: dict[str, Any]) -> str:
+    """A decode ConfigError ("field 'decode.top_p': Input should be ...") in flag words:
+    "--top-p: input should be ... (got 1.5)"."""
+    field = (error.field or "").removeprefix("decode.")
+    message = flag_words(error.message[:1].lower() + error.message[1:])
+    flag = DECODE_FLAG.get(field)
+    if flag is None:
+        return f"decode settings: {message}"
+    if flag not in message and field in given:  # a one-field check; pydantic's message omits the value
+        message += f" (got {given[field]})"
+    # A clash with a value the user did not give ("--n-best (2) cannot exceed --beam (1)"): say where it is from.
+    implicit = [f for name, f in DECODE_FLAG.items()
+                if name not in given and re.search(f"{f} (\\(|-?\\d)", message)]  # "--beam (1)", "--max-len-b 0"
+    if implicit:
+        message += f" ({', '.join(implicit)}: the model's decode config)"
+    return message if message.startswith(flag) else f"{flag}: {message}"
+
+
+def nbest_lines(first_id: int, chunk: "Sequence[list[Translation]]") -> Iterator[str]:
+    """Moses-style n-best lines, `SENT_ID ||| text ||| score`, best first for each source; SENT_ID
+    counts sources from 0, `first_id` being `chunk[0]`'s."""
+    for k, nbest in enumerate(chunk):
+        for t in nbest:
+            yield f"{first_id + k} ||| {t.text} ||| {round(t.score, 4) + 0.0:.4f}\n"  # + 0.0: no "-0.0000"
+
+
 @app.command()
 @friendly_errors
+@decode_options
 def translate(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
     input: Optional[Path] = typer.Option(None, "--input", "-i", help="Source sentences, one per line (default: stdin)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write translations (default: stdout)."),
-    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: the model's decode config; 1 = greedy)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentences per batch."),
     replace_unk: bool = typer.Option(False, "--replace-unk", help=REPLACE_UNK_HELP),
     dictionary: Optional[Path] = typer.Option(None, "--dictionary", help=DICTIONARY_HELP),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
+    *,
+    decode: dict[str, Any],
 ) -> None:
     """Translate sentences, one per line: stdin -> stdout, or --input/--output files.
+
+    With --n-best K > 1 (or a model whose decode config has n_best > 1), each source gets up to K
+    lines, best first, in the Moses n-best style "SENT_ID ||| text ||| score": SENT_ID counts the
+    input lines from 0, score is the search's ranking score (log-probability after the length and
+    coverage penalties) with 4 decimals; an empty line gets one line with empty text. --sampling
+    --n-best K gives K samples per source the same way.
 
     A source longer than the model's data.max_src_len tokens (the longest it was trained on) is cut to
     that many tokens, with a warning on stderr naming its line. A progress bar goes to stderr when it is
@@ -272,6 +389,7 @@ def translate(
         raise HeedError("no output: stdout is closed; give --output FILE")
     table = load_dictionary(dictionary) if dictionary is not None else None
     translator = Translator.load(model, device=device, bf16=bf16)
+    cfg = resolve_decode(translator, decode)  # before reading: a bad flag fails before any input is typed
     name = str(input) if input is not None else "<stdin>"
     interactive = input is None and sys.stdin.isatty()
     chunk_size = 1 if interactive else batch_size * 16
@@ -279,12 +397,17 @@ def translate(
     show_progress = not interactive and not (output is None and sys.stdout.isatty())
 
     def run(source: Any, sink: TextIO) -> None:
+        first_id = 0
         with _Progress("lines translated", enabled=show_progress) as progress:
             for chunk in _translate_chunks(translator, _read_lines(source, name), name=name, chunk_size=chunk_size,
-                                           progress=progress, beam=beam, batch_size=batch_size,
-                                           replace_unk=replace_unk, dictionary=table):
-                sink.writelines(t.text + "\n" for t in chunk)
+                                           progress=progress, batch_size=batch_size, replace_unk=replace_unk,
+                                           dictionary=table, **cfg.model_dump()):
+                if cfg.n_best > 1:
+                    sink.writelines(nbest_lines(first_id, chunk))
+                else:
+                    sink.writelines(nbest[0].text + "\n" for nbest in chunk)
                 sink.flush()
+                first_id += len(chunk)
 
     with torch_threads(threads), (open(input, "rb") if input is not None else _stdin_bytes()) as source:
         if output is None:
@@ -330,11 +453,11 @@ PLOT_METRIC_HELP = "The score the plot shows."
 
 @app.command()
 @friendly_errors
+@decode_options
 def evaluate(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
     ref: Path = typer.Option(..., "--ref", help="Reference translations, line-aligned with --src."),
-    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: the model's decode config)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1),
     hyps: Optional[Path] = typer.Option(None, "--hyps", help="Also write the translations here."),
     replace_unk: bool = typer.Option(False, "--replace-unk", help=REPLACE_UNK_HELP),
@@ -348,9 +471,12 @@ def evaluate(
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
+    *,
+    decode: dict[str, Any],
 ) -> None:
     """Translate --src and score against --ref: BLEU and chrF (with sacrebleu signatures), exact match;
-    with --by-length, also per source-length bucket.
+    with --by-length, also per source-length bucket. With --n-best or --sampling, the best
+    hypothesis of each source is scored.
 
     A source longer than the model's data.max_src_len tokens is cut to that many tokens, with a warning
     on stderr naming its line. A progress bar goes to stderr when it is a terminal."""
@@ -366,11 +492,12 @@ def evaluate(
     table = load_dictionary(dictionary) if dictionary is not None else None
     pairs = list(read_parallel(src, ref))
     translator = Translator.load(model, device=device, bf16=bf16)
+    cfg = resolve_decode(translator, decode)
     # In chunks, as `heed translate` does, so both give the same outputs for the same file.
     with torch_threads(threads), _Progress("translating", total=len(pairs)) as progress:
-        translations = [t for chunk in _translate_chunks(
+        translations = [nbest[0] for chunk in _translate_chunks(
             translator, [p.src for p in pairs], name=str(src), chunk_size=batch_size * 16, progress=progress,
-            beam=beam, batch_size=batch_size, replace_unk=replace_unk, dictionary=table) for t in chunk]
+            batch_size=batch_size, replace_unk=replace_unk, dictionary=table, **cfg.model_dump()) for nbest in chunk]
     outputs = [t.text for t in translations]
     if hyps is not None:
         with atomic_open(hyps) as sink:
@@ -453,12 +580,14 @@ def _print_table(table: "Table") -> None:
 
 @app.command()
 @friendly_errors
+@decode_options
 def attention(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
     sentences: List[str] = typer.Argument(..., help="Source sentences to translate and plot."),
     output: Path = typer.Option(Path("attention.png"), "--output", "-o", help="Figure file: .png, .svg or .pdf."),
-    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: the model's decode config)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    *,
+    decode: dict[str, Any],
 ) -> None:
     """Translate sentences and draw where the model looked: one attention heatmap per sentence.
 
@@ -469,12 +598,13 @@ def attention(
 
     _check_figure_path(output)
     translator = Translator.load(model, device=device)
+    cfg = resolve_decode(translator, decode)
     for number, sentence in enumerate(sentences, start=1):  # before translating: the source bounds the cost
         length = min(len(translator.codec.src_tokens(sentence)), translator.max_src_len)
         if length + 1 > MAX_HEATMAP_TOKENS:  # + the </s> column
             raise HeedError(f"sentence {number} ({_preview(sentence)}) is {length} tokens long; a heatmap over more "
                             f"than {MAX_HEATMAP_TOKENS} tokens a side is unreadable: give a shorter sentence")
-    translations = translator.translate(sentences, beam=beam)
+    translations = translator.translate(sentences, **cfg.model_dump())
     cut = [k for k, t in enumerate(translations, start=1) if t.truncated]
     if cut:
         _stderr().print(f"[yellow]warning:[/] {_escape(_truncation_message(cut, 'sentences', translator.max_src_len))}",
@@ -573,6 +703,7 @@ def _read_gold(path: Path, words: list[tuple[int, int]], src: Path, tgt: Path) -
 
 @app.command()
 @friendly_errors
+@decode_options
 def compare(
     models: List[Path] = typer.Argument(..., help="Model directories (or training output directories) to compare."),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
@@ -587,13 +718,17 @@ def compare(
     length_unit: LengthUnit = typer.Option(LengthUnit.words, "--length-unit", help=(
         "What source length counts: whitespace words, characters, or tokens (the first model's "
         "source tokenizer).")),
-    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: each model's decode config)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    *,
+    decode: dict[str, Any],
 ) -> None:
     """Translate the same test set with several models and compare them: BLEU, chrF and exact match
     per model, then scores by source length side by side (and, with --plot, one line per model):
-    the figure where attention holds up on long sentences and a plain encoder-decoder falls away."""
+    the figure where attention holds up on long sentences and a plain encoder-decoder falls away.
+
+    The decode flags apply to every model; what they leave out comes from each model's own decode
+    config."""
     from rich.table import Table
 
     from heed.api import Translator
@@ -609,10 +744,12 @@ def compare(
     first_model: list[Translation] = []  # its source tokens are what --length-unit tokens counts
     for label, path in zip(labels, models):
         translator = Translator.load(path, device=device)
+        cfg = resolve_decode(translator, decode, label=label)
         with _Progress(f"{label}: translating", total=len(srcs)) as progress:
-            translations = [t for chunk in _translate_chunks(translator, srcs, name=f"{src} ({label})",
-                                                             chunk_size=batch_size * 16, progress=progress,
-                                                             beam=beam, batch_size=batch_size) for t in chunk]
+            translations = [nbest[0] for chunk in _translate_chunks(translator, srcs, name=f"{src} ({label})",
+                                                                    chunk_size=batch_size * 16, progress=progress,
+                                                                    batch_size=batch_size, **cfg.model_dump())
+                            for nbest in chunk]
         outputs[label] = [t.text for t in translations]
         first_model = first_model or translations
 
