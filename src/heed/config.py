@@ -1,13 +1,22 @@
 """The run's configuration: validated pydantic models (an unknown key anywhere is an error), read from
 YAML, with dotted `--set section.field=value` overrides.
 
-Paths. A relative path written in a config file (corpus files, `output_dir`) resolves against *that
-file's directory*, so a config and its data move together: `configs/x.yaml` naming
-`../data/train.tsv` means `data/train.tsv` beside `configs/`. A path given on the command line
-(`--set data.train.tsv=...`, `--output-dir`) resolves against the current directory, like any other
-argument; so does the default `output_dir` (runs/default). When heed saves a config (into every
-checkpoint and model directory) it writes these paths relative to the saved file, so the copy still
-points at the same places, holds no absolute paths, and moves with its directory.
+Paths. A relative path written in a config file resolves against *that file's directory*, so a
+config and its data move together: `configs/x.yaml` naming `../data/train.tsv` means
+`data/train.tsv` beside `configs/`. Corpus paths may instead resolve against a data root, so one
+setting points a config at data kept elsewhere; the first given of
+  1. `--set data.root=DIR` (against the current directory),
+  2. the environment variable HEED_DATA_ROOT (against the current directory),
+  3. `data.root:` in the file (against the file's directory),
+  4. the file's directory (the rule above).
+The environment comes before the file, as a shell's setting overrides a file's default: one
+`export HEED_DATA_ROOT=...` points every recipe at a data folder elsewhere.
+A path given on the command line (`--set data.train.tsv=...`, `--output-dir`) resolves against the
+current directory, like any other argument; so does the default `output_dir` (runs/default). A
+loaded config holds absolute paths (and `data.root` null). When heed saves a config (into every
+checkpoint and model directory) it writes these paths relative to the saved file, with
+`data.root: .`, so the copy still points at the same places, holds no absolute paths, and moves with
+its directory; heed reads those copies with `environment=False`, so HEED_DATA_ROOT never moves them.
 """
 from __future__ import annotations
 
@@ -37,6 +46,8 @@ from heed.search import DecodeConfig
 CORPUS_SPLITS = ("train", "dev", "test")
 OUTPUT_DIR = "output_dir"
 CORPUS_PATH_KEYS = ("tsv", "src", "tgt")
+DATA_ROOT = "data.root"
+DATA_ROOT_ENV = "HEED_DATA_ROOT"
 
 
 class _Strict(BaseModel):
@@ -107,6 +118,9 @@ class DataConfig(_Strict):
 
     task: Literal["dates"] | None = None
     dates: DatesConfig = Field(default_factory=DatesConfig)
+    root: Path | None = Field(None, description="the folder relative corpus paths in the config file resolve "
+                              f"against, unless ${DATA_ROOT_ENV} is set; null = the config file's folder (see the "
+                              "module doc)")
     train: CorpusConfig | None = None
     dev: CorpusConfig | None = None
     test: CorpusConfig | None = None
@@ -235,8 +249,9 @@ def decode_length_problem(decode: DecodeConfig) -> str | None:
 # ------------------------------------------------------------------------------- load and save
 
 
-def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Config:
-    """Read a YAML config, apply `section.field=value` overrides, validate.
+def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = (), *, environment: bool = True) -> Config:
+    """Read a YAML config, apply `section.field=value` overrides, validate. `environment=False`
+    ignores HEED_DATA_ROOT (for the configs heed saved itself, whose paths are relative to them).
 
     Raises ConfigError naming the file (or `--set`) and the dotted field."""
     path = Path(path)
@@ -261,23 +276,26 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> 
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"expected a mapping of sections (data:, model:, ...), got {type(raw).__name__}", path=path)
-    return config_from_dict(raw, source=path, base_dir=path.parent, overrides=overrides)
+    return config_from_dict(raw, source=path, base_dir=path.parent, overrides=overrides, environment=environment)
 
 
 def config_from_dict(raw: dict[str, Any], *, source: str | os.PathLike[str] | None = None,
-                     base_dir: str | os.PathLike[str] = ".", overrides: Sequence[str] = ()) -> Config:
-    """Validate a config mapping. Relative paths in `raw` resolve against `base_dir`; those in
-    `overrides` against the current directory."""
-    raw = _resolve_paths(_deep_copy(raw), Path(base_dir))
-    overridden = []
-    for item in overrides:
-        key, value = parse_override(item)
+                     base_dir: str | os.PathLike[str] = ".", overrides: Sequence[str] = (),
+                     environment: bool = True) -> Config:
+    """Validate a config mapping. Relative corpus paths in `raw` resolve against its data root
+    (`data_root`), output_dir against `base_dir`; paths in `overrides` against the current directory.
+    The config returned holds absolute corpus paths and `data.root` None: the root has done its work."""
+    parsed = [parse_override(item) for item in overrides]
+    base = Path(base_dir)
+    raw = _resolve_paths(_deep_copy(raw), base, data_root(raw, base, dict(parsed), environment=environment))
+    for key, value in parsed:
         _set_dotted(raw, key, value)
-        overridden.append(key)
+    overridden = [key for key, _ in parsed]
     try:
         config = Config.model_validate(raw)
     except ValidationError as e:
         raise _config_error(e, source=source, overridden=overridden) from None
+    config.data.root = None
     problem = decode_length_problem(config.decode)
     if problem is not None:
         from_override = any(key in ("decode", "decode.max_len_a", "decode.max_len_b") for key in overridden)
@@ -297,7 +315,7 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = yamlio.parse(text) if text.strip() else None
     except yamlio.YamlError as e:
         raise ConfigError(f"cannot parse value '{text}' ({e.problem})", field=key, path="--set") from None
-    if (_is_corpus_path(key) or key == OUTPUT_DIR) and isinstance(value, str):
+    if (_is_corpus_path(key) or key in (OUTPUT_DIR, DATA_ROOT)) and isinstance(value, str):
         value = os.path.abspath(value)
     elif key.count(".") == 1 and key.split(".")[0] == "data" and key.split(".")[1] in CORPUS_SPLITS \
             and isinstance(value, dict):
@@ -308,7 +326,8 @@ def parse_override(item: str) -> tuple[str, Any]:
 
 def config_to_dict(config: Config, *, relative_to: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Plain data (YAML/JSON-able). With `relative_to`, corpus paths and output_dir become relative
-    to that directory."""
+    to that directory, and `data.root` is "." where there are corpus paths: they resolve against the
+    saved file's folder (read it back with `load_config(..., environment=False)`)."""
     data = config.model_dump(mode="json")
     if relative_to is not None:
         base = Path(relative_to).absolute()
@@ -321,6 +340,7 @@ def config_to_dict(config: Config, *, relative_to: str | os.PathLike[str] | None
             for key in CORPUS_PATH_KEYS:
                 if corpus and corpus.get(key) is not None:
                     corpus[key] = rel(corpus[key])
+                    data["data"]["root"] = "."
         data[OUTPUT_DIR] = rel(data[OUTPUT_DIR])
     return data
 
@@ -350,8 +370,27 @@ def _is_corpus_path(key: str) -> bool:
     return len(parts) == 3 and parts[0] == "data" and parts[1] in CORPUS_SPLITS and parts[2] in CORPUS_PATH_KEYS
 
 
-def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Relative corpus paths and output_dir in `raw`, made absolute against `base`."""
+def data_root(raw: dict[str, Any], base: Path, overrides: dict[str, Any] | None = None, *,
+              environment: bool = True) -> Path:
+    """The folder the relative corpus paths of config mapping `raw` (read from a file in folder
+    `base`) resolve against, the first given of: `--set data.root=DIR` (in `overrides`, already
+    absolute), $HEED_DATA_ROOT (against the current directory; only with `environment`), the file's
+    `data.root` (against `base`; `--set data.root=null` skips it), and `base` itself."""
+    overrides = overrides or {}
+    if isinstance(overrides.get(DATA_ROOT), str):
+        return Path(overrides[DATA_ROOT])
+    env = os.environ.get(DATA_ROOT_ENV) if environment else None
+    if env:
+        return Path(os.path.abspath(env))
+    data = raw.get("data")
+    given = data.get("root") if isinstance(data, dict) and DATA_ROOT not in overrides else None
+    if isinstance(given, str) and given:
+        return Path(os.path.abspath(base / given))
+    return base
+
+
+def _resolve_paths(raw: dict[str, Any], base: Path, root: Path) -> dict[str, Any]:
+    """Relative corpus paths in `raw` made absolute against `root`, and output_dir against `base`."""
     output_dir = raw.get(OUTPUT_DIR)
     if isinstance(output_dir, str) and not os.path.isabs(output_dir):
         raw[OUTPUT_DIR] = os.path.abspath(base / output_dir)
@@ -363,7 +402,7 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
                 for key in CORPUS_PATH_KEYS:
                     value = corpus.get(key)
                     if isinstance(value, str) and not os.path.isabs(value):
-                        corpus[key] = os.path.abspath(base / value)
+                        corpus[key] = os.path.abspath(root / value)
     return raw
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from heed.config import DataConfig
+from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, DATA_ROOT_ENV, DataConfig
 from heed.data.corpus import Pair, load_pairs, normalize
 from heed.data.dates import generate_dates
 from heed.data.tokenize import SentencePieceTokenizer, Tokenizer, load_tokenizer, spm_model_path, train_tokenizer
@@ -47,6 +47,7 @@ def load_corpora(data: DataConfig) -> Corpora:
                                 languages=tuple(d.languages), verbose_forms=d.verbose_forms)
         return Corpora(list(splits.train), list(splits.dev), list(splits.test))
     assert data.train is not None  # the config validator guarantees it
+    _check_corpus_files(data)
 
     def read(corpus) -> list[Pair]:
         if corpus is None:
@@ -60,6 +61,26 @@ def load_corpora(data: DataConfig) -> Corpora:
         return split_corpus(train, dev=data.split.dev, test=data.split.test, seed=data.split.seed,
                             source=str(source))
     return Corpora(train, read(data.dev), read(data.test))
+
+
+def _check_corpus_files(data: DataConfig) -> None:
+    """A missing corpus file is a DataError saying how to point the config at its data, raised
+    before any file is read (a missing test file should not wait for minutes of reading train)."""
+    for split in CORPUS_SPLITS:
+        corpus = getattr(data, split)
+        for key in CORPUS_PATH_KEYS:
+            path = None if corpus is None else getattr(corpus, key)
+            if path is None:
+                continue
+            try:
+                path.stat()
+            except (FileNotFoundError, NotADirectoryError):
+                raise DataError(f"no such file (data.{split}.{key}); a config's relative corpus paths resolve "
+                                f"against ${DATA_ROOT_ENV}, else data.root, else the config file's folder: for data "
+                                f"kept elsewhere give its folder with --set data.root=DIR or {DATA_ROOT_ENV}=DIR",
+                                path=path) from None
+            except (OSError, ValueError):
+                pass  # the reader names what is wrong with it
 
 
 def split_corpus(pairs: Sequence[Pair], *, dev: int, test: int, seed: int, source: str = "the corpus") -> Corpora:
