@@ -170,33 +170,19 @@ def deadline() -> Callable[[int], contextlib.AbstractContextManager[None]]:
 # ------------------------------------------------------------------------------- the command line
 
 
-def _heed_cli(*args: Any, input: str | None = None, env: dict[str, str] | None = None) -> Any:
-    from typer.testing import CliRunner
-
-    from heed.cli import app
-
-    return CliRunner().invoke(app, [str(a) for a in args], input=input, env=env)
-
-
 @pytest.fixture
 def heed_cli() -> Callable[..., Any]:
     """`heed_cli(*args, input=None, env=None)`: `heed ARGS` run in-process (typer's CliRunner), its
     Result (exit_code, stdout, stderr); `env` entries are set for the run (None values unset)."""
-    return _heed_cli
+    from cli_helpers import invoke
 
-
-def _assert_user_error(result: Any, *fragments: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    assert "Traceback" not in result.output
-    message = result.stderr.strip()
-    assert message.startswith("error:") and len(message.splitlines()) <= 2, message
-    flat = " ".join(message.split())
-    for fragment in fragments:
-        assert fragment in flat, (fragment, message)
+    return invoke
 
 
 @pytest.fixture
 def assert_user_error() -> Callable[..., None]:
     """`assert_user_error(result, *fragments)`: exit code 2, a message of one or two lines starting
     "error:" and naming every fragment, no traceback (the house rule for a user's mistake)."""
-    return _assert_user_error
+    from cli_helpers import assert_user_error as check
+
+    return check

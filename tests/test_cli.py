@@ -6,31 +6,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 import heed
-from heed.cli import app
-
-runner = CliRunner()
-
-
-def invoke(*args, input=None):
-    return runner.invoke(app, [str(a) for a in args], input=input)
+from cli_helpers import assert_user_error, invoke
 
 
 def write_config(path: Path, data: dict) -> Path:
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path
-
-
-def assert_user_error(result, *fragments):
-    """Exit code 2, a short message naming what is wrong, no traceback."""
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    assert "Traceback" not in result.output
-    message = result.stderr.strip()
-    assert message.startswith("error:") and len(message.splitlines()) <= 2, message
-    for fragment in fragments:
-        assert fragment in message, (fragment, message)
 
 
 def bad_corpus_config(tmp_path, tiny_config, **train_corpus):

@@ -12,26 +12,8 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from typer.testing import CliRunner
 
-from heed.cli import app
-
-runner = CliRunner()
-
-
-def invoke(*args, input=None):
-    return runner.invoke(app, [str(a) for a in args], input=input)
-
-
-def assert_user_error(result, *fragments):
-    """Exit code 2, a one- or two-line message naming what is wrong, no traceback."""
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    assert "Traceback" not in result.output
-    message = result.stderr.strip()
-    assert message.startswith("error:") and len(message.splitlines()) <= 2, message
-    flat = " ".join(message.split())
-    for fragment in fragments:
-        assert fragment in flat, (fragment, message)
+from cli_helpers import assert_user_error, invoke
 
 
 def heed(*args, stdin=subprocess.DEVNULL, timeout: float = 120, shell_prefix: str = ""):
