@@ -459,3 +459,12 @@ def test_greedy_ends_where_the_constraints_allow_no_token() -> None:
     (hyp,) = greedy_search(ScriptedModel(loves_eos), src, lengths, cfg)
     assert PAD not in hyp.tokens and hyp.tokens == [A, B]
     assert hyp.score == -math.inf
+
+
+def test_models_and_fakes_implement_the_search_protocol() -> None:
+    # runtime_checkable checks that the members exist; mypy checks their types (SearchModel's doc).
+    from heed.search import SearchModel
+
+    assert isinstance(tiny_model("luong"), SearchModel)
+    assert isinstance(ScriptedModel(loves_eos), SearchModel)
+    assert not isinstance(object(), SearchModel)

@@ -1,14 +1,8 @@
-"""Greedy and beam search over the decoder protocol.
+"""Greedy search, beam search and sampling over the decoder protocol.
 
-Search sees only this protocol (never a model class):
-    model.encode(src (batch, src_len), src_lengths (batch,)) -> enc   (enc.mask bool (batch, src_len),
-        True = real token; enc.repeat(k) gives each source k decoder rows in a row; enc.select(sources)
-        keeps those sources and their rows)
-    model.init_state(enc) -> state
-    model.step(prev_tokens (batch,), state, enc) -> DecoderStep(logits (batch, vocab), state,
-        attention (batch, src_len) or None), a NamedTuple
-    state.select(indices (n,) long) -> state
-    model.bos_id, model.eos_id, model.pad_id
+Search sees only `SearchModel` (below, a typing.Protocol), never a model class: `encode` once,
+`init_state`, then `step` by step, reordering rows with `select`. heed.nn.seq2seq.Seq2Seq implements
+it, and so do the tests' scripted fakes and any other runtime (e.g. an exported graph).
 
 Conventions, the same in greedy and beam search:
 - Lengths. `max_len = floor(max_len_a * src_len + max_len_b)` counts the output tokens *without*
@@ -29,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -39,6 +33,71 @@ from heed.data.batching import sentence_batches
 from heed.errors import ConfigError
 
 NEG_INF = float("-inf")
+
+
+# ---------------------------------------------------------------------------------------------
+# The protocol search talks to.
+
+
+class SearchState(Protocol):
+    """A decoder's state for a batch of rows."""
+
+    def select(self, indices: Tensor) -> "SearchState":
+        """Rows `indices` (n,) long, in that order (beams reordered, finished rows dropped)."""
+        ...
+
+
+class Encoded(Protocol):
+    """An encoded batch of sources, as search needs it."""
+
+    @property
+    def mask(self) -> Tensor:
+        """bool (batch, src_len), True = real token."""
+        ...
+
+    def repeat(self, times: int) -> "Encoded":
+        """Each source serving `times` decoder rows in a row (one per beam or sample)."""
+        ...
+
+    def select(self, sources: Tensor) -> "Encoded":
+        """Sources `sources` (n,) long, with all their decoder rows."""
+        ...
+
+
+class Step(Protocol):
+    """One decoding step's output (heed.nn.decoder.DecoderStep is one): logits (rows, vocab), which
+    search log-softmaxes; the state for the next step; attention (rows, src_len), the weights behind
+    the step, or None for a model without attention."""
+
+    @property
+    def logits(self) -> Tensor: ...
+
+    @property
+    def state(self) -> Any: ...
+
+    @property
+    def attention(self) -> Tensor | None: ...
+
+
+@runtime_checkable
+class SearchModel(Protocol):
+    """What greedy search, beam search and sampling need of a model. Put it in eval mode first."""
+
+    pad_id: int
+    bos_id: int
+    eos_id: int
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> Encoded:
+        """src (batch, src_len) ids + EOS right-padded, src_lengths (batch,) -> the encoded batch."""
+        ...
+
+    def init_state(self, enc: Any) -> SearchState:
+        """The first state for the encoded batch (`enc`: what `encode` returned)."""
+        ...
+
+    def step(self, prev_tokens: Tensor, state: Any, enc: Any) -> Step:
+        """prev_tokens (rows,) long, the state, the encoded batch -> the step's output."""
+        ...
 FORCED_FLOOR = -1e9  # the log-prob of a forced prefix token the model gives probability 0
 
 
@@ -272,7 +331,7 @@ def _to_hypotheses(tokens: Tensor, lengths: Tensor, scores: Tensor, log_probs: T
 
 
 @torch.inference_mode()
-def greedy_search(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig | None = None, *,
+def greedy_search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig | None = None, *,
                   prefix: Prefix | None = None) -> list[Hypothesis]:
     """The most likely token at every step, for the whole batch at once.
 
@@ -326,7 +385,7 @@ def _sampling_log_probs(logp: Tensor, cfg: DecodeConfig) -> Tensor:
 
 
 @torch.inference_mode()
-def sample(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, *,
+def sample(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, *,
            prefix: Prefix | None = None) -> list[list[Hypothesis]]:
     """Draw `cfg.n_best` outputs per sentence from the model (temperature, top-k, nucleus), best
     score first. A sample's score is the model's own (untempered) log-probability of it, with the
@@ -343,7 +402,7 @@ def sample(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, *,
     return [sorted(hyps[b * k:(b + 1) * k], key=lambda h: -h.score) for b in range(batch)]
 
 
-def _left_to_right(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, *,
+def _left_to_right(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, *,
                    prefix: Prefix | None, noise: GumbelNoise | None) -> list[Hypothesis]:
     """One token a step for every row: the most likely one (noise None) or a sample (Gumbel-max
     with `noise`). src (rows, src_len), src_lengths (rows,). Returns one Hypothesis per row."""
@@ -415,6 +474,14 @@ def _left_to_right(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConf
 
 # ---------------------------------------------------------------------------------------------
 # Beam search: flat (batch * beam) rows, row b * beam + k is beam k of sentence b.
+
+
+class _CopiedStep(NamedTuple):
+    """A Step's rows copied to every beam (beam_search's first step)."""
+
+    logits: Tensor  # (batch * beam, vocab)
+    state: Any
+    attention: Tensor | None  # (batch * beam, src_len)
 
 
 class _Finished(NamedTuple):
@@ -511,7 +578,7 @@ def _finish(fin: _Finished, cand_log_prob: Tensor, token: Tensor, parent_row: Te
 
 
 def _prune(cand_log_prob: Tensor, token: Tensor, parent_row: Tensor, beam: int,
-           eos_id: int) -> tuple[Tensor, Tensor, Tensor]:
+           eos_id: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The `beam` best non-EOS candidates become the live beams.
 
     Inputs (batch, 2 * beam). Returns cum_log_prob, token, parent_row, each (batch * beam,), and
@@ -573,7 +640,7 @@ def _backtrack(fin_step: Tensor, fin_row: Tensor, tok_hist: Tensor, back_hist: T
 
 
 @torch.inference_mode()
-def beam_search(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig | None = None, *,
+def beam_search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig | None = None, *,
                 prefix: Prefix | None = None, trees: list[BeamTree] | None = None) -> list[list[Hypothesis]]:
     """Beam search for the whole batch at once, vectorised over batch * beam.
 
@@ -600,9 +667,9 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig 
     bos = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)
     first = model.step(bos, model.init_state(enc), enc)
     copies = torch.arange(batch, device=device).repeat_interleave(beam)  # (batch * beam,) row -> sentence
-    first_rows = first._replace(
-        logits=first.logits.index_select(0, copies), state=first.state.select(copies),
-        attention=None if first.attention is None else first.attention.index_select(0, copies))
+    first_rows = _CopiedStep(
+        first.logits.index_select(0, copies), first.state.select(copies),
+        None if first.attention is None else first.attention.index_select(0, copies))
     prev, state = None, None  # the inputs of step t > 0, set at the end of step t - 1
     enc = enc.repeat(beam)  # batch * beam decoder rows, beam per source
     max_len = _with_prefix(max_output_lengths(src_lengths, cfg).to(device), prefix)  # (batch,)
@@ -775,14 +842,14 @@ def _build_trees(recorded: Sequence[_TraceStep], batch: int, beam: int, eos_id: 
             h = hyps[b * n_best + j]
             if not math.isfinite(h.score):  # an empty slot (fewer than n_best finished): no node
                 continue
-            node = finished.get((b, int(fin_step[b, j]), int(fin_row[b, j]) - b * beam))
-            if node is not None:
-                h.node = node
-                trees[b].nodes[node].score = h.score
+            node_id = finished.get((b, int(fin_step[b, j]), int(fin_row[b, j]) - b * beam))
+            if node_id is not None:
+                h.node = node_id
+                trees[b].nodes[node_id].score = h.score
     return trees
 
 
-def search(model: Any, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig | None = None, *,
+def search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig | None = None, *,
            prefix: Prefix | None = None, trees: list[BeamTree | None] | None = None) -> list[list[Hypothesis]]:
     """Decode a batch: sampling when `cfg.sampling`, else greedy for beam_size 1 and beam search
     above. Returns n_best hypotheses per sentence, best first. `trees` receives one BeamTree per
@@ -811,7 +878,7 @@ class Decoded(NamedTuple):
     tree: BeamTree | None = None
 
 
-def translate_ids(model: Any, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, device: torch.device,
+def translate_ids(model: SearchModel, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, device: torch.device,
                   batch_size: int = 64, prefixes: Sequence[Sequence[int]] | None = None,
                   trace: bool = False) -> list[Decoded]:
     """Decode every source (ids without specials), in input order; sentences of similar length are
