@@ -221,6 +221,11 @@ def test_a_model_without_attention_translates_with_null_attention(client: TestCl
     ({"model": "plain", "sentences": ["a"], "replace_unk": True}, 422, "replace_unk"),
     ({"model": "tiny", "sentences": ["a"], "trace": True, "alternatives": 0}, 422, "alternatives"),
     ({"model": "tiny", "sentences": ["a"], "dictionary": "/etc/passwd"}, 422, "dictionary"),
+    ({"model": "tiny", "sentences": ["a"], "beam_size": 65, "n_best": 1}, 413, "beam_size"),
+    ({"model": "tiny", "sentences": ["a"], "sampling": True, "n_best": 100}, 413, "n_best"),
+    ({"model": "tiny", "sentences": ["a"], "max_len_b": 100000}, 413, "max_len_b"),
+    ({"model": "tiny", "sentences": ["a"], "max_len_a": 50}, 413, "max_len_a"),
+    ({"model": "tiny", "sentences": ["a"], "sampling": True, "seed": 2**64}, 422, "seed"),
 ])
 def test_translate_refuses_bad_requests_naming_the_field(client: TestClient, body: dict, status: int,
                                                          field: str) -> None:

@@ -71,6 +71,9 @@ class ServeSettings(BaseModel):
     batch_wait_ms: float = Field(5.0, ge=0, description="how long the decoder gathers requests into a batch")
     batch_sentences: int = Field(64, ge=1, description="sentences of one batch at most")
     batching: bool = Field(True, description="gather concurrent requests into one batch (off: one at a time)")
+    max_beam: int = Field(64, ge=1, description="beam size (and samples per sentence) at most")
+    max_output: int = Field(1024, ge=1, description="output tokens a sentence may be allowed at most: "
+                                                     "floor(max_len_a * the model's max_src_len + max_len_b)")
 
 
 class ApiError(Exception):
@@ -305,7 +308,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         name = _model_name(request.model, models)
         translator = models[name]
         _check_sentences(request.sentences, "sentences", settings)
-        decode = _decode(translator, request)
+        decode = _decode(translator, request, settings)
         if request.replace_unk and not translator.model.has_attention:
             raise ApiError(422, f"model {name!r} has no attention, so it cannot replace <unk>", "replace_unk")
         if request.prefix is not None:
@@ -373,7 +376,7 @@ def _check_sentences(sentences: Sequence[str], field: str, settings: ServeSettin
             raise ApiError(422, f"{bad}; a sentence holds no control characters but tab", f"{field}[{k}]")
 
 
-def _decode(translator: Translator, request: TranslateRequest) -> DecodeConfig:
+def _decode(translator: Translator, request: TranslateRequest, settings: ServeSettings) -> DecodeConfig:
     """The request's decoding options over the model's; a sampling seed is drawn when none is given."""
     given = {name: getattr(request, name) for name in DECODE_FIELDS if getattr(request, name) is not None}
     try:
@@ -383,6 +386,17 @@ def _decode(translator: Translator, request: TranslateRequest) -> DecodeConfig:
         raise ApiError(422, e.message, field) from None
     if cfg.coverage_penalty and not translator.model.has_attention:
         raise ApiError(422, "the coverage penalty needs a model with attention; set it to 0", "coverage_penalty")
+    # A search's cost grows with the beam and the output length: bounded, as the input is.
+    width = cfg.n_best if cfg.sampling else cfg.beam_size
+    if width > settings.max_beam:
+        field = "n_best" if cfg.sampling else "beam_size"
+        raise ApiError(413, f"{field} {width} is over the server's limit of {settings.max_beam} (--max-beam)", field)
+    longest = math.floor(cfg.max_len_a * translator.max_src_len + cfg.max_len_b)
+    if longest > settings.max_output:
+        field = "max_len_b" if request.max_len_b is not None else "max_len_a"
+        raise ApiError(413, f"max_len_a {cfg.max_len_a:g} and max_len_b {cfg.max_len_b} allow {longest} output tokens "
+                            f"(for a source of the model's max_src_len, {translator.max_src_len}); the server allows "
+                            f"{settings.max_output} (--max-output)", field)
     return cfg
 
 
