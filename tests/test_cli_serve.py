@@ -15,7 +15,8 @@ from heed.cli import app  # noqa: E402
 
 runner = CliRunner()
 OPTIONS = ["--names", "--host", "--port", "--device", "--threads", "--bf16", "--max-sentences", "--max-chars",
-           "--max-body", "--max-queue", "--timeout", "--batch-wait-ms", "--batch-sentences", "--no-batching"]
+           "--max-body", "--max-queue", "--timeout", "--batch-wait-ms", "--batch-sentences", "--no-batching",
+           "--max-beam", "--max-output"]
 
 
 @pytest.fixture

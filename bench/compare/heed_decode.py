@@ -4,7 +4,8 @@
     python bench/compare/heed_decode.py MODEL_DIR INPUT OUTPUT --beam 5 --batch-size 64
         [--max-len 20] [--threads 1] [--bf16]
 
-Prints one line: `heed decode: N sentences in S s (R sentences/s)`.
+Prints two lines: `heed decode: model loaded in L s` (heed.load: a model directory, or an exported
+one with its ONNX Runtime sessions) and `heed decode: N sentences in S s (R sentences/s)`.
 """
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def main() -> None:
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
+    loading = time.perf_counter()
     translator = heed.load(str(args.model), bf16=args.bf16)
+    print(f"heed decode: model loaded in {time.perf_counter() - loading:.4f} s")
     texts = args.input.read_text(encoding="utf-8").splitlines()
     start = time.perf_counter()
     with torch.inference_mode():

@@ -193,7 +193,8 @@ def decode_system(bench: Bench, system: System, result: dict, beam: int, batch: 
         return
     result["decode"][label] = {"sent_per_s": d.sent_per_s, "seconds": d.seconds, "sentences": n,
                                "mean_output_tokens": sum(len(h.split()) for h in outputs) / max(len(outputs), 1),
-                               "max_rss_mb": d.run.max_rss_mb, "loadavg": d.run.loadavg, "hyps": str(d.hyps)}
+                               "max_rss_mb": d.run.max_rss_mb, "loadavg": d.run.loadavg, "hyps": str(d.hyps),
+                               "load_seconds": d.load_seconds}
     scored = ""
     if batch == args.decode_batch:
         try:
@@ -212,7 +213,7 @@ def run_all(bench: Bench, args: argparse.Namespace, n_test: int) -> list[dict]:
     systems alike instead of on whoever ran late."""
     trained = [train_system(bench, key, args) for key in args.systems]
     for result, system in reversed(trained):
-        if system is not None and result["key"].startswith("heed"):
+        if system is not None and result["key"].startswith("heed") and getattr(system, "trains", True):
             train_again(system, result, args)
     ready = [(result, system) for result, system in trained if system is not None]
     for i, (beam, batch, n) in enumerate(decode_plan(args)):
@@ -316,6 +317,13 @@ def gemm_floor_text(gemm: dict) -> list[str]:
 # ------------------------------------------------------------------------------------ report
 
 
+def _median(values: list[float | None]) -> float | None:
+    """The median, or None when a value is missing (a peer's load time is not measured apart)."""
+    if not values or any(v is None for v in values):
+        return None
+    return sorted(values)[len(values) // 2]
+
+
 def _num(value: float | None, fmt: str = ",.0f") -> str:
     return "–" if value is None else format(value, fmt)
 
@@ -358,6 +366,8 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
         lambda r: _num(r["decode"][f"beam1_batch{args.decode_batch}"]["mean_output_tokens"], ".2f"))
     row("decode: peak RSS, MB (max of the four)",
         lambda r: _num(max(d["max_rss_mb"] for d in r["decode"].values() if d.get("max_rss_mb"))))
+    row("decode: model load, s (heed.load; median of the four)",
+        lambda r: _num(_median([d.get("load_seconds") for d in r["decode"].values()]), ".3f"))
     for beam in (1, 5):
         what = "greedy" if beam == 1 else f"beam {beam}"
         row(f"{metric}, {what} (test, {n_test:,})", lambda r, k=f"beam{beam}": _num(r["quality"][k], ".1f"))

@@ -41,6 +41,7 @@ class Decode:
     seconds: float  # the system's own timer
     hyps: Path  # one hypothesis per input line, in input order (fairseq: its H- lines)
     run: Measured
+    load_seconds: float | None = None  # loading the model (heed's columns: heed.load), outside the timer
 
 
 @dataclass
@@ -211,7 +212,10 @@ class Heed(System):
         if not chosen:
             raise StepFailed(f"no throughput windows after step {LOG_EVERY} in {metrics}")
         rate = sum(n for n, _ in chosen) / sum(n / r for n, r in chosen)
-        return Train(rate, _int(r"([\d,]+) parameters", run.text()), run)
+        params = _int(r"([\d,]+) parameters", run.text())
+        # for the exported columns, which decode this model and repeat its training figures
+        (self.logs / "train.summary.json").write_text(json.dumps({"tok_per_s": rate, "params": params}))
+        return Train(rate, params, run)
 
     def decode(self, beam: int, batch: int, n: int) -> Decode:
         hyps = self.dir / f"hyp.beam{beam}.batch{batch}.n{n}.txt"
@@ -222,7 +226,7 @@ class Heed(System):
                             "--threads", str(self.b.threads), *self.decode_options],
                            log=log, env=self.b.env, timeout=self.b.timeout)
         seconds = _need(_float(r"sentences in ([\d.]+) s", run.text()), "heed's decode time", log)
-        return Decode(n / seconds, seconds, hyps, run)
+        return Decode(n / seconds, seconds, hyps, run, _float(r"model loaded in ([\d.]+) s", run.text()))
 
 
 class HeedBF16(Heed):
@@ -236,6 +240,49 @@ class HeedBF16(Heed):
         cfg = super().config()
         cfg["train"]["bf16"] = True
         return cfg
+
+
+class HeedOnnx(Heed):
+    """heed's own trained model (the "heed" column's, trained in the same run), exported with
+    `heed export` and decoded by ONNX Runtime through the same `heed.load(...).translate`. It does
+    not train: its training rows repeat heed's figures, and the export is what it times instead."""
+
+    name, kind = "heed-onnx", "heed_onnx"
+    export_options: tuple[str, ...] = ()
+    trains = False
+
+    def check(self) -> None:
+        super().check()
+        probe = subprocess.run([str(self.b.heed_python), "-c", "import onnx, onnxruntime"],
+                               capture_output=True, text=True, env=self.b.env, timeout=self.b.timeout)
+        if probe.returncode != 0:
+            raise NotAvailable("onnx or onnxruntime does not import: pip install -e '.[onnx]'")
+
+    def version(self) -> str:
+        ort = subprocess.run([str(self.b.heed_python), "-c", "import onnxruntime; print(onnxruntime.__version__)"],
+                             capture_output=True, text=True).stdout.strip()
+        return f"{super().version()}, onnxruntime {ort}"
+
+    def train(self) -> Train:
+        heed_run = Heed(self.b)
+        heed_model = heed_run.dir / "out" / "model"
+        if not heed_model.is_dir():
+            raise StepFailed(f"no heed model to export at {heed_model}: list heed before {self.name} in --systems")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        (self.dir / "out").mkdir(parents=True)
+        log = self.logs / "export.log"
+        export = run_measured([str(self.b.heed_python), "-m", "heed", "export", str(heed_model), "-o",
+                               str(self.dir / "out" / "model"), *self.export_options],
+                              log=log, env=self.b.env, timeout=self.b.timeout)
+        trained = json.loads((heed_run.logs / "train.summary.json").read_text(encoding="utf-8"))
+        return Train(trained["tok_per_s"], trained["params"], export)
+
+
+class HeedOnnxInt8(HeedOnnx):
+    """As heed-onnx, exported with `heed export --int8` (ONNX Runtime's dynamic int8 quantization)."""
+
+    name, kind = "heed-onnx-int8", "heed_onnx_int8"
+    export_options = ("--int8",)
 
 
 # ---------------------------------------------------------------------------------------- Joey
@@ -429,4 +476,4 @@ class Fairseq(System):
         return Decode(float(rate), float(seconds), hyps, run)
 
 
-SYSTEMS = {"heed": Heed, "heed-bf16": HeedBF16, "joey": Joey, "onmt": OpenNMT, "fairseq": Fairseq}
+SYSTEMS = {"heed": Heed, "heed-bf16": HeedBF16, "heed-onnx": HeedOnnx, "heed-onnx-int8": HeedOnnxInt8, "joey": Joey, "onmt": OpenNMT, "fairseq": Fairseq}

@@ -10,7 +10,8 @@ if TYPE_CHECKING:
 
 
 def load(path: str, *, device: str = "auto", bf16: bool = False) -> "Translator":
-    """Load a trained model directory; `heed.load(path).translate(["..."])`.
+    """Load a trained model directory (or a `heed export` directory, run by ONNX Runtime);
+    `heed.load(path).translate(["..."])`.
     `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16."""
     from heed.api import Translator
 

@@ -1,7 +1,7 @@
 """Translate with a trained model from Python:
 
     import heed
-    t = heed.load("runs/demo")                       # a model dir, or a training output dir
+    t = heed.load("runs/demo")                       # a model dir, a training output dir, or a `heed export` dir
     out = t.translate(["le 3 mars 1998", "1998년 3월 3일"], beam=5)
     out[0].text, out[0].attention.shape              # ('1998-03-03', (11, 15))
 
@@ -29,7 +29,7 @@ import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -54,6 +54,9 @@ from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec
 from heed.runtime import check_bf16, limit_onednn_cache, resolve_device
 from heed.search import BeamTree, Decoded, DecodeConfig, translate_ids
+
+if TYPE_CHECKING:
+    from heed.export.ort import OrtSeq2Seq
 
 EOS_TOKEN = SPECIALS[EOS]
 UNK_TOKEN = SPECIALS[UNK]
@@ -158,16 +161,23 @@ class Translator:
     For batch 1, for small models and on CPUs without AMX it is slower (bench/RESULTS.md).
 
     The translator owns `model`: it is cast, moved and put in eval mode in place, and on the CPU
-    its decoder's weights are stored column-major (heed.nn.layout; same values)."""
+    its decoder's weights are stored column-major (heed.nn.layout; same values). An exported model
+    (heed.export.ort.OrtSeq2Seq, from `Translator.load` of a `heed export` directory) is used as it is."""
 
-    def __init__(self, model: Seq2Seq, codec: Codec, config: Config, *, device: torch.device,
+    def __init__(self, model: "Seq2Seq | OrtSeq2Seq", codec: Codec, config: Config, *, device: torch.device,
                  bf16: bool = False) -> None:
-        if bf16:
-            check_bf16(device, what="--bf16")
-        limit_onednn_cache(bf16)
-        self.model = (model.to(torch.bfloat16) if bf16 else model).to(device).eval()
-        if device.type == "cpu":
-            for_decoding(self.model.decoder)  # few rows a step: the faster GEMM layout there
+        if not isinstance(model, Seq2Seq):  # an exported model (heed.export.ort): ONNX Runtime on the CPU
+            if bf16 or device.type != "cpu":
+                raise HeedError("an exported model runs on the CPU in the precision it was exported in; "
+                                "drop --bf16 and --device cuda (or translate with the model directory)")
+            self.model: Any = model
+        else:
+            if bf16:
+                check_bf16(device, what="--bf16")
+            limit_onednn_cache(bf16)
+            self.model = (model.to(torch.bfloat16) if bf16 else model).to(device).eval()
+            if device.type == "cpu":
+                for_decoding(self.model.decoder)  # few rows a step: the faster GEMM layout there
         self.codec = codec
         self.config = config
         self.device = device
@@ -175,8 +185,17 @@ class Translator:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, device: str = "auto", bf16: bool = False) -> "Translator":
-        """Load a model directory, or the `model/` inside a training output directory.
+        """Load a model directory, or the `model/` inside a training output directory, or a directory
+        `heed export` wrote (run by ONNX Runtime on the CPU; `device` "auto" means the CPU there).
         `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16."""
+        from heed.export.onnx import is_exported_dir
+
+        if is_exported_dir(path):
+            from heed.export.ort import load_exported
+
+            exported, codec, config = load_exported(path)
+            return cls(exported, codec, config, device=resolve_device("cpu" if device == "auto" else device,
+                                                                      field="device"), bf16=bf16)
         torch_device = resolve_device(device, field="device")
         loaded = load_model_dir(path, device=torch_device)
         return cls(loaded.model, loaded.codec, loaded.config, device=torch_device, bf16=bf16)

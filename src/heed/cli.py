@@ -814,6 +814,10 @@ def serve(
     batch_sentences: int = typer.Option(64, "--batch-sentences", min=1, help="Sentences of one batch at most."),
     batching: bool = typer.Option(True, "--batching/--no-batching",
                                   help="Decode concurrent requests together (off: one request at a time)."),
+    max_beam: int = typer.Option(64, "--max-beam", min=1, help="Beam size (and samples per sentence) at most."),
+    max_output: int = typer.Option(1024, "--max-output", min=1,
+                                   help="Output tokens a request may allow a sentence at most: floor(max_len_a * "
+                                        "the model's max_src_len + max_len_b)."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level: debug, info, warning, error."),
 ) -> None:
     """Serve models over HTTP: a JSON API (POST /v1/translate, /v1/align; GET /v1/models, /health; the
@@ -840,12 +844,35 @@ def serve(
                         soft_wrap=True)
     settings = ServeSettings(max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
                              max_queue=max_queue, timeout=timeout, batch_wait_ms=batch_wait_ms,
-                             batch_sentences=batch_sentences, batching=batching)
+                             batch_sentences=batch_sentences, batching=batching, max_beam=max_beam,
+                             max_output=max_output)
     with torch_threads(threads):
         translators = {label: Translator.load(path, device=device, bf16=bf16) for label, path in zip(labels, models)}
         metrics = {label: last_metrics(find_model_dir(path)) for label, path in zip(labels, models)}
         app_ = create_app(translators, settings, metrics=metrics)
         uvicorn.run(app_, host=host, port=port, log_level=log_level)
+
+
+# ------------------------------------------------------------------------------------ export
+
+
+@app.command("export")
+@friendly_errors
+def export_command(
+    model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
+    output: Path = typer.Option(..., "--output", "-o", help="The exported directory to write (replaced if it "
+                                "holds an earlier export)."),
+    int8: bool = typer.Option(False, "--int8", help="Quantize the graphs' weights to int8 (ONNX Runtime's "
+                              "dynamic quantization): smaller and faster on the CPU, slightly less accurate."),
+) -> None:
+    """Export a model for deployment: an ONNX encoder graph, an ONNX decoder-step graph, the
+    tokenizers and vocabularies, and a manifest (heed version, opset, model config, sha256 of every
+    file). `heed translate`, `heed evaluate`, `heed serve` and `heed.load` take the exported
+    directory and run it with ONNX Runtime on the CPU. Needs `pip install heed[onnx]`."""
+    from heed.export.onnx import export_model
+
+    out = export_model(model, output, int8=int8)
+    typer.echo(f"exported {model} -> {out}{' (int8)' if int8 else ''}")
 
 
 # -------------------------------------------------------------------------------------- demo

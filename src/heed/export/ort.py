@@ -1,0 +1,178 @@
+"""An exported model (heed.export.onnx) run by ONNX Runtime behind the search's protocol.
+
+`OrtSeq2Seq` has what search asks of a model (encode, init_state, step, and `select` on what they
+return, bos/eos/pad ids), so greedy search, beam search, sampling, n-best lists, prefixes and the
+length and coverage penalties run unchanged over it; and a teacher-forced `__call__` (one step
+at a time) for `Translator.align` and `explore`. It reuses heed's own EncoderOutput and
+DecoderState: their `repeat`/`select` are index operations on torch tensors that share memory
+with the numpy arrays onnxruntime reads and writes (`torch.from_numpy`, `Tensor.numpy`), so
+nothing is copied at the boundary.
+
+onnxruntime runs on the CPU here, with as many intra-op threads as torch has when a call is made
+(`heed translate --threads N` sets both); a session per thread count is built on first use.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from heed.errors import ConfigError, HeedError, ModelDirError
+from heed.export.onnx import ENCODER_FILE, STEP_FILE, Manifest, load_manifest, require
+from heed.nn.decoder import DecoderState, DecoderStep
+from heed.nn.encoder import EncoderOutput
+from heed.nn.masks import lengths_to_mask
+from heed.nn.seq2seq import Seq2SeqOutput
+
+
+class OrtSeq2Seq:
+    """The two graphs of an exported directory behind `encode` / `init_state` / `step`."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        self._ort = require("onnxruntime")
+        self.manifest = manifest
+        model = manifest.data["model"]
+        ids = manifest.data["special_ids"]
+        self.pad_id, self.bos_id, self.eos_id = int(ids["pad"]), int(ids["bos"]), int(ids["eos"])
+        self.kind: str = model["decoder"]
+        self.has_attention = self.kind != "plain"
+        self.feeding = self.kind == "luong" and bool(model["input_feeding"])
+        self.hidden_size = int(model["hidden_size"])
+        self.rnn_tensors = 2 if model["rnn"] == "lstm" else 1
+        self.max_positions = model.get("attention_positions") if model.get("attention") == "location" else None
+        self._enc_outputs = manifest.graph(ENCODER_FILE)["outputs"]
+        self._sessions: dict[int, tuple[Any, Any]] = {}
+        self._last_enc: EncoderOutput | None = None  # _source_feeds' one-entry cache
+        self._last_feeds: dict[str, Any] = {}
+        self._session_pair()  # build now: load errors surface at load, and load time counts it
+
+    # ------------------------------------------------------------------ what Translator expects
+
+    def parameters(self) -> list[Tensor]:
+        """For counting only (`sum(p.numel() ...)`, as the server's model info does): one
+        zero-storage tensor with as many elements as the exported PyTorch model had parameters."""
+        return [torch.zeros(()).expand(int(self.manifest.data.get("parameters", 0)))]
+
+    @property
+    def int8(self) -> bool:
+        return self.manifest.int8
+
+    def _session_pair(self) -> tuple[Any, Any]:
+        """(encoder, step) sessions for torch's current thread count."""
+        threads = torch.get_num_threads()
+        pair = self._sessions.get(threads)
+        if pair is None:
+            ort = self._ort
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            directory = self.manifest.directory
+            try:
+                pair = tuple(ort.InferenceSession(str(directory / name), sess_options=options,
+                                                  providers=["CPUExecutionProvider"])
+                             for name in (ENCODER_FILE, STEP_FILE))
+            except Exception as e:  # onnxruntime raises its own exception types for a bad graph
+                raise ModelDirError(f"{directory}: onnxruntime cannot load the graphs ({str(e).splitlines()[0]}); "
+                                    "export the model again with this heed") from None
+            self._sessions[threads] = pair
+        return pair
+
+    # ------------------------------------------------------------------ the search's protocol
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
+        """src (batch, src_len), src_lengths (batch,) -> EncoderOutput with the projected keys.
+        `final` holds the decoder's initial state (bridge applied) and, for the plain decoder, the
+        source summary as one more (1, batch, hidden) tensor, so beams repeat and select it as rows."""
+        if self.max_positions is not None and src.size(1) > self.max_positions:
+            # The graph was traced on the path for sources the location score covers (Translator cuts
+            # every source to max_src_len tokens + </s>, which is attention_positions).
+            raise HeedError(f"a source of {src.size(1)} tokens is longer than the {self.max_positions} positions "
+                            "this exported location-score model attends over; cut it (Translator does)")
+        encoder, _ = self._session_pair()
+        outs = encoder.run(None, {"src": _array(src.long()), "src_lengths": _array(src_lengths.long())})
+        named = dict(zip(self._enc_outputs, (torch.from_numpy(x) for x in outs)))
+        final = tuple(named[n] for n in ("h0", "c0", "summary") if n in named)
+        return EncoderOutput(states=named["states"], final=final, mask=lengths_to_mask(src_lengths, src.size(1)),
+                             keys=named.get("keys"))
+
+    def init_state(self, enc: EncoderOutput) -> DecoderState:
+        rnn = enc.final[: self.rnn_tensors]
+        feed = rnn[0].new_zeros(rnn[0].size(1), self.hidden_size) if self.feeding else None
+        return DecoderState(rnn, feed)
+
+    def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
+        """prev_tokens (rows,) -> DecoderStep(logits (rows, vocab), state, attention (rows, src_len) or None)."""
+        _, step = self._session_pair()
+        feeds = dict(self._source_feeds(enc))
+        feeds["prev_tokens"] = _array(prev_tokens)
+        feeds["h"] = _array(state.rnn[0])
+        if self.rnn_tensors == 2:
+            feeds["c"] = _array(state.rnn[1])
+        if self.feeding:
+            assert state.feed is not None
+            feeds["feed"] = _array(state.feed)
+        outs = [torch.from_numpy(x) for x in step.run(None, feeds)]
+        logits, rnn = outs[0], tuple(outs[1 : 1 + self.rnn_tensors])
+        rest = outs[1 + self.rnn_tensors :]
+        feed = rest.pop(0) if self.feeding else None
+        attention = rest.pop(0) if self.has_attention else None
+        return DecoderStep(logits, DecoderState(rnn, feed), attention)
+
+    def _source_feeds(self, enc: EncoderOutput) -> dict[str, Any]:
+        """The step graph's per-source inputs as numpy arrays, converted once per EncoderOutput
+        (search passes the same one for step after step, and a new one only when it drops
+        finished sentences)."""
+        if self._last_enc is not enc:
+            if self.has_attention:
+                assert enc.keys is not None
+                feeds = {"states": _array(enc.states), "keys": _array(enc.keys), "src_mask": _array(enc.mask)}
+            else:
+                feeds = {"summary": _array(enc.final[-1][0])}  # (rows, hidden)
+            self._last_enc, self._last_feeds = enc, feeds
+        return self._last_feeds
+
+    def __call__(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
+                 need_attention: bool = True) -> Seq2SeqOutput:
+        """Teacher-forced, as `Seq2Seq.forward`, one step at a time: tgt_in (batch, tgt_len) starting
+        with BOS -> logits (batch, tgt_len, vocab), attention (batch, tgt_len, src_len) or None."""
+        enc = self.encode(src, src_lengths)
+        state = self.init_state(enc)
+        logits: list[Tensor] = []
+        weights: list[Any] = []
+        for t in range(tgt_in.size(1)):
+            out = self.step(tgt_in[:, t], state, enc)
+            state = out.state
+            logits.append(out.logits)
+            weights.append(out.attention)
+        attention = torch.stack(weights, dim=1) if self.has_attention and need_attention else None
+        return Seq2SeqOutput(torch.stack(logits, dim=1), attention)
+
+
+def _array(t: Tensor) -> Any:
+    """A CPU tensor as the numpy array onnxruntime reads (shared memory where it is contiguous).
+    The search's tensors never need gradients (it runs under inference_mode or no_grad; outside
+    them, `detach` keeps `numpy()` from refusing)."""
+    if t.requires_grad:
+        t = t.detach()
+    return t.numpy() if t.is_contiguous() else t.contiguous().numpy()
+
+
+def load_exported(path: str | os.PathLike[str]) -> tuple[OrtSeq2Seq, Any, Any]:
+    """An exported directory -> (OrtSeq2Seq, Codec, Config), after `load_manifest`'s checks."""
+    from heed.config import load_config
+    from heed.pipeline import Codec
+
+    manifest = load_manifest(path)
+    require("onnxruntime")
+    directory = Path(path)
+    try:
+        config = load_config(directory / "config.yaml", environment=False)
+    except ConfigError as e:
+        raise ModelDirError(f"{e}; the exported directory's config does not match this heed") from None
+    codec = Codec.load(directory, data=config.data)
+    return OrtSeq2Seq(manifest), codec, config

@@ -1,0 +1,20 @@
+"""The arrows between heed's rooms run one way (DESIGN.md): translating loads neither the trainer
+nor, until an exported model is used, onnx / onnxruntime."""
+import ast
+import subprocess
+import sys
+
+
+def _loaded_after(statement: str, modules: tuple[str, ...]) -> list[str]:
+    code = f"import sys; {statement}; print(sorted(m for m in {modules!r} if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return ast.literal_eval(result.stdout.strip())  # a printed list of names
+
+
+def test_importing_the_api_does_not_import_the_trainer():
+    assert _loaded_after("import heed.api", ("heed.train",)) == []
+
+
+def test_importing_the_exported_model_runtime_loads_neither_the_trainer_nor_onnx():
+    assert _loaded_after("import heed.api, heed.export.ort, heed.export.onnx",
+                         ("heed.train", "onnx", "onnxruntime")) == []
