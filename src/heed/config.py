@@ -233,8 +233,32 @@ class Config(_Strict):
         if isinstance(data, dict) and isinstance(data.get("model"), dict):
             model = data["model"]
             if model.get("decoder") == "plain" and model.get("attention") is not None:
+                model = {k: v for k, v in model.items() if k != "attention_positions"}  # the location score's
                 data = {**data, "model": {**model, "attention": None}}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _location_positions_from_data(cls, data: Any) -> Any:
+        """The location score (Luong et al. 2015, eq. 8) has one weight row per source position, so it
+        needs the longest source: unless `model.attention_positions` is given, take the longest the
+        model trains on and translates, `data.max_src_len`, + 1 for the </s> the encoder reads. The
+        number is saved with the config, so a checkpoint rebuilds the same shape whatever the data
+        section says later."""
+        if not (isinstance(data, dict) and isinstance(data.get("model"), dict)):
+            return data
+        model = data["model"]
+        if (model.get("attention") != "location" or model.get("decoder") == "plain"
+                or model.get("attention_positions") is not None):
+            return data
+        section = data.get("data")
+        if isinstance(section, dict):
+            longest = section.get("max_src_len", DataConfig.model_fields["max_src_len"].default)
+        else:
+            longest = getattr(section, "max_src_len", None)
+        if isinstance(longest, bool) or not isinstance(longest, int) or longest < 1:
+            return data  # data.max_src_len's own error says what is wrong
+        return {**data, "model": {**model, "attention_positions": longest + 1}}
 
 
 def decode_length_problem(decode: DecodeConfig) -> str | None:

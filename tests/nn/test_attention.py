@@ -18,7 +18,8 @@ VALUE_SIZE = 5  # deliberately different from SIZE, so keys and values cannot be
 LENGTHS = torch.tensor([5, 3, 1, 0])  # the last row is all padding
 EMPTY_ROW = 3
 
-# Every way heed attends: the five Attention modules and the parameter-free `attend`.
+# Every way heed attends: the six Attention scores and the parameter-free `attend` (local-p windows:
+# tests/nn/test_attention_family.py).
 ATTENDERS = [*SCORES, "attend:dot", "attend:scaled_dot"]
 
 AttendFn = Callable[[Tensor, Tensor, Tensor, Tensor], Attended]
@@ -31,7 +32,8 @@ def make_attender(name: str, dtype: torch.dtype = torch.float64) -> tuple[Attend
     if name.startswith("attend:"):
         score = name.split(":")[1]
         return (lambda q, k, v, m: attend(q, k, v, m, score=score)), []
-    module = Attention(name, query_size=SIZE, key_size=SIZE).to(dtype)
+    max_positions = SRC_LEN if name == "location" else None  # W_a's rows: one per source position
+    module = Attention(name, query_size=SIZE, key_size=SIZE, max_positions=max_positions).to(dtype)
     return (lambda q, k, v, m: module(q, module.project_keys(k), v, m)), list(module.parameters())
 
 
@@ -133,7 +135,9 @@ def test_keys_and_values_under_padding_get_no_gradient(name: str) -> None:
     values.requires_grad_()
     context, weights = fn(query, keys, values, mask)
     (context.pow(2).sum() + (weights * torch.randn_like(weights)).sum()).backward()
-    for t in (keys, values):
+    if name == "location":  # Luong's location score reads no keys at all
+        assert keys.grad is None
+    for t in (keys, values) if name != "location" else (values,):
         pad = padding_of(mask, t)
         assert torch.equal(t.grad[pad], torch.zeros_like(t.grad[pad]))
         assert t.grad[~pad].abs().sum() > 0
@@ -154,6 +158,8 @@ def test_all_padding_row_gives_zero_weights_and_context_and_finite_gradient(name
     loss = context.float().pow(2).sum() + (weights.float() * torch.rand(weights.shape)).sum()
     loss.backward()
     for t in (query, keys, values, *params):
+        if t is keys and name == "location":
+            continue  # no gradient: the location score reads no keys
         assert torch.isfinite(t.grad).all(), f"non-finite gradient in {tuple(t.shape)}"
     # Nothing flows back through a row that attended to nothing.
     assert torch.equal(query.grad[EMPTY_ROW], torch.zeros_like(query.grad[EMPTY_ROW]))

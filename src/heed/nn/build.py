@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from heed.nn.attention import ScoreName
 from heed.nn.decoder import BahdanauDecoder, LuongDecoder, PlainDecoder, _RNNDecoder
@@ -26,11 +26,39 @@ class ModelConfig(BaseModel):
     embed_size: int = Field(256, gt=0)
     hidden_size: int = Field(256, gt=0)
     attention_hidden: int | None = Field(None, gt=0, description="additive score's hidden size (default hidden_size)")
+    attention_positions: int | None = Field(
+        None, gt=0, validate_default=True,
+        description="location score only: the source positions its W_a scores (its output size), the longest source "
+                    "it attends over; a config file fills it in from data.max_src_len + 1 (for </s>)")
+    attention_window: int | None = Field(
+        None, ge=1, description="local-p attention (Luong et al. 2015, §3.2) over [p_t - D, p_t + D] with this D "
+                                "(Luong: 10), on top of the score; null = global attention")
     encoder_layers: int = Field(1, ge=1)
     decoder_layers: int = Field(1, ge=1)
     bidirectional: bool = True
     bridge: Literal["copy", "linear", "zeros"] = "copy"
     dropout: float = Field(0.2, ge=0.0, lt=1.0)
+
+    @field_validator("attention_positions")
+    @classmethod
+    def _positions_with_location(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if "attention" not in info.data:  # the score itself is invalid; that error says enough
+            return value
+        location = info.data["attention"] == "location"
+        if location and value is None:
+            raise ValueError("the location score needs attention_positions, the longest source (in tokens, </s> "
+                             "included) it scores; a config file fills it in from data.max_src_len + 1")
+        if value is not None and not location:
+            raise ValueError("attention_positions is for 'attention: location' only; remove it")
+        return value
+
+    @field_validator("attention_window")
+    @classmethod
+    def _window_needs_attention(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("decoder") == "plain":
+            raise ValueError("the plain decoder has no attention to make local; remove attention_window "
+                             "or use decoder luong or bahdanau")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> "ModelConfig":
@@ -59,12 +87,13 @@ def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, p
     common = dict(vocab_size=tgt_vocab_size, embed_size=cfg.embed_size, hidden_size=cfg.hidden_size,
                   memory_size=cfg.hidden_size, num_layers=cfg.decoder_layers, rnn=cfg.rnn,
                   dropout=cfg.dropout, pad_id=pad_id)
+    attention = dict(attention_hidden=cfg.attention_hidden, attention_positions=cfg.attention_positions,
+                     attention_window=cfg.attention_window)
     decoder: _RNNDecoder
     if cfg.decoder == "luong":
-        decoder = LuongDecoder(score=cfg.score, input_feeding=cfg.input_feeding,
-                               attention_hidden=cfg.attention_hidden, **common)
+        decoder = LuongDecoder(score=cfg.score, input_feeding=cfg.input_feeding, **attention, **common)
     elif cfg.decoder == "bahdanau":
-        decoder = BahdanauDecoder(score=cfg.score, attention_hidden=cfg.attention_hidden, **common)
+        decoder = BahdanauDecoder(score=cfg.score, **attention, **common)
     else:
         decoder = PlainDecoder(**common)
     return Seq2Seq(encoder, bridge, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)

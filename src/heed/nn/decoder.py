@@ -153,6 +153,7 @@ class LuongDecoder(_RNNDecoder):
     def __init__(self, *, vocab_size: int, embed_size: int, hidden_size: int, memory_size: int,
                  num_layers: int = 1, rnn: RNNKind = "lstm", score: ScoreName = "general",
                  input_feeding: bool = True, attention_hidden: int | None = None,
+                 attention_positions: int | None = None, attention_window: int | None = None,
                  dropout: float = 0.0, pad_id: int = 0) -> None:
         super().__init__(vocab_size=vocab_size, embed_size=embed_size, hidden_size=hidden_size,
                          rnn_input_size=embed_size + (hidden_size if input_feeding else 0),
@@ -160,7 +161,8 @@ class LuongDecoder(_RNNDecoder):
                          generator_input=hidden_size)
         self.input_feeding = input_feeding
         self.attention = Attention(score, query_size=hidden_size, key_size=memory_size,
-                                   hidden_size=attention_hidden)
+                                   hidden_size=attention_hidden, max_positions=attention_positions,
+                                   window=attention_window)
         self.combine = nn.Linear(hidden_size + memory_size, hidden_size, bias=False)  # W_c
 
     def init_state(self, rnn_state: RNNState, enc: EncoderOutput) -> DecoderState:
@@ -196,10 +198,10 @@ class LuongDecoder(_RNNDecoder):
 
     def fusable(self, tgt_in: Tensor) -> bool:
         """Whether the teacher-forced pass can run as one hand-written autograd node
-        (heed.nn.feeding): input feeding, LSTM, a dot-product score, on the CPU. On CUDA the step
-        loop stays until the fused pass is measured there."""
+        (heed.nn.feeding): input feeding, LSTM, a dot-product score over the whole source (not
+        local-p's window), on the CPU. On CUDA the step loop stays until the fused pass is measured there."""
         return (self.input_feeding and isinstance(self.rnn, nn.LSTM) and not tgt_in.is_cuda
-                and self.attention.score in ("dot", "general", "scaled_dot"))
+                and self.attention.score in ("dot", "general", "scaled_dot") and self.attention.window is None)
 
     def forward_fused(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                       need_attention: bool = True) -> DecoderFeatures:
@@ -245,12 +247,14 @@ class BahdanauDecoder(_RNNDecoder):
 
     def __init__(self, *, vocab_size: int, embed_size: int, hidden_size: int, memory_size: int,
                  num_layers: int = 1, rnn: RNNKind = "lstm", score: ScoreName = "additive",
-                 attention_hidden: int | None = None, dropout: float = 0.0, pad_id: int = 0) -> None:
+                 attention_hidden: int | None = None, attention_positions: int | None = None,
+                 attention_window: int | None = None, dropout: float = 0.0, pad_id: int = 0) -> None:
         super().__init__(vocab_size=vocab_size, embed_size=embed_size, hidden_size=hidden_size,
                          rnn_input_size=embed_size + memory_size, num_layers=num_layers, rnn=rnn,
                          dropout=dropout, pad_id=pad_id, generator_input=hidden_size)
         self.attention = Attention(score, query_size=hidden_size, key_size=memory_size,
-                                   hidden_size=attention_hidden)
+                                   hidden_size=attention_hidden, max_positions=attention_positions,
+                                   window=attention_window)
         self.readout = nn.Linear(hidden_size + memory_size + embed_size, hidden_size)
 
     def _step_features(self, prev_tokens: Tensor, state: DecoderState,
