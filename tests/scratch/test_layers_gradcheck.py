@@ -225,7 +225,7 @@ def test_time_attention_equals_one_step_attention_at_every_step(rng):
         np.testing.assert_allclose(one.weights, many.weights[:, t], rtol=1e-12)
 
 
-@pytest.mark.parametrize("score", ["dot", "general"])
+@pytest.mark.parametrize("score", ["dot", "general", "additive"])
 def test_whole_model_gradients_match_central_differences(score):
     from heed.scratch import AttentionSeq2seq
 

@@ -53,7 +53,7 @@ def as_torch_name(name: str) -> str:
     return name.replace("rnn.bias", "rnn.bias_ih_l0")
 
 
-@pytest.mark.parametrize("score", ["dot", "general"])
+@pytest.mark.parametrize("score", ["dot", "general", "additive"])
 def test_scratch_loss_and_every_gradient_equal_torch_autograd(score):
     src, src_lengths, tgt_in, tgt_out = batch(np.random.default_rng(1))
     twin = torch_twin(score)
@@ -77,7 +77,7 @@ def test_scratch_loss_and_every_gradient_equal_torch_autograd(score):
     np.testing.assert_allclose(model.decoder.attention.weights, out.attention.detach().numpy(), rtol=0, atol=1e-13)
 
 
-@pytest.mark.parametrize("score", ["dot", "general"])
+@pytest.mark.parametrize("score", ["dot", "general", "additive"])
 def test_greedy_generate_equals_torch_step_by_step(score):
     src, src_lengths, _, _ = batch(np.random.default_rng(2))
     twin = torch_twin(score)
@@ -108,7 +108,7 @@ def test_step_by_step_logits_equal_the_teacher_forced_pass():
         np.testing.assert_allclose(logits, forced[:, t], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("score", ["dot", "general"])
+@pytest.mark.parametrize("score", ["dot", "general", "additive"])
 def test_bridge_round_trip_torch_scratch_torch_is_identical(score):
     twin = torch_twin(score)
     before = {k: v.clone() for k, v in twin.state_dict().items()}
@@ -137,7 +137,8 @@ def test_scratch_to_new_torch_model_computes_the_same_logits():
 @pytest.mark.parametrize("change, message", [
     (dict(bidirectional=True), "unidirectional"),
     (dict(input_feeding=True), "input_feeding"),
-    (dict(attention="additive"), "attention score"),
+    (dict(attention="scaled_dot"), "attention score"),
+    (dict(attention_window=2), "window"),
     (dict(encoder_layers=2, decoder_layers=2), "1-layer"),
     (dict(bridge="linear"), "bridge"),
     (dict(rnn="gru"), "LSTM"),

@@ -7,7 +7,14 @@ Layers (`params`, `grads`, `forward`, `backward`) live in `layers` and `attentio
 `bridge` (the only module that touches torch, lazily); training on the dates task in `train`
 (`python -m heed.scratch --help`).
 """
-from heed.scratch.attention import Attention, AttentionWeight, TimeAttention, WeightSum
+from heed.scratch.attention import (
+    AdditiveAttention,
+    AdditiveScore,
+    Attention,
+    AttentionWeight,
+    TimeAttention,
+    WeightSum,
+)
 from heed.scratch.functions import lengths_to_mask, masked_softmax
 from heed.scratch.layers import (
     LSTM,
@@ -24,7 +31,7 @@ from heed.scratch.model import AttentionSeq2seq, Generated
 from heed.scratch.optim import Adam, clip_grads
 
 __all__ = [
-    "Adam", "Affine", "Attention", "AttentionSeq2seq", "AttentionWeight", "Embedding", "Generated", "LSTM",
+    "AdditiveAttention", "AdditiveScore", "Adam", "Affine", "Attention", "AttentionSeq2seq", "AttentionWeight", "Embedding", "Generated", "LSTM",
     "Softmax", "SoftmaxWithLoss", "Tanh", "TimeAffine", "TimeAttention", "TimeEmbedding", "TimeLSTM",
     "WeightSum", "clip_grads", "lengths_to_mask", "masked_softmax",
 ]

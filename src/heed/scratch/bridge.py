@@ -1,7 +1,7 @@
 """Copy weights between heed's PyTorch model and its NumPy twin `AttentionSeq2seq`, both ways.
 
-The twin is `build_model(twin_config(...))`: a Luong decoder without input feeding, score "dot" or
-"general", a one-layer unidirectional LSTM encoder and decoder, bridge "copy". Names and layouts
+The twin is `build_model(twin_config(...))`: a Luong decoder without input feeding, score "dot",
+"general" or "additive" (any attention_hidden), a one-layer unidirectional LSTM encoder and decoder, bridge "copy". Names and layouts
 are the same on both sides, with one exception: scratch's LSTM has one bias `*.rnn.bias`, which is
 torch's `bias_ih_l0 + bias_hh_l0` (the two only ever appear summed).
 
@@ -35,7 +35,8 @@ def twin_config(model: AttentionSeq2seq) -> "ModelConfig":
 
     return ModelConfig(decoder="luong", input_feeding=False, attention=model.score, rnn="lstm",
                        bidirectional=False, bridge="copy", encoder_layers=1, decoder_layers=1,
-                       dropout=0.0, embed_size=model.embed_size, hidden_size=model.hidden_size)
+                       dropout=0.0, embed_size=model.embed_size, hidden_size=model.hidden_size,
+                       attention_hidden=model.attention_hidden)
 
 
 def _torch_name_map(model: AttentionSeq2seq) -> list[str]:
@@ -46,15 +47,15 @@ def _torch_name_map(model: AttentionSeq2seq) -> list[str]:
     return names
 
 
-def _check_twin(torch_model: Any) -> tuple[str, int, int, int, int]:
+def _check_twin(torch_model: Any) -> tuple[str, int, int, int, int, int | None]:
     """Raise BridgeError unless torch_model has the twin's architecture;
-    return (score, src_vocab, tgt_vocab, embed, hidden)."""
+    return (score, src_vocab, tgt_vocab, embed, hidden, attention_hidden (additive only, else None))."""
     from torch import nn
 
     from heed.nn.decoder import LuongDecoder
     from heed.nn.seq2seq import Seq2Seq
 
-    fix = ("build it with ModelConfig(decoder='luong', input_feeding=False, attention='dot' or 'general', "
+    fix = ("build it with ModelConfig(decoder='luong', input_feeding=False, attention='dot', 'general' or 'additive', "
            "rnn='lstm', bidirectional=False, encoder_layers=1, decoder_layers=1, bridge='copy')")
     problems = []
     if not isinstance(torch_model, Seq2Seq):
@@ -73,10 +74,14 @@ def _check_twin(torch_model: Any) -> tuple[str, int, int, int, int]:
             problems.append(f"decoder must be a 1-layer LSTM, got {dec.rnn}")
         if dec.attention.score not in SCORES:
             problems.append(f"attention score must be one of {', '.join(SCORES)}, got {dec.attention.score!r}")
+        if dec.attention.window is not None:
+            problems.append(f"attention must be global (window None), got window {dec.attention.window}")
     if problems:
         raise BridgeError("torch model is not a scratch twin: " + "; ".join(problems) + f". To fix, {fix}")
-    return (dec.attention.score, enc.embedding.num_embeddings, dec.embedding.num_embeddings,
-            enc.embedding.embedding_dim, enc.rnn.hidden_size)
+    score = dec.attention.score
+    attention_hidden = dec.attention.v.in_features if score == "additive" else None  # v_a (1, attn)
+    return (score, enc.embedding.num_embeddings, dec.embedding.num_embeddings,
+            enc.embedding.embedding_dim, enc.rnn.hidden_size, attention_hidden)
 
 
 def _check_shapes(model: AttentionSeq2seq, state: dict[str, Any]) -> None:
@@ -112,8 +117,9 @@ def load_from_torch(model: AttentionSeq2seq, torch_model: "Seq2Seq") -> Attentio
 
 def torch_to_scratch(torch_model: "Seq2Seq", *, dtype: type = np.float64) -> AttentionSeq2seq:
     """A new scratch model with torch_model's architecture and weights."""
-    score, src_vocab, tgt_vocab, embed, hidden = _check_twin(torch_model)
+    score, src_vocab, tgt_vocab, embed, hidden, attention_hidden = _check_twin(torch_model)
     model = AttentionSeq2seq(src_vocab, tgt_vocab, embed_size=embed, hidden_size=hidden, score=score,
+                             attention_hidden=attention_hidden,
                              dtype=dtype, rng=0, pad_id=torch_model.pad_id, bos_id=torch_model.bos_id,
                              eos_id=torch_model.eos_id)
     return load_from_torch(model, torch_model)

@@ -1,6 +1,6 @@
 """An attention encoder-decoder in NumPy: the twin of heed's PyTorch model built with
 
-    build_model(ModelConfig(decoder="luong", input_feeding=False, attention="dot" or "general",
+    build_model(ModelConfig(decoder="luong", input_feeding=False, attention="dot", "general" or "additive",
                             bidirectional=False, bridge="copy", encoder_layers=1, decoder_layers=1,
                             rnn="lstm", dropout=0.0, embed_size=E, hidden_size=H), ...)
 
@@ -9,7 +9,8 @@ Same computation, same weight layout and names (`heed.scratch.bridge` copies wei
     encoder   states = LSTM(embed(src)), masked like torch's packed sequences     (batch, src_len, hidden)
     bridge    decoder (h0, c0) = encoder's final (h, c) ("copy")
     decoder   h_t = LSTM(embed(tgt_in)), tgt_in = BOS + target                   (batch, tgt_len, hidden)
-              c_t = attend(h_t, keys, states, src_mask); keys = states (dot) or states W_a^T (general)
+              c_t = attend(h_t, keys, states, src_mask); keys = states (dot), states W_a^T (general)
+                    or states W_k^T (additive: score v . tanh(W_q h_t + b_q + keys), Bahdanau et al. 2015, A.1.2)
               h~_t = tanh(W_c [h_t; c_t])   (Luong et al. 2015, eq. 5)
               logits = W_gen h~_t + b_gen   (Luong et al. 2015, eq. 6)
     loss      cross-entropy against tgt_out = target + EOS, mean over real tokens (padding id ignored)
@@ -20,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from heed.scratch.attention import Attention, TimeAttention
+from heed.scratch.attention import AdditiveAttention, Attention, TimeAttention
 from heed.scratch.functions import lengths_to_mask
 from heed.scratch.layers import (
     LSTM,
@@ -31,7 +32,7 @@ from heed.scratch.layers import (
     TimeLSTM,
 )
 
-SCORES = ("dot", "general")
+SCORES = ("dot", "general", "additive")
 
 
 class Generated(NamedTuple):
@@ -76,26 +77,31 @@ class LuongDecoder:
 
     def __init__(self, embed_W: np.ndarray, Wx: np.ndarray, Wh: np.ndarray, b: np.ndarray,
                  W_c: np.ndarray, W_gen: np.ndarray, b_gen: np.ndarray, W_a: np.ndarray | None = None,
+                 additive: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
                  *, pad_id: int = 0) -> None:
+        """W_a: the key projection, "general"'s W_a (hidden, hidden) or "additive"'s W_k (attn, hidden);
+        additive: (W_q (attn, hidden), b_q (attn,), v (1, attn)) for the additive score, else None."""
         self.hidden_size = Wh.shape[1]
         self.embed = TimeEmbedding(embed_W, padding_idx=pad_id)
         self.lstm = TimeLSTM(Wx, Wh, b)
-        self.key_proj = None if W_a is None else TimeAffine(W_a)  # "general": W_a k, no bias
-        self.attention = TimeAttention()
+        self.key_proj = None if W_a is None else TimeAffine(W_a)  # W_a k or W_k k, no bias
+        self.attention = TimeAttention() if additive is None else AdditiveAttention(*additive)
         self.combine = TimeAffine(W_c)  # W_c (hidden, 2 * hidden), no bias
         self.tanh = Tanh()
         self.generator = TimeAffine(W_gen, b_gen)
         layers = [self.embed, self.lstm, self.combine, self.generator]
         if self.key_proj is not None:
             layers.insert(2, self.key_proj)
+        if additive is not None:
+            layers.insert(3, self.attention)
         self.params = [p for layer in layers for p in layer.params]
         self.grads = [g for layer in layers for g in layer.grads]
         # One-step layers over the same weight arrays, for step-by-step decoding.
         self.lstm_step = LSTM(Wx, Wh, b)
-        self.attention_step = Attention()
+        self.attention_step = Attention() if additive is None else AdditiveAttention(*additive)
 
     def project_keys(self, states: np.ndarray) -> np.ndarray:
-        """states (batch, src_len, hidden) -> keys of the same shape, once per source."""
+        """states (batch, src_len, hidden) -> keys (batch, src_len, hidden or attn), once per source."""
         return states if self.key_proj is None else self.key_proj.forward(states)
 
     def project_keys_backward(self, dkeys: np.ndarray) -> np.ndarray:
@@ -141,20 +147,27 @@ class AttentionSeq2seq:
     `names[k]` is the PyTorch twin's name for `params[k]`, except that each LSTM has one bias
     `*.rnn.bias` for torch's `bias_ih_l0 + bias_hh_l0`. Weights are initialised with torch's default
     distributions (embeddings N(0, 1) with a zero padding row, LSTM and Linear U(-1/sqrt(fan), ...)).
-    `rng` is a numpy Generator or a seed.
+    `rng` is a numpy Generator or a seed. score: one of SCORES; attention_hidden: the additive
+    score's size (None = hidden_size, as torch's Attention), only with score "additive".
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, embed_size: int, hidden_size: int,
-                 score: str = "dot", dtype: type = np.float32, rng: np.random.Generator | int | None = None,
-                 pad_id: int = 0, bos_id: int = 1, eos_id: int = 2) -> None:
+                 score: str = "dot", attention_hidden: int | None = None, dtype: type = np.float32,
+                 rng: np.random.Generator | int | None = None, pad_id: int = 0, bos_id: int = 1,
+                 eos_id: int = 2) -> None:
         if score not in SCORES:
             raise ValueError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
+        if attention_hidden is not None and score != "additive":
+            raise ValueError(f"attention_hidden is the additive score's size; got it with score {score!r}")
         rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.embed_size, self.hidden_size, self.score = embed_size, hidden_size, score
         self.dtype = np.dtype(dtype)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         E, H = embed_size, hidden_size
+        # The additive score's hidden size, as torch's Attention: hidden_size unless given.
+        self.attention_hidden = (attention_hidden or H) if score == "additive" else None
+        A = self.attention_hidden
 
         def uniform(shape: tuple[int, ...], fan_in: int) -> np.ndarray:
             bound = 1.0 / np.sqrt(fan_in)
@@ -171,14 +184,19 @@ class AttentionSeq2seq:
         self.encoder = AttentionEncoder(embedding(src_vocab_size), *lstm(), pad_id=pad_id)
         self.decoder = LuongDecoder(embedding(tgt_vocab_size), *lstm(), W_c=uniform((H, 2 * H), 2 * H),
                                     W_gen=uniform((tgt_vocab_size, H), H), b_gen=uniform((tgt_vocab_size,), H),
-                                    W_a=uniform((H, H), H) if score == "general" else None, pad_id=pad_id)
+                                    W_a=uniform((H, H), H) if score == "general" else
+                                    uniform((A, H), H) if score == "additive" else None,
+                                    additive=(uniform((A, H), H), uniform((A,), H), uniform((1, A), A))
+                                    if score == "additive" else None, pad_id=pad_id)
         self.loss_layer = SoftmaxWithLoss(ignore_index=pad_id)
         self.params = self.encoder.params + self.decoder.params
         self.grads = self.encoder.grads + self.decoder.grads
         rnn = ["rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias"]
         self.names = (["encoder.embedding.weight"] + [f"encoder.{n}" for n in rnn]
                       + ["decoder.embedding.weight"] + [f"decoder.{n}" for n in rnn]
-                      + (["decoder.attention.key_proj.weight"] if score == "general" else [])
+                      + (["decoder.attention.key_proj.weight"] if score in ("general", "additive") else [])
+                      + (["decoder.attention.query_proj.weight", "decoder.attention.query_proj.bias",
+                          "decoder.attention.v.weight"] if score == "additive" else [])
                       + ["decoder.combine.weight", "decoder.generator.weight", "decoder.generator.bias"])
         assert len(self.names) == len(self.params)
 
