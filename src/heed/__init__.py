@@ -6,12 +6,17 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    import os
+    from collections.abc import Sequence
+
     from heed.api import Translator
 
 
-def load(path: str, *, device: str = "auto", bf16: bool = False) -> "Translator":
+def load(path: "str | os.PathLike[str] | Sequence[str | os.PathLike[str]]", *, device: str = "auto",
+         bf16: bool = False) -> "Translator":
     """Load a trained model directory (or a `heed export` directory, run by ONNX Runtime);
-    `heed.load(path).translate(["..."])`.
+    `heed.load(path).translate(["..."])`. A list of directories loads an ensemble that decodes
+    with the mean of their log-probabilities (heed.ensemble); they must share tokenizers and vocabularies.
     `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16."""
     from heed.api import Translator
 

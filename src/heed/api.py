@@ -2,6 +2,7 @@
 
     import heed
     t = heed.load("runs/demo")                       # a model dir, a training output dir, or a `heed export` dir
+    e = heed.load(["runs/a", "runs/b"])              # an ensemble: the mean of their log-probabilities
     out = t.translate(["le 3 mars 1998", "1998년 3월 3일"], beam=5)
     out[0].text, out[0].attention.shape              # ('1998-03-03', (11, 15))
 
@@ -48,6 +49,7 @@ from heed.config import Config, decode_length_problem
 from heed.data.batching import collate
 from heed.data.corpus import normalize
 from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
+from heed.ensemble import Ensemble
 from heed.errors import ConfigError, HeedError
 from heed.nn.layout import for_decoding
 from heed.nn.seq2seq import Seq2Seq
@@ -151,6 +153,35 @@ class Exploration:
     alignments: list["Alignment | None"]
 
 
+def _load_parts(path: str | os.PathLike[str], *, exported: bool,
+                device: torch.device) -> "tuple[Seq2Seq | OrtSeq2Seq, Codec, Config]":
+    """(model, codec, config) of a model directory (loaded onto `device`) or an exported directory."""
+    if exported:
+        from heed.export.ort import load_exported
+
+        return load_exported(path)
+    loaded = load_model_dir(path, device=device)
+    return loaded.model, loaded.codec, loaded.config
+
+
+def _ready(model: "Seq2Seq | OrtSeq2Seq", *, device: torch.device, bf16: bool) -> Any:
+    """The model as Translator decodes with it: a Seq2Seq cast to bf16 (if asked), moved to
+    `device`, in eval mode, its decoder's weights column-major on the CPU; an exported model as it
+    is, after checking it is asked for nothing it cannot do."""
+    if not isinstance(model, Seq2Seq):  # an exported model (heed.export.ort): ONNX Runtime on the CPU
+        if bf16 or device.type != "cpu":
+            raise HeedError("an exported model runs on the CPU in the precision it was exported in; "
+                            "drop --bf16 and --device cuda (or translate with the model directory)")
+        return model
+    if bf16:
+        check_bf16(device, what="--bf16")
+    limit_onednn_cache(bf16)
+    model = (model.to(torch.bfloat16) if bf16 else model).to(device).eval()
+    if device.type == "cpu":
+        for_decoding(model.decoder)  # few rows a step: the faster GEMM layout there
+    return model
+
+
 class Translator:
     """A trained model with its tokenizers and vocabularies, ready to translate.
 
@@ -162,43 +193,55 @@ class Translator:
 
     The translator owns `model`: it is cast, moved and put in eval mode in place, and on the CPU
     its decoder's weights are stored column-major (heed.nn.layout; same values). An exported model
-    (heed.export.ort.OrtSeq2Seq, from `Translator.load` of a `heed export` directory) is used as it is."""
+    (heed.export.ort.OrtSeq2Seq, from `Translator.load` of a `heed export` directory) is used as it is.
+    An ensemble (heed.ensemble.Ensemble, from `Translator.load` of several paths) has each of its
+    models made ready so."""
 
-    def __init__(self, model: "Seq2Seq | OrtSeq2Seq", codec: Codec, config: Config, *, device: torch.device,
-                 bf16: bool = False) -> None:
-        if not isinstance(model, Seq2Seq):  # an exported model (heed.export.ort): ONNX Runtime on the CPU
-            if bf16 or device.type != "cpu":
-                raise HeedError("an exported model runs on the CPU in the precision it was exported in; "
-                                "drop --bf16 and --device cuda (or translate with the model directory)")
-            self.model: Any = model
+    def __init__(self, model: "Seq2Seq | OrtSeq2Seq | Ensemble", codec: Codec, config: Config, *,
+                 device: torch.device, bf16: bool = False) -> None:
+        if isinstance(model, Ensemble):
+            self.model: Any = Ensemble([_ready(m, device=device, bf16=bf16) for m in model.members])
         else:
-            if bf16:
-                check_bf16(device, what="--bf16")
-            limit_onednn_cache(bf16)
-            self.model = (model.to(torch.bfloat16) if bf16 else model).to(device).eval()
-            if device.type == "cpu":
-                for_decoding(self.model.decoder)  # few rows a step: the faster GEMM layout there
+            self.model = _ready(model, device=device, bf16=bf16)
         self.codec = codec
         self.config = config
         self.device = device
         self.bf16 = bf16
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], *, device: str = "auto", bf16: bool = False) -> "Translator":
+    def load(cls, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, device: str = "auto",
+             bf16: bool = False) -> "Translator":
         """Load a model directory, or the `model/` inside a training output directory, or a directory
         `heed export` wrote (run by ONNX Runtime on the CPU; `device` "auto" means the CPU there).
-        `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16."""
+        `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16.
+
+        Several paths (a list) make an ensemble (heed.ensemble): every step decodes with the mean of
+        the models' log-probabilities, and its attention is their mean attention. The models must
+        share their tokenizers and vocabularies, source and target (a HeedError names the first that
+        differs); they may differ in anything else (architecture, size, exported or not). The
+        ensemble translates with the first model's decode config and reads sources up to the
+        smallest of the models' `data.max_src_len`."""
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        if not paths:
+            raise HeedError("no model given; give a model directory (or several, for an ensemble)")
         from heed.export.onnx import is_exported_dir
 
-        if is_exported_dir(path):
-            from heed.export.ort import load_exported
-
-            exported, codec, config = load_exported(path)
-            return cls(exported, codec, config, device=resolve_device("cpu" if device == "auto" else device,
-                                                                      field="device"), bf16=bf16)
-        torch_device = resolve_device(device, field="device")
-        loaded = load_model_dir(path, device=torch_device)
-        return cls(loaded.model, loaded.codec, loaded.config, device=torch_device, bf16=bf16)
+        exported = [is_exported_dir(p) for p in paths]
+        # An exported model runs on the CPU, so "auto" means the CPU for an ensemble holding one.
+        torch_device = resolve_device("cpu" if device == "auto" and any(exported) else device, field="device")
+        parts = [_load_parts(p, exported=e, device=torch_device) for p, e in zip(paths, exported)]
+        if len(parts) == 1:
+            model, codec, config = parts[0]
+            return cls(model, codec, config, device=torch_device, bf16=bf16)
+        (_, codec, config), first = parts[0], paths[0]
+        for p, (_, other, _) in zip(paths[1:], parts[1:]):
+            difference = codec.difference(other)
+            if difference is not None:
+                raise HeedError(f"{p}: {difference} differs from {first}'s; the models of an ensemble must share "
+                                "their tokenizers and vocabularies (train them on the same data and data settings)")
+        shortest = min(c.data.max_src_len for _, _, c in parts)
+        config = config.model_copy(update={"data": config.data.model_copy(update={"max_src_len": shortest})})
+        return cls(Ensemble([m for m, _, _ in parts]), codec, config, device=torch_device, bf16=bf16)
 
     def _precision(self) -> contextlib.AbstractContextManager:
         """bf16 autocast for a bf16 translator (float32 inputs such as fresh states meet bf16 weights)."""

@@ -47,6 +47,11 @@ INTERRUPTED = 130
 BROKEN_PIPE = 141
 
 
+ENSEMBLE_HELP = ("Model directory (or a training output directory, or a `heed export` directory); several "
+                 "make an ensemble that decodes with the mean of their log-probabilities (they must share "
+                 "tokenizers and vocabularies).")
+
+
 THREADS_HELP = "torch CPU threads (default: torch's choice, usually one per core)."
 
 
@@ -356,7 +361,7 @@ def nbest_lines(first_id: int, chunk: "Sequence[list[Translation]]") -> Iterator
 @friendly_errors
 @decode_options
 def translate(
-    model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
+    models: List[Path] = typer.Argument(..., metavar="MODEL...", help=ENSEMBLE_HELP),
     input: Optional[Path] = typer.Option(None, "--input", "-i", help="Source sentences, one per line (default: stdin)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write translations (default: stdout)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentences per batch."),
@@ -376,6 +381,10 @@ def translate(
     coverage penalties) with 4 decimals; an empty line gets one line with empty text. --sampling
     --n-best K gives K samples per source the same way.
 
+    Several models (`heed translate A B C`) translate as an ensemble: each step of the search uses
+    the mean of the models' log-probabilities (and their mean attention), with the first model's
+    decode config. Ensembles of independently trained models usually beat each of them.
+
     A source longer than the model's data.max_src_len tokens (the longest it was trained on) is cut to
     that many tokens, with a warning on stderr naming its line. A progress bar goes to stderr when it is
     a terminal (and stdout is not)."""
@@ -388,7 +397,7 @@ def translate(
     if output is None and (sys.stdout is None or sys.stdout.closed):
         raise HeedError("no output: stdout is closed; give --output FILE")
     table = load_dictionary(dictionary) if dictionary is not None else None
-    translator = Translator.load(model, device=device, bf16=bf16)
+    translator = Translator.load(models, device=device, bf16=bf16)
     cfg = resolve_decode(translator, decode)  # before reading: a bad flag fails before any input is typed
     name = str(input) if input is not None else "<stdin>"
     interactive = input is None and sys.stdin.isatty()
@@ -455,7 +464,7 @@ PLOT_METRIC_HELP = "The score the plot shows."
 @friendly_errors
 @decode_options
 def evaluate(
-    model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
+    models: List[Path] = typer.Argument(..., metavar="MODEL...", help=ENSEMBLE_HELP),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
     ref: Path = typer.Option(..., "--ref", help="Reference translations, line-aligned with --src."),
     batch_size: int = typer.Option(64, "--batch-size", min=1),
@@ -476,7 +485,8 @@ def evaluate(
 ) -> None:
     """Translate --src and score against --ref: BLEU and chrF (with sacrebleu signatures), exact match;
     with --by-length, also per source-length bucket. With --n-best or --sampling, the best
-    hypothesis of each source is scored.
+    hypothesis of each source is scored. Several models are scored as one ensemble (as `heed
+    translate A B` decodes); to score models side by side, use `heed compare`.
 
     A source longer than the model's data.max_src_len tokens is cut to that many tokens, with a warning
     on stderr naming its line. A progress bar goes to stderr when it is a terminal."""
@@ -491,7 +501,7 @@ def evaluate(
     _check_figure_path(plot)
     table = load_dictionary(dictionary) if dictionary is not None else None
     pairs = list(read_parallel(src, ref))
-    translator = Translator.load(model, device=device, bf16=bf16)
+    translator = Translator.load(models, device=device, bf16=bf16)
     cfg = resolve_decode(translator, decode)
     # In chunks, as `heed translate` does, so both give the same outputs for the same file.
     with torch_threads(threads), _Progress("translating", total=len(pairs)) as progress:
@@ -505,7 +515,7 @@ def evaluate(
     typer.echo(format_scores(score(outputs, [p.tgt for p in pairs])))
     if by_length or buckets is not None or length_unit is not None or plot is not None:
         unit = (length_unit or LengthUnit.words).value
-        results = _scores_by_length([p.src for p in pairs], {_model_names([model], None)[0]: outputs},
+        results = _scores_by_length([p.src for p in pairs], {" + ".join(_model_names(models, None)): outputs},
                                     [p.tgt for p in pairs], bucket_list, unit, translations)
         _show_by_length(results, unit, len(pairs), plot, plot_metric.value)
 

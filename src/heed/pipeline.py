@@ -196,6 +196,27 @@ class Codec:
         tokens = self.tgt_vocab.decode(ids)
         return tokens, self.tgt_tokenizer.detokenize(tokens)
 
+    def difference(self, other: "Codec", *, sides: Sequence[str] = ("src", "tgt")) -> str | None:
+        """What makes `other` read or write text differently from this codec on `sides`, in words
+        ("the target vocabulary (12 tokens here, 14 there)"), or None when the two are the same.
+        Tokenizers compare by their spec (a SentencePiece model by its sha256; the vocab_size a
+        user asked for is no part of it, the pieces the model holds are), vocabularies token by token."""
+        names = {"src": "source", "tgt": "target"}
+        for side in sides:
+            mine, theirs = (getattr(c, f"{side}_tokenizer").to_spec() for c in (self, other))
+            mine.pop("vocab_size", None)
+            theirs.pop("vocab_size", None)
+            if mine != theirs:
+                detail = (f"{mine['kind']} here, {theirs['kind']} there" if mine["kind"] != theirs["kind"]
+                          else "another SentencePiece model")
+                return f"the {names[side]} tokenizer ({detail})"
+            a, b = (getattr(c, f"{side}_vocab").tokens for c in (self, other))
+            if a != b:
+                detail = (f"{len(a)} tokens here, {len(b)} there" if len(a) != len(b) else
+                          f"id {next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)} is another token")
+                return f"the {names[side]} vocabulary ({detail})"
+        return None
+
     def save(self, directory: str | Path) -> None:
         """tokenizers.json (specs), tokenizer files (SentencePiece models), src/tgt.vocab.json."""
         directory = Path(directory)
