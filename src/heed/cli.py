@@ -863,6 +863,30 @@ def serve(
         uvicorn.run(app_, host=host, port=port, log_level=log_level)
 
 
+# ----------------------------------------------------------------------------------- average
+
+
+@app.command()
+@friendly_errors
+def average(
+    checkpoints: List[Path] = typer.Argument(..., metavar="CHECKPOINT...",
+                                             help="Two or more checkpoint directories (runs/x/checkpoints/last, "
+                                                  "best) or model directories of one architecture."),
+    output: Path = typer.Option(..., "--output", "-o", help="The model directory to write (replaced if it holds "
+                                "an earlier model directory)."),
+) -> None:
+    """Average checkpoints of one model into one model directory: each weight is the elementwise mean
+    of the checkpoints' (in float64, stored in the original dtype). Checkpoints a few evaluations
+    apart in one training run average well; independently trained models do not (translate with
+    them as an ensemble instead: heed translate A B). The inputs must share the architecture
+    (model: config) and the tokenizers and vocabularies; the output has the first's config and
+    lists the inputs in its heed.json."""
+    from heed.average import average_checkpoints
+
+    out = average_checkpoints(checkpoints, output)
+    typer.echo(f"averaged {len(checkpoints)} checkpoints -> {out}")
+
+
 # ------------------------------------------------------------------------------------ export
 
 
