@@ -121,7 +121,7 @@ def test_averaging_a_checkpoint_with_itself_gives_its_weights(trained_run, tmp_p
 
 def test_another_architecture_is_refused_naming_the_input_and_the_field(base, tmp_path):
     a, b = _model_dir(base, tmp_path / "a"), _model_dir(base, tmp_path / "narrow", hidden_size=8)
-    with pytest.raises(HeedError, match=r"narrow: model.hidden_size is 8 there, 16 in the first"):
+    with pytest.raises(HeedError, match=r"narrow: model.hidden_size is 8 here but 16 in .*a;"):
         average_checkpoints([a, b], tmp_path / "avg")
     assert not (tmp_path / "avg").exists()
 

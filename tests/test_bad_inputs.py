@@ -9,6 +9,7 @@ CPU's feature set or a separate process run `python -m heed` in a subprocess.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 import signal
@@ -79,6 +80,27 @@ class Ctx:
         if not target.exists():
             shutil.copytree(self.run / "model", target)
         return target
+
+    def swapped_vocab(self, name: str = "swapped") -> Path:
+        """A copy of the trained model whose target vocabulary has two tokens swapped: it loads
+        (the sizes fit the weights) but writes other ids."""
+        target = self.tmp / name
+        shutil.copytree(self.run / "model", target)
+        tokens = json.loads((target / "tgt.vocab.json").read_text(encoding="utf-8"))
+        tokens[4], tokens[5] = tokens[5], tokens[4]
+        (target / "tgt.vocab.json").write_text(json.dumps(tokens), encoding="utf-8")
+        return target
+
+    def narrow_model(self, name: str = "narrow") -> Path:
+        """A model directory with the trained model's codec and a narrower (hidden_size 8) random model."""
+        from heed.checkpoint import load_model_dir, save_model_dir
+        from heed.nn.build import build_model
+
+        base = load_model_dir(self.run)
+        config = base.config.model_copy(update={"model": base.config.model.model_copy(update={"hidden_size": 8})})
+        model = build_model(config.model, src_vocab_size=len(base.codec.src_vocab),
+                            tgt_vocab_size=len(base.codec.tgt_vocab))
+        return save_model_dir(self.tmp / name, model=model, config=config, codec=base.codec)
 
     def full_device(self) -> Path:
         """A device that is always full, like /dev/full. As root a private node in the scratch
@@ -535,6 +557,48 @@ def _(c: Ctx) -> Call:
 @case("translate-dictionary-missing")
 def _(c: Ctx) -> Call:
     return Call(["translate", c.run, "--dictionary", c.tmp / "dict.tsv"], ["dict.tsv"], stdin="x\n")
+
+
+@case("translate-ensemble-of-another-vocabulary")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, c.swapped_vocab()], ["swapped", "target vocabulary", "ensemble"],
+                stdin="1 May 2001\n")
+
+
+# ------------------------------------------------------------------------------------- average
+
+
+@case("average-one-checkpoint")
+def _(c: Ctx) -> Call:
+    last = c.run / "checkpoints" / "last"
+    return Call(["average", last, "-o", c.tmp / "avg"], ["at least two", str(last)])
+
+
+@case("average-another-architecture")
+def _(c: Ctx) -> Call:
+    return Call(["average", c.run / "checkpoints" / "last", c.narrow_model(), "-o", c.tmp / "avg"],
+                ["narrow", "model.hidden_size"])
+
+
+@case("average-another-vocabulary")
+def _(c: Ctx) -> Call:
+    return Call(["average", c.run / "checkpoints" / "last", c.swapped_vocab(), "-o", c.tmp / "avg"],
+                ["swapped", "target vocabulary"])
+
+
+@case("average-not-a-checkpoint")
+def _(c: Ctx) -> Call:
+    c.file("notes/readme.txt", "not a model\n")
+    return Call(["average", c.run / "checkpoints" / "last", c.tmp / "notes", "-o", c.tmp / "avg"],
+                ["notes", "not a heed model directory"])
+
+
+@case("average-output-is-a-foreign-directory")
+def _(c: Ctx) -> Call:
+    keep = c.file("mine/keep.txt", "mine\n").parent
+    ckpts = c.run / "checkpoints"
+    return Call(["average", ckpts / "last", ckpts / "best", "-o", keep], ["mine", "not a model directory"],
+                keep=[keep, keep / "keep.txt"])
 
 
 # ------------------------------------------------------------------------------------- evaluate

@@ -43,12 +43,12 @@ def _load_input(path: str | os.PathLike[str], out: Path) -> LoadedModel:
     return loaded
 
 
-def architecture_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "model") -> str | None:
-    """The first field where two resolved `model:` configs (model_dump()) differ, in words
-    ("model.hidden_size is 32 there, 16 here"), or None when they are the same."""
-    for key in sorted(a.keys() | b.keys()):
-        if a.get(key) != b.get(key):
-            return f"{prefix}.{key} is {b.get(key)!r} there, {a.get(key)!r} in the first"
+def architecture_difference(first: dict[str, Any], other: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first field (in name order) where two resolved `model:` configs (model_dump()) differ,
+    as ("model.FIELD", first's value, other's value), or None when they are the same."""
+    for key in sorted(first.keys() | other.keys()):
+        if first.get(key) != other.get(key):
+            return f"model.{key}", first.get(key), other.get(key)
     return None
 
 
@@ -116,7 +116,9 @@ def average_checkpoints(paths: Sequence[str | os.PathLike[str]], output: str | o
         loaded = _load_input(path, out)
         difference = architecture_difference(arch, loaded.config.model.model_dump(mode="json"))
         if difference is not None:
-            raise HeedError(f"{path}: {difference} ({paths[0]}); averaging needs checkpoints of one architecture")
+            field, mine, theirs = difference
+            raise HeedError(f"{path}: {field} is {theirs!r} here but {mine!r} in {paths[0]}; averaging needs "
+                            "checkpoints of one architecture")
         difference = first.codec.difference(loaded.codec)
         if difference is not None:
             raise HeedError(f"{path}: {difference} differs from {paths[0]}'s; averaging needs checkpoints that "
