@@ -61,10 +61,13 @@ def base(trained_run) -> LoadedModel:
     return load_model_dir(trained_run)
 
 
-def _model_dir(base: LoadedModel, directory: Path, fill: float | None = None, seed: int = 0, **model: object) -> Path:
-    """A model directory of the trained run's codec and config (`model` fields changed) holding a
-    random model (of `seed`), or, with `fill`, every weight equal to `fill`."""
-    config = base.config.model_copy(update={"model": base.config.model.model_copy(update=model)})
+def _model_dir(base: LoadedModel, directory: Path, fill: float | None = None, seed: int = 0,
+               run: Path | None = None, **model: object) -> Path:
+    """A model directory of the trained run's codec and config (`model` fields changed; the
+    output_dir `run` if given) holding a random model (of `seed`), or, with `fill`, every weight
+    equal to `fill`."""
+    config = base.config.model_copy(update={"model": base.config.model.model_copy(update=model),
+                                            "output_dir": run or base.config.output_dir})
     torch.manual_seed(seed)
     net = build_model(config.model, src_vocab_size=len(base.codec.src_vocab), tgt_vocab_size=len(base.codec.tgt_vocab))
     if fill is not None:
@@ -100,7 +103,7 @@ def test_the_average_of_a_runs_checkpoints_loads_and_translates(trained_run, tmp
     ckpts = trained_run / "checkpoints"
     result = heed_cli("average", ckpts / "last", ckpts / "best", trained_run / "model", "-o", tmp_path / "avg")
     assert result.exit_code == 0, result.output
-    assert "averaged 3 checkpoints" in result.stdout
+    assert "averaged 3 checkpoints" in result.stdout and "warning" not in result.stderr  # one run
     meta = json.loads((tmp_path / "avg" / "heed.json").read_text())
     assert [r["kind"] for r in meta["averaged"]] == ["checkpoint", "checkpoint", "model"]
     assert not (tmp_path / "avg" / "optimizer.safetensors").exists()  # a model directory, no training state
@@ -110,6 +113,18 @@ def test_the_average_of_a_runs_checkpoints_loads_and_translates(trained_run, tmp
     assert out.tokens and out.attention is not None
     translated = heed_cli("translate", tmp_path / "avg", input="3 March 1998\n")
     assert translated.exit_code == 0 and translated.stdout.strip() == out.text, translated.output
+
+
+def test_checkpoints_of_different_runs_are_averaged_with_a_warning(base, tmp_path):
+    a = _model_dir(base, tmp_path / "a", run=tmp_path / "run-a")
+    b = _model_dir(base, tmp_path / "b", run=tmp_path / "run-b", seed=1)
+    heard: list[str] = []
+    average_checkpoints([a, b], tmp_path / "avg", warn=heard.append)
+    assert len(heard) == 1 and "2 training runs" in heard[0] and "ensemble" in heard[0]
+    assert str(tmp_path / "run-a") in heard[0] and str(tmp_path / "run-b") in heard[0]
+    average_checkpoints([a, _model_dir(base, tmp_path / "a2", run=tmp_path / "run-a", seed=2)], tmp_path / "avg2",
+                        warn=heard.append)
+    assert len(heard) == 1  # one run: nothing to say
 
 
 def test_averaging_a_checkpoint_with_itself_gives_its_weights(trained_run, tmp_path):
@@ -157,3 +172,16 @@ def test_a_training_checkpoint_is_never_overwritten(trained_run, tmp_path):
     with pytest.raises(HeedError, match="best: exists and is a training checkpoint"):
         average_checkpoints([trained_run / "checkpoints" / "last", trained_run / "model"], target)
     assert (target / "optimizer.safetensors").is_file()
+
+
+def test_the_average_exports_like_any_model_directory(base, tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from heed.export.onnx import export_model
+
+    out = average_checkpoints([_model_dir(base, tmp_path / "a"), _model_dir(base, tmp_path / "b", seed=1)],
+                              tmp_path / "avg")
+    exported = export_model(out, tmp_path / "onnx")
+    want = heed.load(out, device="cpu").translate(["3 March 1998"], beam=2)[0]
+    got = heed.load(exported).translate(["3 March 1998"], beam=2)[0]
+    assert got.tokens == want.tokens and abs(got.score - want.score) < 1e-4

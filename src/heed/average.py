@@ -20,7 +20,7 @@ it replaces an earlier model directory at that path and nothing else.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,10 +99,13 @@ def average_state_dicts(states: Sequence[dict[str, torch.Tensor]],
     return running.mean()
 
 
-def average_checkpoints(paths: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str]) -> Path:
+def average_checkpoints(paths: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str], *,
+                        warn: Callable[[str], None] | None = None) -> Path:
     """`heed average`: write the model directory `output` holding the mean of the checkpoints
     (or model directories) `paths`; returns it. One input at a time is in memory, beside the
-    float64 sums. Any mismatch is a HeedError naming the input and what differs."""
+    float64 sums. Any mismatch is a HeedError naming the input and what differs. `warn(message)`
+    hears when the inputs come from different training runs (their configs' output_dir differ):
+    allowed (one run may have started from another's weights), but usually a mistake."""
     if len(paths) < 2:
         raise HeedError(f"averaging needs at least two checkpoints, got {len(paths)}"
                         f"{f' ({paths[0]})' if paths else ''}; give two or more")
@@ -126,6 +129,11 @@ def average_checkpoints(paths: Sequence[str | os.PathLike[str]], output: str | o
         running.add(loaded.model.state_dict(), str(path))
         averaged.append(_record(path, loaded))
         del loaded
+    runs = sorted({str(r["run"]) for r in averaged})
+    if warn is not None and len(runs) > 1:
+        warn(f"the checkpoints come from {len(runs)} training runs ({', '.join(runs)}); the weights of "
+             "independently trained models do not average into a working model (decode with them as an "
+             "ensemble instead: heed translate A B)")
     mean = running.mean()
     return replace_dir(out, lambda tmp: write_model_files(tmp, model=mean, config=first.config, codec=first.codec,
                                                           info={"averaged": averaged}))
@@ -133,9 +141,9 @@ def average_checkpoints(paths: Sequence[str | os.PathLike[str]], output: str | o
 
 def _record(path: str | os.PathLike[str], loaded: LoadedModel) -> dict[str, Any]:
     """What heed.json's "averaged" says of an input: the path as given, the directory read, its
-    kind and training step (None where it has none)."""
+    kind, training step (None where it has none) and training run (its config's output_dir)."""
     return {"path": str(path), "directory": str(loaded.directory.resolve()), "kind": loaded.meta.get("kind"),
-            "step": loaded.meta.get("step")}
+            "step": loaded.meta.get("step"), "run": str(loaded.config.output_dir)}
 
 
 def _check_output(out: Path) -> None:

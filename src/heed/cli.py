@@ -883,7 +883,10 @@ def average(
     lists the inputs in its heed.json."""
     from heed.average import average_checkpoints
 
-    out = average_checkpoints(checkpoints, output)
+    def warn(message: str) -> None:
+        _stderr().print(f"[yellow]warning:[/] {_escape(message)}", soft_wrap=True)
+
+    out = average_checkpoints(checkpoints, output, warn=warn)
     typer.echo(f"averaged {len(checkpoints)} checkpoints -> {out}")
 
 
