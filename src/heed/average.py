@@ -4,7 +4,7 @@
 
 Averaging the weights of checkpoints from one training run, a few evaluations apart, smooths the
 noise of the last optimizer steps (fairseq's average_checkpoints.py; Vaswani et al. 2017, 6.1,
-average the last 5 or 20 checkpoints; Popel & Bojar 2018, 4.10): one model, no slower to decode,
+average the last 5 or 20 checkpoints; Popel & Bojar 2018): one model, no slower to decode,
 often a little better. Checkpoints of *independently* trained models do not average (their weights
 live in unrelated places: a permuted hidden unit is the same model with different weights); decode
 those as an ensemble instead (heed.ensemble, `heed translate A B`).
