@@ -65,13 +65,11 @@ from heed.checkpoint import (
 from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, Config, DataConfig, ScheduleConfig, config_to_dict
 from heed.data.batching import filter_by_length, token_batches
 from heed.data.corpus import Pair
-from heed.data.vocab import PAD
 from heed.errors import ConfigError, HeedError, ModelDirError
 from heed.evaluate import Scores, evaluate
 from heed.files import atomic_write_text
 from heed.lock import RunLock
 from heed.nn.build import build_model
-from heed.nn.loss import generator_loss
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec, Corpora, Example, load_corpora, write_heldout
 from heed.runtime import check_bf16, default_bf16, limit_onednn_cache, resolve_device, torch_threads
@@ -572,8 +570,8 @@ class Trainer:
         return batch
 
     def _step(self, batch, window: _Window) -> None:
-        """One update: forward (no attention weights kept), label-smoothed loss per target token,
-        backward, clip, Adam."""
+        """One update: the model's loss (label-smoothed cross-entropy, plus coverage where the model
+        has it) per target token, backward, clip, Adam."""
         cfg = self.config.train
         self.model.train()
         tokens = batch.num_tgt_tokens  # read on the host, before the copy: no wait on the device
@@ -582,9 +580,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with self._autocast():
-            features = self.model.forward_features(batch.src, batch.src_lengths, batch.tgt_in).features
-            loss_sum = generator_loss(features, self.model.decoder.generator, batch.tgt_out, ignore_index=PAD,
-                                      label_smoothing=cfg.label_smoothing)
+            loss_sum = self.model.loss(batch, label_smoothing=cfg.label_smoothing).total
         self.optimizer.zero_grad(set_to_none=True)
         (loss_sum / tokens).backward()
         if cfg.clip is not None:
@@ -654,9 +650,7 @@ class Trainer:
             for batch in token_batches(self.data.dev, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
                                        shuffle=False):
                 batch = self._to_device(batch)
-                features = self.model.forward_features(batch.src, batch.src_lengths, batch.tgt_in).features
-                total += float(generator_loss(features, self.model.decoder.generator, batch.tgt_out,
-                                              ignore_index=PAD))
+                total += float(self.model.loss(batch).cross_entropy)
                 tokens += batch.num_tgt_tokens
         return total / max(tokens, 1)
 

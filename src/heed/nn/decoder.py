@@ -5,8 +5,8 @@ Every decoder speaks the same small protocol, which is all that search sees:
     init_state(rnn_state, enc) -> DecoderState
     step(prev_tokens (batch,), state, enc) -> DecoderStep(logits (batch, vocab), state, attention)
     state.select(indices) -> DecoderState
-and `forward(tgt_in, state, enc)` runs the teacher-forced pass over a whole target. The loss
-(Seq2Seq.loss) uses `forward_features` instead: the same pass up to the generator's input, which
+and `forward(tgt_in, state, enc)` runs the teacher-forced pass over a whole target. `Seq2Seq.loss`
+calls `forward_features` instead: the same pass up to the generator's input, which
 heed.nn.loss.generator_loss turns into the loss without materialising the logits.
 
 With copy attention (`copy=`, a heed.nn.copy.PointerGenerator; Luong and Bahdanau only) a step's
