@@ -93,7 +93,8 @@ with warnings.catch_warnings():
 
 
 def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
-                bos_id: int = 1, eos_id: int = 2, source_to_target: Sequence[int] | None = None) -> Seq2Seq:
+                bos_id: int = 1, eos_id: int = 2, unk_id: int = 3,
+                source_to_target: Sequence[int] | None = None) -> Seq2Seq:
     """A fresh Seq2Seq for this config and these vocabulary sizes. A copy model (`cfg.copy`) also
     needs `source_to_target`, each source id's target id by string or -1
     (heed.data.extended.source_to_target; heed.pipeline.Codec.source_to_target)."""
@@ -111,12 +112,11 @@ def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, p
     attention = dict(attention_hidden=cfg.attention_hidden, attention_positions=cfg.attention_positions,
                      attention_window=cfg.attention_window)
     decoder: _RNNDecoder
-    copy = source_to_target if cfg.copy else None
+    copy = dict(copy_source_to_target=source_to_target if cfg.copy else None, unk_id=unk_id)
     if cfg.decoder == "luong":
-        decoder = LuongDecoder(score=cfg.score, input_feeding=cfg.input_feeding, copy_source_to_target=copy,
-                               **attention, **common)
+        decoder = LuongDecoder(score=cfg.score, input_feeding=cfg.input_feeding, **copy, **attention, **common)
     elif cfg.decoder == "bahdanau":
-        decoder = BahdanauDecoder(score=cfg.score, copy_source_to_target=copy, **attention, **common)
+        decoder = BahdanauDecoder(score=cfg.score, **copy, **attention, **common)
     else:
         decoder = PlainDecoder(**common)
     return Seq2Seq(encoder, bridge, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)

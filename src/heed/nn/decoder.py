@@ -203,7 +203,8 @@ class LuongDecoder(_RNNDecoder):
                  num_layers: int = 1, rnn: RNNKind = "lstm", score: ScoreName = "general",
                  input_feeding: bool = True, attention_hidden: int | None = None,
                  attention_positions: int | None = None, attention_window: int | None = None,
-                 dropout: float = 0.0, pad_id: int = 0, copy_source_to_target: Sequence[int] | None = None) -> None:
+                 dropout: float = 0.0, pad_id: int = 0, copy_source_to_target: Sequence[int] | None = None,
+                 unk_id: int = 3) -> None:
         super().__init__(vocab_size=vocab_size, embed_size=embed_size, hidden_size=hidden_size,
                          rnn_input_size=embed_size + (hidden_size if input_feeding else 0),
                          num_layers=num_layers, rnn=rnn, dropout=dropout, pad_id=pad_id,
@@ -215,7 +216,8 @@ class LuongDecoder(_RNNDecoder):
         self.combine = nn.Linear(hidden_size + memory_size, hidden_size, bias=False)  # W_c
         if copy_source_to_target is not None:
             self.copy = PointerGenerator(context_size=memory_size, state_size=hidden_size, input_size=embed_size,
-                                         source_to_target=copy_source_to_target, target_size=vocab_size)
+                                         source_to_target=copy_source_to_target, target_size=vocab_size,
+                                         unk_id=unk_id)
 
     def init_state(self, rnn_state: RNNState, enc: EncoderOutput) -> DecoderState:
         feed = rnn_state[0].new_zeros(rnn_state[0].size(1), self.hidden_size) if self.input_feeding else None
@@ -304,7 +306,7 @@ class BahdanauDecoder(_RNNDecoder):
                  num_layers: int = 1, rnn: RNNKind = "lstm", score: ScoreName = "additive",
                  attention_hidden: int | None = None, attention_positions: int | None = None,
                  attention_window: int | None = None, dropout: float = 0.0, pad_id: int = 0,
-                 copy_source_to_target: Sequence[int] | None = None) -> None:
+                 copy_source_to_target: Sequence[int] | None = None, unk_id: int = 3) -> None:
         super().__init__(vocab_size=vocab_size, embed_size=embed_size, hidden_size=hidden_size,
                          rnn_input_size=embed_size + memory_size, num_layers=num_layers, rnn=rnn,
                          dropout=dropout, pad_id=pad_id, generator_input=hidden_size)
@@ -314,7 +316,8 @@ class BahdanauDecoder(_RNNDecoder):
         self.readout = nn.Linear(hidden_size + memory_size + embed_size, hidden_size)
         if copy_source_to_target is not None:
             self.copy = PointerGenerator(context_size=memory_size, state_size=hidden_size, input_size=embed_size,
-                                         source_to_target=copy_source_to_target, target_size=vocab_size)
+                                         source_to_target=copy_source_to_target, target_size=vocab_size,
+                                         unk_id=unk_id)
 
     def _step_features(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> _StepFeatures:
         embedded = self._embed(prev_tokens)  # (batch, embed)

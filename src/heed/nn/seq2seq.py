@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 from torch import Tensor, nn
 
+from heed.nn.copy import mixture_loss
 from heed.nn.decoder import DecoderFeatures, DecoderState, DecoderStep, _RNNDecoder
 from heed.nn.encoder import Bridge, EncoderOutput, RNNEncoder
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
@@ -34,8 +35,10 @@ class Seq2Seq(nn.Module):
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
         """src (batch, src_len), src_lengths (batch,) -> EncoderOutput with the attention keys
-        projected once for the whole decode."""
-        enc = replace(self.encoder(src, src_lengths), src=src)
+        projected once for the whole decode. A copy model's src may name tokens past the source
+        vocabulary (heed.data.extended): the encoder reads them as <unk>, the copy keeps them."""
+        copy = self.decoder.copy
+        enc = replace(self.encoder(src if copy is None else copy.encodable(src), src_lengths), src=src)
         return enc.with_keys(self.decoder.project_keys(enc.states))
 
     def init_state(self, enc: EncoderOutput) -> DecoderState:
@@ -64,7 +67,15 @@ class Seq2Seq(nn.Module):
     def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0) -> SeqLoss:
         """The teacher-forced training loss of `batch`, summed over its target tokens (tgt_out !=
         pad_id). The generator and cross-entropy run through heed.nn.loss.generator_loss, which never
-        materialises the logits (no attention weights are kept either)."""
+        materialises the logits (no attention weights are kept either). A copy model's is the NLL
+        of See et al.'s mixture over the extended vocabulary (heed.nn.copy.mixture_loss); its
+        tgt_out names a copied unknown word by its temporary id (heed.data.extended)."""
+        if self.decoder.copy is not None:
+            enc = self.encode(batch.src, batch.src_lengths)
+            out = self.decoder(batch.tgt_in, self.init_state(enc), enc, need_attention=False)
+            cross_entropy = mixture_loss(out.logits, batch.tgt_out, ignore_index=self.pad_id,
+                                         label_smoothing=label_smoothing, vocab_size=self.decoder.copy.target_size)
+            return SeqLoss(cross_entropy, cross_entropy, None)
         out = self.forward_features(batch.src, batch.src_lengths, batch.tgt_in)
         cross_entropy = generator_loss(out.features, self.decoder.generator, batch.tgt_out, ignore_index=self.pad_id,
                                        label_smoothing=label_smoothing)
