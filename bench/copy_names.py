@@ -56,7 +56,7 @@ def main() -> None:
     torch.set_num_threads(1)
     print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread, "
           f"{args.steps} steps, names task {NAMES}")
-    print("| decoder | copy | seed | names copied | exact match | outputs with <unk> | train s |")
+    print("| decoder | copy | seed | names copied | exact match | outputs with `<unk>` | train s |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for decoder in ("luong", "bahdanau"):

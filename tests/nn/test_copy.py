@@ -277,6 +277,19 @@ def test_every_search_emits_and_feeds_back_temporary_ids() -> None:
     assert tokens & {V, V + 1, V + 2} and max(tokens) < V + 3
 
 
+@pytest.mark.parametrize("name", ["luong_feed_general", "bahdanau_additive"])
+def test_a_sentence_samples_the_same_alone_as_in_a_batch_whose_extended_vocabulary_is_wider(name: str) -> None:
+    # Alone, row 3 has one temporary id; in the batch the logits have three (row 0's).
+    model = make_model(**CONFIGS[name]).float()
+    src, _ = make_batch()
+    cfg = DecodeConfig(sampling=True, n_best=3, seed=7, temperature=1.5, max_len_a=0.0, max_len_b=5)
+    batched = sample(model, src, LENGTHS, cfg)
+    for b, n in enumerate(LENGTHS.tolist()):
+        alone = sample(model, src[b:b + 1, :n], LENGTHS[b:b + 1], cfg)[0]
+        assert [h.tokens for h in batched[b]] == [h.tokens for h in alone]
+        assert [h.log_prob for h in batched[b]] == pytest.approx([h.log_prob for h in alone], abs=1e-5)
+
+
 def test_a_forced_prefix_may_hold_a_temporary_id() -> None:
     model = make_model(**CONFIGS["bahdanau_additive"]).float()
     src, _ = make_batch()
