@@ -286,4 +286,4 @@ def test_a_field_with_several_homes_lists_them():
     with pytest.raises(ConfigError) as e:
         config_from_dict({**DATES, "model": {"seed": 3}})
     assert str(e.value) == ("field 'model.seed': unknown field here; "
-                            "'seed' belongs under 'data.dates', 'data.split', 'train' or 'decode'")
+                            "'seed' belongs under 'data.dates', 'data.names', 'data.split', 'train' or 'decode'")

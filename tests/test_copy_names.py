@@ -85,3 +85,19 @@ def test_export_refuses_a_copy_model_naming_model_copy(copy_run: Path, tmp_path:
         export_model(copy_run, tmp_path / "onnx")
     assert e.value.field == "model.copy" and "cannot be exported" in str(e.value)
     assert not (tmp_path / "onnx").exists()
+
+
+def test_serve_returns_the_copied_name_in_the_text_tokens_and_beam_tree(copy_run: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from heed.api import Translator
+    from heed.serve.app import create_app
+
+    with TestClient(create_app({"names": Translator.load(copy_run, device="cpu")})) as client:
+        response = client.post("/v1/translate", json={"sentences": ["where is Mipafe ?"], "beam_size": 2, "trace": True,
+                                                      "prefix": [["où", "est", "Mipafe"]]})
+    assert response.status_code == 200, response.text
+    [result] = response.json()["results"]
+    assert result["hypotheses"][0]["text"] == "où est Mipafe ?"
+    assert "Mipafe" in result["hypotheses"][0]["tokens"]
+    assert "Mipafe" in {node["token"] for node in result["beam"]["nodes"]}

@@ -76,7 +76,8 @@ def test_extended_ids_agree_with_the_data_side() -> None:
     assert n_unknown == 2  # "b" and "zed"; "x"; "y" and "b"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16,
+                                   pytest.param(torch.bfloat16, marks=pytest.mark.cpu_bf16)])
 def test_an_all_padding_row_gives_the_vocabulary_distribution_not_nan(dtype: torch.dtype) -> None:
     pointer = make_pointer().to(dtype)
     weights = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.0, 0.0]], dtype=dtype)  # row 1: no source at all
