@@ -43,3 +43,24 @@ def test_extended_vocab_encodes_a_copyable_unknown_with_its_temporary_id_and_oth
 def test_a_source_without_unknowns_extends_nothing() -> None:
     ext = ExtendedVocab.of(["a", "q"], TGT)
     assert len(ext) == len(TGT) and ext.encode(["a", "b"]) == [4, UNK]
+
+
+@pytest.mark.parametrize("kind", ["word", "char", "bpe", "unigram"])
+def test_a_copy_codec_round_trips_a_sentence_whose_tokens_the_target_vocabulary_lacks(kind: str) -> None:
+    from heed.config import DataConfig
+    from heed.data.corpus import Pair
+    from heed.pipeline import Codec
+
+    spec = {"kind": kind, "vocab_size": 40}
+    data = DataConfig(task="dates", tokenizer={"src": spec, "tgt": spec})
+    train = [Pair("le chat dort ici", "the cat sleeps here"), Pair("le chien mange", "the dog eats")] * 5
+    codec = Codec.build(train, data, copy=True)
+    # "Zoé" (word), or its pieces "Z", "o", "é" (char, and the subwords' pieces): in no vocabulary
+    pair = Pair("le chat Zoé", "the cat Zoé")
+    [(src_ids, tgt_ids)] = codec.encode_pairs([pair])
+    src_tokens = codec.src_tokens(pair.src)
+    assert max(src_ids) >= len(codec.src_vocab) + len(codec.tgt_vocab)  # named past both vocabularies
+    assert UNK not in tgt_ids and max(tgt_ids) >= len(codec.tgt_vocab)  # trained as a copy, not <unk>
+    assert codec.decode_tgt(tgt_ids, src_tokens)[1] == "the cat Zoé"
+    plain = Codec.build(train, data)
+    assert UNK in plain.encode_pairs([pair])[0][1] and plain.decode_tgt(plain.encode_pairs([pair])[0][1])[1] != pair.tgt
