@@ -105,7 +105,7 @@ class _RNNDecoder(nn.Module):
         logits (rows, [tgt_len,] vocab) -> (rows, [tgt_len,] vocab + the batch's temporary ids)."""
         assert self.copy is not None and enc.src is not None, "copy attention needs the source ids (Seq2Seq.encode)"
         copy_ids, n_unknown = self.copy.extended_ids(enc.src)  # (batch, src_len), one row per source
-        if enc.group > 1 and copy_ids.size(0) != weights.size(0):
+        if enc.group > 1:
             copy_ids = copy_ids.repeat_interleave(enc.group, dim=0)  # (rows, src_len): a row per beam
         return self.copy(logits, copy_input, weights, copy_ids, self.copy.target_size + n_unknown)
 

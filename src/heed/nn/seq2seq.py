@@ -13,7 +13,7 @@ from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 
 
 class Seq2SeqOutput(NamedTuple):
-    logits: Tensor  # (batch, tgt_len, vocab)
+    logits: Tensor  # (batch, tgt_len, vocab); a copy model's: log-probabilities (batch, tgt_len, vocab + temporary ids)
     attention: Tensor | None  # (batch, tgt_len, src_len); None without attention or when not asked for
 
 
