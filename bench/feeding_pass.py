@@ -17,29 +17,23 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import floor  # noqa: E402  (bench/floor.py: the model and batches)
 
-from heed.nn.decoder import _RNNDecoder  # noqa: E402
 
 
 def step(model, optimizer, batch, *, fused: bool, bf16: bool) -> None:
+    """The model's own loss (as the trainer calls it), its teacher-forced pass the fused one or,
+    with `fused` False, autograd through the step loop."""
     optimizer.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        enc = model.encode(batch["src"], batch["src_lengths"])
-        state = model.init_state(enc)
-        if fused:
-            out = model.decoder.forward_fused(batch["tgt_in"], state, enc, need_attention=False)
-        else:
-            out = _RNNDecoder.forward_features(model.decoder, batch["tgt_in"], state, enc, need_attention=False)
-        logits = model.decoder.generator(out.features)
-    logits = logits.float()
-    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1), ignore_index=0,
-                           reduction="sum") / batch["tokens"]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16), \
+            mock.patch.object(type(model.decoder), "fusable", lambda self, tgt_in: fused):
+        loss = model.loss(SimpleNamespace(**batch)).total / batch["tokens"]
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
     optimizer.step()

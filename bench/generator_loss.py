@@ -1,6 +1,7 @@
 """Before/after for heed.nn.loss.generator_loss: the generator and the loss as
 `F.cross_entropy(generator(features))` (before) against the chunked pass (after), alone and
-inside a whole training step of the bench/compare models, in float32 and under bf16 autocast.
+inside a whole training step of the bench/compare models (there "after" is `Seq2Seq.loss`, as the
+trainer calls it), in float32 and under bf16 autocast.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/generator_loss.py [--data DIR] [--embed 256 --hidden 256]
         [--steps 20] [--label-smoothing 0.0]
@@ -16,6 +17,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -29,10 +31,8 @@ PAD = 0
 
 
 def loss_of(model, batch, *, fused: bool, eps: float):
-    if fused:
-        features = model.forward_features(batch["src"], batch["src_lengths"], batch["tgt_in"]).features
-        return generator_loss(features, model.decoder.generator, batch["tgt_out"], ignore_index=PAD,
-                              label_smoothing=eps)
+    if fused:  # the model's own loss, as the trainer calls it (generator_loss inside)
+        return model.loss(SimpleNamespace(**batch), label_smoothing=eps).total
     logits = model(batch["src"], batch["src_lengths"], batch["tgt_in"], need_attention=False).logits
     return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1),
                            ignore_index=PAD, label_smoothing=eps, reduction="sum")

@@ -26,6 +26,7 @@ from heed.cli import app
 from heed.config import config_from_dict
 from heed.errors import HeedError
 from heed.lock import LOCK_FILE, RunLock
+from heed.nn.seq2seq import Seq2Seq
 from heed.train import Trainer, data_fingerprint, train
 
 runner = CliRunner()
@@ -65,18 +66,18 @@ def write_config(path, data):
 def nan_loss_at(monkeypatch):
     """`nan_loss_at(k)`: the k-th training step's loss is NaN (as if it overflowed); dev losses are not touched."""
     def install(bad_step):
-        real = heed.train.generator_loss
+        real = Seq2Seq.loss
         calls = []
 
-        def loss(*args, **kwargs):
-            value = real(*args, **kwargs)
+        def loss(self, batch, **kwargs):
+            value = real(self, batch, **kwargs)
             if torch.is_grad_enabled():  # a training step, not the dev loss (inference mode)
                 calls.append(1)
                 if len(calls) == bad_step:
-                    return value * float("nan")
+                    return value._replace(total=value.total * float("nan"))
             return value
 
-        monkeypatch.setattr(heed.train, "generator_loss", loss)
+        monkeypatch.setattr(Seq2Seq, "loss", loss)
     return install
 
 

@@ -314,7 +314,7 @@ class Translator:
         out = []
         for (nbest, decoded), alts in zip(runs, steps):
             tree = None if decoded is None else decoded.tree
-            beam_nodes = None if tree is None else self._beam_nodes(tree)
+            beam_nodes = None if tree is None else self._beam_nodes(tree, nbest[0].src_tokens)
             nodes = [None] * len(nbest) if decoded is None else [h.node for h in decoded.hypotheses]
             out.append(Exploration(nbest, alts, beam_nodes, nodes, [self.word_alignment(t) for t in nbest]))
         return out
@@ -334,12 +334,12 @@ class Translator:
         if replace_unk and not self.model.has_attention:
             raise HeedError("this model has no attention, so nothing says which source word an <unk> stands "
                             "for; translate without unknown-word replacement")
-        prefix_ids = self.prefix_ids(prefix, len(texts))
         full = [self.codec.src_tokens(t) for t in texts]
         src_tokens = [toks[: self.max_src_len] for toks in full]
+        prefix_ids = self.prefix_ids(prefix, len(texts), sources=src_tokens)
         todo = [i for i, toks in enumerate(src_tokens) if toks]
         with self._precision():
-            decoded = translate_ids(self.model, [self.codec.src_vocab.encode(src_tokens[i]) for i in todo], cfg,
+            decoded = translate_ids(self.model, [self.codec.src_ids(src_tokens[i]) for i in todo], cfg,
                                     device=self.device, batch_size=batch_size,
                                     prefixes=None if prefix_ids is None else [prefix_ids[i] for i in todo],
                                     trace=trace)
@@ -355,7 +355,7 @@ class Translator:
     def _translation(self, ids: list[int], attention: torch.Tensor | None, score: float, log_prob: float,
                      src_tokens: list[str], truncated: int, replace_unk: bool,
                      table: dict[str, str] | None) -> Translation:
-        tokens, text = self.codec.decode_tgt(ids)
+        tokens, text = self.codec.decode_tgt(ids, src_tokens)  # a copy model's temporary ids: the source's tokens
         matrix = None if attention is None else attention.float().numpy()
         if replace_unk and UNK_TOKEN in tokens:
             assert matrix is not None
@@ -365,23 +365,28 @@ class Translator:
             text = self.codec.tgt_tokenizer.detokenize(tokens)
         return Translation(text, tokens, src_tokens, score, matrix, truncated, log_prob)
 
-    def prefix_ids(self, prefix: Sequence[str | Sequence[str] | None] | None, count: int) -> list[list[int]] | None:
+    def prefix_ids(self, prefix: Sequence[str | Sequence[str] | None] | None, count: int, *,
+                   sources: Sequence[Sequence[str]] | None = None) -> list[list[int]] | None:
         """Target ids of each text's forced prefix ([] for none); HeedError naming `prefix[k]` for a
-        wrong count, a special token or a token the target vocabulary lacks."""
+        wrong count, a special token or a token the target vocabulary lacks. A copy model also takes
+        a token it can copy from the text's source tokens (`sources[k]`)."""
         if prefix is None:
             return None
         if isinstance(prefix, str) or len(prefix) != count:
             raise HeedError(f"prefix must be a list with one entry per sentence ({count}); give None for no prefix")
-        vocab, out = self.codec.tgt_vocab, []
+        out = []
         for k, entry in enumerate(prefix):
             if entry is None:
                 out.append([])
                 continue
+            vocab = self.codec.target_vocab(() if sources is None else sources[k])
             tokens = self.codec.tgt_tokens(entry) if isinstance(entry, str) else list(entry)
             for token in tokens:
-                if not isinstance(token, str) or (token in SPECIALS and token != UNK_TOKEN) or (
-                        token not in vocab and token != UNK_TOKEN):
-                    raise HeedError(f"prefix[{k}]: {token!r} is not a token of the model's target vocabulary")
+                known = isinstance(token, str) and (
+                    token == UNK_TOKEN or token in vocab.unknowns or (token in vocab.target and token not in SPECIALS))
+                if not known:
+                    raise HeedError(f"prefix[{k}]: {token!r} is not a token of the model's target vocabulary"
+                                    + (" nor of its source" if self.codec.copy else ""))
             out.append(vocab.encode(tokens))
         return out
 
@@ -389,11 +394,11 @@ class Translator:
                            batch_size: int) -> list[list[list[tuple[str, float]]]]:
         """For each translation, per output position (tokens, then </s>), the model's k most likely
         tokens there given the translation's tokens before it: one teacher-forced pass per batch."""
-        vocab = self.codec.tgt_vocab
-        examples = [(self.codec.src_vocab.encode(t.src_tokens), vocab.encode(t.tokens)) for t in best]
+        vocabs = [self.codec.target_vocab(t.src_tokens) for t in best]  # a copy model's: extended per sentence
+        examples = [(self.codec.src_ids(t.src_tokens), vocab.encode(t.tokens)) for t, vocab in zip(best, vocabs)]
         todo = [i for i, t in enumerate(best) if t.src_tokens]
         out: list[list[list[tuple[str, float]]]] = [[] for _ in best]
-        k = min(k, len(vocab) - 2)  # PAD and BOS are never candidates
+        k = min(k, len(self.codec.tgt_vocab) - 2)  # PAD and BOS are never candidates
         with torch.inference_mode(), self._precision():
             for start in range(0, len(todo), batch_size):
                 group = todo[start : start + batch_size]
@@ -403,12 +408,14 @@ class Translator:
                 logp[..., [PAD, BOS]] = float("-inf")
                 values, ids = (x.cpu().tolist() for x in logp.topk(k, dim=-1))  # (batch, tgt_len, k)
                 for row, i in enumerate(group):
-                    out[i] = [[(vocab.lookup(t), lp) for t, lp in zip(ids[row][j], values[row][j])]
+                    # a copy model's temporary ids past this sentence's own have log-prob -inf: left out
+                    out[i] = [[(vocabs[i].lookup(t), lp) for t, lp in zip(ids[row][j], values[row][j])
+                               if t < len(vocabs[i])]
                               for j in range(len(examples[i][1]) + 1)]
         return out
 
-    def _beam_nodes(self, tree: BeamTree) -> list[BeamNode]:
-        vocab = self.codec.tgt_vocab
+    def _beam_nodes(self, tree: BeamTree, src_tokens: Sequence[str]) -> list[BeamNode]:
+        vocab = self.codec.target_vocab(src_tokens)
         return [BeamNode(n.id, n.parent, n.step, SPECIALS[BOS] if n.token is None else vocab.lookup(n.token),
                          n.log_prob, n.score, n.status) for n in tree.nodes]
 
@@ -450,8 +457,7 @@ class Translator:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         src_tokens = [self.codec.src_tokens(t) for t in src_texts]
         tgt_tokens = [self.codec.tgt_tokens(t) for t in tgt_texts]
-        examples = [(self.codec.src_vocab.encode(s), self.codec.tgt_vocab.encode(t))
-                    for s, t in zip(src_tokens, tgt_tokens)]
+        examples = [(self.codec.src_ids(s), self.codec.tgt_ids(t, s)) for s, t in zip(src_tokens, tgt_tokens)]
         todo = sorted((k for k, (s, t) in enumerate(examples) if s and t), key=lambda k: -len(examples[k][0]))
         token_attention: dict[int, np.ndarray] = {}
         with torch.inference_mode(), self._precision():

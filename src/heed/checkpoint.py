@@ -205,8 +205,9 @@ def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str =
         # is broken (YAML syntax, an alias, a duplicate key), and the message says where.
         hint = "; the model directory's config does not match this heed" if e.field is not None else ""
         raise ModelDirError(f"{e}{hint}") from None
-    codec = Codec.load(directory, data=config.data)
-    model = build_model(config.model, src_vocab_size=len(codec.src_vocab), tgt_vocab_size=len(codec.tgt_vocab))
+    codec = Codec.load(directory, data=config.data, copy=config.model.copy)
+    model = build_model(config.model, src_vocab_size=len(codec.src_vocab), tgt_vocab_size=len(codec.tgt_vocab),
+                        source_to_target=codec.source_to_target())
     state = load_weights(directory / WEIGHTS_FILE)
     try:
         model.load_state_dict(state, strict=True)

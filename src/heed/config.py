@@ -95,6 +95,19 @@ class DatesConfig(_Strict):
     verbose_forms: bool = True
 
 
+class NamesConfig(_Strict):
+    """The generated names task (`heed.data.names`): sentences about invented people, English ->
+    French, the names passing through; dev and test names never occur in training. Made for copy
+    attention (model.copy) with word tokenization (data.tokenizer.src.kind and tgt.kind: word)."""
+
+    n_train: int = Field(5000, gt=0)
+    n_dev: int = Field(200, gt=0)
+    n_test: int = Field(500, gt=0)
+    seed: int = 0
+    train_names: int = Field(500, ge=2, description="invented names in training")
+    heldout_names: int = Field(200, ge=2, description="other invented names, for dev and for test each")
+
+
 class TokenizerConfig(_Strict):
     kind: Literal["char", "word", "bpe", "unigram"] = "char"
     vocab_size: int = Field(8000, gt=0, description="sentencepiece vocabulary size (bpe and unigram)")
@@ -113,11 +126,13 @@ class VocabConfig(_Strict):
 class DataConfig(_Strict):
     """Where the sentence pairs come from and how they become batches.
 
-    Either `task: dates` (generated, with its `dates:` sizes), or a `train:` corpus with `dev:` and
+    Either a generated task, `task: dates` or `task: names` (with its `dates:` or `names:`
+    settings), or a `train:` corpus with `dev:` and
     `test:` corpora or a `split:` that holds them out of `train`."""
 
-    task: Literal["dates"] | None = None
+    task: Literal["dates", "names"] | None = None
     dates: DatesConfig = Field(default_factory=DatesConfig)
+    names: NamesConfig = Field(default_factory=NamesConfig)
     root: Path | None = Field(None, description="the folder relative corpus paths in the config file resolve "
                               f"against, unless ${DATA_ROOT_ENV} is set; null = the config file's folder (see the "
                               "module doc)")

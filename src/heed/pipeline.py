@@ -21,6 +21,8 @@ from pathlib import Path
 from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, DATA_ROOT_ENV, DataConfig
 from heed.data.corpus import Pair, load_pairs, normalize
 from heed.data.dates import generate_dates
+from heed.data.extended import ExtendedVocab, source_ids, source_to_target
+from heed.data.names import generate_names
 from heed.data.tokenize import SentencePieceTokenizer, Tokenizer, load_tokenizer, spm_model_path, train_tokenizer
 from heed.data.vocab import SPECIALS, Vocab
 from heed.errors import ConfigError, DataError, ModelDirError
@@ -46,6 +48,11 @@ def load_corpora(data: DataConfig) -> Corpora:
         splits = generate_dates(n_train=d.n_train, n_dev=d.n_dev, n_test=d.n_test, seed=d.seed,
                                 languages=tuple(d.languages), verbose_forms=d.verbose_forms)
         return Corpora(list(splits.train), list(splits.dev), list(splits.test))
+    if data.task == "names":
+        n = data.names
+        names = generate_names(n_train=n.n_train, n_dev=n.n_dev, n_test=n.n_test, seed=n.seed,
+                               train_names=n.train_names, heldout_names=n.heldout_names)
+        return Corpora(*([e.pair for e in split] for split in names))
     assert data.train is not None  # the config validator guarantees it
     _check_corpus_files(data)
 
@@ -140,16 +147,22 @@ def write_heldout(corpora: Corpora, directory: str | Path) -> dict[str, Path]:
 
 @dataclass(frozen=True)
 class Codec:
-    """Text <-> ids for both sides: a tokenizer and a vocabulary each."""
+    """Text <-> ids for both sides: a tokenizer and a vocabulary each.
+
+    For a copy model (`copy`, the config's model.copy) ids follow heed.data.extended: a source
+    token outside the source vocabulary keeps a name the model can copy, and a target token the
+    target vocabulary lacks but the source holds gets its sentence's temporary id; decoding writes
+    a temporary id as the source token it copies."""
 
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     src_vocab: Vocab
     tgt_vocab: Vocab
+    copy: bool = False
 
     @classmethod
     def build(cls, pairs: Sequence[Pair], data: DataConfig, *,
-              warn: Callable[[str], None] | None = None) -> "Codec":
+              warn: Callable[[str], None] | None = None, copy: bool = False) -> "Codec":
         """Train tokenizers, then count vocabularies, on the training pairs only.
 
         `warn(message)` hears of what the config asked for and did not get: a SentencePiece
@@ -174,7 +187,7 @@ class Codec:
                                 min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
         tgt_vocab = Vocab.build((tgt_tok.tokenize(p.tgt) for p in pairs),
                                 min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
-        return cls(src_tok, tgt_tok, src_vocab, tgt_vocab)
+        return cls(src_tok, tgt_tok, src_vocab, tgt_vocab, copy)
 
     def src_tokens(self, text: str) -> list[str]:
         return self.src_tokenizer.tokenize(normalize(text))
@@ -182,18 +195,40 @@ class Codec:
     def tgt_tokens(self, text: str) -> list[str]:
         return self.tgt_tokenizer.tokenize(normalize(text))
 
+    def src_ids(self, tokens: Sequence[str]) -> list[int]:
+        """Source tokens -> the model's source ids, without specials (batching appends EOS)."""
+        return source_ids(tokens, self.src_vocab, self.tgt_vocab) if self.copy else self.src_vocab.encode(tokens)
+
     def encode_src(self, text: str) -> list[int]:
         """A source sentence -> ids without specials (batching appends EOS)."""
-        return self.src_vocab.encode(self.src_tokens(text))
+        return self.src_ids(self.src_tokens(text))
+
+    def target_vocab(self, src_tokens: Sequence[str]) -> ExtendedVocab:
+        """The target vocabulary as a sentence with these source tokens sees it: extended by its
+        copyable unknowns for a copy model, the plain one (nothing added) otherwise."""
+        return ExtendedVocab.of(src_tokens, self.tgt_vocab) if self.copy else ExtendedVocab(self.tgt_vocab, ())
+
+    def tgt_ids(self, tokens: Sequence[str], src_tokens: Sequence[str]) -> list[int]:
+        """Target tokens -> ids without specials, given the sentence's source tokens."""
+        return self.target_vocab(src_tokens).encode(tokens) if self.copy else self.tgt_vocab.encode(tokens)
 
     def encode_pairs(self, pairs: Sequence[Pair]) -> list[Example]:
         """Pairs -> (src_ids, tgt_ids) without specials."""
-        return [(self.src_vocab.encode(self.src_tokenizer.tokenize(p.src)),
-                 self.tgt_vocab.encode(self.tgt_tokenizer.tokenize(p.tgt))) for p in pairs]
+        out = []
+        for p in pairs:
+            src = self.src_tokenizer.tokenize(p.src)
+            out.append((self.src_ids(src), self.tgt_ids(self.tgt_tokenizer.tokenize(p.tgt), src)))
+        return out
 
-    def decode_tgt(self, ids: Sequence[int]) -> tuple[list[str], str]:
-        """Target ids (specials allowed; stops at EOS) -> (tokens, detokenized text)."""
-        tokens = self.tgt_vocab.decode(ids)
+    def source_to_target(self) -> list[int]:
+        """For each source vocabulary id, the target id of the same token or -1: what a copy
+        model's build_model needs (heed.data.extended.source_to_target)."""
+        return source_to_target(self.src_vocab, self.tgt_vocab)
+
+    def decode_tgt(self, ids: Sequence[int], src_tokens: Sequence[str] = ()) -> tuple[list[str], str]:
+        """Target ids (specials allowed; stops at EOS) -> (tokens, detokenized text). A copy model's
+        temporary ids become the tokens of `src_tokens` (the sentence's source) they copy."""
+        tokens = self.target_vocab(src_tokens).decode(ids)
         return tokens, self.tgt_tokenizer.detokenize(tokens)
 
     def difference(self, other: "Codec", *, sides: Sequence[str] = ("src", "tgt")) -> str | None:
@@ -229,12 +264,12 @@ class Codec:
         self.tgt_vocab.save(directory / TGT_VOCAB_FILE)
 
     @classmethod
-    def load(cls, directory: str | Path, *, data: DataConfig | None = None) -> "Codec":
+    def load(cls, directory: str | Path, *, data: DataConfig | None = None, copy: bool = False) -> "Codec":
         """Read what `save` wrote. Each tokenizer's `kind` in tokenizers.json is checked against
         the files beside it (a SentencePiece model for bpe/unigram and only then; single
         characters in a char vocabulary) and, given `data` (the model's resolved config), against
         `data.tokenizer`: an edited kind would tokenize differently from training, so a mismatch
-        is a ModelDirError naming the file, never silently honoured."""
+        is a ModelDirError naming the file, never silently honoured. `copy`: the model's model.copy."""
         directory = Path(directory)
         path = directory / TOKENIZERS_FILE
         specs = read_model_json(path)
@@ -250,7 +285,7 @@ class Codec:
             expected = None if data is None else getattr(data.tokenizer, side).kind
             _check_kind(directory, side, specs[side], vocab, expected)
         return cls(load_tokenizer(directory, "src", specs["src"]), load_tokenizer(directory, "tgt", specs["tgt"]),
-                   src_vocab, tgt_vocab)
+                   src_vocab, tgt_vocab, copy)
 
 
 def _check_kind(directory: Path, side: str, spec: dict, vocab: Vocab, expected: str | None) -> None:

@@ -359,11 +359,18 @@ class GumbelNoise:
         sentence with an active row draws its whole block, used or not, so its stream stays
         aligned with the step whatever its other samples did."""
         sentences = torch.unique(rows // self.samples)  # sorted
-        blocks = torch.stack([torch.rand(self.samples, vocab, generator=self.generators[b])
-                              for b in sentences.tolist()])  # (sentences, samples, vocab)
+        blocks = torch.stack([self._block(b, vocab) for b in sentences.tolist()])  # (sentences, samples, vocab)
         slot = torch.searchsorted(sentences, rows // self.samples) * self.samples + rows % self.samples  # (n,)
         u = blocks.view(-1, vocab)[slot.cpu()].clamp_(min=1e-20, max=1.0 - 1e-7)
         return (-torch.log(-torch.log(u))).to(rows.device)
+
+    def _block(self, sentence: int, vocab: int) -> Tensor:
+        """Sentence `sentence`'s uniforms for one step, (samples, vocab). One seed a step comes from
+        its stream and the block is drawn token by token (column-major), so token j's noise does
+        not depend on `vocab`: a copy model's extended vocabulary, whose width depends on the
+        other sources in the batch, leaves the sentence's samples as they are alone."""
+        step_seed = int(torch.randint(0, 2**62, (1,), generator=self.generators[sentence]))
+        return torch.rand(vocab, self.samples, generator=torch.Generator().manual_seed(step_seed)).t()
 
 
 def _sampling_log_probs(logp: Tensor, cfg: DecodeConfig) -> Tensor:

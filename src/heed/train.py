@@ -65,13 +65,11 @@ from heed.checkpoint import (
 from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, Config, DataConfig, ScheduleConfig, config_to_dict
 from heed.data.batching import filter_by_length, token_batches
 from heed.data.corpus import Pair
-from heed.data.vocab import PAD
 from heed.errors import ConfigError, HeedError, ModelDirError
 from heed.evaluate import Scores, evaluate
 from heed.files import atomic_write_text
 from heed.lock import RunLock
 from heed.nn.build import build_model
-from heed.nn.loss import generator_loss
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec, Corpora, Example, load_corpora, write_heldout
 from heed.runtime import check_bf16, default_bf16, limit_onednn_cache, resolve_device, torch_threads
@@ -351,7 +349,8 @@ class Trainer:
             checkpoint, fingerprint = self._open_run(run)
             data = self.data
             model = build_model(cfg.model, src_vocab_size=len(data.codec.src_vocab),
-                                tgt_vocab_size=len(data.codec.tgt_vocab)).to(self.device)
+                                tgt_vocab_size=len(data.codec.tgt_vocab),
+                                source_to_target=data.codec.source_to_target()).to(self.device)
             # fused: one kernel for every parameter (0.8 vs 1.5 ms a step for the 286k-parameter
             # dates model on one CPU thread; same update up to rounding)
             optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
@@ -384,7 +383,8 @@ class Trainer:
             self._lock(run)
             checkpoint = load_checkpoint(self.ckpt_dir / "last")
             _check_resumable(checkpoint.config, self.config, checkpoint.directory)
-            self.data = self._load_data(Codec.load(checkpoint.directory, data=checkpoint.config.data))
+            self.data = self._load_data(Codec.load(checkpoint.directory, data=checkpoint.config.data,
+                                                   copy=checkpoint.config.model.copy))
             fingerprint = data_fingerprint(self.config.data)
             if checkpoint.trainer.data is not None and not self.allow_data_change:
                 _check_same_data(checkpoint.trainer.data, fingerprint, self.config.data)
@@ -428,7 +428,7 @@ class Trainer:
         cfg = self.config.data
         corpora = load_corpora(cfg)
         if codec is None:
-            codec = Codec.build(corpora.train, cfg, warn=self._warn)
+            codec = Codec.build(corpora.train, cfg, warn=self._warn, copy=self.config.model.copy)
         train, dropped = filter_by_length(codec.encode_pairs(corpora.train), max_src_len=cfg.max_src_len,
                                           max_tgt_len=cfg.max_tgt_len)
         if not train:
@@ -572,8 +572,8 @@ class Trainer:
         return batch
 
     def _step(self, batch, window: _Window) -> None:
-        """One update: forward (no attention weights kept), label-smoothed loss per target token,
-        backward, clip, Adam."""
+        """One update: the model's loss (label-smoothed cross-entropy, plus coverage where the model
+        has it) per target token, backward, clip, Adam."""
         cfg = self.config.train
         self.model.train()
         tokens = batch.num_tgt_tokens  # read on the host, before the copy: no wait on the device
@@ -582,9 +582,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with self._autocast():
-            features = self.model.forward_features(batch.src, batch.src_lengths, batch.tgt_in).features
-            loss_sum = generator_loss(features, self.model.decoder.generator, batch.tgt_out, ignore_index=PAD,
-                                      label_smoothing=cfg.label_smoothing)
+            loss_sum = self.model.loss(batch, label_smoothing=cfg.label_smoothing).total
         self.optimizer.zero_grad(set_to_none=True)
         (loss_sum / tokens).backward()
         if cfg.clip is not None:
@@ -654,9 +652,7 @@ class Trainer:
             for batch in token_batches(self.data.dev, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
                                        shuffle=False):
                 batch = self._to_device(batch)
-                features = self.model.forward_features(batch.src, batch.src_lengths, batch.tgt_in).features
-                total += float(generator_loss(features, self.model.decoder.generator, batch.tgt_out,
-                                              ignore_index=PAD))
+                total += float(self.model.loss(batch).cross_entropy)
                 tokens += batch.num_tgt_tokens
         return total / max(tokens, 1)
 
@@ -665,8 +661,9 @@ class Trainer:
         codec = self.data.codec
         if cfg.sampling and cfg.seed is None:  # dev scores must be reproducible, so resume stays exact
             cfg = cfg.model_copy(update={"seed": self.config.train.seed})
-        decoded = translate_ids(self.model, [codec.encode_src(p.src) for p in pairs], cfg, device=self.device)
-        return [codec.decode_tgt(d.hypotheses[0].tokens)[1] if d.hypotheses else "" for d in decoded]
+        sources = [codec.src_tokens(p.src) for p in pairs]
+        decoded = translate_ids(self.model, [codec.src_ids(s) for s in sources], cfg, device=self.device)
+        return [codec.decode_tgt(d.hypotheses[0].tokens, s)[1] if d.hypotheses else "" for d, s in zip(decoded, sources)]
 
     def _evaluate_and_save(self, window: _Window, epoch: float, stop: str | None) -> tuple[DevResult | None, str | None]:
         """Dev evaluation (if there is a dev set), best/patience bookkeeping, then checkpoints."""

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import heed
-from heed.errors import HeedError, ModelDirError
+from heed.errors import ConfigError, HeedError, ModelDirError
 from heed.nn.decoder import _RNNDecoder
 from heed.nn.seq2seq import Seq2Seq
 
@@ -358,6 +358,13 @@ def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
     if is_exported_dir(model_dir):
         raise ModelDirError(f"{model_dir}: already an exported directory; export the model directory it came from")
     loaded = load_model_dir(model_dir, device="cpu")
+    if loaded.config.model.copy:
+        # The step graph would need the pointer-generator's scatter over a per-batch extended
+        # vocabulary, and the runtime the copy-aware source ids; neither exists yet, so refuse
+        # rather than export a graph that writes <unk> where the model copies.
+        raise ConfigError("copy attention cannot be exported to ONNX yet; translate with the model directory "
+                          "itself (heed translate / heed serve run it in PyTorch)", field="model.copy",
+                          path=loaded.directory / CONFIG_FILE)
     kind = loaded.config.model.decoder
     out = Path(out_dir)
     if out.exists() and not out.is_dir():

@@ -98,7 +98,7 @@ class OrtSeq2Seq:
         named = dict(zip(self._enc_outputs, (torch.from_numpy(x) for x in outs)))
         final = tuple(named[n] for n in ("h0", "c0", "summary") if n in named)
         return EncoderOutput(states=named["states"], final=final, mask=lengths_to_mask(src_lengths, src.size(1)),
-                             keys=named.get("keys"))
+                             keys=named.get("keys"), src=src)
 
     def init_state(self, enc: EncoderOutput) -> DecoderState:
         rnn = enc.final[: self.rnn_tensors]

@@ -1,6 +1,8 @@
 """The model's config and the one builder that reads it."""
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -13,71 +15,91 @@ from heed.nn.seq2seq import Seq2Seq
 DEFAULT_SCORE: dict[str, ScoreName] = {"luong": "general", "bahdanau": "additive"}
 
 
-class ModelConfig(BaseModel):
-    """Architecture. `hidden_size` is the encoder's output size (both directions together) and the
-    decoder's hidden size."""
+# `model.copy` is the name users write; it hides pydantic's deprecated BaseModel.copy (use
+# model_copy), which pydantic warns about when the class is created: only that warning is silenced.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message='Field name "copy" in "ModelConfig" shadows', category=UserWarning)
 
-    model_config = ConfigDict(extra="forbid")
+    class ModelConfig(BaseModel):
+        """Architecture. `hidden_size` is the encoder's output size (both directions together) and the
+        decoder's hidden size."""
 
-    decoder: Literal["luong", "bahdanau", "plain"] = "luong"
-    attention: ScoreName | None = Field(None, description="score; default general for luong, additive for bahdanau")
-    input_feeding: bool = True
-    rnn: Literal["lstm", "gru"] = "lstm"
-    embed_size: int = Field(256, gt=0)
-    hidden_size: int = Field(256, gt=0)
-    attention_hidden: int | None = Field(None, gt=0, description="additive score's hidden size (default hidden_size)")
-    attention_positions: int | None = Field(
-        None, gt=0, validate_default=True,
-        description="location score only: the source positions its W_a scores (its output size), the longest source "
-                    "it attends over; a config file fills it in from data.max_src_len + 1 (for </s>)")
-    attention_window: int | None = Field(
-        None, ge=1, description="local-p attention (Luong et al. 2015, §3.2) over [p_t - D, p_t + D] with this D "
-                                "(Luong: 10), on top of the score; null = global attention")
-    encoder_layers: int = Field(1, ge=1)
-    decoder_layers: int = Field(1, ge=1)
-    bidirectional: bool = True
-    bridge: Literal["copy", "linear", "zeros"] = "copy"
-    dropout: float = Field(0.2, ge=0.0, lt=1.0)
+        model_config = ConfigDict(extra="forbid")
 
-    @field_validator("attention_positions")
-    @classmethod
-    def _positions_with_location(cls, value: int | None, info: ValidationInfo) -> int | None:
-        if "attention" not in info.data:  # the score itself is invalid; that error says enough
+        decoder: Literal["luong", "bahdanau", "plain"] = "luong"
+        attention: ScoreName | None = Field(None, description="score; default general for luong, additive for bahdanau")
+        input_feeding: bool = True
+        rnn: Literal["lstm", "gru"] = "lstm"
+        embed_size: int = Field(256, gt=0)
+        hidden_size: int = Field(256, gt=0)
+        attention_hidden: int | None = Field(None, gt=0, description="additive score's hidden size (default hidden_size)")
+        attention_positions: int | None = Field(
+            None, gt=0, validate_default=True,
+            description="location score only: the source positions its W_a scores (its output size), the longest source "
+                        "it attends over; a config file fills it in from data.max_src_len + 1 (for </s>)")
+        attention_window: int | None = Field(
+            None, ge=1, description="local-p attention (Luong et al. 2015, §3.2) over [p_t - D, p_t + D] with this D "
+                                    "(Luong: 10), on top of the score; null = global attention")
+        copy: bool = Field(False, description="copy attention, a pointer-generator (See et al. 2017): source tokens the "
+                                              "target vocabulary lacks can be copied to the output instead of <unk>")
+        encoder_layers: int = Field(1, ge=1)
+        decoder_layers: int = Field(1, ge=1)
+        bidirectional: bool = True
+        bridge: Literal["copy", "linear", "zeros"] = "copy"
+        dropout: float = Field(0.2, ge=0.0, lt=1.0)
+
+        @field_validator("attention_positions")
+        @classmethod
+        def _positions_with_location(cls, value: int | None, info: ValidationInfo) -> int | None:
+            if "attention" not in info.data:  # the score itself is invalid; that error says enough
+                return value
+            location = info.data["attention"] == "location"
+            if location and value is None:
+                raise ValueError("the location score needs attention_positions, the longest source (in tokens, </s> "
+                                 "included) it scores; a config file fills it in from data.max_src_len + 1")
+            if value is not None and not location:
+                raise ValueError("attention_positions is for 'attention: location' only; remove it")
             return value
-        location = info.data["attention"] == "location"
-        if location and value is None:
-            raise ValueError("the location score needs attention_positions, the longest source (in tokens, </s> "
-                             "included) it scores; a config file fills it in from data.max_src_len + 1")
-        if value is not None and not location:
-            raise ValueError("attention_positions is for 'attention: location' only; remove it")
-        return value
 
-    @field_validator("attention_window")
-    @classmethod
-    def _window_needs_attention(cls, value: int | None, info: ValidationInfo) -> int | None:
-        if value is not None and info.data.get("decoder") == "plain":
-            raise ValueError("the plain decoder has no attention to make local; remove attention_window "
-                             "or use decoder luong or bahdanau")
-        return value
+        @field_validator("attention_window")
+        @classmethod
+        def _window_needs_attention(cls, value: int | None, info: ValidationInfo) -> int | None:
+            if value is not None and info.data.get("decoder") == "plain":
+                raise ValueError("the plain decoder has no attention to make local; remove attention_window "
+                                 "or use decoder luong or bahdanau")
+            return value
 
-    @model_validator(mode="after")
-    def _check(self) -> "ModelConfig":
-        if self.bidirectional and self.hidden_size % 2:
-            raise ValueError("hidden_size must be even for a bidirectional encoder (each direction gets half)")
-        if self.bridge == "copy" and self.encoder_layers < self.decoder_layers:
-            raise ValueError("bridge 'copy' needs encoder_layers >= decoder_layers; use bridge: linear")
-        if self.decoder == "plain" and self.attention is not None:
-            raise ValueError("the plain decoder has no attention; remove 'attention'")
-        return self
+        @field_validator("copy")
+        @classmethod
+        def _copy_needs_attention(cls, value: bool, info: ValidationInfo) -> bool:
+            if value and info.data.get("decoder") == "plain":
+                raise ValueError("copy attention copies where the decoder attends, and the plain decoder has no "
+                                 "attention; use decoder luong or bahdanau, or set copy: false")
+            return value
 
-    @property
-    def score(self) -> ScoreName | None:
-        return self.attention or DEFAULT_SCORE.get(self.decoder)
+        @model_validator(mode="after")
+        def _check(self) -> "ModelConfig":
+            if self.bidirectional and self.hidden_size % 2:
+                raise ValueError("hidden_size must be even for a bidirectional encoder (each direction gets half)")
+            if self.bridge == "copy" and self.encoder_layers < self.decoder_layers:
+                raise ValueError("bridge 'copy' needs encoder_layers >= decoder_layers; use bridge: linear")
+            if self.decoder == "plain" and self.attention is not None:
+                raise ValueError("the plain decoder has no attention; remove 'attention'")
+            return self
+
+        @property
+        def score(self) -> ScoreName | None:
+            return self.attention or DEFAULT_SCORE.get(self.decoder)
 
 
 def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
-                bos_id: int = 1, eos_id: int = 2) -> Seq2Seq:
-    """A fresh Seq2Seq for this config and these vocabulary sizes."""
+                bos_id: int = 1, eos_id: int = 2, unk_id: int = 3,
+                source_to_target: Sequence[int] | None = None) -> Seq2Seq:
+    """A fresh Seq2Seq for this config and these vocabulary sizes. A copy model (`cfg.copy`) also
+    needs `source_to_target`, each source id's target id by string or -1
+    (heed.data.extended.source_to_target; heed.pipeline.Codec.source_to_target)."""
+    if cfg.copy and (source_to_target is None or len(source_to_target) != src_vocab_size):
+        raise ValueError("a copy model needs source_to_target, one target id (or -1) per source vocabulary id")
     encoder = RNNEncoder(vocab_size=src_vocab_size, embed_size=cfg.embed_size, hidden_size=cfg.hidden_size,
                          num_layers=cfg.encoder_layers, rnn=cfg.rnn, bidirectional=cfg.bidirectional,
                          dropout=cfg.dropout, pad_id=pad_id)
@@ -90,10 +112,11 @@ def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, p
     attention = dict(attention_hidden=cfg.attention_hidden, attention_positions=cfg.attention_positions,
                      attention_window=cfg.attention_window)
     decoder: _RNNDecoder
+    copy = dict(copy_source_to_target=source_to_target if cfg.copy else None, unk_id=unk_id)
     if cfg.decoder == "luong":
-        decoder = LuongDecoder(score=cfg.score, input_feeding=cfg.input_feeding, **attention, **common)
+        decoder = LuongDecoder(score=cfg.score, input_feeding=cfg.input_feeding, **copy, **attention, **common)
     elif cfg.decoder == "bahdanau":
-        decoder = BahdanauDecoder(score=cfg.score, **attention, **common)
+        decoder = BahdanauDecoder(score=cfg.score, **copy, **attention, **common)
     else:
         decoder = PlainDecoder(**common)
     return Seq2Seq(encoder, bridge, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)

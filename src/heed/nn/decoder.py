@@ -5,12 +5,18 @@ Every decoder speaks the same small protocol, which is all that search sees:
     init_state(rnn_state, enc) -> DecoderState
     step(prev_tokens (batch,), state, enc) -> DecoderStep(logits (batch, vocab), state, attention)
     state.select(indices) -> DecoderState
-and `forward(tgt_in, state, enc)` runs the teacher-forced pass over a whole target. The trainer
+and `forward(tgt_in, state, enc)` runs the teacher-forced pass over a whole target. `Seq2Seq.loss`
 calls `forward_features` instead: the same pass up to the generator's input, which
 heed.nn.loss.generator_loss turns into the loss without materialising the logits.
+
+With copy attention (`copy=`, a heed.nn.copy.PointerGenerator; Luong and Bahdanau only) a step's
+`logits` are the log-probabilities of See et al.'s mixture over the extended vocabulary,
+(batch, vocab + temporary ids): search log-softmaxes them, which leaves them unchanged. Tokens fed
+back may then be temporary ids; the embedding reads them as <unk>.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -19,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from heed.nn.attention import Attention, ScoreName
+from heed.nn.copy import PointerGenerator
 from heed.nn.encoder import RNN_CLASSES, EncoderOutput, RNNKind
 from heed.nn.feeding import InputFeedingLSTM, gate_order
 from heed.nn.state import RNNState, as_raw, as_state, select_batch
@@ -39,19 +46,31 @@ class DecoderState:
 
 
 class DecoderStep(NamedTuple):
-    logits: Tensor  # (batch, vocab)
+    logits: Tensor  # (batch, vocab); with copy attention log-probabilities (batch, vocab + temporary ids)
     state: DecoderState
     attention: Tensor | None  # (batch, src_len); None for PlainDecoder
 
 
 class DecoderOutput(NamedTuple):
-    logits: Tensor  # (batch, tgt_len, vocab)
+    logits: Tensor  # (batch, tgt_len, vocab); with copy attention log-probabilities (batch, tgt_len, vocab + temporary ids)
     attention: Tensor | None  # (batch, tgt_len, src_len); None for PlainDecoder or when not asked for
 
 
 class DecoderFeatures(NamedTuple):
     features: Tensor  # (batch, tgt_len, generator_input) the generator's input, dropout applied
     attention: Tensor | None  # (batch, tgt_len, src_len); None for PlainDecoder or when not asked for
+    copy_input: Tensor | None = None  # (batch, tgt_len, context + hidden + embed) [h*_t; s_t; x_t]; copy only
+
+
+class _StepFeatures(NamedTuple):
+    """One step up to the generator: features (batch, generator_input) before dropout, the new
+    state, the attention weights (batch, src_len) or None, and with copy attention the switch's
+    input [h*_t; s_t; x_t] (batch, context + hidden + embed), else None."""
+
+    features: Tensor
+    state: DecoderState
+    attention: Tensor | None
+    copy_input: Tensor | None
 
 
 class _RNNDecoder(nn.Module):
@@ -68,6 +87,27 @@ class _RNNDecoder(nn.Module):
         self.rnn = RNN_CLASSES[rnn](rnn_input_size, hidden_size, num_layers=num_layers, batch_first=True,
                                     dropout=dropout if num_layers > 1 else 0.0)
         self.generator = nn.Linear(generator_input, vocab_size)
+        self.copy: PointerGenerator | None = None
+
+    def _embed(self, tokens: Tensor) -> Tensor:
+        """tokens (batch, [tgt_len]) -> embeddings (batch, [tgt_len,] embed), dropout applied; a copy
+        decoder's temporary ids are read as <unk>."""
+        if self.copy is not None:
+            tokens = self.copy.embeddable(tokens)
+        return self.dropout(self.embedding(tokens))
+
+    def _copy_input(self, context: Tensor, state: Tensor, embedded: Tensor) -> Tensor | None:
+        """[h*_t; s_t; x_t], the switch's input (See et al. 2017, eq. 8), or None without copy."""
+        return None if self.copy is None else torch.cat([context, state, embedded], dim=-1)
+
+    def _mix(self, logits: Tensor, copy_input: Tensor, weights: Tensor, enc: EncoderOutput) -> Tensor:
+        """The pointer-generator's log-probabilities over the extended vocabulary (heed.nn.copy):
+        logits (rows, [tgt_len,] vocab) -> (rows, [tgt_len,] vocab + the batch's temporary ids)."""
+        assert self.copy is not None and enc.src is not None, "copy attention needs the source ids (Seq2Seq.encode)"
+        copy_ids, n_unknown = self.copy.extended_ids(enc.src)  # (batch, src_len), one row per source
+        if enc.group > 1:
+            copy_ids = copy_ids.repeat_interleave(enc.group, dim=0)  # (rows, src_len): a row per beam
+        return self.copy(logits, copy_input, weights, copy_ids, self.copy.target_size + n_unknown)
 
     def project_keys(self, states: Tensor) -> Tensor | None:
         """states (batch, src_len, memory) -> projected keys, once per source."""
@@ -118,32 +158,41 @@ class _RNNDecoder(nn.Module):
             x = out[0]  # (batch, hidden)
         return x, tuple(torch.stack(parts) for parts in zip(*new_layers))
 
-    def _step_features(self, prev_tokens: Tensor, state: DecoderState,
-                       enc: EncoderOutput) -> tuple[Tensor, DecoderState, Tensor | None]:
-        """One step up to the generator: prev_tokens (batch,) -> its input (batch, generator_input)
-        before dropout, the new state, the attention weights (batch, src_len) or None."""
+    def _step_features(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> _StepFeatures:
+        """One step up to the generator: prev_tokens (batch,)."""
         raise NotImplementedError
 
     def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
-        features, state, weights = self._step_features(prev_tokens, state, enc)
-        return DecoderStep(self.generator(self.dropout(features)), state, weights)  # logits (batch, vocab)
+        features, state, weights, copy_input = self._step_features(prev_tokens, state, enc)
+        logits = self.generator(self.dropout(features))  # (batch, vocab)
+        if copy_input is not None:
+            logits = self._mix(logits, copy_input, weights, enc)  # (batch, vocab + temporary ids)
+        return DecoderStep(logits, state, weights)
 
     def forward_features(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                          need_attention: bool = True) -> DecoderFeatures:
-        """Teacher-forced pass up to the generator, one step at a time. tgt_in (batch, tgt_len)."""
-        features, attention = [], []
+        """Teacher-forced pass up to the generator, one step at a time. tgt_in (batch, tgt_len).
+        A copy decoder returns the attention whatever `need_attention` says: its loss needs it."""
+        features, attention, copy_inputs = [], [], []
         for t in range(tgt_in.size(1)):
-            out, state, weights = self._step_features(tgt_in[:, t], state, enc)
-            features.append(out)
-            attention.append(weights)
-        weights = torch.stack(attention, dim=1) if self.has_attention and need_attention else None
-        return DecoderFeatures(self.dropout(torch.stack(features, dim=1)), weights)
+            out = self._step_features(tgt_in[:, t], state, enc)
+            state = out.state
+            features.append(out.features)
+            attention.append(out.attention)
+            copy_inputs.append(out.copy_input)
+        copying = self.copy is not None
+        weights = torch.stack(attention, dim=1) if self.has_attention and (need_attention or copying) else None
+        copy_input = torch.stack(copy_inputs, dim=1) if copying else None
+        return DecoderFeatures(self.dropout(torch.stack(features, dim=1)), weights, copy_input)
 
     def forward(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                 need_attention: bool = True) -> DecoderOutput:
         """Teacher-forced pass. tgt_in (batch, tgt_len) -> logits (batch, tgt_len, vocab), weights."""
         out = self.forward_features(tgt_in, state, enc, need_attention=need_attention)
-        return DecoderOutput(self.generator(out.features), out.attention)
+        logits = self.generator(out.features)  # (batch, tgt_len, vocab)
+        if out.copy_input is not None:
+            logits = self._mix(logits, out.copy_input, out.attention, enc)  # (batch, tgt_len, vocab + temporary ids)
+        return DecoderOutput(logits, out.attention)
 
 
 class LuongDecoder(_RNNDecoder):
@@ -154,7 +203,8 @@ class LuongDecoder(_RNNDecoder):
                  num_layers: int = 1, rnn: RNNKind = "lstm", score: ScoreName = "general",
                  input_feeding: bool = True, attention_hidden: int | None = None,
                  attention_positions: int | None = None, attention_window: int | None = None,
-                 dropout: float = 0.0, pad_id: int = 0) -> None:
+                 dropout: float = 0.0, pad_id: int = 0, copy_source_to_target: Sequence[int] | None = None,
+                 unk_id: int = 3) -> None:
         super().__init__(vocab_size=vocab_size, embed_size=embed_size, hidden_size=hidden_size,
                          rnn_input_size=embed_size + (hidden_size if input_feeding else 0),
                          num_layers=num_layers, rnn=rnn, dropout=dropout, pad_id=pad_id,
@@ -164,24 +214,29 @@ class LuongDecoder(_RNNDecoder):
                                    hidden_size=attention_hidden, max_positions=attention_positions,
                                    window=attention_window)
         self.combine = nn.Linear(hidden_size + memory_size, hidden_size, bias=False)  # W_c
+        if copy_source_to_target is not None:
+            self.copy = PointerGenerator(context_size=memory_size, state_size=hidden_size, input_size=embed_size,
+                                         source_to_target=copy_source_to_target, target_size=vocab_size,
+                                         unk_id=unk_id)
 
     def init_state(self, rnn_state: RNNState, enc: EncoderOutput) -> DecoderState:
         feed = rnn_state[0].new_zeros(rnn_state[0].size(1), self.hidden_size) if self.input_feeding else None
         return DecoderState(rnn_state, feed)
 
-    def _attentional(self, h: Tensor, enc: EncoderOutput, need_attention: bool) -> tuple[Tensor, Tensor | None]:
-        """h (batch, [tgt_len,] hidden) -> h~ of the same shape, weights (batch, [tgt_len,] src_len)."""
+    def _attentional(self, h: Tensor, enc: EncoderOutput,
+                     need_attention: bool) -> tuple[Tensor, Tensor | None, Tensor]:
+        """h (batch, [tgt_len,] hidden) -> h~ of the same shape, weights (batch, [tgt_len,] src_len),
+        context (batch, [tgt_len,] memory)."""
         context, weights = self._attend(h, enc, need_attention)
-        return torch.tanh(self.combine(torch.cat([h, context], dim=-1))), weights  # Luong eq. 5
+        return torch.tanh(self.combine(torch.cat([h, context], dim=-1))), weights, context  # Luong eq. 5
 
-    def _step_features(self, prev_tokens: Tensor, state: DecoderState,
-                       enc: EncoderOutput) -> tuple[Tensor, DecoderState, Tensor | None]:
-        inputs = self.dropout(self.embedding(prev_tokens))  # (batch, embed)
-        if self.input_feeding:
-            inputs = torch.cat([inputs, state.feed], dim=-1)  # Luong §3.3: input feeding
+    def _step_features(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> _StepFeatures:
+        embedded = self._embed(prev_tokens)  # (batch, embed)
+        inputs = torch.cat([embedded, state.feed], dim=-1) if self.input_feeding else embedded  # Luong §3.3
         h, rnn_state = self._step_rnn(inputs, state.rnn)  # (batch, hidden)
-        h_tilde, weights = self._attentional(h, enc, need_attention=True)  # (batch, hidden)
-        return h_tilde, DecoderState(rnn_state, h_tilde if self.input_feeding else None), weights
+        h_tilde, weights, context = self._attentional(h, enc, need_attention=True)  # (batch, hidden)
+        return _StepFeatures(h_tilde, DecoderState(rnn_state, h_tilde if self.input_feeding else None), weights,
+                             self._copy_input(context, h, embedded))
 
     def forward_features(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                          need_attention: bool = True) -> DecoderFeatures:
@@ -191,16 +246,18 @@ class LuongDecoder(_RNNDecoder):
             return super().forward_features(tgt_in, state, enc, need_attention=need_attention)
         # Without input feeding the RNN never sees attention: run it over the whole target in one
         # call, then attend for all steps in one batched call.
-        inputs = self.dropout(self.embedding(tgt_in))  # (batch, tgt_len, embed)
-        outputs, _ = self._run_rnn(inputs, state.rnn)  # (batch, tgt_len, hidden)
-        h_tilde, weights = self._attentional(outputs, enc, need_attention)  # (batch, tgt_len, hidden)
-        return DecoderFeatures(self.dropout(h_tilde), weights)
+        embedded = self._embed(tgt_in)  # (batch, tgt_len, embed)
+        outputs, _ = self._run_rnn(embedded, state.rnn)  # (batch, tgt_len, hidden)
+        h_tilde, weights, context = self._attentional(outputs, enc, need_attention or self.copy is not None)
+        return DecoderFeatures(self.dropout(h_tilde), weights, self._copy_input(context, outputs, embedded))
 
     def fusable(self, tgt_in: Tensor) -> bool:
         """Whether the teacher-forced pass can run as one hand-written autograd node
         (heed.nn.feeding): input feeding, LSTM, a dot-product score over the whole source (not
-        local-p's window), on the CPU. On CUDA the step loop stays until the fused pass is measured there."""
-        return (self.input_feeding and isinstance(self.rnn, nn.LSTM) and not tgt_in.is_cuda
+        local-p's window), on the CPU, no copy attention (whose switch needs the context vectors,
+        which the fused pass keeps to itself). On CUDA the step loop stays until the fused pass is
+        measured there."""
+        return (self.input_feeding and isinstance(self.rnn, nn.LSTM) and not tgt_in.is_cuda and self.copy is None
                 and self.attention.score in ("dot", "general", "scaled_dot") and self.attention.window is None)
 
     def forward_fused(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
@@ -248,7 +305,8 @@ class BahdanauDecoder(_RNNDecoder):
     def __init__(self, *, vocab_size: int, embed_size: int, hidden_size: int, memory_size: int,
                  num_layers: int = 1, rnn: RNNKind = "lstm", score: ScoreName = "additive",
                  attention_hidden: int | None = None, attention_positions: int | None = None,
-                 attention_window: int | None = None, dropout: float = 0.0, pad_id: int = 0) -> None:
+                 attention_window: int | None = None, dropout: float = 0.0, pad_id: int = 0,
+                 copy_source_to_target: Sequence[int] | None = None, unk_id: int = 3) -> None:
         super().__init__(vocab_size=vocab_size, embed_size=embed_size, hidden_size=hidden_size,
                          rnn_input_size=embed_size + memory_size, num_layers=num_layers, rnn=rnn,
                          dropout=dropout, pad_id=pad_id, generator_input=hidden_size)
@@ -256,15 +314,18 @@ class BahdanauDecoder(_RNNDecoder):
                                    hidden_size=attention_hidden, max_positions=attention_positions,
                                    window=attention_window)
         self.readout = nn.Linear(hidden_size + memory_size + embed_size, hidden_size)
+        if copy_source_to_target is not None:
+            self.copy = PointerGenerator(context_size=memory_size, state_size=hidden_size, input_size=embed_size,
+                                         source_to_target=copy_source_to_target, target_size=vocab_size,
+                                         unk_id=unk_id)
 
-    def _step_features(self, prev_tokens: Tensor, state: DecoderState,
-                       enc: EncoderOutput) -> tuple[Tensor, DecoderState, Tensor | None]:
-        embedded = self.dropout(self.embedding(prev_tokens))  # (batch, embed)
+    def _step_features(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> _StepFeatures:
+        embedded = self._embed(prev_tokens)  # (batch, embed)
         query = state.rnn[0][-1]  # s_{t-1}: top layer's h (batch, hidden)
         context, weights = self._attend(query, enc)  # (batch, memory)
         s_t, rnn_state = self._step_rnn(torch.cat([embedded, context], dim=-1), state.rnn)  # (batch, hidden)
         readout = torch.tanh(self.readout(torch.cat([s_t, context, embedded], dim=-1)))  # (batch, hidden)
-        return readout, DecoderState(rnn_state), weights
+        return _StepFeatures(readout, DecoderState(rnn_state), weights, self._copy_input(context, s_t, embedded))
 
 
 class PlainDecoder(_RNNDecoder):
@@ -286,11 +347,10 @@ class PlainDecoder(_RNNDecoder):
     def _summary(enc: EncoderOutput) -> Tensor:
         return enc.final[0][-1]  # (batch, memory): the top layer's final h
 
-    def _step_features(self, prev_tokens: Tensor, state: DecoderState,
-                       enc: EncoderOutput) -> tuple[Tensor, DecoderState, Tensor | None]:
-        inputs = torch.cat([self.dropout(self.embedding(prev_tokens)), self._summary(enc)], dim=-1)
+    def _step_features(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> _StepFeatures:
+        inputs = torch.cat([self._embed(prev_tokens), self._summary(enc)], dim=-1)
         s_t, rnn_state = self._step_rnn(inputs, state.rnn)  # (batch, hidden)
-        return s_t, DecoderState(rnn_state), None
+        return _StepFeatures(s_t, DecoderState(rnn_state), None, None)
 
     def forward_features(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                          need_attention: bool = True) -> DecoderFeatures:

@@ -27,6 +27,8 @@ class EncoderOutput:
             (None for a decoder without attention)
     group:  decoder rows per source (beam search's beams, after `repeat`): final has
             batch * group rows, row r belongs to source r // group
+    src:    long (batch, src_len) the source token ids, set by `Seq2Seq.encode` (a copy
+            mechanism reads them); one copy per source, as states; None where nobody set them
     """
 
     states: Tensor
@@ -34,6 +36,7 @@ class EncoderOutput:
     mask: Tensor
     keys: Tensor | None = None
     group: int = 1
+    src: Tensor | None = None
 
     def repeat(self, times: int) -> "EncoderOutput":
         """Each source serving `times` decoder rows in a row (batch * times rows): one per beam.
@@ -46,6 +49,7 @@ class EncoderOutput:
             mask=self.mask,
             keys=self.keys,
             group=self.group * times,
+            src=self.src,
         )
 
     def select(self, sources: Tensor) -> "EncoderOutput":
@@ -60,6 +64,7 @@ class EncoderOutput:
             mask=self.mask.index_select(0, sources),
             keys=None if self.keys is None else self.keys.index_select(0, sources),
             group=self.group,
+            src=None if self.src is None else self.src.index_select(0, sources),
         )
 
     def with_keys(self, keys: Tensor | None) -> "EncoderOutput":

@@ -20,11 +20,44 @@ and its gradient in z is  softmax(z_i) - (1 - eps) onehot(y_i) - eps / V.
 """
 from __future__ import annotations
 
+from typing import NamedTuple, Protocol
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 CHUNK_BYTES = 1 << 22  # logits per chunk: 4 MiB of float32 (256 rows of a 4,096-piece vocabulary)
+
+
+class TargetBatch(Protocol):
+    """What `Seq2Seq.loss` reads of a batch (heed.data.batching.Batch is one; heed.nn does not
+    import heed.data). Padding is the model's pad_id."""
+
+    @property
+    def src(self) -> Tensor: ...  # long (batch, src_len)
+
+    @property
+    def src_lengths(self) -> Tensor: ...  # long (batch,)
+
+    @property
+    def tgt_in(self) -> Tensor: ...  # long (batch, tgt_len) BOS + ids
+
+    @property
+    def tgt_out(self) -> Tensor: ...  # long (batch, tgt_len) ids + EOS
+
+
+class SeqLoss(NamedTuple):
+    """A batch's training loss, each part a scalar summed over its real target tokens (not averaged:
+    the trainer divides by the token count).
+
+    total:         what is backpropagated: cross_entropy, plus coverage where the model has one
+    cross_entropy: the (label-smoothed, as asked) cross-entropy; with label_smoothing 0, the NLL
+    coverage:      the lambda-weighted coverage loss (See et al. 2017, eq. 13), None without coverage
+    """
+
+    total: Tensor
+    cross_entropy: Tensor
+    coverage: Tensor | None
 
 
 class _GeneratorCrossEntropy(torch.autograd.Function):

@@ -1,16 +1,19 @@
 """The encoder-decoder: encode once, then decode teacher-forced (training) or step by step (search)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 from torch import Tensor, nn
 
+from heed.nn.copy import mixture_loss
 from heed.nn.decoder import DecoderFeatures, DecoderState, DecoderStep, _RNNDecoder
 from heed.nn.encoder import Bridge, EncoderOutput, RNNEncoder
+from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 
 
 class Seq2SeqOutput(NamedTuple):
-    logits: Tensor  # (batch, tgt_len, vocab)
+    logits: Tensor  # (batch, tgt_len, vocab); a copy model's: log-probabilities (batch, tgt_len, vocab + temporary ids)
     attention: Tensor | None  # (batch, tgt_len, src_len); None without attention or when not asked for
 
 
@@ -32,8 +35,10 @@ class Seq2Seq(nn.Module):
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
         """src (batch, src_len), src_lengths (batch,) -> EncoderOutput with the attention keys
-        projected once for the whole decode."""
-        enc = self.encoder(src, src_lengths)
+        projected once for the whole decode. A copy model's src may name tokens past the source
+        vocabulary (heed.data.extended): the encoder reads them as <unk>, the copy keeps them."""
+        copy = self.decoder.copy
+        enc = replace(self.encoder(src if copy is None else copy.encodable(src), src_lengths), src=src)
         return enc.with_keys(self.decoder.project_keys(enc.states))
 
     def init_state(self, enc: EncoderOutput) -> DecoderState:
@@ -55,7 +60,23 @@ class Seq2Seq(nn.Module):
     def forward_features(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
                          need_attention: bool = False) -> DecoderFeatures:
         """`forward` up to the generator's input: features (batch, tgt_len, generator_input),
-        dropout applied. The trainer turns them into the loss with heed.nn.loss.generator_loss
-        (through `self.decoder.generator`), which never materialises the logits."""
+        dropout applied; `loss` turns them into the loss."""
         enc = self.encode(src, src_lengths)
         return self.decoder.forward_features(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
+
+    def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0) -> SeqLoss:
+        """The teacher-forced training loss of `batch`, summed over its target tokens (tgt_out !=
+        pad_id). The generator and cross-entropy run through heed.nn.loss.generator_loss, which never
+        materialises the logits (no attention weights are kept either). A copy model's is the NLL
+        of See et al.'s mixture over the extended vocabulary (heed.nn.copy.mixture_loss); its
+        tgt_out names a copied unknown word by its temporary id (heed.data.extended)."""
+        if self.decoder.copy is not None:
+            enc = self.encode(batch.src, batch.src_lengths)
+            out = self.decoder(batch.tgt_in, self.init_state(enc), enc, need_attention=False)
+            cross_entropy = mixture_loss(out.logits, batch.tgt_out, ignore_index=self.pad_id,
+                                         label_smoothing=label_smoothing, vocab_size=self.decoder.copy.target_size)
+            return SeqLoss(cross_entropy, cross_entropy, None)
+        out = self.forward_features(batch.src, batch.src_lengths, batch.tgt_in)
+        cross_entropy = generator_loss(out.features, self.decoder.generator, batch.tgt_out, ignore_index=self.pad_id,
+                                       label_smoothing=label_smoothing)
+        return SeqLoss(cross_entropy, cross_entropy, None)

@@ -313,7 +313,8 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
             raise ApiError(422, f"model {name!r} has no attention, so it cannot replace <unk>", "replace_unk")
         if request.prefix is not None:
             try:
-                translator.prefix_ids(request.prefix, len(request.sentences))
+                sources = [translator.codec.src_tokens(text)[:translator.max_src_len] for text in request.sentences]
+                translator.prefix_ids(request.prefix, len(request.sentences), sources=sources)
             except HeedError as e:
                 field, _, message = str(e).partition(": ")
                 if not field.startswith("prefix["):  # about the list as a whole

@@ -1,0 +1,322 @@
+"""Copy attention, the pointer-generator of See et al. 2017: the mixture (eqs. 8-9) by hand, the
+extended ids, and the decoders and search that carry it; the issue's must-show, copying names
+never seen in training, is at the end."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from heed.data.extended import ExtendedVocab, source_ids, source_to_target
+from heed.data.vocab import SPECIALS, Vocab
+from heed.nn.copy import PointerGenerator
+
+SRC_VOCAB = Vocab([*SPECIALS, "a", "b"])
+TGT_VOCAB = Vocab([*SPECIALS, "a", "q"])
+
+
+def make_pointer(context: int = 2, state: int = 2, inputs: int = 1) -> PointerGenerator:
+    return PointerGenerator(context_size=context, state_size=state, input_size=inputs,
+                            source_to_target=source_to_target(SRC_VOCAB, TGT_VOCAB), target_size=len(TGT_VOCAB), unk_id=3)
+
+
+# --- the mixture by hand ----------------------------------------------------------------------------
+
+def test_worked_example_mixture_puts_one_minus_p_gen_times_attention_on_a_copied_unknown() -> None:
+    # V = 5 (zero logits: P_vocab = 1/5 each). The switch's weights are 0 and its bias ln 3, so
+    # p_gen = sigmoid(ln 3) = 3/4. Source positions hold extended ids [4, 5, 6, 5] with attention
+    # [0.1, 0.2, 0.3, 0.4]: ids 5 and 6 are temporary (copied unknowns), id 4 a vocabulary word.
+    #   P(0..3) = 3/4 * 1/5                 = 0.15
+    #   P(4)    = 0.15 + 1/4 * 0.1          = 0.175
+    #   P(5)    =        1/4 * (0.2 + 0.4)  = 0.15
+    #   P(6)    =        1/4 * 0.3          = 0.075     sum = 4 * 0.15 + 0.175 + 0.15 + 0.075 = 1
+    pointer = PointerGenerator(context_size=1, state_size=1, input_size=1, source_to_target=[0, 1, 2, 3],
+                               target_size=5, unk_id=3).double()
+    with torch.no_grad():
+        pointer.gate.weight.zero_()
+        pointer.gate.bias.fill_(math.log(3))
+    weights = torch.tensor([[0.1, 0.2, 0.3, 0.4]], dtype=torch.float64)
+    copy_ids = torch.tensor([[4, 5, 6, 5]])
+    log_p = pointer(torch.zeros(1, 5, dtype=torch.float64), torch.randn(1, 3, dtype=torch.float64), weights,
+                    copy_ids, width=7)
+    by_hand = torch.tensor([[0.15, 0.15, 0.15, 0.15, 0.175, 0.15, 0.075]], dtype=torch.float64)
+    torch.testing.assert_close(log_p.exp(), by_hand, rtol=0, atol=1e-15)
+    # a float16 model's mixture is computed (and returned) in float32
+    half = pointer.half()(torch.zeros(1, 5).half(), torch.randn(1, 3).half(), weights.half(), copy_ids, width=7)
+    assert half.dtype == torch.float32
+    torch.testing.assert_close(half.exp(), by_hand.float(), rtol=0, atol=1e-3)
+
+
+@pytest.mark.parametrize("all_steps", [False, True], ids=["one_step", "all_steps"])
+def test_mixture_sums_to_one_over_the_extended_vocabulary_and_is_minus_inf_on_unused_ids(all_steps: bool) -> None:
+    pointer = make_pointer()
+    lead = (3, 4) if all_steps else (3,)
+    weights = torch.softmax(torch.randn(*lead, 5), dim=-1)
+    copy_ids = torch.tensor([[4, 6, 6, 7, 2], [5, 4, 6, 2, 0], [6, 2, 0, 0, 0]])
+    log_p = pointer(torch.randn(*lead, 6), torch.randn(*lead, 5), weights, copy_ids, width=9)
+    assert log_p.shape == (*lead, 9)
+    torch.testing.assert_close(log_p.exp().sum(-1), torch.ones(lead), rtol=0, atol=1e-6)
+    assert torch.isneginf(log_p[..., 8]).all()  # no source token has id 8
+
+
+def test_extended_ids_agree_with_the_data_side() -> None:
+    # The model sees only the source ids; it must name each position as ExtendedVocab does.
+    pointer = make_pointer()
+    sentences = [["b", "zed", "a", "b", "zed", "q"], ["x", "a"], ["q", "y", "b", "y"]]
+    width = max(map(len, sentences)) + 1
+    src = torch.zeros(len(sentences), width, dtype=torch.long)
+    expected = torch.zeros_like(src)
+    for r, tokens in enumerate(sentences):
+        ids = [*source_ids(tokens, SRC_VOCAB, TGT_VOCAB), 2]  # + </s>
+        src[r, :len(ids)] = torch.tensor(ids)
+        expected[r, :len(ids)] = torch.tensor([*ExtendedVocab.of(tokens, TGT_VOCAB).encode(tokens), 2])
+    ids, n_unknown = pointer.extended_ids(src)
+    assert torch.equal(ids, expected)
+    assert n_unknown == 2  # "b" and "zed"; "x"; "y" and "b"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16,
+                                   pytest.param(torch.bfloat16, marks=pytest.mark.cpu_bf16)])
+def test_an_all_padding_row_gives_the_vocabulary_distribution_not_nan(dtype: torch.dtype) -> None:
+    pointer = make_pointer().to(dtype)
+    weights = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.0, 0.0]], dtype=dtype)  # row 1: no source at all
+    logits = torch.randn(2, 6).to(dtype)
+    copy_ids = torch.tensor([[6, 4, 0], [0, 0, 0]])
+    gate_input = torch.randn(2, 5).to(dtype).requires_grad_()
+    log_p = pointer(logits, gate_input, weights, copy_ids, width=7)
+    assert not log_p.isnan().any()
+    torch.testing.assert_close(log_p[1, :6], torch.log_softmax(logits[1].float(), -1), rtol=0, atol=1e-6)
+    torch.testing.assert_close(log_p.exp().sum(-1), torch.ones(2), rtol=0, atol=1e-3)
+    log_p[:, :6].sum().backward()
+    assert torch.isfinite(gate_input.grad).all()
+
+
+# --- in the decoders ----------------------------------------------------------------------------------
+
+from heed.config import config_from_dict  # noqa: E402
+from heed.errors import ConfigError  # noqa: E402
+from heed.nn.attention import SCORES  # noqa: E402
+from heed.nn.build import ModelConfig, build_model  # noqa: E402
+from heed.nn.seq2seq import Seq2Seq  # noqa: E402
+from heed.search import DecodeConfig, Prefix, beam_search, greedy_search, sample, search  # noqa: E402
+
+S, V = 8, 9  # source and target vocabulary sizes
+TABLE = [0, 1, 2, 3, 4, 5, -1, -1]  # source ids 4, 5 are target words 4, 5; 6, 7 the target lacks
+LENGTHS = torch.tensor([6, 3, 1, 4])
+SRC_LEN, TGT_LEN = 6, 5
+SMALL = dict(embed_size=6, hidden_size=8, dropout=0.3, copy=True)
+CONFIGS = {
+    "luong_feed_general": dict(decoder="luong"),
+    "luong_nofeed_dot": dict(decoder="luong", input_feeding=False, attention="dot"),
+    "luong_feed_gru_local_cosine": dict(decoder="luong", rnn="gru", attention="cosine", attention_window=1),
+    "luong_feed_scaled_dot": dict(decoder="luong", attention="scaled_dot"),
+    "luong_feed_location": dict(decoder="luong", attention="location", attention_positions=SRC_LEN),
+    "bahdanau_additive": dict(decoder="bahdanau"),
+    "bahdanau_local_general": dict(decoder="bahdanau", attention="general", attention_window=1),
+}
+
+
+def test_every_score_is_covered() -> None:
+    assert {c.get("attention", "general" if c["decoder"] == "luong" else "additive")
+            for c in CONFIGS.values()} == set(SCORES)
+
+
+def make_model(**overrides) -> Seq2Seq:
+    return build_model(ModelConfig(**{**SMALL, **overrides}), src_vocab_size=S, tgt_vocab_size=V,
+                       source_to_target=TABLE).double().eval()
+
+
+def make_batch(seed: int = 0):
+    """src (4, 6) copy-model source ids + </s>: source words (4, 5: target words too; 6, 7: not),
+    S + t words outside the source vocabulary that are target word t, and S + V + j unknowns;
+    tgt_in (4, 5) BOS + extended ids, some of them temporary (V, V + 1)."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.tensor([[6, 4, 17, 18, 13, 2], [17, 6, 2, 0, 0, 0], [2, 0, 0, 0, 0, 0], [18, 18, 5, 2, 0, 0]])
+    tgt_in = torch.randint(3, V + 2, (4, TGT_LEN), generator=g)
+    tgt_in[:, 0] = 1
+    return src, tgt_in
+
+
+def decode_step_by_step(model: Seq2Seq, src, src_lengths, tgt_in):
+    enc = model.encode(src, src_lengths)
+    state = model.init_state(enc)
+    logits, attention = [], []
+    for t in range(tgt_in.size(1)):
+        out = model.step(tgt_in[:, t], state, enc)
+        state = out.state
+        logits.append(out.logits)
+        attention.append(out.attention)
+    return torch.stack(logits, dim=1), torch.stack(attention, dim=1)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_step_by_step_decoding_equals_teacher_forced_pass(name: str) -> None:
+    model = make_model(**CONFIGS[name])
+    src, tgt_in = make_batch()
+    with torch.no_grad():
+        step_logits, step_attention = decode_step_by_step(model, src, LENGTHS, tgt_in)
+        forced = model(src, LENGTHS, tgt_in)
+    # extended ids: V + the most unknowns of one sentence (row 0: 6, 17, 18 -> 3 temporary ids)
+    assert forced.logits.shape == (4, TGT_LEN, V + 3)
+    torch.testing.assert_close(forced.logits, step_logits, rtol=0, atol=1e-10)
+    torch.testing.assert_close(forced.attention, step_attention, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_a_step_gives_log_probabilities_that_search_log_softmax_leaves_unchanged(name: str) -> None:
+    model = make_model(**CONFIGS[name])
+    src, tgt_in = make_batch()
+    with torch.no_grad():
+        logits, _ = decode_step_by_step(model, src, LENGTHS, tgt_in)
+    torch.testing.assert_close(logits.exp().sum(-1), torch.ones(4, TGT_LEN, dtype=torch.float64), rtol=0, atol=1e-12)
+    finite = torch.isfinite(logits)
+    torch.testing.assert_close(torch.log_softmax(logits, dim=-1)[finite], logits[finite], rtol=0, atol=1e-12)
+    # row 3 (one unknown, 18 -> V) has no source token for V + 1 or V + 2: probability 0; every
+    # vocabulary word keeps p_gen P_vocab > 0
+    assert torch.isneginf(logits[3, :, V + 1:]).all() and torch.isfinite(logits[:, :, :V]).all()
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_a_sentence_decodes_the_same_alone_as_in_a_padded_batch(name: str) -> None:
+    model = make_model(**CONFIGS[name])
+    src, tgt_in = make_batch()
+    with torch.no_grad():
+        batch_out = model(src, LENGTHS, tgt_in)
+        for b, n in enumerate(LENGTHS.tolist()):
+            alone = model(src[b:b + 1, :n], LENGTHS[b:b + 1], tgt_in[b:b + 1])
+            width = alone.logits.size(-1)
+            torch.testing.assert_close(batch_out.logits[b, :, :width], alone.logits[0], rtol=0, atol=1e-10)
+            assert torch.isneginf(batch_out.logits[b, :, width:]).all()  # other sentences' temporary ids
+            torch.testing.assert_close(batch_out.attention[b, :, :n], alone.attention[0], rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["luong_feed_general", "bahdanau_additive", "luong_nofeed_dot"])
+def test_the_loss_is_the_nll_of_the_mixture_with_label_smoothing_over_the_vocabulary(name: str) -> None:
+    model = make_model(**CONFIGS[name])
+    src, tgt_in = make_batch()
+    tgt_out = torch.cat([tgt_in[:, 1:], torch.full((4, 1), 2)], dim=1)
+    tgt_out[2, 2:] = 0  # padding
+    # a temporary id only where its sentence has that unknown: row 3 has one (V), row 2 none
+    tgt_out[3] = tgt_out[3].clamp(max=V)
+    tgt_out[2] = tgt_out[2].clamp(max=V - 1)
+    batch = _Batch(src, LENGTHS, tgt_in, tgt_out)
+    with torch.no_grad():
+        log_p = model(src, LENGTHS, tgt_in).logits  # (4, tgt_len, width)
+        real = tgt_out != 0
+        nll = -log_p.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)[real]
+        smooth = -log_p[..., :V].mean(-1)[real]
+        loss = model.loss(batch)
+        smoothed = model.loss(batch, label_smoothing=0.1)
+    assert torch.isfinite(nll).all()
+    torch.testing.assert_close(loss.total, nll.sum(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(loss.cross_entropy, loss.total, rtol=0, atol=0)
+    assert loss.coverage is None
+    torch.testing.assert_close(smoothed.total, (0.9 * nll + 0.1 * smooth).sum(), rtol=1e-12, atol=0)
+
+
+def test_the_loss_trains_the_switch_and_every_gradient_is_finite() -> None:
+    model = make_model(**CONFIGS["luong_feed_general"]).train()
+    src, tgt_in = make_batch()
+    tgt_out = torch.cat([tgt_in[:, 1:], torch.full((4, 1), 2)], dim=1)
+    tgt_out[1:3] = tgt_out[1:3].clamp(max=V - 1)
+    model.loss(_Batch(src, LENGTHS, tgt_in, tgt_out), label_smoothing=0.1).total.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert all(torch.isfinite(g).all() for g in grads.values())
+    assert grads["decoder.copy.gate.weight"].abs().sum() > 0
+
+
+class _Batch:
+    def __init__(self, src, src_lengths, tgt_in, tgt_out):
+        self.src, self.src_lengths, self.tgt_in, self.tgt_out = src, src_lengths, tgt_in, tgt_out
+
+
+# --- search -----------------------------------------------------------------------------------------
+
+def copying_model(name: str = "luong_feed_general") -> Seq2Seq:
+    """A model whose switch always copies (p_gen = sigmoid(-30)): every output is a source token."""
+    model = make_model(**CONFIGS[name]).float()
+    with torch.no_grad():
+        model.decoder.copy.gate.weight.zero_()
+        model.decoder.copy.gate.bias.fill_(-30.0)
+    return model
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_beam_of_one_equals_greedy(name: str) -> None:
+    model = make_model(**CONFIGS[name]).float()
+    src, _ = make_batch()
+    cfg = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=6)
+    greedy = greedy_search(model, src, LENGTHS, cfg)
+    beam = beam_search(model, src, LENGTHS, cfg)
+    for g, (b,) in zip(greedy, beam, strict=True):
+        assert b.tokens == g.tokens and b.score == pytest.approx(g.score, rel=1e-6)
+
+
+def test_every_search_emits_and_feeds_back_temporary_ids() -> None:
+    model = copying_model()
+    src, _ = make_batch()
+    copyable = [{V, V + 1, V + 2, 4, 5, 2}, {V, V + 1, 2}, {2}, {V, 5, 2}]  # each row's source tokens, as extended ids
+    cfg = DecodeConfig(beam_size=3, n_best=3, max_len_a=0.0, max_len_b=4, min_len=0)
+    trees: list = []
+    runs = {
+        "greedy": [[h] for h in greedy_search(model, src, LENGTHS, DecodeConfig(max_len_a=0.0, max_len_b=4, min_len=0))],
+        "beam": beam_search(model, src, LENGTHS, cfg, trees=trees),
+        "sample": sample(model, src, LENGTHS, DecodeConfig(sampling=True, n_best=2, seed=1, max_len_a=0.0,
+                                                           max_len_b=4, min_len=0)),
+    }
+    for kind, out in runs.items():
+        for row, nbest in enumerate(out):
+            assert nbest, kind
+            # the best (and every sample) copies; beam's later n-best may hold p_gen's e^-30 words
+            for h in nbest if kind == "sample" else nbest[:1]:
+                assert set(h.tokens) <= copyable[row], (kind, row, h.tokens)
+            assert all(math.isfinite(h.log_prob) for h in nbest)
+    assert any(t >= V for nbest in runs["beam"] for h in nbest for t in h.tokens)
+    assert len(runs["beam"][0]) == 3  # n-best
+    tokens = {n.token for tree in trees for n in tree.nodes if n.token is not None}
+    assert tokens & {V, V + 1, V + 2} and max(tokens) < V + 3
+
+
+@pytest.mark.parametrize("name", ["luong_feed_general", "bahdanau_additive"])
+def test_a_sentence_samples_the_same_alone_as_in_a_batch_whose_extended_vocabulary_is_wider(name: str) -> None:
+    # Alone, row 3 has one temporary id; in the batch the logits have three (row 0's).
+    model = make_model(**CONFIGS[name]).float()
+    src, _ = make_batch()
+    cfg = DecodeConfig(sampling=True, n_best=3, seed=7, temperature=1.5, max_len_a=0.0, max_len_b=5)
+    batched = sample(model, src, LENGTHS, cfg)
+    for b, n in enumerate(LENGTHS.tolist()):
+        alone = sample(model, src[b:b + 1, :n], LENGTHS[b:b + 1], cfg)[0]
+        assert [h.tokens for h in batched[b]] == [h.tokens for h in alone]
+        assert [h.log_prob for h in batched[b]] == pytest.approx([h.log_prob for h in alone], abs=1e-5)
+
+
+def test_a_forced_prefix_may_hold_a_temporary_id() -> None:
+    model = make_model(**CONFIGS["bahdanau_additive"]).float()
+    src, _ = make_batch()
+    prefix = Prefix.of([[V + 1, 4], [V], [], [V]], pad_id=0)
+    for cfg in (DecodeConfig(max_len_a=0.0, max_len_b=4), DecodeConfig(beam_size=2, max_len_a=0.0, max_len_b=4)):
+        out = search(model, src, LENGTHS, cfg, prefix=prefix)
+        assert out[0][0].tokens[:2] == [V + 1, 4] and out[1][0].tokens[:1] == [V] and out[3][0].tokens[:1] == [V]
+
+
+# --- config -------------------------------------------------------------------------------------------
+
+DATES = {"data": {"task": "dates"}}
+
+
+def test_copy_with_the_plain_decoder_is_an_error_naming_model_copy() -> None:
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({**DATES, "model": {"decoder": "plain", "copy": True}})
+    assert e.value.field == "model.copy" and "no attention" in str(e.value)
+
+
+def test_copy_is_off_by_default_and_adds_only_the_switch() -> None:
+    plain = build_model(ModelConfig(**{**SMALL, "copy": False}), src_vocab_size=S, tgt_vocab_size=V)
+    copying = make_model()
+    assert ModelConfig().copy is False and plain.decoder.copy is None
+    extra = set(dict(copying.named_parameters())) - set(dict(plain.named_parameters()))
+    assert extra == {"decoder.copy.gate.weight", "decoder.copy.gate.bias"}
+    assert "decoder.copy.source_to_target" not in copying.state_dict()  # derived from the vocabularies
+    with pytest.raises(ValueError, match="source_to_target"):
+        build_model(ModelConfig(**SMALL), src_vocab_size=S, tgt_vocab_size=V)
