@@ -171,10 +171,11 @@ def test_two_cpu_ranks_equal_one_process_accumulating_two_and_resume_after_ctrl_
     stopped = load_checkpoint(tmp_path / "two" / "checkpoints" / "last").trainer
     assert 1 <= stopped.step < 20 and stopped.world_size == 2
     assert f"interrupted at step {stopped.step}" in errors and "resume with: heed train" in errors
+    assert "(started by torchrun as before: 2 processes)" in errors
     assert (tmp_path / "r1.out").read_text(encoding="utf-8") == (tmp_path / "r1.err").read_text(encoding="utf-8") == ""
 
     # One process may not resume a two-process run: one clear line.
-    with pytest.raises(HeedError, match="was trained by 2 processes and this run has 1; resume with 2"):
+    with pytest.raises(HeedError, match="was trained by 2 processes and this run has 1; resume with 2 processes"):
         train(config_from_dict(mapping), resume=True)
 
     codes = wait_all(launch(config, free_port(), "--resume", out=tmp_path), 120)

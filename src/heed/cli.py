@@ -154,7 +154,9 @@ def train(
         raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
     if result.stop_reason == "interrupted":
         # soft_wrap: a command cut across lines could not be pasted back.
-        console.print(f"resume with: {shlex.join(again)}", markup=False, soft_wrap=True)
+        world = World.from_env()
+        launcher = f" (started by torchrun as before: {world.size} processes)" if world.is_distributed else ""
+        console.print(f"resume with: {shlex.join(again)}{launcher}", markup=False, soft_wrap=True)
         score = None if result.model_dir is None else score_command(cfg, result.model_dir, resume_command=again,
                                                                       step=result.steps)
         if score is not None:

@@ -961,9 +961,9 @@ def _check_resumable(saved: Config, now: Config, where: Path) -> None:
 def _check_same_world(saved: int, now: int, where: Path) -> None:
     """The data position and each rank's random state belong to the number of processes that saved them."""
     if saved != now:
+        how = "one process, without torchrun" if saved == 1 else f"{saved} processes (torchrun's --nnodes x --nproc-per-node)"
         raise HeedError(f"{where} was trained by {saved} process{'es' * (saved != 1)} and this run has {now}; "
-                        f"resume with {saved} (torchrun --nnodes x --nproc-per-node = {saved}"
-                        f"{', or no torchrun' if saved == 1 else ''})")
+                        f"resume with {how}")
 
 
 def _codec_files(codec: Codec) -> dict[str, bytes]:
