@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -192,10 +193,27 @@ def updates_in(batches: int, *, world: World, accumulate: int) -> int:
 # ------------------------------------------------------------------------------- collectives
 
 
+@contextlib.contextmanager
+def collective_errors(world: World) -> Iterator[None]:
+    """A collective inside the block that fails (gloo and nccl raise RuntimeError: another rank
+    crashed, was killed or stopped on an error of its own; a node was lost past TIMEOUT) becomes
+    one line, PeerFailed, instead of a traceback from deep inside torch."""
+    try:
+        yield
+    except RuntimeError as e:
+        if not world.is_distributed:
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = re.sub(r"^\[[^\]]*\]\s*", "", first)  # gloo's "[.../pair.cc:553] " source location
+        raise PeerFailed(f"rank {world.rank}: lost the other processes ({first}); the first process "
+                         "that stopped says why") from None
+
+
 def all_reduce_sum(values: torch.Tensor, world: World) -> torch.Tensor:
     """Element-wise sum over ranks (in place; a no-op for one process). Returns `values`."""
     if world.is_distributed:
-        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        with collective_errors(world):
+            dist.all_reduce(values, op=dist.ReduceOp.SUM)
     return values
 
 
@@ -204,7 +222,8 @@ def gather_to_main(obj: T, world: World) -> list[T] | None:
     if not world.is_distributed:
         return [obj]
     out: list[Any] | None = [None] * world.size if world.is_main else None
-    dist.gather_object(obj, out, dst=0)
+    with collective_errors(world):
+        dist.gather_object(obj, out, dst=0)
     return out
 
 
@@ -214,7 +233,8 @@ def broadcast_from_main(obj: T | None, world: World) -> T:
         assert obj is not None or world.is_main
         return obj  # type: ignore[return-value]
     box = [obj]
-    dist.broadcast_object_list(box, src=0)
+    with collective_errors(world):
+        dist.broadcast_object_list(box, src=0)
     return box[0]  # type: ignore[return-value]
 
 

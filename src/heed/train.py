@@ -83,6 +83,7 @@ from heed.distributed import (
     World,
     all_reduce_sum,
     choose_backend,
+    collective_errors,
     gather_to_main,
     process_group,
     rank_device,
@@ -693,16 +694,17 @@ class Trainer:
         for i, batch in enumerate(share.batches):
             batch = self._to_device(batch)
             last = i == len(share.batches) - 1
-            sync = (self.batch_loss.no_sync() if world.is_distributed and not last  # type: ignore[operator]
-                    else contextlib.nullcontext())
-            with sync:
+            accumulating = world.is_distributed and not last
+            with self.batch_loss.no_sync() if accumulating else contextlib.nullcontext():  # type: ignore[operator]
                 with self._autocast():
                     loss = self.batch_loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
-                if share.idle:  # weight 0: only so the gradient all-reduce meets every rank
-                    (loss * 0.0).backward()
-                else:
-                    (loss / per_token).backward()
-                    loss_sum += loss.detach().double()
+                # weight 0 on an idle rank: its backward is there only so the all-reduce meets every rank
+                weighted = loss * 0.0 if share.idle else loss / per_token
+                # The last backward all-reduces the gradients: a failure there is another rank gone.
+                with collective_errors(world) if last else contextlib.nullcontext():
+                    weighted.backward()
+            if not share.idle:
+                loss_sum += loss.detach().double()
         if world.is_distributed:
             # The update's loss (for the log and the divergence check) and the stop flags, agreed by all.
             out_of_time = self._out_of_time()
