@@ -104,8 +104,9 @@ def rank_device(device: torch.device, world: World) -> torch.device:
         return device
     count = torch.cuda.device_count()
     if world.local_rank >= count:
-        raise HeedError(f"LOCAL_RANK={world.local_rank} but this machine has {count} CUDA device(s): start at most "
-                        f"{count} process(es) per machine (torchrun --nproc-per-node {count}), or set train.device: cpu")
+        raise HeedError(f"LOCAL_RANK={world.local_rank} but this machine has {count} CUDA device(s): start at "
+                        f"most {count} process(es) per machine (torchrun --nproc-per-node {count}), or set "
+                        "train.device: cpu")
     return torch.device("cuda", world.local_rank)
 
 

@@ -49,8 +49,6 @@ from typing import Any
 
 import torch
 from rich.console import Console
-from torch import Tensor, nn
-from torch.nn.parallel import DistributedDataParallel
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -60,6 +58,8 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 
 from heed.checkpoint import (
     METRICS_FILE,
@@ -104,7 +104,8 @@ from heed.search import DecodeConfig, translate_ids
 
 HIGHER_IS_BETTER = {"bleu": True, "exact_match": True, "loss": False}
 # Fields a resumed run may change; any other difference from the checkpoint's config is an error.
-RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.max_minutes", "train.log_every", "train.device", "train.threads", "train.backend",
+RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.max_minutes", "train.log_every", "train.device",
+                     "train.threads", "train.backend",
                      "train.eval_every", "train.early_stopping.patience", "train.early_stopping.target",
                      "decode", "output_dir", "data.train", "data.dev", "data.test")
 
@@ -963,7 +964,8 @@ def _check_resumable(saved: Config, now: Config, where: Path) -> None:
 def _check_same_world(saved: int, now: int, where: Path) -> None:
     """The data position and each rank's random state belong to the number of processes that saved them."""
     if saved != now:
-        how = "one process, without torchrun" if saved == 1 else f"{saved} processes (torchrun's --nnodes x --nproc-per-node)"
+        how = ("one process, without torchrun" if saved == 1
+               else f"{saved} processes (torchrun's --nnodes x --nproc-per-node)")
         raise HeedError(f"{where} was trained by {saved} process{'es' * (saved != 1)} and this run has {now}; "
                         f"resume with {how}")
 
