@@ -39,8 +39,10 @@ ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 BACKENDS = ("auto", "gloo", "nccl")
 # How long a collective waits for a rank that has gone silent (a node lost without closing its
 # connections) before it fails. Rank 0's errors and stops reach the others at once (`run_on_main`);
-# a rank that dies closes its sockets, and torchrun stops the rest. This bounds what is left.
-TIMEOUT = datetime.timedelta(minutes=30)
+# a rank that dies closes its sockets (the others fail within seconds), and torchrun stops the rest.
+# This bounds what is left. Longer than torch's 30 minutes because the other ranks wait in a
+# collective while rank 0 scores the dev set, which on a CPU with a large dev set can take that long.
+TIMEOUT = datetime.timedelta(hours=2)
 
 
 class PeerFailed(HeedError):

@@ -646,8 +646,10 @@ class Trainer:
                 last_dev, _ = self._evaluate_and_save(window, state.epoch + state.batch_in_epoch / batches_per_epoch,
                                                       stop)
             test = None
-            if stop != "interrupted":
-                test = run_on_main(lambda: self._finish(stop), world)
+            if stop != "interrupted" and world.is_main:
+                # The other ranks are done: they need nothing from the final test decode, which may
+                # take longer than a collective may wait, so they do not wait for it.
+                test = self._finish(stop)
         if stop == "interrupted":
             unscored = "; the test set was not scored" if data.test_pairs else ""
             log.say(f"[yellow]interrupted at step {state.step}; saved the checkpoint "
