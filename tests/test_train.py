@@ -287,3 +287,58 @@ def test_a_vocabulary_smaller_than_asked_is_reported(tmp_path, tiny_config):
     train(config_from_dict(data), console=console)
     text = console.export_text()
     assert "warning: data.tokenizer.src.vocab_size is 8000, but the training corpus supports only" in text
+
+
+# ------------------------------------------------------------------------------ accumulation
+
+
+def one_update(config, batches):
+    """The gradients of one update made of `batches` to a fresh model (seeded as a run seeds it),
+    and the update's (loss sum, target tokens) as the log window saw them. Gradients, not weights:
+    Adam's first step is about lr * sign(gradient), which turns rounding in a near-zero gradient
+    into a whole step."""
+    from heed.distributed import RankShare
+    from heed.train import _Window
+
+    trainer = Trainer(config)
+    trainer.data = trainer._load_data(None)
+    with torch.random.fork_rng():
+        torch.manual_seed(config.train.seed)
+        trainer._build(None, {})
+        window = _Window(torch.zeros((), dtype=torch.float64))
+        if batches:
+            trainer._step(RankShare(batches, consumed=len(batches)), window)
+    grads = {name: p.grad for name, p in trainer.model.named_parameters()}
+    return grads, (float(window.loss_sum), window.tokens), trainer.data.train
+
+
+def test_accumulating_two_batches_equals_one_batch_twice_the_size(tmp_path, make_config):
+    """Padding never reaches the loss, so the batch of A's and B's sentences together has the
+    summed loss of A and B: the update accumulating A then B (normalised by the update's tokens)
+    must have the gradient of the update from that one batch."""
+    from heed.data.batching import collate
+
+    config = make_config(tmp_path / "a", accumulate=2, label_smoothing=0.1, clip=None)
+    config = config.model_copy(update={"model": config.model.model_copy(update={"dropout": 0.0})})
+    _, _, examples = one_update(config, [])  # just the encoded corpus
+    by_length = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
+    short, long = by_length[:5], by_length[-7:]  # A's sentences are padded wider in the one batch
+    a, b = collate([examples[i] for i in short], short), collate([examples[i] for i in long], long)
+    both = collate([examples[i] for i in short + long], short + long)
+    assert both.src.shape[1] > min(a.src.shape[1], b.src.shape[1])  # one batch padded wider than A or B
+    accumulated, (loss_ab, tokens_ab), _ = one_update(config, [a, b])
+    single, (loss_both, tokens_both), _ = one_update(config, [both])
+    assert tokens_ab == tokens_both == a.num_tgt_tokens + b.num_tgt_tokens
+    assert loss_ab == pytest.approx(loss_both, rel=1e-6)
+    assert set(accumulated) == set(single)
+    for name, grad in single.items():
+        assert grad.abs().max() > 0, name
+        assert torch.allclose(accumulated[name], grad, rtol=1e-4, atol=1e-7), name
+    # Not normalised per batch: the mean of A's and B's per-token gradients would differ.
+    only_a, _, _ = one_update(config, [a])
+    only_b, _, _ = one_update(config, [b])
+    name = "decoder.rnn.weight_hh_l0"
+    mean = (only_a[name] + only_b[name]) / 2
+    assert not torch.allclose(mean, single[name], rtol=1e-3, atol=1e-6)
+    weighted = (only_a[name] * a.num_tgt_tokens + only_b[name] * b.num_tgt_tokens) / tokens_both
+    assert torch.allclose(weighted, single[name], rtol=1e-4, atol=1e-7)

@@ -17,7 +17,8 @@ A training run writes
     OUTPUT_DIR/metrics.jsonl
 
 Training state is pickle-free too: `optimizer.safetensors` (every tensor of the optimizer's state),
-`rng.safetensors` (torch CPU and CUDA generator states) and `trainer.json` (step, epoch, position in
+`rng.safetensors` (torch CPU and CUDA generator states; under torchrun every rank's, rank r > 0's
+keys prefixed `rank{r}.`) and `trainer.json` (step, epoch, position in
 the epoch, best metric, patience, schedule, the optimizer's non-tensor settings).
 
 Atomic directory swap: a directory is written completely under `NAME.tmp-XXXX/` beside its target,
@@ -31,7 +32,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -241,6 +242,8 @@ class TrainerState:
     # What the run trains on (heed.train.data_fingerprint): per corpus file its size and sha256, so a
     # resume notices changed data. None in checkpoints written before heed recorded it.
     data: dict[str, Any] | None = None
+    # Processes that trained it (torchrun's WORLD_SIZE): a resume needs as many. 1 in older checkpoints.
+    world_size: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -293,11 +296,28 @@ def set_rng_states(states: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])
 
 
+def _rank_prefix(rank: int) -> str:
+    return "" if rank == 0 else f"rank{rank}."
+
+
+def rank_rng_states(states: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
+    """Rank `rank`'s generator states out of a checkpoint's (rank 0's keys carry no prefix, as in a
+    single-process checkpoint)."""
+    if rank == 0:
+        return {k: v for k, v in states.items() if not k.startswith("rank")}
+    prefix = _rank_prefix(rank)
+    return {k[len(prefix):]: v for k, v in states.items() if k.startswith(prefix)}
+
+
 def save_checkpoint(target: str | os.PathLike[str], *, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    trainer: TrainerState, config: Config, codec: Codec, metrics: Path | None = None) -> Path:
-    """Atomically write a training checkpoint (a model directory + training state) at `target`."""
+                    trainer: TrainerState, config: Config, codec: Codec, metrics: Path | None = None,
+                    other_ranks_rng: Sequence[dict[str, torch.Tensor]] = ()) -> Path:
+    """Atomically write a training checkpoint (a model directory + training state) at `target`.
+    `other_ranks_rng`: the generator states of ranks 1, 2, ... of a torchrun run (rank 0 saves)."""
     opt_tensors, opt_rest = _flatten_optimizer(optimizer.state_dict())
     rng = rng_states()
+    for rank, states in enumerate(other_ranks_rng, start=1):
+        rng.update({_rank_prefix(rank) + k: v for k, v in states.items()})
 
     def fill(tmp: Path) -> None:
         _save_tensors(opt_tensors, tmp / OPTIMIZER_FILE)
@@ -319,12 +339,13 @@ class Checkpoint:
     rng: dict[str, torch.Tensor]
     config: Config
 
-    def restore(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """Load weights and optimizer state; set the global torch RNGs (call inside fork_rng)."""
+    def restore(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, rank: int = 0) -> None:
+        """Load weights and optimizer state; set the global torch RNGs to those rank `rank` saved
+        (call inside fork_rng)."""
         model.load_state_dict(self.weights, strict=True)
         optimizer.load_state_dict(_unflatten_optimizer(self.optimizer_tensors, self.optimizer_rest,
                                                        optimizer.state_dict()))
-        set_rng_states(self.rng)
+        set_rng_states(rank_rng_states(self.rng, rank))
 
 
 def load_checkpoint(target: str | os.PathLike[str]) -> Checkpoint:

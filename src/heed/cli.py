@@ -134,6 +134,7 @@ def train(
     import shlex
 
     from heed.config import load_config
+    from heed.distributed import World
     from heed.train import score_command
     from heed.train import train as run_training
 
@@ -149,19 +150,26 @@ def train(
         result = run_training(cfg, resume=resume, allow_data_change=allow_data_change, console=console,
                               progress=progress)
     except KeyboardInterrupt:
+        if not World.from_env().is_main:  # under torchrun only rank 0 speaks
+            raise typer.Exit(INTERRUPTED) from None
         console.print(f"\naborted. The last checkpoint ({cfg.output_dir / 'checkpoints' / 'last'}) is intact; "
                       f"resume with: {shlex.join(again)}", style="yellow", markup=False, soft_wrap=True)
         raise typer.Exit(INTERRUPTED) from None
+    if result.stop_reason == "interrupted" and not result.is_main:
+        raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
     if result.stop_reason == "interrupted":
         # soft_wrap: a command cut across lines could not be pasted back.
-        console.print(f"resume with: {shlex.join(again)}", markup=False, soft_wrap=True)
+        world = World.from_env()
+        launcher = f" (started by torchrun as before: {world.size} processes)" if world.is_distributed else ""
+        console.print(f"resume with: {shlex.join(again)}{launcher}", markup=False, soft_wrap=True)
         score = None if result.model_dir is None else score_command(cfg, result.model_dir, resume_command=again,
                                                                       step=result.steps)
         if score is not None:
             console.print(f"score the best model on the test set with: {shlex.join(score)}", markup=False,
                           soft_wrap=True)
         raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
-    typer.echo(f"model written to {result.model_dir}")
+    if result.is_main:
+        typer.echo(f"model written to {result.model_dir}")
 
 
 # --------------------------------------------------------------------------------- translate

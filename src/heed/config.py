@@ -227,6 +227,11 @@ class TrainConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     bf16: bool | None = Field(None, description="bf16 autocast, float32 weights; null = on CUDA GPUs with bf16")
     threads: int | None = Field(None, gt=0, description="torch CPU threads; null = torch's default")
+    accumulate: int = Field(1, gt=0, description="batches whose gradients are summed into one update (per "
+                            "process); the loss is normalised by the update's target tokens, so k batches "
+                            "make one update as one batch k times the size would")
+    backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="torch.distributed backend under "
+                                                     "torchrun; auto = nccl on CUDA GPUs, gloo on the CPU")
 
 
 # ---------------------------------------------------------------------------------------- whole

@@ -22,21 +22,30 @@ fingerprint of the corpus files (size, sha256): a resume onto changed data is re
 
 Randomness: the model is initialised and trained inside `torch.random.fork_rng`, seeded with
 `train.seed`, so the caller's global RNG state is the same after `train()` as before.
+
+Updates: one update sums the gradients of `train.accumulate` batches per process (and of every
+process under torchrun, through DistributedDataParallel), normalised by the target tokens of the
+whole update, so W processes x k batches make the update one process makes from those W * k
+batches. Steps, the LR schedule, `max_steps`, `eval_every` and `log_every` count updates. Under
+torchrun (heed.distributed) every rank draws the same batch stream and takes its share of each
+update; only rank 0 evaluates, writes and prints, and hands its decisions to the others.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
 import signal
+import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from rich.console import Console
@@ -49,6 +58,8 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 
 from heed.checkpoint import (
     METRICS_FILE,
@@ -59,12 +70,26 @@ from heed.checkpoint import (
     load_weights,
     read_meta,
     resolve_dir,
+    rng_states,
     save_checkpoint,
     save_model_dir,
 )
 from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, Config, DataConfig, ScheduleConfig, config_to_dict
 from heed.data.batching import filter_by_length, token_batches
 from heed.data.corpus import Pair
+from heed.distributed import (
+    RankShare,
+    World,
+    all_reduce_sum,
+    choose_backend,
+    collective_errors,
+    gather_to_main,
+    process_group,
+    rank_device,
+    rank_shares,
+    run_on_main,
+    updates_in,
+)
 from heed.errors import ConfigError, HeedError, ModelDirError
 from heed.evaluate import Scores, evaluate
 from heed.files import atomic_write_text
@@ -77,7 +102,8 @@ from heed.search import DecodeConfig, translate_ids
 
 HIGHER_IS_BETTER = {"bleu": True, "exact_match": True, "loss": False}
 # Fields a resumed run may change; any other difference from the checkpoint's config is an error.
-RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.max_minutes", "train.log_every", "train.device", "train.threads",
+RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.max_minutes", "train.log_every", "train.device",
+                     "train.threads", "train.backend",
                      "train.eval_every", "train.early_stopping.patience", "train.early_stopping.target",
                      "decode", "output_dir", "data.train", "data.dev", "data.test")
 
@@ -108,6 +134,7 @@ class TrainResult:
     test: Scores | None
     seconds: float
     stop_signal: int | None = None  # the signal (SIGINT, SIGTERM) behind an "interrupted" stop, if one was
+    is_main: bool = True  # False on ranks other than 0 of a torchrun run, which write and print nothing
 
 
 # ---------------------------------------------------------------------------------- schedule
@@ -164,13 +191,15 @@ def _better(value: float, best: float, higher_is_better: bool) -> bool:
 
 class _Log:
     """Where training reports go: metrics.jsonl (always), TensorBoard (if installed), and the
-    console: a rich progress bar on a terminal, a plain line per `log_every` steps otherwise."""
+    console: a rich progress bar on a terminal, a plain line per `log_every` steps otherwise.
+    With `writes` False (ranks other than 0 under torchrun) it writes and prints nothing."""
 
     def __init__(self, output_dir: Path, console: Console | None, *, total_steps: int, start_step: int,
-                 progress: bool | None) -> None:
+                 progress: bool | None, writes: bool = True) -> None:
         self.path = output_dir / METRICS_FILE
-        self.console = console
-        self.tensorboard = _tensorboard_writer(output_dir / "tensorboard")
+        self.writes = writes
+        self.console = console if writes else None
+        self.tensorboard = _tensorboard_writer(output_dir / "tensorboard") if writes else None
         use_bar = console is not None and (console.is_terminal if progress is None else progress)
         self.progress: Progress | None = None
         if use_bar:
@@ -204,6 +233,8 @@ class _Log:
         non-finite number (a dev loss that overflowed) is written as null, never as bare NaN."""
         entry = {key: None if isinstance(value, float) and not math.isfinite(value) else value
                  for key, value in {**entry, "time": round(time.time(), 3)}.items()}
+        if not self.writes:
+            return
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n")
         if self.tensorboard is not None:
@@ -234,6 +265,8 @@ class _Log:
         """On resume: the log as the checkpoint saw it (`saved`, the copy inside the checkpoint).
         A run killed after its last checkpoint may have logged more (train and dev lines, or the
         final test line of a run killed while finishing); the resumed run writes those again."""
+        if not self.writes:
+            return
         if saved.is_file():
             atomic_write_text(self.path, saved.read_text(encoding="utf-8"))
         else:
@@ -302,21 +335,49 @@ class _Divergence:
         return None if step == 0 else (step, float(self.loss))
 
 
+class _Targets(NamedTuple):
+    """A batch as `Seq2Seq.loss` reads it (heed.nn.loss.TargetBatch)."""
+
+    src: Tensor  # (batch, src_len)
+    src_lengths: Tensor  # (batch,)
+    tgt_in: Tensor  # (batch, tgt_len)
+    tgt_out: Tensor  # (batch, tgt_len)
+
+
+class _BatchLoss(nn.Module):
+    """The model's summed, label-smoothed training loss of one batch, as a module whose `forward`
+    does it all: DistributedDataParallel syncs gradients only for work done inside the `forward`
+    of the module it wraps."""
+
+    def __init__(self, model: Seq2Seq, *, label_smoothing: float) -> None:
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
+        """src (batch, src_len), src_lengths (batch,), tgt_in and tgt_out (batch, tgt_len) -> the
+        model's loss (`Seq2Seq.loss(...).total`) summed over the target tokens, a scalar. Tensors,
+        not the Batch, go in, so DDP moves and scans them as it does any module's inputs."""
+        return self.model.loss(_Targets(src, src_lengths, tgt_in, tgt_out), label_smoothing=self.label_smoothing).total
+
+
 class Trainer:
     """One training run. `train(config)` is the usual way in; the class exists so the loop's
     pieces (step, evaluate, checkpoint) have names."""
 
     def __init__(self, config: Config, *, resume: bool = False, allow_data_change: bool = False,
-                 console: Console | None = None, progress: bool | None = None) -> None:
+                 console: Console | None = None, progress: bool | None = None, world: World | None = None) -> None:
         self.config = config
         self.resume = resume
         self.allow_data_change = allow_data_change
-        self.console = console
+        self.world = World.from_env() if world is None else world
+        self.console = console if self.world.is_main else None  # the other ranks print only errors
         self.progress = progress
         self.output_dir = Path(config.output_dir)
         self.ckpt_dir = self.output_dir / "checkpoints"
         self.model_dir = self.output_dir / "model"
-        self.device = resolve_device(config.train.device)
+        self.device = rank_device(resolve_device(config.train.device), self.world)
+        self.backend = choose_backend(config.train.backend, self.device)
         self.bf16 = default_bf16(self.device) if config.train.bf16 is None else config.train.bf16
         if self.bf16:
             check_bf16(self.device, what="train.bf16")
@@ -330,6 +391,9 @@ class Trainer:
         # at each log line and before each save.
         self._check_loss_every_step = self.device.type == "cpu"
         self._last_saved: int | None = None  # step of checkpoints/last, once there is one
+        self._other_ranks_rng: list[dict[str, Tensor]] = []  # ranks 1.. of a torchrun run, for rank 0's saves
+        self._agreed = (False, False)  # (stop requested, out of time) as every rank agreed after the last update
+        self._run_start_time = time.perf_counter()
 
     # -- public ---------------------------------------------------------------------------
 
@@ -342,30 +406,44 @@ class Trainer:
         cfg = self.config
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         limit_onednn_cache(self.bf16)
+        world = self.world
         with contextlib.ExitStack() as run:
             run.enter_context(torch_threads(cfg.train.threads))
             run.enter_context(torch.random.fork_rng(devices=devices))
+            run.enter_context(process_group(world, self.device, self.backend))
             torch.manual_seed(cfg.train.seed)
-            checkpoint, fingerprint = self._open_run(run)
-            data = self.data
-            model = build_model(cfg.model, src_vocab_size=len(data.codec.src_vocab),
-                                tgt_vocab_size=len(data.codec.tgt_vocab),
-                                source_to_target=data.codec.source_to_target()).to(self.device)
-            # fused: one kernel for every parameter (0.8 vs 1.5 ms a step for the 286k-parameter
-            # dates model on one CPU thread; same update up to rounding)
-            optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
-                                         weight_decay=cfg.train.weight_decay, fused=True)
-            schedule = LRSchedule(cfg.train.schedule, base_lr=cfg.train.lr, higher_is_better=self.higher)
-            state = TrainerState()
-            if checkpoint is not None:
-                checkpoint.restore(model, optimizer)
-                state = checkpoint.trainer
-                self._last_saved = state.step
-                if state.schedule is not None:
-                    schedule.load_state_dict(state.schedule)
-            state.data = fingerprint
-            self.model, self.optimizer, self.schedule, self.state = model, optimizer, schedule, state
+            checkpoint, fingerprint = self._open_everywhere(run)
+            self._build(checkpoint, fingerprint)
             return self._loop(started, resumed_from=None if checkpoint is None else checkpoint.directory)
+
+    def _build(self, checkpoint: Checkpoint | None, fingerprint: dict[str, Any]) -> None:
+        """The model, optimizer, schedule and state, fresh (from the seeded global RNG) or restored
+        from `checkpoint`; under torchrun the model's loss wrapped in DistributedDataParallel."""
+        cfg, world = self.config, self.world
+        model = build_model(cfg.model, src_vocab_size=len(self.data.codec.src_vocab),
+                            tgt_vocab_size=len(self.data.codec.tgt_vocab),
+                            source_to_target=self.data.codec.source_to_target()).to(self.device)
+        # fused: one kernel for every parameter (0.8 vs 1.5 ms a step for the 286k-parameter
+        # dates model on one CPU thread; same update up to rounding)
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
+                                     weight_decay=cfg.train.weight_decay, fused=True)
+        schedule = LRSchedule(cfg.train.schedule, base_lr=cfg.train.lr, higher_is_better=self.higher)
+        state = TrainerState(world_size=world.size)
+        if checkpoint is not None:
+            checkpoint.restore(model, optimizer, rank=world.rank)
+            state = checkpoint.trainer
+            self._last_saved = state.step
+            if state.schedule is not None:
+                schedule.load_state_dict(state.schedule)
+        elif world.rank > 0:
+            # Same initial weights on every rank (seeded above), but each rank its own dropout masks.
+            torch.manual_seed(cfg.train.seed + 1_000_003 * world.rank)
+        state.data = fingerprint
+        self.model, self.optimizer, self.schedule, self.state = model, optimizer, schedule, state
+        self.batch_loss: nn.Module = _BatchLoss(model, label_smoothing=cfg.train.label_smoothing)
+        if world.is_distributed:
+            self.batch_loss = DistributedDataParallel(
+                self.batch_loss, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -383,6 +461,7 @@ class Trainer:
             self._lock(run)
             checkpoint = load_checkpoint(self.ckpt_dir / "last")
             _check_resumable(checkpoint.config, self.config, checkpoint.directory)
+            _check_same_world(checkpoint.trainer.world_size, self.world.size, checkpoint.directory)
             self.data = self._load_data(Codec.load(checkpoint.directory, data=checkpoint.config.data,
                                                    copy=checkpoint.config.model.copy))
             fingerprint = data_fingerprint(self.config.data)
@@ -402,6 +481,22 @@ class Trainer:
         (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
         self._write_heldout()
         return None, fingerprint
+
+    def _open_everywhere(self, run: contextlib.ExitStack) -> tuple[Checkpoint | None, dict[str, Any]]:
+        """`_open_run` on rank 0 (the one that touches the output directory); under torchrun the
+        other ranks get its checkpoint and tokenizers/vocabularies (so a node without the output
+        directory can join) and read the corpus themselves."""
+        if not self.world.is_distributed:
+            return self._open_run(run)
+
+        def open_on_main() -> tuple[Checkpoint | None, dict[str, Any], dict[str, bytes]]:
+            checkpoint, fingerprint = self._open_run(run)
+            return checkpoint, fingerprint, _codec_files(self.data.codec)
+
+        checkpoint, fingerprint, codec_files = run_on_main(open_on_main, self.world)
+        if not self.world.is_main:
+            self.data = self._load_data(_codec_from_files(codec_files, self.config.data))
+        return checkpoint, fingerprint
 
     def _write_heldout(self) -> None:
         """With `data.split`, the held-out dev and test sentences exist only in memory: write them
@@ -477,15 +572,17 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------
 
     def _loop(self, started: float, *, resumed_from: Path | None) -> TrainResult:
-        cfg, state, data = self.config, self.state, self.data
+        cfg, state, data, world = self.config, self.state, self.data, self.world
+        accumulate = cfg.train.accumulate
         resumed = resumed_from is not None
         first = self._batches(state.epoch)
-        per_epoch = len(first)
+        batches_per_epoch = len(first)
+        per_epoch = updates_in(batches_per_epoch, world=world, accumulate=accumulate)
         total = cfg.train.epochs * per_epoch
         if cfg.train.max_steps is not None:
             total = min(total, cfg.train.max_steps)
         log = _Log(self.output_dir, self.console, total_steps=max(total, state.step), start_step=state.step,
-                   progress=self.progress)
+                   progress=self.progress, writes=world.is_main)
         if resumed_from is not None:
             log.restore(resumed_from / METRICS_FILE)
         self.log = log
@@ -494,20 +591,23 @@ class Trainer:
                 f"{' (bf16 autocast)' if self.bf16 else ''}: {n_params:,} parameters; "
                 f"{len(data.train):,} train pairs ({data.dropped:,} over the length limits dropped), "
                 f"{len(data.dev):,} dev, {len(data.test_pairs):,} test; vocab {len(data.codec.src_vocab):,} "
-                f"src / {len(data.codec.tgt_vocab):,} tgt; {per_epoch:,} batches per epoch")
+                f"src / {len(data.codec.tgt_vocab):,} tgt; {batches_per_epoch:,} batches per epoch"
+                + (f", {per_epoch:,} updates of {world.size} process{'es' * (world.size > 1)} x {accumulate} "
+                   f"batch{'es' * (accumulate > 1)}" if world.size * accumulate > 1 else ""))
         log.say(f"output: {self.output_dir}")
         window = _Window(torch.zeros((), dtype=torch.float64, device=self.device))
         if state.window is not None:
             window.loss_sum += state.window["loss_sum"]
             window.tokens, window.steps = int(state.window["tokens"]), int(state.window["steps"])
         if resumed:
-            self._complete_best(window)
+            self._on_main(lambda: self._complete_best(window))
         last_dev: DevResult | None = None
         evaluated_at = state.step if resumed else -1
         stop = state.stop_reason if state.finished and state.stop_reason in ("early_stopping", "target") else None
         if stop is None and cfg.train.max_steps is not None and state.step >= cfg.train.max_steps:
             stop = "max_steps"  # resumed with no steps left
         run_start_step, run_start_time = state.step, time.perf_counter()
+        self._run_start_time = run_start_time
         batches = first
         # Reading the loss waits for the device: on a GPU, refresh the bar's loss every 10 steps only.
         bar_every = 1 if self.device.type == "cpu" else min(cfg.train.log_every, 10)
@@ -515,10 +615,12 @@ class Trainer:
             while stop is None and state.epoch < cfg.train.epochs:
                 if batches is None:
                     batches = self._batches(state.epoch)
-                for b in range(state.batch_in_epoch, len(batches)):
-                    self._step(batches[b], window)
+                # Resumed mid-epoch: skip the batches done; an update's W * k batches start at a multiple of W * k.
+                remaining = itertools.islice(batches, state.batch_in_epoch, None)
+                for share in rank_shares(remaining, world=world, accumulate=accumulate):
+                    self._step(share, window)
                     state.step += 1
-                    state.batch_in_epoch = b + 1
+                    state.batch_in_epoch += share.consumed
                     epoch_done = state.batch_in_epoch == len(batches)
                     if epoch_done:
                         state.epoch, state.batch_in_epoch = state.epoch + 1, 0
@@ -530,36 +632,42 @@ class Trainer:
                         self._log_window(window, progress, run_start_step, run_start_time, total)
                     due = (epoch_done if cfg.train.eval_every is None
                            else state.step % cfg.train.eval_every == 0)
+                    stop_requested, out_of_time = self._stop_flags()
                     if cfg.train.max_steps is not None and state.step >= cfg.train.max_steps:
                         stop = "max_steps"
-                    if (cfg.train.max_minutes is not None
-                            and time.perf_counter() - run_start_time >= 60 * cfg.train.max_minutes):
+                    if out_of_time:
                         stop = "max_minutes"
                     if due or stop is not None:
                         last_dev, stop = self._evaluate_and_save(window, progress, stop)
                         evaluated_at = state.step
-                    if self._stop_requested and stop is None:
+                    if stop_requested and stop is None:
                         stop = "interrupted"
                         if evaluated_at != state.step:
-                            self._save_last(window)
+                            self._check_finite()
+                            self._on_main(lambda: self._save_last(window))
                     if stop is not None:
                         break
                 batches = None
             if stop is None:
                 stop = "epochs"
             if evaluated_at != state.step and stop != "interrupted":
-                last_dev, _ = self._evaluate_and_save(window, state.epoch + state.batch_in_epoch / per_epoch, stop)
+                last_dev, _ = self._evaluate_and_save(window, state.epoch + state.batch_in_epoch / batches_per_epoch,
+                                                      stop)
             test = None
-            if stop != "interrupted":
+            if stop != "interrupted" and world.is_main:
+                # The other ranks are done: they need nothing from the final test decode, which may
+                # take longer than a collective may wait, so they do not wait for it.
                 test = self._finish(stop)
         if stop == "interrupted":
             unscored = "; the test set was not scored" if data.test_pairs else ""
             log.say(f"[yellow]interrupted at step {state.step}; saved the checkpoint "
                     f"{escape(str(self.ckpt_dir / 'last'))}, ready to resume{unscored}[/]")
-        model_dir = resolve_dir(self.model_dir)
-        return TrainResult(self.output_dir, model_dir, state.step, state.epoch + state.batch_in_epoch / per_epoch,
+        model_dir = resolve_dir(self.model_dir) if world.is_main else None
+        return TrainResult(self.output_dir, model_dir, state.step,
+                           state.epoch + state.batch_in_epoch / batches_per_epoch,
                            self.metric, state.best_value, state.best_step, stop, last_dev, test,
-                           time.perf_counter() - started, self._stop_signal if stop == "interrupted" else None)
+                           time.perf_counter() - started, self._stop_signal if stop == "interrupted" else None,
+                           is_main=world.is_main)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.bf16:
@@ -571,33 +679,82 @@ class Trainer:
             return batch.pin_memory().to(self.device, non_blocking=True)
         return batch
 
-    def _step(self, batch, window: _Window) -> None:
-        """One update: the model's loss (label-smoothed cross-entropy, plus coverage where the model
-        has it) per target token, backward, clip, Adam."""
+    def _step(self, share: RankShare, window: _Window) -> None:
+        """One update from this rank's share of it: for each of its batches the model's loss
+        (label-smoothed cross-entropy, plus coverage where the model has it) summed over the target tokens, backward, the gradients
+        adding up; then clip and Adam.
+
+        The loss is divided by the target tokens of the whole update (every batch of every rank),
+        so the gradient is that of the update's loss per target token, whatever W and k. DDP
+        averages gradients over the W ranks, hence the division by tokens / W. Gradients are
+        all-reduced once, after the rank's last batch (`no_sync` before it)."""
         cfg = self.config.train
+        world = self.world
         self.model.train()
-        tokens = batch.num_tgt_tokens  # read on the host, before the copy: no wait on the device
-        batch = self._to_device(batch)
+        # Read on the host, before any copy: no wait on the device. An idle rank's batch counts nothing.
+        local_tokens = 0 if share.idle else sum(b.num_tgt_tokens for b in share.batches)
+        tokens = local_tokens
+        if world.is_distributed:
+            tokens = int(all_reduce_sum(torch.tensor([local_tokens], dtype=torch.int64, device=self.device), world))
         lr = self.schedule.lr_at(self.state.step + 1)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        with self._autocast():
-            loss_sum = self.model.loss(batch, label_smoothing=cfg.label_smoothing).total
         self.optimizer.zero_grad(set_to_none=True)
-        (loss_sum / tokens).backward()
+        per_token = tokens / world.size  # == tokens for one process
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        for i, batch in enumerate(share.batches):
+            batch = self._to_device(batch)
+            last = i == len(share.batches) - 1
+            accumulating = world.is_distributed and not last
+            with self.batch_loss.no_sync() if accumulating else contextlib.nullcontext():  # type: ignore[operator]
+                with self._autocast():
+                    loss = self.batch_loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
+                # weight 0 on an idle rank: its backward is there only so the all-reduce meets every rank
+                weighted = loss * 0.0 if share.idle else loss / per_token
+                # The last backward all-reduces the gradients: a failure there is another rank gone.
+                with collective_errors(world) if last else contextlib.nullcontext():
+                    weighted.backward()
+            if not share.idle:
+                loss_sum += loss.detach().double()
+        if world.is_distributed:
+            # The update's loss (for the log and the divergence check) and the stop flags, agreed by all.
+            out_of_time = self._out_of_time()
+            flags = torch.tensor([self._stop_requested, out_of_time], dtype=torch.float64, device=self.device)
+            agreed = all_reduce_sum(torch.cat([loss_sum.reshape(1), flags]), world)
+            loss_sum = agreed[0]
+            self._agreed = (bool(agreed[1] > 0), bool(agreed[2] > 0))
         if cfg.clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
         self.optimizer.step()
-        loss_sum = loss_sum.detach()
         if self._check_loss_every_step:  # reading the loss waits for nothing on the CPU
             value = float(loss_sum)
             if not math.isfinite(value):
                 raise self._diverged(self.state.step + 1, f"the loss is {value}")
         else:  # queue the check on the device; read at the next log line or save
             self._divergence.note(loss_sum, self.state.step + 1)
-        window.loss_sum += loss_sum.double()
+        window.loss_sum += loss_sum
         window.tokens += tokens
         window.steps += 1
+
+    def _out_of_time(self) -> bool:
+        minutes = self.config.train.max_minutes
+        return minutes is not None and time.perf_counter() - self._run_start_time >= 60 * minutes
+
+    def _stop_flags(self) -> tuple[bool, bool]:
+        """(stop requested, out of time) after an update: this process's own for one process (a
+        request during the update counts); under torchrun what the ranks agreed in that update, so
+        every rank stops at the same step."""
+        if self.world.is_distributed:
+            return self._agreed
+        return self._stop_requested, self._out_of_time()
+
+    def _on_main(self, work: Callable[[], Any]) -> Any:
+        """Every rank calls this at the same point: rank 0 runs `work` (which may save checkpoints,
+        so the other ranks' generator states are gathered first) and hands its result to all."""
+        if self.world.is_distributed:
+            gathered = gather_to_main(rng_states(), self.world)
+            self._other_ranks_rng = [] if gathered is None else gathered[1:]
+        return run_on_main(work, self.world)
 
     def _log_window(self, window: _Window, epoch: float, run_start_step: int, run_start_time: float,
                     total: int) -> None:
@@ -666,7 +823,23 @@ class Trainer:
         return [codec.decode_tgt(d.hypotheses[0].tokens, s)[1] if d.hypotheses else "" for d, s in zip(decoded, sources)]
 
     def _evaluate_and_save(self, window: _Window, epoch: float, stop: str | None) -> tuple[DevResult | None, str | None]:
-        """Dev evaluation (if there is a dev set), best/patience bookkeeping, then checkpoints."""
+        """Dev evaluation (if there is a dev set), best/patience bookkeeping, then checkpoints: on
+        rank 0, which hands the outcome (scores, best, patience, schedule, stop) to the others."""
+        self._check_finite()  # on every rank: the weights are the same, so all raise or none
+
+        def on_main() -> tuple[DevResult | None, str | None, TrainerState, dict[str, Any]]:
+            dev, decided = self._evaluate_and_save_here(window, epoch, stop)
+            return dev, decided, self.state, self.schedule.state_dict()
+
+        dev, stop, state, schedule = self._on_main(on_main)
+        if not self.world.is_main:
+            self.state.__dict__.update(state.__dict__)
+            self.schedule.load_state_dict(schedule)
+        self._last_saved = self.state.step
+        return dev, stop
+
+    def _evaluate_and_save_here(self, window: _Window, epoch: float,
+                                stop: str | None) -> tuple[DevResult | None, str | None]:
         self._check_finite()
         state, es = self.state, self.config.train.early_stopping
         dev = None
@@ -733,7 +906,8 @@ class Trainer:
         self.state.schedule = self.schedule.state_dict()
         self.state.window = window.to_json()
         save_checkpoint(target, model=self.model, optimizer=self.optimizer, trainer=self.state,
-                        config=self.config, codec=self.data.codec, metrics=self.log.path)
+                        config=self.config, codec=self.data.codec, metrics=self.log.path,
+                        other_ranks_rng=self._other_ranks_rng)
 
     def _finish(self, stop: str) -> Scores | None:
         """Put the best weights in `model/` with the whole log, and score the test set with them."""
@@ -794,6 +968,29 @@ def _check_resumable(saved: Config, now: Config, where: Path) -> None:
             raise ConfigError(f"is {old.get(key)!r} in the checkpoint ({where}) but {new.get(key)!r} now; "
                               "a resumed run needs the same config (only epochs, max_steps, logging, device, "
                               "early stopping and decode may change)", field=key)
+
+
+def _check_same_world(saved: int, now: int, where: Path) -> None:
+    """The data position and each rank's random state belong to the number of processes that saved them."""
+    if saved != now:
+        how = ("one process, without torchrun" if saved == 1
+               else f"{saved} processes (torchrun's --nnodes x --nproc-per-node)")
+        raise HeedError(f"{where} was trained by {saved} process{'es' * (saved != 1)} and this run has {now}; "
+                        f"resume with {how}")
+
+
+def _codec_files(codec: Codec) -> dict[str, bytes]:
+    """The tokenizer and vocabulary files of `codec`, as bytes (to hand to the other ranks)."""
+    with tempfile.TemporaryDirectory(prefix="heed-codec-") as tmp:
+        codec.save(tmp)
+        return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
+
+
+def _codec_from_files(files: dict[str, bytes], data: DataConfig) -> Codec:
+    with tempfile.TemporaryDirectory(prefix="heed-codec-") as tmp:
+        for name, content in files.items():
+            (Path(tmp) / name).write_bytes(content)
+        return Codec.load(tmp, data=data)
 
 
 # ------------------------------------------------------------------------------ data fingerprint
@@ -870,10 +1067,11 @@ def score_command(config: Config, model_dir: Path, *, resume_command: Sequence[s
 
 
 def train(config: Config, *, resume: bool = False, allow_data_change: bool = False, console: Console | None = None,
-          progress: bool | None = None) -> TrainResult:
+          progress: bool | None = None, world: World | None = None) -> TrainResult:
     """Train a model as `config` says, writing into `config.output_dir`; with `resume`, continue the
     run saved there (refused if its corpus files changed since the checkpoint, unless
     `allow_data_change`). `console`: where to report (None = silent); `progress`: force the progress
-    bar on or off (default: on when the console is a terminal)."""
+    bar on or off (default: on when the console is a terminal). `world`: this process's rank among
+    several (default: what torchrun's environment says; one process without it)."""
     return Trainer(config, resume=resume, allow_data_change=allow_data_change, console=console,
-                   progress=progress).run()
+                   progress=progress, world=world).run()

@@ -1,0 +1,204 @@
+"""Several processes: the torchrun environment, rank shares of the batch stream, and two real CPU
+ranks (gloo, started here as `python -m heed train` with torchrun's variables on a free loopback
+port) that train what one process accumulating two batches trains, stop together on a Ctrl-C sent
+to rank 0 alone, and resume exactly; rank 1 writes and prints nothing."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from heed.checkpoint import load_checkpoint, rank_rng_states
+from heed.config import config_from_dict
+from heed.distributed import World, choose_backend, rank_shares, updates_in
+from heed.errors import ConfigError, HeedError
+from heed.train import train
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+# ------------------------------------------------------------------------------ the environment
+
+
+def test_no_torchrun_variables_is_one_process():
+    assert World.from_env({}) == World(rank=0, size=1, local_rank=0)
+
+
+def test_torchrun_variables_give_the_rank_and_world():
+    env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    world = World.from_env(env)
+    assert (world.rank, world.size, world.local_rank, world.is_main, world.is_distributed) == (3, 4, 1, False, True)
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"RANK": "0"}, "WORLD_SIZE is not set but RANK is"),
+    ({"RANK": "x", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "RANK='x' is not a whole number"),
+    ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "need 0 <= RANK < WORLD_SIZE"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "MASTER_ADDR is not set"),
+])
+def test_a_broken_torchrun_environment_is_one_clear_error(env, message):
+    with pytest.raises(HeedError, match=message):
+        World.from_env(env)
+
+
+def test_nccl_without_cuda_names_the_field():
+    with pytest.raises(ConfigError, match="field 'train.backend': nccl runs on CUDA GPUs"):
+        choose_backend("nccl", torch.device("cpu"))
+    assert choose_backend("auto", torch.device("cpu")) == "gloo"
+    assert choose_backend("auto", torch.device("cuda", 0)) == "nccl"
+
+
+# ------------------------------------------------------------------------------- rank shares
+
+
+def shares(n, size, accumulate):
+    return [[(s.batches, s.consumed, s.idle) for s in rank_shares(range(n), world=World(rank, size, rank),
+                                                                  accumulate=accumulate)]
+            for rank in range(size)]
+
+
+def test_rank_r_takes_batches_r_r_plus_w_of_each_update():
+    rank0, rank1 = shares(8, 2, 2)
+    assert rank0 == [([0, 2], 4, False), ([4, 6], 4, False)]
+    assert rank1 == [([1, 3], 4, False), ([5, 7], 4, False)]
+
+
+def test_the_epochs_tail_is_dealt_out_and_an_empty_deal_runs_with_weight_zero():
+    # 7 batches, 2 ranks x 2: updates [0..3], [4, 5, 6]; then 5 batches: [0..3], [4]
+    rank0, rank1 = shares(7, 2, 2)
+    assert rank0[-1] == ([4, 6], 3, False) and rank1[-1] == ([5], 3, False)
+    rank0, rank1 = shares(5, 2, 2)
+    assert rank0[-1] == ([4], 1, False)
+    assert rank1[-1] == ([4], 1, True)  # nothing left for rank 1: batch 4 again, with weight 0
+    assert updates_in(5, world=World(0, 2, 0), accumulate=2) == 2
+
+
+@pytest.mark.parametrize("n, size, accumulate", [(1, 3, 1), (10, 3, 1), (11, 2, 3), (12, 4, 1), (9, 1, 4)])
+def test_every_batch_is_trained_exactly_once_per_epoch(n, size, accumulate):
+    real = sorted(b for rank in shares(n, size, accumulate) for batches, _, idle in rank if not idle for b in batches)
+    assert real == list(range(n))
+    assert {len(rank) for rank in shares(n, size, accumulate)} == {updates_in(n, world=World(0, size, 0),
+                                                                              accumulate=accumulate)}
+
+
+# ---------------------------------------------------------------------------- per-rank RNG
+
+
+def test_a_checkpoint_keeps_each_ranks_generator(tmp_path, make_config):
+    train(make_config(tmp_path / "a", max_steps=1))
+    saved = load_checkpoint(tmp_path / "a" / "checkpoints" / "last").rng
+    rank1 = {"torch_cpu": torch.Generator().manual_seed(5).get_state()}
+    mixed = {**saved, **{f"rank1.{k}": v for k, v in rank1.items()}}
+    assert torch.equal(rank_rng_states(mixed, 0)["torch_cpu"], saved["torch_cpu"])
+    assert torch.equal(rank_rng_states(mixed, 1)["torch_cpu"], rank1["torch_cpu"])
+    assert set(rank_rng_states(mixed, 0)) == set(saved)
+
+
+# --------------------------------------------------------------------------- two CPU ranks
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(config: Path, port: int, *extra: str, out: Path) -> list[subprocess.Popen]:
+    """Two ranks of `heed train CONFIG`, with the variables torchrun would set; rank r's stdout and
+    stderr go to out/r{r}.out and out/r{r}.err. Rank 1 is pointed at its own output directory
+    (out/rank1-output), which must stay absent: only rank 0 writes."""
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+        own = ["--output-dir", str(out / "rank1-output")] if rank == 1 else []
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "heed", "train", str(config), "--no-progress", *own, *extra], env=env,
+            stdout=open(out / f"r{rank}.out", "w"), stderr=open(out / f"r{rank}.err", "w")))
+    return procs
+
+
+def wait_all(procs: list[subprocess.Popen], seconds: float) -> list[int]:
+    """Exit codes; kills both and fails if either is still running after `seconds` (a hang)."""
+    deadline = time.monotonic() + seconds
+    try:
+        return [p.wait(timeout=max(deadline - time.monotonic(), 0.1)) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail(f"a rank was still running after {seconds} s")
+
+
+def train_losses(output_dir: Path) -> list[tuple[int, float]]:
+    lines = (output_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [(r["step"], r["loss"]) for r in map(json.loads, lines) if r["kind"] == "train"]
+
+
+def test_two_cpu_ranks_equal_one_process_accumulating_two_and_resume_after_ctrl_c(tmp_path, tiny_config):
+    # batch_tokens 400: 9 batches an epoch, so each epoch's last update has one batch and rank 1 none.
+    settings = {"epochs": 4, "log_every": 1, "eval_every": 8, "max_steps": 20}
+    mapping = tiny_config(tmp_path / "two", **settings)
+    mapping["data"]["batch_tokens"] = 400
+    mapping["model"]["dropout"] = 0.0  # the ranks' dropout masks differ from one process's
+    config = tmp_path / "two.yaml"
+    config.write_text(yaml.safe_dump(mapping), encoding="utf-8")
+    one = {**mapping, "output_dir": str(tmp_path / "one"), "train": {**mapping["train"], "accumulate": 2}}
+    reference = train(config_from_dict(one))
+    assert reference.steps == 20
+
+    # Ctrl-C to rank 0 only, once it has logged a step: both ranks stop at the same step, rank 0 saves.
+    procs = launch(config, free_port(), out=tmp_path)
+    metrics = tmp_path / "two" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.is_file() and metrics.read_text(encoding="utf-8").strip()) and time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            break
+        time.sleep(0.05)
+    procs[0].send_signal(signal.SIGINT)
+    codes = wait_all(procs, 120)
+    errors = (tmp_path / "r0.err").read_text(encoding="utf-8")
+    assert codes == [130, 130], (codes, errors, (tmp_path / "r1.err").read_text(encoding="utf-8"))
+    stopped = load_checkpoint(tmp_path / "two" / "checkpoints" / "last").trainer
+    assert 1 <= stopped.step < 20 and stopped.world_size == 2
+    assert f"interrupted at step {stopped.step}" in errors and "resume with: heed train" in errors
+    assert "(started by torchrun as before: 2 processes)" in errors
+    assert (tmp_path / "r1.out").read_text(encoding="utf-8") == (tmp_path / "r1.err").read_text(encoding="utf-8") == ""
+
+    # One process may not resume a two-process run: one clear line.
+    with pytest.raises(HeedError, match="was trained by 2 processes and this run has 1; resume with 2 processes"):
+        train(config_from_dict(mapping), resume=True)
+
+    codes = wait_all(launch(config, free_port(), "--resume", out=tmp_path), 120)
+    assert codes == [0, 0], (tmp_path / "r0.err").read_text(encoding="utf-8")
+    two, single = train_losses(tmp_path / "two"), train_losses(tmp_path / "one")
+    assert [s for s, _ in two] == [s for s, _ in single] == list(range(1, 21))
+    assert max(abs(a - b) for (_, a), (_, b) in zip(two, single)) < 1e-5
+
+    # Rank 1 wrote nothing and said nothing; rank 0 wrote the run.
+    assert not (tmp_path / "rank1-output").exists()
+    assert (tmp_path / "r1.out").read_text(encoding="utf-8") == ""
+    assert (tmp_path / "r1.err").read_text(encoding="utf-8") == ""
+    assert "model written to" in (tmp_path / "r0.out").read_text(encoding="utf-8")
+    assert {p.name for p in (tmp_path / "two").iterdir()} >= {"checkpoints", "model", "metrics.jsonl"}
+    assert not (tmp_path / "two" / ".heed.lock").exists()
+
+
+def test_a_failed_collective_is_one_line_naming_the_rank():
+    from heed.distributed import PeerFailed, collective_errors
+
+    with pytest.raises(PeerFailed, match=r"^rank 1: lost the other processes \(Connection closed by peer\)"):
+        with collective_errors(World(rank=1, size=2, local_rank=1)):
+            raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer\nmore detail")
+    with pytest.raises(RuntimeError, match="a bug of one process"):  # one process: nothing to blame on peers
+        with collective_errors(World()):
+            raise RuntimeError("a bug of one process")
