@@ -65,6 +65,7 @@ from heed.checkpoint import (
 from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, Config, DataConfig, ScheduleConfig, config_to_dict
 from heed.data.batching import filter_by_length, token_batches
 from heed.data.corpus import Pair
+from heed.data.prepared import MANIFEST_FILE, PreparedCorpus
 from heed.data.vocab import PAD
 from heed.errors import ConfigError, HeedError, ModelDirError
 from heed.evaluate import Scores, evaluate
@@ -73,7 +74,7 @@ from heed.lock import RunLock
 from heed.nn.build import build_model
 from heed.nn.loss import generator_loss
 from heed.nn.seq2seq import Seq2Seq
-from heed.pipeline import Codec, Corpora, Example, load_corpora, write_heldout
+from heed.pipeline import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
 from heed.runtime import check_bf16, default_bf16, limit_onednn_cache, resolve_device, torch_threads
 from heed.search import DecodeConfig, translate_ids
 
@@ -81,7 +82,7 @@ HIGHER_IS_BETTER = {"bleu": True, "exact_match": True, "loss": False}
 # Fields a resumed run may change; any other difference from the checkpoint's config is an error.
 RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.max_minutes", "train.log_every", "train.device", "train.threads",
                      "train.eval_every", "train.early_stopping.patience", "train.early_stopping.target",
-                     "decode", "output_dir", "data.train", "data.dev", "data.test")
+                     "decode", "output_dir", "data.train", "data.dev", "data.test", "data.prepared")
 
 
 # ----------------------------------------------------------------------------------- results
@@ -264,7 +265,7 @@ def _duration(seconds: float) -> str:
 @dataclass
 class _Data:
     codec: Codec
-    train: list[Example]
+    train: list[Example] | PreparedCorpus  # memory-mapped shards with data.prepared
     dev_pairs: list[Pair]
     dev: list[Example]
     test_pairs: list[Pair]
@@ -427,10 +428,18 @@ class Trainer:
     def _load_data(self, codec: Codec | None) -> _Data:
         cfg = self.config.data
         corpora = load_corpora(cfg)
-        if codec is None:
-            codec = Codec.build(corpora.train, cfg, warn=self._warn)
-        train, dropped = filter_by_length(codec.encode_pairs(corpora.train), max_src_len=cfg.max_src_len,
-                                          max_tgt_len=cfg.max_tgt_len)
+        train: list[Example] | PreparedCorpus
+        if cfg.prepared is not None:
+            # sha256 of every shard, once per run: seconds for millions of pairs, against a flipped bit
+            # silently training on wrong ids (heed.data.prepared)
+            train, prepared_codec = open_prepared(cfg, verify_hashes=True)
+            codec = codec or prepared_codec
+            dropped = train.dropped
+        else:
+            if codec is None:
+                codec = Codec.build(corpora.train, cfg, warn=self._warn)
+            train, dropped = filter_by_length(codec.encode_pairs(corpora.train), max_src_len=cfg.max_src_len,
+                                              max_tgt_len=cfg.max_tgt_len)
         if not train:
             raise ConfigError(f"every training pair is longer than max_src_len={cfg.max_src_len} or "
                               f"max_tgt_len={cfg.max_tgt_len} tokens; raise them", field="data")
@@ -441,7 +450,12 @@ class Trainer:
             self.console.print(f"[yellow]warning:[/] {escape(message)}")
 
     def _batches(self, epoch: int):
+        """The epoch's batches, a sequence (`len`, `[b]`): a list for raw text, a lazy PreparedEpoch
+        for a prepared corpus. Both are a function of (seed, epoch), so (epoch, batch_in_epoch) resumes."""
         d = self.config.data
+        if isinstance(self.data.train, PreparedCorpus):
+            return self.data.train.batches(batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
+                                           seed=self.config.train.seed, epoch=epoch, pool_sentences=d.pool_sentences)
         return token_batches(self.data.train, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
                              shuffle=True, seed=self.config.train.seed, epoch=epoch)
 
@@ -809,6 +823,8 @@ def data_fingerprint(data: DataConfig) -> dict[str, Any]:
     if data.task is not None:
         return {f"data.{data.task}": getattr(data, data.task).model_dump(mode="json")}
     fingerprint: dict[str, Any] = {}
+    if data.prepared is not None:  # the manifest holds every shard's sha256, checked at the start
+        fingerprint["data.prepared"] = _file_fingerprint(data.prepared / MANIFEST_FILE)
     for split in CORPUS_SPLITS:
         corpus = getattr(data, split)
         for key in CORPUS_PATH_KEYS:
