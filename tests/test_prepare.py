@@ -147,3 +147,18 @@ def test_prepare_command_prints_one_summary_line_and_verify_checks_the_result(ti
     assert str(tmp_path / "run" / "prepared") in lines[0]
     checked = CliRunner().invoke(app, ["prepare", "--verify", str(tmp_path / "run" / "prepared")])
     assert checked.exit_code == 0 and "200 sentence pairs in" in checked.stdout and "sha256" in checked.stdout
+
+
+def test_a_relative_prepared_path_resolves_against_the_config_file_and_is_saved_relative(tmp_path):
+    from heed.config import config_to_dict, load_config
+
+    (tmp_path / "recipes").mkdir()
+    path = tmp_path / "recipes" / "c.yaml"
+    path.write_text("data: {prepared: ../data/prepared}\n")
+    config = load_config(path)
+    assert config.data.prepared == tmp_path / "data" / "prepared"
+    assert config.data.pool_sentences == 1_000_000
+    saved = config_to_dict(config, relative_to=tmp_path / "runs" / "x")
+    assert saved["data"]["prepared"] == "../../data/prepared" and saved["data"]["root"] == "."
+    overridden = load_config(path, ["data.prepared=elsewhere"])
+    assert overridden.data.prepared == Path.cwd() / "elsewhere"

@@ -22,8 +22,8 @@ Verification. Opening always checks every file the manifest lists: present, exac
 manifest says (a truncated or extended file is caught without reading it), and, for shards, an
 array header whose dtype and shape agree with the manifest's counts. With `verify_hashes`, each
 file's sha256 is compared too (a flipped byte); training does that when it starts (sha256 runs at
-about 1-2 GB/s, seconds for a 20M-pair corpus, little beside hours of training), as does
-`heed prepare --verify`. Every failure is a DataError naming the file.
+0.5-2 GB/s on one core: seconds for a 20M-pair corpus of about 1.6 GB, little beside hours of
+training), as does `heed prepare --verify`. Every failure is a DataError naming the file.
 
 Batches. A training epoch reads the corpus in windows of `pool_sentences` consecutive pairs
 (after the length filter), visited in an order shuffled per epoch; each window is batched exactly as
