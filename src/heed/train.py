@@ -11,7 +11,9 @@ atomic checkpoints and exact resume.
 Exact resume: `checkpoints/last` holds the weights, Adam's state, the torch RNG states (dropout),
 the LR schedule, the best metric and patience, and the position (epoch, batches done). Batches come
 from `token_batches(seed, epoch)`, so on resume the epoch's order is rebuilt and the batches already
-done are skipped: a resumed run continues the same loss sequence as one that never stopped.
+done are skipped: a resumed run continues the same loss sequence as one that never stopped. With
+`data.prepared` (heed prepare) the epoch is a lazy `PreparedEpoch` over memory-mapped shards, rebuilt
+from (seed, epoch) the same way (heed.data.prepared).
 
 Safety: the output directory is locked for the run (heed.lock), and nothing is created there before
 the config, device and data are known good. A non-finite loss stops the run with a HeedError naming

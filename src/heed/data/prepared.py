@@ -207,15 +207,22 @@ def _check_manifest_shape(manifest: dict[str, Any]) -> None:
     """KeyError/TypeError/ValueError unless the manifest has the fields the reader relies on."""
     for side in SIDES:
         np.dtype(manifest["dtypes"][side])
-    for entry in manifest["codec_files"].values():
-        int(entry["bytes"]), str(entry["sha256"])
+    entries = list(manifest["codec_files"].values())
     if not isinstance(manifest["shards"], list) or not manifest["shards"]:
         raise ValueError("no shards")
     for shard in manifest["shards"]:
-        int(shard["sentences"]), int(shard["src_tokens"]), int(shard["tgt_tokens"])
-        for part in SHARD_PARTS:
-            entry = shard["files"][part]
-            str(entry["file"]), int(entry["bytes"]), str(entry["sha256"])
+        for key in ("sentences", "src_tokens", "tgt_tokens"):
+            _count(shard[key], key)
+        entries.extend(shard["files"][part] for part in SHARD_PARTS)
+    for entry in entries:
+        _count(entry["bytes"], "bytes")
+        if not isinstance(entry["sha256"], str) or not isinstance(entry.get("file", ""), str):
+            raise TypeError("file names and sha256 sums must be strings")
+
+
+def _count(value: Any, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key} must be a count, got {value!r}")
 
 
 def listed_files(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
