@@ -48,6 +48,7 @@ import hashlib
 import json
 import math
 import random
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,19 +126,20 @@ class ShardWriter:
     def _reset(self) -> None:
         self._ids = {side: np.empty(1024, dtype=self.dtypes[side]) for side in SIDES}
         self._used = {side: 0 for side in SIDES}
-        self._lengths: list[tuple[int, int]] = []
+        self._lengths = array("I")  # src, tgt, src, tgt, ...: 8 bytes a pair, not a tuple's 64
 
     def add(self, src_ids: Sequence[int], tgt_ids: Sequence[int]) -> None:
         """One pair of id lists (no specials)."""
         for side, ids in (("src", src_ids), ("tgt", tgt_ids)):
             used, buffer = self._used[side], self._ids[side]
             if used + len(ids) > len(buffer):
-                grown = np.empty(max(2 * len(buffer), used + len(ids)), dtype=buffer.dtype)
+                # doubling, but never past the shard's bound: a side holds at most shard_tokens ids
+                grown = np.empty(max(min(2 * len(buffer), self.shard_tokens), used + len(ids)), dtype=buffer.dtype)
                 grown[:used] = buffer[:used]
                 self._ids[side] = buffer = grown
             buffer[used : used + len(ids)] = ids
             self._used[side] = used + len(ids)
-        self._lengths.append((len(src_ids), len(tgt_ids)))
+        self._lengths.extend((len(src_ids), len(tgt_ids)))
         if self._used["src"] + self._used["tgt"] >= self.shard_tokens:
             self._flush()
 
@@ -149,7 +151,7 @@ class ShardWriter:
 
     def _flush(self) -> None:
         index = len(self.shards)
-        lengths = np.asarray(self._lengths, dtype=np.int64).reshape(-1, 2)
+        lengths = np.frombuffer(self._lengths, dtype=f"u{self._lengths.itemsize}").astype(np.int64).reshape(-1, 2)
         offsets = np.zeros((len(lengths) + 1, 2), dtype=np.int64)
         np.cumsum(lengths, axis=0, out=offsets[1:])
         length_dtype = np.uint16 if lengths.size == 0 or lengths.max() <= np.iinfo(np.uint16).max else np.uint32
