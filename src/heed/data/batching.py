@@ -133,10 +133,12 @@ def _cut(order: list[int], widths: Sequence[int], batch_tokens: int, max_sentenc
     groups: list[list[int]] = []
     current: list[int] = []
     widest = 0
-    for i in order:
-        width = max(widest, widths[i])
-        full = max_sentences is not None and len(current) >= max_sentences
-        if current and (full or (len(current) + 1) * width > batch_tokens):
+    limit = len(order) + 1 if max_sentences is None else max_sentences
+    for i in order:  # plain comparisons, no max(): this loop runs once per training pair per epoch
+        width = widths[i]
+        if width < widest:
+            width = widest
+        if current and (len(current) >= limit or (len(current) + 1) * width > batch_tokens):
             groups.append(current)
             current, width = [], widths[i]
         current.append(i)
@@ -179,7 +181,9 @@ def plan_batches(
     n = len(src_lengths)
     if n == 0:
         return []
-    widths = [max(s, t) + 1 for s, t in zip(src_lengths, tgt_lengths)]
+    widths = [(s if s > t else t) + 1 for s, t in zip(src_lengths, tgt_lengths)]
+    # (src_len, tgt_len) order as one int: sorting on it is sorting on the pair, without a tuple each
+    keys = [(s << 32) + t for s, t in zip(src_lengths, tgt_lengths)]
     order = list(range(n))
     if shuffle:
         rng.shuffle(order)
@@ -190,7 +194,7 @@ def plan_batches(
     pool = pool_size * per_batch
     groups: list[list[int]] = []
     for start in range(0, n, pool):
-        chunk = sorted(order[start : start + pool], key=lambda i: (src_lengths[i], tgt_lengths[i]))
+        chunk = sorted(order[start : start + pool], key=keys.__getitem__)
         groups.extend(_cut(chunk, widths, batch_tokens, max_sentences))
     if shuffle:
         rng.shuffle(groups)
