@@ -120,7 +120,8 @@ def main() -> None:
         data.mkdir(exist_ok=True)
         started = time.perf_counter()
         write_corpus(data, args.pairs, words=args.words, seed=args.seed)
-        print(f"generated {args.pairs:,} pairs ({disk_mb(data):,.0f} MB of text) in {time.perf_counter() - started:.1f} s")
+        print(f"generated {args.pairs:,} pairs ({disk_mb(data):,.0f} MB of text) "
+              f"in {time.perf_counter() - started:.1f} s")
 
         config = work / "prepare.yaml"
         config.write_text(
@@ -140,7 +141,8 @@ def main() -> None:
         rate = args.pairs / seconds
         print(f"heed prepare: {seconds:.1f} s wall, {rate:,.0f} sentences/s, peak RSS {rss:,.0f} MB, "
               f"{disk_mb(prepared):,.0f} MB on disk\n  {summary}")
-        rows["heed prepare"] = f"| heed prepare | {seconds:,.1f} | {rate:,.0f} | {rss:,.0f} | {disk_mb(prepared):,.0f} |"
+        rows["heed prepare"] = (f"| heed prepare | {seconds:,.1f} | {rate:,.0f} | {rss:,.0f} "
+                                f"| {disk_mb(prepared):,.0f} |")
 
         if args.fairseq_bin is not None:
             tool = args.fairseq_bin / "fairseq-preprocess"
@@ -155,8 +157,8 @@ def main() -> None:
             rate = args.pairs / seconds
             print(f"fairseq-preprocess: {seconds:.1f} s wall, {rate:,.0f} sentences/s, peak RSS {rss:,.0f} MB, "
                   f"{disk_mb(destdir):,.0f} MB on disk")
-            rows["fairseq-preprocess"] = (f"| fairseq-preprocess --workers {args.threads} | {seconds:,.1f} | {rate:,.0f} "
-                                          f"| {rss:,.0f} | {disk_mb(destdir):,.0f} |")
+            rows["fairseq-preprocess"] = (f"| fairseq-preprocess --workers {args.threads} | {seconds:,.1f} "
+                                          f"| {rate:,.0f} | {rss:,.0f} | {disk_mb(destdir):,.0f} |")
 
         if args.steps > 0:
             runs = [("prepared", ["--set", "data.train=null", "--set", f"data.prepared={prepared}"])]

@@ -73,7 +73,8 @@ def test_resume_in_the_middle_of_a_prepared_epoch_continues_the_identical_loss_s
 
     def config(out: str, **train_options):
         return config_from_dict({**prepared_config(raw, directory, pool_sentences=48),  # 5 windows
-                                 "train": {**raw["train"], **common, **train_options}, "output_dir": str(tmp_path / out)})
+                                 "train": {**raw["train"], **common, **train_options},
+                                 "output_dir": str(tmp_path / out)})
 
     straight = train(config("a"))
     train(config("b", max_steps=5))  # stops inside the first epoch, in its second window or later

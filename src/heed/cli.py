@@ -218,7 +218,8 @@ def prepare(
         started = time.perf_counter()
         manifest = read_manifest(verify)
         checked = verify_files(verify, manifest, hashes=True)
-        typer.echo(f"{verify}: {manifest['sentences']:,} sentence pairs in {len(manifest['shards'])} shards match "
+        shards = len(manifest["shards"])
+        typer.echo(f"{verify}: {manifest['sentences']:,} sentence pairs in {shards} shard{'s' * (shards != 1)} match "
                    f"the manifest (sizes and sha256 of {checked / 1e6:,.1f} MB): {time.perf_counter() - started:.1f} s")
         return
     if config is None:

@@ -212,7 +212,8 @@ def build_codec(pairs: Iterator[Pair], config: Config, *, sample_pairs: int, war
             tokenizer = train_tokenizer(spec.kind, (getattr(p, side) for p in sample), vocab_size=spec.vocab_size)
         except ValueError as e:
             raise ConfigError(str(e), field=f"data.tokenizer.{side}") from None
-        if warn is not None and isinstance(tokenizer, SentencePieceTokenizer) and tokenizer.num_pieces < spec.vocab_size:
+        if warn is not None and isinstance(tokenizer, SentencePieceTokenizer) \
+                and tokenizer.num_pieces < spec.vocab_size:
             warn(f"data.tokenizer.{side}.vocab_size is {spec.vocab_size}, but the training corpus supports only "
                  f"{tokenizer.num_pieces} {spec.kind} pieces: the {side} tokenizer has {tokenizer.num_pieces}")
         tokenizers[side] = tokenizer
