@@ -112,6 +112,23 @@ class Ctx:
         os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
         return path
 
+    def prepared(self, name: str = "prepared") -> Path:
+        """The tiny training corpus prepared (heed prepare) into several shards, free to break."""
+        from heed.config import config_from_dict
+        from heed.prepare import prepare
+
+        directory = self.tmp / name
+        prepare(config_from_dict(self.config(self.tmp / "out")), directory, shard_tokens=1500)
+        return directory
+
+    def prepared_config(self, directory: Path) -> Path:
+        """A training config that reads `directory` (a prepared corpus) in place of data.train."""
+        def edit(data: dict) -> None:
+            data["data"].pop("train")
+            data["data"]["prepared"] = str(directory)
+
+        return self.yaml_config("prepared.yaml", edit)
+
     def fifo(self, name: str = "fifo") -> Path:
         path = self.tmp / name
         os.mkfifo(path)
@@ -702,6 +719,139 @@ def _(c: Ctx) -> Call:
     other.mkdir()
     notes = c.file("mine/notes.txt", "keep me\n")
     return Call(["demo", "--output-dir", other, "--quick"], ["mine"], keep=[notes])
+
+
+# --------------------------------------------------------------------------- prepared corpora
+
+
+@case("prepare-corpus-missing")
+def _(c: Ctx) -> Call:
+    return Call(["prepare", c.corpus_config(tsv=c.tmp / "none.tsv"), "-o", c.tmp / "p"], ["none.tsv"])
+
+
+@case("prepare-corpus-fifo-without-writer")
+def _(c: Ctx) -> Call:
+    return Call(["prepare", c.corpus_config(tsv=c.fifo("pairs.tsv")), "-o", c.tmp / "p"], ["pairs.tsv"])
+
+
+@case("prepare-corpus-dev-zero")
+def _(c: Ctx) -> Call:
+    return Call(["prepare", c.corpus_config(tsv="/dev/zero"), "-o", c.tmp / "p"], ["/dev/zero"])
+
+
+@case("prepare-corpus-invalid-utf8")
+def _(c: Ctx) -> Call:
+    bad = c.file("bad.tsv", b"a\tb\n\xc3\x28\tx\n")
+    return Call(["prepare", c.corpus_config(tsv=bad), "-o", c.tmp / "p"], ["bad.tsv:2", "UTF-8"])
+
+
+@case("prepare-into-a-non-empty-directory")
+def _(c: Ctx) -> Call:
+    notes = c.file("mine/notes.txt", "keep me\n")
+    return Call(["prepare", c.yaml_config(), "-o", c.tmp / "mine"], ["mine", "not empty"], keep=[notes, c.tmp / "mine"])
+
+
+@case("prepare-a-generated-task")
+def _(c: Ctx) -> Call:
+    def edit(d: dict) -> None:
+        d["data"] = {"task": "dates"}
+
+    return Call(["prepare", c.yaml_config("task.yaml", edit), "-o", c.tmp / "p"], ["data.task"])
+
+
+@case("prepare-with-split")
+def _(c: Ctx) -> Call:
+    def edit(d: dict) -> None:
+        d["data"].pop("dev")
+        d["data"].pop("test")
+        d["data"]["split"] = {"dev": 5, "test": 5}
+
+    return Call(["prepare", c.yaml_config("split.yaml", edit), "-o", c.tmp / "p"], ["data.split"])
+
+
+@case("prepare-verify-with-a-config")
+def _(c: Ctx) -> Call:
+    return Call(["prepare", c.yaml_config(), "--verify", c.prepared()], ["--verify"])
+
+
+@case("prepare-verify-flipped-byte")
+def _(c: Ctx) -> Call:
+    directory = c.prepared()
+    shard = directory / "shard-00001.tgt.npy"
+    data = bytearray(shard.read_bytes())
+    data[-2] ^= 0x10
+    shard.write_bytes(bytes(data))
+    return Call(["prepare", "--verify", directory], [str(shard), "sha256"], keep=[shard])
+
+
+@case("prepared-and-train-corpus")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["data"].update(prepared=str(c.tmp)))],
+                ["data", "prepared", "train"])
+
+
+@case("prepared-with-copy-attention")
+def _(c: Ctx) -> Call:
+    def edit(data: dict) -> None:
+        data["data"].pop("train")
+        data["data"]["prepared"] = str(c.tmp)
+        data.setdefault("model", {})["copy"] = True
+
+    return Call(["train", c.yaml_config("copy.yaml", edit)], ["model.copy", "prepared corpus"])
+
+
+@case("prepared-not-a-directory")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.prepared_config(c.tmp / "nowhere")], ["nowhere", "no such directory"])
+
+
+@case("prepared-manifest-missing")
+def _(c: Ctx) -> Call:
+    (c.tmp / "empty").mkdir()
+    return Call(["train", c.prepared_config(c.tmp / "empty")], ["manifest.json", "missing"])
+
+
+@case("prepared-shard-truncated")
+def _(c: Ctx) -> Call:
+    directory = c.prepared()
+    shard = directory / "shard-00002.src.npy"
+    shard.write_bytes(shard.read_bytes()[:-7])
+    return Call(["train", c.prepared_config(directory)], [str(shard), "truncated"], keep=[shard])
+
+
+@case("prepared-shard-flipped-byte")
+def _(c: Ctx) -> Call:
+    directory = c.prepared()
+    shard = directory / "shard-00000.src.npy"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0x01
+    shard.write_bytes(bytes(data))
+    return Call(["train", c.prepared_config(directory)], [str(shard), "sha256"], keep=[shard])
+
+
+@case("prepared-shard-missing")
+def _(c: Ctx) -> Call:
+    directory = c.prepared()
+    (directory / "shard-00001.offsets.npy").unlink()
+    return Call(["train", c.prepared_config(directory)], ["shard-00001.offsets.npy", "missing"])
+
+
+@case("prepared-manifest-mismatch")
+def _(c: Ctx) -> Call:
+    import json
+
+    directory = c.prepared()
+    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest["shards"][0]["src_tokens"] += 5
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return Call(["train", c.prepared_config(directory)], [str(directory / "shard-00000.src.npy"), "manifest"])
+
+
+@case("prepared-manifest-not-json")
+def _(c: Ctx) -> Call:
+    directory = c.prepared()
+    (directory / "manifest.json").write_text("{ not json")
+    return Call(["train", c.prepared_config(directory)], ["manifest.json"])
 
 
 # ---------------------------------------------------------------------------------- NumPy engine

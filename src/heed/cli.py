@@ -172,6 +172,85 @@ def train(
         typer.echo(f"model written to {result.model_dir}")
 
 
+# ----------------------------------------------------------------------------------- prepare
+
+
+class _PhaseProgress:
+    """`heed prepare`'s progress: one counting bar per phase ("counting", "writing"), on a terminal only."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.phase: Optional[str] = None
+        self.bar: Optional[_Progress] = None
+
+    def __call__(self, phase: str, pairs: int) -> None:
+        if phase != self.phase:
+            self.close()
+            self.phase = phase
+            self.bar = _Progress(f"sentence pairs {phase}", enabled=self.enabled).__enter__()
+        assert self.bar is not None
+        self.bar.advance(pairs)
+
+    def warn(self, message: str) -> None:
+        (self.bar or _Progress("", enabled=False)).warn(message)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+@app.command()
+@friendly_errors
+def prepare(
+    config: Optional[Path] = typer.Argument(None, help="YAML config whose data.train corpus to prepare."),
+    set_: List[str] = typer.Option([], "--set", metavar="FIELD=VALUE", help="Override a config field (repeatable)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="The directory to write (new or empty; "
+                                          "default: OUTPUT_DIR/prepared)."),
+    tokenizers: Optional[Path] = typer.Option(None, "--tokenizers", help="Reuse the tokenizers and vocabularies in "
+                                              "this directory (a model directory or a prepared corpus)."),
+    sample: int = typer.Option(1_000_000, "--sample", min=1, help="SentencePiece tokenizers train on a uniform "
+                               "sample of at most this many pairs (word and char vocabularies count every pair)."),
+    shard_tokens: int = typer.Option(1 << 25, "--shard-tokens", min=1, help="Close a shard once it holds this many "
+                                     "token ids (both sides)."),
+    verify: Optional[Path] = typer.Option(None, "--verify", help="Instead of preparing: check a prepared corpus's "
+                                          "files against its manifest (sizes and sha256)."),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
+                                            help="Progress bars (default: on a terminal)."),
+) -> None:
+    """Tokenize a training corpus once into memory-mapped shards, for corpora larger than memory;
+    train on them with `data.prepared: DIR` in place of `data.train`. Streams the corpus (twice when
+    tokenizers are trained, once with --tokenizers) and ends with a one-line summary."""
+    import time
+
+    if verify is not None:
+        if config is not None or set_ or output is not None or tokenizers is not None:
+            raise HeedError("--verify DIR checks a prepared corpus; give it alone, without CONFIG or other options")
+        from heed.data.prepared import read_manifest, verify_files
+
+        started = time.perf_counter()
+        manifest = read_manifest(verify)
+        checked = verify_files(verify, manifest, hashes=True)
+        shards = len(manifest["shards"])
+        typer.echo(f"{verify}: {manifest['sentences']:,} sentence pairs in {shards} shard{'s' * (shards != 1)} match "
+                   f"the manifest (sizes and sha256 of {checked / 1e6:,.1f} MB): {time.perf_counter() - started:.1f} s")
+        return
+    if config is None:
+        raise HeedError("give a CONFIG to prepare (or --verify DIR to check a prepared corpus)")
+    from heed.config import load_config
+    from heed.prepare import prepare as run_prepare
+
+    cfg = load_config(config, list(set_))
+    bars = _PhaseProgress(enabled=progress is not False)
+    try:
+        result = run_prepare(cfg, output if output is not None else cfg.output_dir / "prepared",
+                             tokenizers_from=tokenizers, sample_pairs=sample, shard_tokens=shard_tokens,
+                             progress=bars, warn=bars.warn)
+    finally:
+        bars.close()
+    typer.echo(result.summary())
+
+
 # --------------------------------------------------------------------------------- translate
 
 

@@ -3,8 +3,8 @@ YAML, with dotted `--set section.field=value` overrides.
 
 Paths. A relative path written in a config file resolves against *that file's directory*, so a
 config and its data move together: `configs/x.yaml` naming `../data/train.tsv` means
-`data/train.tsv` beside `configs/`. Corpus paths may instead resolve against a data root, so one
-setting points a config at data kept elsewhere; the first given of
+`data/train.tsv` beside `configs/`. Corpus paths (and `data.prepared`) may instead resolve against
+a data root, so one setting points a config at data kept elsewhere; the first given of
   1. `--set data.root=DIR` (against the current directory),
   2. the environment variable HEED_DATA_ROOT (against the current directory),
   3. `data.root:` in the file (against the file's directory),
@@ -47,6 +47,7 @@ CORPUS_SPLITS = ("train", "dev", "test")
 OUTPUT_DIR = "output_dir"
 CORPUS_PATH_KEYS = ("tsv", "src", "tgt")
 DATA_ROOT = "data.root"
+PREPARED = "data.prepared"  # a directory of data: resolved like a corpus path
 DATA_ROOT_ENV = "HEED_DATA_ROOT"
 
 
@@ -147,17 +148,29 @@ class DataConfig(_Strict):
     max_tgt_len: int = Field(100, gt=0)
     batch_tokens: int = Field(4000, gt=0, description="source + target tokens per batch, padding included")
     max_sentences: int | None = Field(None, gt=0)
+    prepared: Path | None = Field(None, description="a directory written by `heed prepare`: training pairs as "
+                                  "memory-mapped token ids, instead of a 'train' corpus (heed.data.prepared)")
+    pool_sentences: int = Field(1_000_000, gt=0, description="with 'prepared': pairs read, shuffled and bucketed "
+                                "together; at least the corpus size gives exactly the batches of raw text")
 
     @model_validator(mode="after")
     def _one_source(self) -> "DataConfig":
         if self.task is not None:
-            given = [name for name in (*CORPUS_SPLITS, "split") if getattr(self, name) is not None]
+            given = [name for name in (*CORPUS_SPLITS, "split", "prepared") if getattr(self, name) is not None]
             if given:
                 raise ValueError(f"task '{self.task}' generates its data; remove '{given[0]}' or set task: null")
             if self.reverse:
                 raise ValueError(f"'reverse' applies to corpora, not to task '{self.task}'")
+        elif self.prepared is not None:
+            if self.train is not None:
+                raise ValueError("'prepared' (made by heed prepare) and 'train' are two sources of training pairs; "
+                                 "keep one (data.prepared or data.train)")
+            if self.split is not None:
+                raise ValueError("'split' holds dev and test out of 'train' in memory; with 'prepared', give 'dev' "
+                                 "and 'test' corpora instead")
         elif self.train is None:
-            raise ValueError("no data: set 'task: dates', or give a 'train:' corpus ({tsv: FILE} or {src:, tgt:})")
+            raise ValueError("no data: set 'task: dates', or give a 'train:' corpus ({tsv: FILE} or {src:, tgt:}), "
+                             "or a 'prepared:' directory")
         if self.split is not None and (self.dev is not None or self.test is not None):
             raise ValueError("'split' holds dev and test out of 'train'; remove it or remove 'dev'/'test'")
         return self
@@ -340,6 +353,12 @@ def config_from_dict(raw: dict[str, Any], *, source: str | os.PathLike[str] | No
     except ValidationError as e:
         raise _config_error(e, source=source, overridden=overridden) from None
     config.data.root = None
+    if config.model.copy and config.data.prepared is not None:
+        # Prepared shards keep source ids of the source vocabulary, where every unknown word is one
+        # <unk>: the words a copy model copies are gone (heed.data.extended needs the source text).
+        raise ConfigError("copy attention needs the source words, and a prepared corpus keeps only their ids; "
+                          "train a copy model on raw text (data.train)", field="model.copy",
+                          path="--set" if any(k.startswith(("model", "data")) for k in overridden) else source)
     problem = decode_length_problem(config.decode)
     if problem is not None:
         from_override = any(key in ("decode", "decode.max_len_a", "decode.max_len_b") for key in overridden)
@@ -359,7 +378,7 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = yamlio.parse(text) if text.strip() else None
     except yamlio.YamlError as e:
         raise ConfigError(f"cannot parse value '{text}' ({e.problem})", field=key, path="--set") from None
-    if (_is_corpus_path(key) or key in (OUTPUT_DIR, DATA_ROOT)) and isinstance(value, str):
+    if (_is_corpus_path(key) or key in (OUTPUT_DIR, DATA_ROOT, PREPARED)) and isinstance(value, str):
         value = os.path.abspath(value)
     elif key.count(".") == 1 and key.split(".")[0] == "data" and key.split(".")[1] in CORPUS_SPLITS \
             and isinstance(value, dict):
@@ -385,6 +404,9 @@ def config_to_dict(config: Config, *, relative_to: str | os.PathLike[str] | None
                 if corpus and corpus.get(key) is not None:
                     corpus[key] = rel(corpus[key])
                     data["data"]["root"] = "."
+        if data["data"].get("prepared") is not None:
+            data["data"]["prepared"] = rel(data["data"]["prepared"])
+            data["data"]["root"] = "."
         data[OUTPUT_DIR] = rel(data[OUTPUT_DIR])
     return data
 
@@ -440,6 +462,9 @@ def _resolve_paths(raw: dict[str, Any], base: Path, root: Path) -> dict[str, Any
         raw[OUTPUT_DIR] = os.path.abspath(base / output_dir)
     data = raw.get("data")
     if isinstance(data, dict):
+        prepared = data.get("prepared")
+        if isinstance(prepared, str) and not os.path.isabs(prepared):
+            data["prepared"] = os.path.abspath(root / prepared)
         for split in CORPUS_SPLITS:
             corpus = data.get(split)
             if isinstance(corpus, dict):

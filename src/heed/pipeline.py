@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, DATA_ROOT_ENV, DataConfig
-from heed.data.corpus import Pair, load_pairs, normalize
+from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, DATA_ROOT_ENV, CorpusConfig, DataConfig
+from heed.data.corpus import Pair, normalize, read_parallel, read_tsv
 from heed.data.dates import generate_dates
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
 from heed.data.names import generate_names
+from heed.data.prepared import PreparedCorpus
 from heed.data.tokenize import SentencePieceTokenizer, Tokenizer, load_tokenizer, spm_model_path, train_tokenizer
 from heed.data.vocab import SPECIALS, Vocab
 from heed.errors import ConfigError, DataError, ModelDirError
@@ -53,16 +54,14 @@ def load_corpora(data: DataConfig) -> Corpora:
         names = generate_names(n_train=n.n_train, n_dev=n.n_dev, n_test=n.n_test, seed=n.seed,
                                train_names=n.train_names, heldout_names=n.heldout_names)
         return Corpora(*([e.pair for e in split] for split in names))
-    assert data.train is not None  # the config validator guarantees it
-    _check_corpus_files(data)
+    check_corpus_files(data)
 
-    def read(corpus) -> list[Pair]:
-        if corpus is None:
-            return []
-        return load_pairs(tsv=corpus.tsv, src=corpus.src, tgt=corpus.tgt, reverse=data.reverse)
+    def read(corpus: CorpusConfig | None) -> list[Pair]:
+        return [] if corpus is None else list(iter_pairs(corpus, reverse=data.reverse))
 
-    train = read(data.train)
+    train = read(data.train)  # none with data.prepared: training reads the shards (open_prepared)
     if data.split is not None:
+        assert data.train is not None  # the config validator guarantees it
         # The file the source sentences (after `reverse`) come from: the one the counts are about.
         source = data.train.tsv or (data.train.tgt if data.reverse else data.train.src)
         return split_corpus(train, dev=data.split.dev, test=data.split.test, seed=data.split.seed,
@@ -70,7 +69,15 @@ def load_corpora(data: DataConfig) -> Corpora:
     return Corpora(train, read(data.dev), read(data.test))
 
 
-def _check_corpus_files(data: DataConfig) -> None:
+def iter_pairs(corpus: CorpusConfig, *, reverse: bool) -> Iterator[Pair]:
+    """Stream a corpus's pairs (one line in memory at a time); `reverse` swaps the sides."""
+    if corpus.tsv is not None:
+        return read_tsv(corpus.tsv, reverse=reverse)
+    assert corpus.src is not None and corpus.tgt is not None  # the config validator guarantees it
+    return read_parallel(corpus.tgt, corpus.src) if reverse else read_parallel(corpus.src, corpus.tgt)
+
+
+def check_corpus_files(data: DataConfig) -> None:
     """A missing corpus file is a DataError saying how to point the config at its data, raised
     before any file is read (a missing test file should not wait for minutes of reading train)."""
     for split in CORPUS_SPLITS:
@@ -305,3 +312,49 @@ def _check_kind(directory: Path, side: str, spec: dict, vocab: Vocab, expected: 
         if longer is not None:
             raise ModelDirError(f"{path}: the {side} tokenizer's kind is 'char', but {side}.vocab.json holds "
                                 f"multi-character tokens such as {longer!r}; the kind was edited, restore it")
+
+
+# ------------------------------------------------------------------------------ prepared corpora
+
+# Settings a prepared corpus was tokenized with: the config that trains on it must say the same,
+# or the saved config would describe a tokenizer the model never saw.
+PREPARED_SETTINGS = ("tokenizer", "vocab", "reverse")
+
+
+def open_prepared(data: DataConfig, *, verify_hashes: bool) -> tuple[PreparedCorpus, Codec]:
+    """The prepared corpus at `data.prepared` (files checked against its manifest: sizes always,
+    sha256 with `verify_hashes`), filtered by `data.max_src_len`/`max_tgt_len`, and the Codec it was
+    written with. A ConfigError names the field when the config's tokenizer, vocabulary or
+    `reverse` settings differ from those the corpus was prepared with."""
+    assert data.prepared is not None
+    corpus = PreparedCorpus(data.prepared, max_src_len=data.max_src_len, max_tgt_len=data.max_tgt_len,
+                            verify_hashes=verify_hashes)
+    made_with = corpus.manifest.get("data", {})
+    now = data.model_dump(mode="json")
+    for key in PREPARED_SETTINGS:
+        for field, value in _leaves(now.get(key), f"data.{key}"):
+            then = _get_dotted(made_with, field.split(".")[1:])
+            if then != value:
+                raise ConfigError(f"is {value!r} but the prepared corpus {data.prepared} was made with {then!r}; "
+                                  f"set it to {then!r}, or prepare the corpus again", field=field)
+    try:
+        codec = Codec.load(data.prepared, data=data)
+    except ModelDirError as e:
+        raise DataError(str(e)) from None
+    return corpus, codec
+
+
+def _leaves(value: object, prefix: str) -> Iterator[tuple[str, object]]:
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from _leaves(child, f"{prefix}.{key}")
+    else:
+        yield prefix, value
+
+
+def _get_dotted(data: object, parts: Sequence[str]) -> object:
+    for part in parts:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data

@@ -11,7 +11,9 @@ atomic checkpoints and exact resume.
 Exact resume: `checkpoints/last` holds the weights, Adam's state, the torch RNG states (dropout),
 the LR schedule, the best metric and patience, and the position (epoch, batches done). Batches come
 from `token_batches(seed, epoch)`, so on resume the epoch's order is rebuilt and the batches already
-done are skipped: a resumed run continues the same loss sequence as one that never stopped.
+done are skipped: a resumed run continues the same loss sequence as one that never stopped. With
+`data.prepared` (heed prepare) the epoch is a lazy `PreparedEpoch` over memory-mapped shards, rebuilt
+from (seed, epoch) the same way (heed.data.prepared).
 
 Safety: the output directory is locked for the run (heed.lock), and nothing is created there before
 the config, device and data are known good. A non-finite loss stops the run with a HeedError naming
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -90,13 +91,14 @@ from heed.distributed import (
     run_on_main,
     updates_in,
 )
+from heed.data.prepared import MANIFEST_FILE, PreparedCorpus
 from heed.errors import ConfigError, HeedError, ModelDirError
 from heed.evaluate import Scores, evaluate
 from heed.files import atomic_write_text
 from heed.lock import RunLock
 from heed.nn.build import build_model
 from heed.nn.seq2seq import Seq2Seq
-from heed.pipeline import Codec, Corpora, Example, load_corpora, write_heldout
+from heed.pipeline import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
 from heed.runtime import check_bf16, default_bf16, limit_onednn_cache, resolve_device, torch_threads
 from heed.search import DecodeConfig, translate_ids
 
@@ -105,7 +107,7 @@ HIGHER_IS_BETTER = {"bleu": True, "exact_match": True, "loss": False}
 RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.max_minutes", "train.log_every", "train.device",
                      "train.threads", "train.backend",
                      "train.eval_every", "train.early_stopping.patience", "train.early_stopping.target",
-                     "decode", "output_dir", "data.train", "data.dev", "data.test")
+                     "decode", "output_dir", "data.train", "data.dev", "data.test", "data.prepared")
 
 
 # ----------------------------------------------------------------------------------- results
@@ -295,7 +297,7 @@ def _duration(seconds: float) -> str:
 @dataclass
 class _Data:
     codec: Codec
-    train: list[Example]
+    train: list[Example] | PreparedCorpus  # memory-mapped shards with data.prepared
     dev_pairs: list[Pair]
     dev: list[Example]
     test_pairs: list[Pair]
@@ -522,10 +524,18 @@ class Trainer:
     def _load_data(self, codec: Codec | None) -> _Data:
         cfg = self.config.data
         corpora = load_corpora(cfg)
-        if codec is None:
-            codec = Codec.build(corpora.train, cfg, warn=self._warn, copy=self.config.model.copy)
-        train, dropped = filter_by_length(codec.encode_pairs(corpora.train), max_src_len=cfg.max_src_len,
-                                          max_tgt_len=cfg.max_tgt_len)
+        train: list[Example] | PreparedCorpus
+        if cfg.prepared is not None:
+            # sha256 of every shard, once per run: seconds for millions of pairs, against a flipped bit
+            # silently training on wrong ids (heed.data.prepared)
+            train, prepared_codec = open_prepared(cfg, verify_hashes=True)
+            codec = codec or prepared_codec
+            dropped = train.dropped
+        else:
+            if codec is None:
+                codec = Codec.build(corpora.train, cfg, warn=self._warn, copy=self.config.model.copy)
+            train, dropped = filter_by_length(codec.encode_pairs(corpora.train), max_src_len=cfg.max_src_len,
+                                              max_tgt_len=cfg.max_tgt_len)
         if not train:
             raise ConfigError(f"every training pair is longer than max_src_len={cfg.max_src_len} or "
                               f"max_tgt_len={cfg.max_tgt_len} tokens; raise them", field="data")
@@ -536,7 +546,12 @@ class Trainer:
             self.console.print(f"[yellow]warning:[/] {escape(message)}")
 
     def _batches(self, epoch: int):
+        """The epoch's batches, a sequence (`len`, `[b]`): a list for raw text, a lazy PreparedEpoch
+        for a prepared corpus. Both are a function of (seed, epoch), so (epoch, batch_in_epoch) resumes."""
         d = self.config.data
+        if isinstance(self.data.train, PreparedCorpus):
+            return self.data.train.batches(batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
+                                           seed=self.config.train.seed, epoch=epoch, pool_sentences=d.pool_sentences)
         return token_batches(self.data.train, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
                              shuffle=True, seed=self.config.train.seed, epoch=epoch)
 
@@ -616,7 +631,8 @@ class Trainer:
                 if batches is None:
                     batches = self._batches(state.epoch)
                 # Resumed mid-epoch: skip the batches done; an update's W * k batches start at a multiple of W * k.
-                remaining = itertools.islice(batches, state.batch_in_epoch, None)
+                # By index, so a lazy prepared epoch builds only the batches still to train on.
+                remaining = (batches[b] for b in range(state.batch_in_epoch, len(batches)))
                 for share in rank_shares(remaining, world=world, accumulate=accumulate):
                     self._step(share, window)
                     state.step += 1
@@ -1003,6 +1019,8 @@ def data_fingerprint(data: DataConfig) -> dict[str, Any]:
     if data.task is not None:
         return {f"data.{data.task}": getattr(data, data.task).model_dump(mode="json")}
     fingerprint: dict[str, Any] = {}
+    if data.prepared is not None:  # the manifest holds every shard's sha256, checked at the start
+        fingerprint["data.prepared"] = _file_fingerprint(data.prepared / MANIFEST_FILE)
     for split in CORPUS_SPLITS:
         corpus = getattr(data, split)
         for key in CORPUS_PATH_KEYS:

@@ -126,27 +126,78 @@ def collate(examples: Sequence[Example], indices: Sequence[int]) -> Batch:
     )
 
 
-def _width(example: Example) -> int:
-    """Padded width an example needs: the longer of src + EOS and BOS + tgt."""
-    return max(len(example[0]), len(example[1])) + 1
-
-
-def _cut(order: list[int], examples: Sequence[Example], batch_tokens: int, max_sentences: int | None) -> list[list[int]]:
+def _cut(order: list[int], widths: Sequence[int], batch_tokens: int, max_sentences: int | None) -> list[list[int]]:
     """Greedily cut `order` into runs with len(run) * max width <= batch_tokens (and at most
-    max_sentences); an example over the budget on its own becomes a batch of one."""
+    max_sentences); an example over the budget on its own becomes a batch of one. `widths[i]`:
+    the padded width example i needs, the longer of src + EOS and BOS + tgt."""
     groups: list[list[int]] = []
     current: list[int] = []
     widest = 0
-    for i in order:
-        width = max(widest, _width(examples[i]))
-        full = max_sentences is not None and len(current) >= max_sentences
-        if current and (full or (len(current) + 1) * width > batch_tokens):
+    limit = len(order) + 1 if max_sentences is None else max_sentences
+    for i in order:  # plain comparisons, no max(): this loop runs once per training pair per epoch
+        width = widths[i]
+        if width < widest:
+            width = widest
+        if current and (len(current) >= limit or (len(current) + 1) * width > batch_tokens):
             groups.append(current)
-            current, width = [], _width(examples[i])
+            current, width = [], widths[i]
         current.append(i)
         widest = width
     if current:
         groups.append(current)
+    return groups
+
+
+def epoch_rng(seed: int, epoch: int) -> random.Random:
+    """The one source of batching randomness for (seed, epoch)."""
+    return random.Random(seed * 1_000_003 + epoch)
+
+
+def check_batching(*, batch_tokens: int, max_sentences: int | None, pool_size: int = 100) -> None:
+    """ValueError for a batching setting out of range."""
+    if batch_tokens < 1:
+        raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
+    if max_sentences is not None and max_sentences < 1:
+        raise ValueError(f"max_sentences must be >= 1 or None, got {max_sentences}")
+    if pool_size < 1:
+        raise ValueError(f"pool_size must be >= 1, got {pool_size}")
+
+
+def plan_batches(
+    src_lengths: Sequence[int],
+    tgt_lengths: Sequence[int],
+    *,
+    batch_tokens: int,
+    max_sentences: int | None,
+    shuffle: bool,
+    rng: random.Random,
+    pool_size: int = 100,
+) -> list[list[int]]:
+    """`token_batches` on lengths alone: each batch as a list of example positions, in batch order.
+
+    `src_lengths[i]`, `tgt_lengths[i]`: ids of example i, without specials. Draws from `rng` in a
+    fixed sequence (the example shuffle, then the batch shuffle), so the same lengths and rng state
+    give the same plan; a prepared corpus plans each window of its shards with it."""
+    n = len(src_lengths)
+    if n == 0:
+        return []
+    widths = [(s if s > t else t) + 1 for s, t in zip(src_lengths, tgt_lengths)]
+    # (src_len, tgt_len) order as one int: sorting on it is sorting on the pair, without a tuple each
+    keys = [(s << 32) + t for s, t in zip(src_lengths, tgt_lengths)]
+    order = list(range(n))
+    if shuffle:
+        rng.shuffle(order)
+    mean_width = sum(widths) / n
+    per_batch = max(1, int(batch_tokens // mean_width))
+    if max_sentences is not None:
+        per_batch = min(per_batch, max_sentences)
+    pool = pool_size * per_batch
+    groups: list[list[int]] = []
+    for start in range(0, n, pool):
+        chunk = sorted(order[start : start + pool], key=keys.__getitem__)
+        groups.extend(_cut(chunk, widths, batch_tokens, max_sentences))
+    if shuffle:
+        rng.shuffle(groups)
     return groups
 
 
@@ -171,29 +222,10 @@ def token_batches(
 
     Every example lands in exactly one batch; `Batch.indices` points back into `examples`.
     """
-    if batch_tokens < 1:
-        raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
-    if max_sentences is not None and max_sentences < 1:
-        raise ValueError(f"max_sentences must be >= 1 or None, got {max_sentences}")
-    if pool_size < 1:
-        raise ValueError(f"pool_size must be >= 1, got {pool_size}")
-    if not examples:
-        return []
-    rng = random.Random(seed * 1_000_003 + epoch)
-    order = list(range(len(examples)))
-    if shuffle:
-        rng.shuffle(order)
-    mean_width = sum(_width(e) for e in examples) / len(examples)
-    per_batch = max(1, int(batch_tokens // mean_width))
-    if max_sentences is not None:
-        per_batch = min(per_batch, max_sentences)
-    pool = pool_size * per_batch
-    groups: list[list[int]] = []
-    for start in range(0, len(order), pool):
-        chunk = sorted(order[start : start + pool], key=lambda i: (len(examples[i][0]), len(examples[i][1])))
-        groups.extend(_cut(chunk, examples, batch_tokens, max_sentences))
-    if shuffle:
-        rng.shuffle(groups)
+    check_batching(batch_tokens=batch_tokens, max_sentences=max_sentences, pool_size=pool_size)
+    groups = plan_batches([len(s) for s, _ in examples], [len(t) for _, t in examples], batch_tokens=batch_tokens,
+                          max_sentences=max_sentences, shuffle=shuffle, rng=epoch_rng(seed, epoch),
+                          pool_size=pool_size)
     return [collate([examples[i] for i in g], g) for g in groups]
 
 

@@ -42,16 +42,20 @@ class Vocab:
         """Count tokens and keep those seen at least `min_freq` times, the `max_size` most frequent
         (specials not counted in `max_size`). Order: frequency descending, then token, so the same
         data always gives the same ids."""
+        counts: Counter[str] = Counter()
+        for tokens in token_lists:
+            counts.update(tokens)
+        return cls.from_counts(counts, min_freq=min_freq, max_size=max_size)
+
+    @classmethod
+    def from_counts(cls, counts: Counter[str], *, min_freq: int = 1, max_size: int | None = None) -> Vocab:
+        """`build` from token counts already made (e.g. counted while streaming a corpus)."""
         if min_freq < 1:
             raise ValueError(f"min_freq must be >= 1, got {min_freq}")
         if max_size is not None and max_size < 0:
             raise ValueError(f"max_size must be >= 0 or None, got {max_size}")
-        counts: Counter[str] = Counter()
-        for tokens in token_lists:
-            counts.update(tokens)
-        for special in SPECIALS:
-            counts.pop(special, None)
-        kept = sorted((t for t, c in counts.items() if c >= min_freq), key=lambda t: (-counts[t], t))
+        kept = sorted((t for t, c in counts.items() if c >= min_freq and t not in SPECIALS),
+                      key=lambda t: (-counts[t], t))
         if max_size is not None:
             kept = kept[:max_size]
         return cls([*SPECIALS, *kept])

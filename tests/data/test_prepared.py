@@ -1,0 +1,160 @@
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from heed.data.batching import filter_by_length, token_batches
+from heed.data.prepared import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    PreparedCorpus,
+    ShardWriter,
+    file_digest,
+    id_dtype,
+    read_manifest,
+    shard_file,
+    verify_files,
+    write_manifest,
+)
+from heed.errors import DataError
+
+
+def examples(n: int = 300, seed: int = 0, vocab: int = 300) -> list[tuple[list[int], list[int]]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        length = rng.randint(0, 30)
+        out.append(([rng.randrange(4, vocab) for _ in range(length)],
+                    [rng.randrange(4, vocab) for _ in range(max(1, length + rng.randint(-3, 3)))]))
+    return out
+
+
+def write_corpus(directory: Path, pairs, *, shard_tokens: int = 1000, vocab: int = 300) -> Path:
+    """A prepared corpus of id pairs (no tokenizer files), as heed.prepare writes its shards."""
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = ShardWriter(directory, src_dtype=id_dtype(vocab), tgt_dtype=id_dtype(vocab), shard_tokens=shard_tokens)
+    for src, tgt in pairs:
+        writer.add(src, tgt)
+    shards = writer.close()
+    write_manifest(directory, {"format": FORMAT, "format_version": FORMAT_VERSION, "sentences": len(pairs),
+                               "dtypes": {s: writer.dtypes[s].name for s in ("src", "tgt")}, "codec_files": {},
+                               "shards": shards})
+    return directory
+
+
+def same_batches(a, b) -> bool:
+    return len(a) == len(b) and all(
+        x.src.equal(y.src) and x.tgt_in.equal(y.tgt_in) and x.tgt_out.equal(y.tgt_out) and x.indices.equal(y.indices)
+        for x, y in zip(a, b))
+
+
+def test_id_dtype_is_the_smallest_unsigned_type_that_holds_the_vocabulary():
+    assert [id_dtype(n).name for n in (4, 256, 257, 65536, 65537)] == ["uint8", "uint8", "uint16", "uint16", "uint32"]
+
+
+def test_pairs_round_trip_through_several_shards(tmp_path):
+    pairs = examples()
+    corpus = PreparedCorpus(write_corpus(tmp_path, pairs))
+    assert len(corpus.shards) > 3
+    assert all(len(s.src) + len(s.tgt) < 1000 + 2 * 34 for s in corpus.shards)  # closed at the bound
+    assert corpus.shards[0].src.dtype == np.uint16 and isinstance(corpus.shards[0].src, np.memmap)
+    assert list(corpus.examples()) == pairs
+    assert (len(corpus), corpus.dropped) == (300, 0)
+
+
+def test_the_manifest_records_each_files_size_and_sha256(tmp_path):
+    directory = write_corpus(tmp_path, examples(50))
+    manifest = read_manifest(directory)
+    entry = manifest["shards"][0]["files"]["src"]
+    assert entry["file"] == shard_file(0, "src") == "shard-00000.src.npy"
+    assert (entry["bytes"], entry["sha256"]) == file_digest(directory / entry["file"])
+    assert sum(s["sentences"] for s in manifest["shards"]) == 50
+
+
+@pytest.mark.parametrize("max_src_len", [None, 20])
+def test_a_window_as_large_as_the_corpus_gives_exactly_the_batches_of_token_batches(tmp_path, max_src_len):
+    pairs = examples()
+    corpus = PreparedCorpus(write_corpus(tmp_path, pairs), max_src_len=max_src_len, max_tgt_len=25)
+    kept, dropped = filter_by_length(pairs, max_src_len=max_src_len, max_tgt_len=25)
+    assert (len(corpus), corpus.dropped) == (len(kept), dropped) and dropped > 0
+    for epoch in range(3):
+        raw = token_batches(kept, batch_tokens=200, shuffle=True, seed=5, epoch=epoch)
+        prepared = corpus.batches(batch_tokens=200, max_sentences=None, seed=5, epoch=epoch, pool_sentences=len(kept))
+        assert same_batches(raw, prepared)
+
+
+def test_a_smaller_window_gives_every_pair_once_in_bucketed_batches_of_nearby_pairs(tmp_path):
+    pairs = examples(400)
+    corpus = PreparedCorpus(write_corpus(tmp_path, pairs))
+    epochs = [corpus.batches(batch_tokens=150, max_sentences=8, seed=1, epoch=e, pool_sentences=64) for e in range(2)]
+    for batches in epochs:
+        indices = [i for b in batches for i in b.indices.tolist()]
+        assert sorted(indices) == list(range(400))
+        for b in batches:
+            assert len({i // 64 for i in b.indices.tolist()}) == 1  # one window per batch
+            assert b.size <= 8 and (b.size == 1 or b.size * max(b.src.size(1), b.tgt_out.size(1)) <= 150)
+            for row, i in enumerate(b.indices.tolist()):
+                assert b.src[row, : b.src_lengths[row] - 1].tolist() == pairs[i][0]
+    first = [b.indices.tolist() for b in epochs[0]]
+    assert first != [b.indices.tolist() for b in epochs[1]]
+    again = corpus.batches(batch_tokens=150, max_sentences=8, seed=1, epoch=0, pool_sentences=64)
+    assert [b.indices.tolist() for b in again] == first
+
+
+def test_any_batch_can_be_read_first_as_a_resumed_run_does(tmp_path):
+    corpus = PreparedCorpus(write_corpus(tmp_path, examples(400)))
+    in_order = list(corpus.batches(batch_tokens=150, max_sentences=None, seed=3, epoch=1, pool_sentences=50))
+    for b in (len(in_order) - 1, len(in_order) // 2, 7):
+        fresh = corpus.batches(batch_tokens=150, max_sentences=None, seed=3, epoch=1, pool_sentences=50)
+        assert same_batches(fresh[b:], in_order[b:])
+
+
+def test_a_truncated_shard_is_caught_by_its_size_naming_the_file(tmp_path):
+    directory = write_corpus(tmp_path, examples(100))
+    path = directory / "shard-00001.tgt.npy"
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(DataError, match=r"shard-00001\.tgt\.npy: .*truncated"):
+        PreparedCorpus(directory)
+
+
+def test_a_flipped_byte_is_caught_when_hashes_are_verified(tmp_path):
+    directory = write_corpus(tmp_path, examples(100))
+    path = directory / "shard-00000.src.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+    PreparedCorpus(directory)  # sizes still match: only hashing sees it
+    with pytest.raises(DataError, match=r"shard-00000\.src\.npy: sha256 differs"):
+        PreparedCorpus(directory, verify_hashes=True)
+
+
+def test_a_manifest_that_disagrees_with_a_shard_names_the_shard_file(tmp_path):
+    directory = write_corpus(tmp_path, examples(100))
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    manifest["shards"][1]["sentences"] -= 1
+    (directory / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=r"shard-00001\.offsets\.npy: holds int64 \(\d+, 2\) but the manifest says"):
+        PreparedCorpus(directory, verify_hashes=True)
+
+
+def test_a_missing_shard_or_manifest_is_named(tmp_path):
+    directory = write_corpus(tmp_path / "c", examples(100))
+    (directory / "shard-00002.lengths.npy").unlink()
+    with pytest.raises(DataError, match=r"shard-00002\.lengths\.npy: missing"):
+        verify_files(directory, read_manifest(directory), hashes=False)
+    (directory / MANIFEST_FILE).unlink()
+    with pytest.raises(DataError, match=r"manifest\.json: missing"):
+        PreparedCorpus(directory)
+    with pytest.raises(DataError, match="no such directory"):
+        PreparedCorpus(tmp_path / "nowhere")
+
+
+def test_a_manifest_of_another_format_version_is_refused(tmp_path):
+    directory = write_corpus(tmp_path, examples(10))
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    (directory / MANIFEST_FILE).write_text(json.dumps({**manifest, "format_version": 99}))
+    with pytest.raises(DataError, match="format version 99"):
+        PreparedCorpus(directory)
