@@ -74,12 +74,20 @@ from heed.nn.build import build_model
 from heed.nn.loss import generator_loss
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec, Corpora, Example, load_corpora, write_heldout
-from heed.runtime import check_bf16, default_bf16, limit_onednn_cache, resolve_device, torch_threads
+from heed.runtime import (
+    check_bf16,
+    compiler_problem,
+    default_bf16,
+    limit_onednn_cache,
+    resolve_device,
+    torch_threads,
+)
 from heed.search import DecodeConfig, translate_ids
 
 HIGHER_IS_BETTER = {"bleu": True, "exact_match": True, "loss": False}
 # Fields a resumed run may change; any other difference from the checkpoint's config is an error.
 RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.max_minutes", "train.log_every", "train.device", "train.threads",
+                     "train.compile",
                      "train.eval_every", "train.early_stopping.patience", "train.early_stopping.target",
                      "decode", "output_dir", "data.train", "data.dev", "data.test")
 
@@ -332,6 +340,7 @@ class Trainer:
         # at each log line and before each save.
         self._check_loss_every_step = self.device.type == "cpu"
         self._last_saved: int | None = None  # step of checkpoints/last, once there is one
+        self._compiled = False  # the forward pass runs under torch.compile (train.compile, and a compiler)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -366,6 +375,7 @@ class Trainer:
                     schedule.load_state_dict(state.schedule)
             state.data = fingerprint
             self.model, self.optimizer, self.schedule, self.state = model, optimizer, schedule, state
+            self._forward_features = self._features_function(model)
             return self._loop(started, resumed_from=None if checkpoint is None else checkpoint.directory)
 
     # -- setup ----------------------------------------------------------------------------
@@ -491,7 +501,9 @@ class Trainer:
         self.log = log
         n_params = sum(p.numel() for p in self.model.parameters())
         log.say(f"{'resuming at step ' + str(state.step) if resumed else 'training'} on {self.device}"
-                f"{' (bf16 autocast)' if self.bf16 else ''}: {n_params:,} parameters; "
+                f"{' (bf16 autocast)' if self.bf16 else ''}"
+                f"{' (torch.compile: each new target length compiles first)' if self._compiled else ''}: "
+                f"{n_params:,} parameters; "
                 f"{len(data.train):,} train pairs ({data.dropped:,} over the length limits dropped), "
                 f"{len(data.dev):,} dev, {len(data.test_pairs):,} test; vocab {len(data.codec.src_vocab):,} "
                 f"src / {len(data.codec.tgt_vocab):,} tgt; {per_epoch:,} batches per epoch")
@@ -561,6 +573,19 @@ class Trainer:
                            self.metric, state.best_value, state.best_step, stop, last_dev, test,
                            time.perf_counter() - started, self._stop_signal if stop == "interrupted" else None)
 
+    def _features_function(self, model: Seq2Seq):
+        """The training step's forward pass: `model.forward_features`, compiled with `train.compile`
+        where torch.compile can build kernels (else one line says why and training runs eagerly)."""
+        if not self.config.train.compile:
+            return model.forward_features
+        problem = compiler_problem()
+        if problem is not None:
+            if self.console is not None:
+                self.console.print(f"train.compile: {problem}; training eagerly", markup=False, highlight=False)
+            return model.forward_features
+        self._compiled = True
+        return model.compiled_forward_features()
+
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.bf16:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
@@ -582,7 +607,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with self._autocast():
-            features = self.model.forward_features(batch.src, batch.src_lengths, batch.tgt_in).features
+            features = self._forward_features(batch.src, batch.src_lengths, batch.tgt_in).features
             loss_sum = generator_loss(features, self.model.decoder.generator, batch.tgt_out, ignore_index=PAD,
                                       label_smoothing=cfg.label_smoothing)
         self.optimizer.zero_grad(set_to_none=True)

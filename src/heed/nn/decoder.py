@@ -199,9 +199,12 @@ class LuongDecoder(_RNNDecoder):
     def fusable(self, tgt_in: Tensor) -> bool:
         """Whether the teacher-forced pass can run as one hand-written autograd node
         (heed.nn.feeding): input feeding, LSTM, a dot-product score over the whole source (not
-        local-p's window), on the CPU. On CUDA the step loop stays until the fused pass is measured there."""
+        local-p's window), on the CPU. On CUDA the step loop stays until the fused pass is measured there.
+        Not under torch.compile: inductor fuses the step loop itself, and the hand-written node is
+        opaque to it (Seq2Seq.compiled_forward_features)."""
         return (self.input_feeding and isinstance(self.rnn, nn.LSTM) and not tgt_in.is_cuda
-                and self.attention.score in ("dot", "general", "scaled_dot") and self.attention.window is None)
+                and self.attention.score in ("dot", "general", "scaled_dot") and self.attention.window is None
+                and not torch.compiler.is_compiling())
 
     def forward_fused(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                       need_attention: bool = True) -> DecoderFeatures:

@@ -1,12 +1,19 @@
 """The encoder-decoder: encode once, then decode teacher-forced (training) or step by step (search)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import NamedTuple
 
 from torch import Tensor, nn
 
 from heed.nn.decoder import DecoderFeatures, DecoderState, DecoderStep, _RNNDecoder
 from heed.nn.encoder import Bridge, EncoderOutput, RNNEncoder
+from heed.runtime import compile_function
+
+# Target lengths the compiled teacher-forced pass is specialised for (each a compile of 10-30 s);
+# batches of further lengths run the eager pass. The dates task has one; a corpus has dozens.
+COMPILED_TARGET_LENGTHS = 8
 
 
 class Seq2SeqOutput(NamedTuple):
@@ -58,4 +65,33 @@ class Seq2Seq(nn.Module):
         dropout applied. The trainer turns them into the loss with heed.nn.loss.generator_loss
         (through `self.decoder.generator`), which never materialises the logits."""
         enc = self.encode(src, src_lengths)
+        return self.decoder.forward_features(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
+
+    def compiled_forward_features(self) -> Callable[..., DecoderFeatures]:
+        """`forward_features` with the decoder's teacher-forced pass under torch.compile (inductor):
+        the step loop, the bridge and the attention become one graph, forward and backward, with
+        the element-wise work of every step fused into a few C++ kernels. The encoder stays eager:
+        it makes one oneDNN RNN call per source length (heed.nn.encoder), chosen on the host.
+
+        Batch and source lengths are dynamic; each target length compiles once, for the first
+        COMPILED_TARGET_LENGTHS lengths met, and batches of other lengths run the eager pass. The
+        module itself is not wrapped, so its state_dict keys stay those of the eager model."""
+        decoder_pass = compile_function(self._decoder_features)
+        compiled_lengths: set[int] = set()
+
+        def forward_features(src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
+                             need_attention: bool = False) -> DecoderFeatures:
+            enc = self.encode(src, src_lengths)
+            steps = tgt_in.size(1)
+            if steps not in compiled_lengths and len(compiled_lengths) >= COMPILED_TARGET_LENGTHS:
+                return self.decoder.forward_features(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
+            compiled_lengths.add(steps)
+            # contiguous: a batch of one source length gives states of other strides, a recompile
+            enc = replace(enc, states=enc.states.contiguous(),
+                          keys=None if enc.keys is None else enc.keys.contiguous())
+            return decoder_pass(tgt_in, enc, need_attention)
+
+        return forward_features
+
+    def _decoder_features(self, tgt_in: Tensor, enc: EncoderOutput, need_attention: bool) -> DecoderFeatures:
         return self.decoder.forward_features(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
