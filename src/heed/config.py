@@ -212,9 +212,10 @@ class TrainConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     bf16: bool | None = Field(None, description="bf16 autocast, float32 weights; null = on CUDA GPUs with bf16")
     threads: int | None = Field(None, gt=0, description="torch CPU threads; null = torch's default")
-    compile: bool = Field(False, description="torch.compile (inductor) the decoder's teacher-forced pass: "
-                          "~1.15x the tokens/s on the dates model after a ~25-75 s compile per target length "
-                          "(bench/RESULTS.md, \"torch.compile\"); eager where no C++ compiler is found")
+    compile: bool = Field(False, description="torch.compile (inductor) the decoder's teacher-forced pass: 1.09-1.15x "
+                          "the tokens/s with input feeding, 0.89x without, after a compile of 25 s (idle CPU) to "
+                          "minutes per target length (bench/RESULTS.md, \"torch.compile for training\"); eager, "
+                          "with one line saying so, where no C++ compiler is found")
 
 
 # ---------------------------------------------------------------------------------------- whole
