@@ -4,11 +4,16 @@ torch.compile (Seq2Seq.compiled_forward_features), on the same batches, interlea
 so that load on a shared machine falls on both alike.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/compile_speed.py [--model compare|demo] [--steps 30]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/compile_speed.py --decode MODEL_DIR --input SRC [--beam 1]
 
 --model compare: bench/compare's dates model (embed 64, biLSTM 64+64, LSTM decoder 128, Luong
 general attention with input feeding, no dropout), batches of 128 sentences with bench/floor.py's
 dates length mix (every target 11 tokens). --model demo: configs/demo.yaml's model (no input
 feeding, dropout 0.1) on its own dates batches (6,000 tokens each).
+
+With --decode, greedy (or --beam) search at batch 64 over the first 1,000 lines of SRC with a
+trained model, eager against `Seq2Seq.step` under heed.runtime.compile_function (the search's
+one-step call; the batch shrinks as sentences finish), after a 200-sentence warm-up that compiles.
 
 A step is what the trainer does: forward, heed.nn.loss.generator_loss, backward, clip, fused Adam.
 Compile time: the wall time of the compiled model's first step (it compiles the forward and the
@@ -59,16 +64,53 @@ def demo_setup(n_batches: int) -> tuple[ModelConfig, int, int, list[dict]]:
     return config.model, len(codec.src_vocab), len(codec.tgt_vocab), as_dicts
 
 
+def decode(model_dir: Path, source: Path, beam: int) -> None:
+    import heed
+    from heed.runtime import compile_function
+
+    texts = source.read_text(encoding="utf-8").splitlines()[:1000]
+    eager, compiled = heed.load(str(model_dir)), heed.load(str(model_dir))
+    compiled.model.step = compile_function(compiled.model.step)
+
+    def run(translator, n: int) -> tuple[float, list[str]]:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = translator.translate(texts[:n], beam=beam, batch_size=64, max_len_a=0.0, max_len_b=20,
+                                       length_penalty=0.0)
+        return time.perf_counter() - start, [t.text for t in out]
+
+    compile_s, _ = run(compiled, 200)
+    run(eager, 200)
+    seconds = {"eager": 0.0, "compiled": 0.0}
+    outputs = {}
+    for _ in range(2):
+        for name, translator in (("eager", eager), ("compiled", compiled)):
+            took, outputs[name] = run(translator, len(texts))
+            seconds[name] += took
+    print(f"decode beam {beam}, batch 64, {len(texts):,} sentences twice; compile (200-sentence warm-up): "
+          f"{compile_s:.1f} s; same outputs: {outputs['eager'] == outputs['compiled']}")
+    for name in seconds:
+        print(f"{name:9s} {2 * len(texts) / seconds[name]:9,.1f} sentences/s  {seconds['eager'] / seconds[name]:.2f}x")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", choices=["compare", "demo"], default="compare")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--decode", type=Path, metavar="MODEL_DIR", help="time decoding with this model instead")
+    p.add_argument("--input", type=Path, help="with --decode: source sentences, one a line")
+    p.add_argument("--beam", type=int, default=1)
     args = p.parse_args()
     problem = compiler_problem()
     if problem is not None:
         sys.exit(problem)
     torch.set_num_threads(args.threads)
+    if args.decode is not None:
+        if args.input is None:
+            p.error("--decode needs --input")
+        decode(args.decode, args.input, args.beam)
+        return
     cfg, src_vocab, tgt_vocab, batches = (compare_setup if args.model == "compare" else demo_setup)(40)
     torch.manual_seed(0)
     base = build_model(cfg, src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab)
