@@ -120,7 +120,7 @@ def compile_function(fn: _Fn) -> _Fn:
     still specialised: each new one compiles afresh). Dynamo may read the parameters of
     nn.LSTM/nn.GRU modules inside `fn` (allow_rnn), since heed's step loops run the cell kernels
     over them; the setting applies to `fn`'s calls only. A call with a new specialisation
-    compiles (10-30 s on a CPU core); check `compiler_problem()` first."""
+    compiles (10-30 s on an idle CPU core, minutes on a busy one); check `compiler_problem()` first."""
     import torch._dynamo
 
     compiled = torch.compile(fn, dynamic=True)

@@ -33,7 +33,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,7 @@ from heed.evaluate import Scores, evaluate
 from heed.files import atomic_write_text
 from heed.lock import RunLock
 from heed.nn.build import build_model
+from heed.nn.decoder import DecoderFeatures
 from heed.nn.loss import generator_loss
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec, Corpora, Example, load_corpora, write_heldout
@@ -573,7 +574,7 @@ class Trainer:
                            self.metric, state.best_value, state.best_step, stop, last_dev, test,
                            time.perf_counter() - started, self._stop_signal if stop == "interrupted" else None)
 
-    def _features_function(self, model: Seq2Seq):
+    def _features_function(self, model: Seq2Seq) -> Callable[..., DecoderFeatures]:
         """The training step's forward pass: `model.forward_features`, compiled with `train.compile`
         where torch.compile can build kernels (else one line says why and training runs eagerly)."""
         if not self.config.train.compile:

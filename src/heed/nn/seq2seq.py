@@ -86,9 +86,13 @@ class Seq2Seq(nn.Module):
             if steps not in compiled_lengths and len(compiled_lengths) >= COMPILED_TARGET_LENGTHS:
                 return self.decoder.forward_features(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
             compiled_lengths.add(steps)
-            # contiguous: a batch of one source length gives states of other strides, a recompile
-            enc = replace(enc, states=enc.states.contiguous(),
-                          keys=None if enc.keys is None else enc.keys.contiguous())
+            # One layout and dtype whatever the batch, or each variant is a recompile: a batch of one
+            # source length gives states of other strides, and under bf16 autocast the encoder's
+            # final state is bf16 or float32 by the path it took (the fused eager pass casts too).
+            dtype = self.decoder.generator.weight.dtype
+            enc = replace(enc, states=enc.states.to(dtype).contiguous(),
+                          final=tuple(t.to(dtype).contiguous() for t in enc.final),
+                          keys=None if enc.keys is None else enc.keys.to(dtype).contiguous())
             return decoder_pass(tgt_in, enc, need_attention)
 
         return forward_features
