@@ -86,3 +86,32 @@ def test_without_a_compiler_one_line_says_so_and_training_runs_eagerly(make_conf
     monkeypatch.undo()
     eager = run(make_config, tmp_path / "eager", compile=False)
     assert losses(fallback.output_dir) == losses(eager.output_dir)  # the eager pass, bit for bit
+
+
+def test_target_lengths_past_the_limit_run_the_eager_pass(monkeypatch):
+    """Each target length is a compile of its own; after COMPILED_TARGET_LENGTHS of them, batches of
+    new lengths take the eager pass (and give the same features). The compiler is stubbed: this
+    tests the routing, not inductor."""
+    import heed.nn.seq2seq as seq2seq
+    from heed.nn.build import ModelConfig
+
+    calls = []
+
+    def fake_compile(fn):
+        def traced(tgt_in, enc, need_attention):
+            calls.append(tgt_in.size(1))
+            return fn(tgt_in, enc, need_attention)
+        return traced
+
+    monkeypatch.setattr(seq2seq, "compile_function", fake_compile)
+    cfg = ModelConfig(decoder="luong", attention="general", input_feeding=True, embed_size=5, hidden_size=6,
+                      dropout=0.0)
+    model = build_model(cfg, src_vocab_size=11, tgt_vocab_size=9).eval()
+    forward = model.compiled_forward_features()
+    src, src_lengths = torch.randint(3, 11, (2, 5)), torch.tensor([5, 5])
+    limit = seq2seq.COMPILED_TARGET_LENGTHS
+    for steps in [*range(1, limit + 2), 1]:
+        tgt_in = torch.randint(3, 9, (2, steps))
+        features = forward(src, src_lengths, tgt_in).features
+        torch.testing.assert_close(features, model.forward_features(src, src_lengths, tgt_in).features)
+    assert calls == [*range(1, limit + 1), 1]  # limit + 1 ran eagerly; length 1 again: the compiled pass
