@@ -453,6 +453,10 @@ def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dic
                      "bf16 matrix products, which CPUs with AMX run several times faster), decoded with `--bf16` "
                      "(weights cast to bf16 once, bf16 products, float32 log-probabilities). Every other system, and "
                      "heed's own column, trains and decodes in float32.")
+    if any(r["key"] == "heed-compile" for r in results):
+        notes.append("- \"heed, compile\": the same heed run with `train.compile: true` (torch.compile, inductor, on the "
+                     "decoder's teacher-forced pass; the encoder and the loss stay eager). It compiles in its first "
+                     "steps: outside the tokens/s windows (after step 50), inside the wall time. It decodes as heed does.")
     for r in results:
         if r["status"] != "ok":
             reason = (r.get("reason") or r["status"]).splitlines()[0]

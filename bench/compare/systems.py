@@ -154,9 +154,16 @@ class Heed(System):
     name, kind = "heed", "heed"
     decode_options: tuple[str, ...] = ()  # extra heed_decode.py options
 
+    @property
+    def heed_env(self) -> dict[str, str]:
+        """The bench environment with this repository's src/ first on the path: the heed measured is
+        the checkout the script runs from (the one `version` names), not whichever heed the venv
+        has installed."""
+        return {**self.b.env, "PYTHONPATH": str(self.b.repo / "src")}
+
     def check(self) -> None:
         probe = subprocess.run([str(self.b.heed_python), "-c", "import heed.cli, heed.api, heed.train"],
-                               capture_output=True, text=True, env=self.b.env, timeout=self.b.timeout)
+                               capture_output=True, text=True, env=self.heed_env, timeout=self.b.timeout)
         if probe.returncode != 0:
             raise NotAvailable(f"heed does not import: {probe.stderr.strip().splitlines()[-1:]}")
 
@@ -201,7 +208,7 @@ class Heed(System):
         cfg.write_text(yaml.safe_dump(self.config(), sort_keys=False, allow_unicode=True), encoding="utf-8")
         log = self.logs / "train.log"
         run = run_measured([str(self.b.heed_python), "-m", "heed", "train", str(cfg), "--no-progress"],
-                           log=log, env=self.b.env, timeout=self.b.timeout)
+                           log=log, env=self.heed_env, timeout=self.b.timeout)
         metrics = self.dir / "out" / "metrics.jsonl"
         windows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
         windows = [w for w in windows if w.get("kind") == "train"]
@@ -224,7 +231,7 @@ class Heed(System):
                             str(self.dir / "out" / "model"), f"{self.b.decode_prefix(n)}.src", str(hyps),
                             "--beam", str(beam), "--batch-size", str(batch), "--max-len", str(self.b.max_len),
                             "--threads", str(self.b.threads), *self.decode_options],
-                           log=log, env=self.b.env, timeout=self.b.timeout)
+                           log=log, env=self.heed_env, timeout=self.b.timeout)
         seconds = _need(_float(r"sentences in ([\d.]+) s", run.text()), "heed's decode time", log)
         return Decode(n / seconds, seconds, hyps, run, _float(r"model loaded in ([\d.]+) s", run.text()))
 
@@ -242,6 +249,19 @@ class HeedBF16(Heed):
         return cfg
 
 
+class HeedCompile(Heed):
+    """heed with `train.compile: true`: the same model, its training step's decoder pass compiled
+    by torch.compile (inductor). The compile runs in the first steps, outside the timed windows
+    (after step 50) but inside the wall time. Decoding is heed's own (eager): compile covers training."""
+
+    name, kind = "heed, compile", "heed_compile"
+
+    def config(self) -> dict:
+        cfg = super().config()
+        cfg["train"]["compile"] = True
+        return cfg
+
+
 class HeedOnnx(Heed):
     """heed's own trained model (the "heed" column's, trained in the same run), exported with
     `heed export` and decoded by ONNX Runtime through the same `heed.load(...).translate`. It does
@@ -254,7 +274,7 @@ class HeedOnnx(Heed):
     def check(self) -> None:
         super().check()
         probe = subprocess.run([str(self.b.heed_python), "-c", "import onnx, onnxruntime"],
-                               capture_output=True, text=True, env=self.b.env, timeout=self.b.timeout)
+                               capture_output=True, text=True, env=self.heed_env, timeout=self.b.timeout)
         if probe.returncode != 0:
             raise NotAvailable("onnx or onnxruntime does not import: pip install -e '.[onnx]'")
 
@@ -273,7 +293,7 @@ class HeedOnnx(Heed):
         log = self.logs / "export.log"
         export = run_measured([str(self.b.heed_python), "-m", "heed", "export", str(heed_model), "-o",
                                str(self.dir / "out" / "model"), *self.export_options],
-                              log=log, env=self.b.env, timeout=self.b.timeout)
+                              log=log, env=self.heed_env, timeout=self.b.timeout)
         trained = json.loads((heed_run.logs / "train.summary.json").read_text(encoding="utf-8"))
         return Train(trained["tok_per_s"], trained["params"], export)
 
@@ -476,4 +496,4 @@ class Fairseq(System):
         return Decode(float(rate), float(seconds), hyps, run)
 
 
-SYSTEMS = {"heed": Heed, "heed-bf16": HeedBF16, "heed-onnx": HeedOnnx, "heed-onnx-int8": HeedOnnxInt8, "joey": Joey, "onmt": OpenNMT, "fairseq": Fairseq}
+SYSTEMS = {"heed": Heed, "heed-bf16": HeedBF16, "heed-compile": HeedCompile, "heed-onnx": HeedOnnx, "heed-onnx-int8": HeedOnnxInt8, "joey": Joey, "onmt": OpenNMT, "fairseq": Fairseq}

@@ -1,4 +1,5 @@
-"""Where a model runs: the device, torch's CPU threads, oneDNN's cache and what the CPU can do.
+"""Where a model runs: the device, torch's CPU threads, oneDNN's cache, what the CPU can do, and
+whether torch.compile can build kernels here.
 
 Training, translation (and later serving and export) import this module; nothing run-time lives
 in the trainer. No CPU feature is assumed: bf16 on the CPU is decided by asking oneDNN, because on
@@ -8,14 +9,17 @@ oneDNN ("could not create a primitive descriptor") and bf16 products run ~50x sl
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import torch
 
 from heed.errors import ConfigError, HeedError
 
 DEVICES = ("auto", "cpu", "cuda")
+_Fn = TypeVar("_Fn", bound=Callable)
 
 
 def resolve_device(name: str, *, field: str = "train.device") -> torch.device:
@@ -93,3 +97,37 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def compiler_problem() -> str | None:
+    """None where torch.compile's inductor backend finds the C++ compiler it builds CPU kernels
+    with (`$CXX`, else g++: torch._inductor.config.cpp.cxx); otherwise why not, in one line.
+    Asks inductor's own search, so the answer is the compiler inductor would use."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor import cpp_builder, exc
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except exc.InvalidCxxCompiler:
+        tried = ", ".join(str(name) for name in inductor_config.cpp.cxx if name is not None)
+        return f"no C++ compiler for torch.compile (looked for {tried}; set CXX or install g++)"
+    return None
+
+
+def compile_function(fn: _Fn) -> _Fn:
+    """torch.compile(fn) with inductor and dynamic shapes: batch and source lengths vary from batch
+    to batch and share one compiled graph (a Python loop's length, such as the target steps, is
+    still specialised: each new one compiles afresh). Dynamo may read the parameters of
+    nn.LSTM/nn.GRU modules inside `fn` (allow_rnn), since heed's step loops run the cell kernels
+    over them; the setting applies to `fn`'s calls only. A call with a new specialisation
+    compiles (10-30 s on an idle CPU core, minutes on a busy one); check `compiler_problem()` first."""
+    import torch._dynamo
+
+    compiled = torch.compile(fn, dynamic=True)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with torch._dynamo.config.patch(allow_rnn=True):
+            return compiled(*args, **kwargs)
+
+    return call  # type: ignore[return-value]

@@ -99,13 +99,20 @@ from heed.lock import RunLock
 from heed.nn.build import build_model
 from heed.nn.seq2seq import Seq2Seq
 from heed.pipeline import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
-from heed.runtime import check_bf16, default_bf16, limit_onednn_cache, resolve_device, torch_threads
+from heed.runtime import (
+    check_bf16,
+    compiler_problem,
+    default_bf16,
+    limit_onednn_cache,
+    resolve_device,
+    torch_threads,
+)
 from heed.search import DecodeConfig, translate_ids
 
 HIGHER_IS_BETTER = {"bleu": True, "exact_match": True, "loss": False}
 # Fields a resumed run may change; any other difference from the checkpoint's config is an error.
 RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.max_minutes", "train.log_every", "train.device",
-                     "train.threads", "train.backend",
+                     "train.threads", "train.backend", "train.compile",
                      "train.eval_every", "train.early_stopping.patience", "train.early_stopping.target",
                      "decode", "output_dir", "data.train", "data.dev", "data.test", "data.prepared")
 
@@ -396,6 +403,7 @@ class Trainer:
         self._other_ranks_rng: list[dict[str, Tensor]] = []  # ranks 1.. of a torchrun run, for rank 0's saves
         self._agreed = (False, False)  # (stop requested, out of time) as every rank agreed after the last update
         self._run_start_time = time.perf_counter()
+        self._compiled = False  # the forward pass runs under torch.compile (train.compile, and a compiler)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -442,6 +450,7 @@ class Trainer:
             torch.manual_seed(cfg.train.seed + 1_000_003 * world.rank)
         state.data = fingerprint
         self.model, self.optimizer, self.schedule, self.state = model, optimizer, schedule, state
+        self._compile(model)
         self.batch_loss: nn.Module = _BatchLoss(model, label_smoothing=cfg.train.label_smoothing)
         if world.is_distributed:
             self.batch_loss = DistributedDataParallel(
@@ -603,7 +612,9 @@ class Trainer:
         self.log = log
         n_params = sum(p.numel() for p in self.model.parameters())
         log.say(f"{'resuming at step ' + str(state.step) if resumed else 'training'} on {self.device}"
-                f"{' (bf16 autocast)' if self.bf16 else ''}: {n_params:,} parameters; "
+                f"{' (bf16 autocast)' if self.bf16 else ''}"
+                f"{' (torch.compile: each new target length compiles first)' if self._compiled else ''}: "
+                f"{n_params:,} parameters; "
                 f"{len(data.train):,} train pairs ({data.dropped:,} over the length limits dropped), "
                 f"{len(data.dev):,} dev, {len(data.test_pairs):,} test; vocab {len(data.codec.src_vocab):,} "
                 f"src / {len(data.codec.tgt_vocab):,} tgt; {batches_per_epoch:,} batches per epoch"
@@ -684,6 +695,19 @@ class Trainer:
                            self.metric, state.best_value, state.best_step, stop, last_dev, test,
                            time.perf_counter() - started, self._stop_signal if stop == "interrupted" else None,
                            is_main=world.is_main)
+
+    def _compile(self, model: Seq2Seq) -> None:
+        """With `train.compile`, the model's training pass under torch.compile where it can build
+        kernels (Seq2Seq.compile_teacher_forced); else one line says why and training runs eagerly."""
+        if not self.config.train.compile:
+            return
+        problem = compiler_problem()
+        if problem is not None:
+            if self.console is not None and self.world.is_main:
+                self.console.print(f"train.compile: {problem}; training eagerly", markup=False, highlight=False)
+            return
+        model.compile_teacher_forced()
+        self._compiled = True
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.bf16:

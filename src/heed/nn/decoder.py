@@ -256,9 +256,11 @@ class LuongDecoder(_RNNDecoder):
         (heed.nn.feeding): input feeding, LSTM, a dot-product score over the whole source (not
         local-p's window), on the CPU, no copy attention (whose switch needs the context vectors,
         which the fused pass keeps to itself). On CUDA the step loop stays until the fused pass is
-        measured there."""
+        measured there. Not under torch.compile: inductor fuses the step loop itself, and the
+        hand-written node is opaque to it (Seq2Seq.compile_teacher_forced)."""
         return (self.input_feeding and isinstance(self.rnn, nn.LSTM) and not tgt_in.is_cuda and self.copy is None
-                and self.attention.score in ("dot", "general", "scaled_dot") and self.attention.window is None)
+                and self.attention.score in ("dot", "general", "scaled_dot") and self.attention.window is None
+                and not torch.compiler.is_compiling())
 
     def forward_fused(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                       need_attention: bool = True) -> DecoderFeatures:

@@ -1,6 +1,7 @@
 """The encoder-decoder: encode once, then decode teacher-forced (training) or step by step (search)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -10,6 +11,11 @@ from heed.nn.copy import mixture_loss
 from heed.nn.decoder import DecoderFeatures, DecoderState, DecoderStep, _RNNDecoder
 from heed.nn.encoder import Bridge, EncoderOutput, RNNEncoder
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
+from heed.runtime import compile_function
+
+# Target lengths the compiled teacher-forced pass is specialised for (each a compile of 10-30 s);
+# batches of further lengths run the eager pass. The dates task has one; a corpus has dozens.
+COMPILED_TARGET_LENGTHS = 8
 
 
 class Seq2SeqOutput(NamedTuple):
@@ -28,6 +34,8 @@ class Seq2Seq(nn.Module):
         self.bridge = bridge
         self.decoder = decoder
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        # the training-mode teacher-forced pass under torch.compile, once `compile_teacher_forced` ran
+        self._compiled_features: Callable[..., DecoderFeatures] | None = None
 
     @property
     def has_attention(self) -> bool:
@@ -61,6 +69,8 @@ class Seq2Seq(nn.Module):
                          need_attention: bool = False) -> DecoderFeatures:
         """`forward` up to the generator's input: features (batch, tgt_len, generator_input),
         dropout applied; `loss` turns them into the loss."""
+        if self._compiled_features is not None and self.training:
+            return self._compiled_features(src, src_lengths, tgt_in, need_attention=need_attention)
         enc = self.encode(src, src_lengths)
         return self.decoder.forward_features(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
 
@@ -80,3 +90,38 @@ class Seq2Seq(nn.Module):
         cross_entropy = generator_loss(out.features, self.decoder.generator, batch.tgt_out, ignore_index=self.pad_id,
                                        label_smoothing=label_smoothing)
         return SeqLoss(cross_entropy, cross_entropy, None)
+
+    def compile_teacher_forced(self) -> None:
+        """From now on, `forward_features` in training mode (and so `loss`) runs the decoder's
+        teacher-forced pass under torch.compile (inductor): the step loop, the bridge and the
+        attention become one graph, forward and backward, with the element-wise work of every step
+        fused into a few C++ kernels. The encoder stays eager: it makes one oneDNN RNN call per
+        source length (heed.nn.encoder), chosen on the host. Evaluation mode stays eager.
+
+        Batch and source lengths are dynamic; each target length compiles once, for the first
+        COMPILED_TARGET_LENGTHS lengths met, and batches of other lengths run the eager pass. The
+        module itself is not wrapped, so its state_dict keys stay those of the eager model. A copy
+        model's loss reads the decoder's log-probabilities, not its features, and stays eager."""
+        decoder_pass = compile_function(self._decoder_features)
+        compiled_lengths: set[int] = set()
+
+        def forward_features(src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
+                             need_attention: bool = False) -> DecoderFeatures:
+            enc = self.encode(src, src_lengths)
+            steps = tgt_in.size(1)
+            if steps not in compiled_lengths and len(compiled_lengths) >= COMPILED_TARGET_LENGTHS:
+                return self.decoder.forward_features(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
+            compiled_lengths.add(steps)
+            # One layout and dtype whatever the batch, or each variant is a recompile: a batch of one
+            # source length gives states of other strides, and under bf16 autocast the encoder's
+            # final state is bf16 or float32 by the path it took (the fused eager pass casts too).
+            dtype = self.decoder.generator.weight.dtype
+            enc = replace(enc, states=enc.states.to(dtype).contiguous(),
+                          final=tuple(t.to(dtype).contiguous() for t in enc.final),
+                          keys=None if enc.keys is None else enc.keys.to(dtype).contiguous())
+            return decoder_pass(tgt_in, enc, need_attention)
+
+        self._compiled_features = forward_features
+
+    def _decoder_features(self, tgt_in: Tensor, enc: EncoderOutput, need_attention: bool) -> DecoderFeatures:
+        return self.decoder.forward_features(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
