@@ -246,3 +246,47 @@ def test_the_coverage_loss_trains_every_parameter_it_should() -> None:
     assert loss.coverage is not None
     grad = torch.autograd.grad(loss.coverage, model.decoder.attention.coverage_proj.weight)[0]
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0  # w_c learns from the coverage loss
+
+
+# --- end to end: the trainer, heed.load, the CLI and the server need nothing special ------------------------
+
+@pytest.fixture(scope="module")
+def coverage_run(tiny_config, tmp_path_factory):
+    """A tiny Luong model with coverage and the coverage loss, trained for a few steps."""
+    from heed.config import config_from_dict
+    from heed.train import train
+
+    out = tmp_path_factory.mktemp("coverage") / "out"
+    raw = tiny_config(out, epochs=1, max_steps=8)
+    raw["model"] = {**raw["model"], "attention": "additive", "coverage": True, "coverage_loss": 1.0}
+    train(config_from_dict(raw))
+    return out
+
+
+def test_a_coverage_model_translates_through_the_api_the_cli_and_the_server(coverage_run, heed_cli) -> None:
+    import heed
+
+    pytest.importorskip("fastapi", reason="heed[serve] is not installed")
+    from fastapi.testclient import TestClient
+
+    from heed.serve.app import ServeSettings, create_app
+
+    translator = heed.load(str(coverage_run / "model"), device="cpu")
+    sentences = ["March 3, 1998", "le 5 mai 2001"]
+    nbest = translator.translate_nbest(sentences, beam=3, n_best=2)
+    assert [len(n) for n in nbest] == [2, 2]
+    for hyps in nbest:
+        for t in hyps:
+            weights = torch.as_tensor(t.attention)  # (output tokens + EOS, source tokens + EOS)
+            torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[0], dtype=weights.dtype),
+                                       atol=1e-5, rtol=0)
+    result = heed_cli("translate", coverage_run / "model", "--beam", "3", input="\n".join(sentences) + "\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [n[0].text for n in nbest]
+    settings = ServeSettings(max_sentences=10, max_chars=80, max_body=64 * 1024, max_queue=10, timeout=60.0)
+    with TestClient(create_app({"coverage": translator}, settings)) as client:
+        response = client.post("/v1/translate", json={"model": "coverage", "sentences": sentences, "beam_size": 3,
+                                                       "n_best": 2, "trace": True})
+    assert response.status_code == 200, response.text
+    served = [[h["text"] for h in r["hypotheses"]] for r in response.json()["results"]]
+    assert served == [[t.text for t in n] for n in nbest]
