@@ -2,10 +2,10 @@
 token, decoded greedily; the repeated-token rate (heed.evaluate.repeated_token_rate) of their outputs
 with and without coverage attention (Tu et al. 2016; See et al. 2017).
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/coverage_repetition.py [--steps 100] [--seeds 3]
-        [--symbols 40 --min-len 15 --max-len 30]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/coverage_repetition.py [--steps 150] [--seeds 3]
+        [--symbols 21 --min-len 6 --max-len 14]
 
-The task: copy a sequence of 15-30 (--min-len, --max-len) distinct symbols (of --symbols 40). The references repeat nothing, so every
+The task: copy a sequence of 6-14 (--min-len, --max-len) distinct symbols (of --symbols 21). The references repeat nothing, so every
 repeated token in an output is an error, and a model that loses its place in the source tends to
 attend to the same symbol again and emit it again. An undertrained model does (the `--steps` budget
 is kept small on purpose). Each seed trains three Bahdanau models (additive score, biLSTM 2x32,
@@ -87,11 +87,11 @@ def train_and_decode(variant: dict, seed: int, steps: int, test: list[list[int]]
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--steps", type=int, default=150)
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--symbols", type=int, default=40)
-    p.add_argument("--min-len", type=int, default=15)
-    p.add_argument("--max-len", type=int, default=30)
+    p.add_argument("--symbols", type=int, default=21)
+    p.add_argument("--min-len", type=int, default=6)
+    p.add_argument("--max-len", type=int, default=14)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     if not 1 <= args.min_len <= args.max_len <= args.symbols:
