@@ -41,7 +41,8 @@ with warnings.catch_warnings():
             None, ge=1, description="local-p attention (Luong et al. 2015, §3.2) over [p_t - D, p_t + D] with this D "
                                     "(Luong: 10), on top of the score; null = global attention")
         copy: bool = Field(False, description="copy attention, a pointer-generator (See et al. 2017): source tokens the "
-                                              "target vocabulary lacks can be copied to the output instead of <unk>")
+                                              "target vocabulary lacks can be copied to the output instead of <unk>; "
+                                              "with coverage, See et al.'s full model")
         coverage: bool = Field(
             False, description="coverage attention (Tu et al. 2016; See et al. 2017, eq. 11): the additive score also "
                                "sees how much attention each source position has had so far")
@@ -103,9 +104,6 @@ with warnings.catch_warnings():
         def _coverage_loss_needs_coverage(cls, value: float, info: ValidationInfo) -> float:
             if value > 0 and info.data.get("coverage") is False:  # absent: coverage itself was invalid
                 raise ValueError("the coverage loss needs coverage attention; set model.coverage: true")
-            if value > 0 and info.data.get("copy"):
-                raise ValueError("the coverage loss of a copy model is not supported yet; set model.coverage_loss: 0 "
-                                 "(coverage attention itself works with copy)")
             return value
 
         @model_validator(mode="after")

@@ -9,10 +9,12 @@ and `forward(tgt_in, state, enc)` runs the teacher-forced pass over a whole targ
 calls `forward_features` instead: the same pass up to the generator's input, which
 heed.nn.loss.generator_loss turns into the loss without materialising the logits.
 
-With copy attention (`copy=`, a heed.nn.copy.PointerGenerator; Luong and Bahdanau only) a step's
-`logits` are the log-probabilities of See et al.'s mixture over the extended vocabulary,
-(batch, vocab + temporary ids): search log-softmaxes them, which leaves them unchanged. Tokens fed
-back may then be temporary ids; the embedding reads them as <unk>.
+With copy attention (`copy_source_to_target=` makes `self.copy` a heed.nn.copy.PointerGenerator;
+Luong and Bahdanau only) a step's `logits` are the log-probabilities of See et al.'s mixture over
+the extended vocabulary, (batch, vocab + temporary ids): search log-softmaxes them, which leaves
+them unchanged. Tokens fed back may then be temporary ids; the embedding reads them as <unk>. With
+coverage as well (See et al. 2017's full model) the mixture copies with the coverage-aware weights
+of the same step.
 """
 from __future__ import annotations
 

@@ -30,8 +30,6 @@ class Seq2Seq(nn.Module):
         super().__init__()
         if coverage_loss < 0 or (coverage_loss > 0 and not decoder.coverage):
             raise ValueError(f"coverage_loss {coverage_loss} needs to be >= 0, and > 0 only with a coverage decoder")
-        if coverage_loss > 0 and decoder.copy is not None:
-            raise ValueError("the coverage loss of a copy model is not implemented yet")
         self.encoder = encoder
         self.bridge = bridge
         self.decoder = decoder
@@ -80,19 +78,23 @@ class Seq2Seq(nn.Module):
         heed.nn.loss.generator_loss, which never materialises the logits; attention weights are
         kept only for the coverage loss. A copy model's is the NLL of See et al.'s mixture over the
         extended vocabulary (heed.nn.copy.mixture_loss); its tgt_out names a copied unknown word by
-        its temporary id (heed.data.extended)."""
+        its temporary id (heed.data.extended). Copy with coverage is See et al.'s full model: the
+        mixture's NLL plus the same coverage term."""
+        weighted = self.coverage_loss > 0
         if self.decoder.copy is not None:
             enc = self.encode(batch.src, batch.src_lengths)
-            out = self.decoder(batch.tgt_in, self.init_state(enc), enc, need_attention=False)
+            # a copy decoder returns the attention whatever need_attention says: its mixture needs it
+            out = self.decoder(batch.tgt_in, self.init_state(enc), enc, need_attention=weighted)
             cross_entropy = mixture_loss(out.logits, batch.tgt_out, ignore_index=self.pad_id,
                                          label_smoothing=label_smoothing, vocab_size=self.decoder.copy.target_size)
-            return SeqLoss(cross_entropy, cross_entropy, None)
-        weighted = self.coverage_loss > 0
-        out = self.forward_features(batch.src, batch.src_lengths, batch.tgt_in, need_attention=weighted)
-        cross_entropy = generator_loss(out.features, self.decoder.generator, batch.tgt_out, ignore_index=self.pad_id,
-                                       label_smoothing=label_smoothing)
+            attention = out.attention
+        else:
+            features = self.forward_features(batch.src, batch.src_lengths, batch.tgt_in, need_attention=weighted)
+            cross_entropy = generator_loss(features.features, self.decoder.generator, batch.tgt_out,
+                                           ignore_index=self.pad_id, label_smoothing=label_smoothing)
+            attention = features.attention
         if not weighted:
             return SeqLoss(cross_entropy, cross_entropy, None)
-        assert out.attention is not None
-        coverage = self.coverage_loss * coverage_loss(out.attention, batch.tgt_out != self.pad_id)
+        assert attention is not None
+        coverage = self.coverage_loss * coverage_loss(attention, batch.tgt_out != self.pad_id)  # eq. 13
         return SeqLoss(cross_entropy + coverage.to(cross_entropy.dtype), cross_entropy, coverage)
