@@ -196,6 +196,18 @@ def _(c: Ctx) -> Call:
     return Call(["train", c.yaml_config(edit=lambda d: d["model"].update(hidden_size=-5))], ["model.hidden_size"])
 
 
+@case("config-coverage-loss-without-coverage")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["model"].update(coverage_loss=1.0))],
+                ["model.coverage_loss", "model.coverage: true"])
+
+
+@case("config-coverage-with-the-plain-decoder")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(), "--set", "model.decoder=plain", "--set", "model.coverage=true"],
+                ["model.coverage", "plain decoder"])
+
+
 @case("config-alias-bomb")
 def _(c: Ctx) -> Call:
     return Call(["train", c.file("bomb.yaml", BOMB)], ["bomb.yaml", "alias"])

@@ -16,20 +16,25 @@ from heed.train import train
 NAMES = {"n_train": 1000, "n_dev": 20, "n_test": 100, "train_names": 200, "heldout_names": 100, "seed": 0}
 
 
-@pytest.fixture(scope="module")
-def copy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy model on the names task: word tokens, every name rarer than the vocabulary's
-    min_freq, 60 updates (about 5 s on one core)."""
-    out = tmp_path_factory.mktemp("copy") / "run"
-    raw = {
+def names_config(out: Path, **model) -> dict:
+    """The names task's config: word tokens, every name rarer than the vocabulary's min_freq, 60
+    updates (about 5 s on one core)."""
+    return {
         "data": {"task": "names", "names": NAMES, "tokenizer": {"src": {"kind": "word"}, "tgt": {"kind": "word"}},
                  "vocab": {"min_freq": 10}, "batch_tokens": 800},
-        "model": {"embed_size": 16, "hidden_size": 32, "dropout": 0.0, "copy": True},
+        "model": {"embed_size": 16, "hidden_size": 32, "dropout": 0.0, "copy": True, **model},
         "train": {"epochs": 1000, "max_steps": 60, "lr": 0.03, "threads": 1, "seed": 1, "label_smoothing": 0.0,
                   "early_stopping": {"metric": "loss", "patience": None}},
         "decode": {"max_len_b": 12, "max_len_a": 0.0},
         "output_dir": str(out),
     }
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy model on the names task (names_config)."""
+    out = tmp_path_factory.mktemp("copy") / "run"
+    raw = names_config(out)
     train(config_from_dict(raw))
     return out
 
@@ -101,3 +106,16 @@ def test_serve_returns_the_copied_name_in_the_text_tokens_and_beam_tree(copy_run
     assert result["hypotheses"][0]["text"] == "où est Mipafe ?"
     assert "Mipafe" in result["hypotheses"][0]["tokens"]
     assert "Mipafe" in {node["token"] for node in result["beam"]["nodes"]}
+
+
+def test_a_copy_model_with_coverage_and_its_loss_still_copies_unseen_names(tmp_path: Path) -> None:
+    # See et al. 2017's full model (pointer-generator + coverage, eqs. 8-13) on the same task and budget
+    raw = names_config(tmp_path / "run", attention="additive", coverage=True, coverage_loss=1.0)
+    train(config_from_dict(raw))
+    translator = load(tmp_path / "run")
+    assert translator.model.decoder.coverage and translator.model.coverage_loss == 1.0
+    test = generate_names(**NAMES).test
+    outputs = [t.text for t in translator.translate([e.pair.src for e in test], beam=2)]
+    copied, total = copied_names(test, outputs)
+    assert copied >= 0.95 * total, (copied, total, outputs[:5])
+    assert not any("<unk>" in o.split() for o in outputs)

@@ -128,3 +128,37 @@ def test_parse_buckets_reads_inclusive_ranges():
 def test_parse_buckets_says_what_is_wrong(spec, message):
     with pytest.raises(HeedError, match=message):
         parse_buckets(spec)
+
+
+# ---------------------------------------------------------------------------- repetition
+
+
+def test_repeated_token_rate_counts_tokens_equal_to_the_one_before():
+    from heed.evaluate import repeated_token_rate
+
+    # "the the cat sat sat sat": tokens 1, 4 and 5 repeat their predecessor -> 3 of 6
+    assert repeated_token_rate(["the the cat sat sat sat".split()]) == 0.5
+    # a repeat elsewhere in the sentence is not a loop: "a b a" has none at n = 1
+    assert repeated_token_rate([["a", "b", "a"]]) == 0.0
+    # pooled over outputs: 3 repeats in 6 + 4 tokens
+    assert repeated_token_rate([[1, 1, 2, 3, 3, 3], [4, 5, 6, 7]]) == 3 / 10
+
+
+def test_repeated_token_rate_of_bigrams_counts_the_tokens_completing_a_repeated_bigram():
+    from heed.evaluate import repeated_token_rate
+
+    # "a b a b a": tokens 3 (a b | a b) and 4 (b a | b a) -> 2 of 5; at n = 1 none repeats
+    assert repeated_token_rate([["a", "b", "a", "b", "a"]], n=2) == 2 / 5
+    assert repeated_token_rate([["a", "b", "a", "b", "a"]], n=1) == 0.0
+    # "a a a": at n = 2 only token 3 would have a bigram before its own; three tokens have none
+    assert repeated_token_rate([["a", "a", "a"]], n=2) == 0.0
+    assert repeated_token_rate([["a", "a", "a", "a"]], n=2) == 1 / 4
+
+
+def test_repeated_token_rate_of_nothing_is_zero_and_n_must_be_positive():
+    from heed.evaluate import repeated_token_rate
+
+    assert repeated_token_rate([]) == 0.0
+    assert repeated_token_rate([[], []]) == 0.0
+    with pytest.raises(ValueError, match="at least 1"):
+        repeated_token_rate([[1, 1]], n=0)

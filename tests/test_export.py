@@ -49,6 +49,9 @@ if "location" in SCORES:
 if "attention_window" in ModelConfig.model_fields:
     KINDS["luong-local-p"] = dict(decoder="luong", attention_window=2)
     KINDS["bahdanau-gru-local-p"] = dict(decoder="bahdanau", rnn="gru", attention_window=3)
+if "coverage" in ModelConfig.model_fields:  # the step graph carries c^t as a state input and output
+    KINDS["luong-coverage"] = dict(decoder="luong", attention="additive", coverage=True, coverage_loss=1.0)
+    KINDS["bahdanau-gru-coverage"] = dict(decoder="bahdanau", rnn="gru", coverage=True)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +108,7 @@ def test_every_decoder_kind_exports_and_decodes_like_pytorch(base, tmp_path, nam
         _assert_same_hypotheses(expected, got, attention=model.has_attention)
 
 
-@pytest.mark.parametrize("name", ["luong-feeding", "bahdanau-gru", "plain"])
+@pytest.mark.parametrize("name", ["luong-feeding", "bahdanau-gru", "plain", "luong-coverage"])
 def test_penalties_sampling_and_prefixes_run_unchanged_over_the_exported_model(base, tmp_path, name):
     from heed.search import Prefix
 

@@ -175,9 +175,9 @@ def test_whole_model_loss_and_gradients_equal_with_fused_or_explicit_attention(e
         if fused:
             original = attention_module.Attention.context
 
-            def always_fused(self, query, keys, values, mask=None, *, fused=None):
+            def always_fused(self, query, keys, values, mask=None, *, fused=None, coverage=None):
                 calls.append(self.fusable)
-                return original(self, query, keys, values, mask, fused=True)
+                return original(self, query, keys, values, mask, fused=True, coverage=coverage)
 
             monkeypatch.setattr(attention_module.Attention, "context", always_fused)
         loss = per_example_losses(model, batch).sum()

@@ -1,5 +1,6 @@
 """Corpus-level scores of detokenized translations: sacrebleu BLEU and chrF, and exact match,
-for a whole test set or per source-length bucket (`by_length`).
+for a whole test set or per source-length bucket (`by_length`); and how often outputs repeat
+themselves (`repeated_token_rate`).
 
 Scores are computed on plain text (what a user reads), never on token ids, so they compare across
 tokenizers. BLEU uses sacrebleu's default 13a tokenization; the signature printed beside a score says
@@ -8,7 +9,7 @@ exactly how it was computed (Post 2018, "A Call for Clarity in Reporting BLEU Sc
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -75,6 +76,31 @@ def format_scores(scores: Scores) -> str:
         f"chrF = {scores.chrf:.2f}   ({scores.chrf_signature})\n"
         f"exact match = {scores.exact_match:.2f}% ({scores.exact}/{scores.total})"
     )
+
+
+# ---------------------------------------------------------------------------- repetition
+
+
+def repeated_token_rate(outputs: Sequence[Sequence[Hashable]], n: int = 1) -> float:
+    """The fraction of output tokens that repeat the n-gram right before them: the loop a decoder
+    falls into when its attention keeps returning to the same source words (what coverage, Tu et
+    al. 2016 and See et al. 2017, is meant to cure).
+
+    Token i of an output y (0-based) is a repeat when i >= 2n - 1 and the n-gram ending at it equals
+    the n-gram just before that one: y[i-n+1 .. i] == y[i-2n+1 .. i-n]. With n = 1, a token equal to
+    the token before it ("the the"); with n = 2, "a b a b" repeats at its last two tokens. The rate
+    is (repeats summed over all outputs) / (tokens summed over all outputs), in [0, 1]; 0.0 when
+    there are no tokens at all. An output is any sequence of tokens: ids, or words (`text.split()`);
+    a plain string counts its characters.
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    repeats = tokens = 0
+    for output in outputs:
+        y = list(output)
+        tokens += len(y)
+        repeats += sum(y[i - n + 1:i + 1] == y[i - 2 * n + 1:i - n + 1] for i in range(2 * n - 1, len(y)))
+    return repeats / tokens if tokens else 0.0
 
 
 # ---------------------------------------------------------------------------- scores by length

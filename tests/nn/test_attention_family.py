@@ -235,6 +235,11 @@ CONFIGS = {
     "luong_feed_gru_local_location": dict(decoder="luong", rnn="gru", attention="location",
                                           attention_positions=DEC_SRC_LEN, attention_window=1),
     "bahdanau_local_additive": dict(decoder="bahdanau", attention_window=1),
+    # coverage (See et al. 2017, eq. 11): c^t in DecoderState, the teacher-forced pass a step loop
+    "luong_feed_coverage": dict(decoder="luong", attention="additive", coverage=True),
+    "luong_nofeed_coverage": dict(decoder="luong", input_feeding=False, attention="additive", coverage=True),
+    "bahdanau_gru_coverage": dict(decoder="bahdanau", rnn="gru", coverage=True),
+    "bahdanau_local_coverage": dict(decoder="bahdanau", attention_window=1, coverage=True),
 }
 
 
@@ -369,6 +374,11 @@ def test_an_old_config_loads_as_global_attention() -> None:
     ({"attention_window": 0}, "model.attention_window", "greater than or equal to 1"),
     ({"attention": "general", "attention_positions": 50}, "model.attention_positions", "location"),
     ({"attention": "location", "attention_positions": 0}, "model.attention_positions", "greater than 0"),
+    ({"coverage_loss": 1.0}, "model.coverage_loss", "needs coverage attention"),
+    ({"attention": "additive", "coverage_loss": -1.0}, "model.coverage_loss", "greater than or equal to 0"),
+    ({"coverage": True}, "model.coverage", "not 'general'"),  # luong's default score
+    ({"attention": "dot", "coverage": True, "coverage_loss": 1.0}, "model.coverage", "additive score"),
+    ({"decoder": "plain", "attention": "additive", "coverage": True}, "model.coverage", "plain decoder"),
 ])
 def test_config_mistakes_name_the_field(model: dict, field: str, message: str) -> None:
     with pytest.raises(ConfigError) as e:
@@ -389,8 +399,9 @@ def test_switching_to_the_plain_decoder_drops_the_location_score_and_its_positio
 
 # --- training -------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("model", [{"attention": "location"}, {"attention": "general", "attention_window": 3}],
-                         ids=["location", "local_p"])
+@pytest.mark.parametrize("model", [{"attention": "location"}, {"attention": "general", "attention_window": 3},
+                                   {"attention": "additive", "coverage": True, "coverage_loss": 1.0}],
+                         ids=["location", "local_p", "coverage"])
 def test_a_tiny_model_trains_with_falling_loss(model: dict, tmp_path: Path, tiny_config) -> None:
     from heed.checkpoint import load_model_dir
     from heed.train import train

@@ -11,6 +11,8 @@ import torch
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
 from heed.data.vocab import SPECIALS, Vocab
 from heed.nn.copy import PointerGenerator
+from heed.nn.coverage import coverage_loss
+from heed.nn.masks import lengths_to_mask
 
 SRC_VOCAB = Vocab([*SPECIALS, "a", "b"])
 TGT_VOCAB = Vocab([*SPECIALS, "a", "q"])
@@ -114,7 +116,13 @@ CONFIGS = {
     "luong_feed_location": dict(decoder="luong", attention="location", attention_positions=SRC_LEN),
     "bahdanau_additive": dict(decoder="bahdanau"),
     "bahdanau_local_general": dict(decoder="bahdanau", attention="general", attention_window=1),
+    # with coverage (See et al. 2017's full model, eqs. 8-13): c^t in DecoderState, the mixture over
+    # the coverage-aware weights
+    "luong_feed_coverage": dict(decoder="luong", attention="additive", coverage=True),
+    "luong_nofeed_coverage": dict(decoder="luong", input_feeding=False, attention="additive", coverage=True),
+    "bahdanau_gru_local_coverage": dict(decoder="bahdanau", rnn="gru", attention_window=1, coverage=True),
 }
+COVERAGE_CONFIGS = [name for name in CONFIGS if CONFIGS[name].get("coverage")]
 
 
 def test_every_score_is_covered() -> None:
@@ -320,3 +328,151 @@ def test_copy_is_off_by_default_and_adds_only_the_switch() -> None:
     assert "decoder.copy.source_to_target" not in copying.state_dict()  # derived from the vocabularies
     with pytest.raises(ValueError, match="source_to_target"):
         build_model(ModelConfig(**SMALL), src_vocab_size=S, tgt_vocab_size=V)
+
+
+# --- copy with coverage: See et al. 2017's full model ---------------------------------------------------
+
+from dataclasses import replace  # noqa: E402
+
+from heed.nn.copy import LOG_TINY, mixture_loss  # noqa: E402
+
+
+@pytest.mark.parametrize("name", COVERAGE_CONFIGS)
+def test_a_copy_decoder_carries_the_coverage_and_mixes_the_coverage_aware_weights(name: str) -> None:
+    model = make_model(**CONFIGS[name])
+    with torch.no_grad():
+        model.decoder.copy.gate.weight.zero_()
+        model.decoder.copy.gate.bias.fill_(-math.log(3))  # p_gen = 1/4: the copy part carries 3/4
+    blind = make_model(**CONFIGS[name])
+    blind.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        blind.decoder.attention.coverage_proj.weight.zero_()  # the same model with w_c = 0
+    src, tgt_in = make_batch()
+    copy_ids, _ = model.decoder.copy.extended_ids(src)
+    with torch.no_grad():
+        enc, blind_enc = model.encode(src, LENGTHS), blind.encode(src, LENGTHS)
+        state, blind_state = model.init_state(enc), blind.init_state(blind_enc)
+        summed = torch.zeros(4, SRC_LEN, dtype=torch.float64)
+        for t in range(TGT_LEN):
+            out, blind_out = model.step(tgt_in[:, t], state, enc), blind.step(tgt_in[:, t], blind_state, blind_enc)
+            summed = summed + out.attention  # c^{t+1} = c^t + a^t (eq. 10), by hand
+            torch.testing.assert_close(out.state.coverage, summed, rtol=0, atol=0)
+            # a temporary id's probability is (1 - p_gen) times the attention on its positions (eq. 9),
+            # the weights renormalised where local-p's Gaussian leaves them summing to less than 1
+            for row, k in [(0, 0), (0, 2), (3, 0)]:
+                on_it = out.attention[row][copy_ids[row] == V + k].sum() / out.attention[row].sum()
+                torch.testing.assert_close(out.logits[row, V + k].exp(), 0.75 * on_it, rtol=1e-12, atol=0)
+            if t > 0:  # from the second step on, the coverage moves the weights the mixture copies with
+                assert not torch.allclose(out.attention[:2], blind_out.attention[:2], atol=1e-6)
+            state, blind_state = out.state, blind_out.state
+    assert torch.equal(state.coverage[~lengths_to_mask(LENGTHS, SRC_LEN)], torch.zeros(int((6 - LENGTHS).sum()),
+                                                                                       dtype=torch.float64))
+
+
+def by_hand_coverage_loss(weights: torch.Tensor, tgt_out: torch.Tensor) -> float:
+    """sum over real target steps t and source positions i of min(a_i^t, sum_{t' < t} a_i^{t'}), in loops."""
+    total = 0.0
+    for b in range(weights.size(0)):
+        covered = [0.0] * weights.size(2)
+        for t in range(weights.size(1)):
+            a = weights[b, t].tolist()
+            if tgt_out[b, t] != 0:
+                total += sum(min(a_i, c_i) for a_i, c_i in zip(a, covered, strict=True))
+            covered = [c_i + a_i for c_i, a_i in zip(covered, a, strict=True)]
+    return total
+
+
+def copy_targets(tgt_in: torch.Tensor) -> torch.Tensor:
+    """tgt_out for make_batch's tgt_in: shifted, </s>, padding in row 2, temporary ids only where the row has them."""
+    tgt_out = torch.cat([tgt_in[:, 1:], torch.full((4, 1), 2)], dim=1)
+    tgt_out[2, 2:] = 0
+    tgt_out[3] = tgt_out[3].clamp(max=V)
+    tgt_out[2] = tgt_out[2].clamp(max=V - 1)
+    return tgt_out
+
+
+@pytest.mark.parametrize("name", ["luong_feed_coverage", "bahdanau_gru_local_coverage"])
+def test_the_copy_models_loss_is_the_mixture_nll_plus_lambda_times_the_hand_summed_coverage_loss(name: str) -> None:
+    lam = 0.5
+    model = make_model(**CONFIGS[name], coverage_loss=lam)
+    src, tgt_in = make_batch()
+    tgt_out = copy_targets(tgt_in)
+    with torch.no_grad():
+        out = model(src, LENGTHS, tgt_in)
+        # local-p may give a copied word outside its window probability 0: the loss floors log P (heed.nn.copy)
+        nll = -out.logits.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1).clamp(min=LOG_TINY)[tgt_out != 0].sum()
+        covloss = by_hand_coverage_loss(out.attention, tgt_out)
+        got = model.loss(_Batch(src, LENGTHS, tgt_in, tgt_out))
+        smoothed = model.loss(_Batch(src, LENGTHS, tgt_in, tgt_out), label_smoothing=0.1)
+    assert covloss > 0
+    torch.testing.assert_close(got.cross_entropy, nll, rtol=1e-12, atol=0)
+    assert float(got.coverage) == pytest.approx(lam * covloss, rel=1e-12)
+    torch.testing.assert_close(got.total, got.cross_entropy + got.coverage, rtol=0, atol=0)
+    torch.testing.assert_close(smoothed.coverage, got.coverage, rtol=0, atol=0)  # smoothing leaves eq. 12 alone
+    # lambda 0: the same weights train on the mixture's NLL alone and report no coverage loss
+    plain = make_model(**CONFIGS[name])
+    plain.load_state_dict(model.state_dict())
+    without = plain.loss(_Batch(src, LENGTHS, tgt_in, tgt_out))
+    assert without.coverage is None
+    torch.testing.assert_close(without.total, nll, rtol=1e-12, atol=0)
+
+
+def test_the_full_models_loss_trains_the_switch_and_w_c_with_finite_gradients() -> None:
+    model = make_model(**CONFIGS["luong_feed_coverage"], coverage_loss=1.0).train()
+    src, tgt_in = make_batch()
+    model.loss(_Batch(src, LENGTHS, tgt_in, copy_targets(tgt_in)), label_smoothing=0.1).total.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert all(torch.isfinite(g).all() for g in grads.values())
+    assert grads["decoder.copy.gate.weight"].abs().sum() > 0
+    assert grads["decoder.attention.coverage_proj.weight"].abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", ["luong_feed_coverage", "bahdanau_gru_local_coverage"])
+def test_an_all_padding_row_with_copy_and_coverage_gives_the_vocabulary_distribution_not_nan(name: str) -> None:
+    model = make_model(**CONFIGS[name], coverage_loss=1.0).train()
+    src, tgt_in = make_batch()
+    tgt_out = copy_targets(tgt_in)
+    enc = model.encode(src, LENGTHS)
+    mask = enc.mask.clone()
+    mask[2] = False  # row 2 has no source token at all
+    enc = replace(enc, mask=mask)
+    out = model.decoder(tgt_in, model.init_state(enc), enc)
+    assert not out.logits.isnan().any() and not out.attention.isnan().any()
+    assert torch.equal(out.attention[2], torch.zeros_like(out.attention[2]))  # so it adds 0 to the coverage
+    # nothing to copy: p_gen = 1 and P = P_vocab, a distribution over the vocabulary alone
+    torch.testing.assert_close(out.logits[2, :, :V].exp().sum(-1), torch.ones(TGT_LEN, dtype=torch.float64),
+                               rtol=0, atol=1e-12)
+    assert torch.isneginf(out.logits[2, :, V:]).all()
+    nll = mixture_loss(out.logits, tgt_out, ignore_index=0, vocab_size=V)
+    total = nll + coverage_loss(out.attention, tgt_out != 0)
+    assert torch.isfinite(total)
+    total.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("name", ["luong_feed_coverage", "bahdanau_gru_local_coverage"])
+def test_every_beam_hypothesis_of_the_full_model_scores_as_its_teacher_forced_pass(name: str) -> None:
+    # Beams reorder rows every step; a coverage vector left with the wrong row would change later
+    # weights, and with them the mixture, from what the teacher-forced pass gives the same tokens.
+    model = copying_model(name)
+    with torch.no_grad():
+        model.decoder.copy.gate.bias.fill_(0.0)  # both parts of the mixture matter
+    src, _ = make_batch()
+    with torch.no_grad():
+        found = beam_search(model, src, LENGTHS, DecodeConfig(beam_size=4, n_best=4, max_len_a=0.0, max_len_b=5))
+        for b, hyps in enumerate(found):
+            n = int(LENGTHS[b])
+            for hyp in hyps:
+                tokens = torch.tensor([model.bos_id, *hyp.tokens])
+                target = torch.tensor([*hyp.tokens, model.eos_id])
+                log_p = model(src[b:b + 1, :n], LENGTHS[b:b + 1], tokens.unsqueeze(0)).logits[0]
+                assert hyp.log_prob == pytest.approx(float(log_p.gather(1, target.unsqueeze(1)).sum()), abs=1e-4)
+
+
+def test_copy_with_coverage_and_its_loss_is_a_valid_config() -> None:
+    cfg = config_from_dict({**DATES, "model": {"copy": True, "attention": "additive", "coverage": True,
+                                               "coverage_loss": 1.0}})
+    assert cfg.model.copy and cfg.model.coverage and cfg.model.coverage_loss == 1.0
+    with pytest.raises(ConfigError) as e:  # copy does not lift coverage's own rule
+        config_from_dict({**DATES, "model": {"copy": True, "coverage": True}})
+    assert e.value.field == "model.coverage"

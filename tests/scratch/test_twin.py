@@ -139,6 +139,7 @@ def test_scratch_to_new_torch_model_computes_the_same_logits():
     (dict(input_feeding=True), "input_feeding"),
     (dict(attention="scaled_dot"), "attention score"),
     (dict(attention_window=2), "window"),
+    (dict(attention="additive", coverage=True), "coverage"),
     (dict(encoder_layers=2, decoder_layers=2), "1-layer"),
     (dict(bridge="linear"), "bridge"),
     (dict(rnn="gru"), "LSTM"),

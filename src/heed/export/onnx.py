@@ -114,11 +114,12 @@ class StepGraph(nn.Module):
     plus the generator, over the same parameters (tests/test_export.py holds it to PyTorch's search).
 
     Inputs: prev_tokens (rows,) int64; h [, c] (layers, rows, hidden); feed (rows, hidden) for
-    Luong with input feeding; summary (rows, hidden) for plain; states (batch, src_len, hidden),
-    keys (batch, src_len, ·) and src_mask bool (batch, src_len), True = real token, for attention.
+    Luong with input feeding; coverage (rows, src_len) float32, c^t, for a coverage model;
+    summary (rows, hidden) for plain; states (batch, src_len, hidden), keys (batch, src_len, ·)
+    and src_mask bool (batch, src_len), True = real token, for attention.
     rows = batch * group: a source's `group` rows (its beams) are consecutive and attend in one
     grouped call, as `_RNNDecoder._attend` does, so beams never copy the source.
-    Outputs: logits (rows, vocab), h [, c] [, feed] [, attention (rows, src_len)]."""
+    Outputs: logits (rows, vocab), h [, c] [, feed] [, coverage c^{t+1}] [, attention (rows, src_len)]."""
 
     def __init__(self, decoder: _RNNDecoder, kind: str) -> None:
         super().__init__()
@@ -126,15 +127,18 @@ class StepGraph(nn.Module):
         self.kind = kind
         self.lstm = isinstance(decoder.rnn, nn.LSTM)
         self.feeding = kind == "luong" and decoder.input_feeding
+        self.coverage = decoder.coverage
 
     def input_names(self) -> list[str]:
         names = ["prev_tokens", "h"] + (["c"] if self.lstm else []) + (["feed"] if self.feeding else [])
+        names += ["coverage"] if self.coverage else []
         if self.kind == "plain":
             return names + ["summary"]
         return names + ["states", "keys", "src_mask"]
 
     def output_names(self) -> list[str]:
         names = ["logits", "h_out"] + (["c_out"] if self.lstm else []) + (["feed_out"] if self.feeding else [])
+        names += ["coverage_out"] if self.coverage else []
         return names + ([] if self.kind == "plain" else ["attention"])
 
     def _rnn(self, x: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
@@ -146,11 +150,14 @@ class StepGraph(nn.Module):
             x = out[0]
         return x, tuple(torch.stack(parts) for parts in zip(*layers))
 
-    def _attend(self, query: Tensor, states: Tensor, keys: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """query (rows, hidden) -> context (rows, hidden), weights (rows, src_len)."""
+    def _attend(self, query: Tensor, states: Tensor, keys: Tensor, mask: Tensor,
+                coverage: Tensor | None) -> tuple[Tensor, Tensor]:
+        """query (rows, hidden), coverage (rows, src_len) or None -> context (rows, hidden), weights (rows, src_len)."""
         # Sizes known at export are Python ints, so they trace as constants, not Shape/Gather chains.
         grouped = query.reshape(states.size(0), -1, self.decoder.hidden_size)  # (batch, group, hidden)
-        context, weights = self.decoder.attention(grouped, keys, states, mask)
+        if coverage is not None:
+            coverage = coverage.reshape(states.size(0), -1, coverage.size(-1))  # (batch, group, src_len)
+        context, weights = self.decoder.attention(grouped, keys, states, mask, coverage=coverage)
         return context.reshape(-1, self.decoder.attention.key_size), weights.flatten(0, 1)
 
     def forward(self, *inputs: Tensor) -> tuple[Tensor, ...]:
@@ -159,13 +166,14 @@ class StepGraph(nn.Module):
         state: tuple[Tensor, ...] = (named["h"], named["c"]) if self.lstm else (named["h"],)
         embedded = dec.embedding(prev)  # (rows, embed)
         weights = None
+        coverage = named.get("coverage")
         if self.kind == "luong":
             x = torch.cat([embedded, named["feed"]], dim=-1) if self.feeding else embedded  # Luong §3.3
             h, state = self._rnn(x, state)
-            context, weights = self._attend(h, named["states"], named["keys"], named["src_mask"])
+            context, weights = self._attend(h, named["states"], named["keys"], named["src_mask"], coverage)
             features = torch.tanh(dec.combine(torch.cat([h, context], dim=-1)))  # Luong eq. 5
         elif self.kind == "bahdanau":
-            context, weights = self._attend(state[0][-1], named["states"], named["keys"], named["src_mask"])
+            context, weights = self._attend(state[0][-1], named["states"], named["keys"], named["src_mask"], coverage)
             s, state = self._rnn(torch.cat([embedded, context], dim=-1), state)  # Bahdanau A.1.2
             features = torch.tanh(dec.readout(torch.cat([s, context, embedded], dim=-1)))
         else:
@@ -173,6 +181,8 @@ class StepGraph(nn.Module):
         outputs = [dec.generator(features), *state]  # logits (rows, vocab)
         if self.feeding:
             outputs.append(features)
+        if coverage is not None:
+            outputs.append(coverage + weights)  # c^{t+1} = c^t + a^t (See et al. 2017, eq. 10)
         if weights is not None:
             outputs.append(weights)
         return tuple(outputs)
@@ -187,6 +197,7 @@ def _example_inputs(model: Seq2Seq, graph: StepGraph) -> tuple[Tensor, ...]:
     values = {"prev_tokens": torch.full((cfg["rows"],), model.bos_id, dtype=torch.long),
               "h": torch.zeros(layers, cfg["rows"], hidden), "c": torch.zeros(layers, cfg["rows"], hidden),
               "feed": torch.zeros(cfg["rows"], hidden), "summary": torch.zeros(cfg["rows"], hidden),
+              "coverage": torch.zeros(cfg["rows"], cfg["src"]),
               # a private generator: exporting leaves the global RNG as it was
               "states": torch.randn(cfg["batch"], cfg["src"], hidden, generator=torch.Generator().manual_seed(0)),
               "src_mask": torch.tensor([[True] * 5, [True] * 3 + [False] * 2])}
@@ -198,7 +209,8 @@ def _example_inputs(model: Seq2Seq, graph: StepGraph) -> tuple[Tensor, ...]:
 STEP_AXES = {"prev_tokens": {0: "rows"}, "h": {1: "rows"}, "c": {1: "rows"}, "feed": {0: "rows"},
              "summary": {0: "rows"}, "states": {0: "batch", 1: "src_len"}, "keys": {0: "batch", 1: "src_len"},
              "src_mask": {0: "batch", 1: "src_len"}, "logits": {0: "rows"}, "h_out": {1: "rows"},
-             "c_out": {1: "rows"}, "feed_out": {0: "rows"}, "attention": {0: "rows", 1: "src_len"}}
+             "c_out": {1: "rows"}, "feed_out": {0: "rows"}, "attention": {0: "rows", 1: "src_len"},
+             "coverage": {0: "rows", 1: "src_len"}, "coverage_out": {0: "rows", 1: "src_len"}}
 
 
 def _encoder_output_names(model: Seq2Seq) -> list[str]:

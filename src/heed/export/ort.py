@@ -22,6 +22,7 @@ from torch import Tensor
 
 from heed.errors import ConfigError, HeedError, ModelDirError
 from heed.export.onnx import ENCODER_FILE, STEP_FILE, Manifest, load_manifest, require
+from heed.nn.coverage import initial_coverage
 from heed.nn.decoder import DecoderState, DecoderStep
 from heed.nn.encoder import EncoderOutput
 from heed.nn.masks import lengths_to_mask
@@ -40,6 +41,7 @@ class OrtSeq2Seq:
         self.kind: str = model["decoder"]
         self.has_attention = self.kind != "plain"
         self.feeding = self.kind == "luong" and bool(model["input_feeding"])
+        self.coverage = bool(model.get("coverage"))  # exports from before coverage have no such key
         self.hidden_size = int(model["hidden_size"])
         self.rnn_tensors = 2 if model["rnn"] == "lstm" else 1
         self.max_positions = model.get("attention_positions") if model.get("attention") == "location" else None
@@ -103,7 +105,8 @@ class OrtSeq2Seq:
     def init_state(self, enc: EncoderOutput) -> DecoderState:
         rnn = enc.final[: self.rnn_tensors]
         feed = rnn[0].new_zeros(rnn[0].size(1), self.hidden_size) if self.feeding else None
-        return DecoderState(rnn, feed)
+        coverage = initial_coverage(rnn[0].size(1), enc.states) if self.coverage else None
+        return DecoderState(rnn, feed, coverage)
 
     def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
         """prev_tokens (rows,) -> DecoderStep(logits (rows, vocab), state, attention (rows, src_len) or None)."""
@@ -116,12 +119,16 @@ class OrtSeq2Seq:
         if self.feeding:
             assert state.feed is not None
             feeds["feed"] = _array(state.feed)
+        if self.coverage:
+            assert state.coverage is not None
+            feeds["coverage"] = _array(state.coverage)
         outs = [torch.from_numpy(x) for x in step.run(None, feeds)]
         logits, rnn = outs[0], tuple(outs[1 : 1 + self.rnn_tensors])
         rest = outs[1 + self.rnn_tensors :]
         feed = rest.pop(0) if self.feeding else None
+        coverage = rest.pop(0) if self.coverage else None
         attention = rest.pop(0) if self.has_attention else None
-        return DecoderStep(logits, DecoderState(rnn, feed), attention)
+        return DecoderStep(logits, DecoderState(rnn, feed, coverage), attention)
 
     def _source_feeds(self, enc: EncoderOutput) -> dict[str, Any]:
         """The step graph's per-source inputs as numpy arrays, converted once per EncoderOutput

@@ -16,6 +16,12 @@ over the real positions s in [p_t - D, p_t + D] only (the window joins the paddi
 masked_softmax), and the weights are then multiplied by exp(-(s - p_t)^2 / (2 sigma^2)), sigma = D/2.
 Positions s are the tensor's indices 0 .. S-1. Local weights are exactly 0 outside the window and
 on padding, and (unlike global attention) sum to less than 1.
+
+Coverage (Tu et al. 2016; See et al. 2017, eq. 11) is an option of the additive score: the caller
+passes the coverage vector c^t = sum_{t' < t} a^{t'} (batch, [tgt_len,] src_len), how much attention
+each source position has had so far, and the score becomes
+e_i^t = v . tanh(W_k k_i + W_q q_t + w_c c_i^t + b). The attention keeps no coverage of its own: the
+decoder carries it in its state (heed.nn.coverage).
 """
 from __future__ import annotations
 
@@ -119,6 +125,8 @@ class Attention(nn.Module):
     `max_positions` (location only): the positions W_a scores, the longest source it can attend over;
     a longer source's positions past it get weight 0 (there is no row of W_a for them).
     `window` (any score): D of Luong's local-p attention (module doc); None = global attention.
+    `coverage` (additive only): the score takes the coverage vector (module doc) as `forward`'s
+    `coverage` argument, through a learned w_c (See et al. 2017, eq. 11).
     """
 
     def __init__(
@@ -131,6 +139,7 @@ class Attention(nn.Module):
         cosine_scale: float = 10.0,
         max_positions: int | None = None,
         window: int | None = None,
+        coverage: bool = False,
     ) -> None:
         super().__init__()
         if score not in SCORES:
@@ -144,11 +153,14 @@ class Attention(nn.Module):
             raise ValueError(f"max_positions must be at least 1, got {max_positions}")
         if window is not None and window < 1:
             raise ValueError(f"window (local-p's D) must be at least 1, got {window}")
+        if coverage and score != "additive":
+            raise ValueError(f"coverage feeds the additive score (See et al. 2017, eq. 11); got score {score!r}")
         self.score = score
         self.query_size = query_size
         self.key_size = key_size
         self.max_positions = max_positions
         self.window = window
+        self.coverage = coverage
         if window is not None:  # Luong et al. 2015, eq. 9: p_t = S * sigmoid(v_p . tanh(W_p h_t))
             self.position_proj = nn.Linear(query_size, query_size, bias=False)  # W_p
             self.position_v = nn.Linear(query_size, 1, bias=False)  # v_p
@@ -161,13 +173,15 @@ class Attention(nn.Module):
             self.key_proj = nn.Linear(key_size, hidden_size, bias=False)  # W_k
             self.query_proj = nn.Linear(query_size, hidden_size, bias=True)  # W_q (+ bias)
             self.v = nn.Linear(hidden_size, 1, bias=False)  # v_a
+            if coverage:
+                self.coverage_proj = nn.Linear(1, hidden_size, bias=False)  # w_c (See et al. 2017, eq. 11)
         elif score == "cosine":
             self.scale = nn.Parameter(torch.tensor(float(cosine_scale)))
 
     @property
     def fusable(self) -> bool:
         """Whether `context` can use the fused SDPA kernel for this score."""
-        return self.score in FUSABLE_SCORES and self.window is None
+        return self.score in FUSABLE_SCORES and self.window is None and not self.coverage
 
     def project_keys(self, keys: Tensor) -> Tensor:
         """The query-independent part of the score, once per source.
@@ -181,13 +195,18 @@ class Attention(nn.Module):
             return F.normalize(keys, dim=-1)
         return keys
 
-    def scores(self, query: Tensor, keys: Tensor) -> Tensor:
-        """query (batch, tgt_len, query_size), projected keys (batch, src_len, ·) -> (batch, tgt_len, src_len)."""
+    def scores(self, query: Tensor, keys: Tensor, coverage: Tensor | None = None) -> Tensor:
+        """query (batch, tgt_len, query_size), projected keys (batch, src_len, ·), coverage
+        (batch, tgt_len, src_len) for a coverage score -> (batch, tgt_len, src_len)."""
         if self.score == "location":
             return self._location_scores(query, keys.size(1))
         if self.score == "additive":
             q = self.query_proj(query).unsqueeze(2)  # (batch, tgt_len, 1, hidden)
-            return self.v(torch.tanh(q + keys.unsqueeze(1))).squeeze(-1)  # (batch, tgt_len, src_len)
+            hidden = q + keys.unsqueeze(1)  # (batch, tgt_len, src_len, hidden)
+            if coverage is not None:  # See et al. 2017, eq. 11: + w_c c_i^t
+                w_c = self.coverage_proj.weight.squeeze(-1)  # (hidden,)
+                hidden = hidden + coverage.unsqueeze(-1).to(hidden.dtype) * w_c.to(hidden.dtype)
+            return self.v(torch.tanh(hidden)).squeeze(-1)  # (batch, tgt_len, src_len)
         if self.score == "cosine":
             query = self.scale * F.normalize(query, dim=-1)
         scores = query @ keys.transpose(1, 2)  # (batch, tgt_len, src_len)
@@ -237,21 +256,28 @@ class Attention(nn.Module):
         gaussian = torch.exp(-offset.square() / (2 * sigma ** 2))  # Luong et al. 2015, eq. 10
         return allowed, gaussian
 
-    def forward(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None) -> Attended:
+    def forward(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None, *,
+                coverage: Tensor | None = None) -> Attended:
         """query (batch, [tgt_len,] query_size); keys = project_keys(states) (batch, src_len, ·);
-        values (batch, src_len, value_size); mask bool (batch, src_len), True = real token."""
+        values (batch, src_len, value_size); mask bool (batch, src_len), True = real token;
+        coverage (batch, [tgt_len,] src_len), the attention so far, for a coverage score only."""
+        if self.coverage != (coverage is not None):
+            raise ValueError("a coverage score takes the coverage vector, and only a coverage score does; "
+                             f"this one has coverage={self.coverage}")
         steps, one_step = _as_steps(query)
+        if coverage is not None and one_step:
+            coverage = coverage.unsqueeze(1)  # (batch, 1, src_len)
         if self.score != "location" and self.window is None:
-            return _weigh(self.scores(steps, keys), values, mask, one_step)
+            return _weigh(self.scores(steps, keys, coverage), values, mask, one_step)
         allowed, gaussian = self._mask(steps, keys.size(1), mask)
-        weights = masked_softmax(self.scores(steps, keys), allowed)  # (batch, tgt_len, src_len)
+        weights = masked_softmax(self.scores(steps, keys, coverage), allowed)  # (batch, tgt_len, src_len)
         if gaussian is not None:
             # Luong et al. 2015, eq. 10: a_t(s) = align(h_t, h_s) exp(-(s - p_t)^2 / (2 sigma^2))
             weights = weights * gaussian.to(weights.dtype)
         return _attended(weights, values, one_step)
 
     def context(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None, *,
-                fused: bool | None = None) -> Tensor:
+                fused: bool | None = None, coverage: Tensor | None = None) -> Tensor:
         """Only the context (batch, [tgt_len,] value_size), without materialising the weights.
 
         `fused=None` takes torch's fused SDPA kernel on CUDA and the explicit path elsewhere: on CPU
@@ -261,7 +287,7 @@ class Attention(nn.Module):
         if fused is None:
             fused = query.is_cuda
         if not (fused and self.fusable):
-            return self.forward(query, keys, values, mask).context
+            return self.forward(query, keys, values, mask, coverage=coverage).context
         scale = 1.0 / math.sqrt(keys.size(-1)) if self.score == "scaled_dot" else 1.0
         if self.score == "cosine":
             query = self.scale * F.normalize(query, dim=-1)

@@ -41,7 +41,15 @@ with warnings.catch_warnings():
             None, ge=1, description="local-p attention (Luong et al. 2015, §3.2) over [p_t - D, p_t + D] with this D "
                                     "(Luong: 10), on top of the score; null = global attention")
         copy: bool = Field(False, description="copy attention, a pointer-generator (See et al. 2017): source tokens the "
-                                              "target vocabulary lacks can be copied to the output instead of <unk>")
+                                              "target vocabulary lacks can be copied to the output instead of <unk>; "
+                                              "with coverage, See et al.'s full model")
+        coverage: bool = Field(
+            False, description="coverage attention (Tu et al. 2016; See et al. 2017, eq. 11): the additive score also "
+                               "sees how much attention each source position has had so far")
+        coverage_loss: float = Field(
+            0.0, ge=0.0, description="lambda of See et al. 2017, eq. 13: the coverage loss sum_i min(a_i^t, c_i^t), "
+                                     "summed over target tokens, times this is added to the loss (See et al.: 1); "
+                                     "needs coverage")
         encoder_layers: int = Field(1, ge=1)
         decoder_layers: int = Field(1, ge=1)
         bidirectional: bool = True
@@ -77,6 +85,27 @@ with warnings.catch_warnings():
                                  "attention; use decoder luong or bahdanau, or set copy: false")
             return value
 
+        @field_validator("coverage")
+        @classmethod
+        def _coverage_needs_the_additive_score(cls, value: bool, info: ValidationInfo) -> bool:
+            if not value or "attention" not in info.data or "decoder" not in info.data:
+                return value
+            decoder = info.data["decoder"]
+            if decoder == "plain":
+                raise ValueError("the plain decoder has no attention to cover; use decoder luong or bahdanau")
+            score = info.data["attention"] or DEFAULT_SCORE[decoder]
+            if score != "additive":
+                raise ValueError(f"coverage feeds the additive score (See et al. 2017, eq. 11), not {score!r}; "
+                                 "set model.attention: additive")
+            return value
+
+        @field_validator("coverage_loss")
+        @classmethod
+        def _coverage_loss_needs_coverage(cls, value: float, info: ValidationInfo) -> float:
+            if value > 0 and info.data.get("coverage") is False:  # absent: coverage itself was invalid
+                raise ValueError("the coverage loss needs coverage attention; set model.coverage: true")
+            return value
+
         @model_validator(mode="after")
         def _check(self) -> "ModelConfig":
             if self.bidirectional and self.hidden_size % 2:
@@ -110,7 +139,7 @@ def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, p
                   memory_size=cfg.hidden_size, num_layers=cfg.decoder_layers, rnn=cfg.rnn,
                   dropout=cfg.dropout, pad_id=pad_id)
     attention = dict(attention_hidden=cfg.attention_hidden, attention_positions=cfg.attention_positions,
-                     attention_window=cfg.attention_window)
+                     attention_window=cfg.attention_window, coverage=cfg.coverage)
     decoder: _RNNDecoder
     copy = dict(copy_source_to_target=source_to_target if cfg.copy else None, unk_id=unk_id)
     if cfg.decoder == "luong":
@@ -119,4 +148,5 @@ def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, p
         decoder = BahdanauDecoder(score=cfg.score, **copy, **attention, **common)
     else:
         decoder = PlainDecoder(**common)
-    return Seq2Seq(encoder, bridge, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
+    return Seq2Seq(encoder, bridge, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id,
+                   coverage_loss=cfg.coverage_loss)

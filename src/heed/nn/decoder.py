@@ -9,10 +9,12 @@ and `forward(tgt_in, state, enc)` runs the teacher-forced pass over a whole targ
 calls `forward_features` instead: the same pass up to the generator's input, which
 heed.nn.loss.generator_loss turns into the loss without materialising the logits.
 
-With copy attention (`copy=`, a heed.nn.copy.PointerGenerator; Luong and Bahdanau only) a step's
-`logits` are the log-probabilities of See et al.'s mixture over the extended vocabulary,
-(batch, vocab + temporary ids): search log-softmaxes them, which leaves them unchanged. Tokens fed
-back may then be temporary ids; the embedding reads them as <unk>.
+With copy attention (`copy_source_to_target=` makes `self.copy` a heed.nn.copy.PointerGenerator;
+Luong and Bahdanau only) a step's `logits` are the log-probabilities of See et al.'s mixture over
+the extended vocabulary, (batch, vocab + temporary ids): search log-softmaxes them, which leaves
+them unchanged. Tokens fed back may then be temporary ids; the embedding reads them as <unk>. With
+coverage as well (See et al. 2017's full model) the mixture copies with the coverage-aware weights
+of the same step.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from torch import Tensor, nn
 
 from heed.nn.attention import Attention, ScoreName
 from heed.nn.copy import PointerGenerator
+from heed.nn.coverage import initial_coverage
 from heed.nn.encoder import RNN_CLASSES, EncoderOutput, RNNKind
 from heed.nn.feeding import InputFeedingLSTM, gate_order
 from heed.nn.state import RNNState, as_raw, as_state, select_batch
@@ -34,15 +37,18 @@ from heed.nn.state import RNNState, as_raw, as_state, select_batch
 @dataclass(frozen=True)
 class DecoderState:
     """rnn: each (layers, batch, hidden); feed: (batch, hidden) the previous attentional state
-    h~_{t-1} for Luong input feeding, else None."""
+    h~_{t-1} for Luong input feeding, else None; coverage: (batch, src_len) c^t, the sum of the
+    attention weights of the steps so far (heed.nn.coverage), for a coverage model, else None."""
 
     rnn: RNNState
     feed: Tensor | None = None
+    coverage: Tensor | None = None
 
     def select(self, indices: Tensor) -> "DecoderState":
         """Rows `indices` of the batch (beam reordering): indices (new_batch,) long."""
         feed = None if self.feed is None else self.feed.index_select(0, indices)
-        return DecoderState(select_batch(self.rnn, indices), feed)
+        coverage = None if self.coverage is None else self.coverage.index_select(0, indices)
+        return DecoderState(select_batch(self.rnn, indices), feed, coverage)
 
 
 class DecoderStep(NamedTuple):
@@ -77,6 +83,7 @@ class _RNNDecoder(nn.Module):
     """What the three decoders share: target embedding, an RNN, dropout and the generator."""
 
     has_attention = True
+    coverage = False  # whether the attention takes a coverage vector carried in DecoderState
 
     def __init__(self, *, vocab_size: int, embed_size: int, hidden_size: int, rnn_input_size: int,
                  num_layers: int, rnn: RNNKind, dropout: float, pad_id: int, generator_input: int) -> None:
@@ -114,19 +121,36 @@ class _RNNDecoder(nn.Module):
         return self.attention.project_keys(states)
 
     def init_state(self, rnn_state: RNNState, enc: EncoderOutput) -> DecoderState:
-        return DecoderState(rnn_state)
+        return DecoderState(rnn_state, coverage=self._initial_coverage(rnn_state, enc))
 
-    def _attend(self, query: Tensor, enc: EncoderOutput, need_attention: bool = True) -> tuple[Tensor, Tensor | None]:
+    def _initial_coverage(self, rnn_state: RNNState, enc: EncoderOutput) -> Tensor | None:
+        """c^0 = 0 (rows, src_len) for a coverage model, else None."""
+        return initial_coverage(rnn_state[0].size(1), enc.states) if self.coverage else None
+
+    @staticmethod
+    def _covered(coverage: Tensor | None, weights: Tensor | None) -> Tensor | None:
+        """c^{t+1} = c^t + a^t (See et al. 2017, eq. 10): coverage (rows, src_len), weights (rows, src_len)."""
+        if coverage is None:
+            return None
+        assert weights is not None
+        return coverage + weights.to(coverage.dtype)
+
+    def _attend(self, query: Tensor, enc: EncoderOutput, need_attention: bool = True,
+                coverage: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """query (rows, q) for one step or (batch, tgt_len, q) for all -> context and weights of the
-        same leading shape. When sources serve several rows (enc.group > 1: beams), a source's rows
-        attend in one grouped call, as the steps of one target do: (batch, group, q)."""
+        same leading shape; coverage (rows, src_len), one step only, for a coverage model. When
+        sources serve several rows (enc.group > 1: beams), a source's rows attend in one grouped
+        call, as the steps of one target do: (batch, group, q)."""
         grouped = query.dim() == 2 and enc.group > 1
         if grouped:
             query = query.view(-1, enc.group, query.size(-1))  # (batch, group, q)
+            if coverage is not None:
+                coverage = coverage.view(-1, enc.group, coverage.size(-1))  # (batch, group, src_len)
         if need_attention:
-            context, weights = self.attention(query, enc.keys, enc.states, enc.mask)
+            context, weights = self.attention(query, enc.keys, enc.states, enc.mask, coverage=coverage)
         else:
-            context, weights = self.attention.context(query, enc.keys, enc.states, enc.mask), None
+            context = self.attention.context(query, enc.keys, enc.states, enc.mask, coverage=coverage)
+            weights = None
         if grouped:
             context = context.flatten(0, 1)  # (rows, memory)
             weights = None if weights is None else weights.flatten(0, 1)  # (rows, src_len)
@@ -203,16 +227,17 @@ class LuongDecoder(_RNNDecoder):
                  num_layers: int = 1, rnn: RNNKind = "lstm", score: ScoreName = "general",
                  input_feeding: bool = True, attention_hidden: int | None = None,
                  attention_positions: int | None = None, attention_window: int | None = None,
-                 dropout: float = 0.0, pad_id: int = 0, copy_source_to_target: Sequence[int] | None = None,
-                 unk_id: int = 3) -> None:
+                 coverage: bool = False, dropout: float = 0.0, pad_id: int = 0,
+                 copy_source_to_target: Sequence[int] | None = None, unk_id: int = 3) -> None:
         super().__init__(vocab_size=vocab_size, embed_size=embed_size, hidden_size=hidden_size,
                          rnn_input_size=embed_size + (hidden_size if input_feeding else 0),
                          num_layers=num_layers, rnn=rnn, dropout=dropout, pad_id=pad_id,
                          generator_input=hidden_size)
         self.input_feeding = input_feeding
+        self.coverage = coverage
         self.attention = Attention(score, query_size=hidden_size, key_size=memory_size,
                                    hidden_size=attention_hidden, max_positions=attention_positions,
-                                   window=attention_window)
+                                   window=attention_window, coverage=coverage)
         self.combine = nn.Linear(hidden_size + memory_size, hidden_size, bias=False)  # W_c
         if copy_source_to_target is not None:
             self.copy = PointerGenerator(context_size=memory_size, state_size=hidden_size, input_size=embed_size,
@@ -221,26 +246,29 @@ class LuongDecoder(_RNNDecoder):
 
     def init_state(self, rnn_state: RNNState, enc: EncoderOutput) -> DecoderState:
         feed = rnn_state[0].new_zeros(rnn_state[0].size(1), self.hidden_size) if self.input_feeding else None
-        return DecoderState(rnn_state, feed)
+        return DecoderState(rnn_state, feed, self._initial_coverage(rnn_state, enc))
 
-    def _attentional(self, h: Tensor, enc: EncoderOutput,
-                     need_attention: bool) -> tuple[Tensor, Tensor | None, Tensor]:
+    def _attentional(self, h: Tensor, enc: EncoderOutput, need_attention: bool,
+                     coverage: Tensor | None = None) -> tuple[Tensor, Tensor | None, Tensor]:
         """h (batch, [tgt_len,] hidden) -> h~ of the same shape, weights (batch, [tgt_len,] src_len),
-        context (batch, [tgt_len,] memory)."""
-        context, weights = self._attend(h, enc, need_attention)
+        context (batch, [tgt_len,] memory); coverage (batch, src_len) for one step of a coverage model."""
+        context, weights = self._attend(h, enc, need_attention, coverage)
         return torch.tanh(self.combine(torch.cat([h, context], dim=-1))), weights, context  # Luong eq. 5
 
     def _step_features(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> _StepFeatures:
         embedded = self._embed(prev_tokens)  # (batch, embed)
         inputs = torch.cat([embedded, state.feed], dim=-1) if self.input_feeding else embedded  # Luong §3.3
         h, rnn_state = self._step_rnn(inputs, state.rnn)  # (batch, hidden)
-        h_tilde, weights, context = self._attentional(h, enc, need_attention=True)  # (batch, hidden)
-        return _StepFeatures(h_tilde, DecoderState(rnn_state, h_tilde if self.input_feeding else None), weights,
+        h_tilde, weights, context = self._attentional(h, enc, need_attention=True,
+                                                      coverage=state.coverage)  # (batch, hidden)
+        feed = h_tilde if self.input_feeding else None
+        return _StepFeatures(h_tilde, DecoderState(rnn_state, feed, self._covered(state.coverage, weights)), weights,
                              self._copy_input(context, h, embedded))
 
     def forward_features(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                          need_attention: bool = True) -> DecoderFeatures:
-        if self.input_feeding:  # h~_{t-1} feeds step t: a loop over time is inherent
+        # h~_{t-1} feeds step t, or c^t sums the weights of steps before t: a loop over time is inherent
+        if self.input_feeding or self.coverage:
             if self.fusable(tgt_in):
                 return self.forward_fused(tgt_in, state, enc, need_attention=need_attention)
             return super().forward_features(tgt_in, state, enc, need_attention=need_attention)
@@ -254,11 +282,12 @@ class LuongDecoder(_RNNDecoder):
     def fusable(self, tgt_in: Tensor) -> bool:
         """Whether the teacher-forced pass can run as one hand-written autograd node
         (heed.nn.feeding): input feeding, LSTM, a dot-product score over the whole source (not
-        local-p's window), on the CPU, no copy attention (whose switch needs the context vectors,
-        which the fused pass keeps to itself). On CUDA the step loop stays until the fused pass is
-        measured there. Not under torch.compile: inductor fuses the step loop itself, and the
+        local-p's window, no coverage), on the CPU, no copy attention (whose switch needs the context
+        vectors, which the fused pass keeps to itself). On CUDA the step loop stays until the fused
+        pass is measured there. Not under torch.compile: inductor fuses the step loop itself, and the
         hand-written node is opaque to it (Seq2Seq.compile_teacher_forced)."""
-        return (self.input_feeding and isinstance(self.rnn, nn.LSTM) and not tgt_in.is_cuda and self.copy is None
+        return (self.input_feeding and not self.coverage and isinstance(self.rnn, nn.LSTM) and not tgt_in.is_cuda
+                and self.copy is None
                 and self.attention.score in ("dot", "general", "scaled_dot") and self.attention.window is None
                 and not torch.compiler.is_compiling())
 
@@ -307,14 +336,15 @@ class BahdanauDecoder(_RNNDecoder):
     def __init__(self, *, vocab_size: int, embed_size: int, hidden_size: int, memory_size: int,
                  num_layers: int = 1, rnn: RNNKind = "lstm", score: ScoreName = "additive",
                  attention_hidden: int | None = None, attention_positions: int | None = None,
-                 attention_window: int | None = None, dropout: float = 0.0, pad_id: int = 0,
-                 copy_source_to_target: Sequence[int] | None = None, unk_id: int = 3) -> None:
+                 attention_window: int | None = None, coverage: bool = False, dropout: float = 0.0,
+                 pad_id: int = 0, copy_source_to_target: Sequence[int] | None = None, unk_id: int = 3) -> None:
         super().__init__(vocab_size=vocab_size, embed_size=embed_size, hidden_size=hidden_size,
                          rnn_input_size=embed_size + memory_size, num_layers=num_layers, rnn=rnn,
                          dropout=dropout, pad_id=pad_id, generator_input=hidden_size)
+        self.coverage = coverage
         self.attention = Attention(score, query_size=hidden_size, key_size=memory_size,
                                    hidden_size=attention_hidden, max_positions=attention_positions,
-                                   window=attention_window)
+                                   window=attention_window, coverage=coverage)
         self.readout = nn.Linear(hidden_size + memory_size + embed_size, hidden_size)
         if copy_source_to_target is not None:
             self.copy = PointerGenerator(context_size=memory_size, state_size=hidden_size, input_size=embed_size,
@@ -324,10 +354,12 @@ class BahdanauDecoder(_RNNDecoder):
     def _step_features(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> _StepFeatures:
         embedded = self._embed(prev_tokens)  # (batch, embed)
         query = state.rnn[0][-1]  # s_{t-1}: top layer's h (batch, hidden)
-        context, weights = self._attend(query, enc)  # (batch, memory)
+        context, weights = self._attend(query, enc, coverage=state.coverage)  # (batch, memory)
         s_t, rnn_state = self._step_rnn(torch.cat([embedded, context], dim=-1), state.rnn)  # (batch, hidden)
         readout = torch.tanh(self.readout(torch.cat([s_t, context, embedded], dim=-1)))  # (batch, hidden)
-        return _StepFeatures(readout, DecoderState(rnn_state), weights, self._copy_input(context, s_t, embedded))
+        covered = self._covered(state.coverage, weights)
+        return _StepFeatures(readout, DecoderState(rnn_state, coverage=covered), weights,
+                             self._copy_input(context, s_t, embedded))
 
 
 class PlainDecoder(_RNNDecoder):

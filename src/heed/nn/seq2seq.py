@@ -8,6 +8,7 @@ from typing import NamedTuple
 from torch import Tensor, nn
 
 from heed.nn.copy import mixture_loss
+from heed.nn.coverage import coverage_loss
 from heed.nn.decoder import DecoderFeatures, DecoderState, DecoderStep, _RNNDecoder
 from heed.nn.encoder import Bridge, EncoderOutput, RNNEncoder
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
@@ -25,17 +26,23 @@ class Seq2SeqOutput(NamedTuple):
 
 class Seq2Seq(nn.Module):
     """Encoder + bridge + decoder. Search talks to it through `encode`, `init_state`, `step`
-    and `DecoderState.select`, never through the decoder's class."""
+    and `DecoderState.select`, never through the decoder's class.
+
+    `coverage_loss`: lambda of See et al. 2017, eq. 13, the weight of the coverage loss in `loss`;
+    needs a decoder with coverage (0 = no coverage loss)."""
 
     def __init__(self, encoder: RNNEncoder, bridge: Bridge, decoder: _RNNDecoder, *,
-                 pad_id: int = 0, bos_id: int = 1, eos_id: int = 2) -> None:
+                 pad_id: int = 0, bos_id: int = 1, eos_id: int = 2, coverage_loss: float = 0.0) -> None:
         super().__init__()
+        if coverage_loss < 0 or (coverage_loss > 0 and not decoder.coverage):
+            raise ValueError(f"coverage_loss {coverage_loss} needs to be >= 0, and > 0 only with a coverage decoder")
         self.encoder = encoder
         self.bridge = bridge
         self.decoder = decoder
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         # the training-mode teacher-forced pass under torch.compile, once `compile_teacher_forced` ran
         self._compiled_features: Callable[..., DecoderFeatures] | None = None
+        self.coverage_loss = coverage_loss
 
     @property
     def has_attention(self) -> bool:
@@ -76,20 +83,31 @@ class Seq2Seq(nn.Module):
 
     def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0) -> SeqLoss:
         """The teacher-forced training loss of `batch`, summed over its target tokens (tgt_out !=
-        pad_id). The generator and cross-entropy run through heed.nn.loss.generator_loss, which never
-        materialises the logits (no attention weights are kept either). A copy model's is the NLL
-        of See et al.'s mixture over the extended vocabulary (heed.nn.copy.mixture_loss); its
-        tgt_out names a copied unknown word by its temporary id (heed.data.extended)."""
+        pad_id): the cross-entropy, plus lambda times the coverage loss (See et al. 2017, eq. 13)
+        when `coverage_loss` > 0. The generator and cross-entropy run through
+        heed.nn.loss.generator_loss, which never materialises the logits; attention weights are
+        kept only for the coverage loss. A copy model's is the NLL of See et al.'s mixture over the
+        extended vocabulary (heed.nn.copy.mixture_loss); its tgt_out names a copied unknown word by
+        its temporary id (heed.data.extended). Copy with coverage is See et al.'s full model: the
+        mixture's NLL plus the same coverage term."""
+        weighted = self.coverage_loss > 0
         if self.decoder.copy is not None:
             enc = self.encode(batch.src, batch.src_lengths)
-            out = self.decoder(batch.tgt_in, self.init_state(enc), enc, need_attention=False)
+            # a copy decoder returns the attention whatever need_attention says: its mixture needs it
+            out = self.decoder(batch.tgt_in, self.init_state(enc), enc, need_attention=weighted)
             cross_entropy = mixture_loss(out.logits, batch.tgt_out, ignore_index=self.pad_id,
                                          label_smoothing=label_smoothing, vocab_size=self.decoder.copy.target_size)
+            attention = out.attention
+        else:
+            features = self.forward_features(batch.src, batch.src_lengths, batch.tgt_in, need_attention=weighted)
+            cross_entropy = generator_loss(features.features, self.decoder.generator, batch.tgt_out,
+                                           ignore_index=self.pad_id, label_smoothing=label_smoothing)
+            attention = features.attention
+        if not weighted:
             return SeqLoss(cross_entropy, cross_entropy, None)
-        out = self.forward_features(batch.src, batch.src_lengths, batch.tgt_in)
-        cross_entropy = generator_loss(out.features, self.decoder.generator, batch.tgt_out, ignore_index=self.pad_id,
-                                       label_smoothing=label_smoothing)
-        return SeqLoss(cross_entropy, cross_entropy, None)
+        assert attention is not None
+        coverage = self.coverage_loss * coverage_loss(attention, batch.tgt_out != self.pad_id)  # eq. 13
+        return SeqLoss(cross_entropy + coverage.to(cross_entropy.dtype), cross_entropy, coverage)
 
     def compile_teacher_forced(self) -> None:
         """From now on, `forward_features` in training mode (and so `loss`) runs the decoder's

@@ -76,6 +76,8 @@ def _check_twin(torch_model: Any) -> tuple[str, int, int, int, int, int | None]:
             problems.append(f"attention score must be one of {', '.join(SCORES)}, got {dec.attention.score!r}")
         if dec.attention.window is not None:
             problems.append(f"attention must be global (window None), got window {dec.attention.window}")
+        if dec.coverage:
+            problems.append("attention must have no coverage (the scratch engine has no coverage vector)")
     if problems:
         raise BridgeError("torch model is not a scratch twin: " + "; ".join(problems) + f". To fix, {fix}")
     score = dec.attention.score
