@@ -29,6 +29,7 @@ import json
 import os
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -232,14 +233,14 @@ def report(results: dict) -> str:
     lines = [f"Seeds {', '.join(str(s) for s in results['seeds'])}; {results['steps']} updates each; "
              f"data {results['data']}; {results['cpu']}.", "",
              "| attention | runs | test BLEU (beam 5) | repeated % | dropped % | names copied % | names as <unk> % "
-             "| numbers copied % | names copied with replace_unk % | train s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| numbers copied % | names copied with replace_unk % |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for v in variants:
         rs = ok[v]
         col = lambda k: mean_sd([r["scores"][k] for r in rs])  # noqa: E731
         lines.append(f"| {v} | {len(rs)} | {col('bleu')} | {col('repeated_pct')} | {col('dropped_pct')} | "
                      f"{col('copy_names_pct')} | {col('copy_names_unk_pct')} | {col('copy_numbers_pct')} | "
-                     f"{col('copy_names_replace_unk_pct')} | {mean_sd([r['train']['seconds'] for r in rs])} |")
+                     f"{col('copy_names_replace_unk_pct')} |")
     failed = [r for r in runs if "scores" not in r]
     if failed:
         lines += ["", "Failed runs: " + ", ".join(f"{r['variant']} seed {r['seed']} (see {r['train']['log']})"
@@ -292,24 +293,29 @@ def main() -> None:
         jobs = [(v, s) for s in args.seeds for v in args.variants]
 
         def one(job: tuple[str, int]) -> dict:
+            """Train (unless an earlier invocation finished this run: its model/ is there) and score;
+            each finished run is kept as runs/NAME.json, so an interrupted experiment goes on."""
             variant, seed = job
             run_dir = args.work / "runs" / f"{variant}-seed{seed}"
-            record = {"variant": variant, "seed": seed, "train": train(config, run_dir, variant, seed, args.steps)}
-            if record["train"]["rc"] == 0:
+            saved = run_dir.with_suffix(".json")
+            if saved.exists():
+                return json.loads(saved.read_text(encoding="utf-8"))
+            if (run_dir / "model" / "heed.json").exists():
+                trained = {"rc": 0, "seconds": None, "log": str(run_dir.with_suffix(".log"))}
+            else:
+                if run_dir.exists():  # cut short by an interruption: train it again from the start
+                    shutil.rmtree(run_dir)
+                trained = train(config, run_dir, variant, seed, args.steps)
+            record = {"variant": variant, "seed": seed, "train": trained}
+            if trained["rc"] == 0:
                 record["scores"] = score(run_dir, data)
+                saved.write_text(json.dumps(record), encoding="utf-8")
             print(json.dumps({k: record[k] for k in ("variant", "seed", "train")} |
                              {"bleu": record.get("scores", {}).get("bleu")}), flush=True)
             return record
 
         with ThreadPoolExecutor(args.jobs) as pool:
             runs = list(pool.map(one, jobs))
-        # runs of other variants from an earlier invocation with the same settings stay in the table
-        if results_path.exists():
-            earlier = json.loads(results_path.read_text(encoding="utf-8"))
-            if earlier["steps"] == args.steps and earlier["data"].endswith(", ".join(f"{k} {v:,}" for k, v in counts.items())):
-                done = {(r["variant"], r["seed"]) for r in runs}
-                runs = [r for r in earlier["runs"] if (r["variant"], r["seed"]) not in done] + runs
-                runs.sort(key=lambda r: (list(VARIANTS).index(r["variant"]), r["seed"]))
         results = {"runs": runs, "seeds": sorted({r["seed"] for r in runs}), "steps": args.steps, "cpu": cpu_name(),
                    "data": f"Tatoeba fra->eng, sentences of at most {args.max_words} words: " +
                            ", ".join(f"{k} {v:,}" for k, v in counts.items()),
