@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from pydantic import ValidationError
+from step_decoding import decode_step_by_step
 from torch import Tensor
 
 from heed.config import config_from_dict
@@ -255,18 +256,6 @@ def make_batch():
     tgt_in = torch.randint(3, TGT_VOCAB, (batch, DEC_TGT_LEN))
     tgt_in[:, 0] = 1
     return src, tgt_in
-
-
-def decode_step_by_step(model: Seq2Seq, src: Tensor, src_lengths: Tensor, tgt_in: Tensor):
-    enc = model.encode(src, src_lengths)
-    state = model.init_state(enc)
-    logits, attention = [], []
-    for t in range(tgt_in.size(1)):
-        out = model.step(tgt_in[:, t], state, enc)
-        state = out.state
-        logits.append(out.logits)
-        attention.append(out.attention)
-    return torch.stack(logits, dim=1), torch.stack(attention, dim=1)
 
 
 @pytest.mark.parametrize("need_attention", [True, False], ids=["weights", "context_only"])

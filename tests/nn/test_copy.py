@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from step_decoding import decode_step_by_step
 
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
 from heed.data.vocab import SPECIALS, Vocab
@@ -144,18 +145,6 @@ def make_batch(seed: int = 0):
     tgt_in = torch.randint(3, V + 2, (4, TGT_LEN), generator=g)
     tgt_in[:, 0] = 1
     return src, tgt_in
-
-
-def decode_step_by_step(model: Seq2Seq, src, src_lengths, tgt_in):
-    enc = model.encode(src, src_lengths)
-    state = model.init_state(enc)
-    logits, attention = [], []
-    for t in range(tgt_in.size(1)):
-        out = model.step(tgt_in[:, t], state, enc)
-        state = out.state
-        logits.append(out.logits)
-        attention.append(out.attention)
-    return torch.stack(logits, dim=1), torch.stack(attention, dim=1)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from step_decoding import decode_step_by_step
 
 from heed.nn.build import ModelConfig, build_model
 from heed.nn.decoder import DecoderState
@@ -50,21 +51,6 @@ def make_batch():
     tgt_in = torch.randint(3, TGT_VOCAB, (batch, TGT_LEN))
     tgt_in[:, 0] = 1
     return src, tgt_in
-
-
-def decode_step_by_step(model: Seq2Seq, src, src_lengths, tgt_in):
-    """The search protocol: encode, init_state, then step(prev_tokens, state, enc) per position.
-    Returns logits (batch, tgt_len, vocab) and attention (batch, tgt_len, src_len) or None."""
-    enc = model.encode(src, src_lengths)
-    state = model.init_state(enc)
-    logits, attention = [], []
-    for t in range(tgt_in.size(1)):
-        out = model.step(tgt_in[:, t], state, enc)
-        state = out.state
-        logits.append(out.logits)
-        attention.append(out.attention)
-    weights = None if attention[0] is None else torch.stack(attention, dim=1)
-    return torch.stack(logits, dim=1), weights
 
 
 @pytest.mark.parametrize("need_attention", [True, False], ids=["weights", "fused"])
