@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from pydantic import ValidationError
+from search_fakes import assert_beam_of_one_equals_greedy
 from step_decoding import decode_step_by_step
 from torch import Tensor
 
@@ -308,12 +309,7 @@ def test_decoding_a_repeated_batch_equals_decoding_the_original_rows(name: str) 
 def test_beam_of_one_equals_greedy(name: str) -> None:
     model = make_model(**CONFIGS[name]).float()
     src, _ = make_batch()
-    cfg = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=6)
-    greedy = greedy_search(model, src, DEC_LENGTHS, cfg)
-    beam = search(model, src, DEC_LENGTHS, cfg)
-    for g, (b,) in zip(greedy, beam, strict=True):
-        assert b.tokens == g.tokens and b.score == pytest.approx(g.score, rel=1e-6)
-        torch.testing.assert_close(b.attention, g.attention, rtol=0, atol=0)
+    assert_beam_of_one_equals_greedy(model, src, DEC_LENGTHS)
 
 
 def test_beam_search_runs_with_local_p_and_location_and_finds_the_greedy_path_at_most_as_likely() -> None:

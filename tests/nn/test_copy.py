@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from search_fakes import teacher_forced
+from search_fakes import assert_beam_of_one_equals_greedy, teacher_forced
 from step_decoding import decode_step_by_step
 
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
@@ -244,11 +244,7 @@ def copying_model(name: str = "luong_feed_general") -> Seq2Seq:
 def test_beam_of_one_equals_greedy(name: str) -> None:
     model = make_model(**CONFIGS[name]).float()
     src, _ = make_batch()
-    cfg = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=6)
-    greedy = greedy_search(model, src, LENGTHS, cfg)
-    beam = beam_search(model, src, LENGTHS, cfg)
-    for g, (b,) in zip(greedy, beam, strict=True):
-        assert b.tokens == g.tokens and b.score == pytest.approx(g.score, rel=1e-6)
+    assert_beam_of_one_equals_greedy(model, src, LENGTHS)
 
 
 def test_every_search_emits_and_feeds_back_temporary_ids() -> None:

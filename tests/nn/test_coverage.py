@@ -12,12 +12,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from search_fakes import teacher_forced
+from search_fakes import assert_beam_of_one_equals_greedy, teacher_forced
 
 from heed.nn.attention import Attention
 from heed.nn.coverage import coverage_loss
 from heed.nn.masks import lengths_to_mask
-from heed.search import DecodeConfig, beam_search, greedy_search
+from heed.search import DecodeConfig, beam_search
 from nn.test_attention_family import (
     BATCH,
     CONFIGS,
@@ -169,12 +169,7 @@ def test_every_beam_hypothesis_scores_as_its_teacher_forced_pass(name: str) -> N
 def test_greedy_and_beam_of_one_follow_the_same_coverage() -> None:
     model = make_model(**CONFIGS["bahdanau_gru_coverage"]).float()
     src, _ = make_batch()
-    cfg = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=6)
-    with torch.no_grad():
-        for g, (b,) in zip(greedy_search(model, src, DEC_LENGTHS, cfg), beam_search(model, src, DEC_LENGTHS, cfg),
-                           strict=True):
-            assert b.tokens == g.tokens
-            torch.testing.assert_close(b.attention, g.attention, rtol=0, atol=0)
+    assert_beam_of_one_equals_greedy(model, src, DEC_LENGTHS)
 
 
 def test_models_without_coverage_have_no_coverage_state_or_parameters() -> None:
