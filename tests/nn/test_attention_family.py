@@ -11,7 +11,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 from search_fakes import assert_beam_of_one_equals_greedy
-from step_decoding import decode_step_by_step
+from step_decoding import assert_alone_equals_in_batch, decode_step_by_step
 from torch import Tensor
 
 from heed.config import config_from_dict
@@ -278,12 +278,7 @@ def test_step_by_step_decoding_equals_teacher_forced_pass(name: str, need_attent
 def test_a_sentence_decodes_the_same_alone_as_in_a_padded_batch(name: str) -> None:
     model = make_model(**CONFIGS[name])
     src, tgt_in = make_batch()
-    with torch.no_grad():
-        batch_out = model(src, DEC_LENGTHS, tgt_in)
-        for b, n in enumerate(DEC_LENGTHS.tolist()):
-            alone = model(src[b:b + 1, :n], DEC_LENGTHS[b:b + 1], tgt_in[b:b + 1])
-            torch.testing.assert_close(batch_out.logits[b], alone.logits[0], rtol=0, atol=1e-10)
-            torch.testing.assert_close(batch_out.attention[b, :, :n], alone.attention[0], rtol=0, atol=1e-10)
+    assert_alone_equals_in_batch(model, src, DEC_LENGTHS, tgt_in)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))

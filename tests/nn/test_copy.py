@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from search_fakes import assert_beam_of_one_equals_greedy, teacher_forced
-from step_decoding import decode_step_by_step
+from step_decoding import assert_alone_equals_in_batch, decode_step_by_step
 
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
 from heed.data.vocab import SPECIALS, Vocab
@@ -179,14 +179,7 @@ def test_a_step_gives_log_probabilities_that_search_log_softmax_leaves_unchanged
 def test_a_sentence_decodes_the_same_alone_as_in_a_padded_batch(name: str) -> None:
     model = make_model(**CONFIGS[name])
     src, tgt_in = make_batch()
-    with torch.no_grad():
-        batch_out = model(src, LENGTHS, tgt_in)
-        for b, n in enumerate(LENGTHS.tolist()):
-            alone = model(src[b:b + 1, :n], LENGTHS[b:b + 1], tgt_in[b:b + 1])
-            width = alone.logits.size(-1)
-            torch.testing.assert_close(batch_out.logits[b, :, :width], alone.logits[0], rtol=0, atol=1e-10)
-            assert torch.isneginf(batch_out.logits[b, :, width:]).all()  # other sentences' temporary ids
-            torch.testing.assert_close(batch_out.attention[b, :, :n], alone.attention[0], rtol=0, atol=1e-10)
+    assert_alone_equals_in_batch(model, src, LENGTHS, tgt_in)
 
 
 @pytest.mark.parametrize("name", ["luong_feed_general", "bahdanau_additive", "luong_nofeed_dot"])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from step_decoding import decode_step_by_step
+from step_decoding import assert_alone_equals_in_batch, decode_step_by_step
 
 from heed.nn.build import ModelConfig, build_model
 from heed.nn.decoder import DecoderState
@@ -87,11 +87,7 @@ def test_decoder_attention_rows_sum_to_one_and_skip_padding(name: str) -> None:
 def test_a_sentence_decodes_the_same_alone_as_in_a_padded_batch(name: str) -> None:
     model = make_model(**CONFIGS[name])
     src, tgt_in = make_batch()
-    with torch.no_grad():
-        batch_logits = model(src, SRC_LENGTHS, tgt_in).logits
-        for b, n in enumerate(SRC_LENGTHS.tolist()):
-            alone = model(src[b:b + 1, :n], SRC_LENGTHS[b:b + 1], tgt_in[b:b + 1]).logits
-            torch.testing.assert_close(batch_logits[b], alone[0], rtol=0, atol=1e-10)
+    assert_alone_equals_in_batch(model, src, SRC_LENGTHS, tgt_in)
 
 
 def test_decoder_state_select_reorders_every_tensor_by_batch_row() -> None:
