@@ -16,7 +16,7 @@ from torch import Tensor
 from heed.nn.build import ModelConfig, build_model
 from heed.nn.decoder import DecoderStep
 from heed.nn.masks import lengths_to_mask
-from heed.search import Hypothesis
+from heed.search import DecodeConfig, Hypothesis, beam_search, greedy_search
 
 PAD, BOS, EOS, A, B, C, D = 0, 1, 2, 3, 4, 5, 6
 DECODERS = ["luong", "bahdanau", "plain"]
@@ -159,6 +159,18 @@ def teacher_forced(model, src: Tensor, src_len: int, outputs: list[list[int]]) -
 def repeats_ngram(tokens: list[int], n: int) -> bool:
     grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
     return len(grams) != len(set(grams))
+
+
+def assert_beam_of_one_equals_greedy(model, src: Tensor, src_lengths: Tensor) -> None:
+    """Beam search with a beam of 1 keeps greedy's path: the same tokens, score and attention
+    weights. beam_search is called itself: `search` would hand beam_size 1 to greedy_search."""
+    cfg = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=6)
+    with torch.no_grad():
+        greedy = greedy_search(model, src, src_lengths, cfg)
+        beam = beam_search(model, src, src_lengths, cfg)
+    for g, (b,) in zip(greedy, beam, strict=True):
+        assert b.tokens == g.tokens and b.score == pytest.approx(g.score, rel=1e-6)
+        torch.testing.assert_close(b.attention, g.attention, rtol=0, atol=0)
 
 
 def assert_same_hypotheses(got: list[Hypothesis], want: list[Hypothesis]) -> None:

@@ -6,10 +6,11 @@ from typer.testing import CliRunner
 
 from heed.cli import app
 from heed.config import config_from_dict
+from heed.data.corpus import Pair
 from heed.data.prepared import MANIFEST_FILE, read_manifest
 from heed.errors import ConfigError, DataError
 from heed.pipeline import Codec, load_corpora, open_prepared
-from heed.prepare import prepare
+from heed.prepare import build_codec, prepare
 from heed.train import train
 
 
@@ -109,6 +110,21 @@ def test_a_small_sample_bounds_sentencepiece_training_and_still_encodes_every_pa
     corpus, codec = open_prepared(config_from_dict(prepared_config(raw, tmp_path / "p")).data, verify_hashes=False)
     assert len(corpus) == 200
     assert "sample of at most 30 pairs" in read_manifest(tmp_path / "p")["tokenizers"]
+
+
+def test_prepare_warns_of_a_smaller_sentencepiece_vocabulary_in_the_words_raw_training_uses(tiny_config, tmp_path):
+    raw = tiny_config(tmp_path / "out")
+    raw["data"]["tokenizer"] = {"src": {"kind": "bpe", "vocab_size": 8000}, "tgt": {"kind": "char"}}
+    config = config_from_dict(raw)
+    pairs = [Pair("the cat sleeps", "1"), Pair("a dog eats", "2")]
+    from_raw: list[str] = []
+    from_prepare: list[str] = []
+    codec = Codec.build(pairs, config.data, warn=from_raw.append)
+    build_codec(iter(pairs), config, sample_pairs=10, warn=from_prepare.append)
+    pieces = codec.src_tokenizer.num_pieces
+    assert from_prepare == from_raw == [
+        f"data.tokenizer.src.vocab_size is 8000, but the training corpus supports only {pieces} bpe pieces: "
+        f"the src tokenizer has {pieces} (set vocab_size to {pieces} or less to silence this)"]
 
 
 def test_prepare_reuses_the_tokenizers_of_a_model_directory(tiny_config, trained_run, tmp_path):

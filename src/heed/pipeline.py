@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, DATA_ROOT_ENV, CorpusConfig, DataConfig
+from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, DATA_ROOT_ENV, CorpusConfig, DataConfig, TokenizerConfig
 from heed.data.corpus import Pair, normalize, read_parallel, read_tsv
 from heed.data.dates import generate_dates
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
@@ -152,6 +152,23 @@ def write_heldout(corpora: Corpora, directory: str | Path) -> dict[str, Path]:
     return written
 
 
+def train_side_tokenizer(side: str, spec: TokenizerConfig, texts: Iterable[str], *,
+                         warn: Callable[[str], None] | None = None) -> Tokenizer:
+    """Train the `side` ("src" or "tgt") tokenizer that `spec` (data.tokenizer.<side>) asks for on
+    `texts`. A spec the corpus cannot meet is a ConfigError naming data.tokenizer.<side>; a
+    SentencePiece vocabulary smaller than `vocab_size`, because the corpus supports no more pieces,
+    is told to `warn`. Shared by `Codec.build` and heed.prepare's one-pass `build_codec`."""
+    try:
+        tokenizer = train_tokenizer(spec.kind, texts, vocab_size=spec.vocab_size)
+    except ValueError as e:
+        raise ConfigError(str(e), field=f"data.tokenizer.{side}") from None
+    if warn is not None and isinstance(tokenizer, SentencePieceTokenizer) and tokenizer.num_pieces < spec.vocab_size:
+        warn(f"data.tokenizer.{side}.vocab_size is {spec.vocab_size}, but the training corpus supports only "
+             f"{tokenizer.num_pieces} {spec.kind} pieces: the {side} tokenizer has {tokenizer.num_pieces} "
+             f"(set vocab_size to {tokenizer.num_pieces} or less to silence this)")
+    return tokenizer
+
+
 @dataclass(frozen=True)
 class Codec:
     """Text <-> ids for both sides: a tokenizer and a vocabulary each.
@@ -178,17 +195,8 @@ class Codec:
             raise DataError("no training pairs to build tokenizers and vocabularies from")
         tokenizers: dict[str, Tokenizer] = {}
         for side in ("src", "tgt"):
-            spec = getattr(data.tokenizer, side)
-            try:
-                tokenizer = train_tokenizer(spec.kind, (getattr(p, side) for p in pairs), vocab_size=spec.vocab_size)
-            except ValueError as e:
-                raise ConfigError(str(e), field=f"data.tokenizer.{side}") from None
-            if warn is not None and isinstance(tokenizer, SentencePieceTokenizer) \
-                    and tokenizer.num_pieces < spec.vocab_size:
-                warn(f"data.tokenizer.{side}.vocab_size is {spec.vocab_size}, but the training corpus supports only "
-                     f"{tokenizer.num_pieces} {spec.kind} pieces: the {side} tokenizer has {tokenizer.num_pieces} "
-                     f"(set vocab_size to {tokenizer.num_pieces} or less to silence this)")
-            tokenizers[side] = tokenizer
+            tokenizers[side] = train_side_tokenizer(side, getattr(data.tokenizer, side),
+                                                    (getattr(p, side) for p in pairs), warn=warn)
         src_tok, tgt_tok = tokenizers["src"], tokenizers["tgt"]
         src_vocab = Vocab.build((src_tok.tokenize(p.src) for p in pairs),
                                 min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)

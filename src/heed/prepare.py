@@ -38,10 +38,10 @@ from heed.data.prepared import (
     id_dtype,
     write_manifest,
 )
-from heed.data.tokenize import SentencePieceTokenizer, Tokenizer, train_tokenizer
+from heed.data.tokenize import Tokenizer, train_tokenizer
 from heed.data.vocab import Vocab
 from heed.errors import ConfigError, DataError, HeedError, ModelDirError, OutputError
-from heed.pipeline import Codec, check_corpus_files, iter_pairs
+from heed.pipeline import Codec, check_corpus_files, iter_pairs, train_side_tokenizer
 
 DEFAULT_SAMPLE_PAIRS = 1_000_000  # SentencePiece's own advice: 1M-10M sentences train a model well
 SAMPLE_SEED = 0  # the same corpus always gives the same sample, tokenizers and shards
@@ -208,14 +208,7 @@ def build_codec(pairs: Iterator[Pair], config: Config, *, sample_pairs: int, war
         if side in streamed:
             vocabs[side] = Vocab.from_counts(counts[side], min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
             continue
-        try:
-            tokenizer = train_tokenizer(spec.kind, (getattr(p, side) for p in sample), vocab_size=spec.vocab_size)
-        except ValueError as e:
-            raise ConfigError(str(e), field=f"data.tokenizer.{side}") from None
-        if warn is not None and isinstance(tokenizer, SentencePieceTokenizer) \
-                and tokenizer.num_pieces < spec.vocab_size:
-            warn(f"data.tokenizer.{side}.vocab_size is {spec.vocab_size}, but the training corpus supports only "
-                 f"{tokenizer.num_pieces} {spec.kind} pieces: the {side} tokenizer has {tokenizer.num_pieces}")
+        tokenizer = train_side_tokenizer(side, spec, (getattr(p, side) for p in sample), warn=warn)
         tokenizers[side] = tokenizer
         vocabs[side] = Vocab.build((tokenizer.tokenize(getattr(p, side)) for p in sample),
                                    min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)

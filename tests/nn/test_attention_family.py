@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 from pydantic import ValidationError
+from search_fakes import assert_beam_of_one_equals_greedy
+from step_decoding import assert_alone_equals_in_batch, decode_step_by_step
 from torch import Tensor
 
 from heed.config import config_from_dict
@@ -257,18 +259,6 @@ def make_batch():
     return src, tgt_in
 
 
-def decode_step_by_step(model: Seq2Seq, src: Tensor, src_lengths: Tensor, tgt_in: Tensor):
-    enc = model.encode(src, src_lengths)
-    state = model.init_state(enc)
-    logits, attention = [], []
-    for t in range(tgt_in.size(1)):
-        out = model.step(tgt_in[:, t], state, enc)
-        state = out.state
-        logits.append(out.logits)
-        attention.append(out.attention)
-    return torch.stack(logits, dim=1), torch.stack(attention, dim=1)
-
-
 @pytest.mark.parametrize("need_attention", [True, False], ids=["weights", "context_only"])
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_step_by_step_decoding_equals_teacher_forced_pass(name: str, need_attention: bool) -> None:
@@ -288,12 +278,7 @@ def test_step_by_step_decoding_equals_teacher_forced_pass(name: str, need_attent
 def test_a_sentence_decodes_the_same_alone_as_in_a_padded_batch(name: str) -> None:
     model = make_model(**CONFIGS[name])
     src, tgt_in = make_batch()
-    with torch.no_grad():
-        batch_out = model(src, DEC_LENGTHS, tgt_in)
-        for b, n in enumerate(DEC_LENGTHS.tolist()):
-            alone = model(src[b:b + 1, :n], DEC_LENGTHS[b:b + 1], tgt_in[b:b + 1])
-            torch.testing.assert_close(batch_out.logits[b], alone.logits[0], rtol=0, atol=1e-10)
-            torch.testing.assert_close(batch_out.attention[b, :, :n], alone.attention[0], rtol=0, atol=1e-10)
+    assert_alone_equals_in_batch(model, src, DEC_LENGTHS, tgt_in)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -319,12 +304,7 @@ def test_decoding_a_repeated_batch_equals_decoding_the_original_rows(name: str) 
 def test_beam_of_one_equals_greedy(name: str) -> None:
     model = make_model(**CONFIGS[name]).float()
     src, _ = make_batch()
-    cfg = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=6)
-    greedy = greedy_search(model, src, DEC_LENGTHS, cfg)
-    beam = search(model, src, DEC_LENGTHS, cfg)
-    for g, (b,) in zip(greedy, beam, strict=True):
-        assert b.tokens == g.tokens and b.score == pytest.approx(g.score, rel=1e-6)
-        torch.testing.assert_close(b.attention, g.attention, rtol=0, atol=0)
+    assert_beam_of_one_equals_greedy(model, src, DEC_LENGTHS)
 
 
 def test_beam_search_runs_with_local_p_and_location_and_finds_the_greedy_path_at_most_as_likely() -> None:

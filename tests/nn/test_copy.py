@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+from search_fakes import assert_beam_of_one_equals_greedy, teacher_forced
+from step_decoding import assert_alone_equals_in_batch, decode_step_by_step
 
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
 from heed.data.vocab import SPECIALS, Vocab
@@ -146,18 +148,6 @@ def make_batch(seed: int = 0):
     return src, tgt_in
 
 
-def decode_step_by_step(model: Seq2Seq, src, src_lengths, tgt_in):
-    enc = model.encode(src, src_lengths)
-    state = model.init_state(enc)
-    logits, attention = [], []
-    for t in range(tgt_in.size(1)):
-        out = model.step(tgt_in[:, t], state, enc)
-        state = out.state
-        logits.append(out.logits)
-        attention.append(out.attention)
-    return torch.stack(logits, dim=1), torch.stack(attention, dim=1)
-
-
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_step_by_step_decoding_equals_teacher_forced_pass(name: str) -> None:
     model = make_model(**CONFIGS[name])
@@ -189,14 +179,7 @@ def test_a_step_gives_log_probabilities_that_search_log_softmax_leaves_unchanged
 def test_a_sentence_decodes_the_same_alone_as_in_a_padded_batch(name: str) -> None:
     model = make_model(**CONFIGS[name])
     src, tgt_in = make_batch()
-    with torch.no_grad():
-        batch_out = model(src, LENGTHS, tgt_in)
-        for b, n in enumerate(LENGTHS.tolist()):
-            alone = model(src[b:b + 1, :n], LENGTHS[b:b + 1], tgt_in[b:b + 1])
-            width = alone.logits.size(-1)
-            torch.testing.assert_close(batch_out.logits[b, :, :width], alone.logits[0], rtol=0, atol=1e-10)
-            assert torch.isneginf(batch_out.logits[b, :, width:]).all()  # other sentences' temporary ids
-            torch.testing.assert_close(batch_out.attention[b, :, :n], alone.attention[0], rtol=0, atol=1e-10)
+    assert_alone_equals_in_batch(model, src, LENGTHS, tgt_in)
 
 
 @pytest.mark.parametrize("name", ["luong_feed_general", "bahdanau_additive", "luong_nofeed_dot"])
@@ -254,11 +237,7 @@ def copying_model(name: str = "luong_feed_general") -> Seq2Seq:
 def test_beam_of_one_equals_greedy(name: str) -> None:
     model = make_model(**CONFIGS[name]).float()
     src, _ = make_batch()
-    cfg = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=6)
-    greedy = greedy_search(model, src, LENGTHS, cfg)
-    beam = beam_search(model, src, LENGTHS, cfg)
-    for g, (b,) in zip(greedy, beam, strict=True):
-        assert b.tokens == g.tokens and b.score == pytest.approx(g.score, rel=1e-6)
+    assert_beam_of_one_equals_greedy(model, src, LENGTHS)
 
 
 def test_every_search_emits_and_feeds_back_temporary_ids() -> None:
@@ -460,13 +439,9 @@ def test_every_beam_hypothesis_of_the_full_model_scores_as_its_teacher_forced_pa
     src, _ = make_batch()
     with torch.no_grad():
         found = beam_search(model, src, LENGTHS, DecodeConfig(beam_size=4, n_best=4, max_len_a=0.0, max_len_b=5))
-        for b, hyps in enumerate(found):
-            n = int(LENGTHS[b])
-            for hyp in hyps:
-                tokens = torch.tensor([model.bos_id, *hyp.tokens])
-                target = torch.tensor([*hyp.tokens, model.eos_id])
-                log_p = model(src[b:b + 1, :n], LENGTHS[b:b + 1], tokens.unsqueeze(0)).logits[0]
-                assert hyp.log_prob == pytest.approx(float(log_p.gather(1, target.unsqueeze(1)).sum()), abs=1e-4)
+    for b, hyps in enumerate(found):
+        log_probs, _ = teacher_forced(model, src[b:b + 1], int(LENGTHS[b]), [hyp.tokens for hyp in hyps])
+        assert [hyp.log_prob for hyp in hyps] == pytest.approx(log_probs.tolist(), abs=1e-4)
 
 
 def test_copy_with_coverage_and_its_loss_is_a_valid_config() -> None:

@@ -12,11 +12,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from search_fakes import assert_beam_of_one_equals_greedy, teacher_forced
 
 from heed.nn.attention import Attention
 from heed.nn.coverage import coverage_loss
 from heed.nn.masks import lengths_to_mask
-from heed.search import DecodeConfig, beam_search, greedy_search
+from heed.search import DecodeConfig, beam_search
 from nn.test_attention_family import (
     BATCH,
     CONFIGS,
@@ -160,25 +161,15 @@ def test_every_beam_hypothesis_scores_as_its_teacher_forced_pass(name: str) -> N
     with torch.no_grad():
         found = beam_search(model, src, DEC_LENGTHS, DecodeConfig(beam_size=4, n_best=4, max_len_a=0.0,
                                                                    max_len_b=6))
-        for b, hyps in enumerate(found):
-            n = int(DEC_LENGTHS[b])
-            for hyp in hyps:
-                tokens = torch.tensor([model.bos_id, *hyp.tokens])
-                target = torch.tensor([*hyp.tokens, model.eos_id])
-                logits = model(src[b:b + 1, :n], DEC_LENGTHS[b:b + 1], tokens.unsqueeze(0)).logits[0]
-                log_prob = F.log_softmax(logits, dim=-1).gather(1, target.unsqueeze(1)).sum()
-                assert hyp.log_prob == pytest.approx(float(log_prob), abs=1e-4)
+    for b, hyps in enumerate(found):
+        log_probs, _ = teacher_forced(model, src[b:b + 1], int(DEC_LENGTHS[b]), [hyp.tokens for hyp in hyps])
+        assert [hyp.log_prob for hyp in hyps] == pytest.approx(log_probs.tolist(), abs=1e-4)
 
 
 def test_greedy_and_beam_of_one_follow_the_same_coverage() -> None:
     model = make_model(**CONFIGS["bahdanau_gru_coverage"]).float()
     src, _ = make_batch()
-    cfg = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=6)
-    with torch.no_grad():
-        for g, (b,) in zip(greedy_search(model, src, DEC_LENGTHS, cfg), beam_search(model, src, DEC_LENGTHS, cfg),
-                           strict=True):
-            assert b.tokens == g.tokens
-            torch.testing.assert_close(b.attention, g.attention, rtol=0, atol=0)
+    assert_beam_of_one_equals_greedy(model, src, DEC_LENGTHS)
 
 
 def test_models_without_coverage_have_no_coverage_state_or_parameters() -> None:

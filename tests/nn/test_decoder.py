@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from step_decoding import assert_alone_equals_in_batch, decode_step_by_step
 
 from heed.nn.build import ModelConfig, build_model
 from heed.nn.decoder import DecoderState
@@ -52,21 +53,6 @@ def make_batch():
     return src, tgt_in
 
 
-def decode_step_by_step(model: Seq2Seq, src, src_lengths, tgt_in):
-    """The search protocol: encode, init_state, then step(prev_tokens, state, enc) per position.
-    Returns logits (batch, tgt_len, vocab) and attention (batch, tgt_len, src_len) or None."""
-    enc = model.encode(src, src_lengths)
-    state = model.init_state(enc)
-    logits, attention = [], []
-    for t in range(tgt_in.size(1)):
-        out = model.step(tgt_in[:, t], state, enc)
-        state = out.state
-        logits.append(out.logits)
-        attention.append(out.attention)
-    weights = None if attention[0] is None else torch.stack(attention, dim=1)
-    return torch.stack(logits, dim=1), weights
-
-
 @pytest.mark.parametrize("need_attention", [True, False], ids=["weights", "fused"])
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_step_by_step_decoding_equals_teacher_forced_pass(name: str, need_attention: bool) -> None:
@@ -101,11 +87,7 @@ def test_decoder_attention_rows_sum_to_one_and_skip_padding(name: str) -> None:
 def test_a_sentence_decodes_the_same_alone_as_in_a_padded_batch(name: str) -> None:
     model = make_model(**CONFIGS[name])
     src, tgt_in = make_batch()
-    with torch.no_grad():
-        batch_logits = model(src, SRC_LENGTHS, tgt_in).logits
-        for b, n in enumerate(SRC_LENGTHS.tolist()):
-            alone = model(src[b:b + 1, :n], SRC_LENGTHS[b:b + 1], tgt_in[b:b + 1]).logits
-            torch.testing.assert_close(batch_logits[b], alone[0], rtol=0, atol=1e-10)
+    assert_alone_equals_in_batch(model, src, SRC_LENGTHS, tgt_in)
 
 
 def test_decoder_state_select_reorders_every_tensor_by_batch_row() -> None:
