@@ -38,7 +38,6 @@ import contextlib
 import hashlib
 import json
 import math
-import os
 import signal
 import tempfile
 import threading
