@@ -879,7 +879,6 @@ class Trainer:
 
     def _evaluate_and_save_here(self, window: _Window, epoch: float,
                                 stop: str | None) -> tuple[DevResult | None, str | None]:
-        self._check_finite()
         state, es = self.state, self.config.train.early_stopping
         dev = None
         improved = False
