@@ -362,7 +362,8 @@ def config_from_dict(raw: dict[str, Any], *, source: str | os.PathLike[str] | No
         # <unk>: the words a copy model copies are gone (heed.data.extended needs the source text).
         raise ConfigError("copy attention needs the source words, and a prepared corpus keeps only their ids; "
                           "train a copy model on raw text (data.train)", field="model.copy",
-                          path="--set" if any(k.startswith(("model", "data")) for k in overridden) else source)
+                          path="--set" if any(k in ("model", "model.copy", "data", "data.prepared") for k in overridden)
+                          else source)
     problem = decode_length_problem(config.decode)
     if problem is not None:
         from_override = any(key in ("decode", "decode.max_len_a", "decode.max_len_b") for key in overridden)
