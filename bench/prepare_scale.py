@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import itertools
+import json
 import os
 import platform
 import random
@@ -72,6 +73,31 @@ def write_corpus(directory: Path, pairs: int, *, words: int, seed: int) -> tuple
     return directory / "train.src", directory / "train.tgt"
 
 
+def corpus_in(directory: Path, *, pairs: int, words: int, seed: int) -> None:
+    """Generate the corpus into `directory` unless a finished one with the same settings is there.
+
+    The marker `corpus.json` is written last, so an interrupted generation is never reused."""
+    marker = directory / "corpus.json"
+    wanted = {"pairs": pairs, "words": words, "seed": seed}
+    if marker.exists() and json.loads(marker.read_text()) == wanted:
+        print(f"reusing the {pairs:,}-pair corpus in {directory} ({disk_mb(directory):,.0f} MB of text)")
+        return
+    marker.unlink(missing_ok=True)
+    started = time.perf_counter()
+    write_corpus(directory, pairs, words=words, seed=seed)
+    marker.write_text(json.dumps(wanted))
+    print(f"generated {pairs:,} pairs ({disk_mb(directory):,.0f} MB of text) in {time.perf_counter() - started:.1f} s")
+
+
+def head_pairs(data: Path, pairs: int, out: Path) -> None:
+    """The first `pairs` lines of data/train.{src,tgt} (and the dev files) into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    for side in ("src", "tgt"):
+        with open(data / f"train.{side}", "rb") as f, open(out / f"train.{side}", "wb") as g:
+            g.writelines(itertools.islice(f, pairs))
+        shutil.copyfile(data / f"dev.{side}", out / f"dev.{side}")
+
+
 def run_child(argv: list[str], *, env: dict[str, str] | None = None, log: Path) -> tuple[float, float, str]:
     """Run `argv` to completion: (wall seconds, peak RSS in MB, stdout + stderr)."""
     started = time.perf_counter()
@@ -100,12 +126,19 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=5000, help="vocabulary of each side (default 5,000)")
     parser.add_argument("--steps", type=int, default=300, help="training steps on the prepared corpus (0 = none)")
     parser.add_argument("--fairseq-bin", type=Path, help="folder holding fairseq-preprocess (a fairseq venv's bin)")
+    parser.add_argument("--fairseq-pairs", type=int, metavar="N",
+                        help="run fairseq-preprocess on the first N pairs only (its rate is flat in corpus size, "
+                             "and at one worker 20M pairs take hours)")
+    parser.add_argument("--no-prepare", action="store_true",
+                        help="reuse the prepared corpus an earlier run left in --keep DIR (train only)")
     parser.add_argument("--raw-too", action="store_true", help="also train --steps steps on the raw text files")
     parser.add_argument("--threads", type=int, default=1, help="threads for every tool (default 1)")
     parser.add_argument("--keep", type=Path, help="work here and keep the files (default: a temp dir, removed)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
+    if args.no_prepare and args.keep is None:
+        parser.error("--no-prepare needs --keep DIR (where an earlier run prepared the corpus)")
     work = args.keep or Path(tempfile.mkdtemp(prefix="heed_prepare_scale_"))
     work.mkdir(parents=True, exist_ok=True)
     threads = {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
@@ -118,10 +151,7 @@ def main() -> None:
               f"load {os.getloadavg()[0]:.1f}; {args.pairs:,} pairs; {args.threads} thread(s); work {work}")
         data = work / "data"
         data.mkdir(exist_ok=True)
-        started = time.perf_counter()
-        write_corpus(data, args.pairs, words=args.words, seed=args.seed)
-        print(f"generated {args.pairs:,} pairs ({disk_mb(data):,.0f} MB of text) "
-              f"in {time.perf_counter() - started:.1f} s")
+        corpus_in(data, pairs=args.pairs, words=args.words, seed=args.seed)
 
         config = work / "prepare.yaml"
         config.write_text(
@@ -134,15 +164,20 @@ def main() -> None:
             f"train: {{max_steps: {max(args.steps, 1)}, log_every: 50, threads: {args.threads}, epochs: 1000}}\n"
             f"output_dir: {work / 'run'}\n", encoding="utf-8")
         prepared = work / "prepared"
-        shutil.rmtree(prepared, ignore_errors=True)
-        seconds, rss, text = run_child(heed("prepare", str(config), "-o", str(prepared), "--no-progress"), env=threads,
-                                       log=work / "prepare.log")
-        summary = text.strip().splitlines()[-1]
-        rate = args.pairs / seconds
-        print(f"heed prepare: {seconds:.1f} s wall, {rate:,.0f} sentences/s, peak RSS {rss:,.0f} MB, "
-              f"{disk_mb(prepared):,.0f} MB on disk\n  {summary}")
-        rows["heed prepare"] = (f"| heed prepare | {seconds:,.1f} | {rate:,.0f} | {rss:,.0f} "
-                                f"| {disk_mb(prepared):,.0f} |")
+        if args.no_prepare:
+            if not (prepared / "manifest.json").exists():
+                sys.exit(f"--no-prepare: {prepared} holds no prepared corpus; run once without it")
+            print(f"reusing the prepared corpus in {prepared}")
+        else:
+            shutil.rmtree(prepared, ignore_errors=True)
+            seconds, rss, text = run_child(heed("prepare", str(config), "-o", str(prepared), "--no-progress"),
+                                           env=threads, log=work / "prepare.log")
+            summary = text.strip().splitlines()[-1]
+            rate = args.pairs / seconds
+            print(f"heed prepare: {seconds:.1f} s wall, {rate:,.0f} sentences/s, peak RSS {rss:,.0f} MB, "
+                  f"{disk_mb(prepared):,.0f} MB on disk\n  {summary}")
+            rows["heed prepare"] = (f"| heed prepare | {seconds:,.1f} | {rate:,.0f} | {rss:,.0f} "
+                                    f"| {disk_mb(prepared):,.0f} |")
 
         if args.fairseq_bin is not None:
             tool = args.fairseq_bin / "fairseq-preprocess"
@@ -150,15 +185,22 @@ def main() -> None:
                 sys.exit(f"{tool}: not found (install the peers: /work/shared/bench/peers/README.md)")
             destdir = work / "fairseq-bin"
             shutil.rmtree(destdir, ignore_errors=True)
+            fairseq_pairs, fairseq_data = args.pairs, data
+            if args.fairseq_pairs is not None and args.fairseq_pairs < args.pairs:
+                fairseq_pairs, fairseq_data = args.fairseq_pairs, work / "fairseq-data"
+                head_pairs(data, fairseq_pairs, fairseq_data)
             seconds, rss, _ = run_child([str(tool), "--source-lang", "src", "--target-lang", "tgt",
-                                         "--trainpref", str(data / "train"), "--validpref", str(data / "dev"),
+                                         "--trainpref", str(fairseq_data / "train"),
+                                         "--validpref", str(fairseq_data / "dev"),
                                          "--destdir", str(destdir), "--workers", str(args.threads)],
                                         env={"OMP_NUM_THREADS": str(args.threads)}, log=work / "fairseq.log")
-            rate = args.pairs / seconds
-            print(f"fairseq-preprocess: {seconds:.1f} s wall, {rate:,.0f} sentences/s, peak RSS {rss:,.0f} MB, "
+            rate = fairseq_pairs / seconds
+            on = "" if fairseq_pairs == args.pairs else f" on the first {fairseq_pairs:,} pairs"
+            print(f"fairseq-preprocess{on}: {seconds:.1f} s wall, {rate:,.0f} sentences/s, peak RSS {rss:,.0f} MB, "
                   f"{disk_mb(destdir):,.0f} MB on disk")
-            rows["fairseq-preprocess"] = (f"| fairseq-preprocess --workers {args.threads} | {seconds:,.1f} "
+            rows["fairseq-preprocess"] = (f"| fairseq-preprocess --workers {args.threads}{on} | {seconds:,.1f} "
                                           f"| {rate:,.0f} | {rss:,.0f} | {disk_mb(destdir):,.0f} |")
+            shutil.rmtree(work / "fairseq-data", ignore_errors=True)
 
         if args.steps > 0:
             runs = [("prepared", ["--set", "data.train=null", "--set", f"data.prepared={prepared}"])]

@@ -1,5 +1,6 @@
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,6 +10,7 @@ from heed.data.batching import (
     collate,
     filter_by_length,
     padding_fraction,
+    plan_batches,
     sentence_batches,
     token_batches,
 )
@@ -108,6 +110,20 @@ def test_shuffling_is_deterministic_per_seed_and_epoch_and_leaves_global_rng_alo
     assert layout(seed=1, epoch=0) != layout(seed=1, epoch=1)
     assert layout(seed=1, epoch=0) != layout(seed=2, epoch=0)
     assert random.getstate() == state
+
+
+def test_a_plan_is_pinned_across_versions_and_length_dtypes():
+    """A checkpoint resumes at (epoch, batch): the plan for given lengths and rng must never change,
+    whether lengths come as Python ints (raw text) or as a prepared corpus's uint16 array. This
+    plan was computed by the list-based planner this one replaced."""
+    src = [6, 12, 6, 0, 4, 8, 7, 6, 12, 4, 7, 5, 9, 3, 8, 2, 4, 2, 12, 1, 9, 12, 4, 8, 11, 12, 9, 2, 4, 1]
+    tgt = [11, 1, 10, 5, 7, 8, 1, 5, 6, 5, 9, 10, 3, 8, 7, 7, 8, 4, 0, 12, 8, 0, 1, 11, 6, 11, 12, 10, 10, 0]
+    pinned = [[25], [19, 17, 4], [13, 16, 6, 12], [3, 29, 27], [15, 28, 2], [0, 23, 20], [24, 8],
+              [22, 9, 10, 14], [1], [5, 26, 21], [11, 7, 18]]
+    for lengths in ((src, tgt), (np.array(src, dtype=np.uint16), np.array(tgt, dtype=np.uint16))):
+        plan = plan_batches(*lengths, batch_tokens=40, max_sentences=4, shuffle=True, rng=random.Random(3),
+                            pool_size=2)
+        assert [group.tolist() for group in plan] == pinned
 
 
 def test_without_shuffle_order_is_input_order_sorted_within_pools():

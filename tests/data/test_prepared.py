@@ -1,4 +1,5 @@
 import json
+import mmap
 import random
 from pathlib import Path
 
@@ -60,7 +61,7 @@ def test_pairs_round_trip_through_several_shards(tmp_path):
     corpus = PreparedCorpus(write_corpus(tmp_path, pairs))
     assert len(corpus.shards) > 3
     assert all(len(s.src) + len(s.tgt) < 1000 + 2 * 34 for s in corpus.shards)  # closed at the bound
-    assert corpus.shards[0].src.dtype == np.uint16 and isinstance(corpus.shards[0].src, np.memmap)
+    assert corpus.shards[0].src.dtype == np.uint16 and not corpus.shards[0].lengths.flags.writeable
     assert list(corpus.examples()) == pairs
     assert (len(corpus), corpus.dropped) == (300, 0)
 
@@ -86,13 +87,15 @@ def test_a_window_as_large_as_the_corpus_gives_exactly_the_batches_of_token_batc
         assert same_batches(raw, prepared)
 
 
-def test_a_smaller_window_gives_every_pair_once_in_bucketed_batches_of_nearby_pairs(tmp_path):
-    pairs = examples(400)
-    corpus = PreparedCorpus(write_corpus(tmp_path, pairs))
+@pytest.mark.parametrize("max_src_len", [None, 20])
+def test_a_smaller_window_gives_every_pair_once_in_bucketed_batches_of_nearby_pairs(tmp_path, max_src_len):
+    pairs, _ = filter_by_length(examples(400), max_src_len=max_src_len, max_tgt_len=None)  # kept, in order
+    corpus = PreparedCorpus(write_corpus(tmp_path, examples(400)), max_src_len=max_src_len)
+    assert len(corpus) == len(pairs)
     epochs = [corpus.batches(batch_tokens=150, max_sentences=8, seed=1, epoch=e, pool_sentences=64) for e in range(2)]
     for batches in epochs:
         indices = [i for b in batches for i in b.indices.tolist()]
-        assert sorted(indices) == list(range(400))
+        assert sorted(indices) == list(range(len(pairs)))
         for b in batches:
             assert len({i // 64 for i in b.indices.tolist()}) == 1  # one window per batch
             assert b.size <= 8 and (b.size == 1 or b.size * max(b.src.size(1), b.tgt_out.size(1)) <= 150)
@@ -112,6 +115,36 @@ def test_any_batch_can_be_read_first_as_a_resumed_run_does(tmp_path):
         assert same_batches(fresh[b:], in_order[b:])
 
 
+def mapped_kb(directory: Path) -> int:
+    """Resident kB of this process's memory maps of files in `directory` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+            inside = len(fields) >= 6 and fields[5].startswith(str(directory))
+        elif inside and fields[:1] == ["Rss:"]:
+            total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists() or not hasattr(mmap, "MADV_DONTNEED"),
+                    reason="needs Linux's /proc/self/smaps and madvise")
+def test_reading_leaves_no_shard_pages_mapped_so_memory_stays_flat_in_corpus_size(tmp_path):
+    directory = write_corpus(tmp_path / "corpus", examples(2000), shard_tokens=20_000)
+    corpus = PreparedCorpus(directory)
+    assert len(corpus.shards) > 1 and mapped_kb(directory) == 0  # opening read the lengths, then let go
+    assert corpus.shards[1].lengths[:, 0].sum() > 0
+    assert mapped_kb(directory) > 0  # reading lengths maps pages...
+    corpus.release()
+    assert mapped_kb(directory) == 0  # ...and release unmaps them
+    epoch = corpus.batches(batch_tokens=300, max_sentences=None, seed=0, epoch=0, pool_sentences=500)
+    assert mapped_kb(directory) == 0  # planning every window read all lengths
+    assert sum(batch.size for batch in epoch) == 2000
+    assert mapped_kb(directory) == 0  # ids and offsets are read without mapping them
+    assert same_batches(list(epoch), list(corpus.batches(batch_tokens=300, max_sentences=None, seed=0, epoch=0,
+                                                           pool_sentences=500)))  # re-reads after release
+
+
 def test_a_truncated_shard_is_caught_by_its_size_naming_the_file(tmp_path):
     directory = write_corpus(tmp_path, examples(100))
     path = directory / "shard-00001.tgt.npy"
@@ -129,6 +162,17 @@ def test_a_flipped_byte_is_caught_when_hashes_are_verified(tmp_path):
     PreparedCorpus(directory)  # sizes still match: only hashing sees it
     with pytest.raises(DataError, match=r"shard-00000\.src\.npy: sha256 differs"):
         PreparedCorpus(directory, verify_hashes=True)
+
+
+def test_an_offset_past_the_ids_is_caught_naming_the_file_even_without_hashes(tmp_path):
+    directory = write_corpus(tmp_path, examples(100))
+    offsets = np.load(directory / "shard-00000.offsets.npy")
+    offsets[3, 0] = 10**9  # pair 2 would end, and pair 3 start, far past the shard's source ids
+    np.save(directory / "shard-00000.offsets.npy", offsets)  # same size: only the hash would differ
+    corpus = PreparedCorpus(directory)
+    assert corpus.example(0, 0) == examples(100)[0]
+    with pytest.raises(DataError, match=r"shard-00000\.src\.npy: an offset points at \d+:1000000000, outside"):
+        corpus.example(0, 2)
 
 
 def test_a_manifest_that_disagrees_with_a_shard_names_the_shard_file(tmp_path):

@@ -15,8 +15,13 @@
                                 the length filter read without touching the ids
 
 A shard closes once it holds `shard_tokens` ids (both sides), so no shard, and no writer buffer,
-grows past a bound. All files are NumPy `.npy`, opened with `mmap_mode="r"`: the operating system
-pages in what a batch reads and may drop it again, so training memory does not grow with the corpus.
+grows past a bound. All files are NumPy `.npy` (`np.load(path, mmap_mode="r")` opens any of them).
+
+Training memory does not grow with the corpus. The reader memory-maps the lengths, which each
+window's planning pass reads whole, and unmaps them after it (madvise DONTNEED; the pages stay in
+the page cache). It reads a batch's ids and offsets with positioned reads (os.pread), which copy
+only what the batch needs. A window's batch plan is NumPy arrays, about 4 bytes a pair. So the
+process's resident memory never accumulates the shards an epoch has walked through.
 
 Verification. Opening always checks every file the manifest lists: present, exactly the size the
 manifest says (a truncated or extended file is caught without reading it), and, for shards, an
@@ -47,9 +52,12 @@ import bisect
 import hashlib
 import json
 import math
+import mmap
+import os
 import random
+import weakref
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, overload
@@ -258,26 +266,93 @@ def verify_files(directory: Path, manifest: dict[str, Any], *, hashes: bool) -> 
     return total
 
 
+# Linux and macOS: give back mapped pages (they stay in the page cache); elsewhere a no-op
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+
+
+class _ArrayFile:
+    """A shard's ids or offsets: an .npy file read with positioned reads (os.pread), element
+    ranges of its flattened array. A read copies what it asks for and maps nothing, so reading
+    batches adds nothing to the process's resident memory; reading through a memory map would,
+    since the kernel maps up to 16 cached pages around each fault (20-40 MB for a batch of 2,000
+    tokens of pairs drawn from across a window)."""
+
+    def __init__(self, path: Path, *, data_offset: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.path, self.shape, self.dtype = path, shape, dtype
+        self._start, self._size = data_offset, math.prod(shape)
+        self._fd = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self._fd)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Elements `start` .. `stop - 1` of the flattened array, (stop - start,) of `dtype`."""
+        if not 0 <= start <= stop <= self._size:
+            raise DataError(f"an offset points at {start}:{stop}, outside the file's {self._size} elements: the "
+                            "shard is corrupt; prepare the corpus again", path=self.path)
+        size = self.dtype.itemsize
+        data = os.pread(self._fd, (stop - start) * size, self._start + start * size)
+        if len(data) != (stop - start) * size:
+            raise DataError("is shorter than its header says: the file changed after it was opened; prepare the "
+                            "corpus again", path=self.path)
+        return np.frombuffer(data, dtype=self.dtype)
+
+
 @dataclass(frozen=True)
 class _Shard:
-    """One shard's arrays, memory-mapped (read-only)."""
+    """One shard: ids and offsets read on demand (`_ArrayFile`), lengths memory-mapped for the
+    planning passes that read them all."""
 
-    src: np.ndarray  # (src_tokens,)
-    tgt: np.ndarray  # (tgt_tokens,)
-    offsets: np.ndarray  # int64 (sentences + 1, 2)
-    lengths: np.ndarray  # (sentences, 2)
+    src: _ArrayFile  # (src_tokens,)
+    tgt: _ArrayFile  # (tgt_tokens,)
+    offsets: _ArrayFile  # int64 (sentences + 1, 2)
+    lengths: np.ndarray  # (sentences, 2), a read-only view of `lengths_map`
+    lengths_map: mmap.mmap
+
+    def release(self) -> None:
+        """Unmap the length pages this process has read (madvise DONTNEED). They stay in the page
+        cache, so reading them again costs a minor fault, not disk; but they no longer count in
+        the process's resident memory, which so stays flat however many shards an epoch plans."""
+        if _DONTNEED is not None:
+            self.lengths_map.madvise(_DONTNEED)
 
 
-def _open_array(path: Path, *, shape: tuple[int, ...], dtype: np.dtype | None) -> np.ndarray:
-    """A read-only memmap of a .npy file whose header must say `shape` (and `dtype`)."""
+def _read_header(path: Path, *, shape: tuple[int, ...], dtype: np.dtype | None) -> tuple[int, np.dtype]:
+    """(where the data starts, dtype) of an .npy file whose header must say `shape` (and `dtype`)."""
     try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f".npy format version {version[0]}.{version[1]}, not 1.0 or 2.0")
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            found_shape, fortran_order, found_dtype = read_header(f)
+            data_offset = f.tell()
     except (OSError, ValueError) as e:
         raise DataError(f"not a readable .npy array ({e}); prepare the corpus again", path=path) from None
-    if array.shape != shape or (dtype is not None and array.dtype != dtype) or array.dtype.kind not in "iu":
-        raise DataError(f"holds {array.dtype} {array.shape} but the manifest says {dtype or 'integers'} {shape}: "
+    if found_shape != shape or (dtype is not None and found_dtype != dtype) or found_dtype.kind not in "iu" \
+            or (fortran_order and len(shape) > 1):
+        raise DataError(f"holds {found_dtype} {found_shape} but the manifest says {dtype or 'integers'} {shape}: "
                         "the file does not belong to this manifest; prepare the corpus again", path=path)
-    return array
+    return data_offset, found_dtype
+
+
+def _open_array_file(path: Path, *, shape: tuple[int, ...], dtype: np.dtype | None) -> _ArrayFile:
+    data_offset, found_dtype = _read_header(path, shape=shape, dtype=dtype)
+    return _ArrayFile(path, data_offset=data_offset, shape=shape, dtype=found_dtype)
+
+
+def _map_array(path: Path, *, shape: tuple[int, ...], dtype: np.dtype | None) -> tuple[np.ndarray, mmap.mmap]:
+    """A read-only view of a memory-mapped .npy file, and the mapping (for `_Shard.release`)."""
+    data_offset, found_dtype = _read_header(path, shape=shape, dtype=dtype)
+    try:
+        with open(path, "rb") as f:
+            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        array = np.frombuffer(mapping, dtype=found_dtype, count=math.prod(shape), offset=data_offset)
+    except (OSError, ValueError) as e:
+        raise DataError(f"not a readable .npy array ({e}); prepare the corpus again", path=path) from None
+    return array.reshape(shape), mapping
 
 
 class PreparedCorpus:
@@ -297,12 +372,14 @@ class PreparedCorpus:
         for entry in self.manifest["shards"]:
             n = int(entry["sentences"])
             path = {part: self.directory / entry["files"][part]["file"] for part in SHARD_PARTS}
-            shard = _Shard(src=_open_array(path["src"], shape=(int(entry["src_tokens"]),), dtype=dtypes["src"]),
-                           tgt=_open_array(path["tgt"], shape=(int(entry["tgt_tokens"]),), dtype=dtypes["tgt"]),
-                           offsets=_open_array(path["offsets"], shape=(n + 1, 2), dtype=np.dtype(np.int64)),
-                           lengths=_open_array(path["lengths"], shape=(n, 2), dtype=None))
+            src = _open_array_file(path["src"], shape=(int(entry["src_tokens"]),), dtype=dtypes["src"])
+            tgt = _open_array_file(path["tgt"], shape=(int(entry["tgt_tokens"]),), dtype=dtypes["tgt"])
+            offsets = _open_array_file(path["offsets"], shape=(n + 1, 2), dtype=np.dtype(np.int64))
+            lengths, lengths_map = _map_array(path["lengths"], shape=(n, 2), dtype=None)
+            shard = _Shard(src=src, tgt=tgt, offsets=offsets, lengths=lengths, lengths_map=lengths_map)
             self.shards.append(shard)
             kept.append(int(self._kept_mask(shard, max_src_len, max_tgt_len).sum()))
+            shard.release()
         self.max_src_len, self.max_tgt_len = max_src_len, max_tgt_len
         self._kept_starts = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)  # (shards + 1,)
         self.sentences = sum(int(e["sentences"]) for e in self.manifest["shards"])
@@ -326,11 +403,16 @@ class PreparedCorpus:
         """Pairs over the length limits."""
         return self.sentences - len(self)
 
-    def _kept_rows(self, shard_index: int) -> np.ndarray:
-        """Row numbers, in shard `shard_index`, of its kept pairs (cached for the last shard asked)."""
+    def _kept_rows(self, shard_index: int) -> range | np.ndarray:
+        """Row numbers, in shard `shard_index`, of its kept pairs: a range when the length limits
+        drop none of them (no memory), else an array (cached for the last shard asked)."""
+        kept = int(self._kept_starts[shard_index + 1] - self._kept_starts[shard_index])
+        shard = self.shards[shard_index]
+        if kept == len(shard.lengths):
+            return range(kept)
         if self._rows_cache is None or self._rows_cache[0] != shard_index:
-            shard = self.shards[shard_index]
             rows = np.flatnonzero(self._kept_mask(shard, self.max_src_len, self.max_tgt_len))
+            shard.release()
             self._rows_cache = (shard_index, rows)
         return self._rows_cache[1]
 
@@ -338,7 +420,8 @@ class PreparedCorpus:
         """Kept pairs number `start` .. `stop - 1` (positions among the kept pairs, corpus order)."""
         if not 0 <= start <= stop <= len(self):
             raise IndexError(f"window {start}:{stop} outside 0:{len(self)}")
-        shard_of, row_of = [], []
+        segments: list[tuple[int, range | np.ndarray]] = []
+        firsts: list[int] = []
         first = int(np.searchsorted(self._kept_starts, start, side="right")) - 1
         position = start
         for s in range(first, len(self.shards)):
@@ -346,23 +429,27 @@ class PreparedCorpus:
                 break
             base = int(self._kept_starts[s])
             rows = self._kept_rows(s)[position - base : stop - base]
-            shard_of.append(np.full(len(rows), s, dtype=np.int32))
-            row_of.append(rows)
+            segments.append((s, rows))
+            firsts.append(position - start)
             position += len(rows)
-        return Window(self, start, np.concatenate(shard_of or [np.zeros(0, np.int32)]),
-                      np.concatenate(row_of or [np.zeros(0, np.int64)]))
+        return Window(self, start, tuple(segments), tuple(firsts))
+
+    def release(self, shards: Iterable[int] | None = None) -> None:
+        """Unmap the lengths read from these shards (all by default); see `_Shard.release`."""
+        for s in range(len(self.shards)) if shards is None else shards:
+            self.shards[s].release()
 
     def example(self, shard_index: int, row: int) -> Example:
         """(src_ids, tgt_ids) of row `row` of shard `shard_index`, as Python ints."""
         shard = self.shards[shard_index]
-        (s0, t0), (s1, t1) = shard.offsets[row], shard.offsets[row + 1]
-        return shard.src[s0:s1].tolist(), shard.tgt[t0:t1].tolist()
+        s0, t0, s1, t1 = shard.offsets.read(2 * row, 2 * row + 4).tolist()  # offsets rows `row` and `row + 1`
+        return shard.src.read(s0, s1).tolist(), shard.tgt.read(t0, t1).tolist()
 
     def examples(self) -> Iterator[Example]:
         """Every kept pair in corpus order (for tests and tools; training reads by batch)."""
         for s in range(len(self.shards)):
-            for row in self._kept_rows(s).tolist():
-                yield self.example(s, row)
+            for row in self._kept_rows(s):
+                yield self.example(s, int(row))
 
     def batches(self, *, batch_tokens: int, max_sentences: int | None, seed: int, epoch: int,
                 pool_sentences: int, pool_size: int = 100) -> "PreparedEpoch":
@@ -373,27 +460,40 @@ class PreparedCorpus:
 
 @dataclass(frozen=True)
 class Window:
-    """Consecutive kept pairs of a prepared corpus: `start` is the first one's kept position;
-    `shard_of[i]`, `row_of[i]` locate pair `start + i`."""
+    """Consecutive kept pairs of a prepared corpus: `start` is the first one's kept position.
+    `segments[k]` = (shard, its rows in the window), in order; `firsts[k]` is the window position
+    of segment k's first pair. A range of rows costs no memory, so a window is a few objects."""
 
     corpus: PreparedCorpus
     start: int
-    shard_of: np.ndarray  # int32 (pairs,)
-    row_of: np.ndarray  # int64 (pairs,)
+    segments: tuple[tuple[int, range | np.ndarray], ...]
+    firsts: tuple[int, ...]
 
-    def lengths(self) -> tuple[list[int], list[int]]:
-        """(source lengths, target lengths) of the window's pairs, in ids without specials."""
-        src: list[int] = []
-        tgt: list[int] = []
-        for s in np.unique(self.shard_of).tolist():
-            where = self.shard_of == s
-            pairs = self.corpus.shards[s].lengths[self.row_of[where]]
-            src.extend(pairs[:, 0].tolist())
-            tgt.extend(pairs[:, 1].tolist())
-        return src, tgt
+    def __len__(self) -> int:
+        return sum(len(rows) for _, rows in self.segments)
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """(source lengths, target lengths) of the window's pairs, in ids without specials: two
+        (pairs,) arrays of the shards' length dtype."""
+        parts = [_take(self.corpus.shards[s].lengths, rows) for s, rows in self.segments]
+        both = np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.uint16)  # (pairs, 2)
+        return both[:, 0], both[:, 1]
 
     def example(self, i: int) -> Example:
-        return self.corpus.example(int(self.shard_of[i]), int(self.row_of[i]))
+        k = bisect.bisect_right(self.firsts, i) - 1
+        s, rows = self.segments[k]
+        return self.corpus.example(s, int(rows[i - self.firsts[k]]))
+
+    def release(self) -> None:
+        """Unmap the lengths read from the window's shards (`_Shard.release`)."""
+        self.corpus.release(s for s, _ in self.segments)
+
+
+def _take(array: np.ndarray, rows: range | np.ndarray) -> np.ndarray:
+    """array[rows], as a slice when `rows` is a range (a copy either way)."""
+    if isinstance(rows, range):
+        return array[rows.start : rows.stop].copy()
+    return array[rows]
 
 
 class PreparedEpoch(Sequence[Batch]):
@@ -417,7 +517,7 @@ class PreparedEpoch(Sequence[Batch]):
         self._visits: list[tuple[int, Any]] = []  # (window number, rng state before planning it)
         self._firsts: list[int] = []  # index of each visit's first batch
         total = 0
-        self._current: tuple[int, Window, list[list[int]]] | None = None
+        self._current: tuple[int, Window, list[np.ndarray]] | None = None
         for k, w in enumerate(windows):
             state = rng.getstate()
             window, plan = self._plan(w, rng)
@@ -428,10 +528,11 @@ class PreparedEpoch(Sequence[Batch]):
             total += len(plan)
         self._len = total
 
-    def _plan(self, w: int, rng: random.Random) -> tuple[Window, list[list[int]]]:
+    def _plan(self, w: int, rng: random.Random) -> tuple[Window, list[np.ndarray]]:
         start = w * self.pool_sentences
         window = self.corpus.window(start, min(start + self.pool_sentences, len(self.corpus)))
         src, tgt = window.lengths()
+        window.release()
         return window, plan_batches(src, tgt, shuffle=True, rng=rng, **self._options)
 
     def __len__(self) -> int:
@@ -457,5 +558,5 @@ class PreparedEpoch(Sequence[Batch]):
             rng.setstate(state)
             self._current = (k, *self._plan(w, rng))
         _, window, plan = self._current
-        group = plan[index - self._firsts[k]]
+        group = plan[index - self._firsts[k]].tolist()
         return collate([window.example(i) for i in group], [window.start + i for i in group])
