@@ -144,7 +144,26 @@ def train_losses(output_dir: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in map(json.loads, lines) if r["kind"] == "train"]
 
 
-def test_two_cpu_ranks_equal_one_process_accumulating_two_and_resume_after_ctrl_c(tmp_path, tiny_config):
+def wait_for(path_ready, procs: list[subprocess.Popen], seconds: float = 120) -> None:
+    """Poll until `path_ready()` is true; fail if a rank exits first or time runs out."""
+    deadline = time.monotonic() + seconds
+    while not path_ready():
+        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+            for p in procs:
+                p.kill()
+            pytest.fail("the ranks ended, or took too long, before the point the test waits for")
+        time.sleep(0.02)
+
+
+def logged_past(output_dir: Path, step: int) -> bool:
+    """Whether metrics.jsonl holds a training step after `step` (False while a line is half-written)."""
+    try:
+        return any(logged > step for logged, _ in train_losses(output_dir))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+
+
+def test_two_cpu_ranks_equal_one_process_accumulating_two_and_resume_after_kill_and_ctrl_c(tmp_path, tiny_config):
     # batch_tokens 400: 9 batches an epoch, so each epoch's last update has one batch and rank 1 none.
     settings = {"epochs": 4, "log_every": 1, "eval_every": 8, "max_steps": 20}
     mapping = tiny_config(tmp_path / "two", **settings)
@@ -156,20 +175,25 @@ def test_two_cpu_ranks_equal_one_process_accumulating_two_and_resume_after_ctrl_
     reference = train(config_from_dict(one))
     assert reference.steps == 20
 
-    # Ctrl-C to rank 0 only, once it has logged a step: both ranks stop at the same step, rank 0 saves.
+    # kill -9 both ranks once the step-8 checkpoint is written: nothing saves, the checkpoint stands.
+    last = tmp_path / "two" / "checkpoints" / "last"
     procs = launch(config, free_port(), out=tmp_path)
-    metrics = tmp_path / "two" / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.is_file() and metrics.read_text(encoding="utf-8").strip()) and time.monotonic() < deadline:
-        if any(p.poll() is not None for p in procs):
-            break
-        time.sleep(0.05)
+    wait_for(last.is_dir, procs)
+    for p in procs:
+        p.kill()
+    assert wait_all(procs, 30) == [-signal.SIGKILL, -signal.SIGKILL]
+    assert load_checkpoint(last).trainer.step == 8
+
+    # Resumed, then Ctrl-C to rank 0 only, once it has logged a step past the checkpoint: both ranks
+    # stop at the same step, rank 0 saves.
+    procs = launch(config, free_port(), "--resume", out=tmp_path)
+    wait_for(lambda: logged_past(tmp_path / "two", 8), procs)
     procs[0].send_signal(signal.SIGINT)
     codes = wait_all(procs, 120)
     errors = (tmp_path / "r0.err").read_text(encoding="utf-8")
     assert codes == [130, 130], (codes, errors, (tmp_path / "r1.err").read_text(encoding="utf-8"))
-    stopped = load_checkpoint(tmp_path / "two" / "checkpoints" / "last").trainer
-    assert 1 <= stopped.step < 20 and stopped.world_size == 2
+    stopped = load_checkpoint(last).trainer
+    assert 9 <= stopped.step < 20 and stopped.world_size == 2
     assert f"interrupted at step {stopped.step}" in errors and "resume with: heed train" in errors
     assert "(started by torchrun as before: 2 processes)" in errors
     assert (tmp_path / "r1.out").read_text(encoding="utf-8") == (tmp_path / "r1.err").read_text(encoding="utf-8") == ""
