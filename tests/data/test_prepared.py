@@ -1,6 +1,8 @@
 import json
 import mmap
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +145,40 @@ def test_reading_leaves_no_shard_pages_mapped_so_memory_stays_flat_in_corpus_siz
     assert mapped_kb(directory) == 0  # ids and offsets are read without mapping them
     assert same_batches(list(epoch), list(corpus.batches(batch_tokens=300, max_sentences=None, seed=0, epoch=0,
                                                            pool_sentences=500)))  # re-reads after release
+
+
+OPEN_WITH_LIMITS = """
+import resource, sys
+from heed.data.prepared import PreparedCorpus
+from heed.errors import DataError
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[2]), int(sys.argv[3])))
+try:
+    corpus = PreparedCorpus(sys.argv[1])
+except DataError as e:
+    print("DataError:", e)
+else:
+    print(len(corpus.shards), "shards;", sum(1 for _ in corpus.examples()), "pairs; soft limit",
+          resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no open-file limit on Windows")
+def test_more_shards_than_the_soft_open_file_limit_allows_raise_it_or_say_what_to_do(tmp_path):
+    directory = write_corpus(tmp_path / "corpus", examples(2000), shard_tokens=300)  # 4 files each
+    shards = len(read_manifest(directory)["shards"])
+    assert shards > 100
+
+    def open_with(soft: int, hard: int) -> str:
+        result = subprocess.run([sys.executable, "-c", OPEN_WITH_LIMITS, str(directory), str(soft), str(hard)],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    raised = open_with(200, 4 * shards + 500)  # 200 is too few for 4 files a shard: raised towards the hard limit
+    assert raised.startswith(f"{shards} shards; 2000 pairs; soft limit ") and int(raised.split()[-1]) > 4 * shards
+    assert open_with(200, 200) == (f"DataError: {directory}: its {shards} shards need {4 * shards} open files, but "
+                                   "this process may open at most 200 (ulimit -Hn): raise that limit, or prepare "
+                                   "the corpus again with a larger --shard-tokens (fewer, bigger shards)")
 
 
 def test_a_truncated_shard_is_caught_by_its_size_naming_the_file(tmp_path):

@@ -355,6 +355,27 @@ def _map_array(path: Path, *, shape: tuple[int, ...], dtype: np.dtype | None) ->
     return array.reshape(shape), mapping
 
 
+def _reserve_open_files(needed: int, directory: Path) -> None:
+    """Make room for `needed` more open files (each shard keeps its 4 files open): raise the soft
+    limit towards the hard one where it is short, as a 300M-pair corpus (about 330 shards) needs
+    on a system whose default is 1,024. A DataError saying what to do where the hard limit is
+    too low."""
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit to raise
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/dev/fd")) if os.path.isdir("/dev/fd") else 0
+    wanted = in_use + needed + 64  # room for the checkpoints, logs and libraries the run opens
+    if soft == resource.RLIM_INFINITY or wanted <= soft:
+        return
+    if hard != resource.RLIM_INFINITY and wanted > hard:
+        raise DataError(f"its {needed // len(SHARD_PARTS)} shards need {needed} open files, but this process may "
+                        f"open at most {hard} (ulimit -Hn): raise that limit, or prepare the corpus again with a "
+                        "larger --shard-tokens (fewer, bigger shards)", path=directory)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
 class PreparedCorpus:
     """A prepared corpus opened for training: memory-mapped shards, filtered by length.
 
@@ -367,6 +388,7 @@ class PreparedCorpus:
         self.manifest = read_manifest(self.directory)
         verify_files(self.directory, self.manifest, hashes=verify_hashes)
         dtypes = {side: np.dtype(self.manifest["dtypes"][side]) for side in SIDES}
+        _reserve_open_files(len(SHARD_PARTS) * len(self.manifest["shards"]), self.directory)
         self.shards: list[_Shard] = []
         kept: list[int] = []
         for entry in self.manifest["shards"]:
