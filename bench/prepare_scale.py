@@ -98,6 +98,23 @@ def head_pairs(data: Path, pairs: int, out: Path) -> None:
         shutil.copyfile(data / f"dev.{side}", out / f"dev.{side}")
 
 
+EPOCH_START = """
+import sys, time
+from heed.config import DataConfig
+from heed.data.prepared import PreparedCorpus
+data = DataConfig.model_fields
+started = time.perf_counter()
+corpus = PreparedCorpus(sys.argv[1], max_src_len=data["max_src_len"].default, max_tgt_len=data["max_tgt_len"].default,
+                        verify_hashes=True)
+opened = time.perf_counter()
+epoch = corpus.batches(batch_tokens=2000, max_sentences=None, seed=0, epoch=0,
+                       pool_sentences=data["pool_sentences"].default)
+print(f"epoch start: opening with sha256 of {sum(f.stat().st_size for f in corpus.directory.iterdir()) / 1e6:,.0f} MB "
+      f"{opened - started:.1f} s; planning {len(epoch):,} batches of {len(corpus):,} pairs "
+      f"{time.perf_counter() - opened:.1f} s")
+"""
+
+
 def run_child(argv: list[str], *, env: dict[str, str] | None = None, log: Path) -> tuple[float, float, str]:
     """Run `argv` to completion: (wall seconds, peak RSS in MB, stdout + stderr)."""
     started = time.perf_counter()
@@ -203,6 +220,11 @@ def main() -> None:
             shutil.rmtree(work / "fairseq-data", ignore_errors=True)
 
         if args.steps > 0:
+            # What a training start costs before the first step: sha256 of every shard, then the
+            # epoch's batch plan (every window's, to know the epoch's length).
+            _, _, text = run_child([sys.executable, "-c", EPOCH_START, str(prepared)], env=threads,
+                                   log=work / "epoch-start.log")
+            print(text.strip())
             runs = [("prepared", ["--set", "data.train=null", "--set", f"data.prepared={prepared}"])]
             if args.raw_too:
                 runs.append(("raw text", []))

@@ -149,7 +149,7 @@ class DataConfig(_Strict):
     batch_tokens: int = Field(4000, gt=0, description="source + target tokens per batch, padding included")
     max_sentences: int | None = Field(None, gt=0)
     prepared: Path | None = Field(None, description="a directory written by `heed prepare`: training pairs as "
-                                  "memory-mapped token ids, instead of a 'train' corpus (heed.data.prepared)")
+                                  "token ids in shards, instead of a 'train' corpus (heed.data.prepared)")
     pool_sentences: int = Field(1_000_000, gt=0, description="with 'prepared': pairs read, shuffled and bucketed "
                                 "together; at least the corpus size gives exactly the batches of raw text")
 

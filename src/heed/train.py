@@ -12,7 +12,7 @@ Exact resume: `checkpoints/last` holds the weights, Adam's state, the torch RNG 
 the LR schedule, the best metric and patience, and the position (epoch, batches done). Batches come
 from `token_batches(seed, epoch)`, so on resume the epoch's order is rebuilt and the batches already
 done are skipped: a resumed run continues the same loss sequence as one that never stopped. With
-`data.prepared` (heed prepare) the epoch is a lazy `PreparedEpoch` over memory-mapped shards, rebuilt
+`data.prepared` (heed prepare) the epoch is a lazy `PreparedEpoch` over the shards on disk, rebuilt
 from (seed, epoch) the same way (heed.data.prepared).
 
 Safety: the output directory is locked for the run (heed.lock), and nothing is created there before
@@ -303,7 +303,7 @@ def _duration(seconds: float) -> str:
 @dataclass
 class _Data:
     codec: Codec
-    train: list[Example] | PreparedCorpus  # memory-mapped shards with data.prepared
+    train: list[Example] | PreparedCorpus  # shards on disk, read by batch, with data.prepared
     dev_pairs: list[Pair]
     dev: list[Example]
     test_pairs: list[Pair]
