@@ -1,7 +1,8 @@
 """Several processes: the torchrun environment, rank shares of the batch stream, and two real CPU
 ranks (gloo, started here as `python -m heed train` with torchrun's variables on a free loopback
 port) that train what one process accumulating two batches trains, stop together on a Ctrl-C sent
-to rank 0 alone, and resume exactly; rank 1 writes and prints nothing."""
+to rank 0 alone, and resume exactly after a kill -9 or that Ctrl-C, on raw text and on a prepared
+corpus; rank 1 writes and prints nothing."""
 from __future__ import annotations
 
 import json
@@ -226,3 +227,27 @@ def test_a_failed_collective_is_one_line_naming_the_rank():
     with pytest.raises(RuntimeError, match="a bug of one process"):  # one process: nothing to blame on peers
         with collective_errors(World()):
             raise RuntimeError("a bug of one process")
+
+
+def test_two_cpu_ranks_on_a_prepared_corpus_equal_one_process_accumulating_two(tmp_path, tiny_config):
+    """The large-corpus path: each rank reads its own batches from the shards (several of them, and
+    windows smaller than the corpus), and together they train what one process does."""
+    from heed.prepare import prepare
+
+    mapping = tiny_config(tmp_path / "two", epochs=2, log_every=1, max_steps=8)
+    mapping["model"]["dropout"] = 0.0
+    result = prepare(config_from_dict(mapping), tmp_path / "corpus", shard_tokens=1500)
+    assert result.shards > 2 and result.sentences > 2 * 70  # several shards, several windows of 70 pairs
+    section = {k: v for k, v in mapping["data"].items() if k not in ("train", "test")}
+    mapping["data"] = {**section, "prepared": str(tmp_path / "corpus"), "pool_sentences": 70, "batch_tokens": 400}
+    config = tmp_path / "two.yaml"
+    config.write_text(yaml.safe_dump(mapping), encoding="utf-8")
+    one = {**mapping, "output_dir": str(tmp_path / "one"), "train": {**mapping["train"], "accumulate": 2}}
+    assert train(config_from_dict(one)).steps == 8
+
+    procs = launch(config, free_port(), out=tmp_path)
+    assert wait_all(procs, 120) == [0, 0], (tmp_path / "r0.err").read_text(encoding="utf-8")
+    two, single = train_losses(tmp_path / "two"), train_losses(tmp_path / "one")
+    assert [s for s, _ in two] == [s for s, _ in single] == list(range(1, 9))
+    assert max(abs(a - b) for (_, a), (_, b) in zip(two, single)) < 1e-5
+    assert not (tmp_path / "rank1-output").exists()
