@@ -1,8 +1,8 @@
 """Several processes: the torchrun environment, rank shares of the batch stream, and two real CPU
 ranks (gloo, started here as `python -m heed train` with torchrun's variables on a free loopback
-port) that train what one process accumulating two batches trains, stop together on a Ctrl-C sent
-to rank 0 alone, and resume exactly after a kill -9 or that Ctrl-C, on raw text and on a prepared
-corpus; rank 1 writes and prints nothing."""
+port) that train what one process accumulating two batches trains (on raw text and on a prepared
+corpus), stop together on a Ctrl-C sent to rank 0 alone, and resume exactly after a kill -9 or that
+Ctrl-C; rank 1 writes and prints nothing."""
 from __future__ import annotations
 
 import json
