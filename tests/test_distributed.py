@@ -123,9 +123,10 @@ def launch(config: Path, port: int, *extra: str, out: Path) -> list[subprocess.P
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
                "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
         own = ["--output-dir", str(out / "rank1-output")] if rank == 1 else []
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "heed", "train", str(config), "--no-progress", *own, *extra], env=env,
-            stdout=open(out / f"r{rank}.out", "w"), stderr=open(out / f"r{rank}.err", "w")))
+        with open(out / f"r{rank}.out", "w") as stdout, open(out / f"r{rank}.err", "w") as stderr:
+            procs.append(subprocess.Popen(  # the child keeps its own copies of the two files
+                [sys.executable, "-m", "heed", "train", str(config), "--no-progress", *own, *extra], env=env,
+                stdout=stdout, stderr=stderr))
     return procs
 
 
