@@ -491,9 +491,6 @@ class Window:
     segments: tuple[tuple[int, range | np.ndarray], ...]
     firsts: tuple[int, ...]
 
-    def __len__(self) -> int:
-        return sum(len(rows) for _, rows in self.segments)
-
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
         """(source lengths, target lengths) of the window's pairs, in ids without specials: two
         (pairs,) arrays of the shards' length dtype."""
