@@ -26,6 +26,7 @@ import yaml
 from typer.testing import CliRunner
 
 from heed.cli import app
+from model_files import rehash as rehash_model_files
 
 TIME_LIMIT = 60  # seconds a case may take; a hang fails the case instead of the whole run
 AVX2_ONLY = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}  # a CPU without bf16 in oneDNN
@@ -81,15 +82,16 @@ class Ctx:
             shutil.copytree(self.run / "model", target)
         return target
 
-    def swapped_vocab(self, name: str = "swapped") -> Path:
-        """A copy of the trained model whose target vocabulary has two tokens swapped: it loads
-        (the sizes fit the weights) but writes other ids."""
+    def swapped_vocab(self, name: str = "swapped", *, rehash: bool = True) -> Path:
+        """A copy of the trained model whose target vocabulary has two tokens swapped: with `rehash`
+        its heed.json records the new file's sha256, so it loads (the sizes fit the weights) as a
+        model of another vocabulary; without, it is a model edited after heed wrote it."""
         target = self.tmp / name
         shutil.copytree(self.run / "model", target)
         tokens = json.loads((target / "tgt.vocab.json").read_text(encoding="utf-8"))
         tokens[4], tokens[5] = tokens[5], tokens[4]
         (target / "tgt.vocab.json").write_text(json.dumps(tokens), encoding="utf-8")
-        return target
+        return rehash_model_files(target) if rehash else target
 
     def narrow_model(self, name: str = "narrow") -> Path:
         """A model directory with the trained model's codec and a narrower (hidden_size 8) random model."""

@@ -11,6 +11,7 @@ from heed.api import Translator
 from heed.checkpoint import (TrainerState, find_model_dir, load_checkpoint, load_model_dir, replace_dir, resolve_dir,
                              save_checkpoint)
 from heed.errors import ModelDirError
+from model_files import rehash
 
 
 def _files(directory):
@@ -81,19 +82,21 @@ def test_checkpoint_killed_while_writing_keeps_the_previous_one_loadable(tmp_pat
 
 
 def test_checkpoint_killed_between_the_two_renames_falls_back_to_old(tmp_path, loaded, monkeypatch):
+    """Where the file system cannot exchange two names in one step, the swap takes two renames."""
+    import heed.files
+
     optimizer = torch.optim.Adam(loaded.model.parameters())
     target = tmp_path / "last"
     _save(target, loaded, optimizer, step=3)
-    real_replace = ckpt.os.replace
-    calls = []
+    real_replace = heed.files.os.replace
 
     def replace(src, dst):
-        calls.append((src, dst))
         if dst == target:  # last -> last.old is done; the new directory -> last is not
             raise KeyboardInterrupt
         return real_replace(src, dst)
 
-    monkeypatch.setattr(ckpt.os, "replace", replace)
+    monkeypatch.setattr(heed.files, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(heed.files.os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
         _save(target, loaded, optimizer, step=4)
     monkeypatch.undo()
@@ -196,6 +199,7 @@ def test_weights_that_do_not_fit_the_config_are_a_user_error(trained_run, tmp_pa
     shutil.copytree(trained_run / "model", copy)
     text = (copy / "config.yaml").read_text(encoding="utf-8").replace("hidden_size: 16", "hidden_size: 24")
     (copy / "config.yaml").write_text(text, encoding="utf-8")
+    rehash(copy)  # a consistent directory whose config and weights disagree
     with pytest.raises(ModelDirError, match="weights do not fit the model in config.yaml"):
         load_model_dir(copy)
 

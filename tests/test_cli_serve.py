@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("fastapi", reason="heed[serve] is not installed")
+pytest.importorskip("fastapi", reason="heed-nmt[serve] is not installed")
 from fastapi.testclient import TestClient  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
@@ -69,3 +69,23 @@ def test_mistakes_are_one_line_errors(trained_run: Path, served: dict[str, Any],
     assert "Traceback" not in result.output
     assert fragment in result.stderr
     assert not served
+
+
+def test_serves_an_exported_directory_as_the_readme_shows(trained_run: Path, served: dict[str, Any],
+                                                          tmp_path: Path) -> None:
+    """`heed export runs/demo -o runs/demo-onnx && heed serve runs/demo-onnx`, through the CLI."""
+    pytest.importorskip("onnxruntime", reason="heed-nmt[onnx] is not installed")
+    exported = tmp_path / "demo-onnx"
+    done = runner.invoke(app, ["export", str(trained_run), "-o", str(exported)])
+    assert done.exit_code == 0, done.output
+    result = runner.invoke(app, ["serve", str(exported)])
+    assert result.exit_code == 0, result.output
+    with TestClient(served["app"]) as client:
+        info = client.get("/v1/models").json()["models"][0]
+        assert info["name"] == "demo-onnx" and info["metrics"] is not None  # the training log came along
+        reply = client.post("/v1/translate", json={"sentences": ["le 3 mars 1998"]})
+        assert reply.status_code == 200
+    import heed
+
+    expected = heed.load(trained_run, device="cpu").translate(["le 3 mars 1998"])[0].text
+    assert reply.json()["results"][0]["hypotheses"][0]["text"] == expected

@@ -262,10 +262,11 @@ def test_without_onnxruntime_the_message_says_how_to_install_it(trained_run, tmp
                                                                  monkeypatch):
     out = export_model(trained_run, tmp_path / "onnx")
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
-    assert_user_error(heed_cli("translate", out, input="le 3 mars 1998\n"), "onnxruntime", "pip install heed[onnx]")
-    assert_user_error(heed_cli("export", trained_run, "-o", tmp_path / "q", "--int8"), "pip install heed[onnx]")
+    hints = ("pip install 'heed-nmt[onnx]'", "pip install -e '.[onnx]'")  # from the index, from a clone
+    assert_user_error(heed_cli("translate", out, input="le 3 mars 1998\n"), "onnxruntime", *hints)
+    assert_user_error(heed_cli("export", trained_run, "-o", tmp_path / "q", "--int8"), *hints)
     monkeypatch.setitem(sys.modules, "onnx", None)
-    assert_user_error(heed_cli("export", trained_run, "-o", tmp_path / "again"), "onnx", "pip install heed[onnx]")
+    assert_user_error(heed_cli("export", trained_run, "-o", tmp_path / "again"), "onnx", *hints)
 
 
 def test_an_exported_model_refuses_bf16_and_cuda_in_one_line(trained_run, tmp_path, heed_cli, assert_user_error):

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="heed[serve] is not installed")
+pytest.importorskip("fastapi", reason="heed-nmt[serve] is not installed")
 import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 

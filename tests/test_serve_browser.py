@@ -3,7 +3,7 @@ server on a free port: what the page shows is checked against what POST /v1/tran
 the same request. Any console error or uncaught exception on the page fails the test.
 
 Needs Chromium (`apt-get install chromium`), playwright, fastapi and uvicorn (`pip install
-'heed[dev,serve]'`); skipped, with the reason, without them.
+'heed-nmt[dev,serve]'`); skipped, with the reason, without them.
 
 The screenshot test writes docs/explorer.png only with HEED_SCREENSHOT=1 (so a test run never
 changes the checkout); HEED_SCREENSHOT_MODEL=DIR takes it with that model instead of the tiny one:
@@ -36,7 +36,7 @@ def _chromium() -> str | None:
 def _missing() -> str | None:
     for module in ("playwright", "fastapi", "uvicorn"):
         if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed (pip install 'heed[dev,serve]')"
+            return f"{module} is not installed (pip install 'heed-nmt[dev,serve]')"
     return None if _chromium() else "no Chromium to drive (apt-get install chromium)"
 
 

@@ -153,14 +153,14 @@ class Exploration:
     alignments: list["Alignment | None"]
 
 
-def _load_parts(path: str | os.PathLike[str], *, exported: bool,
-                device: torch.device) -> "tuple[Seq2Seq | OrtSeq2Seq, Codec, Config]":
+def _load_parts(path: str | os.PathLike[str], *, exported: bool, device: torch.device,
+                verify: bool | None) -> "tuple[Seq2Seq | OrtSeq2Seq, Codec, Config]":
     """(model, codec, config) of a model directory (loaded onto `device`) or an exported directory."""
     if exported:
         from heed.export.ort import load_exported
 
-        return load_exported(path)
-    loaded = load_model_dir(path, device=device)
+        return load_exported(path, verify=verify)
+    loaded = load_model_dir(path, device=device, verify=verify)
     return loaded.model, loaded.codec, loaded.config
 
 
@@ -210,10 +210,11 @@ class Translator:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, device: str = "auto",
-             bf16: bool = False) -> "Translator":
+             bf16: bool = False, verify: bool | None = None) -> "Translator":
         """Load a model directory, or the `model/` inside a training output directory, or a directory
         `heed export` wrote (run by ONNX Runtime on the CPU; `device` "auto" means the CPU there).
-        `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16.
+        `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16;
+        `verify`: check every file's sha256 first (default: yes, unless HEED_VERIFY=0).
 
         Several paths (a list) make an ensemble (heed.ensemble): every step decodes with the mean of
         the models' log-probabilities, and its attention is their mean attention. The models must
@@ -229,7 +230,7 @@ class Translator:
         exported = [is_exported_dir(p) for p in paths]
         # An exported model runs on the CPU, so "auto" means the CPU for an ensemble holding one.
         torch_device = resolve_device("cpu" if device == "auto" and any(exported) else device, field="device")
-        parts = [_load_parts(p, exported=e, device=torch_device) for p, e in zip(paths, exported)]
+        parts = [_load_parts(p, exported=e, device=torch_device, verify=verify) for p, e in zip(paths, exported)]
         if len(parts) == 1:
             model, codec, config = parts[0]
             return cls(model, codec, config, device=torch_device, bf16=bf16)

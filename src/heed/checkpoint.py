@@ -7,7 +7,14 @@ A model directory is everything translation needs, and nothing machine-specific:
     tokenizers.json      tokenizer specs; src.spm.model / tgt.spm.model for SentencePiece
     src.vocab.json, tgt.vocab.json
     metrics.jsonl        the training log, when there is one
-    heed.json            {"format": 1, "heed_version": ..., "kind": "model" | "checkpoint", ...}
+    heed.json            {"format": 1, "heed_version": ..., "kind": "model" | "checkpoint",
+                          "files": {name: sha256 of every other file}, ...}
+
+Loading checks every file against heed.json's sha256 (a flipped byte, an edited vocabulary, a
+swapped file) and refuses weights holding NaN or infinity: a broken model is an error naming the
+file, never a model that translates to `<unk>`. `heed --no-verify` (or HEED_VERIFY=0) skips the
+sha256 check for a model too large to hash at every load. Directories written before heed recorded
+checksums have no "files" and load unchecked.
 
 A training run writes
 
@@ -21,17 +28,14 @@ Training state is pickle-free too: `optimizer.safetensors` (every tensor of the 
 keys prefixed `rank{r}.`) and `trainer.json` (step, epoch, position in
 the epoch, best metric, patience, schedule, the optimizer's non-tensor settings).
 
-Atomic directory swap: a directory is written completely under `NAME.tmp-XXXX/` beside its target,
-then `NAME` -> `NAME.old`, `NAME.tmp-XXXX` -> `NAME`, and `NAME.old` is removed. Killed before the
-first rename, `NAME` is untouched (the temp directory is swept up by the next save); killed between the
-renames, `NAME` is missing and `NAME.old` is complete, so `resolve_dir` falls back to it.
+Directories are replaced atomically by `heed.files.replace_dir` (see there): a reader finds a
+complete copy at every instant.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +48,20 @@ from torch import nn
 
 import heed
 from heed.config import Config, load_config, save_config
-from heed.errors import ConfigError, ModelDirError
-from heed.files import atomic_write_text, read_model_json
+from heed.data.tokenize import spm_model_path
+from heed.errors import ConfigError, ModelDirError, OutputError
+from heed.files import (
+    atomic_write_text,
+    default_file_mode,
+    file_digest,
+    read_model_json,
+    replace_dir,
+    resolve_dir,
+    verifying,
+)
 from heed.nn.build import build_model
 from heed.nn.seq2seq import Seq2Seq
-from heed.pipeline import Codec
+from heed.pipeline import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE, Codec
 
 FORMAT_VERSION = 1
 META_FILE = "heed.json"
@@ -58,57 +71,15 @@ METRICS_FILE = "metrics.jsonl"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
 TRAINER_FILE = "trainer.json"
+# What every model directory must list in heed.json's "files"; any other file heed reads (a
+# SentencePiece model, training state, the log) must be listed when it is there.
+REQUIRED_FILES = (WEIGHTS_FILE, CONFIG_FILE, TOKENIZERS_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE)
+READ_IF_PRESENT = (spm_model_path(Path("."), "src").name, spm_model_path(Path("."), "tgt").name, METRICS_FILE,
+                   OPTIMIZER_FILE, RNG_FILE, TRAINER_FILE)
 
 
 # --------------------------------------------------------------------------- atomic directories
-
-
-def replace_dir(target: str | os.PathLike[str], fill: Callable[[Path], None]) -> Path:
-    """Build a directory with `fill(tmp)` and swap it in at `target` atomically (see module doc)."""
-    target = Path(target)
-    parent = target.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    for stale in parent.glob(f"{target.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=parent))
-    try:
-        fill(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = parent / f"{target.name}.old"
-    if target.exists():
-        if old.exists():  # left by a swap that finished except for its clean-up
-            shutil.rmtree(old)
-        os.replace(target, old)
-    # If `target` was missing, `old` (if any) is the last complete copy: keep it until `tmp` is in.
-    os.replace(tmp, target)
-    _fsync_dir(parent)
-    shutil.rmtree(old, ignore_errors=True)
-    return target
-
-
-def resolve_dir(target: str | os.PathLike[str]) -> Path | None:
-    """The complete copy of `target`: itself, or `target.old` when a swap was cut between its two
-    renames. None if neither exists."""
-    target = Path(target)
-    for candidate in (target, target.with_name(f"{target.name}.old")):
-        if (candidate / META_FILE).is_file():
-            return candidate
-    return None
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+# replace_dir and resolve_dir live in heed.files (no torch there); imported here for the callers.
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -116,9 +87,25 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path))
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
+    """Write a safetensors file (with the umask's permissions; safetensors makes it 0600) and sync
+    it; a full disk or another write error is an OutputError naming `path`."""
+    try:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path))
+        os.chmod(path, default_file_mode())
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+    except (SafetensorError, OSError) as e:
+        raise OutputError(f"cannot write: {_write_reason(e)}", path=path) from None
+
+
+def _write_reason(error: Exception) -> str:
+    """What a failed write says, in a few words: "no space left on device" from safetensors'
+    'IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror.lower()
+    text = str(error)
+    start = text.find('message: "')
+    return text[start + 10 : text.find('"', start + 10)].lower() if start >= 0 else text
 
 
 # ------------------------------------------------------------------------------ model directory
@@ -136,7 +123,9 @@ def write_model_files(directory: Path, *, model: nn.Module | dict[str, torch.Ten
     codec.save(directory)
     if metrics is not None and metrics.is_file():
         shutil.copyfile(metrics, directory / METRICS_FILE)
-    meta = {"format": FORMAT_VERSION, "heed_version": heed.__version__, "kind": kind, **(info or {})}
+    files = {p.name: file_digest(p)[1] for p in sorted(directory.iterdir())
+             if p.name in REQUIRED_FILES + READ_IF_PRESENT and p.is_file()}
+    meta = {"format": FORMAT_VERSION, "heed_version": heed.__version__, "kind": kind, **(info or {}), "files": files}
     _write_json(directory / META_FILE, meta)
 
 
@@ -160,15 +149,17 @@ class LoadedModel:
 def find_model_dir(path: str | os.PathLike[str]) -> Path:
     """A model directory, given itself or a training output directory that holds `model/`."""
     path = Path(path)
+    found = resolve_dir(path)  # first: mid-swap, `path` itself is missing and `path.old` complete
+    if found is not None and (found / META_FILE).is_file():
+        return found
     if not path.exists():
         raise ModelDirError(f"{path}: no such model directory; give a trained model directory "
                             "(e.g. runs/NAME/model) or a training output directory")
     if not path.is_dir():
         raise ModelDirError(f"{path}: not a directory; give a model directory (it holds {META_FILE})")
-    for candidate in (path, path / "model"):
-        found = resolve_dir(candidate)
-        if found is not None:
-            return found
+    found = resolve_dir(path / "model")
+    if found is not None and (found / META_FILE).is_file():
+        return found
     if (path / "checkpoints").is_dir():
         raise ModelDirError(f"{path}: training has not written a model yet (no {path / 'model'}); "
                             "wait for the first evaluation, or resume training")
@@ -185,6 +176,44 @@ def read_meta(directory: Path) -> dict[str, Any]:
     return meta
 
 
+def verify_files(directory: Path, meta: dict[str, Any]) -> None:
+    """Every file heed reads from `directory` is listed in heed.json's "files" with the sha256 it has
+    now; a ModelDirError naming the first that is not. No-op for directories from before checksums."""
+    files = meta.get("files")
+    if files is None:
+        return
+    meta_path = directory / META_FILE
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise ModelDirError(f"{meta_path}: \"files\" must map file names to sha256 digests; the directory is "
+                            "damaged (train, average or copy it again)")
+    unlisted = [name for name in REQUIRED_FILES + READ_IF_PRESENT
+                if name not in files and (name in REQUIRED_FILES or (directory / name).exists())]
+    if unlisted:
+        raise ModelDirError(f"{directory / unlisted[0]}: not listed in {META_FILE}, so it cannot be checked; the "
+                            "directory was altered after heed wrote it")
+    for name, digest in files.items():
+        path = directory / name
+        if Path(name).name != name or name == META_FILE:
+            raise ModelDirError(f"{meta_path}: lists {name!r}, which is not a file of the directory")
+        try:
+            actual = file_digest(path)[1]
+        except FileNotFoundError:
+            raise ModelDirError(f"{path}: missing (heed.json lists it)") from None
+        except OSError as e:
+            raise ModelDirError(f"{path}: cannot read: {(e.strerror or str(e)).lower()}") from None
+        if actual != digest:
+            raise ModelDirError(f"{path}: sha256 does not match {META_FILE} (the file changed after heed wrote it: "
+                                "damaged, or edited); restore it, or skip the check with `heed --no-verify`")
+
+
+def check_finite(weights: dict[str, torch.Tensor], path: Path) -> None:
+    """A ModelDirError naming the first floating-point tensor with a NaN or an infinity."""
+    for name, tensor in weights.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ModelDirError(f"{path}: tensor {name} holds NaN or infinite values; this model is broken "
+                                "(did training diverge?), use an earlier checkpoint")
+
+
 def load_weights(path: Path, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """Tensors from a safetensors file, straight onto `device` (CUDA-trained weights load on CPU)."""
     try:
@@ -195,10 +224,14 @@ def load_weights(path: Path, device: torch.device | str = "cpu") -> dict[str, to
         raise ModelDirError(f"{path}: unreadable weights ({e})") from None
 
 
-def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str = "cpu") -> LoadedModel:
-    """Load a model directory (or the `model/` of a training output directory) onto `device`."""
+def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str = "cpu",
+                   verify: bool | None = None) -> LoadedModel:
+    """Load a model directory (or the `model/` of a training output directory) onto `device`,
+    after checking its files' sha256 (unless `verifying(verify)` is False) and its weights' finiteness."""
     directory = find_model_dir(path)
     meta = read_meta(directory)
+    if verifying(verify):
+        verify_files(directory, meta)
     try:
         config = load_config(directory / CONFIG_FILE, environment=False)
     except ConfigError as e:
@@ -210,6 +243,7 @@ def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str =
     model = build_model(config.model, src_vocab_size=len(codec.src_vocab), tgt_vocab_size=len(codec.tgt_vocab),
                         source_to_target=codec.source_to_target())
     state = load_weights(directory / WEIGHTS_FILE)
+    check_finite(state, directory / WEIGHTS_FILE)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:
@@ -357,7 +391,9 @@ def load_checkpoint(target: str | os.PathLike[str]) -> Checkpoint:
     directory = resolve_dir(target)
     if directory is None:
         raise ModelDirError(f"{target}: no checkpoint to resume from")
-    read_meta(directory)
+    meta = read_meta(directory)
+    if verifying():
+        verify_files(directory, meta)
     try:
         data = json.loads((directory / TRAINER_FILE).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:

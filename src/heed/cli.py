@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 
 import heed
-from heed.errors import ConfigError, DataError, HeedError
+from heed.errors import ConfigError, DataError, HeedError, install_hint
 from heed.files import atomic_open
 
 if TYPE_CHECKING:
@@ -106,8 +106,14 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print heed's version and exit."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Load model directories and exports without "
+                                   "checking their files' sha256 (for models too large to hash at every load); "
+                                   "non-finite weights are refused all the same."),
 ) -> None:
     """Sequence-to-sequence translation with attention."""
+    from heed.files import set_verify_default
+
+    set_verify_default(False if no_verify else None)
 
 
 # ------------------------------------------------------------------------------------- train
@@ -922,16 +928,17 @@ def serve(
 
     Several models load at once, each under its name, so the explorer can put them side by side.
     Concurrent requests are decoded together (dynamic batching); a request breaking a limit gets a JSON
-    error naming the field. Needs the serve extra: pip install 'heed[serve]'."""
+    error naming the field. Needs the serve extra: pip install 'heed-nmt[serve]'."""
     try:
         import uvicorn
 
         from heed.serve.app import ServeSettings, create_app, last_metrics
     except ImportError as e:
-        raise HeedError(f"heed serve needs FastAPI and uvicorn ({e.name} is missing): pip install 'heed[serve]'") \
+        raise HeedError(f"heed serve needs FastAPI and uvicorn ({e.name} is missing): {install_hint('serve')}") \
             from None
     from heed.api import Translator
     from heed.checkpoint import find_model_dir
+    from heed.export.onnx import exported_dir
     from heed.runtime import torch_threads
 
     labels = _model_names(models, names)
@@ -945,7 +952,7 @@ def serve(
                              max_output=max_output)
     with torch_threads(threads):
         translators = {label: Translator.load(path, device=device, bf16=bf16) for label, path in zip(labels, models)}
-        metrics = {label: last_metrics(find_model_dir(path)) for label, path in zip(labels, models)}
+        metrics = {label: last_metrics(exported_dir(path) or find_model_dir(path)) for label, path in zip(labels, models)}
         app_ = create_app(translators, settings, metrics=metrics)
         uvicorn.run(app_, host=host, port=port, log_level=log_level)
 
@@ -992,7 +999,7 @@ def export_command(
     """Export a model for deployment: an ONNX encoder graph, an ONNX decoder-step graph, the
     tokenizers and vocabularies, and a manifest (heed version, opset, model config, sha256 of every
     file). `heed translate`, `heed evaluate`, `heed serve` and `heed.load` take the exported
-    directory and run it with ONNX Runtime on the CPU. Needs `pip install heed[onnx]`."""
+    directory and run it with ONNX Runtime on the CPU. Needs `pip install 'heed-nmt[onnx]'`."""
     from heed.export.onnx import export_model
 
     out = export_model(model, output, int8=int8)

@@ -7,6 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# heed's name on PyPI (`heed` there is an unrelated project); the import name and the command stay `heed`.
+DISTRIBUTION = "heed-nmt"
+
+
+def install_hint(extra: str | None = None, *, upgrade: bool = False) -> str:
+    """How to install heed with an extra (or upgrade it), from the index and from a clone:
+    "pip install 'heed-nmt[onnx]' (in a clone of heed: pip install -e '.[onnx]')"."""
+    if upgrade:
+        return f"pip install -U {DISTRIBUTION}"
+    suffix = f"[{extra}]" if extra else ""
+    return f"pip install '{DISTRIBUTION}{suffix}' (in a clone of heed: pip install -e '.{suffix}')"
+
 
 class HeedError(Exception):
     """A mistake in a user's input that heed can explain."""
@@ -44,4 +56,5 @@ class OutputError(HeedError):
 
     def __init__(self, message: str, *, path: str | Path) -> None:
         self.path = str(path)
+        self.reason = message
         super().__init__(f"{self.path}: {message}")

@@ -10,15 +10,23 @@ Every file heed writes goes through `atomic_open`. What it does depends on what 
   write a file nobody reads.
 - a directory or a socket: an OutputError.
 
-Every error is an OutputError naming the path as the user gave it, never the temp file.
+Every error is an OutputError naming the path as the user gave it, never the temp file. Temp
+files carry the writer's process id, so a later write sweeps those a killed writer left behind.
+
+Directories (model directories, checkpoints, exports) are replaced whole by `replace_dir`, and
+found by `resolve_dir`, so that a reader finds a complete copy at every instant (see there).
 """
 from __future__ import annotations
 
+import ctypes
 import errno
+import hashlib
 import json
 import os
+import re
+import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -82,7 +90,9 @@ def _is_special(path: Path) -> bool:
 def _replace(target: Path, mode: str, shown: str, st: os.stat_result | None) -> Iterator[IO[Any]]:
     _make_parent(target, shown)
     # The temp name is capped so that a target with a 255-byte name still gets a temp file.
-    tmp = target.with_name(f".{target.name[:200]}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    stem = f".{target.name[:200]}."
+    sweep_stale(target.parent, stem, ".tmp")
+    tmp = target.with_name(f"{stem}{os.getpid()}.{os.urandom(4).hex()}.tmp")
     text = {} if mode == "wb" else {"encoding": "utf-8", "newline": "\n"}
     try:
         f = open(tmp, mode.replace("w", "x"), **text)
@@ -196,6 +206,34 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         f.write(data)
 
 
+def file_digest(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """(bytes, sha256 hex) of a file, read in 1 MiB chunks (a corpus or weights may be gigabytes)."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+VERIFY_ENV = "HEED_VERIFY"
+_verify_default: list[bool | None] = [None]  # set per command by `heed --no-verify`
+
+
+def set_verify_default(verify: bool | None) -> None:
+    """What `verifying()` answers when not told: False for `heed --no-verify`, None for the environment."""
+    _verify_default[0] = verify
+
+
+def verifying(verify: bool | None = None) -> bool:
+    """Whether loading checks sha256s: `verify` if given, else the command's `--no-verify`, else
+    unless the environment sets HEED_VERIFY=0."""
+    for answer in (verify, _verify_default[0]):
+        if answer is not None:
+            return answer
+    return os.environ.get(VERIFY_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def read_model_json(path: Path) -> Any:
     """A JSON file of a model directory; a missing or broken one is a ModelDirError naming it."""
     try:
@@ -206,3 +244,175 @@ def read_model_json(path: Path) -> Any:
         raise ModelDirError(f"{path}: not valid JSON ({e})") from None
     except OSError as e:  # a directory in its place, no permission
         raise ModelDirError(f"{path}: cannot read: {_reason(e)}") from None
+
+
+# ------------------------------------------------------------------------------- stale temp files
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (on this machine): signal 0 reaches it, or it exists as another user's."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
+def sweep_stale(parent: Path, prefix: str, suffix: str) -> None:
+    """Remove the temp files or directories `PREFIX<pid>.<hex>SUFFIX` in `parent` whose writer
+    (process <pid>) is gone: what a kill -9 mid-write left. A live writer's are left alone."""
+    pattern = re.compile(re.escape(prefix) + r"(\d+)\.[0-9a-f]+" + re.escape(suffix) + "$")
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        match = pattern.match(name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        path = parent / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
+
+def umask() -> int:
+    """This process's umask, read without changing it where Linux shows it (/proc/self/status),
+    else by setting and restoring it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_file_mode() -> int:
+    """The permissions a new file gets from open(): 0666 less the umask."""
+    return 0o666 & ~umask()
+
+
+def make_temp_dir(parent: Path, prefix: str, suffix: str = "") -> Path:
+    """A new directory `PREFIX<pid>.<hex>SUFFIX` in `parent`, with the umask's permissions (as any
+    directory the user makes; tempfile.mkdtemp would make it 0700, unreadable to a server running as
+    another user). Stale ones of killed writers are swept first."""
+    parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale(parent, prefix, suffix)
+    while True:
+        path = parent / f"{prefix}{os.getpid()}.{os.urandom(4).hex()}{suffix}"
+        try:
+            os.mkdir(path, 0o777)  # the umask applies
+            return path
+        except FileExistsError:
+            continue
+
+
+# ---------------------------------------------------------------------------- atomic directories
+
+# A directory is complete once it holds one of these (written last): a model directory or
+# checkpoint (heed.json), an export (manifest.json).
+COMPLETE_MARKERS = ("heed.json", "manifest.json")
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the paths `a` and `b` in one step (Linux renameat2 RENAME_EXCHANGE): no instant in
+    which either name is missing. False where the kernel, C library or file system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM):
+        return False
+    raise OSError(err, os.strerror(err), os.fspath(b))
+
+
+def replace_dir(target: str | os.PathLike[str], fill: Callable[[Path], None]) -> Path:
+    """Build a directory with `fill(tmp)` and swap it in at `target`, so that a reader going through
+    `resolve_dir` finds a complete copy, old or new, at every instant. Returns `target`.
+
+    `tmp` is `.NAME.<pid>.<hex>.tmp-dir` beside the target, made with the umask's permissions; a
+    target that is a symlink to a directory is followed (the link stays, its directory is
+    replaced). Where Linux can exchange two names atomically (renameat2), the new directory and
+    the old one trade places in one step and the old one is removed. Elsewhere: `NAME` -> `NAME.old`,
+    then `tmp` -> `NAME`; killed between the two renames, `NAME.old` is complete and `resolve_dir`
+    reads it until the next save. A killed `fill` leaves only a temp directory, swept by the next
+    save."""
+    target = Path(target)
+    if target.is_symlink() and target.is_dir():
+        target = Path(os.path.realpath(target))
+    parent = target.parent
+    tmp = make_temp_dir(parent, f".{target.name[:200]}.", ".tmp-dir")
+    try:
+        fill(tmp)
+    except OutputError as e:  # a file of the new copy: name the directory the user asked for
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError(e.reason, path=target) from None
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno in _WRITE_ERRNOS:
+            raise OutputError(f"cannot write: {_reason(e)}", path=target) from None
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(tmp)
+    old = parent / f"{target.name}.old"
+    try:
+        if target.is_dir() and _exchange(tmp, target):
+            _fsync_dir(parent)
+            shutil.rmtree(old, ignore_errors=True)
+            return target  # `tmp` now holds the old copy: removed below
+        if target.exists() or target.is_symlink():
+            if old.exists():  # left by a swap that finished except for its clean-up
+                shutil.rmtree(old)
+            os.replace(target, old)
+        # If `target` was missing, `old` (if any) is the last complete copy: keep it until `tmp` is in.
+        os.replace(tmp, target)
+        _fsync_dir(parent)
+        shutil.rmtree(old, ignore_errors=True)
+        return target
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone once swapped in; the old copy after an exchange
+
+
+def resolve_dir(target: str | os.PathLike[str]) -> Path | None:
+    """The complete copy of the directory `target`: itself, or `NAME.old` while a swap is between
+    its two renames (see `replace_dir`). None if neither is complete."""
+    target = Path(target)
+    for candidate in (target, target.with_name(f"{target.name}.old")):
+        if any((candidate / marker).is_file() for marker in COMPLETE_MARKERS):
+            return candidate
+    return None
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -34,13 +33,13 @@ from heed.data.prepared import (
     FORMAT,
     FORMAT_VERSION,
     ShardWriter,
-    file_digest,
     id_dtype,
     write_manifest,
 )
 from heed.data.tokenize import Tokenizer, train_tokenizer
 from heed.data.vocab import Vocab
 from heed.errors import ConfigError, DataError, HeedError, ModelDirError, OutputError
+from heed.files import file_digest, make_temp_dir
 from heed.pipeline import Codec, check_corpus_files, iter_pairs, train_side_tokenizer
 
 DEFAULT_SAMPLE_PAIRS = 1_000_000  # SentencePiece's own advice: 1M-10M sentences train a model well
@@ -120,8 +119,8 @@ def prepare(config: Config, output: Path, *, tokenizers_from: Path | None = None
             raise DataError(f"--tokenizers: {e}") from None
     else:
         codec = build_codec(pairs("counting"), config, sample_pairs=sample_pairs, warn=warn)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent))
+    # Hidden beside the output, named after this process: a later prepare sweeps it if this one is killed.
+    work = make_temp_dir(output.parent, f".{output.name}.", ".partial")
     try:
         writer = ShardWriter(work, src_dtype=id_dtype(len(codec.src_vocab)), tgt_dtype=id_dtype(len(codec.tgt_vocab)),
                              shard_tokens=shard_tokens)
@@ -149,19 +148,12 @@ def prepare(config: Config, output: Path, *, tokenizers_from: Path | None = None
             "data": config_to_dict(config)["data"],
         }
         write_manifest(work, manifest)
-        os.chmod(work, 0o777 & ~_umask())  # mkdtemp makes it 0700
         os.replace(work, output)  # atomic: an empty directory is replaced whole
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
     return PrepareResult(output, manifest["sentences"], manifest["src_tokens"], manifest["tgt_tokens"], len(shards),
                          time.perf_counter() - started)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _check_output(output: Path) -> None:

@@ -35,7 +35,6 @@ update; only rank 0 evaluates, writes and prints, and hands its decisions to the
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import signal
@@ -93,7 +92,7 @@ from heed.distributed import (
 from heed.data.prepared import MANIFEST_FILE, PreparedCorpus
 from heed.errors import ConfigError, HeedError, ModelDirError
 from heed.evaluate import Scores, evaluate
-from heed.files import atomic_write_text
+from heed.files import atomic_write_text, file_digest
 from heed.lock import RunLock
 from heed.nn.build import build_model
 from heed.nn.seq2seq import Seq2Seq
@@ -1053,13 +1052,9 @@ def data_fingerprint(data: DataConfig) -> dict[str, Any]:
 
 
 def _file_fingerprint(path: Path) -> dict[str, Any]:
-    """Size and sha256, read in 1 MiB chunks (a corpus may be gigabytes)."""
-    digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-    return {"bytes": size, "sha256": digest.hexdigest()}
+    """Size and sha256 (a corpus may be gigabytes: read in chunks)."""
+    size, digest = file_digest(path)
+    return {"bytes": size, "sha256": digest}
 
 
 def _check_same_data(saved: dict[str, Any], now: dict[str, Any], data: DataConfig) -> None:

@@ -66,7 +66,7 @@ import numpy as np
 
 from heed.data.batching import Batch, Example, check_batching, collate, epoch_rng, plan_batches
 from heed.errors import DataError
-from heed.files import atomic_write_text
+from heed.files import atomic_write_text, file_digest
 
 FORMAT = "heed-prepared-corpus"
 FORMAT_VERSION = 1
@@ -88,16 +88,6 @@ def id_dtype(vocab_size: int) -> np.dtype:
 def shard_file(index: int, part: str) -> str:
     """"shard-00003.src.npy" for shard 3's source ids."""
     return f"shard-{index:05d}.{part}.npy"
-
-
-def file_digest(path: Path) -> tuple[int, str]:
-    """(bytes, sha256 hex) of a file, read in chunks."""
-    digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
 
 
 # ------------------------------------------------------------------------------------- writing

@@ -24,10 +24,10 @@ batch, beam and source length.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
+import shutil
 import sys
 import warnings
 from collections.abc import Iterator
@@ -40,7 +40,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import heed
-from heed.errors import ConfigError, HeedError, ModelDirError
+from heed.errors import ConfigError, HeedError, ModelDirError, install_hint
+from heed.files import file_digest, resolve_dir, verifying
 from heed.nn.decoder import _RNNDecoder
 from heed.nn.seq2seq import Seq2Seq
 
@@ -49,7 +50,8 @@ MANIFEST_FILE = "manifest.json"
 ENCODER_FILE = "encoder.onnx"
 STEP_FILE = "decoder_step.onnx"
 OPSET = 17
-INSTALL_HINT = "pip install heed[onnx]"
+INSTALL_HINT = install_hint("onnx")
+UPGRADE_HINT = install_hint(upgrade=True)
 
 
 def require(module: str) -> Any:
@@ -130,16 +132,10 @@ class StepGraph(nn.Module):
         self.coverage = decoder.coverage
 
     def input_names(self) -> list[str]:
-        names = ["prev_tokens", "h"] + (["c"] if self.lstm else []) + (["feed"] if self.feeding else [])
-        names += ["coverage"] if self.coverage else []
-        if self.kind == "plain":
-            return names + ["summary"]
-        return names + ["states", "keys", "src_mask"]
+        return graph_names(self.kind, lstm=self.lstm, feeding=self.feeding, coverage=self.coverage)[STEP_FILE][0]
 
     def output_names(self) -> list[str]:
-        names = ["logits", "h_out"] + (["c_out"] if self.lstm else []) + (["feed_out"] if self.feeding else [])
-        names += ["coverage_out"] if self.coverage else []
-        return names + ([] if self.kind == "plain" else ["attention"])
+        return graph_names(self.kind, lstm=self.lstm, feeding=self.feeding, coverage=self.coverage)[STEP_FILE][1]
 
     def _rnn(self, x: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
         """x (rows, in), state each (layers, rows, hidden) -> top output (rows, hidden), new state."""
@@ -213,11 +209,17 @@ STEP_AXES = {"prev_tokens": {0: "rows"}, "h": {1: "rows"}, "c": {1: "rows"}, "fe
              "coverage": {0: "rows", 1: "src_len"}, "coverage_out": {0: "rows", 1: "src_len"}}
 
 
-def _encoder_output_names(model: Seq2Seq) -> list[str]:
-    lstm = isinstance(model.decoder.rnn, nn.LSTM)
-    attention = model.decoder.has_attention
-    return ["states"] + (["keys"] if attention else []) + ["h0"] + (["c0"] if lstm else []) + \
+def graph_names(kind: str, *, lstm: bool, feeding: bool, coverage: bool) -> dict[str, tuple[list[str], list[str]]]:
+    """{graph file: (input names, output names)} of a decoder `kind`'s export, in order: what the
+    exporter writes and what heed.export.ort feeds and reads."""
+    attention = kind != "plain"
+    enc_out = ["states"] + (["keys"] if attention else []) + ["h0"] + (["c0"] if lstm else []) + \
         ([] if attention else ["summary"])
+    step_in = ["prev_tokens", "h"] + (["c"] if lstm else []) + (["feed"] if feeding else []) + \
+        (["coverage"] if coverage else []) + (["states", "keys", "src_mask"] if attention else ["summary"])
+    step_out = ["logits", "h_out"] + (["c_out"] if lstm else []) + (["feed_out"] if feeding else []) + \
+        (["coverage_out"] if coverage else []) + (["attention"] if attention else [])
+    return {ENCODER_FILE: (["src", "src_lengths"], enc_out), STEP_FILE: (step_in, step_out)}
 
 
 ENCODER_AXES = {"src": {0: "batch", 1: "src_len"}, "src_lengths": {0: "batch"},
@@ -256,16 +258,14 @@ def export_graphs(model: Seq2Seq, kind: str, directory: Path) -> dict[str, dict[
     onnx = require("onnx")
     model = model.float().cpu().eval()
     encoder = EncoderGraph(model)
-    enc_in, enc_out = ["src", "src_lengths"], _encoder_output_names(model)
-    src = torch.full((2, 5), 3, dtype=torch.long)
-    _trace(encoder, (src, torch.tensor([5, 3])), directory / ENCODER_FILE, enc_in, enc_out, ENCODER_AXES)
     step = StepGraph(model.decoder, kind)
-    _trace(step, _example_inputs(model, step), directory / STEP_FILE, step.input_names(), step.output_names(),
-           STEP_AXES)
+    names = graph_names(kind, lstm=step.lstm, feeding=step.feeding, coverage=step.coverage)
+    src = torch.full((2, 5), 3, dtype=torch.long)
+    _trace(encoder, (src, torch.tensor([5, 3])), directory / ENCODER_FILE, *names[ENCODER_FILE], ENCODER_AXES)
+    _trace(step, _example_inputs(model, step), directory / STEP_FILE, *names[STEP_FILE], STEP_AXES)
     for name in (ENCODER_FILE, STEP_FILE):
         onnx.checker.check_model(str(directory / name), full_check=True)
-    return {ENCODER_FILE: {"inputs": enc_in, "outputs": enc_out},
-            STEP_FILE: {"inputs": step.input_names(), "outputs": step.output_names()}}
+    return {name: {"inputs": inputs, "outputs": outputs} for name, (inputs, outputs) in names.items()}
 
 
 def quantize_int8(directory: Path) -> None:
@@ -292,11 +292,7 @@ def quantize_int8(directory: Path) -> None:
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_digest(path)[1]
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -320,16 +316,23 @@ class Manifest:
         return self.data["graphs"][name]
 
 
+def exported_dir(path: str | os.PathLike[str]) -> Path | None:
+    """The complete exported directory at `path` (it holds manifest.json), or `path.old` while
+    `heed export` swaps a new one in (heed.files.replace_dir); None if `path` is no export."""
+    found = resolve_dir(path)
+    return found if found is not None and (found / MANIFEST_FILE).is_file() else None
+
+
 def is_exported_dir(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a directory `heed export` wrote (it holds manifest.json)."""
-    return (Path(path) / MANIFEST_FILE).is_file()
+    return exported_dir(path) is not None
 
 
-def load_manifest(path: str | os.PathLike[str]) -> Manifest:
+def load_manifest(path: str | os.PathLike[str], *, verify: bool | None = None) -> Manifest:
     """Read and verify an exported directory: its manifest is this heed's format and version or
     older, and every file it lists is there with the sha256 it had at export. Any problem is a
     ModelDirError that names the file and what to do."""
-    directory = Path(path)
+    directory = exported_dir(path) or Path(path)
     file = directory / MANIFEST_FILE
     if not file.is_file():
         raise ModelDirError(f"{directory}: not an exported model directory (no {MANIFEST_FILE}); "
@@ -344,15 +347,76 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     if (not isinstance(data.get("format"), int) or data["format"] > FORMAT_VERSION
             or _version_tuple(written_by) > _version_tuple(heed.__version__)):
         raise ModelDirError(f"{file}: written by heed {written_by} (export format {data.get('format')}), newer "
-                            f"than this heed {heed.__version__}; upgrade heed (pip install -U heed)")
+                            f"than this heed {heed.__version__}; upgrade heed ({UPGRADE_HINT})")
+    _check_manifest_schema(data, file, directory)
     for name, digest in data["files"].items():
         target = directory / name
         if Path(name).name != name or not target.is_file():
             raise ModelDirError(f"{target}: missing from the exported directory; export the model again")
-        if sha256(target) != digest:
+        if verifying(verify) and sha256(target) != digest:
             raise ModelDirError(f"{target}: sha256 does not match {MANIFEST_FILE} (the file changed after "
                                 "`heed export`); export the model again")
     return Manifest(directory, data)
+
+
+def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) -> None:
+    """The manifest's fields have the types and values this heed's runtime reads, and it lists every
+    file the runtime reads (the set is fixed by the format: a file left out of "files" would go
+    unchecked). A ModelDirError naming the field otherwise."""
+    from pydantic import ValidationError
+
+    from heed.data.tokenize import spm_model_path
+    from heed.data.vocab import BOS, EOS, PAD
+    from heed.nn.build import ModelConfig
+    from heed.pipeline import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE
+
+    def bad(field: str, what: str) -> ModelDirError:
+        return ModelDirError(f"{file}: {field} {what}; the manifest is damaged, export the model again")
+
+    try:
+        model = ModelConfig.model_validate(data.get("model"))
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        raise bad(".".join(["model", *map(str, err["loc"])]), err["msg"].lower()) from None
+    ids = data.get("special_ids")
+    if not isinstance(ids, dict):
+        raise bad("special_ids", "is missing")
+    for name, expected in (("pad", PAD), ("bos", BOS), ("eos", EOS)):
+        if type(ids.get(name)) is not int or ids[name] != expected:
+            raise bad(f"special_ids.{name}", f"is {ids.get(name)!r}, but heed's vocabularies have {name} = {expected}")
+    for key in ("int8",):
+        if not isinstance(data.get(key, False), bool):
+            raise bad(key, f"is {data[key]!r}, not true or false")
+    if type(data.get("parameters", 0)) is not int or data.get("parameters", 0) < 0:
+        raise bad("parameters", f"is {data.get('parameters')!r}, not a count")
+    expected_names = graph_names(model.decoder, lstm=model.rnn == "lstm",
+                                 feeding=model.decoder == "luong" and model.input_feeding, coverage=model.coverage)
+    graphs = data.get("graphs")
+    for name, (inputs, outputs) in expected_names.items():
+        listed = graphs.get(name) if isinstance(graphs, dict) else None
+        if not isinstance(listed, dict) or listed.get("inputs") != inputs or listed.get("outputs") != outputs:
+            raise bad(f"graphs.{name}", f"does not give the inputs {inputs} and outputs {outputs} of a "
+                      f"{model.decoder} decoder's export")
+    files = data["files"]
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise bad("files", "must map file names to sha256 digests")
+    required = [ENCODER_FILE, STEP_FILE, "config.yaml", TOKENIZERS_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE]
+    optional = [spm_model_path(directory, side).name for side in ("src", "tgt")]
+    for name in required + [n for n in optional if (directory / n).exists()]:
+        if name not in files:
+            raise bad("files", f"does not list {name}, which the exported model reads")
+
+
+def check_graph_io(session: Any, name: str, manifest: Manifest) -> None:
+    """A ModelDirError unless an onnxruntime session's inputs and outputs are the ones the manifest
+    gives for graph `name` (two graphs swapped, or a graph from another export)."""
+    listed = manifest.graph(name)
+    inputs = [i.name for i in session.get_inputs()]
+    outputs = [o.name for o in session.get_outputs()]
+    if sorted(inputs) != sorted(listed["inputs"]) or outputs != listed["outputs"]:
+        raise ModelDirError(f"{manifest.directory / name}: its inputs {inputs} and outputs {outputs} are not those "
+                            f"{MANIFEST_FILE} gives it ({listed['inputs']} -> {listed['outputs']}); the graphs "
+                            "were swapped or replaced, export the model again")
 
 
 # ----------------------------------------------------------------------------------- the command
@@ -361,7 +425,7 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
 def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, int8: bool = False) -> Path:
     """`heed export`: write an exported directory for the model directory `model_dir` (or the
     `model/` of a training output directory) into `out_dir`, atomically. Returns `out_dir`."""
-    from heed.checkpoint import CONFIG_FILE, load_model_dir, replace_dir
+    from heed.checkpoint import CONFIG_FILE, METRICS_FILE, load_model_dir, replace_dir
     from heed.config import save_config
 
     require("onnx")
@@ -391,6 +455,8 @@ def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
             quantize_int8(tmp)
         save_config(loaded.config, tmp / CONFIG_FILE)
         loaded.codec.save(tmp)
+        if (loaded.directory / METRICS_FILE).is_file():  # the training log: the server shows its last scores
+            shutil.copyfile(loaded.directory / METRICS_FILE, tmp / METRICS_FILE)
         onnx = require("onnx")
         files = sorted(p.name for p in tmp.iterdir() if p.is_file())
         manifest = {

@@ -14,14 +14,13 @@ onnxruntime runs on the CPU here, with as many intra-op threads as torch has whe
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from heed.errors import ConfigError, HeedError, ModelDirError
-from heed.export.onnx import ENCODER_FILE, STEP_FILE, Manifest, load_manifest, require
+from heed.export.onnx import ENCODER_FILE, STEP_FILE, Manifest, check_graph_io, load_manifest, require
 from heed.nn.coverage import initial_coverage
 from heed.nn.decoder import DecoderState, DecoderStep
 from heed.nn.encoder import EncoderOutput
@@ -81,6 +80,8 @@ class OrtSeq2Seq:
             except Exception as e:  # onnxruntime raises its own exception types for a bad graph
                 raise ModelDirError(f"{directory}: onnxruntime cannot load the graphs ({str(e).splitlines()[0]}); "
                                     "export the model again with this heed") from None
+            for name, session in zip((ENCODER_FILE, STEP_FILE), pair):
+                check_graph_io(session, name, self.manifest)
             self._sessions[threads] = pair
         return pair
 
@@ -169,14 +170,14 @@ def _array(t: Tensor) -> Any:
     return t.numpy() if t.is_contiguous() else t.contiguous().numpy()
 
 
-def load_exported(path: str | os.PathLike[str]) -> tuple[OrtSeq2Seq, Any, Any]:
+def load_exported(path: str | os.PathLike[str], *, verify: bool | None = None) -> tuple[OrtSeq2Seq, Any, Any]:
     """An exported directory -> (OrtSeq2Seq, Codec, Config), after `load_manifest`'s checks."""
     from heed.config import load_config
     from heed.pipeline import Codec
 
-    manifest = load_manifest(path)
+    manifest = load_manifest(path, verify=verify)
     require("onnxruntime")
-    directory = Path(path)
+    directory = manifest.directory
     try:
         config = load_config(directory / "config.yaml", environment=False)
     except ConfigError as e:
