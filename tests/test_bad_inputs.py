@@ -453,7 +453,7 @@ def _(c: Ctx) -> Call:
 def _(c: Ctx) -> Call:
     model = c.model()
     (model / "config.yaml").write_text(BOMB, encoding="utf-8")
-    return Call(["translate", model], ["config.yaml"], stdin="x\n")
+    return Call(["translate", rehash_model_files(model)], ["config.yaml"], stdin="x\n")
 
 
 @case("model-config-duplicate-key")
@@ -461,7 +461,7 @@ def _(c: Ctx) -> Call:
     model = c.model()
     text = (model / "config.yaml").read_text(encoding="utf-8")
     (model / "config.yaml").write_text(text + "output_dir: again\n", encoding="utf-8")
-    return Call(["translate", model], ["config.yaml", "output_dir"], stdin="x\n")
+    return Call(["translate", rehash_model_files(model)], ["config.yaml", "output_dir"], stdin="x\n")
 
 
 @case("model-weights-are-a-pickle")
@@ -470,7 +470,7 @@ def _(c: Ctx) -> Call:
 
     model = c.model()
     (model / "model.safetensors").write_bytes(pickle.dumps({"a": 1}))
-    return Call(["translate", model], ["model.safetensors"], stdin="x\n")
+    return Call(["translate", rehash_model_files(model)], ["model.safetensors"], stdin="x\n")
 
 
 @case("model-weights-truncated")
@@ -478,14 +478,14 @@ def _(c: Ctx) -> Call:
     model = c.model()
     data = (model / "model.safetensors").read_bytes()
     (model / "model.safetensors").write_bytes(data[: len(data) // 2])
-    return Call(["translate", model], ["model.safetensors"], stdin="x\n")
+    return Call(["translate", rehash_model_files(model)], ["model.safetensors"], stdin="x\n")
 
 
 @case("model-tokenizers-json-broken")
 def _(c: Ctx) -> Call:
     model = c.model()
     (model / "tokenizers.json").write_text("{not json", encoding="utf-8")
-    return Call(["translate", model], ["tokenizers.json"], stdin="x\n")
+    return Call(["translate", rehash_model_files(model)], ["tokenizers.json"], stdin="x\n")
 
 
 @case("model-tokenizers-kind-edited")
@@ -494,7 +494,7 @@ def _(c: Ctx) -> Call:
     text = (model / "tokenizers.json").read_text(encoding="utf-8")
     assert '"char"' in text
     (model / "tokenizers.json").write_text(text.replace('"char"', '"unigram"'), encoding="utf-8")
-    return Call(["translate", model], ["tokenizers.json"], stdin="x\n")
+    return Call(["translate", rehash_model_files(model)], ["tokenizers.json"], stdin="x\n")
 
 
 @case("model-heed-json-missing")
@@ -502,6 +502,102 @@ def _(c: Ctx) -> Call:
     model = c.model()
     (model / "heed.json").unlink()
     return Call(["translate", model], ["model"], stdin="x\n")
+
+
+@case("model-weights-flipped-byte")
+def _(c: Ctx) -> Call:
+    model = c.model()
+    data = bytearray((model / "model.safetensors").read_bytes())
+    data[-3] ^= 0x01  # a weight, not the header: the file still loads
+    (model / "model.safetensors").write_bytes(bytes(data))
+    return Call(["translate", model], ["model.safetensors", "sha256"], stdin="x\n")
+
+
+@case("model-vocabulary-edited-after-saving")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.swapped_vocab(rehash=False)], ["tgt.vocab.json", "sha256"], stdin="x\n")
+
+
+@case("model-weights-nan")
+def _(c: Ctx) -> Call:
+    from safetensors.torch import load_file, save_file
+
+    model = c.model()
+    weights = load_file(str(model / "model.safetensors"))
+    next(v for v in weights.values() if v.is_floating_point()).view(-1)[0] = float("nan")
+    save_file(weights, str(model / "model.safetensors"))
+    return Call(["translate", rehash_model_files(model)], ["model.safetensors", "NaN"], stdin="x\n")
+
+
+@case("model-weights-are-a-fifo")
+def _(c: Ctx) -> Call:
+    model = c.model()
+    (model / "model.safetensors").unlink()
+    os.mkfifo(model / "model.safetensors")
+    return Call(["translate", model], ["model.safetensors", "FIFO"], stdin="x\n")
+
+
+@case("model-vocabulary-is-a-fifo")
+def _(c: Ctx) -> Call:
+    model = c.model()
+    (model / "src.vocab.json").unlink()
+    os.mkfifo(model / "src.vocab.json")
+    return Call(["--no-verify", "translate", model], ["src.vocab.json", "FIFO"], stdin="x\n")
+
+
+@case("model-config-is-a-fifo")
+def _(c: Ctx) -> Call:
+    model = c.model()
+    (model / "config.yaml").unlink()
+    os.mkfifo(model / "config.yaml")
+    return Call(["--no-verify", "translate", model], ["config.yaml", "FIFO"], stdin="x\n")
+
+
+@case("model-too-large-to-build")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["model"].update(hidden_size=1_000_000_000))],
+                ["field 'model'", "too large"])
+
+
+@case("model-embeddings-too-large-to-build")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["model"].update(embed_size=2**40))],
+                ["field 'model'", "too large", "GB"])
+
+
+# ------------------------------------------------------------------------------ numbers in configs
+
+
+@case("config-betas-nan")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["train"].update(betas=[float("nan"), 0.999]))],
+                ["train.betas"])
+
+
+@case("config-betas-out-of-range")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["train"].update(betas=[2.0, 3.0]))], ["train.betas"])
+
+
+@case("config-seed-too-large")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(), "--set", "train.seed=1180591620717411303424"], ["train.seed"])
+
+
+@case("config-threads-too-many")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(), "--set", "train.threads=100000"], ["train.threads"])
+
+
+@case("config-early-stopping-target-nan")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(), "--set", "train.early_stopping.target=.nan"],
+                ["train.early_stopping.target"])
+
+
+@case("config-max-minutes-inf")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(), "--set", "train.max_minutes=.inf"], ["train.max_minutes"])
 
 
 # ------------------------------------------------------------------------------------ translate
@@ -583,6 +679,53 @@ def _(c: Ctx) -> Call:
 @case("translate-threads-zero")
 def _(c: Ctx) -> Call:
     return Call(["translate", c.run, "--threads", "0"], ["--threads"], stdin="x\n")
+
+
+@case("translate-max-len-a-inf")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--max-len-a", "inf"], ["--max-len-a", "finite"], stdin="x\n")
+
+
+@case("translate-beam-a-million")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--beam", "1000000"], ["--beam", "256"], stdin="x\n")
+
+
+@case("translate-max-len-b-a-hundred-million")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--max-len-b", "100000000"], ["--max-len-b", "4096"], stdin="x\n")
+
+
+@case("translate-threads-a-hundred-thousand")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--threads", "100000"], ["--threads", "1024"], stdin="x\n")
+
+
+@case("translate-temperature-tiny")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--sampling", "--temperature", "1e-300"], ["--temperature"], stdin="x\n")
+
+
+@case("translate-temperature-inf")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--sampling", "--temperature", "inf"], ["--temperature"], stdin="x\n")
+
+
+@case("translate-coverage-penalty-huge")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--beam", "3", "--coverage-penalty", "1e308"], ["--coverage-penalty"],
+                stdin="x\n")
+
+
+@case("translate-impossible-min-len-without-repeats")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--no-repeat-ngram", "1", "--min-len", "50"], ["--min-len", "--no-repeat-ngram"],
+                stdin="x\n")
+
+
+@case("translate-input-is-a-fifo")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "-i", c.fifo()], ["fifo", "FIFO"])
 
 
 @case("translate-dictionary-missing")
@@ -866,6 +1009,49 @@ def _(c: Ctx) -> Call:
     directory = c.prepared()
     (directory / "manifest.json").write_text("{ not json")
     return Call(["train", c.prepared_config(directory)], ["manifest.json"])
+
+
+@case("prepared-shard-ids-beyond-the-vocabulary")
+def _(c: Ctx) -> Call:
+    import numpy as np
+
+    from heed.data.prepared import MANIFEST_FILE, read_manifest
+    from heed.files import file_digest
+
+    directory = c.prepared()
+    shard = directory / "shard-00000.tgt.npy"
+    ids = np.load(shard)
+    ids[0] = np.iinfo(ids.dtype).max  # an id no vocabulary of this corpus has, in a consistent manifest
+    np.save(shard, ids)
+    manifest = read_manifest(directory)
+    entry = manifest["shards"][0]["files"]["tgt"]
+    entry["bytes"], entry["sha256"] = file_digest(shard)
+    (directory / MANIFEST_FILE).write_text(json.dumps(manifest), encoding="utf-8")
+    return Call(["train", c.prepared_config(directory)], [str(shard), "vocabulary"])
+
+
+@case("prepared-verify-ids-beyond-the-vocabulary")
+def _(c: Ctx) -> Call:
+    CASES["prepared-shard-ids-beyond-the-vocabulary"](c)  # breaks c.tmp / "prepared" the same way
+    return Call(["prepare", "--verify", c.tmp / "prepared"], ["shard-00000.tgt.npy", "vocabulary"])
+
+
+@case("prepared-shard-outside-the-directory")
+def _(c: Ctx) -> Call:
+    directory = c.prepared()
+    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest["shards"][0]["files"]["src"]["file"] = "../outside.npy"
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return Call(["train", c.prepared_config(directory)], ["manifest.json", "../outside.npy", "plain file name"])
+
+
+@case("prepared-shard-absolute-path")
+def _(c: Ctx) -> Call:
+    directory = c.prepared()
+    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest["shards"][0]["files"]["src"]["file"] = str(directory / "shard-00000.src.npy")
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return Call(["train", c.prepared_config(directory)], ["manifest.json", "plain file name"])
 
 
 # ---------------------------------------------------------------------------------- NumPy engine

@@ -237,3 +237,26 @@ def test_non_finite_weights_are_refused_by_every_command(command, trained_run, t
     result = heed_cli(*argv, input="le 3 mars 1998\n")
     assert_user_error(result, "model.safetensors", "NaN or infinite")
     assert not (tmp_path / "avg").exists() and not (tmp_path / "exp").exists()
+
+
+def test_a_full_disk_at_the_first_checkpoint_is_one_line_naming_the_directory(tiny_config, tmp_path, heed_cli,
+                                                                                monkeypatch):
+    import yaml
+    from safetensors import SafetensorError
+
+    import heed.checkpoint
+
+    def full(tensors, path):
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                              'message: "No space left on device" })')
+
+    monkeypatch.setattr(heed.checkpoint, "save_file", full)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(json.loads(json.dumps(tiny_config(tmp_path / "out"), default=str))),
+                      encoding="utf-8")
+    result = heed_cli("train", config, "--no-progress")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    last = result.stderr.strip().splitlines()[-1]  # after the training log's lines
+    assert last == f"error: {tmp_path / 'out' / 'checkpoints' / 'last'}: cannot write: no space left on device"
+    leftovers = [p.name for p in (tmp_path / "out").rglob("*") if ".tmp" in p.name]
+    assert leftovers == []

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from heed.errors import DataError
+from heed.files import open_regular
 
 # "▁", SentencePiece's word-start mark and the char tokenizer's space: heed.data.tokenize.SPACE,
 # spelt out so that this module stays free of torch (heed.data imports it).
@@ -158,7 +159,7 @@ def parse_gold_pharaoh(
 
 def _read_lines(path: str | Path) -> list[str]:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_regular(path, "r", encoding="utf-8") as f:
             return [line.rstrip("\r\n") for line in f]
     except OSError as e:
         raise DataError(f"cannot read: {e.strerror or e}", path=path) from None

@@ -91,6 +91,13 @@ class Translation:
         """(source labels, output labels) for the attention matrix's columns and rows."""
         return [*self.src_tokens, EOS_TOKEN], [*self.tokens, EOS_TOKEN]
 
+    def __repr__(self) -> str:
+        """One line: the text, score and sizes, not the attention's numbers (`.attention` has them)."""
+        shape = "None" if self.attention is None else "x".join(map(str, self.attention.shape))
+        cut = f", truncated={self.truncated}" if self.truncated else ""
+        return (f"Translation(text={self.text!r}, score={self.score:.4f}, tokens={len(self.tokens)}, "
+                f"src_tokens={len(self.src_tokens)}, attention={shape}{cut})")
+
 
 @dataclass(frozen=True)
 class Alignment:
@@ -344,13 +351,19 @@ class Translator:
                                     device=self.device, batch_size=batch_size,
                                     prefixes=None if prefix_ids is None else [prefix_ids[i] for i in todo],
                                     trace=trace)
-        empty = Translation("", [], [], 0.0, None if not self.model.has_attention else np.zeros((1, 1), np.float32))
+        no_attention = None if not self.model.has_attention else np.zeros((1, 1), np.float32)
+        empty = Translation("", [], [], 0.0, no_attention)
         out: list[tuple[list[Translation], Decoded | None]] = [([empty], None) for _ in texts]
         for i, result in zip(todo, decoded):
             nbest = [self._translation(h.tokens, h.attention, float(h.score), float(h.log_prob), src_tokens[i],
                                        len(full[i]) - len(src_tokens[i]), replace_unk, table)
                      for h in result.hypotheses]
-            out[i] = (nbest or [empty], result)
+            # No hypothesis finished with a finite score: the constraints left no allowed token.
+            # An empty text scored -inf says so (0.0 would read as a certain, empty translation).
+            weights = None if no_attention is None else np.zeros((1, len(src_tokens[i]) + 1), np.float32)
+            failed = Translation("", [], src_tokens[i], float("-inf"), weights, len(full[i]) - len(src_tokens[i]),
+                                 float("-inf"))
+            out[i] = (nbest or [failed], result)
         return out
 
     def _translation(self, ids: list[int], attention: torch.Tensor | None, score: float, log_prob: float,
@@ -516,6 +529,11 @@ class Translator:
         problem = decode_length_problem(cfg)
         if problem is not None:
             raise ConfigError(problem, field="decode.max_len_b")
+        distinct = len(self.codec.tgt_vocab) - len(SPECIALS) + 1  # every ordinary token, and <unk>
+        if cfg.no_repeat_ngram == 1 and cfg.min_len > distinct:
+            raise ConfigError(f"min_len {cfg.min_len} with no_repeat_ngram 1 asks for {cfg.min_len} different tokens, "
+                              f"and the target vocabulary has {distinct}; lower min_len or no_repeat_ngram",
+                              field="decode.min_len")
         return cfg
 
 

@@ -52,9 +52,11 @@ from heed.data.tokenize import spm_model_path
 from heed.errors import ConfigError, ModelDirError, OutputError
 from heed.files import (
     atomic_write_text,
+    check_regular,
     default_file_mode,
     file_digest,
     read_model_json,
+    reason,
     replace_dir,
     resolve_dir,
     verifying,
@@ -200,7 +202,7 @@ def verify_files(directory: Path, meta: dict[str, Any]) -> None:
         except FileNotFoundError:
             raise ModelDirError(f"{path}: missing (heed.json lists it)") from None
         except OSError as e:
-            raise ModelDirError(f"{path}: cannot read: {(e.strerror or str(e)).lower()}") from None
+            raise ModelDirError(f"{path}: cannot read: {reason(e)}") from None
         if actual != digest:
             raise ModelDirError(f"{path}: sha256 does not match {META_FILE} (the file changed after heed wrote it: "
                                 "damaged, or edited); restore it, or skip the check with `heed --no-verify`")
@@ -217,6 +219,7 @@ def check_finite(weights: dict[str, torch.Tensor], path: Path) -> None:
 def load_weights(path: Path, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """Tensors from a safetensors file, straight onto `device` (CUDA-trained weights load on CPU)."""
     try:
+        check_regular(path)
         return load_file(str(path), device=str(device))
     except FileNotFoundError:
         raise ModelDirError(f"{path}: missing") from None
@@ -395,7 +398,7 @@ def load_checkpoint(target: str | os.PathLike[str]) -> Checkpoint:
     if verifying():
         verify_files(directory, meta)
     try:
-        data = json.loads((directory / TRAINER_FILE).read_text(encoding="utf-8"))
+        data = read_model_json(directory / TRAINER_FILE)
     except (OSError, json.JSONDecodeError) as e:
         raise ModelDirError(f"{directory / TRAINER_FILE}: unreadable training state ({e})") from None
     return Checkpoint(

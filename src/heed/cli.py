@@ -23,7 +23,7 @@ from rich.console import Console
 
 import heed
 from heed.errors import ConfigError, DataError, HeedError, install_hint
-from heed.files import atomic_open
+from heed.files import atomic_open, open_regular
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -232,14 +232,21 @@ def prepare(
     if verify is not None:
         if config is not None or set_ or output is not None or tokenizers is not None:
             raise HeedError("--verify DIR checks a prepared corpus; give it alone, without CONFIG or other options")
-        from heed.data.prepared import read_manifest, verify_files
+        from heed.data.prepared import read_manifest, verify_files, verify_ids
+        from heed.pipeline import Codec
 
         started = time.perf_counter()
         manifest = read_manifest(verify)
         checked = verify_files(verify, manifest, hashes=True)
+        try:
+            codec = Codec.load(verify)
+        except HeedError as e:
+            raise DataError(str(e)) from None
+        verify_ids(verify, manifest, (len(codec.src_vocab), len(codec.tgt_vocab)))
         shards = len(manifest["shards"])
         typer.echo(f"{verify}: {manifest['sentences']:,} sentence pairs in {shards} shard{'s' * (shards != 1)} match "
-                   f"the manifest (sizes and sha256 of {checked / 1e6:,.1f} MB): {time.perf_counter() - started:.1f} s")
+                   f"the manifest (sizes and sha256 of {checked / 1e6:,.1f} MB), every id within its vocabulary: "
+                   f"{time.perf_counter() - started:.1f} s")
         return
     if config is None:
         raise HeedError("give a CONFIG to prepare (or --verify DIR to check a prepared corpus)")
@@ -511,7 +518,7 @@ def translate(
                 sink.flush()
                 first_id += len(chunk)
 
-    with torch_threads(threads), (open(input, "rb") if input is not None else _stdin_bytes()) as source:
+    with torch_threads(threads), (open_regular(input) if input is not None else _stdin_bytes()) as source:
         if output is None:
             run(source, sys.stdout)
         else:

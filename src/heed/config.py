@@ -26,7 +26,7 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -39,8 +39,9 @@ from pydantic import (
 
 from heed import yamlio
 from heed.errors import ConfigError
-from heed.files import atomic_write_text
+from heed.files import atomic_write_text, open_regular
 from heed.nn.build import ModelConfig
+from heed.runtime import MAX_THREADS
 from heed.search import DecodeConfig
 
 CORPUS_SPLITS = ("train", "dev", "test")
@@ -52,7 +53,8 @@ DATA_ROOT_ENV = "HEED_DATA_ROOT"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # No NaN or infinity in any number a user gives (`.nan`, `.inf` in YAML, `--set x=inf`).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 # ----------------------------------------------------------------------------------------- data
@@ -222,14 +224,15 @@ class EarlyStoppingConfig(_Strict):
 
 
 class TrainConfig(_Strict):
-    seed: int = 1
+    seed: int = Field(1, ge=0, le=2**63 - 1, description="seeds torch's generators (0 to 2^63 - 1)")
     epochs: int = Field(10, gt=0)
     max_steps: int | None = Field(None, gt=0, description="stop after this many updates (whichever comes first)")
     max_minutes: float | None = Field(None, gt=0, description="stop once this run has trained this long "
                                       "(wall clock, evaluations included; counted afresh on resume)")
     optimizer: Literal["adam"] = "adam"
     lr: float = Field(1e-3, gt=0.0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = Field(
+        (0.9, 0.999), description="Adam's beta1 and beta2, each in [0, 1)")
     weight_decay: float = Field(0.0, ge=0.0)
     clip: float | None = Field(1.0, gt=0.0, description="max gradient norm; null = no clipping")
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
@@ -239,7 +242,7 @@ class TrainConfig(_Strict):
     log_every: int = Field(50, gt=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     bf16: bool | None = Field(None, description="bf16 autocast, float32 weights; null = on CUDA GPUs with bf16")
-    threads: int | None = Field(None, gt=0, description="torch CPU threads; null = torch's default")
+    threads: int | None = Field(None, gt=0, le=MAX_THREADS, description="torch CPU threads; null = torch's default")
     accumulate: int = Field(1, gt=0, description="batches whose gradients are summed into one update (per "
                             "process); the loss is normalised by the update's target tokens, so k batches "
                             "make one update as one batch k times the size would")
@@ -317,7 +320,7 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = (), *, 
     Raises ConfigError naming the file (or `--set`) and the dotted field."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             text = yamlio.read_capped(f).decode("utf-8")
     except yamlio.TooLargeError as e:
         raise ConfigError(str(e), path=path) from None

@@ -174,7 +174,7 @@ def _make_parent(target: Path, shown: str) -> None:
     except (FileExistsError, NotADirectoryError):
         raise _parent_is_a_file(target, shown) from None
     except OSError as e:
-        raise OutputError(f"cannot create its directory {parent}: {_reason(e)}", path=shown) from None
+        raise OutputError(f"cannot create its directory {parent}: {reason(e)}", path=shown) from None
 
 
 def _parent_is_a_file(target: Path, shown: str) -> OutputError:
@@ -183,8 +183,10 @@ def _parent_is_a_file(target: Path, shown: str) -> OutputError:
     return OutputError(f"its parent {blocker} is a file, not a directory", path=shown)
 
 
-def _reason(e: OSError) -> str:
-    return (e.strerror or str(e)).lower()
+def reason(e: OSError) -> str:
+    """An OSError's text for a message: "No space left on device" -> "no space left on device"."""
+    text = e.strerror or str(e)
+    return text[:1].lower() + text[1:]
 
 
 def _output_error(e: OSError, shown: str) -> OutputError:
@@ -193,7 +195,7 @@ def _output_error(e: OSError, shown: str) -> OutputError:
         return OutputError("cannot write: the reading end of the pipe was closed", path=shown)
     if e.errno == errno.ELOOP:
         return OutputError("cannot write: a loop of symbolic links", path=shown)
-    return OutputError(f"cannot write: {_reason(e)}", path=shown)
+    return OutputError(f"cannot write: {reason(e)}", path=shown)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -206,10 +208,43 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         f.write(data)
 
 
+_FILE_TYPES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for a message: "a FIFO (named pipe)", "a character device", ..."""
+    return next((name for test, name in _FILE_TYPES if test(mode)), "a special file")
+
+
+def open_regular(path: str | os.PathLike[str], mode: str = "rb", *, encoding: str | None = None) -> IO[Any]:
+    """Open a file heed reads, refusing anything but a regular file (a symlink to one is fine) before a
+    byte is read: opening a FIFO without a writer would block forever, and /dev/zero never ends.
+    The refusal is an OSError (errno EINVAL) whose strerror says what the path is, so every caller's
+    "cannot read" handling names it; a directory is an IsADirectoryError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))  # a FIFO opens at once
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", os.fspath(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"is {file_kind(st.st_mode)}, not a regular file", os.fspath(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode, **({} if encoding is None else {"encoding": encoding}))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_regular(path: str | os.PathLike[str]) -> None:
+    """`open_regular`'s check alone, for files a library opens itself (safetensors)."""
+    open_regular(path).close()
+
+
 def file_digest(path: str | os.PathLike[str]) -> tuple[int, str]:
     """(bytes, sha256 hex) of a file, read in 1 MiB chunks (a corpus or weights may be gigabytes)."""
     digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
             size += len(chunk)
@@ -237,13 +272,14 @@ def verifying(verify: bool | None = None) -> bool:
 def read_model_json(path: Path) -> Any:
     """A JSON file of a model directory; a missing or broken one is a ModelDirError naming it."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        with open_regular(path, "r", encoding="utf-8") as f:
+            return json.loads(f.read())
     except FileNotFoundError:
         raise ModelDirError(f"{path}: missing; not a heed model directory") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ModelDirError(f"{path}: not valid JSON ({e})") from None
-    except OSError as e:  # a directory in its place, no permission
-        raise ModelDirError(f"{path}: cannot read: {_reason(e)}") from None
+    except OSError as e:  # a directory or FIFO in its place, no permission
+        raise ModelDirError(f"{path}: cannot read: {reason(e)}") from None
 
 
 # ------------------------------------------------------------------------------- stale temp files
@@ -370,7 +406,7 @@ def replace_dir(target: str | os.PathLike[str], fill: Callable[[Path], None]) ->
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if e.errno in _WRITE_ERRNOS:
-            raise OutputError(f"cannot write: {_reason(e)}", path=target) from None
+            raise OutputError(f"cannot write: {reason(e)}", path=target) from None
         raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

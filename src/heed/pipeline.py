@@ -23,7 +23,7 @@ from heed.data.corpus import Pair, normalize, read_parallel, read_tsv
 from heed.data.dates import generate_dates
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
 from heed.data.names import generate_names
-from heed.data.prepared import PreparedCorpus
+from heed.data.prepared import PreparedCorpus, verify_ids
 from heed.data.tokenize import SentencePieceTokenizer, Tokenizer, load_tokenizer, spm_model_path, train_tokenizer
 from heed.data.vocab import SPECIALS, Vocab
 from heed.errors import ConfigError, DataError, ModelDirError
@@ -332,7 +332,8 @@ PREPARED_SETTINGS = ("tokenizer", "vocab", "reverse")
 def open_prepared(data: DataConfig, *, verify_hashes: bool) -> tuple[PreparedCorpus, Codec]:
     """The prepared corpus at `data.prepared` (files checked against its manifest: sizes always,
     sha256 with `verify_hashes`), filtered by `data.max_src_len`/`max_tgt_len`, and the Codec it was
-    written with. A ConfigError names the field when the config's tokenizer, vocabulary or
+    written with (and, with `verify_hashes`, every id checked against its vocabulary). A
+    ConfigError names the field when the config's tokenizer, vocabulary or
     `reverse` settings differ from those the corpus was prepared with."""
     assert data.prepared is not None
     corpus = PreparedCorpus(data.prepared, max_src_len=data.max_src_len, max_tgt_len=data.max_tgt_len,
@@ -349,6 +350,9 @@ def open_prepared(data: DataConfig, *, verify_hashes: bool) -> tuple[PreparedCor
         codec = Codec.load(data.prepared, data=data)
     except ModelDirError as e:
         raise DataError(str(e)) from None
+    corpus.vocab_sizes = (len(codec.src_vocab), len(codec.tgt_vocab))
+    if verify_hashes:  # with the sha256 pass (a read of every shard), check every id is in its vocabulary
+        verify_ids(data.prepared, corpus.manifest, corpus.vocab_sizes)
     return corpus, codec
 
 

@@ -18,6 +18,8 @@ import torch
 
 from heed.errors import ConfigError, HeedError
 
+MAX_THREADS = 1024  # CPU threads at most: far above any machine heed runs on
+
 DEVICES = ("auto", "cpu", "cuda")
 _Fn = TypeVar("_Fn", bound=Callable)
 
@@ -87,10 +89,14 @@ def limit_onednn_cache(bf16: bool) -> None:
 
 @contextlib.contextmanager
 def torch_threads(threads: int | None) -> Iterator[None]:
-    """torch.set_num_threads for the duration, then back to what it was."""
+    """torch.set_num_threads for the duration, then back to what it was; more than MAX_THREADS is a
+    ConfigError naming --threads (100000 made libgomp fail to allocate its thread pool)."""
     if threads is None:
         yield
         return
+    if not 1 <= threads <= MAX_THREADS:
+        raise ConfigError(f"must be between 1 and {MAX_THREADS} (this machine has {os.cpu_count()} CPUs), got "
+                          f"{threads}", field="--threads")
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

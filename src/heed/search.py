@@ -5,7 +5,7 @@ Search sees only `SearchModel` (below, a typing.Protocol), never a model class: 
 it, and so do the tests' scripted fakes and any other runtime (e.g. an exported graph).
 
 Conventions, the same in greedy and beam search:
-- Lengths. `max_len = floor(max_len_a * src_len + max_len_b)` counts the output tokens *without*
+- Lengths. `max_len = min(floor(max_len_a * src_len + max_len_b), MAX_OUTPUT_TOKENS)` counts the output tokens *without*
   EOS: a hypothesis has at most `max_len` tokens, then EOS is forced, so the decoder runs at most
   `max_len + 1` steps. `min_len` also counts tokens without EOS: EOS is forbidden while fewer than
   `min_len` tokens are out. Where the two clash, `max_len` wins.
@@ -120,26 +120,32 @@ class Hypothesis:
     node: int | None = None  # its finished node in the sentence's BeamTree, when the search was traced
 
 
+MAX_BEAM = 256  # rows = batch * beam: 1,000,000 reached 7.4 GB before its first step
+MAX_OUTPUT_TOKENS = 4096  # a model that never emits EOS stops here, whatever max_len_a and max_len_b say
+
+
 class DecodeConfig(BaseModel):
     """How to decode. The one home of search's defaults."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    beam_size: int = Field(1, ge=1, description="1 = greedy")
+    beam_size: int = Field(1, ge=1, le=MAX_BEAM, description="1 = greedy")
     n_best: int = Field(1, ge=1, description="hypotheses returned per sentence, at most beam_size")
-    length_penalty: float = Field(0.0, ge=0.0, description="GNMT alpha; 0 = off")
-    coverage_penalty: float = Field(0.0, ge=0.0, description="GNMT beta; 0 = off; needs attention")
+    length_penalty: float = Field(0.0, ge=0.0, le=10.0, description="GNMT alpha; 0 = off")
+    coverage_penalty: float = Field(0.0, ge=0.0, le=10.0, description="GNMT beta; 0 = off; needs attention")
     # 1, not 0: an empty translation of a non-empty source is never what a user wants, yet a beam
     # can end at step 0 when EOS is each beam's best first token (seen on Multi30k at beam 5).
     min_len: int = Field(1, ge=0, description="output tokens before EOS is allowed (EOS not counted); "
                                                "0 allows an empty output")
-    max_len_a: float = Field(2.0, ge=0.0,
-                             description="max output tokens = floor(a * src_len + b), EOS not counted")
-    max_len_b: int = Field(10, ge=0)
+    max_len_a: float = Field(2.0, ge=0.0, le=MAX_OUTPUT_TOKENS,
+                             description="max output tokens = floor(a * src_len + b), EOS not counted, and at "
+                                         f"most {MAX_OUTPUT_TOKENS}")
+    max_len_b: int = Field(10, ge=0, le=MAX_OUTPUT_TOKENS)
     no_repeat_ngram: int = Field(0, ge=0, description="forbid repeating any n-gram of this size; 0 = off")
     sampling: bool = Field(False, description="draw n_best samples per sentence instead of searching "
                                               "(beam_size must be 1)")
-    temperature: float = Field(1.0, gt=0.0, description="sampling: divide the logits by this; < 1 is sharper")
+    temperature: float = Field(1.0, ge=0.01, le=100.0, description="sampling: divide the logits by this; < 1 is "
+                                                                   "sharper (0.01 to 100)")
     top_k: int = Field(0, ge=0, description="sampling: draw from the k most likely tokens only; 0 = all")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="sampling: draw from the smallest set of tokens "
                                                           "whose probability reaches p (nucleus); 1 = all")
@@ -195,8 +201,9 @@ def hypothesis_score(log_prob: Tensor, lengths: Tensor, coverage: Tensor | None,
 
 
 def max_output_lengths(src_lengths: Tensor, cfg: DecodeConfig) -> Tensor:
-    """(batch,) long: floor(max_len_a * src_len + max_len_b), output tokens without EOS."""
-    return torch.floor(cfg.max_len_a * src_lengths.double() + cfg.max_len_b).long()
+    """(batch,) long: floor(max_len_a * src_len + max_len_b), output tokens without EOS, at most
+    MAX_OUTPUT_TOKENS."""
+    return torch.floor(cfg.max_len_a * src_lengths.double() + cfg.max_len_b).clamp(max=MAX_OUTPUT_TOKENS).long()
 
 
 # ---------------------------------------------------------------------------------------------

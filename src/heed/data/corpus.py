@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple, Protocol
 
 from heed.errors import DataError
+from heed.files import file_kind
 
 PathLike = str | os.PathLike[str]
 
@@ -75,10 +76,6 @@ class ByteStream(Protocol):
     def read1(self, size: int = ..., /) -> bytes: ...
 
 
-_FILE_TYPES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
 def _open_binary(path: Path) -> BinaryIO:
     """Open a corpus file for reading bytes; `.gz` files are decompressed on the fly. Anything but
     a regular file is refused before opening: opening a FIFO without a writer blocks forever, and
@@ -92,8 +89,7 @@ def _open_binary(path: Path) -> BinaryIO:
     if stat.S_ISDIR(mode):
         raise DataError("is a directory, expected a text file", path=path)
     if not stat.S_ISREG(mode):
-        what = next((name for test, name in _FILE_TYPES if test(mode)), "a special file")
-        raise DataError(f"is {what}, not a regular file; a corpus must be a file (save the data to one first)",
+        raise DataError(f"is {file_kind(mode)}, not a regular file; a corpus must be a file (save the data to one first)",
                         path=path)
     try:
         if path.suffix == ".gz":

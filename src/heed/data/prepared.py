@@ -66,7 +66,7 @@ import numpy as np
 
 from heed.data.batching import Batch, Example, check_batching, collate, epoch_rng, plan_batches
 from heed.errors import DataError
-from heed.files import atomic_write_text, file_digest
+from heed.files import atomic_write_text, file_digest, open_regular
 
 FORMAT = "heed-prepared-corpus"
 FORMAT_VERSION = 1
@@ -185,7 +185,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
                         if not directory.exists() else "is not a directory; a prepared corpus is a directory",
                         path=directory)
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        with open_regular(path, "r", encoding="utf-8") as f:
+            manifest = json.loads(f.read())
     except FileNotFoundError:
         raise DataError(f"missing; {directory} is no prepared corpus (or `heed prepare` did not finish)",
                         path=path) from None
@@ -219,6 +220,11 @@ def _check_manifest_shape(manifest: dict[str, Any]) -> None:
         _count(entry["bytes"], "bytes")
         if not isinstance(entry["sha256"], str) or not isinstance(entry.get("file", ""), str):
             raise TypeError("file names and sha256 sums must be strings")
+    for name in [*manifest["codec_files"], *(s["files"][part]["file"] for s in manifest["shards"]
+                                             for part in SHARD_PARTS)]:
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", "..") or "\\" in name:
+            raise ValueError(f"{name!r} is not a plain file name: a prepared corpus reads only files inside "
+                             "its own directory")
 
 
 def _count(value: Any, key: str) -> None:
@@ -232,6 +238,23 @@ def listed_files(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     for shard in manifest["shards"]:
         files.extend((shard["files"][part]["file"], shard["files"][part]) for part in SHARD_PARTS)
     return files
+
+
+def verify_ids(directory: Path, manifest: dict[str, Any], vocab_sizes: tuple[int, int],
+               chunk: int = 1 << 24) -> None:
+    """Every id of every shard is below its side's vocabulary size (`vocab_sizes`: source, target);
+    a DataError naming the first shard file that is not. Reads the ids in chunks."""
+    for shard in manifest["shards"]:
+        for side, size in zip(SIDES, vocab_sizes):
+            path = Path(directory) / shard["files"][side]["file"]
+            ids = np.load(path, mmap_mode="r")
+            for start in range(0, ids.shape[0], chunk):
+                top = int(ids[start : start + chunk].max())
+                if top >= size:
+                    raise DataError(f"holds id {top}, but the {'source' if side == 'src' else 'target'} vocabulary "
+                                    f"has {size} ids: the shard does not belong to this corpus's vocabulary; "
+                                    "prepare the corpus again", path=path)
+            del ids
 
 
 def verify_files(directory: Path, manifest: dict[str, Any], *, hashes: bool) -> int:
@@ -311,7 +334,7 @@ class _Shard:
 def _read_header(path: Path, *, shape: tuple[int, ...], dtype: np.dtype | None) -> tuple[int, np.dtype]:
     """(where the data starts, dtype) of an .npy file whose header must say `shape` (and `dtype`)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             version = np.lib.format.read_magic(f)
             if version not in ((1, 0), (2, 0)):
                 raise ValueError(f".npy format version {version[0]}.{version[1]}, not 1.0 or 2.0")
@@ -396,6 +419,9 @@ class PreparedCorpus:
         self._kept_starts = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)  # (shards + 1,)
         self.sentences = sum(int(e["sentences"]) for e in self.manifest["shards"])
         self._rows_cache: tuple[int, np.ndarray] | None = None
+        # (source, target) vocabulary sizes: set by the reader that loaded the corpus's codec
+        # (heed.pipeline.open_prepared); every id read is then checked against them.
+        self.vocab_sizes: tuple[int, int] | None = None
 
     @staticmethod
     def _kept_mask(shard: _Shard, max_src_len: int | None, max_tgt_len: int | None) -> np.ndarray:
@@ -452,10 +478,19 @@ class PreparedCorpus:
             self.shards[s].release()
 
     def example(self, shard_index: int, row: int) -> Example:
-        """(src_ids, tgt_ids) of row `row` of shard `shard_index`, as Python ints."""
+        """(src_ids, tgt_ids) of row `row` of shard `shard_index`, as Python ints; a DataError naming
+        the shard file for an id outside `vocab_sizes` (when set)."""
         shard = self.shards[shard_index]
         s0, t0, s1, t1 = shard.offsets.read(2 * row, 2 * row + 4).tolist()  # offsets rows `row` and `row + 1`
-        return shard.src.read(s0, s1).tolist(), shard.tgt.read(t0, t1).tolist()
+        src, tgt = shard.src.read(s0, s1), shard.tgt.read(t0, t1)
+        if self.vocab_sizes is not None:
+            for ids, array, size, side in ((src, shard.src, self.vocab_sizes[0], "source"),
+                                           (tgt, shard.tgt, self.vocab_sizes[1], "target")):
+                if ids.size and int(ids.max()) >= size:
+                    raise DataError(f"holds id {int(ids.max())}, but the {side} vocabulary has {size} ids: the "
+                                    "shard does not belong to this corpus's vocabulary; prepare the corpus again",
+                                    path=array.path)
+        return src.tolist(), tgt.tolist()
 
     def examples(self) -> Iterator[Example]:
         """Every kept pair in corpus order (for tests and tools; training reads by batch)."""

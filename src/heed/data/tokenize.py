@@ -23,7 +23,7 @@ from typing import Any, Literal, get_args
 import sentencepiece as spm
 
 from heed.errors import ModelDirError
-from heed.files import atomic_write_bytes
+from heed.files import atomic_write_bytes, open_regular, reason
 
 TokenizerKind = Literal["char", "word", "bpe", "unigram"]
 TOKENIZER_KINDS: tuple[str, ...] = get_args(TokenizerKind)
@@ -151,9 +151,12 @@ class SentencePieceTokenizer(Tokenizer):
     def load(cls, directory: Path, name: str, spec: dict[str, Any]) -> SentencePieceTokenizer:
         path = spm_model_path(directory, name)
         try:
-            model = path.read_bytes()
+            with open_regular(path) as f:
+                model = f.read()
         except FileNotFoundError:
             raise ModelDirError(f"{path}: SentencePiece model missing ({spec['kind']} tokenizer '{name}')") from None
+        except OSError as e:
+            raise ModelDirError(f"{path}: cannot read: {reason(e)}") from None
         expected = spec.get("sha256")
         if expected is not None and hashlib.sha256(model).hexdigest() != expected:
             raise ModelDirError(f"{path}: SentencePiece model does not match the one this model was trained with")

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from heed.errors import DataError
-from heed.files import atomic_open
+from heed.files import atomic_open, open_regular
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS: tuple[str, ...] = ("<pad>", "<s>", "</s>", "<unk>")
@@ -124,7 +124,7 @@ class Vocab:
     def load(cls, path: str | os.PathLike[str]) -> Vocab:
         """Read a vocabulary written by `save`."""
         try:
-            with open(path, encoding="utf-8") as f:
+            with open_regular(path, "r", encoding="utf-8") as f:
                 tokens = json.load(f)
         except FileNotFoundError:
             raise DataError("vocabulary file not found", path=path) from None

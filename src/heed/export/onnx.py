@@ -41,7 +41,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import heed
 from heed.errors import ConfigError, HeedError, ModelDirError, install_hint
-from heed.files import file_digest, resolve_dir, verifying
+from heed.files import file_digest, open_regular, resolve_dir, verifying
 from heed.nn.decoder import _RNNDecoder
 from heed.nn.seq2seq import Seq2Seq
 
@@ -338,7 +338,8 @@ def load_manifest(path: str | os.PathLike[str], *, verify: bool | None = None) -
         raise ModelDirError(f"{directory}: not an exported model directory (no {MANIFEST_FILE}); "
                             "make one with `heed export MODEL_DIR -o OUT_DIR`")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        with open_regular(file, "r", encoding="utf-8") as f:
+            data = json.loads(f.read())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelDirError(f"{file}: unreadable manifest ({e}); export the model again") from None
     if not isinstance(data, dict) or data.get("kind") != "onnx" or not isinstance(data.get("files"), dict):

@@ -42,6 +42,7 @@ from heed.api import Exploration, Translation, Translator
 from heed.checkpoint import METRICS_FILE
 from heed.data.corpus import control_character
 from heed.errors import ConfigError, HeedError
+from heed.files import open_regular
 from heed.search import DecodeConfig
 from heed.serve.batcher import Batcher, QueueFull
 from heed.serve.schemas import (
@@ -182,7 +183,7 @@ def last_metrics(model_dir: Path) -> dict[str, Any] | None:
     (metrics.jsonl), without their wall-clock times; None when it has none."""
     found: dict[str, Any] = {}
     try:
-        with open(Path(model_dir) / METRICS_FILE, encoding="utf-8") as f:
+        with open_regular(Path(model_dir) / METRICS_FILE, "r", encoding="utf-8") as f:
             for line in f:
                 with contextlib.suppress(ValueError):
                     entry = json.loads(line)
