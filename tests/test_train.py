@@ -39,6 +39,17 @@ def test_resume_after_max_steps_continues_the_identical_loss_sequence(tmp_path, 
     assert [s for s, _ in losses(tmp_path / "a")] == list(range(1, straight.steps + 1))
 
 
+def test_the_first_speed_after_a_resume_counts_only_this_runs_tokens(tmp_path, make_config):
+    """The checkpoint saves the log window's tokens (for the loss), not its clock: the first line after
+    a resume used to divide 9 saved steps' tokens by 1 step's time, 10x the real speed."""
+    common = {"epochs": 2, "log_every": 10, "eval_every": 1000}
+    train(make_config(tmp_path / "a", **common, max_steps=19))  # the window holds steps 11-19 when it stops
+    train(make_config(tmp_path / "a", **common), resume=True)
+    speeds = {r["step"]: r["tok_per_s"] for r in records(tmp_path / "a", "train")}
+    assert sorted(speeds) == [10, 20]
+    assert speeds[20] < 4 * speeds[10], speeds
+
+
 def test_a_time_budget_stops_training_and_still_leaves_an_evaluated_model(tmp_path, make_config):
     # A budget far below one step's time: the run stops after its first update, evaluates, saves.
     result = train(make_config(tmp_path / "a", epochs=5, log_every=1, max_minutes=1e-9))

@@ -255,10 +255,9 @@ class _Log:
             self.progress.update(self.task, completed=step, description=f"epoch {epoch:.2f}")
 
     def show(self, window: "_Window") -> None:
-        seconds = time.perf_counter() - window.started
         if self.progress is not None and window.tokens:
             self.progress.update(self.task, loss=f"{float(window.loss_sum) / window.tokens:.3f}",
-                                 speed=f"{window.tokens / seconds if seconds > 0 else 0.0:,.0f}")
+                                 speed=f"{window.speed():,.0f}")
 
     def train_line(self, step: int, epoch: float, loss: float, lr: float, speed: float, eta: float | None) -> None:
         if self.progress is not None:
@@ -312,12 +311,23 @@ class _Data:
 
 @dataclass
 class _Window:
-    """Running sums since the last log line. loss_sum stays a tensor so no step waits on the device."""
+    """Running sums since the last log line. loss_sum stays a tensor so no step waits on the device.
+
+    loss_sum, tokens and steps survive a resume (the checkpoint saves them, so the next log line's
+    loss is the one an uninterrupted run logs); timed_tokens counts only the tokens this process
+    trained since `started`, so the first speed after a resume is not the saved tokens over a few
+    seconds (it read 10x the real figure)."""
 
     loss_sum: torch.Tensor
     tokens: int = 0
     steps: int = 0
     started: float = field(default_factory=time.perf_counter)
+    timed_tokens: int = 0
+
+    def speed(self) -> float:
+        """Tokens per second this process trained since the window started."""
+        seconds = time.perf_counter() - self.started
+        return self.timed_tokens / seconds if seconds > 0 else 0.0
 
     def to_json(self) -> dict[str, float]:
         return {"loss_sum": float(self.loss_sum), "tokens": self.tokens, "steps": self.steps}
@@ -772,6 +782,7 @@ class Trainer:
             self._divergence.note(loss_sum, self.state.step + 1)
         window.loss_sum += loss_sum
         window.tokens += tokens
+        window.timed_tokens += tokens
         window.steps += 1
 
     def _out_of_time(self) -> bool:
@@ -799,8 +810,7 @@ class Trainer:
         state = self.state
         self._check_loss()
         loss = float(window.loss_sum) / max(window.tokens, 1)
-        seconds = time.perf_counter() - window.started
-        speed = window.tokens / seconds if seconds > 0 else 0.0
+        speed = window.speed()
         done = state.step - run_start_step
         per_step = (time.perf_counter() - run_start_time) / done if done else 0.0
         eta = per_step * max(total - state.step, 0) if done else None
@@ -809,7 +819,7 @@ class Trainer:
                          "tok_per_s": round(speed, 1)})
         self.log.train_line(state.step, epoch, loss, lr, speed, eta)
         window.loss_sum.zero_()
-        window.tokens = window.steps = 0
+        window.tokens = window.steps = window.timed_tokens = 0
         window.started = time.perf_counter()
 
     # -- divergence -------------------------------------------------------------------------
