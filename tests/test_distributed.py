@@ -196,8 +196,8 @@ def test_two_cpu_ranks_equal_one_process_accumulating_two_and_resume_after_kill_
     assert codes == [130, 130], (codes, errors, (tmp_path / "r1.err").read_text(encoding="utf-8"))
     stopped = load_checkpoint(last).trainer
     assert 9 <= stopped.step < 20 and stopped.world_size == 2
-    assert f"interrupted at step {stopped.step}" in errors and "resume with: heed train" in errors
-    assert "(started by torchrun as before: 2 processes)" in errors
+    assert f"interrupted at step {stopped.step}" in errors
+    assert "resume with: torchrun --nproc-per-node 2 -m heed train" in errors  # a command that works as printed
     assert (tmp_path / "r1.out").read_text(encoding="utf-8") == (tmp_path / "r1.err").read_text(encoding="utf-8") == ""
 
     # One process may not resume a two-process run: one clear line.
@@ -252,3 +252,53 @@ def test_two_cpu_ranks_on_a_prepared_corpus_equal_one_process_accumulating_two(t
     assert [s for s, _ in two] == [s for s, _ in single] == list(range(1, 9))
     assert max(abs(a - b) for (_, a), (_, b) in zip(two, single)) < 1e-5
     assert not (tmp_path / "rank1-output").exists()
+
+
+def test_processes_trains_two_ranks_and_a_ctrl_c_prints_hints_that_work(tmp_path, tiny_config):
+    """`heed train --processes 2`, then a Ctrl-C at the terminal (SIGINT to the whole foreground
+    process group): the ranks stop together, nothing prints a traceback, and both printed commands
+    run as printed (the resume needs the same number of processes; the score command names
+    train.max_steps once)."""
+    import shlex
+
+    mapping = tiny_config(tmp_path / "run", epochs=4, log_every=1, eval_every=8)
+    mapping["data"]["batch_tokens"] = 400
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(mapping), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    argv = ["train", str(config), "--set", "train.max_steps=20", "--no-progress", "--processes", "2"]
+    with open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "heed", *argv], env=env, stdout=subprocess.DEVNULL,
+                                stderr=err, start_new_session=True)
+    wait_for(lambda: logged_past(tmp_path / "run", 9), [proc])
+    os.killpg(proc.pid, signal.SIGINT)
+    code = wait_all([proc], 120)
+    errors = (tmp_path / "err").read_text(encoding="utf-8")
+    assert code == [130], errors
+    assert "Traceback" not in errors
+    lines = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in errors.splitlines() if ": " in line}
+    resume = shlex.split(lines["resume with"])
+    assert resume == ["heed", *argv, "--resume"]
+    score = shlex.split(lines["score the best model on the test set with"])
+    assert sum(arg.startswith("train.max_steps=") for arg in score) == 1
+    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last").trainer.world_size == 2
+
+    done = subprocess.run([sys.executable, "-m", "heed", *resume[1:]], env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert [s for s, _ in train_losses(tmp_path / "run")] == list(range(1, 21))
+    assert "Traceback" not in done.stderr
+
+
+def test_a_rank_whose_peers_never_come_says_it_waits_and_gives_up_in_one_line(tmp_path, tiny_config):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(tmp_path / "run")), encoding="utf-8")
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "HEED_JOIN_TIMEOUT": "7",
+           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "heed", "train", str(config), "--no-progress"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 2 and lines[0].startswith("rank 1 of 2: waiting for the other processes"), done.stderr
+    assert lines[1].startswith("error: rank 1 of 2: the other processes did not join") and "within 7 s" in lines[1]

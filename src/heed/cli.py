@@ -28,6 +28,8 @@ from heed.files import atomic_open, open_regular
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from heed.distributed import World
+
     from heed.api import Translation, Translator
     from heed.evaluate import Bucket, BucketScore
     from heed.search import DecodeConfig
@@ -131,12 +133,18 @@ def train(
     output_dir: Optional[Path] = typer.Option(None, "--output-dir", help="Where to write (overrides output_dir)."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                             help="Progress bar (default: on a terminal; else a line per log_every)."),
+    processes: int = typer.Option(1, "--processes", min=1, max=1024, help="Train data-parallel in this many "
+                                  "processes on this machine (gloo on the CPU, one GPU each with CUDA), as "
+                                  "torchrun --nproc-per-node N would; Ctrl-C stops them all cleanly."),
 ) -> None:
     """Train a model; checkpoints, metrics.jsonl and the model directory go to the output directory.
 
     Ctrl-C or SIGTERM (what Slurm sends before it kills a job) finishes the step, saves
     checkpoints/last, prints the command that resumes this run, and exits with 130 (Ctrl-C) or
-    143 (SIGTERM): 128 + the signal's number, as a shell reports a process the signal ended."""
+    143 (SIGTERM): 128 + the signal's number, as a shell reports a process the signal ended.
+
+    Several processes: `--processes N` on one machine, or torchrun (`torchrun --nproc-per-node N
+    -m heed train ...`) across machines; a resume needs as many processes as the run had."""
     import shlex
 
     from heed.config import load_config
@@ -146,17 +154,27 @@ def train(
 
     overrides = list(set_) + ([f"output_dir={output_dir.absolute()}"] if output_dir is not None else [])
     cfg = load_config(config, overrides)
+    world = World.from_env()
+    if processes > 1 and world.is_distributed and world.size != processes:
+        raise HeedError(f"--processes {processes}, but torchrun's WORLD_SIZE is {world.size}; give one of them")
     console = _stderr()
-    # This run's own command line, so the printed resume continues it: same overrides, same directory.
-    again = ["heed", "train", str(config), *(arg for item in set_ for arg in ("--set", item)),
-             *(["--output-dir", str(output_dir)] if output_dir is not None else []),
-             *(["--allow-data-change"] if allow_data_change else []),
-             *([] if progress is None else ["--progress" if progress else "--no-progress"]), "--resume"]
+    # This run's own command line, so the printed resume continues it: same overrides, same directory,
+    # same number of processes.
+    own = [str(config), *(arg for item in set_ for arg in ("--set", item)),
+           *(["--output-dir", str(output_dir)] if output_dir is not None else []),
+           *(["--allow-data-change"] if allow_data_change else []),
+           *([] if progress is None else ["--progress" if progress else "--no-progress"]),
+           *(["--processes", str(processes)] if processes > 1 else [])]
+    if processes > 1 and not world.is_distributed:
+        from heed.launch import launch
+
+        raise typer.Exit(launch(["train", *own, *(["--resume"] if resume else [])], processes))
+    again = [*_launcher(world, processes), "train", *own, "--resume"]
     try:
         result = run_training(cfg, resume=resume, allow_data_change=allow_data_change, console=console,
                               progress=progress)
     except KeyboardInterrupt:
-        if not World.from_env().is_main:  # under torchrun only rank 0 speaks
+        if not world.is_main:  # with several processes only rank 0 speaks
             raise typer.Exit(INTERRUPTED) from None
         console.print(f"\naborted. The last checkpoint ({cfg.output_dir / 'checkpoints' / 'last'}) is intact; "
                       f"resume with: {shlex.join(again)}", style="yellow", markup=False, soft_wrap=True)
@@ -165,9 +183,8 @@ def train(
         raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
     if result.stop_reason == "interrupted":
         # soft_wrap: a command cut across lines could not be pasted back.
-        world = World.from_env()
-        launcher = f" (started by torchrun as before: {world.size} processes)" if world.is_distributed else ""
-        console.print(f"resume with: {shlex.join(again)}{launcher}", markup=False, soft_wrap=True)
+        console.print(f"resume with: {shlex.join(again)}{_launcher_note(world, processes)}", markup=False,
+                      soft_wrap=True)
         score = None if result.model_dir is None else score_command(cfg, result.model_dir, resume_command=again,
                                                                       step=result.steps)
         if score is not None:
@@ -176,6 +193,23 @@ def train(
         raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
     if result.is_main:
         typer.echo(f"model written to {result.model_dir}")
+
+
+def _launcher(world: "World", processes: int) -> list[str]:
+    """How this run was started, for the commands it prints: `heed`, or torchrun's command line
+    when torchrun started it on one machine (`torchrun --nproc-per-node N -m heed`)."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world.size))
+    if world.is_distributed and processes == 1 and local == world.size:
+        return ["torchrun", "--nproc-per-node", str(world.size), "-m", "heed"]
+    return ["heed"]
+
+
+def _launcher_note(world: "World", processes: int) -> str:
+    """For a torchrun run across machines, whose command line heed cannot rebuild."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world.size))
+    if world.is_distributed and processes == 1 and local != world.size:
+        return f" (on every machine, started by torchrun as before: {world.size} processes in all)"
+    return ""
 
 
 # ----------------------------------------------------------------------------------- prepare

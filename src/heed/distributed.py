@@ -25,6 +25,8 @@ import contextlib
 import datetime
 import os
 import re
+import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -43,6 +45,9 @@ BACKENDS = ("auto", "gloo", "nccl")
 # This bounds what is left. Longer than torch's 30 minutes because the other ranks wait in a
 # collective while rank 0 scores the dev set, which on a CPU with a large dev set can take that long.
 TIMEOUT = datetime.timedelta(hours=2)
+JOIN_TIMEOUT_ENV = "HEED_JOIN_TIMEOUT"
+DEFAULT_JOIN_SECONDS = 600.0
+SAY_WAITING_AFTER = 5.0  # seconds of waiting to join before a rank says so
 
 
 class PeerFailed(HeedError):
@@ -135,8 +140,9 @@ def process_group(world: World, device: torch.device, backend: str) -> Iterator[
         return
     if device.type == "cuda":
         torch.cuda.set_device(device)  # nccl's object collectives use the current device
+    store = _join(world)
     try:
-        dist.init_process_group(backend=backend, init_method="env://", rank=world.rank, world_size=world.size,
+        dist.init_process_group(backend=backend, store=store, rank=world.rank, world_size=world.size,
                                 timeout=TIMEOUT)
     except (RuntimeError, ValueError) as e:  # e.g. MASTER_ADDR unreachable, port taken
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -146,6 +152,55 @@ def process_group(world: World, device: torch.device, backend: str) -> Iterator[
         yield
     finally:
         dist.destroy_process_group()
+        del store  # now, not at interpreter exit, where its server thread's teardown aborts the process
+
+
+def join_timeout() -> float:
+    """Seconds the processes wait for each other to join (HEED_JOIN_TIMEOUT, default 600)."""
+    text = os.environ.get(JOIN_TIMEOUT_ENV, "")
+    try:
+        seconds = float(text) if text else DEFAULT_JOIN_SECONDS
+    except ValueError:
+        raise HeedError(f"{JOIN_TIMEOUT_ENV}={text!r} is not a number of seconds") from None
+    if not 0 < seconds < float("inf"):
+        raise HeedError(f"{JOIN_TIMEOUT_ENV}={text!r} must be a positive number of seconds")
+    return seconds
+
+
+def _join(world: World) -> "dist.Store":
+    """Rank 0's TCP store at MASTER_ADDR:MASTER_PORT, joined by every rank within `join_timeout()`:
+    a rank still waiting after a few seconds says so on stderr, and one that waits in vain stops
+    with one line (a RANK=1 started without its rank 0 used to wait silently for ever)."""
+    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    seconds = join_timeout()
+    where = f"rank {world.rank} of {world.size}"
+    sys.stderr.flush()
+    # c10d's C++ logs each failed connection try with a stack of frames on file descriptor 2; the
+    # waiting note and the error below say what matters, so those go to /dev/null meanwhile.
+    stderr = os.dup(2)
+    note = threading.Timer(min(SAY_WAITING_AFTER, seconds / 4), lambda: os.write(stderr, (
+        f"{where}: waiting for the other processes at {addr}:{port} (for up to {seconds:.0f} s; "
+        f"{JOIN_TIMEOUT_ENV} sets how long)\n").encode()))
+    note.daemon = True
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        note.start()
+        # The client tries twice within `timeout`, so each try gets half of it.
+        # Under torchrun its agent hosts the store (and outlives the ranks); otherwise rank 0 does.
+        hosted = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        store = dist.TCPStore(addr, int(port), world.size, is_master=world.rank == 0 and not hosted,
+                              timeout=datetime.timedelta(seconds=seconds / 2), wait_for_workers=True)
+    except (RuntimeError, ValueError):
+        raise HeedError(f"{where}: the other processes did not join at {addr}:{port} within {seconds:.0f} s; "
+                        "start every rank (torchrun --nproc-per-node N, or heed train --processes N, starts them "
+                        "all) with the same MASTER_ADDR and MASTER_PORT") from None
+    finally:
+        note.cancel()
+        os.dup2(stderr, 2)
+        os.close(stderr)
+    store.set_timeout(TIMEOUT)
+    return store
 
 
 # ----------------------------------------------------------------------------------- batches

@@ -1108,7 +1108,16 @@ def score_command(config: Config, model_dir: Path, *, resume_command: Sequence[s
     if test is not None and test.src is not None and test.tgt is not None:
         src, ref = (test.tgt, test.src) if data.reverse else (test.src, test.tgt)
         return ["heed", "evaluate", str(model_dir), "--src", str(src), "--ref", str(ref)]
-    return [*resume_command[:-1], "--set", f"train.max_steps={step}", resume_command[-1]]
+    # The run's own `--set train.max_steps=...`, if any, gives way to this one (not both on one line).
+    kept: list[str] = []
+    args = list(resume_command[:-1])
+    while args:
+        arg = args.pop(0)
+        if arg == "--set" and args and args[0].replace(" ", "").startswith("train.max_steps="):
+            args.pop(0)
+            continue
+        kept.append(arg)
+    return [*kept, "--set", f"train.max_steps={step}", resume_command[-1]]
 
 
 def train(config: Config, *, resume: bool = False, allow_data_change: bool = False, console: Console | None = None,
