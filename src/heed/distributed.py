@@ -27,6 +27,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -48,6 +49,7 @@ TIMEOUT = datetime.timedelta(hours=2)
 JOIN_TIMEOUT_ENV = "HEED_JOIN_TIMEOUT"
 DEFAULT_JOIN_SECONDS = 600.0
 SAY_WAITING_AFTER = 5.0  # seconds of waiting to join before a rank says so
+LEFT_KEY = "heed/ranks_left"
 
 
 class PeerFailed(HeedError):
@@ -152,7 +154,30 @@ def process_group(world: World, device: torch.device, backend: str) -> Iterator[
         yield
     finally:
         dist.destroy_process_group()
+        _leave(store, world)
         del store  # now, not at interpreter exit, where its server thread's teardown aborts the process
+
+
+def _leave(store: "dist.Store", world: World, seconds: float = 30.0) -> None:
+    """Say this rank is done; a rank hosting the store waits (up to `seconds`) until every rank has
+    said so, so that no peer loses the store while it still tears its connections down (that
+    aborted a peer with "terminate called without an active exception")."""
+    try:
+        left = store.add(LEFT_KEY, 1)
+        if not _hosts_store(world):
+            return
+        deadline = time.monotonic() + seconds
+        while left < world.size and time.monotonic() < deadline:
+            time.sleep(0.02)
+            left = store.add(LEFT_KEY, 0)
+    except RuntimeError:  # a peer or the store is gone already: nothing left to wait for
+        pass
+
+
+def _hosts_store(world: World) -> bool:
+    """Whether this rank runs the TCP store: rank 0, unless a launcher (torchrun's agent, heed's
+    `--processes`) hosts it and says so with TORCHELASTIC_USE_AGENT_STORE."""
+    return world.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
 
 
 def join_timeout() -> float:
@@ -187,9 +212,7 @@ def _join(world: World) -> "dist.Store":
             os.dup2(null.fileno(), 2)
         note.start()
         # The client tries twice within `timeout`, so each try gets half of it.
-        # Under torchrun its agent hosts the store (and outlives the ranks); otherwise rank 0 does.
-        hosted = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-        store = dist.TCPStore(addr, int(port), world.size, is_master=world.rank == 0 and not hosted,
+        store = dist.TCPStore(addr, int(port), world.size, is_master=_hosts_store(world),
                               timeout=datetime.timedelta(seconds=seconds / 2), wait_for_workers=True)
     except (RuntimeError, ValueError):
         raise HeedError(f"{where}: the other processes did not join at {addr}:{port} within {seconds:.0f} s; "

@@ -33,12 +33,13 @@ def free_port() -> int:
 
 
 def rank_environment(rank: int, processes: int, port: int, base: dict[str, str]) -> dict[str, str]:
-    """What torchrun sets for local rank `rank` of `processes` on one machine. OMP_NUM_THREADS
-    defaults to 1, as torchrun's does with several processes (each rank's intra-op threads would
-    otherwise fight for the same cores); train.threads or the caller's own value wins."""
+    """What torchrun sets for local rank `rank` of `processes` on one machine, the launcher hosting
+    the store as torchrun's agent does. OMP_NUM_THREADS defaults to 1, as torchrun's does with
+    several processes (each rank's intra-op threads would otherwise fight for the same cores);
+    train.threads or the caller's own value wins."""
     env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(processes),
            "LOCAL_WORLD_SIZE": str(processes), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(port)}
+           "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True"}
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
@@ -46,7 +47,15 @@ def rank_environment(rank: int, processes: int, port: int, base: dict[str, str])
 def launch(argv: Sequence[str], processes: int) -> int:
     """Run `heed ARGV` (a `train` command line, with --processes) as `processes` ranks on this
     machine; returns the exit code for the launcher: rank 0's, or the first failure's."""
+    import datetime
+
+    import torch.distributed as dist
+
     port = free_port()
+    # The store lives here, as in torchrun's agent: it outlives every rank, so none loses it while
+    # it tears down its connections.
+    store = dist.TCPStore("127.0.0.1", port, processes, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(hours=2))
     ranks = [subprocess.Popen([sys.executable, "-m", "heed", *argv],
                               env=rank_environment(r, processes, port, dict(os.environ)))
              for r in range(processes)]
@@ -65,6 +74,7 @@ def launch(argv: Sequence[str], processes: int) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        del store
 
 
 def _wait(ranks: list[subprocess.Popen]) -> int:
