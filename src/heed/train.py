@@ -35,6 +35,7 @@ update; only rank 0 evaluates, writes and prints, and hands its decisions to the
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import signal
@@ -429,10 +430,19 @@ class Trainer:
             run.enter_context(torch_threads(cfg.train.threads))
             run.enter_context(torch.random.fork_rng(devices=devices))
             run.enter_context(process_group(world, self.device, self.backend))
+            run.callback(self._unwrap)  # before the group is left (an ExitStack unwinds last in, first out)
             torch.manual_seed(cfg.train.seed)
             checkpoint, fingerprint = self._open_everywhere(run)
             self._build(checkpoint, fingerprint)
             return self._loop(started, resumed_from=None if checkpoint is None else checkpoint.directory)
+
+    def _unwrap(self) -> None:
+        """Drop DistributedDataParallel (and its gradient reducer, which holds the process group)
+        while the group still exists. Left to the garbage collector, the reducer outlived the group
+        and the rank aborted at exit ("terminate called without an active exception")."""
+        if isinstance(getattr(self, "batch_loss", None), DistributedDataParallel):
+            self.batch_loss = self.batch_loss.module
+            gc.collect()  # the wrapper's hooks make reference cycles: free it now, not at exit
 
     def _build(self, checkpoint: Checkpoint | None, fingerprint: dict[str, Any]) -> None:
         """The model, optimizer, schedule and state, fresh (from the seeded global RNG) or restored
