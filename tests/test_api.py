@@ -180,3 +180,43 @@ def test_a_length_limit_that_allows_no_token_is_refused_from_python_too(words):
     with pytest.raises(ConfigError, match=r"field 'decode.max_len_b': max_len_b 0 with max_len_a 0 allows no"):
         words.translate(["hello anna sleeps"], max_len_a=0, max_len_b=0)
     assert words.translate(["hello anna sleeps"], max_len_a=0, max_len_b=1)[0].tokens  # one token is allowed
+
+
+def test_a_stop_callback_ends_the_search_at_its_next_step(trained_run):
+    """What the server uses to stop the work of a request that timed out."""
+    from heed.api import Abandoned, Translator
+
+    translator = Translator.load(trained_run, device="cpu")
+    asked = []
+
+    def stop_after_three() -> bool:
+        asked.append(1)
+        return len(asked) > 3
+
+    with pytest.raises(Abandoned):
+        translator.translate_nbest(["le 3 mars 1998"], beam=3, stop=stop_after_three)
+    assert len(asked) == 4  # one question a step: three steps ran, the fourth was refused
+    with pytest.raises(Abandoned):
+        translator.align(["le 3 mars 1998"], ["1998-03-03"], stop=lambda: True)
+    assert translator.translate(["le 3 mars 1998"])[0].text == translator.translate_nbest(
+        ["le 3 mars 1998"], stop=lambda: False)[0][0].text
+
+
+def test_texts_no_sentence_can_hold_are_refused_naming_them(trained_run):
+    from heed.api import Translator
+    from heed.errors import HeedError
+
+    translator = Translator.load(trained_run, device="cpu")
+    with pytest.raises(HeedError, match=r"texts\[1\]: a lone UTF-16 surrogate \(U\+D800\)"):
+        translator.translate(["le 3 mars", "x\ud800"])
+    with pytest.raises(HeedError, match=r"tgt_texts\[0\]: control character"):
+        translator.align(["le 3 mars"], ["1998\x00"])
+
+
+def test_a_translation_prints_in_one_short_line(trained_run):
+    from heed.api import Translator
+
+    t = Translator.load(trained_run, device="cpu").translate(["le 3 mars 1998"])[0]
+    text = repr(t)
+    assert "\n" not in text and len(text) < 200 and text.startswith("Translation(text=")
+    assert f"attention={t.attention.shape[0]}x{t.attention.shape[1]}" in text

@@ -2,6 +2,7 @@
 by a recorder, so nothing listens; the app it would serve is checked instead."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,51 @@ def test_serves_an_exported_directory_as_the_readme_shows(trained_run: Path, ser
 
     expected = heed.load(trained_run, device="cpu").translate(["le 3 mars 1998"])[0].text
     assert reply.json()["results"][0]["hypotheses"][0]["text"] == expected
+
+
+def test_an_ensemble_is_served_under_its_own_name(trained_run: Path, served: dict[str, Any], tmp_path: Path) -> None:
+    import shutil
+
+    other = shutil.copytree(trained_run / "checkpoints" / "best", tmp_path / "best")
+    result = runner.invoke(app, ["serve", str(trained_run), "--ensemble", f"both={trained_run},{other}",
+                                 "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    with TestClient(served["app"]) as client:
+        assert client.get("/health").json()["models"] == ["out", "both"]
+        reply = client.post("/v1/translate", json={"model": "both", "sentences": ["le 3 mars 1998"]})
+        assert reply.status_code == 200, reply.text
+    import heed
+
+    expected = heed.load([trained_run, other], device="cpu").translate(["le 3 mars 1998"])[0].text
+    assert reply.json()["results"][0]["hypotheses"][0]["text"] == expected
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--ensemble", "both={run}"], "--ensemble"),  # one member is no ensemble
+    (["--ensemble", "out={run},{run}"], "--ensemble out"),  # the name of a served model
+    (["--host", "999.1.1.1"], "--host 999.1.1.1"),
+    (["--threads", "100000"], "--threads"),
+])
+def test_serve_mistakes_name_the_option(trained_run: Path, served: dict[str, Any], args: list[str],
+                                        fragment: str) -> None:
+    result = runner.invoke(app, ["serve", str(trained_run), *[a.format(run=trained_run) for a in args]])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and fragment in result.stderr
+    assert not served
+
+
+def test_models_shows_no_server_paths(trained_run: Path, served: dict[str, Any]) -> None:
+    result = runner.invoke(app, ["serve", str(trained_run)])
+    assert result.exit_code == 0, result.output
+    with TestClient(served["app"]) as client:
+        text = client.get("/v1/models").text
+    assert str(trained_run.parent) not in text and "/tmp" not in text
+    info = json.loads(text)["models"][0]
+    assert info["config"]["data"]["max_src_len"] == 100 and "train" not in info["config"]["data"]
+
+
+def test_the_server_reads_requests_with_a_deadline(served: dict[str, Any], trained_run: Path) -> None:
+    result = runner.invoke(app, ["serve", str(trained_run), "--read-timeout", "2.5"])
+    assert result.exit_code == 0, result.output
+    protocol = served["http"]
+    assert protocol.__name__ == "ReadTimeoutH11Protocol"

@@ -221,10 +221,14 @@ def test_a_model_without_attention_translates_with_null_attention(client: TestCl
     ({"model": "plain", "sentences": ["a"], "replace_unk": True}, 422, "replace_unk"),
     ({"model": "tiny", "sentences": ["a"], "trace": True, "alternatives": 0}, 422, "alternatives"),
     ({"model": "tiny", "sentences": ["a"], "dictionary": "/etc/passwd"}, 422, "dictionary"),
-    ({"model": "tiny", "sentences": ["a"], "beam_size": 65, "n_best": 1}, 413, "beam_size"),
-    ({"model": "tiny", "sentences": ["a"], "sampling": True, "n_best": 100}, 413, "n_best"),
-    ({"model": "tiny", "sentences": ["a"], "max_len_b": 100000}, 413, "max_len_b"),
-    ({"model": "tiny", "sentences": ["a"], "max_len_a": 50}, 413, "max_len_a"),
+    # A value past a server limit is a wrong value (422), not a body too large (413).
+    ({"model": "tiny", "sentences": ["a"], "beam_size": 65, "n_best": 1}, 422, "beam_size"),
+    ({"model": "tiny", "sentences": ["a"], "sampling": True, "n_best": 100}, 422, "n_best"),
+    ({"model": "tiny", "sentences": ["a"], "max_len_b": 100000}, 422, "max_len_b"),
+    ({"model": "tiny", "sentences": ["a"], "max_len_a": 50}, 422, "max_len_a"),
+    ({"model": "tiny", "sentences": ["a"], "min_len": 40, "max_len_b": 50, "no_repeat_ngram": 1}, 422, "min_len"),
+    ({"model": "tiny", "sentences": ["a"] * 60, "beam_size": 64, "n_best": 1, "max_len_b": 1000}, 422, "beam_size"),
+    ({"model": "tiny", "sentences": ["a"], "prefix": [["1"] * 1100]}, 422, "prefix[0]"),
     ({"model": "tiny", "sentences": ["a"], "sampling": True, "seed": 2**64}, 422, "seed"),
 ])
 def test_translate_refuses_bad_requests_naming_the_field(client: TestClient, body: dict, status: int,
@@ -373,12 +377,33 @@ def test_batching_changes_no_hypothesis(translators: dict[str, Translator], trai
     _assert_same(_hypotheses(concurrent), want)
 
 
-def test_a_hypothesis_the_constraints_cut_short_has_a_null_score(client: TestClient) -> None:
-    # The tiny model's target side has 11 real tokens; blocking every repeat while demanding 40 tokens
-    # leaves greedy search no allowed token: the output ends there, and JSON cannot say -inf.
-    status, body = _post(client, "/v1/translate", {"model": "tiny", "sentences": ["le 5 mai 2001"], "min_len": 40,
-                                                   "max_len_b": 50, "no_repeat_ngram": 1})
+@pytest.mark.parametrize("raw, field", [
+    ('{"model": "tiny", "sentences": ["a"], "max_len_a": Infinity}', "max_len_a"),  # Python's JSON reads it
+    ('{"model": "tiny", "sentences": ["a"], "length_penalty": NaN}', "length_penalty"),
+    ('{"model": "tiny", "sentences": ["a\\ud800b"]}', "sentences[0]"),  # a lone surrogate, valid JSON
+    ('{"model": "tiny", "sentences": ["a"], "prefix": ["\\udfff"]}', "prefix[0]"),
+])
+def test_non_finite_numbers_and_lone_surrogates_are_422_naming_the_field(client: TestClient, raw: str,
+                                                                         field: str) -> None:
+    reply = client.post("/v1/translate", content=raw.encode(), headers={"content-type": "application/json"})
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["error"]["field"] == field
+
+
+def test_align_refuses_a_lone_surrogate_in_a_target(client: TestClient) -> None:
+    raw = '{"model": "tiny", "sources": ["le 5 mai"], "targets": ["2001-05-\\ud800"]}'
+    reply = client.post("/v1/align", content=raw.encode(), headers={"content-type": "application/json"})
+    assert reply.status_code == 422 and reply.json()["error"]["field"] == "targets[0]", reply.text
+
+
+def test_a_sentence_the_constraints_leave_no_hypothesis_has_a_null_score(client: TestClient, monkeypatch) -> None:
+    """When no hypothesis finishes with a finite score (the constraints left the search no allowed
+    token), the answer is an empty text scored -inf (JSON null), not a certain empty translation."""
+    import heed.api
+    from heed.search import Decoded
+
+    monkeypatch.setattr(heed.api, "translate_ids", lambda model, src_ids, cfg, **kw: [Decoded([]) for _ in src_ids])
+    status, body = _post(client, "/v1/translate", {"model": "tiny", "sentences": ["le 5 mai 2001"]})
     assert status == 200
     hypothesis = body["results"][0]["hypotheses"][0]
-    assert hypothesis["score"] is None and hypothesis["log_prob"] is None
-    assert len(hypothesis["tokens"]) == len(set(hypothesis["tokens"]))
+    assert (hypothesis["text"], hypothesis["score"], hypothesis["log_prob"]) == ("", None, None)

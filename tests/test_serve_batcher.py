@@ -23,7 +23,7 @@ class Recorder:
         self.gate.set()
         self.started = threading.Event()
 
-    def __call__(self, key: Hashable, items: list[Any]) -> list[Any]:
+    def __call__(self, key: Hashable, items: list[Any], abandoned: Any = lambda: False) -> list[Any]:
         self.started.set()
         self.gate.wait(10)
         self.calls.append((key, list(items)))
@@ -149,6 +149,38 @@ def test_a_request_that_times_out_while_queued_is_never_decoded(recorder: Record
     finally:
         batcher.stop()
     assert all(99 not in items for _, items in recorder.calls)
+
+
+def test_a_running_job_whose_request_timed_out_is_told_to_stop() -> None:
+    """The decode function sees `abandoned()` turn true once its only request has timed out: the
+    server's search then stops instead of decoding for nobody (heed.api.Translator.with_stop)."""
+    seen: list[bool] = []
+    running = threading.Event()
+
+    def decode(key: Hashable, items: list[Any], abandoned: Any) -> list[Any]:
+        running.set()
+        deadline = time.monotonic() + 10
+        while not abandoned() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(abandoned())
+        raise RuntimeError("stopped early")
+
+    batcher = Batcher(decode, max_wait=0.0)
+
+    async def give_up() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await batcher.run("k", [1], timeout=0.2)
+
+    try:
+        started = time.monotonic()
+        asyncio.run(give_up())
+        assert running.is_set()
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen == [True] and time.monotonic() - started < 5
+    finally:
+        batcher.stop()
 
 
 def test_stop_cancels_what_is_queued(recorder: Recorder) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ from heed.align import (
 from heed.checkpoint import load_model_dir
 from heed.config import Config, decode_length_problem
 from heed.data.batching import collate
-from heed.data.corpus import normalize
+from heed.data.corpus import normalize, text_problem
 from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from heed.ensemble import Ensemble
 from heed.errors import ConfigError, HeedError
@@ -189,6 +189,34 @@ def _ready(model: "Seq2Seq | OrtSeq2Seq", *, device: torch.device, bf16: bool) -
     return model
 
 
+class Abandoned(HeedError):
+    """The caller gave up on a decoding (a server request past its time limit); raised by the
+    search's next step."""
+
+
+class _Stoppable:
+    """A search model (the protocol of heed.search) whose every step, and teacher-forced pass, first
+    asks `stop()`, raising Abandoned once it is true. Everything else is the model's own."""
+
+    def __init__(self, model: Any, stop: Callable[[], bool]) -> None:
+        self._model, self._stop = model, stop
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def _check(self) -> None:
+        if self._stop():
+            raise Abandoned("the request was given up; decoding stopped")
+
+    def step(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return self._model.step(*args, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return self._model(*args, **kwargs)
+
+
 class Translator:
     """A trained model with its tokenizers and vocabularies, ready to translate.
 
@@ -298,16 +326,21 @@ class Translator:
                         replace_unk: bool = False,
                         dictionary: Mapping[str, str] | str | os.PathLike[str] | None = None,
                         prefix: Sequence[str | Sequence[str] | None] | None = None,
-                        **decode: Any) -> list[list[Translation]]:
+                        stop: Callable[[], bool] | None = None, **decode: Any) -> list[list[Translation]]:
         """As `translate`, but every sentence's n-best list (`n_best=` hypotheses, best first; fewer
-        only where the constraints leave fewer). An empty text gives one empty Translation."""
+        only where the constraints leave fewer). An empty text gives one empty Translation; one the
+        constraints leave no finished hypothesis gives an empty Translation scored -inf.
+
+        `stop`: asked before every search step; once it is true the search raises Abandoned (the
+        server stops the work of a request that timed out)."""
         cfg = self.resolve_decode(beam, decode)
         return [nbest for nbest, _ in self._run(texts, cfg, batch_size=batch_size, replace_unk=replace_unk,
-                                                dictionary=dictionary, prefix=prefix, trace=False)]
+                                                dictionary=dictionary, prefix=prefix, trace=False, stop=stop)]
 
     def explore(self, texts: Sequence[str], *, beam: int | None = None, alternatives: int = 5,
                 batch_size: int = 64, replace_unk: bool = False,
-                prefix: Sequence[str | Sequence[str] | None] | None = None, **decode: Any) -> list[Exploration]:
+                prefix: Sequence[str | Sequence[str] | None] | None = None,
+                stop: Callable[[], bool] | None = None, **decode: Any) -> list[Exploration]:
         """Translate `texts` and keep what a person needs to see how: the n-best list, the beam
         search tree, each output step's `alternatives` most likely tokens and the word alignments.
         Takes `translate`'s options; costs more (a host copy per search step and one teacher-forced
@@ -316,9 +349,9 @@ class Translator:
             raise HeedError(f"alternatives must be at least 1, got {alternatives}")
         cfg = self.resolve_decode(beam, decode)
         runs = self._run(texts, cfg, batch_size=batch_size, replace_unk=replace_unk, dictionary=None,
-                         prefix=prefix, trace=True)
+                         prefix=prefix, trace=True, stop=stop)
         best = [nbest[0] for nbest, _ in runs]
-        steps = self._step_alternatives(best, alternatives, batch_size=batch_size)
+        steps = self._step_alternatives(best, alternatives, batch_size=batch_size, stop=stop)
         out = []
         for (nbest, decoded), alts in zip(runs, steps):
             tree = None if decoded is None else decoded.tree
@@ -330,11 +363,12 @@ class Translator:
     def _run(self, texts: Sequence[str], cfg: DecodeConfig, *, batch_size: int, replace_unk: bool,
              dictionary: Mapping[str, str] | str | os.PathLike[str] | None,
              prefix: Sequence[str | Sequence[str] | None] | None,
-             trace: bool) -> list[tuple[list[Translation], Decoded | None]]:
+             trace: bool, stop: Callable[[], bool] | None = None) -> list[tuple[list[Translation], Decoded | None]]:
         """Decode `texts`: per text, its n-best Translations and the search's raw Decoded (None for
         an empty text, which is not decoded)."""
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of sentences; wrap a single one in a list")
+        _check_texts(texts, "texts")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         table = self._dictionary(dictionary)
@@ -346,8 +380,9 @@ class Translator:
         src_tokens = [toks[: self.max_src_len] for toks in full]
         prefix_ids = self.prefix_ids(prefix, len(texts), sources=src_tokens)
         todo = [i for i, toks in enumerate(src_tokens) if toks]
+        model = self.model if stop is None else _Stoppable(self.model, stop)
         with self._precision():
-            decoded = translate_ids(self.model, [self.codec.src_ids(src_tokens[i]) for i in todo], cfg,
+            decoded = translate_ids(model, [self.codec.src_ids(src_tokens[i]) for i in todo], cfg,
                                     device=self.device, batch_size=batch_size,
                                     prefixes=None if prefix_ids is None else [prefix_ids[i] for i in todo],
                                     trace=trace)
@@ -404,8 +439,8 @@ class Translator:
             out.append(vocab.encode(tokens))
         return out
 
-    def _step_alternatives(self, best: Sequence[Translation], k: int, *,
-                           batch_size: int) -> list[list[list[tuple[str, float]]]]:
+    def _step_alternatives(self, best: Sequence[Translation], k: int, *, batch_size: int,
+                           stop: Callable[[], bool] | None = None) -> list[list[list[tuple[str, float]]]]:
         """For each translation, per output position (tokens, then </s>), the model's k most likely
         tokens there given the translation's tokens before it: one teacher-forced pass per batch."""
         vocabs = [self.codec.target_vocab(t.src_tokens) for t in best]  # a copy model's: extended per sentence
@@ -413,11 +448,12 @@ class Translator:
         todo = [i for i, t in enumerate(best) if t.src_tokens]
         out: list[list[list[tuple[str, float]]]] = [[] for _ in best]
         k = min(k, len(self.codec.tgt_vocab) - 2)  # PAD and BOS are never candidates
+        model = self.model if stop is None else _Stoppable(self.model, stop)
         with torch.inference_mode(), self._precision():
             for start in range(0, len(todo), batch_size):
                 group = todo[start : start + batch_size]
                 batch = collate([examples[i] for i in group], group).to(self.device)
-                logits = self.model(batch.src, batch.src_lengths, batch.tgt_in).logits  # (batch, tgt_len, vocab)
+                logits = model(batch.src, batch.src_lengths, batch.tgt_in).logits  # (batch, tgt_len, vocab)
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 logp[..., [PAD, BOS]] = float("-inf")
                 values, ids = (x.cpu().tolist() for x in logp.topk(k, dim=-1))  # (batch, tgt_len, k)
@@ -453,7 +489,8 @@ class Translator:
             return None
         return dict(dictionary) if isinstance(dictionary, Mapping) else load_dictionary(dictionary)
 
-    def align(self, src_texts: Sequence[str], tgt_texts: Sequence[str], *, batch_size: int = 64) -> list[Alignment]:
+    def align(self, src_texts: Sequence[str], tgt_texts: Sequence[str], *, batch_size: int = 64,
+              stop: Callable[[], bool] | None = None) -> list[Alignment]:
         """Word alignments of given translations: `tgt_texts[k]` is fed to the decoder as if it
         were the model's own output (teacher forcing, one pass per batch), and the attention of
         that pass, lifted to whitespace words, gives each target word's source word.
@@ -465,6 +502,9 @@ class Translator:
         if len(src_texts) != len(tgt_texts):
             raise HeedError(f"{len(src_texts)} source sentences but {len(tgt_texts)} translations; "
                             "give one translation per source")
+        _check_texts(src_texts, "src_texts")
+        _check_texts(tgt_texts, "tgt_texts")
+        model = self.model if stop is None else _Stoppable(self.model, stop)
         if not self.model.has_attention:
             raise HeedError("this model has no attention, so it has no alignments; use a model with attention")
         if batch_size < 1:
@@ -478,7 +518,7 @@ class Translator:
             for start in range(0, len(todo), batch_size):
                 group = todo[start : start + batch_size]
                 batch = collate([examples[k] for k in group], group).to(self.device)
-                weights = self.model(batch.src, batch.src_lengths, batch.tgt_in).attention  # (batch, tgt_len, src_len)
+                weights = model(batch.src, batch.src_lengths, batch.tgt_in).attention  # (batch, tgt_len, src_len)
                 assert weights is not None
                 weights = weights.float().cpu().numpy()
                 for row, k in enumerate(group):
@@ -535,6 +575,17 @@ class Translator:
                               f"and the target vocabulary has {distinct}; lower min_len or no_repeat_ngram",
                               field="decode.min_len")
         return cfg
+
+
+def _check_texts(texts: Sequence[str], name: str) -> None:
+    """A HeedError naming `name[k]` for a text that is not a str or holds what no sentence can (a lone
+    UTF-16 surrogate, a control character): tokenizers would fail on it with their own errors."""
+    for k, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise HeedError(f"{name}[{k}]: expected a string, got {type(text).__name__}")
+        problem = text_problem(text)
+        if problem is not None:
+            raise HeedError(f"{name}[{k}]: {problem}")
 
 
 def _words(tokenizer: Any, tokens: list[str], word_ids: list[int | None]) -> list[str]:

@@ -936,9 +936,14 @@ def _model_names(models: Sequence[Path], names: Optional[str]) -> list[str]:
 @app.command()
 @friendly_errors
 def serve(
-    models: List[Path] = typer.Argument(..., help="Model directories (or training output directories) to serve."),
+    models: Optional[List[Path]] = typer.Argument(None, help="Model directories (or training output directories, "
+                                                  "or `heed export` directories) to serve."),
     names: Optional[str] = typer.Option(None, "--names", metavar="A,B,...",
                                         help="One name per model for the API (default: directory names)."),
+    ensembles: List[str] = typer.Option([], "--ensemble", metavar="NAME=DIR,DIR[,...]",
+                                        help="Also serve an ensemble of these models under NAME: each step decodes "
+                                             "with the mean of their log-probabilities (as `heed translate A B`); "
+                                             "they must share tokenizers and vocabularies (repeatable)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; 0.0.0.0 opens the server to "
                              "the network (it has no authentication)."),
     port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port (0: any free one)."),
@@ -961,7 +966,14 @@ def serve(
     max_beam: int = typer.Option(64, "--max-beam", min=1, help="Beam size (and samples per sentence) at most."),
     max_output: int = typer.Option(1024, "--max-output", min=1,
                                    help="Output tokens a request may allow a sentence at most: floor(max_len_a * "
-                                        "the model's max_src_len + max_len_b)."),
+                                        "the model's max_src_len + max_len_b), and a forced prefix's tokens."),
+    max_work: int = typer.Option(1 << 18, "--max-work", min=1,
+                                 help="Decoder rows x steps a request may ask for at most: per sentence, the beam "
+                                      "(or samples) times its longest output. Keeps one costly request from "
+                                      "holding the decoder while other clients wait."),
+    read_timeout: float = typer.Option(10.0, "--read-timeout", min=0.001,
+                                       help="Seconds a client may take to send a whole request (headers and body); "
+                                            "a slower one is disconnected."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level: debug, info, warning, error."),
 ) -> None:
     """Serve models over HTTP: a JSON API (POST /v1/translate, /v1/align; GET /v1/models, /health; the
@@ -981,8 +993,18 @@ def serve(
     from heed.checkpoint import find_model_dir
     from heed.export.onnx import exported_dir
     from heed.runtime import torch_threads
+    from heed.serve.slow_clients import read_timeout_protocol
 
-    labels = _model_names(models, names)
+    models = list(models or [])
+    groups = _ensembles(ensembles)
+    if not models and not groups:
+        raise HeedError("give a model directory to serve (or --ensemble NAME=DIR,DIR)")
+    labels = _model_names(models, names) if models else []
+    clash = sorted(set(labels) & set(groups))
+    if clash:
+        raise HeedError(f"--ensemble {clash[0]}: a model is served under that name already; give the ensemble "
+                        "another name")
+    _check_host(host, port)
     if host not in ("127.0.0.1", "localhost", "::1"):
         _stderr().print(f"[yellow]warning:[/] listening on {_escape(host)}: anyone who can reach this machine can "
                         "use the server (it has no authentication); put it behind a proxy you trust",
@@ -990,12 +1012,40 @@ def serve(
     settings = ServeSettings(max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
                              max_queue=max_queue, timeout=timeout, batch_wait_ms=batch_wait_ms,
                              batch_sentences=batch_sentences, batching=batching, max_beam=max_beam,
-                             max_output=max_output)
+                             max_output=max_output, max_work=max_work, read_timeout=read_timeout)
     with torch_threads(threads):
         translators = {label: Translator.load(path, device=device, bf16=bf16) for label, path in zip(labels, models)}
         metrics = {label: last_metrics(exported_dir(path) or find_model_dir(path)) for label, path in zip(labels, models)}
+        for name, members in groups.items():
+            translators[name] = Translator.load(members, device=device, bf16=bf16)
+            metrics[name] = None
         app_ = create_app(translators, settings, metrics=metrics)
-        uvicorn.run(app_, host=host, port=port, log_level=log_level)
+        uvicorn.run(app_, host=host, port=port, log_level=log_level, http=read_timeout_protocol(read_timeout))
+
+
+def _ensembles(specs: Sequence[str]) -> dict[str, list[Path]]:
+    """--ensemble NAME=DIR,DIR,... -> {NAME: [DIR, ...]}; a HeedError naming the spec when malformed."""
+    groups: dict[str, list[Path]] = {}
+    for spec in specs:
+        name, sep, paths = spec.partition("=")
+        members = [Path(p.strip()) for p in paths.split(",") if p.strip()]
+        if not sep or not name.strip() or len(members) < 2:
+            raise HeedError(f"--ensemble {spec!r}: write NAME=DIR,DIR (a name, then two or more model directories)")
+        if name.strip() in groups:
+            raise HeedError(f"--ensemble {name.strip()}: given twice; give each ensemble its own name")
+        groups[name.strip()] = members
+    return groups
+
+
+def _check_host(host: str, port: int) -> None:
+    """A HeedError naming --host when it is no address this machine can listen on (uvicorn would
+    print "Name or service not known" without saying which name)."""
+    import socket
+
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as e:
+        raise HeedError(f"--host {host}: not an address or host name this machine can listen on ({e})") from None
 
 
 # ----------------------------------------------------------------------------------- average

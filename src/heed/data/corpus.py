@@ -160,6 +160,18 @@ def control_character(text: str) -> str | None:
     return f"control character {name} at column {bad.start() + 1}"
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text_problem(text: str) -> str | None:
+    """Why `text` cannot be a sentence, or None: a control character (see `control_character`),
+    or a lone UTF-16 surrogate ("\\ud800" in JSON), which is no character and has no UTF-8 form."""
+    bad = _SURROGATE.search(text)
+    if bad is not None:
+        return f"a lone UTF-16 surrogate (U+{ord(bad.group()):04X}) at column {bad.start() + 1}, which is no character"
+    return control_character(text)
+
+
 def _lines(path: PathLike) -> Iterator[tuple[int, str]]:
     """(1-based line number, decoded line without its line end) for every line up to the last
     non-empty one. Raises DataError for undecodable bytes, control characters, over-long lines and

@@ -25,7 +25,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from heed.api import Exploration, Translation, Translator
 from heed.checkpoint import METRICS_FILE
-from heed.data.corpus import control_character
+from heed.data.corpus import text_problem
 from heed.errors import ConfigError, HeedError
 from heed.files import open_regular
-from heed.search import DecodeConfig
+from heed.search import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.serve.batcher import Batcher, QueueFull
 from heed.serve.schemas import (
     DECODE_FIELDS,
@@ -74,7 +74,13 @@ class ServeSettings(BaseModel):
     batching: bool = Field(True, description="gather concurrent requests into one batch (off: one at a time)")
     max_beam: int = Field(64, ge=1, description="beam size (and samples per sentence) at most")
     max_output: int = Field(1024, ge=1, description="output tokens a sentence may be allowed at most: "
-                                                     "floor(max_len_a * the model's max_src_len + max_len_b)")
+                                                     "floor(max_len_a * the model's max_src_len + max_len_b), "
+                                                     "and a forced prefix's tokens")
+    max_work: int = Field(1 << 18, ge=1, description="decoder rows x steps a request may ask for at most: per "
+                                                     "sentence, the beam (or samples) times its longest output "
+                                                     "(its own max length, or its prefix)")
+    read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send a whole request "
+                                                        "(headers and body); a slower one is disconnected")
 
 
 class ApiError(Exception):
@@ -165,6 +171,8 @@ def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | N
     """GET /v1/models' entry for one model."""
     config = translator.config
     decoder = config.model.decoder
+    # The model's training corpora are the server's own files: their paths stay on the server.
+    private = {"output_dir": True, "data": {"train": True, "dev": True, "test": True, "prepared": True, "root": True}}
     return {
         "name": name,
         "attention": "none" if decoder == "plain" else decoder,
@@ -173,7 +181,7 @@ def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | N
         "tgt_vocab": len(translator.codec.tgt_vocab),
         "max_src_len": translator.max_src_len,
         "decode": translator.decode_config.model_dump(mode="json"),
-        "config": config.model_dump(mode="json", exclude={"output_dir"}),
+        "config": config.model_dump(mode="json", exclude=private),
         "metrics": dict(metrics) if metrics else None,
     }
 
@@ -234,12 +242,14 @@ def _sentence(translator: Translator, source: str, nbest: Sequence[Translation],
     return result
 
 
-def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any]) -> list[dict[str, Any]]:
+def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any],
+               abandoned: Callable[[], bool]) -> list[dict[str, Any]]:
     """The worker's call for a batch of one key: items are (source, prefix tokens or None) for
-    translating, (source, target) for aligning. Returns one JSON-ready result per item."""
+    translating, (source, target) for aligning. Returns one JSON-ready result per item. The
+    search stops (heed.api.Abandoned) once `abandoned()`: every request of the batch timed out."""
     translator = translators[key.model]
     if key.task == "align":
-        alignments = translator.align([s for s, _ in items], [t for _, t in items])
+        alignments = translator.align([s for s, _ in items], [t for _, t in items], stop=abandoned)
         return [{"src_words": a.src_words, "tgt_words": a.tgt_words, "attention": _matrix(a.attention),
                  "links": [list(link) for link in a.links], "pharaoh": a.pharaoh()} for a in alignments]
     texts = [source for source, _ in items]
@@ -247,10 +257,10 @@ def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any
     decode = json.loads(key.decode)
     if key.task == "explore":
         explored = translator.explore(texts, alternatives=key.alternatives, replace_unk=key.replace_unk,
-                                      prefix=prefix, **decode)
+                                      prefix=prefix, stop=abandoned, **decode)
         return [_sentence(translator, s, e.hypotheses, attention=key.attention, explored=e)
                 for s, e in zip(texts, explored)]
-    nbests = translator.translate_nbest(texts, replace_unk=key.replace_unk, prefix=prefix, **decode)
+    nbests = translator.translate_nbest(texts, replace_unk=key.replace_unk, prefix=prefix, stop=abandoned, **decode)
     return [_sentence(translator, s, n, attention=key.attention) for s, n in zip(texts, nbests)]
 
 
@@ -266,7 +276,8 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     settings = settings or ServeSettings()
     models = dict(translators)
     infos = {name: model_info(name, t, (metrics or {}).get(name)) for name, t in models.items()}
-    batcher = Batcher(lambda key, items: _run_batch(models, key, items), max_wait=settings.batch_wait_ms / 1000,
+    batcher = Batcher(lambda key, items, abandoned: _run_batch(models, key, items, abandoned),
+                      max_wait=settings.batch_wait_ms / 1000,
                       max_sentences=settings.batch_sentences, max_queue=settings.max_queue,
                       enabled=settings.batching)
 
@@ -312,15 +323,18 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         decode = _decode(translator, request, settings)
         if request.replace_unk and not translator.model.has_attention:
             raise ApiError(422, f"model {name!r} has no attention, so it cannot replace <unk>", "replace_unk")
+        sources = [translator.codec.src_tokens(text)[:translator.max_src_len] for text in request.sentences]
+        prefix_ids = None
         if request.prefix is not None:
+            _check_prefix_text(request.prefix)
             try:
-                sources = [translator.codec.src_tokens(text)[:translator.max_src_len] for text in request.sentences]
-                translator.prefix_ids(request.prefix, len(request.sentences), sources=sources)
+                prefix_ids = translator.prefix_ids(request.prefix, len(request.sentences), sources=sources)
             except HeedError as e:
                 field, _, message = str(e).partition(": ")
                 if not field.startswith("prefix["):  # about the list as a whole
                     field, message = "prefix", str(e)
                 raise ApiError(422, message, field) from None
+        _check_work(decode, sources, prefix_ids, request, settings)
         key = _Key(name, "explore" if request.trace else "translate", decode.model_dump_json(),
                    request.replace_unk, request.attention, request.alternatives if request.trace else 0)
         prefixes = request.prefix or [None] * len(request.sentences)
@@ -373,9 +387,10 @@ def _check_sentences(sentences: Sequence[str], field: str, settings: ServeSettin
         if len(sentence) > settings.max_chars:
             raise ApiError(413, f"the sentence has {len(sentence)} characters; the server takes at most "
                                 f"{settings.max_chars} (--max-chars)", f"{field}[{k}]")
-        bad = control_character(sentence)
+        bad = text_problem(sentence)
         if bad is not None:
-            raise ApiError(422, f"{bad}; a sentence holds no control characters but tab", f"{field}[{k}]")
+            raise ApiError(422, f"{bad}; a sentence holds characters, and no control characters but tab",
+                           f"{field}[{k}]")
 
 
 def _decode(translator: Translator, request: TranslateRequest, settings: ServeSettings) -> DecodeConfig:
@@ -392,14 +407,46 @@ def _decode(translator: Translator, request: TranslateRequest, settings: ServeSe
     width = cfg.n_best if cfg.sampling else cfg.beam_size
     if width > settings.max_beam:
         field = "n_best" if cfg.sampling else "beam_size"
-        raise ApiError(413, f"{field} {width} is over the server's limit of {settings.max_beam} (--max-beam)", field)
+        raise ApiError(422, f"{field} {width} is over the server's limit of {settings.max_beam} (--max-beam)", field)
     longest = math.floor(cfg.max_len_a * translator.max_src_len + cfg.max_len_b)
     if longest > settings.max_output:
         field = "max_len_b" if request.max_len_b is not None else "max_len_a"
-        raise ApiError(413, f"max_len_a {cfg.max_len_a:g} and max_len_b {cfg.max_len_b} allow {longest} output tokens "
+        raise ApiError(422, f"max_len_a {cfg.max_len_a:g} and max_len_b {cfg.max_len_b} allow {longest} output tokens "
                             f"(for a source of the model's max_src_len, {translator.max_src_len}); the server allows "
                             f"{settings.max_output} (--max-output)", field)
     return cfg
+
+
+def _check_prefix_text(prefix: Sequence[str | Sequence[str] | None]) -> None:
+    for k, entry in enumerate(prefix):
+        for text in [entry] if isinstance(entry, str) else (entry or []):
+            bad = text_problem(text)
+            if bad is not None:
+                raise ApiError(422, f"{bad}; a prefix holds characters, and no control characters but tab",
+                               f"prefix[{k}]")
+
+
+def _check_work(cfg: DecodeConfig, sources: Sequence[Sequence[str]], prefix_ids: Sequence[Sequence[int]] | None,
+                request: TranslateRequest, settings: ServeSettings) -> None:
+    """Bound what a request costs, not only what it weighs: a forced prefix counts in the output
+    limit (the search never cuts a prefix), and the rows x steps of all its sentences' searches
+    must stay within --max-work, so one client's request cannot hold the decoder for minutes."""
+    width = cfg.n_best if cfg.sampling else cfg.beam_size
+    work = 0
+    for k, tokens in enumerate(sources):
+        forced = len(prefix_ids[k]) if prefix_ids is not None else 0
+        if forced > settings.max_output:
+            raise ApiError(422, f"the prefix has {forced} tokens; the server allows {settings.max_output} output "
+                                "tokens (--max-output)", f"prefix[{k}]")
+        steps = max(min(math.floor(cfg.max_len_a * (len(tokens) + 1) + cfg.max_len_b), MAX_OUTPUT_TOKENS), forced)
+        work += width * (steps + 1)
+    if work > settings.max_work:
+        field = "prefix" if request.prefix is not None and any(request.prefix) else (
+            "n_best" if cfg.sampling else "beam_size")
+        raise ApiError(422, f"this request asks for up to {work:,} decoder rows x steps ({len(sources)} sentences, "
+                            f"beam {width}, outputs up to their max length or prefix); the server allows "
+                            f"{settings.max_work:,} a request (--max-work): send fewer sentences, a smaller beam "
+                            "or shorter prefixes", field)
 
 
 async def _decoded(batcher: Batcher, key: _Key, items: list[Any], settings: ServeSettings) -> list[Any]:

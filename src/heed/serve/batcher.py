@@ -41,10 +41,13 @@ class Job:
     items: list[Any]
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     arrived: float = field(default_factory=time.monotonic)
+    abandoned: bool = False  # its request timed out: nobody waits for the result any more
 
 
-# run(key, items) -> one result per item, in order. Raising fails every job of the batch; see _run.
-RunBatch = Callable[[Hashable, list[Any]], Sequence[Any]]
+# run(key, items, abandoned) -> one result per item, in order; `abandoned()` turns true once every
+# job of the call has been given up, so a long decoding can stop early (it may then raise).
+# Raising fails every job of the batch; see _run.
+RunBatch = Callable[[Hashable, list[Any], Callable[[], bool]], Sequence[Any]]
 
 
 class Batcher:
@@ -90,7 +93,8 @@ class Batcher:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(job.future), timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError):
-            self._discard(job)  # a running job finishes unseen
+            job.abandoned = True  # a running job stops at its next check (see RunBatch)
+            self._discard(job)
             raise
 
     def _discard(self, job: Job) -> None:
@@ -169,14 +173,14 @@ class Batcher:
         started = time.monotonic()
         items = [item for job in live for item in job.items]
         try:
-            results = list(self._run_batch(live[0].key, items))
+            results = list(self._run_batch(live[0].key, items, lambda: all(job.abandoned for job in live)))
         except Exception as error:
             if len(live) == 1:
                 live[0].future.set_exception(error)
                 return
             for job in live:
                 try:
-                    job.future.set_result(list(self._run_batch(job.key, job.items)))
+                    job.future.set_result(list(self._run_batch(job.key, job.items, lambda job=job: job.abandoned)))
                 except Exception as alone:
                     job.future.set_exception(alone)
             return
