@@ -35,6 +35,10 @@ Then sentences/s with batching over without at each level, and a check of the ta
 at 64 clients (else the largest level) sentences/s with batching >= 5x without; p99 bounded (every
 p99 under the request timeout; the figures are printed). Exit status 1 when a target is missed.
 
+--abuse adds one client that sends, again and again, the costliest request the server's limits
+allow (64 of the longest sources, beam 64, outputs as long as --max-work leaves): its answers are
+counted apart, and the other clients' p99 is what the abuse costs them.
+
 The CPU model, core count, torch and heed versions are printed first: every figure names its CPU.
 --quick runs 3 s per level (a smoke test, not a figure to quote).
 """
@@ -243,6 +247,10 @@ class Level:
     peak_rss_mib: float | None = None
     server_cpu_pct: float | None = None
     client_cpu_pct: float | None = None
+    # --abuse: the one client that sends the costliest request the limits allow, again and again
+    abuse_requests: int = 0
+    abuse_statuses: dict[str, int] = field(default_factory=dict)
+    abuse_p50_ms: float | None = None
 
     @property
     def n_errors(self) -> int:
@@ -397,7 +405,32 @@ class Load:
             for c in conns:
                 await c.close()
 
-    async def run_level(self, mode: str, clients: int, duration: float, server_pid: int) -> Level:
+    async def abuse_loop(self, deadline: float, level: Level, body: bytes) -> None:
+        """--abuse: one more client, on its own connection, sending `body` (the costliest request the
+        server's limits allow) in a closed loop until `deadline`; its answers are counted apart."""
+        conn = self.connection()
+        latencies = []
+        try:
+            while time.perf_counter() < deadline:
+                start = time.perf_counter()
+                try:
+                    status, _ = await conn.post("/v1/translate", body)
+                    key = str(status)
+                except (OSError, EOFError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError,
+                        httpx.HTTPError) as e:
+                    key = type(e).__name__
+                    await conn.close()
+                    conn = self.connection()
+                latencies.append(time.perf_counter() - start)
+                level.abuse_requests += 1
+                level.abuse_statuses[key] = level.abuse_statuses.get(key, 0) + 1
+        finally:
+            await conn.close()
+        latencies.sort()
+        level.abuse_p50_ms = percentile([1000 * x for x in latencies], 50)
+
+    async def run_level(self, mode: str, clients: int, duration: float, server_pid: int,
+                        abuse: bytes | None = None) -> Level:
         level = Level(mode, clients)
         latencies: list[float] = []
         rss_peak = 0
@@ -416,10 +449,13 @@ class Load:
         sampler = asyncio.create_task(sample_rss())
         server_cpu0, client_cpu0 = proc_cpu_seconds(server_pid), time.process_time()
         start = time.perf_counter()
+        abuser = None if abuse is None else asyncio.create_task(self.abuse_loop(start + duration, level, abuse))
         try:
             ends = await asyncio.gather(*(self.client_loop(i, start + duration, level, latencies)
                                           for i in range(clients)))
             level.seconds = max(max(ends), start + 1e-9) - start
+            if abuser is not None:
+                await abuser
         finally:
             stop_sampling.set()
             await sampler
@@ -460,6 +496,9 @@ def print_level(lv: Level) -> None:
     print(f"| {lv.mode} | {lv.clients} | {lv.requests:,} | {lv.rps:,.1f} | {lv.sps:,.1f} | {fmt(lv.p50_ms)} "
           f"| {fmt(lv.p99_ms)} | {fmt(lv.max_ms)} | {fmt(exact)} | {errors_text(lv.errors)} | {fmt(lv.peak_rss_mib)} "
           f"| {fmt(lv.server_cpu_pct, '.0f')} | {fmt(lv.client_cpu_pct, '.0f')} |", flush=True)
+    if lv.abuse_requests:
+        print(f"|   + abuser | 1 | {lv.abuse_requests:,} answered ({errors_text(lv.abuse_statuses)}) | | | "
+              f"{fmt(lv.abuse_p50_ms)} | | | | | | | |", flush=True)
 
 
 def checks(levels: list[Level], clients: list[int], request_timeout: float, modes: list[str]) -> dict:
@@ -483,7 +522,7 @@ def checks(levels: list[Level], clients: list[int], request_timeout: float, mode
 
 
 def server_flags(args: argparse.Namespace, mode: str, max_queue: int) -> list[str]:
-    flags = ["--max-queue", str(max_queue)]
+    flags = ["--max-queue", str(max_queue), "--max-work", str(args.max_work)]
     for name in ("batch_wait_ms", "batch_sentences", "threads"):
         value = getattr(args, name)
         if value is not None:
@@ -493,9 +532,25 @@ def server_flags(args: argparse.Namespace, mode: str, max_queue: int) -> list[st
     return flags + list(args.server_arg)
 
 
+def abuse_body(model_name: str | None, pairs, max_work: int) -> bytes:
+    """The costliest request the server's default limits allow: 64 sentences (--max-sentences), the
+    longest sources of the list, beam 64 (--max-beam), each output forced to as many tokens as
+    --max-work leaves (max_len_a 0, max_len_b = min_len just under it), and attention in the answer."""
+    sentences = [s for s, _ in sorted(pairs, key=lambda p: -len(p[0]))[:64]]
+    beam = 64
+    steps = max(1, max_work // (len(sentences) * beam) - 1)  # work = sentences * beam * (steps + 1)
+    # min_len = max_len: EOS is forbidden until the last step, so every search runs all its steps.
+    body: dict = {"sentences": sentences, "beam_size": beam, "n_best": 1, "max_len_a": 0.0, "max_len_b": steps - 1,
+                  "min_len": steps - 1}
+    if model_name is not None:
+        body["model"] = model_name
+    return json.dumps(body).encode("utf-8")
+
+
 async def run_mode(args: argparse.Namespace, server: Server, model_name: str | None, pairs, mode: str) -> list[Level]:
     load = Load(server.host, server.port, model_name, pairs, args.sentences_per_request, args.beam,
                 False if args.no_attention else None, args.request_timeout, args.client)
+    abuse = abuse_body(model_name, pairs, args.max_work) if args.abuse else None
     warm = Level(mode, 0)
     await load.warm_up(warm)
     if warm.errors:
@@ -505,7 +560,7 @@ async def run_mode(args: argparse.Namespace, server: Server, model_name: str | N
         if server.proc.poll() is not None:
             raise ServerError(f"the server exited (status {server.proc.returncode}) during the run:\n"
                               f"{server.log_tail()}")
-        levels.append(await load.run_level(mode, clients, args.duration, server.pid))
+        levels.append(await load.run_level(mode, clients, args.duration, server.pid, abuse))
         print_level(levels[-1])
     return levels
 
@@ -534,6 +589,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--startup-timeout", type=float, default=120.0,
                    help="seconds to wait for GET /health after starting the server (default 120)")
     p.add_argument("--host", default="127.0.0.1", help="loopback only: 127.0.0.1 is the one value accepted")
+    p.add_argument("--abuse", action="store_true",
+                   help="one more client sends the costliest request the limits allow (64 sentences, beam 64, "
+                        "outputs as long as --max-work leaves), again and again; the others' p99 must stay bounded")
+    p.add_argument("--max-work", type=int, default=1 << 18, help="the server's --max-work, for --abuse's request "
+                   "(default: the server's default, 262144)")
     s = p.add_argument_group("server options (passed through to `heed serve`; default: the server's)")
     s.add_argument("--batch-wait-ms", type=float, default=None)
     s.add_argument("--batch-sentences", type=int, default=None)
