@@ -247,3 +247,22 @@ def test_viz_changes_no_global_matplotlib_state(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_grid_of_a_short_and_a_long_sentence_is_readable_with_square_cells():
+    """The demo's figure: a 16-token and a 37-token source were drawn side by side, 4620 px wide, the
+    short one stretched to the long one's width."""
+    import numpy as np
+
+    from heed.viz import PNG_DPI, attention_grid
+
+    short = (list("2019년 3월 19일 (화)"), list("2019-03-19"), np.full((10, 16), 1 / 16))
+    long = (list("the fourth of April, twenty forty-one"), list("2041-04-04"), np.full((10, 37), 1 / 37))
+    fig = attention_grid([short, long], titles=["short", "long"])
+    width, height = fig.get_size_inches() * PNG_DPI
+    assert width <= 2600 and height <= 2600, (width, height)
+    fig.canvas.draw()
+    for ax, cols in zip(fig.axes[:2], (16, 37)):
+        box = ax.get_window_extent()
+        cell_w, cell_h = box.width / cols, box.height / 10
+        assert abs(cell_w - cell_h) / cell_h < 0.02, (cell_w, cell_h)  # square cells

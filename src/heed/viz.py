@@ -253,6 +253,9 @@ def _root_figure(ax: Axes) -> Figure:
 # ---------------------------------------------------------------- heatmaps
 
 
+GRID_WIDTH = 16.0  # inches: attention_grid puts two panels side by side only within this width
+
+
 def _cell_inches(src_len: int, tgt_len: int) -> float:
     """Side of one cell: 0.5 in, shrinking so a long sentence stays under ~14 in."""
     return min(0.5, 14.0 / max(src_len, tgt_len, 1))
@@ -391,11 +394,14 @@ def attention_grid(
     cols: int | None = None,
     titles: Sequence[str] | None = None,
 ) -> Figure:
-    """Several sentences' heatmaps side by side, sharing one 0..1 colorbar.
+    """Several sentences' heatmaps in a grid, sharing one 0..1 colorbar.
 
     `items`: `(src_tokens, tgt_tokens, weights (tgt_len, src_len))` per sentence. `cols` defaults
-    to 2 (1 for a single item); `titles`, if given, has one per item. The figure has one axes
-    per item plus the colorbar's.
+    to 2 where two panels fit side by side in GRID_WIDTH inches, else 1 (1 for a single item);
+    `titles`, if given, has one per item. Every panel keeps square cells of its own size: rows and
+    columns of the grid are as tall and wide as their largest panel (a short sentence beside a long
+    one was stretched to its width, and a grid of two 30-token sentences was 4620 px wide). The
+    figure has one axes per item plus the colorbar's.
     """
     if not items:
         raise ValueError("attention_grid needs at least one (src_tokens, tgt_tokens, weights) item")
@@ -409,21 +415,27 @@ def attention_grid(
     _warn_missing_glyphs(texts, family, stacklevel=2)
 
     n = len(items)
-    cols = min(cols or 2, n)
-    rows = math.ceil(n / cols)
-    panel_w, panel_h = 0.0, 0.0
+    sizes = []
     for (src, tgt, _), title in zip(items, titles or [None] * n):
         w, h = _heatmap_size([display_token(t) for t in src], [display_token(t) for t in tgt], bool(title))
-        panel_w, panel_h = max(panel_w, w - 0.8), max(panel_h, h)  # the colorbar is shared
-    fig = _new_figure(cols * panel_w + 0.8, rows * panel_h)
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+        sizes.append((w - 0.8, h))  # the colorbar is shared
+    widest = sorted((w for w, _ in sizes), reverse=True)
+    if cols is None:
+        cols = 2 if n > 1 and sum(widest[:2]) <= GRID_WIDTH else 1
+    cols = min(cols, n)
+    rows = math.ceil(n / cols)
+    col_w = [max(sizes[k][0] for k in range(c, n, cols)) for c in range(cols)]
+    row_h = [max(sizes[k][1] for k in range(r * cols, min(n, (r + 1) * cols))) for r in range(rows)]
+    fig = _new_figure(sum(col_w) + 0.8, sum(row_h))
+    grid = fig.add_gridspec(rows, cols, width_ratios=col_w, height_ratios=row_h)
+    axes = [fig.add_subplot(grid[k // cols, k % cols]) for k in range(n)]
     image = None
     for k, ((src, tgt, _), matrix) in enumerate(zip(items, matrices)):
         title = titles[k] if titles is not None else None
         image = _draw_heatmap(axes[k], src, tgt, matrix, family=family, title=title)
-    for ax in axes[n:]:
-        fig.delaxes(ax)
-    colorbar = fig.colorbar(image, ax=list(axes[:n]), fraction=0.03, pad=0.02, aspect=40)
+        axes[k].set_aspect("equal", adjustable="box")  # square cells, whatever the panel's share
+        axes[k].set_anchor("W")
+    colorbar = fig.colorbar(image, ax=axes, fraction=0.03, pad=0.02, aspect=40)
     colorbar.set_label("attention weight", fontfamily=BASE_FONT, fontsize=9)
     colorbar.ax.tick_params(labelsize=8)
     colorbar.outline.set_visible(False)
