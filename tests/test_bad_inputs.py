@@ -288,6 +288,16 @@ def _(c: Ctx) -> Call:
 # ----------------------------------------------------------------------------------- corpora
 
 
+@case("corpus-gzip-bomb")
+def _(c: Ctx) -> Call:
+    line = "le 3 mars 1998\t1998-03-03\n".encode()
+    bomb = c.tmp / "bomb.tsv.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        for _ in range(64):  # 64 MB of one line repeated: about 1000x
+            f.write(line * ((1 << 20) // len(line)))
+    return Call(["train", c.corpus_config(tsv=bomb)], ["bomb.tsv.gz", "gzip bomb"])
+
+
 @case("corpus-missing")
 def _(c: Ctx) -> Call:
     return Call(["train", c.corpus_config(tsv=c.tmp / "none.tsv")], ["none.tsv"])

@@ -93,10 +93,32 @@ def _open_binary(path: Path) -> BinaryIO:
                         path=path)
     try:
         if path.suffix == ".gz":
-            return gzip.open(path, "rb")  # type: ignore[return-value]
+            return _CappedGzip(path, path.stat().st_size)  # type: ignore[return-value]
         return open(path, "rb")
     except OSError as e:
         raise DataError(f"cannot open: {e.strerror or e}", path=path) from None
+
+
+MAX_GZIP_RATIO = 200  # text corpora compress 3-10x, repetitive generated ones ~30x; a gzip bomb, 1000x and more
+
+
+class _CappedGzip(gzip.GzipFile):
+    """A .gz corpus whose decompressed bytes may not pass MAX_GZIP_RATIO times the file's size (and
+    1 MiB): a DataError then, naming the file, instead of reading a gzip bomb (800 KB that
+    decompress to 209 million lines) until memory runs out."""
+
+    def __init__(self, path: Path, compressed: int) -> None:
+        super().__init__(path, "rb")
+        self._path, self._cap, self._seen = path, max(MAX_GZIP_RATIO * compressed, 1 << 20), 0
+
+    def read1(self, size: int = -1) -> bytes:
+        data = super().read1(size)
+        self._seen += len(data)
+        if self._seen > self._cap:
+            raise DataError(f"decompresses to over {self._cap:,} bytes, more than {MAX_GZIP_RATIO} times its size: "
+                            "not a text corpus (a gzip bomb?); if it is real, decompress it yourself and give "
+                            "the plain file", path=self._path)
+        return data
 
 
 def physical_lines(stream: ByteStream, path: PathLike) -> Iterator[bytes]:
