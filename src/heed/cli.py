@@ -1075,6 +1075,19 @@ def average(
     typer.echo(f"averaged {len(checkpoints)} checkpoints -> {out}")
 
 
+# ------------------------------------------------------------------------------------ config
+
+
+@app.command("config")
+@friendly_errors
+def config_command() -> None:
+    """Print the configuration reference: every config field with its type, default, limits and
+    description (Markdown; the same text as docs/config.md)."""
+    from heed.config_reference import reference
+
+    typer.echo(reference(), nl=False)
+
+
 # ------------------------------------------------------------------------------------ export
 
 

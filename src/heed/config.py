@@ -63,9 +63,10 @@ class _Strict(BaseModel):
 class CorpusConfig(_Strict):
     """One corpus: a TSV file (`source<TAB>target`), or two line-aligned files."""
 
-    tsv: Path | None = None
-    src: Path | None = None
-    tgt: Path | None = None
+    tsv: Path | None = Field(None, description="a TSV file, source<TAB>target a line (more columns are ignored), "
+                             "plain or .gz")
+    src: Path | None = Field(None, description="the source side, one sentence a line, plain or .gz")
+    tgt: Path | None = Field(None, description="the target side, line-aligned with src")
 
     @model_validator(mode="after")
     def _one_form(self) -> "CorpusConfig":
@@ -82,20 +83,21 @@ class SplitConfig(_Strict):
     Pairs are grouped by source sentence before the split, so a held-out source never also appears
     in training with another translation (Tatoeba repeats sources)."""
 
-    dev: int = Field(1000, ge=0)
-    test: int = Field(1000, ge=0)
-    seed: int = 0
+    dev: int = Field(1000, ge=0, description="source sentences (with all their translations) held out for dev")
+    test: int = Field(1000, ge=0, description="source sentences held out for test")
+    seed: int = Field(0, description="which sentences are held out")
 
 
 class DatesConfig(_Strict):
     """The generated dates task (`heed.data.dates`): dates written many ways -> ISO 8601."""
 
-    n_train: int = Field(20000, gt=0)
-    n_dev: int = Field(500, gt=0)
-    n_test: int = Field(1000, gt=0)
-    seed: int = 0
-    languages: list[str] = Field(default_factory=lambda: ["en", "fr", "de", "es", "ko"], min_length=1)
-    verbose_forms: bool = True
+    n_train: int = Field(20000, gt=0, description="training pairs")
+    n_dev: int = Field(500, gt=0, description="dev pairs (dates not in training)")
+    n_test: int = Field(1000, gt=0, description="test pairs (dates in neither)")
+    seed: int = Field(0, description="the generator's seed")
+    languages: list[str] = Field(default_factory=lambda: ["en", "fr", "de", "es", "ko"], min_length=1,
+                                 description="languages the dates are written in (CLDR locales: en, fr, de, es, ko)")
+    verbose_forms: bool = Field(True, description="also spelled-out forms (\"the fourth of April, twenty forty-one\")")
 
 
 class NamesConfig(_Strict):
@@ -103,27 +105,34 @@ class NamesConfig(_Strict):
     French, the names passing through; dev and test names never occur in training. Made for copy
     attention (model.copy) with word tokenization (data.tokenizer.src.kind and tgt.kind: word)."""
 
-    n_train: int = Field(5000, gt=0)
-    n_dev: int = Field(200, gt=0)
-    n_test: int = Field(500, gt=0)
-    seed: int = 0
+    n_train: int = Field(5000, gt=0, description="training pairs")
+    n_dev: int = Field(200, gt=0, description="dev pairs")
+    n_test: int = Field(500, gt=0, description="test pairs")
+    seed: int = Field(0, description="the generator's seed")
     train_names: int = Field(500, ge=2, description="invented names in training")
     heldout_names: int = Field(200, ge=2, description="other invented names, for dev and for test each")
 
 
 class TokenizerConfig(_Strict):
-    kind: Literal["char", "word", "bpe", "unigram"] = "char"
+    """How one side is split into tokens."""
+
+    kind: Literal["char", "word", "bpe", "unigram"] = Field("char", description="characters, whitespace words, "
+                                                            "or a SentencePiece model trained on the corpus")
     vocab_size: int = Field(8000, gt=0, description="sentencepiece vocabulary size (bpe and unigram)")
 
 
 class TokenizersConfig(_Strict):
-    src: TokenizerConfig = Field(default_factory=TokenizerConfig)
-    tgt: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    """The source side's and the target side's tokenizer."""
+
+    src: TokenizerConfig = Field(default_factory=TokenizerConfig, description="the source side's")
+    tgt: TokenizerConfig = Field(default_factory=TokenizerConfig, description="the target side's")
 
 
 class VocabConfig(_Strict):
-    min_freq: int = Field(1, ge=1)
-    max_size: int | None = Field(None, gt=0)
+    """Which tokens get an id (the others are <unk>)."""
+
+    min_freq: int = Field(1, ge=1, description="tokens seen fewer times in training are <unk>")
+    max_size: int | None = Field(None, gt=0, description="keep the most frequent this many; null = all")
 
 
 class DataConfig(_Strict):
@@ -133,23 +142,23 @@ class DataConfig(_Strict):
     settings), or a `train:` corpus with `dev:` and
     `test:` corpora or a `split:` that holds them out of `train`."""
 
-    task: Literal["dates", "names"] | None = None
-    dates: DatesConfig = Field(default_factory=DatesConfig)
-    names: NamesConfig = Field(default_factory=NamesConfig)
+    task: Literal["dates", "names"] | None = Field(None, description="a generated task instead of corpora")
+    dates: DatesConfig = Field(default_factory=DatesConfig, description="task: dates' settings")
+    names: NamesConfig = Field(default_factory=NamesConfig, description="task: names' settings")
     root: Path | None = Field(None, description="the folder relative corpus paths in the config file resolve "
-                              f"against, unless ${DATA_ROOT_ENV} is set; null = the config file's folder (see the "
-                              "module doc)")
-    train: CorpusConfig | None = None
-    dev: CorpusConfig | None = None
-    test: CorpusConfig | None = None
-    split: SplitConfig | None = None
+                              f"against, unless ${DATA_ROOT_ENV} is set; null = the config file's folder")
+    train: CorpusConfig | None = Field(None, description="the training corpus")
+    dev: CorpusConfig | None = Field(None, description="the dev corpus: evaluated during training, picks the best "
+                                     "checkpoint")
+    test: CorpusConfig | None = Field(None, description="the test corpus: scored once, by the best model, at the end")
+    split: SplitConfig | None = Field(None, description="hold dev and test out of 'train' instead")
     reverse: bool = Field(False, description="swap source and target of every corpus")
-    tokenizer: TokenizersConfig = Field(default_factory=TokenizersConfig)
-    vocab: VocabConfig = Field(default_factory=VocabConfig)
+    tokenizer: TokenizersConfig = Field(default_factory=TokenizersConfig, description="how sentences become tokens")
+    vocab: VocabConfig = Field(default_factory=VocabConfig, description="which tokens get ids")
     max_src_len: int = Field(100, gt=0, description="longer training pairs are dropped (in tokens)")
-    max_tgt_len: int = Field(100, gt=0)
+    max_tgt_len: int = Field(100, gt=0, description="longer training pairs are dropped (in tokens)")
     batch_tokens: int = Field(4000, gt=0, description="source + target tokens per batch, padding included")
-    max_sentences: int | None = Field(None, gt=0)
+    max_sentences: int | None = Field(None, gt=0, description="sentence pairs per batch at most; null = no limit")
     prepared: Path | None = Field(None, description="a directory written by `heed prepare`: training pairs as "
                                   "token ids in shards, instead of a 'train' corpus (heed.data.prepared)")
     pool_sentences: int = Field(1_000_000, gt=0, description="with 'prepared': pairs read, shuffled and bucketed "
@@ -190,12 +199,12 @@ class ScheduleConfig(_Strict):
     - warmup: rise linearly to `train.lr` over `warmup_steps`, then `decay: inverse_sqrt`
       (lr * sqrt(warmup_steps / step), Vaswani et al. 2017, eq. 3) or `decay: none` (stay)."""
 
-    name: Literal["constant", "plateau", "warmup"] = "constant"
-    factor: float = Field(0.5, gt=0.0, lt=1.0)
-    patience: int = Field(1, ge=0)
-    min_lr: float = Field(1e-5, ge=0.0)
-    warmup_steps: int = Field(1000, gt=0)
-    decay: Literal["inverse_sqrt", "none"] = "inverse_sqrt"
+    name: Literal["constant", "plateau", "warmup"] = Field("constant", description="the schedule (above)")
+    factor: float = Field(0.5, gt=0.0, lt=1.0, description="plateau: the rate is multiplied by this")
+    patience: int = Field(1, ge=0, description="plateau: evaluations without improvement before lowering")
+    min_lr: float = Field(1e-5, ge=0.0, description="plateau: the rate never goes below this")
+    warmup_steps: int = Field(1000, gt=0, description="warmup: updates of the linear rise")
+    decay: Literal["inverse_sqrt", "none"] = Field("inverse_sqrt", description="warmup: what follows the rise")
 
     _OWNERS: ClassVar[dict[str, str]] = {"factor": "plateau", "patience": "plateau", "min_lr": "plateau",
                                          "warmup_steps": "warmup", "decay": "warmup"}
@@ -218,29 +227,32 @@ class ScheduleConfig(_Strict):
 class EarlyStoppingConfig(_Strict):
     """The dev metric that picks the best checkpoint, drives the plateau schedule and stops training."""
 
-    metric: Literal["bleu", "exact_match", "loss"] = "bleu"
+    metric: Literal["bleu", "exact_match", "loss"] = Field("bleu", description="the dev metric (loss: lower is "
+                                                           "better; the others: higher)")
     patience: int | None = Field(5, ge=1, description="evaluations without improvement before stopping; null = never")
     target: float | None = Field(None, description="stop as soon as the metric reaches this (e.g. 100 for exact_match)")
 
 
 class TrainConfig(_Strict):
     seed: int = Field(1, ge=0, le=2**63 - 1, description="seeds torch's generators (0 to 2^63 - 1)")
-    epochs: int = Field(10, gt=0)
+    epochs: int = Field(10, gt=0, description="passes over the training data at most")
     max_steps: int | None = Field(None, gt=0, description="stop after this many updates (whichever comes first)")
     max_minutes: float | None = Field(None, gt=0, description="stop once this run has trained this long "
                                       "(wall clock, evaluations included; counted afresh on resume)")
-    optimizer: Literal["adam"] = "adam"
-    lr: float = Field(1e-3, gt=0.0)
+    optimizer: Literal["adam"] = Field("adam", description="the optimizer (Adam, fused where torch has it)")
+    lr: float = Field(1e-3, gt=0.0, description="the learning rate (the peak, with a warmup schedule)")
     betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = Field(
         (0.9, 0.999), description="Adam's beta1 and beta2, each in [0, 1)")
-    weight_decay: float = Field(0.0, ge=0.0)
+    weight_decay: float = Field(0.0, ge=0.0, description="Adam's L2 penalty")
     clip: float | None = Field(1.0, gt=0.0, description="max gradient norm; null = no clipping")
-    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
-    label_smoothing: float = Field(0.1, ge=0.0, lt=1.0)
-    early_stopping: EarlyStoppingConfig = Field(default_factory=EarlyStoppingConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="the learning-rate schedule")
+    label_smoothing: float = Field(0.1, ge=0.0, lt=1.0, description="the share of probability spread over the "
+                                   "vocabulary in the loss (Szegedy et al. 2016)")
+    early_stopping: EarlyStoppingConfig = Field(default_factory=EarlyStoppingConfig,
+                                                description="the dev metric, and when it stops training")
     eval_every: int | None = Field(None, gt=0, description="evaluate every N updates; null = once per epoch")
-    log_every: int = Field(50, gt=0)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    log_every: int = Field(50, gt=0, description="a log line (loss, lr, tokens/s) every N updates")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = CUDA when there is a GPU")
     bf16: bool | None = Field(None, description="bf16 autocast, float32 weights; null = on CUDA GPUs with bf16")
     threads: int | None = Field(None, gt=0, le=MAX_THREADS, description="torch CPU threads; null = torch's default")
     accumulate: int = Field(1, gt=0, description="batches whose gradients are summed into one update (per "
@@ -258,11 +270,14 @@ class TrainConfig(_Strict):
 
 
 class Config(_Strict):
-    data: DataConfig
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    decode: DecodeConfig = Field(default_factory=DecodeConfig)
-    output_dir: Path = Path("runs/default")
+    """A whole run: what to train on, the model, how to train it, how to decode, where to write."""
+
+    data: DataConfig = Field(description="the sentence pairs (required)")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="the architecture")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="the training loop")
+    decode: DecodeConfig = Field(default_factory=DecodeConfig, description="decoding: the dev and test scores, and "
+                                 "the model's defaults for translate and serve")
+    output_dir: Path = Field(Path("runs/default"), description="where checkpoints, metrics.jsonl and model/ go")
 
     @model_validator(mode="before")
     @classmethod

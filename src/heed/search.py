@@ -140,7 +140,7 @@ class DecodeConfig(BaseModel):
     max_len_a: float = Field(2.0, ge=0.0, le=MAX_OUTPUT_TOKENS,
                              description="max output tokens = floor(a * src_len + b), EOS not counted, and at "
                                          f"most {MAX_OUTPUT_TOKENS}")
-    max_len_b: int = Field(10, ge=0, le=MAX_OUTPUT_TOKENS)
+    max_len_b: int = Field(10, ge=0, le=MAX_OUTPUT_TOKENS, description="b of max_len_a's formula")
     no_repeat_ngram: int = Field(0, ge=0, description="forbid repeating any n-gram of this size; 0 = off")
     sampling: bool = Field(False, description="draw n_best samples per sentence instead of searching "
                                               "(beam_size must be 1)")

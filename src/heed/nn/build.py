@@ -30,12 +30,16 @@ with warnings.catch_warnings():
 
         model_config = ConfigDict(extra="forbid")
 
-        decoder: Literal["luong", "bahdanau", "plain"] = "luong"
+        decoder: Literal["luong", "bahdanau", "plain"] = Field(
+            "luong", description="Luong et al. 2015 (attention after the RNN step), Bahdanau et al. 2015 (before "
+                                 "it), or plain (no attention: the baseline)")
         attention: ScoreName | None = Field(None, description="score; default general for luong, additive for bahdanau")
-        input_feeding: bool = True
-        rnn: Literal["lstm", "gru"] = "lstm"
-        embed_size: int = Field(256, gt=0)
-        hidden_size: int = Field(256, gt=0)
+        input_feeding: bool = Field(True, description="luong: feed the last attentional state to the next step "
+                                                      "(Luong et al. 2015, 3.3)")
+        rnn: Literal["lstm", "gru"] = Field("lstm", description="the recurrent cell")
+        embed_size: int = Field(256, gt=0, description="token embedding size")
+        hidden_size: int = Field(256, gt=0, description="the encoder's output size (both directions together) and "
+                                                        "the decoder's hidden size")
         attention_hidden: int | None = Field(None, gt=0, description="additive score's hidden size (default hidden_size)")
         attention_positions: int | None = Field(
             None, gt=0, validate_default=True,
@@ -54,11 +58,13 @@ with warnings.catch_warnings():
             0.0, ge=0.0, description="lambda of See et al. 2017, eq. 13: the coverage loss sum_i min(a_i^t, c_i^t), "
                                      "summed over target tokens, times this is added to the loss (See et al.: 1); "
                                      "needs coverage")
-        encoder_layers: int = Field(1, ge=1)
-        decoder_layers: int = Field(1, ge=1)
-        bidirectional: bool = True
-        bridge: Literal["copy", "linear", "zeros"] = "copy"
-        dropout: float = Field(0.2, ge=0.0, lt=1.0)
+        encoder_layers: int = Field(1, ge=1, description="stacked encoder RNN layers")
+        decoder_layers: int = Field(1, ge=1, description="stacked decoder RNN layers")
+        bidirectional: bool = Field(True, description="the encoder reads both ways (each direction hidden_size / 2)")
+        bridge: Literal["copy", "linear", "zeros"] = Field(
+            "copy", description="the decoder's initial state from the encoder's final one: copied, a learnt "
+                                "linear map with tanh, or zeros")
+        dropout: float = Field(0.2, ge=0.0, lt=1.0, description="dropout on embeddings and between layers")
 
         @field_validator("attention_positions")
         @classmethod
