@@ -1075,6 +1075,64 @@ def average(
     typer.echo(f"averaged {len(checkpoints)} checkpoints -> {out}")
 
 
+# -------------------------------------------------------------------------------------- data
+
+data_app = typer.Typer(name="data", help="The recipes' corpora: list them, or download one (checked by sha256).",
+                       no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                       rich_markup_mode=None)
+app.add_typer(data_app)
+
+
+@data_app.command("list")
+@friendly_errors
+def data_list() -> None:
+    """The datasets `heed data get` downloads, with their licenses."""
+    from heed.data.download import DATASETS
+
+    for name, dataset in DATASETS.items():
+        typer.echo(f"{name}: {dataset.license}")
+
+
+@data_app.command("get")
+@friendly_errors
+def data_get(
+    name: str = typer.Argument(..., metavar="NAME", help="multi30k or tatoeba-fra-eng (heed data list)."),
+    directory: Path = typer.Argument(Path("data"), metavar="DIR", help="Where to write DIR/NAME/ (default: data, "
+                                     "the folder the recipes in configs/ read)."),
+    mirror: Optional[str] = typer.Option(None, "--mirror", metavar="URL", help="Fetch the same paths from this "
+                                         "host instead of the official one (a mirror you trust)."),
+    any_release: bool = typer.Option(False, "--any-release", help="Take a source that publishes one moving "
+                                     "release (Tatoeba) as it is now, when it is no longer the release heed pins."),
+) -> None:
+    """Download a recipe's corpus from its official source into DIR/NAME/, each file checked against
+    the sha256 heed pins, with SOURCE.md (where from, sha256, license, what to cite). Files already
+    there with the right sha256 are kept; an interrupted or corrupt download writes nothing."""
+    from heed.data.download import DATASETS, get
+
+    if mirror is not None and _scheme(mirror) not in ("http", "https"):
+        raise HeedError(f"--mirror {mirror}: give an http:// or https:// URL")
+    with _Progress("bytes downloaded", enabled=True) as bar:
+        last = {"name": "", "seen": 0}
+
+        def progress(file: str, seen: int, total: Optional[int]) -> None:
+            if file != last["name"]:
+                last.update(name=file, seen=0)
+            bar.advance(seen - last["seen"])
+            last["seen"] = seen
+
+        folder = get(name, directory, mirror=mirror, any_release=any_release, progress=progress)
+    dataset = DATASETS[name]
+    typer.echo(f"{name} -> {folder} (sha256 checked; SOURCE.md says where from)")
+    typer.echo(f"license: {dataset.license}")
+    typer.echo(f"cite: {dataset.cite}")
+
+
+def _scheme(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).scheme
+
+
 # ------------------------------------------------------------------------------------ config
 
 
