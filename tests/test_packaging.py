@@ -25,8 +25,13 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("dist")
     # Built from a copy of the sources, so the build's own files (build/, *.egg-info) stay out of the clone.
     source = tmp_path_factory.mktemp("source") / "heed"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "data", "build", "dist",
-                                                                "*.egg-info", "__pycache__", ".pytest_cache"))
+    local = {".git", ".venv", "runs", "data", "build", "dist"}  # the clone's own folders, at its top only
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        top = local if Path(folder) == REPO else set()
+        return {n for n in names if n in top or n.endswith(".egg-info") or n in ("__pycache__", ".pytest_cache")}
+
+    shutil.copytree(REPO, source, ignore=ignore)
     done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--sdist", "--outdir", str(out),
                            str(source)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
