@@ -119,3 +119,25 @@ def test_a_copy_model_with_coverage_and_its_loss_still_copies_unseen_names(tmp_p
     copied, total = copied_names(test, outputs)
     assert copied >= 0.95 * total, (copied, total, outputs[:5])
     assert not any("<unk>" in o.split() for o in outputs)
+
+
+def test_forbid_unk_makes_a_copy_model_copy_instead_of_writing_unk(tmp_path: Path, heed_cli) -> None:
+    """With a target vocabulary of 9 tokens (min_freq 150) most target words are <unk> in training, so
+    the copy model writes <unk> even where it could copy the name; with forbid_unk it writes no
+    <unk>, and copies more of the names, from Python and from the CLI alike."""
+    out = tmp_path / "small-vocab"
+    raw = names_config(out)
+    raw["data"]["vocab"]["min_freq"] = 150
+    train(config_from_dict(raw))
+    translator = load(out)
+    test = generate_names(**NAMES).test
+    sources = [e.pair.src for e in test]
+    allowed = translator.translate(sources)
+    assert sum("<unk>" in t.tokens for t in allowed) > len(sources) // 2  # the case to fix
+    forbidden = translator.translate(sources, forbid_unk=True)
+    assert not any("<unk>" in t.tokens for t in forbidden)
+    copied_before, total = copied_names(test, [t.text for t in allowed])
+    copied_after, _ = copied_names(test, [t.text for t in forbidden])
+    assert copied_after > copied_before + total // 10, (copied_before, copied_after, total)
+    cli = heed_cli("translate", out, "--forbid-unk", input="".join(s + "\n" for s in sources[:5]))
+    assert cli.exit_code == 0 and cli.stdout.splitlines() == [t.text for t in forbidden[:5]]

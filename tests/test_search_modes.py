@@ -468,3 +468,19 @@ def test_models_and_fakes_implement_the_search_protocol() -> None:
     assert isinstance(tiny_model("luong"), SearchModel)
     assert isinstance(ScriptedModel(loves_eos), SearchModel)
     assert not isinstance(object(), SearchModel)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_forbid_unk_takes_the_next_most_likely_token(beam: int) -> None:
+    """<unk> is the model's favourite at every step; with forbid_unk the search writes its runner-up."""
+    from heed.data.vocab import UNK
+
+    assert UNK == A  # the fakes' first ordinary token has <unk>'s id
+    unk_first = table({(): {UNK: 0.75, B: 0.2, EOS: 0.05}, (B,): {UNK: 0.6, EOS: 0.4}, (UNK,): {EOS: 1.0}})
+    src, lengths = one_source()
+    allowed = search(ScriptedModel(unk_first), src, lengths, DecodeConfig(beam_size=beam, min_len=0))[0]
+    assert allowed[0].tokens == [UNK]
+    forbidden = search(ScriptedModel(unk_first), src, lengths,
+                       DecodeConfig(beam_size=beam, min_len=0, forbid_unk=True))[0]
+    assert forbidden[0].tokens == [B]
+    assert forbidden[0].log_prob == pytest.approx(math.log(0.2) + math.log(0.4))  # the model's own, unrenormalised

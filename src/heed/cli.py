@@ -401,13 +401,16 @@ DECODE_FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("coverage_penalty", "--coverage-penalty", float, "Coverage penalty: GNMT beta; 0 = off; needs attention."),
     ("min_len", "--min-len", int, "Output tokens before EOS is allowed (EOS not counted); 0 allows an empty "
      "output."),
-    ("max_len_a", "--max-len-a", float, "Max output tokens = floor(a * src_len + b), EOS not counted; this "
-     "sets a."),
-    ("max_len_b", "--max-len-b", int, "Sets b in --max-len-a's max output tokens."),
+    ("max_len_a", "--max-len-a", float, "Max output tokens = floor(a * src_len + b), EOS not counted, and at most "
+     "4096; this sets a."),
+    ("max_len_b", "--max-len-b", int, "B of --max-len-a's formula."),
     ("no_repeat_ngram", "--no-repeat-ngram", int, "Forbid repeating any n-gram of this size; 0 = off."),
+    ("forbid_unk", "--forbid-unk/--allow-unk", bool, "Never emit <unk>: a copy model copies the source word "
+     "instead, any other model writes its next most likely token."),
     ("sampling", "--sampling/--no-sampling", bool, "Draw --n-best samples per sentence instead of searching "
      "(--beam must be 1). --sampling without --beam samples with --beam 1."),
-    ("temperature", "--temperature", float, "With --sampling: divide the logits by this; < 1 is sharper."),
+    ("temperature", "--temperature", float, "With --sampling: divide the logits by this; < 1 is sharper (0.01 to "
+     "100)."),
     ("top_k", "--top-k", int, "With --sampling: draw from the k most likely tokens only; 0 = all."),
     ("top_p", "--top-p", float, "With --sampling: draw from the smallest set of tokens whose probability reaches p "
      "(nucleus); 1 = all."),

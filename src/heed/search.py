@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor
 
 from heed.data.batching import sentence_batches
+from heed.data.vocab import UNK
 from heed.errors import ConfigError
 
 NEG_INF = float("-inf")
@@ -142,6 +143,8 @@ class DecodeConfig(BaseModel):
                                          f"most {MAX_OUTPUT_TOKENS}")
     max_len_b: int = Field(10, ge=0, le=MAX_OUTPUT_TOKENS, description="b of max_len_a's formula")
     no_repeat_ngram: int = Field(0, ge=0, description="forbid repeating any n-gram of this size; 0 = off")
+    forbid_unk: bool = Field(False, description="never emit <unk>: a copy model copies the source word instead, "
+                                                "any other model writes its next most likely token")
     sampling: bool = Field(False, description="draw n_best samples per sentence instead of searching "
                                               "(beam_size must be 1)")
     temperature: float = Field(1.0, ge=0.01, le=100.0, description="sampling: divide the logits by this; < 1 is "
@@ -233,7 +236,7 @@ def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Ten
     logits (rows, vocab); seq (rows, t) emitted tokens or None; row_max_len (rows,) long;
     may_be_full: whether any row may have reached its max_len (known on the host, so the common
     case skips the forced-EOS pass over (rows, vocab)); prefix: the rows' forced prefixes, or None.
-    Returns (rows, vocab): -inf for PAD and BOS, for EOS before min_len, for n-gram repeats, and
+    Returns (rows, vocab): -inf for PAD and BOS, for <unk> with forbid_unk, for EOS before min_len, for n-gram repeats, and
     for everything but EOS once a row has max_len tokens (forced EOS keeps its model log-prob);
     a row still inside its forced prefix gets -inf for every token but the forced one, which
     keeps its model log-prob whatever the constraints say."""
@@ -248,6 +251,8 @@ def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Ten
         forced = (prefix.lengths > t, forced_token, raw)  # (rows,), (rows, 1), (rows, 1)
     for banned in {model.pad_id, model.bos_id} - {eos}:
         logp[:, banned] = NEG_INF
+    if cfg.forbid_unk:
+        logp[:, UNK] = NEG_INF  # a copy model's copied words have ids of their own (heed.data.extended)
     if t < cfg.min_len:
         logp[:, eos] = NEG_INF
     if cfg.no_repeat_ngram and seq is not None:

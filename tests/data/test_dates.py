@@ -176,3 +176,21 @@ def test_no_source_string_names_two_dates_in_a_large_sample():
     assert len(slash) > 1000
     for pair in slash:
         check_pair(*pair)
+
+
+def test_both_readings_of_a_numeric_shape_are_drawn_evenly():
+    """"5/14/95" (US, month first) as often as "14/5/95" (day first): drawn by language, day first
+    outnumbered month first five to one, and a trained model wrote 1995-14-14 for 5/14/95."""
+    import re
+    from collections import Counter
+
+    splits = generate_dates(n_train=30000, n_dev=10, n_test=10, seed=0)
+    readings = Counter()
+    for pair in splits.train:
+        m = re.fullmatch(r"(\d{1,2})/(\d{1,2})/(\d{2})", pair.src)
+        if m and m.group(1) != m.group(2):
+            first, second = int(m.group(1)), int(m.group(2))
+            month_first = pair.tgt[5:7] == f"{first:02d}"
+            assert (first if month_first else second) <= 12 < (second if month_first else first), pair
+            readings["month first" if month_first else "day first"] += 1
+    assert min(readings.values()) > 150 and max(readings.values()) / min(readings.values()) < 1.5, readings

@@ -18,6 +18,10 @@ The target is always determined by the source:
   en-US and 3 April in French). Such forms are only used for dates where the reading does not
   matter: day > 12 (the other reading has no such month) or day == month. Forms with no rival
   shape (German "03.04.1998", ISO "1998-04-03") are used for every date.
+- Where a shape has two readings, each reading is drawn equally often, whatever the number of
+  languages and forms behind it: "5/14/95" (US, CLDR's en short form M/d/yy) is as common as
+  "14/5/95" (French, Spanish). Drawn by language, day-first outnumbered month-first five to one,
+  and a model learnt to read every N/N/yy day first, writing 1995-14-14 for 5/14/95.
 - Train, dev and test never share a source string (the same date may appear in several splits,
   written differently), and generation fails loudly if two dates ever produced the same string.
 """
@@ -142,6 +146,8 @@ class _Form:
     render: _Render
     two_digit_year: bool = False
     order_sensitive: bool = False  # numeric day and month whose order another form reverses
+    shape: tuple[str, ...] = ()  # _shape's, for order-sensitive forms
+    order: str = ""
 
     def allows(self, d: date) -> bool:
         if self.two_digit_year and not TWO_DIGIT_YEARS[0] <= d.year <= TWO_DIGIT_YEARS[1]:
@@ -200,6 +206,8 @@ def _forms(languages: tuple[str, ...], verbose: bool) -> dict[str, tuple[_Form, 
                     render=lambda d, r, c=compiled, loc=locale: c.apply(d, loc),
                     two_digit_year="yy" in shape,
                     order_sensitive=len(order) == 2 and len(orders_by_shape[shape]) > 1,
+                    shape=shape,
+                    order=order,
                 )
             )
         if lang == "en":
@@ -237,7 +245,8 @@ def generate_dates(
     """Generate (written date, ISO date) pairs, split into train/dev/test with no shared source.
 
     Each pair: a date uniform over 1900..2099, a language uniform over `languages`, a form uniform
-    over that language's forms usable for the date, then a random letter case. `verbose_forms`
+    over that language's forms usable for the date (a numeric form with a rival order: its reading
+    drawn evenly, see the module doc), then a random letter case. `verbose_forms`
     adds long English phrasings (up to ~100 characters). The same arguments give the same splits.
     """
     for name, n in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
@@ -248,6 +257,12 @@ def generate_dates(
         raise ValueError(f"dates languages must be a non-empty subset of {', '.join(DATE_LANGUAGES)}; got {list(languages)}")
     langs = tuple(languages)
     forms = _forms(langs, verbose_forms)
+    # Each order-sensitive shape's readings: {shape: {order: its forms, any language}}.
+    readings: dict[tuple[str, ...], dict[str, list[_Form]]] = {}
+    for lang_forms in forms.values():
+        for f in lang_forms:
+            if f.order_sensitive:
+                readings.setdefault(f.shape, {}).setdefault(f.order, []).append(f)
     rng = random.Random(seed)
     lo, hi = FIRST_DATE.toordinal(), LAST_DATE.toordinal()
     total = n_train + n_dev + n_test
@@ -260,6 +275,9 @@ def generate_dates(
             raise ValueError(f"could only find {len(pairs)} distinct date strings of the {total} asked for")
         d = date.fromordinal(rng.randint(lo, hi))
         form = rng.choice([f for f in forms[rng.choice(langs)] if f.allows(d)])
+        if form.order_sensitive:  # a reading drawn evenly, then one of its forms (see the module doc)
+            rivals = readings[form.shape]
+            form = rng.choice(rivals[rng.choice(sorted(rivals))])
         src = normalize(_recase(form.render(d, rng), rng))
         tgt = d.isoformat()
         earlier = target_of.get(src)
