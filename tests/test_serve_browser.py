@@ -288,6 +288,14 @@ def test_nbest_list_and_beam_tree(explorer: Explorer, server: Server) -> None:
     weights = explorer.page.eval_on_selector_all("#heatmap [data-row]", "cs => cs.map(c => +c.dataset.weight)")
     assert weights == [w for row in second["attention"] for w in row]
     assert explorer.page.locator("svg#beam-tree .node.picked").count() > 0
+    # ... and the Translation card shows that hypothesis, its text and its score, not #1's
+    assert explorer.page.text_content("#output .output-text") == second["text"]
+    assert f"score {second['score']:.4f}" in explorer.page.text_content("#output-meta")
+    assert "n-best #2" in explorer.page.text_content("#output-title")
+    assert explorer.texts("#output .tok") == [*second["tokens"], "</s>"]
+    assert "selected hypothesis" in explorer.page.text_content(".legend")  # the colour of the picked path
+    explorer.page.click("#nbest li:nth-child(1)")
+    assert explorer.page.text_content("#output .output-text") == _best(data)["text"]
 
     # greedy search keeps no tree: the page says so
     _, data = explorer.translate(SENTENCE, beam_size=1, n_best=1)
@@ -378,7 +386,11 @@ def test_api_errors_are_shown_on_the_page(explorer: Explorer, server: Server) ->
     assert explorer.page.is_visible("#error")
     shown = explorer.page.text_content("#error")
     assert error["error"]["message"] in shown and "n_best" in shown
-    assert explorer.page.is_visible("#single-view")  # the last translation stays
+    # the earlier translation is gone: left under the message, it read as the failed request's answer
+    assert not explorer.page.is_visible("#single-view")
+    explorer.page.fill("#n_best", "1")
+    explorer.translate(SENTENCE)
+    assert explorer.page.is_visible("#single-view") and not explorer.page.is_visible("#error")
 
 
 def test_korean_renders_with_a_cjk_font(explorer: Explorer) -> None:
@@ -412,6 +424,18 @@ def test_a_60_token_source_stays_readable(explorer: Explorer) -> None:
     assert all(a[1] <= b[0] + 0.5 for a, b in zip(upright, upright[1:]))
     # the panel scrolls, the page does not
     assert explorer.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    # the alignment spans its card: every source token in view (no scrolling), upright labels apart
+    fits = explorer.page.evaluate("""(() => { const b = document.getElementById("alignment");
+        return b.scrollWidth <= b.clientWidth + 1; })()""")
+    assert fits
+    spots = explorer.page.eval_on_selector_all(".alignment-svg .align-token.src", """ts => ts.map(t => {
+        const r = t.getBoundingClientRect(); return [t.hasAttribute("transform"), r.left, r.right]; })""")
+    assert len(spots) == 61
+    box = explorer.page.eval_on_selector("#alignment", "b => { const r = b.getBoundingClientRect(); "
+                                         "return [r.left, r.right]; }")
+    assert all(box[0] - 1 <= left and right <= box[1] + 1 for turned, left, right in spots if not turned)
+    upright = [(left, right) for turned, left, right in spots if not turned]
+    assert len(upright) >= 45 and all(a[1] <= b[0] + 0.5 for a, b in zip(upright, upright[1:]))
 
 
 def _png_size(path: Path) -> tuple[int, int]:

@@ -14,6 +14,8 @@
   const EOS = "</s>";
   const ALTERNATIVES = 5; // top tokens per output step shown by "what if"
   const ALIGN_MIN_WEIGHT = 0.05; // thinner links than this are noise and clutter the alignment view
+  const ALIGN_STEP_MIN = 12; // px a token at least on the alignment's lines (past that, the view scrolls)
+  const ALIGN_STEP_MAX = 90; // px a token at most: a short sentence is not spread across the page
   const CELL_MIN = 14; // px: below this the labels of a 60-token source stop being readable
   const CELL_MAX = 28;
   const EOS_FONT_PX = 10; // </s> is drawn smaller: it is wide, and it is not a word of the sentence
@@ -196,10 +198,14 @@
 
   // --------------------------------------------------------------------- status and errors
 
+  /** An error replaces what was shown: a result left under it would read as the answer to the
+   * request that failed. */
   function showError(message) {
     const box = $("error");
     box.replaceChildren(el("strong", {}, "Error: "), message);
     box.hidden = false;
+    showView("none");
+    tooltip.hide();
     markRendered();
   }
 
@@ -445,10 +451,12 @@
     if (focus) focus.focus({ preventScroll: true });
   }
 
+  /** The Translation card: the hypothesis selected in the n-best list (#1 unless another is picked).
+   * "What if" works on #1, whose step alternatives the server traced. */
   function renderOutput(s, result) {
-    const best = result.hypotheses[0];
+    const best = result.hypotheses[s.selected];
     const forced = prefixLength(s);
-    const canPick = Boolean(result.steps);
+    const canPick = Boolean(result.steps) && s.selected === 0;
     const tokens = best.tokens.concat([EOS]);
     const chips = tokens.map((token, j) => el("button", {
       type: "button",
@@ -460,12 +468,15 @@
       disabled: !canPick,
       onclick: () => pickStep(j),
     }, token));
+    $("output-title").textContent = s.selected === 0 ? "Translation" : `Translation · n-best #${s.selected + 1}`;
     $("output").replaceChildren(...[
       el("div", { class: "output-text" }, best.text),
       best.text === "" ? el("span", { class: "hint" }, "(the output is empty)") : null,
       el("div", { class: "tokens", role: "group", "aria-label": "output tokens; click one for alternatives" }, chips),
       canPick && s.step === null
         ? el("div", { class: "hint" }, "What if? Click a token to see what else the model considered there.") : null,
+      s.selected !== 0 && result.steps
+        ? el("div", { class: "hint" }, "What if works on #1: pick it in the n-best list.") : null,
     ].filter(Boolean));
     const decode = s.response.decode || {};
     const meta = [`score ${fixed(best.score, 4)}`, `log p ${fixed(best.log_prob, 4)}`,
@@ -728,22 +739,37 @@
    * Source tokens on the top line, output tokens on the bottom one, joined by lines as wide as the
    * attention weight (those under ALIGN_MIN_WEIGHT left out). Returns {highlight(j | null)}.
    */
+  /**
+   * The alignment: source tokens on a line at the top, output tokens at the bottom, each row of
+   * attention a fan of links. Both lines span the card's width (a short output is spread under a
+   * long source, so links lean no further than they must), at ALIGN_STEP_MIN px a token at least
+   * (past that, the box scrolls); a label wider than its slot is turned, as the heatmap's are.
+   */
   function renderAlignmentView(box, srcTokens, hypothesis, opts) {
     const weights = hypothesis.attention;
     const src = srcTokens.concat([EOS]);
     const out = hypothesis.tokens.concat([EOS]);
-    const widest = Math.max(...src.concat(out).map(labelWidth));
     const n = Math.max(src.length, out.length);
-    // Spread short sentences over the panel (up to 48 px a token); long ones scroll.
-    const step = Math.max(clamp(Math.ceil(widest) + 10, 20, 90), Math.min(48, Math.floor((box.clientWidth - 20) / n)));
-    const width = n * step + 20;
-    const height = 150;
-    const ySrc = 22;
-    const yOut = height - 22;
-    // The shorter line is centred under the longer one, unless the view scrolls: then both start at
-    // the left edge, where the reader is.
-    const centre = width <= box.clientWidth;
-    const xOf = (k, count) => 10 + (centre ? (width - 20 - count * step) / 2 : 0) + k * step + step / 2;
+    const span = Math.max(box.clientWidth - 20, n * ALIGN_STEP_MIN, 240);
+    const width = span + 20;
+    const slot = (count) => Math.min(span / count, ALIGN_STEP_MAX);
+    // Which labels turn: those that do not fit their slot, and all of a line once a quarter of it
+    // does not (a line of half-turned labels reads worse than one turned throughout).
+    const turner = (list) => {
+      const fits = (token) => labelWidth(token) <= slot(list.length) - 2;
+      const all = list.filter((token) => !fits(token)).length > list.length / 4;
+      return (token) => all || !fits(token);
+    };
+    const [srcTurned, outTurned] = [turner(src), turner(out)];
+    const rise = (list, turned) => {
+      const longest = Math.min(Math.max(0, ...list.filter(turned).map(labelWidth)), LABEL_MAX_PX);
+      return longest ? Math.ceil(longest * Math.sin(LABEL_ANGLE * Math.PI / 180)) + 8 : 0;
+    };
+    const ySrc = 22 + rise(src, srcTurned);
+    const yOut = ySrc + 110;
+    const height = yOut + 22 + rise(out, outTurned);
+    // Each line centred in the span, its tokens `slot` apart.
+    const xOf = (k, count) => 10 + (span - count * slot(count)) / 2 + (k + 0.5) * slot(count);
 
     const root = svg("svg", { class: "alignment-svg", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
       "aria-label": "alignment: output tokens linked to the source tokens they attend to" });
@@ -761,15 +787,20 @@
         lines.push(line);
       }
     }
-    const tokens = (list, y, kind) => list.forEach((token, k) => {
+    const tokens = (list, y, kind, turnedOf) => list.forEach((token, k) => {
+      const x = xOf(k, list.length);
+      const turned = turnedOf(token);
+      // Turned labels rise away from the links: up-right above the source, down-right below the output.
+      const angle = kind === "src" ? -LABEL_ANGLE : LABEL_ANGLE;
       const t = svgText(root, {
-        class: `align-token ${kind}${k === list.length - 1 ? " eos" : ""}`, x: xOf(k, list.length), y,
-        "text-anchor": "middle", "dominant-baseline": "central", [`data-align-${kind}`]: k,
-      }, fitLabel(token, step - 4));
+        class: `align-token ${kind}${k === list.length - 1 ? " eos" : ""}`, x, y,
+        "text-anchor": turned ? "start" : "middle", "dominant-baseline": "central", [`data-align-${kind}`]: k,
+        transform: turned ? `rotate(${angle} ${x} ${y})` : null,
+      }, turned ? fitLabel(token, LABEL_MAX_PX) : fitLabel(token, slot(list.length) - 2));
       if (kind === "out") t.setAttribute("tabindex", "-1");
     });
-    tokens(src, ySrc, "src");
-    tokens(out, yOut, "out");
+    tokens(src, ySrc, "src", srcTurned);
+    tokens(out, yOut, "out", outTurned);
     svgText(root, { class: "axis-note", x: 4, y: 8 }, "source");
     svgText(root, { class: "axis-note", x: 4, y: height - 4 }, "output");
 
