@@ -162,6 +162,11 @@ def _(c: Ctx) -> Call:
     return Call(["train", c.tmp / "nope.yaml"], ["nope.yaml"])
 
 
+@case("config-is-a-fifo")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.fifo("config.yaml")], ["config.yaml", "FIFO"])
+
+
 @case("config-is-a-directory")
 def _(c: Ctx) -> Call:
     (c.tmp / "dir.yaml").mkdir()

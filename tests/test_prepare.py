@@ -179,3 +179,20 @@ def test_a_relative_prepared_path_resolves_against_the_config_file_and_is_saved_
     assert saved["data"]["prepared"] == "../../data/prepared" and saved["data"]["root"] == "."
     overridden = load_config(path, ["data.prepared=elsewhere"])
     assert overridden.data.prepared == Path.cwd() / "elsewhere"
+
+
+def test_a_killed_prepares_hidden_work_is_swept_by_the_next(tmp_path, make_config):
+    """`heed prepare` writes into a hidden `.NAME.<pid>.<hex>.partial` beside the output; one left by a
+    killed run (its process gone) is removed by the next prepare there, a live one's is kept."""
+    import os
+
+    from heed.prepare import prepare
+
+    dead = tmp_path / f".corpus.{2**22 + 12345}.0123abcd.partial"
+    live = tmp_path / f".corpus.{os.getpid()}.0123abcd.partial"
+    for folder in (dead, live):
+        folder.mkdir()
+        (folder / "shard-00000.src.npy").write_bytes(b"half")
+    prepare(make_config(tmp_path / "out"), tmp_path / "corpus")
+    assert not dead.exists() and live.exists()
+    assert (tmp_path / "corpus" / "manifest.json").is_file()
