@@ -84,7 +84,7 @@ def test_sampling_with_a_seed_is_reproducible_and_without_one_says_its_seed(trai
     (["--n-best", 4, "--beam", 2], "--n-best (4) cannot exceed --beam (2)"),
     (["--n-best", 2], "--n-best (2) cannot exceed --beam (1) (--beam: the model's decode config)"),
     (["--top-p", 1.5], "--top-p: input should be less than or equal to 1 (got 1.5)"),
-    (["--temperature", 0], "--temperature: input should be greater than or equal to 0.01"),
+    (["--temperature", 0], "--temperature: input should be greater than 0"),
     (["--beam", 0], "--beam: input should be greater than or equal to 1 (got 0)"),
     (["--sampling", "--beam", 3], "set --beam to 1"),
     (["--max-len-a", 0, "--max-len-b", 0], "set --max-len-b >= 1"),

@@ -189,6 +189,9 @@ def test_attention_refuses_a_heatmap_over_200_tokens_before_translating(trained_
     config = yaml.safe_load((model / "config.yaml").read_text(encoding="utf-8"))
     config["data"]["max_src_len"] = 5000  # a model that reads very long sources
     (model / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    from model_files import rehash
+
+    rehash(model)
 
     import heed.api
 
@@ -293,3 +296,14 @@ def test_a_reader_that_goes_away_ends_translate_quietly(trained_run, tmp_path):
     _, err = child.communicate(timeout=120)
     assert first.strip() and child.returncode == 141, (child.returncode, err)
     assert b"Traceback" not in err and b"error" not in err.lower(), err
+
+
+def test_translate_input_from_a_fifo_nobody_writes_ends_at_once(trained_run, tmp_path):
+    """`-i FIFO` reads a pipe like any stream, and one without a writer no longer blocks the open for
+    ever: it reads as empty."""
+    import os
+
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    done = heed("translate", trained_run, "--input", fifo, timeout=60)
+    assert done.returncode == 0 and done.stdout == "", done.stderr

@@ -221,7 +221,12 @@ def test_cli_translate_with_two_models_writes_the_models_translations(trained_ru
     single = heed_cli("translate", trained_run, "--beam", 3, "--n-best", 2, input=text)
     pair = heed_cli("translate", trained_run, trained_run, "--beam", 3, "--n-best", 2, input=text)
     assert single.exit_code == 0 and pair.exit_code == 0, pair.output
-    assert pair.stdout == single.stdout and len(pair.stdout.splitlines()) == 7  # 3 sources x 2 + the empty one
+    # The same hypotheses; the printed scores (4 decimals) may differ in the last digit, as the mean of two
+    # equal log-probabilities is renormalised in float32.
+    rows = [[line.split(" ||| ") for line in out.stdout.splitlines()] for out in (single, pair)]
+    assert len(rows[1]) == 7  # 3 sources x 2 + the empty one
+    assert [r[:2] for r in rows[1]] == [r[:2] for r in rows[0]]
+    assert all(abs(float(a[2]) - float(b[2])) <= 2e-4 for a, b in zip(*rows))
 
 
 def test_cli_evaluate_with_two_models_scores_the_ensemble(trained_run, tiny_corpus, heed_cli):

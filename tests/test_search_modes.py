@@ -215,8 +215,8 @@ def test_a_sentence_samples_the_same_alone_as_in_a_padded_batch(decoder: str) ->
 
 
 @pytest.mark.parametrize("decoder", DECODERS)
-@pytest.mark.parametrize("sharp", [{"top_k": 1}, {"temperature": 1e-4}, {"top_p": 1e-6}],
-                         ids=["top_k=1", "temperature=1e-4", "top_p=1e-6"])
+@pytest.mark.parametrize("sharp", [{"top_k": 1}, {"temperature": 1e-4}, {"temperature": 1e-300}, {"top_p": 1e-6}],
+                         ids=["top_k=1", "temperature=1e-4", "temperature=1e-300", "top_p=1e-6"])
 def test_sampling_with_all_mass_on_the_best_token_equals_greedy(decoder: str, sharp: dict) -> None:
     model = tiny_model(decoder)
     src, lengths = padded_batch(LENGTHS)
@@ -224,6 +224,14 @@ def test_sampling_with_all_mass_on_the_best_token_equals_greedy(decoder: str, sh
     for hyps, g in zip(sample(model, src, lengths, sampling(n_best=3, **sharp)), greedy):
         assert [h.tokens for h in hyps] == [g.tokens] * 3
         assert [h.log_prob for h in hyps] == pytest.approx([g.log_prob] * 3, rel=1e-5)
+
+
+def test_a_huge_temperature_samples_every_allowed_token_with_finite_scores() -> None:
+    """1e300 divides the shifted log-probs to about 0: uniform over the allowed tokens, no NaN."""
+    model = tiny_model("luong")
+    src, lengths = padded_batch(LENGTHS)
+    for hyps in sample(model, src, lengths, sampling(n_best=4, temperature=1e300)):
+        assert all(math.isfinite(h.log_prob) and h.tokens for h in hyps)
 
 
 ONE_STEP = {A: 0.5, B: 0.3, C: 0.2}  # then EOS

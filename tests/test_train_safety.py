@@ -303,6 +303,9 @@ def test_a_checkpoint_without_a_fingerprint_resumes_unchecked(tmp_path, own_corp
     assert set(state["trainer"]["data"]) == {"data.train.tsv", "data.dev.tsv", "data.test.tsv"}
     del state["trainer"]["data"]  # as written by heed before fingerprints
     trainer_json.write_text(json.dumps(state))
+    from model_files import rehash
+
+    rehash(trainer_json.parent)
     tsv = tmp_path / "corpus" / "train.tsv"
     tsv.write_text("".join(tsv.read_text(encoding="utf-8").splitlines(keepends=True)[:150]), encoding="utf-8")
     assert train(config_from_dict(own_corpus(out, max_steps=3)), resume=True).steps == 3

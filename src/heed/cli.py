@@ -23,7 +23,7 @@ from rich.console import Console
 
 import heed
 from heed.errors import ConfigError, DataError, HeedError, install_hint
-from heed.files import atomic_open, open_regular
+from heed.files import atomic_open, open_stream
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -409,8 +409,7 @@ DECODE_FLAGS: tuple[tuple[str, str, type, str], ...] = (
      "instead, any other model writes its next most likely token."),
     ("sampling", "--sampling/--no-sampling", bool, "Draw --n-best samples per sentence instead of searching "
      "(--beam must be 1). --sampling without --beam samples with --beam 1."),
-    ("temperature", "--temperature", float, "With --sampling: divide the logits by this; < 1 is sharper (0.01 to "
-     "100)."),
+    ("temperature", "--temperature", float, "With --sampling: divide the logits by this; < 1 is sharper."),
     ("top_k", "--top-k", int, "With --sampling: draw from the k most likely tokens only; 0 = all."),
     ("top_p", "--top-p", float, "With --sampling: draw from the smallest set of tokens whose probability reaches p "
      "(nucleus); 1 = all."),
@@ -555,7 +554,7 @@ def translate(
                 sink.flush()
                 first_id += len(chunk)
 
-    with torch_threads(threads), (open_regular(input) if input is not None else _stdin_bytes()) as source:
+    with torch_threads(threads), (open_stream(input) if input is not None else _stdin_bytes()) as source:
         if output is None:
             run(source, sys.stdout)
         else:

@@ -236,6 +236,21 @@ def open_regular(path: str | os.PathLike[str], mode: str = "rb", *, encoding: st
         raise
 
 
+def open_stream(path: str | os.PathLike[str]) -> IO[bytes]:
+    """Open a file read once, front to back (`heed translate -i`): a regular file, or a stream such
+    as a pipe, /dev/stdin or a FIFO. The open never waits: a FIFO no one writes to opens at once
+    and reads as empty (plain open() would block for ever). A directory is an IsADirectoryError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", os.fspath(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def check_regular(path: str | os.PathLike[str]) -> None:
     """`open_regular`'s check alone, for files a library opens itself (safetensors)."""
     open_regular(path).close()

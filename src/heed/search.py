@@ -147,8 +147,7 @@ class DecodeConfig(BaseModel):
                                                 "any other model writes its next most likely token")
     sampling: bool = Field(False, description="draw n_best samples per sentence instead of searching "
                                               "(beam_size must be 1)")
-    temperature: float = Field(1.0, ge=0.01, le=100.0, description="sampling: divide the logits by this; < 1 is "
-                                                                   "sharper (0.01 to 100)")
+    temperature: float = Field(1.0, gt=0.0, description="sampling: divide the logits by this; < 1 is sharper")
     top_k: int = Field(0, ge=0, description="sampling: draw from the k most likely tokens only; 0 = all")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="sampling: draw from the smallest set of tokens "
                                                           "whose probability reaches p (nucleus); 1 = all")
@@ -389,8 +388,14 @@ def _sampling_log_probs(logp: Tensor, cfg: DecodeConfig) -> Tensor:
     """The distribution samples are drawn from: the search's constrained log-probs (rows, vocab)
     sharpened by `temperature`, cut to the `top_k` most likely tokens and to the nucleus `top_p`
     (Holtzman et al. 2020: the fewest tokens, most likely first, whose probability reaches p).
-    Returns (rows, vocab) unnormalised log-weights, -inf outside."""
-    x = logp / cfg.temperature
+    Returns (rows, vocab) unnormalised log-weights, -inf outside.
+
+    Each row is shifted so its best token is at 0 before the division, in float64: any positive
+    temperature then divides without overflow (1e-300 is greedy, not NaN; 1e300 is uniform over the
+    allowed tokens), and a shift changes no row's distribution."""
+    top = logp.max(dim=1, keepdim=True).values  # (rows, 1); -inf where no token is allowed
+    shifted = torch.where(torch.isfinite(top), logp - top, logp)
+    x = (shifted.double() / cfg.temperature).to(logp.dtype)
     if cfg.top_k and cfg.top_k < x.size(1):
         kth = x.topk(cfg.top_k, dim=1).values[:, -1:]  # (rows, 1)
         x = x.masked_fill(x < kth, NEG_INF)

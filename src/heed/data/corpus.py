@@ -104,12 +104,12 @@ MAX_GZIP_RATIO = 200  # text corpora compress 3-10x, repetitive generated ones ~
 
 class _CappedGzip(gzip.GzipFile):
     """A .gz corpus whose decompressed bytes may not pass MAX_GZIP_RATIO times the file's size (and
-    1 MiB): a DataError then, naming the file, instead of reading a gzip bomb (800 KB that
+    16 MiB): a DataError then, naming the file, instead of reading a gzip bomb (800 KB that
     decompress to 209 million lines) until memory runs out."""
 
     def __init__(self, path: Path, compressed: int) -> None:
         super().__init__(path, "rb")
-        self._path, self._cap, self._seen = path, max(MAX_GZIP_RATIO * compressed, 1 << 20), 0
+        self._path, self._cap, self._seen = path, max(MAX_GZIP_RATIO * compressed, 16 << 20), 0
 
     def read1(self, size: int = -1) -> bytes:
         data = super().read1(size)
