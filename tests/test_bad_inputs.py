@@ -114,6 +114,21 @@ class Ctx:
         os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
         return path
 
+    def exported(self, edit: Callable[[dict, Path], None] | None = None) -> Path:
+        """The trained model exported to ONNX (skipped without the onnx extra); `edit(manifest, dir)`
+        changes it, and the manifest is written back with every listed file's sha256 recomputed (a
+        consistent, hostile export)."""
+        pytest.importorskip("onnxruntime", reason="heed-nmt[onnx] is not installed")
+        from heed.export.onnx import export_model, sha256
+
+        out = export_model(self.run, self.tmp / "exp")
+        if edit is not None:
+            manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+            edit(manifest, out)
+            manifest["files"] = {n: sha256(out / n) for n in manifest["files"] if (out / n).exists()}
+            (out / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+        return out
+
     def prepared(self, name: str = "prepared") -> Path:
         """The tiny training corpus prepared (heed prepare) into several shards, free to break."""
         from heed.config import config_from_dict
@@ -1057,6 +1072,47 @@ def _(c: Ctx) -> Call:
     manifest["shards"][0]["files"]["src"]["file"] = str(directory / "shard-00000.src.npy")
     (directory / "manifest.json").write_text(json.dumps(manifest))
     return Call(["train", c.prepared_config(directory)], ["manifest.json", "plain file name"])
+
+
+# ------------------------------------------------------------------------------------- exports
+
+
+def _swap_graphs(manifest: dict, out: Path) -> None:
+    encoder, step = (out / "encoder.onnx").read_bytes(), (out / "decoder_step.onnx").read_bytes()
+    (out / "encoder.onnx").write_bytes(step)
+    (out / "decoder_step.onnx").write_bytes(encoder)
+
+
+@case("export-graphs-swapped")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.exported(_swap_graphs)], ["encoder.onnx", "swapped"], stdin="x\n")
+
+
+@case("export-eos-out-of-range")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.exported(lambda m, _: m["special_ids"].update(eos=99))],
+                ["manifest.json", "special_ids.eos", "99"], stdin="x\n")
+
+
+@case("export-eos-not-a-number")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.exported(lambda m, _: m["special_ids"].update(eos="two"))],
+                ["manifest.json", "special_ids.eos"], stdin="x\n")
+
+
+@case("export-a-file-left-out-of-the-manifest")
+def _(c: Ctx) -> Call:
+    def leave_out(manifest: dict, out: Path) -> None:
+        manifest["files"].pop("tgt.vocab.json")
+        (out / "tgt.vocab.json").write_text('["<pad>", "<s>", "</s>", "<unk>", "tampered"]', encoding="utf-8")
+
+    return Call(["translate", c.exported(leave_out)], ["manifest.json", "tgt.vocab.json"], stdin="x\n")
+
+
+@case("export-model-config-broken")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.exported(lambda m, _: m["model"].update(hidden_size="wide"))],
+                ["manifest.json", "model.hidden_size"], stdin="x\n")
 
 
 # ---------------------------------------------------------------------------------- NumPy engine

@@ -260,3 +260,38 @@ def test_a_full_disk_at_the_first_checkpoint_is_one_line_naming_the_directory(ti
     assert last == f"error: {tmp_path / 'out' / 'checkpoints' / 'last'}: cannot write: no space left on device"
     leftovers = [p.name for p in (tmp_path / "out").rglob("*") if ".tmp" in p.name]
     assert leftovers == []
+
+
+@pytest.mark.parametrize("command", ["export", "average"])
+def test_dash_o_on_a_symlink_to_an_earlier_output_replaces_its_target_and_keeps_the_link(
+        command, trained_run, tmp_path, heed_cli):
+    """`-o current` where current -> v1 (an earlier export or averaged model): v1 gets the new
+    output, current stays the link (a directory replaced the link before)."""
+    if command == "export":
+        pytest.importorskip("onnxruntime")
+    ckpts = trained_run / "checkpoints"
+    argv = {"export": ["export", trained_run], "average": ["average", ckpts / "last", ckpts / "best"]}[command]
+    real = tmp_path / "v1"
+    assert heed_cli(*argv, "-o", real).exit_code == 0
+    stamp = (real / ("manifest.json" if command == "export" else "heed.json")).stat().st_mtime_ns
+    link = tmp_path / "current"
+    link.symlink_to(real)
+    result = heed_cli(*argv, "-o", link)
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert (real / ("manifest.json" if command == "export" else "heed.json")).stat().st_mtime_ns != stamp
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["current", "v1"]
+
+
+def test_no_tracked_file_is_ignored_by_gitignore():
+    """.gitignore once listed files the repository tracks (docs/explorer.png and two docs)."""
+    import shutil as sh
+
+    repo = Path(__file__).resolve().parents[1]
+    if sh.which("git") is None or not (repo / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(["git", "ls-files", "-ci", "--exclude-standard"], cwd=repo, capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert listed == []
+    ignored = subprocess.run(["git", "check-ignore", "-q", "data/multi30k/train.de"], cwd=repo)
+    assert ignored.returncode == 0  # the quick start's and `heed data get`'s data/ folder
