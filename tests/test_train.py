@@ -353,3 +353,17 @@ def test_accumulating_two_batches_equals_one_batch_twice_the_size(tmp_path, make
     assert not torch.allclose(mean, single[name], rtol=1e-3, atol=1e-6)
     weighted = (only_a[name] * a.num_tgt_tokens + only_b[name] * b.num_tgt_tokens) / tokens_both
     assert torch.allclose(weighted, single[name], rtol=1e-4, atol=1e-7)
+
+
+def test_keep_checkpoints_keeps_the_last_n_evaluations_for_averaging(tmp_path, make_config, heed_cli):
+    result = train(make_config(tmp_path / "a", eval_every=4, max_steps=20, keep_checkpoints=2))
+    assert result.steps == 20
+    kept = sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir())
+    assert kept == ["best", "last", "step-0000016", "step-0000020"]
+    meta = json.loads((tmp_path / "a" / "checkpoints" / "step-0000016" / "heed.json").read_text())
+    assert (meta["kind"], meta["step"]) == ("model", 16)
+    recent = sorted(str(p) for p in (tmp_path / "a" / "checkpoints").glob("step-*"))
+    done = heed_cli("average", *recent, "-o", tmp_path / "avg")
+    assert done.exit_code == 0, done.output
+    averaged = json.loads((tmp_path / "avg" / "heed.json").read_text())["averaged"]
+    assert [a["step"] for a in averaged] == [16, 20]

@@ -251,6 +251,9 @@ class TrainConfig(_Strict):
     early_stopping: EarlyStoppingConfig = Field(default_factory=EarlyStoppingConfig,
                                                 description="the dev metric, and when it stops training")
     eval_every: int | None = Field(None, gt=0, description="evaluate every N updates; null = once per epoch")
+    keep_checkpoints: int = Field(0, ge=0, le=1000, description="also keep the weights of the last N evaluations "
+                                  "as checkpoints/step-NNNNNNN model directories, for `heed average` (Vaswani "
+                                  "et al. 2017 average the last 5); 0 = keep only last and best")
     log_every: int = Field(50, gt=0, description="a log line (loss, lr, tokens/s) every N updates")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = CUDA when there is a GPU")
     bf16: bool | None = Field(None, description="bf16 autocast, float32 weights; null = on CUDA GPUs with bf16")

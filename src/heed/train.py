@@ -38,6 +38,7 @@ import contextlib
 import gc
 import json
 import math
+import shutil
 import signal
 import tempfile
 import threading
@@ -109,9 +110,10 @@ from heed.runtime import (
 from heed.search import DecodeConfig, translate_ids
 
 HIGHER_IS_BETTER = {"bleu": True, "exact_match": True, "loss": False}
+RECENT_PREFIX = "step-"  # checkpoints/step-NNNNNNN: train.keep_checkpoints
 # Fields a resumed run may change; any other difference from the checkpoint's config is an error.
 RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.max_minutes", "train.log_every", "train.device",
-                     "train.threads", "train.backend", "train.compile",
+                     "train.threads", "train.backend", "train.compile", "train.keep_checkpoints",
                      "train.eval_every", "train.early_stopping.patience", "train.early_stopping.target",
                      "decode", "output_dir", "data.train", "data.dev", "data.test", "data.prepared")
 
@@ -935,6 +937,7 @@ class Trainer:
         if stop in ("target", "early_stopping"):
             state.finished, state.stop_reason = True, stop
         self._save_last(window)
+        self._keep_recent()
         if improved:
             self._save(self.ckpt_dir / "best", window)
             save_model_dir(self.model_dir, model=self.model, config=self.config, codec=self.data.codec,
@@ -953,6 +956,19 @@ class Trainer:
         if _saved_step(self.model_dir) != state.step:
             save_model_dir(self.model_dir, model=self.model, config=self.config, codec=self.data.codec,
                            metrics=self.log.path, info={"step": state.step})
+
+    def _keep_recent(self) -> None:
+        """train.keep_checkpoints: N: this evaluation's weights as the model directory
+        checkpoints/step-NNNNNNN, and only the N newest such directories kept (averaging reads them)."""
+        keep = self.config.train.keep_checkpoints
+        if not keep:
+            return
+        step = self.state.step
+        save_model_dir(self.ckpt_dir / f"{RECENT_PREFIX}{step:07d}", model=self.model, config=self.config,
+                       codec=self.data.codec, info={"step": step})
+        recent = sorted(p for p in self.ckpt_dir.glob(f"{RECENT_PREFIX}[0-9]*") if p.is_dir() and "." not in p.name)
+        for old in recent[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
 
     def _save_last(self, window: _Window) -> None:
         self._save(self.ckpt_dir / "last", window)
