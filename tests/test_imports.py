@@ -18,3 +18,13 @@ def test_importing_the_api_does_not_import_the_trainer():
 def test_importing_the_exported_model_runtime_loads_neither_the_trainer_nor_onnx():
     assert _loaded_after("import heed.api, heed.export.ort, heed.export.onnx",
                          ("heed.train", "onnx", "onnxruntime")) == []
+
+
+def test_reading_a_config_loads_neither_torch_nor_the_model_code():
+    assert _loaded_after("import heed.config", ("torch", "heed.nn.build", "heed.search")) == []
+
+
+def test_heed_prepare_loads_no_model_code():
+    """`heed prepare` tokenizes a corpus: it needs the config and the data code, not the models."""
+    assert _loaded_after("import heed.prepare", ("heed.nn.build", "heed.nn.encoder", "heed.nn.decoder",
+                                                 "heed.search", "heed.train")) == []

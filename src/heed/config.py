@@ -40,9 +40,8 @@ from pydantic import (
 from heed import yamlio
 from heed.errors import ConfigError
 from heed.files import atomic_write_text, open_regular
-from heed.nn.build import ModelConfig
-from heed.runtime import MAX_THREADS
-from heed.search import DecodeConfig
+from heed.decode_config import DecodeConfig
+from heed.nn.model_config import ModelConfig
 
 CORPUS_SPLITS = ("train", "dev", "test")
 OUTPUT_DIR = "output_dir"
@@ -231,6 +230,9 @@ class EarlyStoppingConfig(_Strict):
                                                            "better; the others: higher)")
     patience: int | None = Field(5, ge=1, description="evaluations without improvement before stopping; null = never")
     target: float | None = Field(None, description="stop as soon as the metric reaches this (e.g. 100 for exact_match)")
+
+
+MAX_THREADS = 1024  # CPU threads at most: far above any machine heed runs on (heed.runtime.torch_threads too)
 
 
 class TrainConfig(_Strict):

@@ -16,9 +16,8 @@ from typing import TypeVar
 
 import torch
 
+from heed.config import MAX_THREADS
 from heed.errors import ConfigError, HeedError
-
-MAX_THREADS = 1024  # CPU threads at most: far above any machine heed runs on
 
 DEVICES = ("auto", "cpu", "cuda")
 _Fn = TypeVar("_Fn", bound=Callable)

@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from heed.nn.masks import masked_softmax
+from heed.nn.model_config import ScoreName
 
-ScoreName = Literal["dot", "general", "additive", "scaled_dot", "cosine", "location"]
 SCORES: tuple[str, ...] = get_args(ScoreName)
 FUSABLE_SCORES = ("dot", "general", "scaled_dot", "cosine")
 
