@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
 import sys
 import time
 from pathlib import Path

@@ -57,7 +57,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path

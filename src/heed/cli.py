@@ -1017,7 +1017,8 @@ def serve(
                              max_output=max_output, max_work=max_work, read_timeout=read_timeout)
     with torch_threads(threads):
         translators = {label: Translator.load(path, device=device, bf16=bf16) for label, path in zip(labels, models)}
-        metrics = {label: last_metrics(exported_dir(path) or find_model_dir(path)) for label, path in zip(labels, models)}
+        metrics = {label: last_metrics(exported_dir(path) or find_model_dir(path))
+                   for label, path in zip(labels, models)}
         for name, members in groups.items():
             translators[name] = Translator.load(members, device=device, bf16=bf16)
             metrics[name] = None

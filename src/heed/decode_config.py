@@ -37,8 +37,9 @@ class DecodeConfig(BaseModel):
     top_k: int = Field(0, ge=0, description="sampling: draw from the k most likely tokens only; 0 = all")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="sampling: draw from the smallest set of tokens "
                                                           "whose probability reaches p (nucleus); 1 = all")
-    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="sampling: the random seed; the same seed and source give "
-                                                     "the same samples in any batch (None: a fresh seed)")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1,
+                             description="sampling: the random seed; the same seed and source give the same "
+                                         "samples in any batch (None: a fresh seed)")
 
     @model_validator(mode="after")
     def _check(self) -> "DecodeConfig":

@@ -191,8 +191,9 @@ def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Ten
     logits (rows, vocab); seq (rows, t) emitted tokens or None; row_max_len (rows,) long;
     may_be_full: whether any row may have reached its max_len (known on the host, so the common
     case skips the forced-EOS pass over (rows, vocab)); prefix: the rows' forced prefixes, or None.
-    Returns (rows, vocab): -inf for PAD and BOS, for <unk> with forbid_unk, for EOS before min_len, for n-gram repeats, and
-    for everything but EOS once a row has max_len tokens (forced EOS keeps its model log-prob);
+    Returns (rows, vocab): -inf for PAD and BOS, for <unk> with forbid_unk, for EOS before min_len, for
+    n-gram repeats, and for everything but EOS once a row has max_len tokens (forced EOS keeps its
+    model log-prob);
     a row still inside its forced prefix gets -inf for every token but the forced one, which
     keeps its model log-prob whatever the constraints say."""
     logp = torch.log_softmax(logits.float(), dim=-1)  # (rows, vocab) a fresh tensor: edited in place

@@ -89,7 +89,8 @@ def _open_binary(path: Path) -> BinaryIO:
     if stat.S_ISDIR(mode):
         raise DataError("is a directory, expected a text file", path=path)
     if not stat.S_ISREG(mode):
-        raise DataError(f"is {file_kind(mode)}, not a regular file; a corpus must be a file (save the data to one first)",
+        raise DataError(f"is {file_kind(mode)}, not a regular file; a corpus must be a file (save the data to one "
+                        "first)",
                         path=path)
     try:
         if path.suffix == ".gz":
