@@ -220,3 +220,19 @@ def test_a_translation_prints_in_one_short_line(trained_run):
     text = repr(t)
     assert "\n" not in text and len(text) < 200 and text.startswith("Translation(text=")
     assert f"attention={t.attention.shape[0]}x{t.attention.shape[1]}" in text
+
+
+def test_a_decode_config_travels_whole_and_options_beside_it_are_refused(trained_run):
+    """The CLI and the server pass one DecodeConfig; Python users may pass options instead, not both."""
+    from heed.api import Translator
+    from heed.search import DecodeConfig
+
+    translator = Translator.load(trained_run, device="cpu")
+    cfg = translator.decode_config.model_copy(update={"beam_size": 3, "n_best": 2})
+    whole = translator.translate_nbest(["le 3 mars 1998"], decode=cfg)
+    by_options = translator.translate_nbest(["le 3 mars 1998"], beam=3, n_best=2)
+    assert [[t.tokens for t in n] for n in whole] == [[t.tokens for t in n] for n in by_options]
+    with pytest.raises(TypeError, match="not both"):
+        translator.translate(["le 3 mars 1998"], decode=cfg, beam=2)
+    sampled = translator.translate(["le 3 mars 1998"], decode=DecodeConfig(sampling=True, n_best=1))
+    assert sampled[0].tokens  # a fresh seed is drawn for a config without one

@@ -299,10 +299,11 @@ class Translator:
                   replace_unk: bool = False,
                   dictionary: Mapping[str, str] | str | os.PathLike[str] | None = None,
                   prefix: Sequence[str | Sequence[str] | None] | None = None,
-                  **decode: Any) -> list[Translation]:
-        """Translate `texts` (in input order): the best hypothesis of each. `beam`: beam size
-        (default: the model's config); other `decode` keywords override `DecodeConfig` fields
-        (n_best=, length_penalty=, min_len=, sampling=, top_p=, seed=, ...).
+                  decode: DecodeConfig | None = None, **options: Any) -> list[Translation]:
+        """Translate `texts` (in input order): the best hypothesis of each. How to decode: `decode`, a
+        whole DecodeConfig (what the CLI and the server pass), or else the model's own with `beam`
+        (beam size) and `options` overriding DecodeConfig fields (n_best=, length_penalty=, min_len=,
+        sampling=, top_p=, seed=, ...), checked once.
         Sentences are batched longest first and put back in input order; an empty (or blank) text
         gives an empty translation without running the model. A source longer than `max_src_len`
         tokens is cut to its first `max_src_len` (`Translation.truncated` counts the rest).
@@ -320,34 +321,36 @@ class Translator:
         `seed=` a fresh one is drawn, so give one to reproduce a sample."""
         return [nbest[0] for nbest in self.translate_nbest(texts, beam=beam, batch_size=batch_size,
                                                             replace_unk=replace_unk, dictionary=dictionary,
-                                                            prefix=prefix, **decode)]
+                                                            prefix=prefix, decode=decode, **options)]
 
     def translate_nbest(self, texts: Sequence[str], *, beam: int | None = None, batch_size: int = 64,
                         replace_unk: bool = False,
                         dictionary: Mapping[str, str] | str | os.PathLike[str] | None = None,
                         prefix: Sequence[str | Sequence[str] | None] | None = None,
-                        stop: Callable[[], bool] | None = None, **decode: Any) -> list[list[Translation]]:
+                        stop: Callable[[], bool] | None = None, decode: DecodeConfig | None = None,
+                        **options: Any) -> list[list[Translation]]:
         """As `translate`, but every sentence's n-best list (`n_best=` hypotheses, best first; fewer
         only where the constraints leave fewer). An empty text gives one empty Translation; one the
         constraints leave no finished hypothesis gives an empty Translation scored -inf.
 
         `stop`: asked before every search step; once it is true the search raises Abandoned (the
         server stops the work of a request that timed out)."""
-        cfg = self.resolve_decode(beam, decode)
+        cfg = self._decode(decode, beam, options)
         return [nbest for nbest, _ in self._run(texts, cfg, batch_size=batch_size, replace_unk=replace_unk,
                                                 dictionary=dictionary, prefix=prefix, trace=False, stop=stop)]
 
     def explore(self, texts: Sequence[str], *, beam: int | None = None, alternatives: int = 5,
                 batch_size: int = 64, replace_unk: bool = False,
                 prefix: Sequence[str | Sequence[str] | None] | None = None,
-                stop: Callable[[], bool] | None = None, **decode: Any) -> list[Exploration]:
+                stop: Callable[[], bool] | None = None, decode: DecodeConfig | None = None,
+                **options: Any) -> list[Exploration]:
         """Translate `texts` and keep what a person needs to see how: the n-best list, the beam
         search tree, each output step's `alternatives` most likely tokens and the word alignments.
         Takes `translate`'s options; costs more (a host copy per search step and one teacher-forced
         pass), so use `translate` to translate."""
         if alternatives < 1:
             raise HeedError(f"alternatives must be at least 1, got {alternatives}")
-        cfg = self.resolve_decode(beam, decode)
+        cfg = self._decode(decode, beam, options)
         runs = self._run(texts, cfg, batch_size=batch_size, replace_unk=replace_unk, dictionary=None,
                          prefix=prefix, trace=True, stop=stop)
         best = [nbest[0] for nbest, _ in runs]
@@ -545,10 +548,28 @@ class Translator:
         """The model's decode config with `beam` and `overrides` (DecodeConfig fields) applied, and,
         for sampling without a seed, a fresh seed (so the config says how to draw the same again).
         A bad value is a ConfigError naming `decode.FIELD`."""
-        cfg = self._decode_config(beam, dict(overrides or {}))
+        return self.ready_decode(self._decode_config(beam, dict(overrides or {})))
+
+    def ready_decode(self, cfg: DecodeConfig) -> DecodeConfig:
+        """`cfg` checked against this model (a ConfigError for constraints its vocabulary cannot meet)
+        and, for sampling without a seed, given a fresh one."""
+        distinct = len(self.codec.tgt_vocab) - len(SPECIALS) + 1  # every ordinary token, and <unk>
+        if cfg.no_repeat_ngram == 1 and cfg.min_len > distinct:
+            raise ConfigError(f"min_len {cfg.min_len} with no_repeat_ngram 1 asks for {cfg.min_len} different tokens, "
+                              f"and the target vocabulary has {distinct}; lower min_len or no_repeat_ngram",
+                              field="decode.min_len")
         if cfg.sampling and cfg.seed is None:
             cfg = cfg.model_copy(update={"seed": int(torch.randint(0, 2**31 - 1, ()).item())})
         return cfg
+
+    def _decode(self, decode: DecodeConfig | None, beam: int | None, options: Mapping[str, Any]) -> DecodeConfig:
+        """What a translating method decodes with: `decode` as given, or the model's config with
+        `beam` and `options`; never both."""
+        if decode is None:
+            return self.resolve_decode(beam, options)
+        if beam is not None or options:
+            raise TypeError("give decode= (a whole DecodeConfig) or beam= and decoding options, not both")
+        return self.ready_decode(decode)
 
     def _decode_config(self, beam: int | None, overrides: dict[str, Any]) -> DecodeConfig:
         update = dict(overrides)
@@ -569,11 +590,6 @@ class Translator:
         problem = decode_length_problem(cfg)
         if problem is not None:
             raise ConfigError(problem, field="decode.max_len_b")
-        distinct = len(self.codec.tgt_vocab) - len(SPECIALS) + 1  # every ordinary token, and <unk>
-        if cfg.no_repeat_ngram == 1 and cfg.min_len > distinct:
-            raise ConfigError(f"min_len {cfg.min_len} with no_repeat_ngram 1 asks for {cfg.min_len} different tokens, "
-                              f"and the target vocabulary has {distinct}; lower min_len or no_repeat_ngram",
-                              field="decode.min_len")
         return cfg
 
 

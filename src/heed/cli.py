@@ -357,13 +357,15 @@ class _Progress:
 
 
 def _translate_chunks(translator: "Translator", lines: Iterable[str], *, name: str, chunk_size: int,
-                      progress: _Progress, **options: Any) -> "Iterator[list[list[Translation]]]":
-    """`translator.translate_nbest(chunk, **options)` (per line, its n-best list, best first) for
-    each `chunk_size` lines, advancing `progress` and warning about sources cut to the model's
-    max_src_len by their line numbers in `name`."""
+                      progress: _Progress, decode: "DecodeConfig", batch_size: int, replace_unk: bool = False,
+                      dictionary: Optional[dict[str, str]] = None) -> "Iterator[list[list[Translation]]]":
+    """`translator.translate_nbest(chunk, decode=decode, ...)` (per line, its n-best list, best
+    first) for each `chunk_size` lines, advancing `progress` and warning about sources cut to the
+    model's max_src_len by their line numbers in `name`."""
     first = 1
     for chunk in _chunks(iter(lines), chunk_size):
-        translations = translator.translate_nbest(chunk, **options)
+        translations = translator.translate_nbest(chunk, decode=decode, batch_size=batch_size,
+                                                  replace_unk=replace_unk, dictionary=dictionary)
         cut = [first + k for k, nbest in enumerate(translations) if nbest[0].truncated]
         if cut:
             progress.warn(_truncation_message(cut, name, translator.max_src_len))
@@ -545,8 +547,8 @@ def translate(
         first_id = 0
         with _Progress("lines translated", enabled=show_progress) as progress:
             for chunk in _translate_chunks(translator, _read_lines(source, name), name=name, chunk_size=chunk_size,
-                                           progress=progress, batch_size=batch_size, replace_unk=replace_unk,
-                                           dictionary=table, **cfg.model_dump()):
+                                           progress=progress, decode=cfg, batch_size=batch_size,
+                                           replace_unk=replace_unk, dictionary=table):
                 if cfg.n_best > 1:
                     sink.writelines(nbest_lines(first_id, chunk))
                 else:
@@ -643,7 +645,7 @@ def evaluate(
     with torch_threads(threads), _Progress("translating", total=len(pairs)) as progress:
         translations = [nbest[0] for chunk in _translate_chunks(
             translator, [p.src for p in pairs], name=str(src), chunk_size=batch_size * 16, progress=progress,
-            batch_size=batch_size, replace_unk=replace_unk, dictionary=table, **cfg.model_dump()) for nbest in chunk]
+            decode=cfg, batch_size=batch_size, replace_unk=replace_unk, dictionary=table) for nbest in chunk]
     outputs = [t.text for t in translations]
     if hyps is not None:
         with atomic_open(hyps) as sink:
@@ -750,7 +752,7 @@ def attention(
         if length + 1 > MAX_HEATMAP_TOKENS:  # + the </s> column
             raise HeedError(f"sentence {number} ({_preview(sentence)}) is {length} tokens long; a heatmap over more "
                             f"than {MAX_HEATMAP_TOKENS} tokens a side is unreadable: give a shorter sentence")
-    translations = translator.translate(sentences, **cfg.model_dump())
+    translations = translator.translate(sentences, decode=cfg)
     cut = [k for k, t in enumerate(translations, start=1) if t.truncated]
     if cut:
         _stderr().print(f"[yellow]warning:[/] {_escape(_truncation_message(cut, 'sentences', translator.max_src_len))}",
@@ -894,7 +896,7 @@ def compare(
         with _Progress(f"{label}: translating", total=len(srcs)) as progress:
             translations = [nbest[0] for chunk in _translate_chunks(translator, srcs, name=f"{src} ({label})",
                                                                     chunk_size=batch_size * 16, progress=progress,
-                                                                    batch_size=batch_size, **cfg.model_dump())
+                                                                    decode=cfg, batch_size=batch_size)
                             for nbest in chunk]
         outputs[label] = [t.text for t in translations]
         first_model = first_model or translations

@@ -254,13 +254,14 @@ def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any
                  "links": [list(link) for link in a.links], "pharaoh": a.pharaoh()} for a in alignments]
     texts = [source for source, _ in items]
     prefix = [p for _, p in items] if any(p for _, p in items) else None
-    decode = json.loads(key.decode)
+    decode = DecodeConfig.model_validate_json(key.decode)  # as resolved for the request: one value, no renaming
     if key.task == "explore":
         explored = translator.explore(texts, alternatives=key.alternatives, replace_unk=key.replace_unk,
-                                      prefix=prefix, stop=abandoned, **decode)
+                                      prefix=prefix, stop=abandoned, decode=decode)
         return [_sentence(translator, s, e.hypotheses, attention=key.attention, explored=e)
                 for s, e in zip(texts, explored)]
-    nbests = translator.translate_nbest(texts, replace_unk=key.replace_unk, prefix=prefix, stop=abandoned, **decode)
+    nbests = translator.translate_nbest(texts, replace_unk=key.replace_unk, prefix=prefix, stop=abandoned,
+                                        decode=decode)
     return [_sentence(translator, s, n, attention=key.attention) for s, n in zip(texts, nbests)]
 
 
