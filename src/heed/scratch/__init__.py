@@ -2,7 +2,8 @@
 "Deep Learning from Scratch 2", ch. 8, but exact: it computes what heed's PyTorch twin computes,
 and its gradients match torch autograd and central differences.
 
-Layers (`params`, `grads`, `forward`, `backward`) live in `layers` and `attention`; the model in
+Layers (`params`, `grads`, `forward`, `backward`) live in `layers`, `attention` and `transformer`
+(layer norm and multi-head attention, every head's weights); the model in
 `model`; Adam and clipping in `optim`; gradient checks in `gradcheck`; torch <-> NumPy weights in
 `bridge` (the only module that touches torch, lazily); training on the dates task in `train`
 (`python -m heed.scratch --help`).
@@ -29,9 +30,11 @@ from heed.scratch.layers import (
 )
 from heed.scratch.model import AttentionSeq2seq, Generated
 from heed.scratch.optim import Adam, clip_grads
+from heed.scratch.transformer import LayerNorm, MultiHeadAttention
 
 __all__ = [
-    "AdditiveAttention", "AdditiveScore", "Adam", "Affine", "Attention", "AttentionSeq2seq", "AttentionWeight", "Embedding", "Generated", "LSTM",
-    "Softmax", "SoftmaxWithLoss", "Tanh", "TimeAffine", "TimeAttention", "TimeEmbedding", "TimeLSTM",
-    "WeightSum", "clip_grads", "lengths_to_mask", "masked_softmax",
+    "AdditiveAttention", "AdditiveScore", "Adam", "Affine", "Attention", "AttentionSeq2seq", "AttentionWeight",
+    "Embedding", "Generated", "LSTM", "LayerNorm", "MultiHeadAttention", "Softmax", "SoftmaxWithLoss", "Tanh",
+    "TimeAffine", "TimeAttention", "TimeEmbedding", "TimeLSTM", "WeightSum", "clip_grads", "lengths_to_mask",
+    "masked_softmax",
 ]
