@@ -625,6 +625,12 @@ def _(c: Ctx) -> Call:
                 ["train.early_stopping.target"])
 
 
+@case("config-model-number-inf")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(), "--set", "model.coverage=true", "--set", "model.attention=additive",
+                 "--set", "model.coverage_loss=.inf"], ["model.coverage_loss"])
+
+
 @case("config-max-minutes-inf")
 def _(c: Ctx) -> Call:
     return Call(["train", c.yaml_config(), "--set", "train.max_minutes=.inf"], ["train.max_minutes"])

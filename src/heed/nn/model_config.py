@@ -21,7 +21,7 @@ with warnings.catch_warnings():
         """Architecture. `hidden_size` is the encoder's output size (both directions together) and the
         decoder's hidden size."""
 
-        model_config = ConfigDict(extra="forbid")
+        model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # as heed.config's sections
 
         decoder: Literal["luong", "bahdanau", "plain"] = Field(
             "luong", description="Luong et al. 2015 (attention after the RNN step), Bahdanau et al. 2015 (before "
