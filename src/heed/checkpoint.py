@@ -103,8 +103,8 @@ def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
 def _write_reason(error: Exception) -> str:
     """What a failed write says, in a few words: "no space left on device" from safetensors'
     'IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'."""
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror.lower()
+    if isinstance(error, OSError):
+        return reason(error)
     text = str(error)
     start = text.find('message: "')
     return text[start + 10 : text.find('"', start + 10)].lower() if start >= 0 else text
@@ -151,16 +151,16 @@ class LoadedModel:
 def find_model_dir(path: str | os.PathLike[str]) -> Path:
     """A model directory, given itself or a training output directory that holds `model/`."""
     path = Path(path)
-    found = resolve_dir(path)  # first: mid-swap, `path` itself is missing and `path.old` complete
-    if found is not None and (found / META_FILE).is_file():
+    found = resolve_dir(path, (META_FILE,))  # first: mid-swap, `path` itself is missing and `path.old` complete
+    if found is not None:
         return found
     if not path.exists():
         raise ModelDirError(f"{path}: no such model directory; give a trained model directory "
                             "(e.g. runs/NAME/model) or a training output directory")
     if not path.is_dir():
         raise ModelDirError(f"{path}: not a directory; give a model directory (it holds {META_FILE})")
-    found = resolve_dir(path / "model")
-    if found is not None and (found / META_FILE).is_file():
+    found = resolve_dir(path / "model", (META_FILE,))
+    if found is not None:
         return found
     if (path / "checkpoints").is_dir():
         raise ModelDirError(f"{path}: training has not written a model yet (no {path / 'model'}); "
@@ -397,10 +397,7 @@ def load_checkpoint(target: str | os.PathLike[str]) -> Checkpoint:
     meta = read_meta(directory)
     if verifying():
         verify_files(directory, meta)
-    try:
-        data = read_model_json(directory / TRAINER_FILE)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ModelDirError(f"{directory / TRAINER_FILE}: unreadable training state ({e})") from None
+    data = read_model_json(directory / TRAINER_FILE)  # a ModelDirError naming the file if unreadable
     return Checkpoint(
         directory=directory,
         weights=load_weights(directory / WEIGHTS_FILE),

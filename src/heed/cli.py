@@ -28,9 +28,8 @@ from heed.files import atomic_open, open_stream
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from heed.distributed import World
-
     from heed.api import Translation, Translator
+    from heed.distributed import World
     from heed.evaluate import Bucket, BucketScore
     from heed.search import DecodeConfig
 
@@ -169,7 +168,8 @@ def train(
         from heed.launch import launch
 
         raise typer.Exit(launch(["train", *own, *(["--resume"] if resume else [])], processes))
-    again = [*_launcher(world, processes), "train", *own, "--resume"]
+    launcher, launcher_note = _how_started(world, processes)
+    again = [*launcher, "train", *own, "--resume"]
     try:
         result = run_training(cfg, resume=resume, allow_data_change=allow_data_change, console=console,
                               progress=progress)
@@ -183,8 +183,7 @@ def train(
         raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
     if result.stop_reason == "interrupted":
         # soft_wrap: a command cut across lines could not be pasted back.
-        console.print(f"resume with: {shlex.join(again)}{_launcher_note(world, processes)}", markup=False,
-                      soft_wrap=True)
+        console.print(f"resume with: {shlex.join(again)}{launcher_note}", markup=False, soft_wrap=True)
         score = None if result.model_dir is None else score_command(cfg, result.model_dir, resume_command=again,
                                                                       step=result.steps)
         if score is not None:
@@ -195,21 +194,16 @@ def train(
         typer.echo(f"model written to {result.model_dir}")
 
 
-def _launcher(world: "World", processes: int) -> list[str]:
-    """How this run was started, for the commands it prints: `heed`, or torchrun's command line
-    when torchrun started it on one machine (`torchrun --nproc-per-node N -m heed`)."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world.size))
-    if world.is_distributed and processes == 1 and local == world.size:
-        return ["torchrun", "--nproc-per-node", str(world.size), "-m", "heed"]
-    return ["heed"]
-
-
-def _launcher_note(world: "World", processes: int) -> str:
-    """For a torchrun run across machines, whose command line heed cannot rebuild."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world.size))
-    if world.is_distributed and processes == 1 and local != world.size:
-        return f" (on every machine, started by torchrun as before: {world.size} processes in all)"
-    return ""
+def _how_started(world: "World", processes: int) -> tuple[list[str], str]:
+    """How this run was started, for the commands it prints: (the launcher, a note). `heed` (with
+    --processes among the arguments), or torchrun's command line when torchrun started it on one
+    machine (`torchrun --nproc-per-node N -m heed`); across machines heed cannot rebuild torchrun's
+    command, so the note says to start it as before."""
+    if not world.is_distributed or processes > 1:
+        return ["heed"], ""
+    if int(os.environ.get("LOCAL_WORLD_SIZE", world.size)) == world.size:
+        return ["torchrun", "--nproc-per-node", str(world.size), "-m", "heed"], ""
+    return ["heed"], f" (on every machine, started by torchrun as before: {world.size} processes in all)"
 
 
 # ----------------------------------------------------------------------------------- prepare

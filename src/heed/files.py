@@ -217,17 +217,17 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in _FILE_TYPES if test(mode)), "a special file")
 
 
-def open_regular(path: str | os.PathLike[str], mode: str = "rb", *, encoding: str | None = None) -> IO[Any]:
-    """Open a file heed reads, refusing anything but a regular file (a symlink to one is fine) before a
-    byte is read: opening a FIFO without a writer would block forever, and /dev/zero never ends.
-    The refusal is an OSError (errno EINVAL) whose strerror says what the path is, so every caller's
-    "cannot read" handling names it; a directory is an IsADirectoryError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))  # a FIFO opens at once
+def _open_without_waiting(path: str | os.PathLike[str], mode: str, encoding: str | None, *,
+                          regular_only: bool) -> IO[Any]:
+    """Open for reading without blocking on the open (O_NONBLOCK: a FIFO opens at once), then read
+    blocking as usual. A directory is an IsADirectoryError; with `regular_only`, anything but a
+    regular file is an OSError (errno EINVAL) whose strerror says what the path is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", os.fspath(path))
-        if not stat.S_ISREG(st.st_mode):
+        if regular_only and not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, f"is {file_kind(st.st_mode)}, not a regular file", os.fspath(path))
         os.set_blocking(fd, True)
         return os.fdopen(fd, mode, **({} if encoding is None else {"encoding": encoding}))
@@ -236,19 +236,19 @@ def open_regular(path: str | os.PathLike[str], mode: str = "rb", *, encoding: st
         raise
 
 
+def open_regular(path: str | os.PathLike[str], mode: str = "rb", *, encoding: str | None = None) -> IO[Any]:
+    """Open a file heed reads, refusing anything but a regular file (a symlink to one is fine) before a
+    byte is read: opening a FIFO without a writer would block forever, and /dev/zero never ends.
+    The refusal is an OSError (errno EINVAL) whose strerror says what the path is, so every caller's
+    "cannot read" handling names it; a directory is an IsADirectoryError."""
+    return _open_without_waiting(path, mode, encoding, regular_only=True)
+
+
 def open_stream(path: str | os.PathLike[str]) -> IO[bytes]:
     """Open a file read once, front to back (`heed translate -i`): a regular file, or a stream such
     as a pipe, /dev/stdin or a FIFO. The open never waits: a FIFO no one writes to opens at once
     and reads as empty (plain open() would block for ever). A directory is an IsADirectoryError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    try:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", os.fspath(path))
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    return _open_without_waiting(path, "rb", None, regular_only=False)
 
 
 def check_regular(path: str | os.PathLike[str]) -> None:
@@ -413,22 +413,17 @@ def replace_dir(target: str | os.PathLike[str], fill: Callable[[Path], None]) ->
         target = Path(os.path.realpath(target))
     parent = target.parent
     tmp = make_temp_dir(parent, f".{target.name[:200]}.", ".tmp-dir")
-    try:
-        fill(tmp)
-    except OutputError as e:  # a file of the new copy: name the directory the user asked for
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise OutputError(e.reason, path=target) from None
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if e.errno in _WRITE_ERRNOS:
-            raise OutputError(f"cannot write: {reason(e)}", path=target) from None
-        raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _fsync_dir(tmp)
     old = parent / f"{target.name}.old"
     try:
+        try:
+            fill(tmp)
+        except OutputError as e:  # a file of the new copy: name the directory the user asked for
+            raise OutputError(e.reason, path=target) from None
+        except OSError as e:
+            if e.errno in _WRITE_ERRNOS:
+                raise OutputError(f"cannot write: {reason(e)}", path=target) from None
+            raise
+        _fsync_dir(tmp)
         if target.is_dir() and _exchange(tmp, target):
             _fsync_dir(parent)
             shutil.rmtree(old, ignore_errors=True)
@@ -443,15 +438,17 @@ def replace_dir(target: str | os.PathLike[str], fill: Callable[[Path], None]) ->
         shutil.rmtree(old, ignore_errors=True)
         return target
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # gone once swapped in; the old copy after an exchange
+        # A failed fill's copy; nothing once swapped in by rename; the old copy after an exchange.
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def resolve_dir(target: str | os.PathLike[str]) -> Path | None:
+def resolve_dir(target: str | os.PathLike[str], markers: tuple[str, ...] = COMPLETE_MARKERS) -> Path | None:
     """The complete copy of the directory `target`: itself, or `NAME.old` while a swap is between
-    its two renames (see `replace_dir`). None if neither is complete."""
+    its two renames (see `replace_dir`). Complete means it holds one of `markers` (by default a
+    model directory's or an export's). None if neither is complete."""
     target = Path(target)
     for candidate in (target, target.with_name(f"{target.name}.old")):
-        if any((candidate / marker).is_file() for marker in COMPLETE_MARKERS):
+        if any((candidate / marker).is_file() for marker in markers):
             return candidate
     return None
 

@@ -350,9 +350,8 @@ def open_prepared(data: DataConfig, *, verify_hashes: bool) -> tuple[PreparedCor
         codec = Codec.load(data.prepared, data=data)
     except ModelDirError as e:
         raise DataError(str(e)) from None
-    corpus.vocab_sizes = (len(codec.src_vocab), len(codec.tgt_vocab))
     if verify_hashes:  # with the sha256 pass (a read of every shard), check every id is in its vocabulary
-        verify_ids(data.prepared, corpus.manifest, corpus.vocab_sizes)
+        verify_ids(data.prepared, corpus.manifest, (len(codec.src_vocab), len(codec.tgt_vocab)))
     return corpus, codec
 
 

@@ -419,9 +419,6 @@ class PreparedCorpus:
         self._kept_starts = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)  # (shards + 1,)
         self.sentences = sum(int(e["sentences"]) for e in self.manifest["shards"])
         self._rows_cache: tuple[int, np.ndarray] | None = None
-        # (source, target) vocabulary sizes: set by the reader that loaded the corpus's codec
-        # (heed.pipeline.open_prepared); every id read is then checked against them.
-        self.vocab_sizes: tuple[int, int] | None = None
 
     @staticmethod
     def _kept_mask(shard: _Shard, max_src_len: int | None, max_tgt_len: int | None) -> np.ndarray:
@@ -478,19 +475,10 @@ class PreparedCorpus:
             self.shards[s].release()
 
     def example(self, shard_index: int, row: int) -> Example:
-        """(src_ids, tgt_ids) of row `row` of shard `shard_index`, as Python ints; a DataError naming
-        the shard file for an id outside `vocab_sizes` (when set)."""
+        """(src_ids, tgt_ids) of row `row` of shard `shard_index`, as Python ints."""
         shard = self.shards[shard_index]
         s0, t0, s1, t1 = shard.offsets.read(2 * row, 2 * row + 4).tolist()  # offsets rows `row` and `row + 1`
-        src, tgt = shard.src.read(s0, s1), shard.tgt.read(t0, t1)
-        if self.vocab_sizes is not None:
-            for ids, array, size, side in ((src, shard.src, self.vocab_sizes[0], "source"),
-                                           (tgt, shard.tgt, self.vocab_sizes[1], "target")):
-                if ids.size and int(ids.max()) >= size:
-                    raise DataError(f"holds id {int(ids.max())}, but the {side} vocabulary has {size} ids: the "
-                                    "shard does not belong to this corpus's vocabulary; prepare the corpus again",
-                                    path=array.path)
-        return src.tolist(), tgt.tolist()
+        return shard.src.read(s0, s1).tolist(), shard.tgt.read(t0, t1).tolist()
 
     def examples(self) -> Iterator[Example]:
         """Every kept pair in corpus order (for tests and tools; training reads by batch)."""

@@ -319,8 +319,7 @@ class Manifest:
 def exported_dir(path: str | os.PathLike[str]) -> Path | None:
     """The complete exported directory at `path` (it holds manifest.json), or `path.old` while
     `heed export` swaps a new one in (heed.files.replace_dir); None if `path` is no export."""
-    found = resolve_dir(path)
-    return found if found is not None and (found / MANIFEST_FILE).is_file() else None
+    return resolve_dir(path, (MANIFEST_FILE,))
 
 
 def is_exported_dir(path: str | os.PathLike[str]) -> bool:
@@ -368,7 +367,7 @@ def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) ->
 
     from heed.data.tokenize import spm_model_path
     from heed.data.vocab import BOS, EOS, PAD
-    from heed.nn.build import ModelConfig
+    from heed.nn.model_config import ModelConfig
     from heed.pipeline import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE
 
     def bad(field: str, what: str) -> ModelDirError:
@@ -385,9 +384,8 @@ def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) ->
     for name, expected in (("pad", PAD), ("bos", BOS), ("eos", EOS)):
         if type(ids.get(name)) is not int or ids[name] != expected:
             raise bad(f"special_ids.{name}", f"is {ids.get(name)!r}, but heed's vocabularies have {name} = {expected}")
-    for key in ("int8",):
-        if not isinstance(data.get(key, False), bool):
-            raise bad(key, f"is {data[key]!r}, not true or false")
+    if not isinstance(data.get("int8", False), bool):
+        raise bad("int8", f"is {data['int8']!r}, not true or false")
     if type(data.get("parameters", 0)) is not int or data.get("parameters", 0) < 0:
         raise bad("parameters", f"is {data.get('parameters')!r}, not a count")
     expected_names = graph_names(model.decoder, lstm=model.rnn == "lstm",

@@ -388,10 +388,7 @@ def _check_sentences(sentences: Sequence[str], field: str, settings: ServeSettin
         if len(sentence) > settings.max_chars:
             raise ApiError(413, f"the sentence has {len(sentence)} characters; the server takes at most "
                                 f"{settings.max_chars} (--max-chars)", f"{field}[{k}]")
-        bad = text_problem(sentence)
-        if bad is not None:
-            raise ApiError(422, f"{bad}; a sentence holds characters, and no control characters but tab",
-                           f"{field}[{k}]")
+        _check_text(sentence, "a sentence", f"{field}[{k}]")
 
 
 def _decode(translator: Translator, request: TranslateRequest, settings: ServeSettings) -> DecodeConfig:
@@ -418,13 +415,17 @@ def _decode(translator: Translator, request: TranslateRequest, settings: ServeSe
     return cfg
 
 
+def _check_text(text: str, what: str, field: str) -> None:
+    """A 422 naming `field` for a text no sentence can hold (heed.data.corpus.text_problem)."""
+    bad = text_problem(text)
+    if bad is not None:
+        raise ApiError(422, f"{bad}; {what} holds characters, and no control characters but tab", field)
+
+
 def _check_prefix_text(prefix: Sequence[str | Sequence[str] | None]) -> None:
     for k, entry in enumerate(prefix):
         for text in [entry] if isinstance(entry, str) else (entry or []):
-            bad = text_problem(text)
-            if bad is not None:
-                raise ApiError(422, f"{bad}; a prefix holds characters, and no control characters but tab",
-                               f"prefix[{k}]")
+            _check_text(text, "a prefix", f"prefix[{k}]")
 
 
 def _check_work(cfg: DecodeConfig, sources: Sequence[Sequence[str]], prefix_ids: Sequence[Sequence[int]] | None,
