@@ -1,5 +1,5 @@
 """train.compile, before and after: heed's training step with the decoder's teacher-forced pass
-eager (the hand-written input-feeding node, heed.nn.feeding, where it applies) and under
+eager (the hand-written input-feeding node, heed.nn.rnn.feeding, where it applies) and under
 torch.compile (Seq2Seq.compile_teacher_forced), on the same batches, interleaved batch by batch
 so that load on a shared machine falls on both alike.
 

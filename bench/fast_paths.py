@@ -47,7 +47,7 @@ import heed.search
 from heed.data.batching import Batch, collate, token_batches
 from heed.data.vocab import PAD
 from heed.nn.build import ModelConfig, build_model
-from heed.nn.decoder import _RNNDecoder
+from heed.nn.rnn.decoder import _RNNDecoder
 from heed.search import DecodeConfig, search
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def encoder_by_groups(embed: int, hidden: int) -> None:
     """Section 6: packed against by length for 1..20 distinct lengths, LSTM and GRU."""
-    from heed.nn.encoder import RNNEncoder
+    from heed.nn.rnn.encoder import RNNEncoder
 
     print()
     print("| encoder | distinct lengths | training: packed → by length | decoding: packed → by length |")

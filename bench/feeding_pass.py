@@ -1,5 +1,5 @@
 """Before/after for the training step of an input-feeding Luong model: autograd through the step
-loop against the hand-written pass (heed.nn.feeding), each in float32 and under bf16 autocast,
+loop against the hand-written pass (heed.nn.rnn.feeding), each in float32 and under bf16 autocast,
 plus Adam's step with and without `fused=True`, and the recurrent GEMM alone in float32 and bf16.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/feeding_pass.py [--data DIR] [--steps 40] [--threads 1]

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from heed.nn.build import ModelConfig, build_model
-from heed.nn.decoder import DecoderStep
+from heed.nn.rnn.decoder import DecoderStep
 from heed.nn.masks import lengths_to_mask
 from heed.search import DecodeConfig, Hypothesis, beam_search, greedy_search
 

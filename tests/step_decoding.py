@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from heed.nn.seq2seq import Seq2Seq
+from heed.nn.rnn.seq2seq import Seq2Seq
 
 
 def decode_step_by_step(model: Seq2Seq, src: Tensor, src_lengths: Tensor,

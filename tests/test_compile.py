@@ -14,7 +14,7 @@ from heed.nn.build import build_model
 from heed.runtime import compiler_problem
 from heed.train import train
 
-# Input feeding and dropout 0: the path compile replaces (heed.nn.feeding's hand-written pass)
+# Input feeding and dropout 0: the path compile replaces (heed.nn.rnn.feeding's hand-written pass)
 # and no random masks, whose draws differ between eager and inductor code.
 MODEL = {"input_feeding": True, "dropout": 0.0}
 STEPS = 4
@@ -92,7 +92,7 @@ def test_target_lengths_past_the_limit_run_the_eager_pass(monkeypatch):
     """Each target length is a compile of its own; after COMPILED_TARGET_LENGTHS of them, batches of
     new lengths take the eager pass (and give the same features). The compiler is stubbed: this
     tests the routing, not inductor."""
-    import heed.nn.seq2seq as seq2seq
+    import heed.nn.rnn.seq2seq as seq2seq
     from heed.nn.build import ModelConfig
 
     calls = []

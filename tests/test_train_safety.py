@@ -25,7 +25,7 @@ from heed.cli import app
 from heed.config import config_from_dict
 from heed.errors import HeedError
 from heed.lock import LOCK_FILE, RunLock
-from heed.nn.seq2seq import Seq2Seq
+from heed.nn.rnn.seq2seq import Seq2Seq
 from heed.train import Trainer, data_fingerprint, train
 
 runner = CliRunner()

@@ -51,8 +51,7 @@ from heed.data.corpus import normalize, text_problem
 from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from heed.ensemble import Ensemble
 from heed.errors import ConfigError, HeedError
-from heed.nn.layout import for_decoding
-from heed.nn.seq2seq import Seq2Seq
+from heed.nn.protocol import TrainableModel, TranslationModel
 from heed.pipeline import Codec
 from heed.runtime import check_bf16, limit_onednn_cache, resolve_device
 from heed.search import BeamTree, Decoded, DecodeConfig, translate_ids
@@ -161,7 +160,7 @@ class Exploration:
 
 
 def _load_parts(path: str | os.PathLike[str], *, exported: bool, device: torch.device,
-                verify: bool | None) -> "tuple[Seq2Seq | OrtSeq2Seq, Codec, Config]":
+                verify: bool | None) -> "tuple[TrainableModel | OrtSeq2Seq, Codec, Config]":
     """(model, codec, config) of a model directory (loaded onto `device`) or an exported directory."""
     if exported:
         from heed.export.ort import load_exported
@@ -171,11 +170,11 @@ def _load_parts(path: str | os.PathLike[str], *, exported: bool, device: torch.d
     return loaded.model, loaded.codec, loaded.config
 
 
-def _ready(model: "Seq2Seq | OrtSeq2Seq", *, device: torch.device, bf16: bool) -> Any:
-    """The model as Translator decodes with it: a Seq2Seq cast to bf16 (if asked), moved to
+def _ready(model: "TrainableModel | OrtSeq2Seq", *, device: torch.device, bf16: bool) -> Any:
+    """The model as Translator decodes with it: a PyTorch model cast to bf16 (if asked), moved to
     `device`, in eval mode, its decoder's weights column-major on the CPU; an exported model as it
     is, after checking it is asked for nothing it cannot do."""
-    if not isinstance(model, Seq2Seq):  # an exported model (heed.export.ort): ONNX Runtime on the CPU
+    if not isinstance(model, torch.nn.Module):  # an exported model (heed.export.ort): ONNX Runtime on the CPU
         if bf16 or device.type != "cpu":
             raise HeedError("an exported model runs on the CPU in the precision it was exported in; "
                             "drop --bf16 and --device cuda (or translate with the model directory)")
@@ -185,7 +184,7 @@ def _ready(model: "Seq2Seq | OrtSeq2Seq", *, device: torch.device, bf16: bool) -
     limit_onednn_cache(bf16)
     model = (model.to(torch.bfloat16) if bf16 else model).to(device).eval()
     if device.type == "cpu":
-        for_decoding(model.decoder)  # few rows a step: the faster GEMM layout there
+        model.for_decoding()  # few rows a step: the faster GEMM layout there
     return model
 
 
@@ -232,10 +231,10 @@ class Translator:
     An ensemble (heed.ensemble.Ensemble, from `Translator.load` of several paths) has each of its
     models made ready so."""
 
-    def __init__(self, model: "Seq2Seq | OrtSeq2Seq | Ensemble", codec: Codec, config: Config, *,
+    def __init__(self, model: "TrainableModel | OrtSeq2Seq | Ensemble", codec: Codec, config: Config, *,
                  device: torch.device, bf16: bool = False) -> None:
         if isinstance(model, Ensemble):
-            self.model: Any = Ensemble([_ready(m, device=device, bf16=bf16) for m in model.members])
+            self.model: TranslationModel = Ensemble([_ready(m, device=device, bf16=bf16) for m in model.members])
         else:
             self.model = _ready(model, device=device, bf16=bf16)
         self.codec = codec

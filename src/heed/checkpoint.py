@@ -62,7 +62,7 @@ from heed.files import (
     verifying,
 )
 from heed.nn.build import build_model
-from heed.nn.seq2seq import Seq2Seq
+from heed.nn.protocol import TrainableModel
 from heed.pipeline import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE, Codec
 
 FORMAT_VERSION = 1
@@ -141,7 +141,7 @@ def save_model_dir(target: str | os.PathLike[str], *, model: nn.Module | dict[st
 
 @dataclass(frozen=True)
 class LoadedModel:
-    model: Seq2Seq  # in eval mode, on the requested device
+    model: TrainableModel  # in eval mode, on the requested device
     config: Config
     codec: Codec
     directory: Path  # the model directory actually read

@@ -5,7 +5,7 @@ members' log-probabilities.
 batch with every member, `init_state` and `step` run every member on its own encoding and state,
 and `select`/`repeat` reorder every member's rows alike. So greedy search, beam search, sampling,
 n-best lists, forced prefixes and the penalties run over it unchanged; search never knows it is
-not one model. A member is anything that meets the protocol: a heed.nn.seq2seq.Seq2Seq, an exported
+not one model. A member is anything that meets the protocol: a heed.nn.rnn.seq2seq.Seq2Seq, an exported
 model (heed.export.ort.OrtSeq2Seq), a test's scripted fake.
 
 The combination, at every step t (OpenNMT-py's ensemble decoding; fairseq averages probabilities
@@ -35,8 +35,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from heed.nn.seq2seq import Seq2SeqOutput
-from heed.search import Encoded, SearchModel, SearchState
+from heed.nn.protocol import Seq2SeqOutput
+from heed.nn.protocol import Encoded, SearchModel, SearchState
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ def default_bf16(device: torch.device) -> bool:
 def limit_onednn_cache(bf16: bool) -> None:
     """Keep oneDNN's per-shape primitive cache small for float32 work (a user's
     ONEDNN_PRIMITIVE_CACHE_CAPACITY wins). On the CPU the encoder makes one oneDNN RNN call per
-    source length in a batch (heed.nn.encoder), so a run meets a new shape most batches, and the
+    source length in a batch (heed.nn.rnn.encoder), so a run meets a new shape most batches, and the
     default 1,024 cached primitives grew a 1000-step dates run from 471 MB to 997 MB; with 16 it
     stayed at 465 MB, as fast. bf16 matrix products are oneDNN primitives too and re-creating them
     costs (400 dates steps: 28.2 s with 16, 22.2 s with 1,024), so bf16 keeps the default.

@@ -1,7 +1,8 @@
 """Greedy search, beam search and sampling over the decoder protocol.
 
-Search sees only `SearchModel` (below, a typing.Protocol), never a model class: `encode` once,
-`init_state`, then `step` by step, reordering rows with `select`. heed.nn.seq2seq.Seq2Seq implements
+Search sees only `SearchModel` (heed.nn.protocol, a typing.Protocol), never a model class: `encode` once,
+`init_state`, then `step` by step, reordering rows with `select`. heed.nn.rnn.seq2seq.Seq2Seq and
+heed.nn.transformer.TransformerSeq2Seq implement
 it, and so do the tests' scripted fakes and any other runtime (e.g. an exported graph).
 
 Conventions, the same in greedy and beam search:
@@ -23,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -32,73 +33,14 @@ from heed.data.batching import sentence_batches
 from heed.decode_config import MAX_BEAM, MAX_OUTPUT_TOKENS, DecodeConfig  # noqa: F401  (DecodeConfig's home)
 from heed.data.vocab import UNK
 from heed.errors import ConfigError
+from heed.nn.protocol import Encoded, SearchModel, SearchState, Step  # noqa: F401  (the protocol's home)
 
 NEG_INF = float("-inf")
 
 
-# ---------------------------------------------------------------------------------------------
-# The protocol search talks to.
+# The protocol search talks to lives in heed.nn.protocol (SearchModel, Encoded, SearchState, Step).
 
 
-class SearchState(Protocol):
-    """A decoder's state for a batch of rows."""
-
-    def select(self, indices: Tensor) -> "SearchState":
-        """Rows `indices` (n,) long, in that order (beams reordered, finished rows dropped)."""
-        ...
-
-
-class Encoded(Protocol):
-    """An encoded batch of sources, as search needs it."""
-
-    @property
-    def mask(self) -> Tensor:
-        """bool (batch, src_len), True = real token."""
-        ...
-
-    def repeat(self, times: int) -> "Encoded":
-        """Each source serving `times` decoder rows in a row (one per beam or sample)."""
-        ...
-
-    def select(self, sources: Tensor) -> "Encoded":
-        """Sources `sources` (n,) long, with all their decoder rows."""
-        ...
-
-
-class Step(Protocol):
-    """One decoding step's output (heed.nn.decoder.DecoderStep is one): logits (rows, vocab), which
-    search log-softmaxes; the state for the next step; attention (rows, src_len), the weights behind
-    the step, or None for a model without attention."""
-
-    @property
-    def logits(self) -> Tensor: ...
-
-    @property
-    def state(self) -> Any: ...
-
-    @property
-    def attention(self) -> Tensor | None: ...
-
-
-@runtime_checkable
-class SearchModel(Protocol):
-    """What greedy search, beam search and sampling need of a model. Put it in eval mode first."""
-
-    pad_id: int
-    bos_id: int
-    eos_id: int
-
-    def encode(self, src: Tensor, src_lengths: Tensor) -> Encoded:
-        """src (batch, src_len) ids + EOS right-padded, src_lengths (batch,) -> the encoded batch."""
-        ...
-
-    def init_state(self, enc: Any) -> SearchState:
-        """The first state for the encoded batch (`enc`: what `encode` returned)."""
-        ...
-
-    def step(self, prev_tokens: Tensor, state: Any, enc: Any) -> Step:
-        """prev_tokens (rows,) long, the state, the encoded batch -> the step's output."""
-        ...
 FORCED_FLOOR = -1e9  # the log-prob of a forced prefix token the model gives probability 0
 
 

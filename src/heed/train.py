@@ -97,7 +97,7 @@ from heed.evaluate import Scores, evaluate
 from heed.files import atomic_write_text, file_digest
 from heed.lock import RunLock
 from heed.nn.build import build_model
-from heed.nn.seq2seq import Seq2Seq
+from heed.nn.protocol import TrainableModel
 from heed.pipeline import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
 from heed.runtime import (
     check_bf16,
@@ -369,7 +369,7 @@ class _BatchLoss(nn.Module):
     does it all: DistributedDataParallel syncs gradients only for work done inside the `forward`
     of the module it wraps."""
 
-    def __init__(self, model: Seq2Seq, *, label_smoothing: float) -> None:
+    def __init__(self, model: TrainableModel, *, label_smoothing: float) -> None:
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
@@ -716,7 +716,7 @@ class Trainer:
                            time.perf_counter() - started, self._stop_signal if stop == "interrupted" else None,
                            is_main=world.is_main)
 
-    def _compile(self, model: Seq2Seq) -> None:
+    def _compile(self, model: TrainableModel) -> None:
         """With `train.compile`, the model's training pass under torch.compile where it can build
         kernels (Seq2Seq.compile_teacher_forced); else one line says why and training runs eagerly."""
         if not self.config.train.compile:

@@ -19,7 +19,7 @@ from heed.errors import ConfigError
 from heed.nn.attention import SCORES, Attention
 from heed.nn.build import ModelConfig, build_model
 from heed.nn.masks import lengths_to_mask
-from heed.nn.seq2seq import Seq2Seq
+from heed.nn.rnn.seq2seq import Seq2Seq
 from heed.search import DecodeConfig, greedy_search, search
 
 BATCH, SRC_LEN, TGT_LEN = 4, 5, 3

@@ -6,7 +6,7 @@ import torch
 from pydantic import ValidationError
 
 from heed.nn.build import ModelConfig, build_model
-from heed.nn.decoder import BahdanauDecoder, LuongDecoder, PlainDecoder
+from heed.nn.rnn.decoder import BahdanauDecoder, LuongDecoder, PlainDecoder
 
 
 def test_unknown_key_is_an_error_naming_it() -> None:

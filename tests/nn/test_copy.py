@@ -12,8 +12,8 @@ from step_decoding import assert_alone_equals_in_batch, decode_step_by_step
 
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
 from heed.data.vocab import SPECIALS, Vocab
-from heed.nn.copy import PointerGenerator
-from heed.nn.coverage import coverage_loss
+from heed.nn.rnn.copy import PointerGenerator
+from heed.nn.rnn.coverage import coverage_loss
 from heed.nn.masks import lengths_to_mask
 
 SRC_VOCAB = Vocab([*SPECIALS, "a", "b"])
@@ -102,7 +102,7 @@ from heed.config import config_from_dict  # noqa: E402
 from heed.errors import ConfigError  # noqa: E402
 from heed.nn.attention import SCORES  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
-from heed.nn.seq2seq import Seq2Seq  # noqa: E402
+from heed.nn.rnn.seq2seq import Seq2Seq  # noqa: E402
 from heed.search import DecodeConfig, Prefix, beam_search, greedy_search, sample, search  # noqa: E402
 
 S, V = 8, 9  # source and target vocabulary sizes
@@ -313,7 +313,7 @@ def test_copy_is_off_by_default_and_adds_only_the_switch() -> None:
 
 from dataclasses import replace  # noqa: E402
 
-from heed.nn.copy import LOG_TINY, mixture_loss  # noqa: E402
+from heed.nn.rnn.copy import LOG_TINY, mixture_loss  # noqa: E402
 
 
 @pytest.mark.parametrize("name", COVERAGE_CONFIGS)
@@ -378,7 +378,7 @@ def test_the_copy_models_loss_is_the_mixture_nll_plus_lambda_times_the_hand_summ
     tgt_out = copy_targets(tgt_in)
     with torch.no_grad():
         out = model(src, LENGTHS, tgt_in)
-        # local-p may give a copied word outside its window probability 0: the loss floors log P (heed.nn.copy)
+        # local-p may give a copied word outside its window probability 0: the loss floors log P (heed.nn.rnn.copy)
         nll = -out.logits.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1).clamp(min=LOG_TINY)[tgt_out != 0].sum()
         covloss = by_hand_coverage_loss(out.attention, tgt_out)
         got = model.loss(_Batch(src, LENGTHS, tgt_in, tgt_out))

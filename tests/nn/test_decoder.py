@@ -6,8 +6,8 @@ import torch
 from step_decoding import assert_alone_equals_in_batch, decode_step_by_step
 
 from heed.nn.build import ModelConfig, build_model
-from heed.nn.decoder import DecoderState
-from heed.nn.seq2seq import Seq2Seq
+from heed.nn.rnn.decoder import DecoderState
+from heed.nn.rnn.seq2seq import Seq2Seq
 
 SRC_VOCAB, TGT_VOCAB = 11, 13
 SRC_LENGTHS = torch.tensor([6, 3, 1, 4])

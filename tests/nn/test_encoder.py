@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from heed.nn.encoder import Bridge, EncoderOutput, RNNEncoder
+from heed.nn.rnn.encoder import Bridge, EncoderOutput, RNNEncoder
 
 VOCAB, EMBED, HIDDEN, PAD = 11, 5, 8, 0
 LENGTHS = torch.tensor([4, 6, 2, 1])

@@ -1,4 +1,4 @@
-"""The hand-written input-feeding pass (heed.nn.feeding) against autograd through the step loop."""
+"""The hand-written input-feeding pass (heed.nn.rnn.feeding) against autograd through the step loop."""
 from __future__ import annotations
 
 from functools import partial
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from heed.nn.build import ModelConfig, build_model
-from heed.nn.decoder import DecoderOutput, _RNNDecoder
-from heed.nn.feeding import InputFeedingLSTM
+from heed.nn.rnn.decoder import DecoderOutput, _RNNDecoder
+from heed.nn.rnn.feeding import InputFeedingLSTM
 
 SRC_LENGTHS = torch.tensor([7, 3, 5, 1])
 SRC_LEN, TGT_LEN = 8, 6

@@ -8,7 +8,7 @@ import torch
 
 from heed.nn.build import ModelConfig, build_model
 from heed.nn.layout import column_major, for_decoding
-from heed.nn.seq2seq import Seq2Seq
+from heed.nn.rnn.seq2seq import Seq2Seq
 from heed.search import DecodeConfig, beam_search
 
 SRC_VOCAB, TGT_VOCAB = 11, 13

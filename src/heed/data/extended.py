@@ -11,7 +11,7 @@ Ids, for a target vocabulary of V tokens and a source vocabulary of S:
 - source side (what the model's encoder is given, `source_ids`): 0 .. S-1 the source vocabulary;
   S + t a token outside the source vocabulary whose string is target token t; S + V + j a token in
   neither vocabulary, j numbering the sentence's distinct such tokens from 0. The encoder reads
-  every id >= S as <unk>; the pointer-generator (heed.nn.copy) recovers each position's extended
+  every id >= S as <unk>; the pointer-generator (heed.nn.rnn.copy) recovers each position's extended
   target id from these ids alone, with the `source_to_target` table, so search needs nothing but
   the source ids.
 

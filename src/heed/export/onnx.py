@@ -42,8 +42,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 import heed
 from heed.errors import ConfigError, HeedError, ModelDirError, install_hint
 from heed.files import file_digest, open_regular, resolve_dir, verifying
-from heed.nn.decoder import _RNNDecoder
-from heed.nn.seq2seq import Seq2Seq
+from heed.nn.rnn.decoder import _RNNDecoder
+from heed.nn.rnn.seq2seq import Seq2Seq
 
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"

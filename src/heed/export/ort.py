@@ -21,11 +21,11 @@ from torch import Tensor
 
 from heed.errors import ConfigError, HeedError, ModelDirError
 from heed.export.onnx import ENCODER_FILE, STEP_FILE, Manifest, check_graph_io, load_manifest, require
-from heed.nn.coverage import initial_coverage
-from heed.nn.decoder import DecoderState, DecoderStep
-from heed.nn.encoder import EncoderOutput
+from heed.nn.rnn.coverage import initial_coverage
+from heed.nn.rnn.decoder import DecoderState, DecoderStep
+from heed.nn.rnn.encoder import EncoderOutput
 from heed.nn.masks import lengths_to_mask
-from heed.nn.seq2seq import Seq2SeqOutput
+from heed.nn.protocol import Seq2SeqOutput
 
 
 class OrtSeq2Seq:

@@ -21,7 +21,7 @@ Coverage (Tu et al. 2016; See et al. 2017, eq. 11) is an option of the additive 
 passes the coverage vector c^t = sum_{t' < t} a^{t'} (batch, [tgt_len,] src_len), how much attention
 each source position has had so far, and the score becomes
 e_i^t = v . tanh(W_k k_i + W_q q_t + w_c c_i^t + b). The attention keeps no coverage of its own: the
-decoder carries it in its state (heed.nn.coverage).
+decoder carries it in its state (heed.nn.rnn.coverage).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The one builder that reads the model's config (heed.nn.model_config) and makes a Seq2Seq."""
+"""The one builder that reads the model's config (heed.nn.model_config): a registry of model
+families keyed by `model.family`, each a folder under heed/nn with one builder here."""
 from __future__ import annotations
 
 import os
@@ -7,15 +8,29 @@ from collections.abc import Callable, Sequence
 import torch
 
 from heed.errors import ConfigError
-from heed.nn.decoder import BahdanauDecoder, LuongDecoder, PlainDecoder, _RNNDecoder
-from heed.nn.encoder import Bridge, RNNEncoder
 from heed.nn.model_config import DEFAULT_SCORE, ModelConfig  # noqa: F401  (ModelConfig's home)
-from heed.nn.seq2seq import Seq2Seq
+from heed.nn.protocol import TrainableModel
+from heed.nn.rnn.build import build_rnn
+from heed.nn.transformer.model import build_transformer
+
+
+def _transformer(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, bos_id: int,
+                 eos_id: int, unk_id: int, source_to_target: Sequence[int] | None) -> TrainableModel:
+    return build_transformer(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=cfg.d_model,
+                             heads=cfg.heads, layers=cfg.layers, ff_size=cfg.ff_size, dropout=cfg.dropout,
+                             attention_dropout=cfg.attention_dropout, norm=cfg.norm, positions=cfg.positions,
+                             max_positions=cfg.max_positions, tie_embeddings=cfg.tie_embeddings, pad_id=pad_id,
+                             bos_id=bos_id, eos_id=eos_id)
+
+
+# model.family -> its builder: a new family is a folder under heed/nn plus one line here.
+FAMILIES: dict[str, Callable[..., TrainableModel]] = {"rnn": build_rnn, "transformer": _transformer}
+
 
 def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
                 bos_id: int = 1, eos_id: int = 2, unk_id: int = 3,
-                source_to_target: Sequence[int] | None = None) -> Seq2Seq:
-    """A fresh Seq2Seq for this config and these vocabulary sizes. A copy model (`cfg.copy`) also
+                source_to_target: Sequence[int] | None = None) -> TrainableModel:
+    """A fresh model of `cfg.family` for this config and these vocabulary sizes. A copy model (`cfg.copy`) also
     needs `source_to_target`, each source id's target id by string or -1
     (heed.data.extended.source_to_target; heed.pipeline.Codec.source_to_target).
 
@@ -25,9 +40,10 @@ def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, p
     if cfg.copy and (source_to_target is None or len(source_to_target) != src_vocab_size):
         raise ValueError("a copy model needs source_to_target, one target id (or -1) per source vocabulary id")
 
-    def build() -> Seq2Seq:
-        return _build(cfg, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, pad_id=pad_id,
-                      bos_id=bos_id, eos_id=eos_id, unk_id=unk_id, source_to_target=source_to_target)
+    def build() -> TrainableModel:
+        return FAMILIES[cfg.family](cfg, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
+                                    pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, unk_id=unk_id,
+                                    source_to_target=source_to_target)
 
     check_size(cfg, build, vocab=(src_vocab_size, tgt_vocab_size))
     return build()
@@ -44,8 +60,11 @@ def physical_memory() -> int | None:
 def check_size(cfg: ModelConfig, build: Callable[[], torch.nn.Module], *, vocab: tuple[int, int]) -> int:
     """The parameter count of the model `build()` makes, counted on the meta device; a ConfigError
     when its float32 weights alone exceed this machine's memory."""
-    sizes = f"model.hidden_size {cfg.hidden_size}, model.embed_size {cfg.embed_size}, vocabularies {vocab[0]:,} " \
-            f"and {vocab[1]:,}"
+    if cfg.family == "rnn":
+        fields = f"model.hidden_size {cfg.hidden_size}, model.embed_size {cfg.embed_size}"
+    else:
+        fields = f"model.d_model {cfg.d_model}, model.ff_size {cfg.ff_size}, model.layers {cfg.layers}"
+    sizes = f"{fields}, vocabularies {vocab[0]:,} and {vocab[1]:,}"
     try:
         with torch.device("meta"):
             count = sum(p.numel() for p in build().parameters())
@@ -58,28 +77,3 @@ def check_size(cfg: ModelConfig, build: Callable[[], torch.nn.Module], *, vocab:
                           f"alone, and this machine has {memory / 1e9:,.1f} GB ({sizes}); make them smaller",
                           field="model")
     return count
-
-
-def _build(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, bos_id: int, eos_id: int,
-           unk_id: int, source_to_target: Sequence[int] | None) -> Seq2Seq:
-    encoder = RNNEncoder(vocab_size=src_vocab_size, embed_size=cfg.embed_size, hidden_size=cfg.hidden_size,
-                         num_layers=cfg.encoder_layers, rnn=cfg.rnn, bidirectional=cfg.bidirectional,
-                         dropout=cfg.dropout, pad_id=pad_id)
-    bridge = Bridge(cfg.bridge, enc_hidden=cfg.hidden_size, enc_layers=cfg.encoder_layers,
-                    dec_hidden=cfg.hidden_size, dec_layers=cfg.decoder_layers,
-                    num_tensors=2 if cfg.rnn == "lstm" else 1)
-    common = dict(vocab_size=tgt_vocab_size, embed_size=cfg.embed_size, hidden_size=cfg.hidden_size,
-                  memory_size=cfg.hidden_size, num_layers=cfg.decoder_layers, rnn=cfg.rnn,
-                  dropout=cfg.dropout, pad_id=pad_id)
-    attention = dict(attention_hidden=cfg.attention_hidden, attention_positions=cfg.attention_positions,
-                     attention_window=cfg.attention_window, coverage=cfg.coverage)
-    decoder: _RNNDecoder
-    copy = dict(copy_source_to_target=source_to_target if cfg.copy else None, unk_id=unk_id)
-    if cfg.decoder == "luong":
-        decoder = LuongDecoder(score=cfg.score, input_feeding=cfg.input_feeding, **copy, **attention, **common)
-    elif cfg.decoder == "bahdanau":
-        decoder = BahdanauDecoder(score=cfg.score, **copy, **attention, **common)
-    else:
-        decoder = PlainDecoder(**common)
-    return Seq2Seq(encoder, bridge, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id,
-                   coverage_loss=cfg.coverage_loss)

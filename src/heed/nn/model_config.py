@@ -1,15 +1,27 @@
 """The model's config: `model:` in a config file. Plain pydantic, no torch, so reading a config
-(heed.config) loads no model code; heed.nn.build makes the model from it."""
+(heed.config) loads no model code; heed.nn.build makes the model from it.
+
+`family` picks the model family (heed.nn.build.FAMILIES): `rnn` (the default, and what every config
+and model directory from before families meant) or `transformer`. Each field belongs to a family
+(`FAMILY_OF`) or to all; a field of another family is an error naming it, and a saved config lists
+only its family's fields."""
 from __future__ import annotations
 
 import warnings
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 ScoreName = Literal["dot", "general", "additive", "scaled_dot", "cosine", "location"]
 
 DEFAULT_SCORE: dict[str, ScoreName] = {"luong": "general", "bahdanau": "additive"}
+Family = Literal["rnn", "transformer"]
+
+RNN_FIELDS = ("decoder", "attention", "input_feeding", "rnn", "embed_size", "hidden_size", "attention_hidden",
+              "attention_positions", "attention_window", "coverage_loss", "encoder_layers", "decoder_layers",
+              "bidirectional", "bridge")
+TRANSFORMER_FIELDS = ("layers", "heads", "d_model", "ff_size", "norm", "positions", "max_positions",
+                      "tie_embeddings", "attention_dropout")
 
 
 # `model.copy` is the name users write; it hides pydantic's deprecated BaseModel.copy (use
@@ -18,10 +30,17 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message='Field name "copy" in "ModelConfig" shadows', category=UserWarning)
 
     class ModelConfig(BaseModel):
-        """Architecture. `hidden_size` is the encoder's output size (both directions together) and the
-        decoder's hidden size."""
+        """Architecture: the family, then its fields. RNN: `hidden_size` is the encoder's output size
+        (both directions together) and the decoder's hidden size. Transformer: `layers` encoder and
+        `layers` decoder layers of `d_model` with `heads` heads each."""
 
         model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # as heed.config's sections
+
+        FAMILY_OF: ClassVar[dict[str, str]] = {**{f: "rnn" for f in RNN_FIELDS},
+                                               **{f: "transformer" for f in TRANSFORMER_FIELDS}}
+
+        family: Family = Field("rnn", description="the model family: rnn (encoder-decoder RNNs with attention) or "
+                                                  "transformer (Vaswani et al. 2017)")
 
         decoder: Literal["luong", "bahdanau", "plain"] = Field(
             "luong", description="Luong et al. 2015 (attention after the RNN step), Bahdanau et al. 2015 (before "
@@ -57,7 +76,25 @@ with warnings.catch_warnings():
         bridge: Literal["copy", "linear", "zeros"] = Field(
             "copy", description="the decoder's initial state from the encoder's final one: copied, a learnt "
                                 "linear map with tanh, or zeros")
-        dropout: float = Field(0.2, ge=0.0, lt=1.0, description="dropout on embeddings and between layers")
+        dropout: float = Field(0.2, ge=0.0, lt=1.0, description="dropout on embeddings and between layers (a "
+                                                                 "Transformer: also on every sublayer's output)")
+        layers: int = Field(6, ge=1, description="transformer: encoder layers, and as many decoder layers")
+        d_model: int = Field(512, gt=0, description="transformer: the size of every layer's input and output")
+        heads: int = Field(8, ge=1, description="transformer: attention heads per layer; d_model must be divisible "
+                                                "by it")
+        ff_size: int = Field(2048, gt=0, description="transformer: the feed-forward network's inner size")
+        norm: Literal["pre", "post"] = Field(
+            "pre", description="transformer: layer norm before each sublayer (pre: trains without a long warm-up) or "
+                               "after its residual sum (post: Vaswani et al. 2017)")
+        positions: Literal["sinusoidal", "learned"] = Field(
+            "sinusoidal", description="transformer: sinusoidal positions (Vaswani et al. 2017, 3.5) or a learned "
+                                      "vector per position")
+        max_positions: int = Field(1024, ge=1, description="transformer, learned positions: the positions learned; "
+                                                           "later ones read the last")
+        tie_embeddings: bool = Field(True, description="transformer: the output layer reuses the target embedding "
+                                                       "(Press & Wolf 2017)")
+        attention_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="transformer: dropout on the attention "
+                                                                          "weights")
 
         @field_validator("attention_positions")
         @classmethod
@@ -109,8 +146,41 @@ with warnings.catch_warnings():
                 raise ValueError("the coverage loss needs coverage attention; set model.coverage: true")
             return value
 
+        @field_validator("heads")
+        @classmethod
+        def _heads_divide_d_model(cls, value: int, info: ValidationInfo) -> int:
+            d_model = info.data.get("d_model")
+            if d_model is not None and d_model % value:
+                raise ValueError(f"d_model {d_model} is not divisible by heads {value}: each head gets d_model / heads "
+                                 f"dimensions; make d_model a multiple of heads (e.g. {value * max(1, round(d_model / value))})")
+            return value
+
+        @model_validator(mode="after")
+        def _fields_of_family(self) -> "ModelConfig":
+            for field in sorted(self.model_fields_set):
+                owner = self.FAMILY_OF.get(field)
+                if owner is not None and owner != self.family:
+                    raise ValueError(f"'{field}' is a field of family {owner}, not {self.family}; remove it"
+                                     + (" or set model.family: transformer" if owner == "transformer" else ""))
+            if self.family == "transformer":
+                for field in ("copy", "coverage"):
+                    if getattr(self, field):
+                        raise ValueError(f"'{field}' is not supported by the transformer family yet; remove "
+                                         f"model.{field} or use family: rnn")
+                if self.positions == "sinusoidal" and self.d_model % 2:
+                    raise ValueError(f"sinusoidal positions need an even d_model, not {self.d_model}")
+            return self
+
+        @model_serializer(mode="wrap")
+        def _only_family_fields(self, handler: Any) -> dict[str, Any]:
+            """Saved configs list only the family's own fields (and so load back)."""
+            data = handler(self)
+            return {k: v for k, v in data.items() if self.FAMILY_OF.get(k, self.family) == self.family}
+
         @model_validator(mode="after")
         def _check(self) -> "ModelConfig":
+            if self.family != "rnn":
+                return self
             if self.bidirectional and self.hidden_size % 2:
                 raise ValueError("hidden_size must be even for a bidirectional encoder (each direction gets half)")
             if self.bridge == "copy" and self.encoder_layers < self.decoder_layers:
@@ -123,5 +193,10 @@ with warnings.catch_warnings():
         def score(self) -> ScoreName | None:
             return self.attention or DEFAULT_SCORE.get(self.decoder)
 
+        @property
+        def kind(self) -> str:
+            """What the model is, in words a log line or a page shows: the RNN decoder or "transformer"."""
+            return self.decoder if self.family == "rnn" else "transformer"
 
-__all__ = ["DEFAULT_SCORE", "ModelConfig", "ScoreName"]
+
+__all__ = ["DEFAULT_SCORE", "Family", "ModelConfig", "ScoreName"]

@@ -17,7 +17,7 @@ from heed.scratch.model import SCORES, AttentionSeq2seq
 
 if TYPE_CHECKING:
     from heed.nn.build import ModelConfig
-    from heed.nn.seq2seq import Seq2Seq
+    from heed.nn.rnn.seq2seq import Seq2Seq
 
 _SUMMED_BIASES = {
     "encoder.rnn.bias": ("encoder.rnn.bias_ih_l0", "encoder.rnn.bias_hh_l0"),
@@ -52,8 +52,8 @@ def _check_twin(torch_model: Any) -> tuple[str, int, int, int, int, int | None]:
     return (score, src_vocab, tgt_vocab, embed, hidden, attention_hidden (additive only, else None))."""
     from torch import nn
 
-    from heed.nn.decoder import LuongDecoder
-    from heed.nn.seq2seq import Seq2Seq
+    from heed.nn.rnn.decoder import LuongDecoder
+    from heed.nn.rnn.seq2seq import Seq2Seq
 
     fix = ("build it with ModelConfig(decoder='luong', input_feeding=False, attention='dot', 'general' or 'additive', "
            "rnn='lstm', bidirectional=False, encoder_layers=1, decoder_layers=1, bridge='copy')")

@@ -3,15 +3,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import NamedTuple
 
 from torch import Tensor, nn
 
-from heed.nn.copy import mixture_loss
-from heed.nn.coverage import coverage_loss
-from heed.nn.decoder import DecoderFeatures, DecoderState, DecoderStep, _RNNDecoder
-from heed.nn.encoder import Bridge, EncoderOutput, RNNEncoder
+from heed.nn.rnn.copy import mixture_loss
+from heed.nn.rnn.coverage import coverage_loss
+from heed.nn.rnn.decoder import DecoderFeatures, DecoderState, DecoderStep, _RNNDecoder
+from heed.nn.rnn.encoder import Bridge, EncoderOutput, RNNEncoder
+from heed.nn.layout import for_decoding
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
+from heed.nn.protocol import Seq2SeqOutput
 from heed.runtime import compile_function
 
 # Target lengths the compiled teacher-forced pass is specialised for (each a compile of 10-30 s);
@@ -19,13 +20,8 @@ from heed.runtime import compile_function
 COMPILED_TARGET_LENGTHS = 8
 
 
-class Seq2SeqOutput(NamedTuple):
-    logits: Tensor  # (batch, tgt_len, vocab); a copy model's: log-probabilities (batch, tgt_len, vocab + temporary ids)
-    attention: Tensor | None  # (batch, tgt_len, src_len); None without attention or when not asked for
-
-
 class Seq2Seq(nn.Module):
-    """Encoder + bridge + decoder. Search talks to it through `encode`, `init_state`, `step`
+    """The RNN family's model (heed.nn.protocol.TrainableModel): encoder + bridge + decoder. Search talks to it through `encode`, `init_state`, `step`
     and `DecoderState.select`, never through the decoder's class.
 
     `coverage_loss`: lambda of See et al. 2017, eq. 13, the weight of the coverage loss in `loss`;
@@ -43,6 +39,12 @@ class Seq2Seq(nn.Module):
         # the training-mode teacher-forced pass under torch.compile, once `compile_teacher_forced` ran
         self._compiled_features: Callable[..., DecoderFeatures] | None = None
         self.coverage_loss = coverage_loss
+
+    family = "rnn"
+
+    def for_decoding(self) -> None:
+        """The decoder's matrices column-major for the step's few rows (heed.nn.layout)."""
+        for_decoding(self.decoder)
 
     @property
     def has_attention(self) -> bool:
@@ -87,7 +89,7 @@ class Seq2Seq(nn.Module):
         when `coverage_loss` > 0. The generator and cross-entropy run through
         heed.nn.loss.generator_loss, which never materialises the logits; attention weights are
         kept only for the coverage loss. A copy model's is the NLL of See et al.'s mixture over the
-        extended vocabulary (heed.nn.copy.mixture_loss); its tgt_out names a copied unknown word by
+        extended vocabulary (heed.nn.rnn.copy.mixture_loss); its tgt_out names a copied unknown word by
         its temporary id (heed.data.extended). Copy with coverage is See et al.'s full model: the
         mixture's NLL plus the same coverage term."""
         weighted = self.coverage_loss > 0
@@ -114,7 +116,7 @@ class Seq2Seq(nn.Module):
         teacher-forced pass under torch.compile (inductor): the step loop, the bridge and the
         attention become one graph, forward and backward, with the element-wise work of every step
         fused into a few C++ kernels. The encoder stays eager: it makes one oneDNN RNN call per
-        source length (heed.nn.encoder), chosen on the host. Evaluation mode stays eager.
+        source length (heed.nn.rnn.encoder), chosen on the host. Evaluation mode stays eager.
 
         Batch and source lengths are dynamic; each target length compiles once, for the first
         COMPILED_TARGET_LENGTHS lengths met, and batches of other lengths run the eager pass. The

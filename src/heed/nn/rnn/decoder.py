@@ -9,7 +9,7 @@ and `forward(tgt_in, state, enc)` runs the teacher-forced pass over a whole targ
 calls `forward_features` instead: the same pass up to the generator's input, which
 heed.nn.loss.generator_loss turns into the loss without materialising the logits.
 
-With copy attention (`copy_source_to_target=` makes `self.copy` a heed.nn.copy.PointerGenerator;
+With copy attention (`copy_source_to_target=` makes `self.copy` a heed.nn.rnn.copy.PointerGenerator;
 Luong and Bahdanau only) a step's `logits` are the log-probabilities of See et al.'s mixture over
 the extended vocabulary, (batch, vocab + temporary ids): search log-softmaxes them, which leaves
 them unchanged. Tokens fed back may then be temporary ids; the embedding reads them as <unk>. With
@@ -27,18 +27,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from heed.nn.attention import Attention, ScoreName
-from heed.nn.copy import PointerGenerator
-from heed.nn.coverage import initial_coverage
-from heed.nn.encoder import RNN_CLASSES, EncoderOutput, RNNKind
-from heed.nn.feeding import InputFeedingLSTM, gate_order
-from heed.nn.state import RNNState, as_raw, as_state, select_batch
+from heed.nn.rnn.copy import PointerGenerator
+from heed.nn.rnn.coverage import initial_coverage
+from heed.nn.rnn.encoder import RNN_CLASSES, EncoderOutput, RNNKind
+from heed.nn.rnn.feeding import InputFeedingLSTM, gate_order
+from heed.nn.rnn.state import RNNState, as_raw, as_state, select_batch
 
 
 @dataclass(frozen=True)
 class DecoderState:
     """rnn: each (layers, batch, hidden); feed: (batch, hidden) the previous attentional state
     h~_{t-1} for Luong input feeding, else None; coverage: (batch, src_len) c^t, the sum of the
-    attention weights of the steps so far (heed.nn.coverage), for a coverage model, else None."""
+    attention weights of the steps so far (heed.nn.rnn.coverage), for a coverage model, else None."""
 
     rnn: RNNState
     feed: Tensor | None = None
@@ -108,7 +108,7 @@ class _RNNDecoder(nn.Module):
         return None if self.copy is None else torch.cat([context, state, embedded], dim=-1)
 
     def _mix(self, logits: Tensor, copy_input: Tensor, weights: Tensor, enc: EncoderOutput) -> Tensor:
-        """The pointer-generator's log-probabilities over the extended vocabulary (heed.nn.copy):
+        """The pointer-generator's log-probabilities over the extended vocabulary (heed.nn.rnn.copy):
         logits (rows, [tgt_len,] vocab) -> (rows, [tgt_len,] vocab + the batch's temporary ids)."""
         assert self.copy is not None and enc.src is not None, "copy attention needs the source ids (Seq2Seq.encode)"
         copy_ids, n_unknown = self.copy.extended_ids(enc.src)  # (batch, src_len), one row per source
@@ -281,7 +281,7 @@ class LuongDecoder(_RNNDecoder):
 
     def fusable(self, tgt_in: Tensor) -> bool:
         """Whether the teacher-forced pass can run as one hand-written autograd node
-        (heed.nn.feeding): input feeding, LSTM, a dot-product score over the whole source (not
+        (heed.nn.rnn.feeding): input feeding, LSTM, a dot-product score over the whole source (not
         local-p's window, no coverage), on the CPU, no copy attention (whose switch needs the context
         vectors, which the fused pass keeps to itself). On CUDA the step loop stays until the fused
         pass is measured there. Not under torch.compile: inductor fuses the step loop itself, and the

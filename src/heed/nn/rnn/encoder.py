@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from heed.nn.masks import lengths_to_mask
-from heed.nn.state import RNNState, as_state, map_state, select_batch
+from heed.nn.rnn.state import RNNState, as_state, map_state, select_batch
 
 RNNKind = Literal["lstm", "gru"]
 RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}

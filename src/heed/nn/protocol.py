@@ -1,0 +1,156 @@
+"""The model contract, written once: what search, the translator and server, training and export
+need of a model family. A family (heed.nn.rnn, heed.nn.transformer) is a folder under heed/nn with
+one builder registered in heed.nn.build; everything outside heed/nn talks to these protocols only.
+
+    search         encode -> Encoded; init_state -> a state; step -> Step; state.select, enc.repeat/select
+    translator     + has_attention, parameters, a teacher-forced __call__ (forced decoding, explorer,
+                   alignments), for_decoding (the step's weight layout)
+    training       + loss, compile_teacher_forced
+    export         + family, and the family's graphs (heed.export)
+
+A decoder state is a `TensorState`: named tensors, each with its declared batch (row) axis, so beam
+reordering, ensembles and the exported step graph's inputs and outputs handle any family's state
+without knowing its fields.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol, runtime_checkable
+
+from torch import Tensor
+
+from heed.nn.loss import SeqLoss, TargetBatch
+
+
+class Encoded(Protocol):
+    """An encoded batch of sources, as search needs it."""
+
+    @property
+    def mask(self) -> Tensor:
+        """bool (batch, src_len), True = real token."""
+        ...
+
+    def repeat(self, times: int) -> "Encoded":
+        """Each source serving `times` decoder rows in a row (one per beam or sample)."""
+        ...
+
+    def select(self, sources: Tensor) -> "Encoded":
+        """Sources `sources` (n,) long, with all their decoder rows."""
+        ...
+
+
+class SearchState(Protocol):
+    """A decoder's state for a batch of rows."""
+
+    def select(self, indices: Tensor) -> "SearchState":
+        """Rows `indices` (n,) long, in that order (beams reordered, finished rows dropped)."""
+        ...
+
+
+class Step(Protocol):
+    """One decoding step's output: logits (rows, vocab), which search log-softmaxes; the state for
+    the next step; attention (rows, src_len), the weights behind the step, or None for a model
+    without attention."""
+
+    @property
+    def logits(self) -> Tensor: ...
+
+    @property
+    def state(self) -> SearchState: ...
+
+    @property
+    def attention(self) -> Tensor | None: ...
+
+
+@runtime_checkable
+class SearchModel(Protocol):
+    """What greedy search, beam search and sampling need of a model. Put it in eval mode first.
+    `enc` and `state` are what this model's own `encode` and `init_state`/`step` returned."""
+
+    pad_id: int
+    bos_id: int
+    eos_id: int
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> Encoded:
+        """src (batch, src_len) ids + EOS right-padded, src_lengths (batch,) -> the encoded batch."""
+        ...
+
+    def init_state(self, enc: Encoded) -> SearchState:
+        """The first state for the encoded batch, one row per decoder row."""
+        ...
+
+    def step(self, prev_tokens: Tensor, state: SearchState, enc: Encoded) -> Step:
+        """prev_tokens (rows,) long, the state, the encoded batch -> the step's output."""
+        ...
+
+
+class Seq2SeqOutput(NamedTuple):
+    """A teacher-forced pass."""
+
+    logits: Tensor  # (batch, tgt_len, vocab); a copy model's: log-probabilities (batch, tgt_len, vocab + temporary ids)
+    attention: Tensor | None  # (batch, tgt_len, src_len); None without attention or when not asked for
+
+
+@runtime_checkable
+class TranslationModel(SearchModel, Protocol):
+    """What heed.api.Translator, the server and the explorer need besides search (an ensemble and an
+    exported model are ones too)."""
+
+    @property
+    def has_attention(self) -> bool: ...
+
+    def parameters(self) -> Iterator[Tensor]:
+        """For counting (the server's model info)."""
+        ...
+
+    def __call__(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
+                 need_attention: bool = True) -> Seq2SeqOutput:
+        """Teacher-forced: tgt_in (batch, tgt_len) starting with BOS -> logits (batch, tgt_len, vocab)
+        and the attention behind each position (batch, tgt_len, src_len), the same numbers as
+        step by step."""
+        ...
+
+
+@runtime_checkable
+class TrainableModel(TranslationModel, Protocol):
+    """A family's PyTorch model: what training, checkpoints and export need as well."""
+
+    family: str
+
+    def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0) -> SeqLoss:
+        """The teacher-forced loss of `batch`, summed over its real target tokens."""
+        ...
+
+    def compile_teacher_forced(self) -> None:
+        """From now on, run the training pass under torch.compile (`train.compile`)."""
+        ...
+
+    def for_decoding(self) -> None:
+        """Lay out the decoder's weights for the few rows a decoding step multiplies (heed.nn.layout)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TensorState:
+    """A decoder state as named tensors, each with its batch (row) axis: `select` reorders any
+    family's state, and an exported step graph takes and returns it by name.
+
+    tensors:    {name: tensor}, every tensor with `rows` along its batch axis
+    batch_axes: {name: axis}, the axis of each tensor that indexes decoder rows
+    """
+
+    tensors: Mapping[str, Tensor]
+    batch_axes: Mapping[str, int]
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.tensors[name]
+
+    def select(self, indices: Tensor) -> "TensorState":
+        """Rows `indices` (n,) long of every tensor, in that order."""
+        return TensorState({name: t.index_select(self.batch_axes[name], indices) for name, t in self.tensors.items()},
+                           self.batch_axes)
+
+
+__all__ = ["Encoded", "SearchModel", "SearchState", "Seq2SeqOutput", "Step", "TensorState", "TrainableModel",
+           "TranslationModel"]

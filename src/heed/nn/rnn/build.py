@@ -1,0 +1,34 @@
+"""The RNN family's builder: a model config (family rnn) -> Seq2Seq."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from heed.nn.model_config import ModelConfig
+from heed.nn.rnn.decoder import BahdanauDecoder, LuongDecoder, PlainDecoder, _RNNDecoder
+from heed.nn.rnn.encoder import Bridge, RNNEncoder
+from heed.nn.rnn.seq2seq import Seq2Seq
+
+
+def build_rnn(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, bos_id: int, eos_id: int,
+              unk_id: int, source_to_target: Sequence[int] | None) -> Seq2Seq:
+    encoder = RNNEncoder(vocab_size=src_vocab_size, embed_size=cfg.embed_size, hidden_size=cfg.hidden_size,
+                         num_layers=cfg.encoder_layers, rnn=cfg.rnn, bidirectional=cfg.bidirectional,
+                         dropout=cfg.dropout, pad_id=pad_id)
+    bridge = Bridge(cfg.bridge, enc_hidden=cfg.hidden_size, enc_layers=cfg.encoder_layers,
+                    dec_hidden=cfg.hidden_size, dec_layers=cfg.decoder_layers,
+                    num_tensors=2 if cfg.rnn == "lstm" else 1)
+    common = dict(vocab_size=tgt_vocab_size, embed_size=cfg.embed_size, hidden_size=cfg.hidden_size,
+                  memory_size=cfg.hidden_size, num_layers=cfg.decoder_layers, rnn=cfg.rnn,
+                  dropout=cfg.dropout, pad_id=pad_id)
+    attention = dict(attention_hidden=cfg.attention_hidden, attention_positions=cfg.attention_positions,
+                     attention_window=cfg.attention_window, coverage=cfg.coverage)
+    decoder: _RNNDecoder
+    copy = dict(copy_source_to_target=source_to_target if cfg.copy else None, unk_id=unk_id)
+    if cfg.decoder == "luong":
+        decoder = LuongDecoder(score=cfg.score, input_feeding=cfg.input_feeding, **copy, **attention, **common)
+    elif cfg.decoder == "bahdanau":
+        decoder = BahdanauDecoder(score=cfg.score, **copy, **attention, **common)
+    else:
+        decoder = PlainDecoder(**common)
+    return Seq2Seq(encoder, bridge, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id,
+                   coverage_loss=cfg.coverage_loss)

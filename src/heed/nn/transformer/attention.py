@@ -1,0 +1,103 @@
+"""Multi-head attention (Vaswani et al. 2017, 3.2.2) on heed's scaled-dot score and its one masked
+softmax:
+
+    head_i  = masked_softmax(Q W_q^i (K W_k^i)^T / sqrt(d_k), mask) V W_v^i      # eq. 1
+    output  = Concat(head_1, ..., head_h) W_o
+
+Shapes: `batch, heads, q_len, k_len, d_model`, and d_k = d_model / heads. A projected query, key or
+value is (batch, heads, len, d_k).
+
+Weights in nn.MultiheadAttention's layout, so they copy across (and into the NumPy twin,
+heed.scratch.transformer) without permutation: `in_proj_weight` (3 d_model, d_model) is W_q, W_k,
+W_v stacked, `in_proj_bias` (3 d_model,), `out_proj` a Linear(d_model, d_model).
+
+Mask polarity as everywhere in heed: bool, True = may attend, broadcastable to
+(batch, heads, q_len, k_len). A query row with no key it may attend to gets all-zero weights and a
+zero context (never NaN, as nn.MultiheadAttention gives).
+
+Two paths, the same numbers (tests/nn/transformer/test_attention.py): `attend` with
+`need_weights=True` computes the scores and the masked softmax itself and returns every head's
+weights; without weights it runs torch's fused `scaled_dot_product_attention` (the training path,
+which never materialises the (batch, heads, q_len, k_len) weights where a fused kernel exists).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from heed.nn.masks import masked_softmax
+
+
+class HeadsAttended(NamedTuple):
+    context: Tensor  # (batch, q_len, d_model), after W_o
+    weights: Tensor | None  # (batch, heads, q_len, k_len) every head's weights; None when not asked for
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model: int, heads: int, *, dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
+        self.d_model, self.heads, self.d_k = d_model, heads, d_model // heads
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * d_model))
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.dropout = dropout  # on the attention weights, in training (Vaswani et al. 2017 apply it to the sums)
+        nn.init.xavier_uniform_(self.in_proj_weight)  # as nn.MultiheadAttention
+        nn.init.zeros_(self.out_proj.bias)
+
+    def _split(self, x: Tensor) -> Tensor:
+        """(batch, len, d_model) -> (batch, heads, len, d_k)."""
+        return x.unflatten(-1, (self.heads, self.d_k)).transpose(1, 2)
+
+    def project_query(self, x: Tensor) -> Tensor:
+        """x (batch, q_len, d_model) -> Q W_q (batch, heads, q_len, d_k)."""
+        d = self.d_model
+        return self._split(F.linear(x, self.in_proj_weight[:d], self.in_proj_bias[:d]))
+
+    def project_memory(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """x (batch, k_len, d_model) -> K W_k, V W_v, each (batch, heads, k_len, d_k): the
+        cross-attention's keys and values, once per source."""
+        d = self.d_model
+        k, v = F.linear(x, self.in_proj_weight[d:], self.in_proj_bias[d:]).chunk(2, dim=-1)
+        return self._split(k), self._split(v)
+
+    def project_all(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention's three projections in one product: x (batch, len, d_model) -> q, k, v,
+        each (batch, heads, len, d_k)."""
+        q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
+        return self._split(q), self._split(k), self._split(v)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
+               causal: bool = False, need_weights: bool = False) -> HeadsAttended:
+        """q (batch, heads, q_len, d_k), k and v (batch, heads, k_len, d_k), mask bool broadcastable
+        to (batch, heads, q_len, k_len), True = may attend; `causal`: query i sees keys <= i too
+        (q_len == k_len). -> context (batch, q_len, d_model) after W_o, and with `need_weights`
+        every head's weights (batch, heads, q_len, k_len)."""
+        if causal:
+            q_len, k_len = q.size(-2), k.size(-2)
+            below = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril()  # (q_len, k_len)
+            mask = below if mask is None else mask & below
+        dropout = self.dropout if self.training else 0.0
+        if need_weights:
+            weights = masked_softmax(q @ k.transpose(-1, -2) / math.sqrt(self.d_k), mask)  # eq. 1
+            context = F.dropout(weights, dropout, self.training) @ v  # (batch, heads, q_len, d_k)
+        else:
+            weights = None
+            context = fused_heads(q, k, v, mask, dropout)
+        return HeadsAttended(self.out_proj(context.transpose(1, 2).flatten(2)), weights)
+
+
+def fused_heads(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0) -> Tensor:
+    """softmax(q k^T / sqrt(d_k), mask) v through torch's fused kernel: the same numbers as the
+    masked softmax, an all-masked query row included (SDPA alone gives NaN there: such rows attend to
+    everything and are then cleared). q (batch, heads, q_len, d_k) -> (batch, heads, q_len, d_k)."""
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
+    has_key = mask.any(dim=-1, keepdim=True)  # (.., q_len, 1)
+    context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout)
+    return context.masked_fill(~has_key, 0.0)

@@ -1,0 +1,187 @@
+"""The Transformer's layers (Vaswani et al. 2017, 3.1-3.5): positions, the position-wise feed-forward
+network, and encoder and decoder layers, pre-norm (Wang et al. 2019; the default: it trains without a
+long warm-up) or post-norm (the original paper's, LayerNorm(x + Sublayer(x))).
+
+Shapes: `batch, src_len, tgt_len, d_model, heads, d_k`; in a decoding step `rows = batch * group`
+decoder rows (a source's beams are consecutive) and q_len = 1.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Literal, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from heed.nn.transformer.attention import MultiHeadAttention
+
+NormPlace = Literal["pre", "post"]
+PositionKind = Literal["sinusoidal", "learned"]
+
+
+class SinusoidalPositions(nn.Module):
+    """PE(pos, 2i) = sin(pos / 10000^(2i / d)), PE(pos, 2i + 1) = cos(pos / 10000^(2i / d))
+    (Vaswani et al. 2017, 3.5), computed for the positions asked: no table, no longest length."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        if d_model % 2:
+            raise ValueError(f"sinusoidal positions need an even d_model, not {d_model}")
+        inverse = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+        self.register_buffer("inverse_frequency", inverse.float(), persistent=False)  # (d_model / 2,)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """positions (...) long -> (..., d_model) float32."""
+        angles = positions.unsqueeze(-1).float() * self.inverse_frequency  # (..., d_model / 2)
+        return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # sin, cos interleaved
+
+
+class LearnedPositions(nn.Module):
+    """A learned vector per position (Gehring et al. 2017), `max_positions` of them; a position past
+    the table reads its last row (a decode that long has left anything the model was trained on)."""
+
+    def __init__(self, d_model: int, max_positions: int) -> None:
+        super().__init__()
+        self.table = nn.Embedding(max_positions, d_model)
+        nn.init.normal_(self.table.weight, std=d_model ** -0.5)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """positions (...) long -> (..., d_model)."""
+        return self.table(positions.clamp(max=self.table.num_embeddings - 1))
+
+
+def make_positions(kind: PositionKind, d_model: int, max_positions: int) -> nn.Module:
+    return SinusoidalPositions(d_model) if kind == "sinusoidal" else LearnedPositions(d_model, max_positions)
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (Vaswani et al. 2017, eq. 2): (..., d_model) -> (..., d_model)."""
+
+    def __init__(self, d_model: int, ff_size: int, dropout: float) -> None:
+        super().__init__()
+        self.inner = nn.Linear(d_model, ff_size)
+        self.outer = nn.Linear(ff_size, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.outer(self.dropout(torch.relu(self.inner(x))))
+
+
+class _Residual(nn.Module):
+    """What both layers share: a sublayer with dropout on its output, a residual connection and
+    layer normalisation, before the sublayer (pre) or after the sum (post)."""
+
+    def __init__(self, norm: NormPlace, dropout: float) -> None:
+        super().__init__()
+        self.pre = norm == "pre"
+        self.dropout = nn.Dropout(dropout)
+
+    def _sublayer(self, x: Tensor, norm: nn.LayerNorm, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.pre:
+            return x + self.dropout(fn(norm(x)))
+        return norm(x + self.dropout(fn(x)))  # Vaswani et al. 2017, 5.4
+
+
+class EncoderLayerOutput(NamedTuple):
+    states: Tensor  # (batch, src_len, d_model)
+    weights: Tensor | None  # (batch, heads, src_len, src_len) when asked for
+
+
+class EncoderLayer(_Residual):
+    """Self-attention over the source, then the feed-forward network."""
+
+    def __init__(self, d_model: int, heads: int, ff_size: int, *, dropout: float, attention_dropout: float,
+                 norm: NormPlace) -> None:
+        super().__init__(norm, dropout)
+        self.self_attn = MultiHeadAttention(d_model, heads, dropout=attention_dropout)
+        self.self_attn_norm = nn.LayerNorm(d_model)
+        self.feed_forward = FeedForward(d_model, ff_size, dropout)
+        self.feed_forward_norm = nn.LayerNorm(d_model)
+
+    def forward(self, x: Tensor, mask: Tensor, *, need_weights: bool = False) -> EncoderLayerOutput:
+        """x (batch, src_len, d_model), mask bool (batch, 1, 1, src_len), True = real token."""
+        weights: list[Tensor | None] = [None]
+
+        def attend(h: Tensor) -> Tensor:
+            out = self.self_attn.attend(*self.self_attn.project_all(h), mask, need_weights=need_weights)
+            weights[0] = out.weights
+            return out.context
+
+        x = self._sublayer(x, self.self_attn_norm, attend)
+        x = self._sublayer(x, self.feed_forward_norm, self.feed_forward)
+        return EncoderLayerOutput(x, weights[0])
+
+
+class DecoderLayerOutput(NamedTuple):
+    states: Tensor  # (rows, q_len, d_model)
+    cache: tuple[Tensor, Tensor]  # self-attention keys and values so far, each (rows, heads, steps, d_k)
+    self_weights: Tensor | None  # (rows, heads, q_len, steps) when asked for
+    cross_weights: Tensor | None  # (rows, heads, q_len, src_len) when asked for
+
+
+class DecoderLayer(_Residual):
+    """Masked self-attention over the target so far, attention over the source, then the
+    feed-forward network."""
+
+    def __init__(self, d_model: int, heads: int, ff_size: int, *, dropout: float, attention_dropout: float,
+                 norm: NormPlace) -> None:
+        super().__init__(norm, dropout)
+        self.self_attn = MultiHeadAttention(d_model, heads, dropout=attention_dropout)
+        self.self_attn_norm = nn.LayerNorm(d_model)
+        self.cross_attn = MultiHeadAttention(d_model, heads, dropout=attention_dropout)
+        self.cross_attn_norm = nn.LayerNorm(d_model)
+        self.feed_forward = FeedForward(d_model, ff_size, dropout)
+        self.feed_forward_norm = nn.LayerNorm(d_model)
+
+    def forward(self, x: Tensor, memory: tuple[Tensor, Tensor], memory_mask: Tensor, *,
+                cache: tuple[Tensor, Tensor] | None = None, need_weights: bool = False) -> DecoderLayerOutput:
+        """x (rows, q_len, d_model); memory: the cross-attention's keys and values, each
+        (batch, heads, src_len, d_k), one copy per source, for rows = batch * group decoder rows;
+        memory_mask bool (batch, 1, 1, src_len). Without `cache` the q_len positions are a whole
+        target, each seeing itself and those before it (teacher forcing); with the cache (each
+        (rows, heads, steps, d_k), the keys and values of the steps before) they follow it."""
+        found: dict[str, Tensor | None] = {}
+
+        def self_attend(h: Tensor) -> Tensor:
+            q, k, v = self.self_attn.project_all(h)
+            if cache is not None:
+                k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+            found["cache_keys"], found["cache_values"] = k, v
+            out = self.self_attn.attend(q, k, v, causal=cache is None, need_weights=need_weights)
+            found["self"] = out.weights
+            return out.context
+
+        def cross_attend(h: Tensor) -> Tensor:
+            context, weights = grouped_attend(self.cross_attn, self.cross_attn.project_query(h), memory, memory_mask,
+                                              need_weights=need_weights)
+            found["cross"] = weights
+            return context
+
+        x = self._sublayer(x, self.self_attn_norm, self_attend)
+        x = self._sublayer(x, self.cross_attn_norm, cross_attend)
+        x = self._sublayer(x, self.feed_forward_norm, self.feed_forward)
+        keys, values = found["cache_keys"], found["cache_values"]
+        assert keys is not None and values is not None
+        return DecoderLayerOutput(x, (keys, values), found["self"], found["cross"])
+
+
+def grouped_attend(attention: MultiHeadAttention, q: Tensor, memory: tuple[Tensor, Tensor], mask: Tensor, *,
+                   need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    """Attention of rows = batch * group queries over their batch sources' keys and values, each
+    source read once for all its rows (its beams), never copied per row.
+
+    q (rows, heads, q_len, d_k), memory each (batch, heads, src_len, d_k), mask (batch, 1, 1, src_len)
+    -> context (rows, q_len, d_model), weights (rows, heads, q_len, src_len) or None."""
+    keys, values = memory
+    batch, heads, q_len, d_k = keys.size(0), q.size(1), q.size(2), q.size(3)
+    group = q.size(0) // batch
+    if group > 1:  # (rows, heads, q_len, d_k) -> (batch, heads, group * q_len, d_k)
+        q = q.reshape(batch, group, heads, q_len, d_k).transpose(1, 2).reshape(batch, heads, group * q_len, d_k)
+    out = attention.attend(q, keys, values, mask, need_weights=need_weights)
+    context = out.context.reshape(batch * group, q_len, -1)  # (rows, q_len, d_model)
+    weights = out.weights
+    if weights is not None and group > 1:  # (batch, heads, group * q_len, src_len) -> (rows, heads, q_len, src_len)
+        weights = weights.reshape(batch, heads, group, q_len, -1).transpose(1, 2).reshape(batch * group, heads,
+                                                                                          q_len, -1)
+    return context, weights

@@ -1,0 +1,304 @@
+"""An encoder-decoder Transformer (Vaswani et al. 2017) behind heed's model contract
+(heed.nn.protocol): the same search, training loop, ensembles, server and explorer as the RNNs.
+
+    encode     src (batch, src_len) -> TransformerEncoded: the encoder's states and, for every
+               decoder layer, the cross-attention's keys and values, projected once per sentence
+    init_state an empty key/value cache per decoder layer (TensorState, batch axis 0)
+    step       one target token per row: its self-attention keys and values join the cache, the
+               query attends over the cache and over the source (each source's beams read its keys
+               in one grouped product; nothing is copied per beam)
+    __call__   the teacher-forced pass over a whole target with a causal mask: the same numbers
+
+The attention a step reports (heatmaps, alignments, <unk> replacement, the coverage penalty) is
+the cross-attention of the last decoder layer, averaged over its heads (`alignment_layer`);
+`attention_maps` gives every head of every layer.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from heed.nn.layout import for_decoding
+from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
+from heed.nn.masks import lengths_to_mask
+from heed.nn.protocol import Seq2SeqOutput, TensorState
+from heed.nn.transformer.layers import DecoderLayer, EncoderLayer, NormPlace, PositionKind, make_positions
+from heed.runtime import compile_function
+
+
+@dataclass(frozen=True)
+class TransformerEncoded:
+    """A batch of sources, encoded.
+
+    states: (batch, src_len, d_model) the encoder's output, zero under padding
+    mask:   bool (batch, src_len), True = real token
+    memory: per decoder layer, the cross-attention's keys and values, each (batch, heads, src_len, d_k)
+    group:  decoder rows per source (beams, after `repeat`); row r belongs to source r // group
+    src:    long (batch, src_len) the source ids
+    """
+
+    states: Tensor
+    mask: Tensor
+    memory: tuple[tuple[Tensor, Tensor], ...]
+    group: int = 1
+    src: Tensor | None = None
+
+    def repeat(self, times: int) -> "TransformerEncoded":
+        """Each source serving `times` decoder rows: nothing is copied, the grouped attention reads
+        one copy per source for all its rows."""
+        return replace(self, group=self.group * times)
+
+    def select(self, sources: Tensor) -> "TransformerEncoded":
+        """Sources `sources` (n,) long, with all their decoder rows."""
+        return TransformerEncoded(
+            states=self.states.index_select(0, sources), mask=self.mask.index_select(0, sources),
+            memory=tuple((k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.memory),
+            group=self.group, src=None if self.src is None else self.src.index_select(0, sources))
+
+    @property
+    def memory_mask(self) -> Tensor:
+        """bool (batch, 1, 1, src_len): broadcasts over heads and queries."""
+        return self.mask[:, None, None, :]
+
+
+class TransformerStep(NamedTuple):
+    logits: Tensor  # (rows, vocab)
+    state: TensorState  # the key/value cache, one step longer
+    attention: Tensor  # (rows, src_len) the alignment layer's cross-attention, mean over heads
+
+
+class AttentionMaps(NamedTuple):
+    """Every head of every layer of a teacher-forced pass."""
+
+    encoder: Tensor  # (layers, batch, heads, src_len, src_len) encoder self-attention
+    decoder: Tensor  # (layers, batch, heads, tgt_len, tgt_len) decoder self-attention (causal)
+    cross: Tensor  # (layers, batch, heads, tgt_len, src_len) attention over the source
+
+
+class TransformerFeatures(NamedTuple):
+    features: Tensor  # (batch, tgt_len, d_model) the generator's input
+    attention: Tensor | None  # (batch, tgt_len, src_len) when asked for
+
+
+def cache_names(layers: int) -> list[str]:
+    """The state's tensor names: each decoder layer's self-attention keys and values so far."""
+    return [f"{kind}.{layer}" for layer in range(layers) for kind in ("self_keys", "self_values")]
+
+
+class TiedGenerator(nn.Module):
+    """logits = x E^T + b with E the target embedding (Press & Wolf 2017): the weight is the
+    embedding's own parameter, not registered twice (a model file stores each tensor once)."""
+
+    def __init__(self, embedding: nn.Embedding) -> None:
+        super().__init__()
+        self._embedding = [embedding]  # a list: not a submodule, so its weight is not saved twice
+        self.out_features = embedding.num_embeddings
+        self.bias = nn.Parameter(torch.zeros(embedding.num_embeddings))
+
+    @property
+    def weight(self) -> Tensor:
+        return self._embedding[0].weight
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class _Embed(nn.Module):
+    """Token embedding times sqrt(d_model), plus positions, then dropout (Vaswani et al. 2017, 3.4-3.5)."""
+
+    def __init__(self, vocab_size: int, d_model: int, *, pad_id: int, positions: PositionKind,
+                 max_positions: int, dropout: float) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        nn.init.normal_(self.tokens.weight, std=d_model ** -0.5)  # as fairseq: the scale then makes them ~1
+        with torch.no_grad():
+            self.tokens.weight[pad_id].zero_()
+        self.positions = make_positions(positions, d_model, max_positions)
+        self.scale = math.sqrt(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """tokens (batch, len) long, positions (len,) or (batch, len) long -> (batch, len, d_model)."""
+        x = self.tokens(tokens) * self.scale + self.positions(positions).to(self.tokens.weight.dtype)
+        return self.dropout(x)
+
+
+class TransformerEncoder(nn.Module):
+    def __init__(self, *, vocab_size: int, d_model: int, heads: int, layers: int, ff_size: int, dropout: float,
+                 attention_dropout: float, norm: NormPlace, positions: PositionKind, max_positions: int,
+                 pad_id: int) -> None:
+        super().__init__()
+        self.embed = _Embed(vocab_size, d_model, pad_id=pad_id, positions=positions, max_positions=max_positions,
+                            dropout=dropout)
+        self.layers = nn.ModuleList(EncoderLayer(d_model, heads, ff_size, dropout=dropout,
+                                                 attention_dropout=attention_dropout, norm=norm)
+                                    for _ in range(layers))
+        # pre-norm leaves the last sum unnormalised: one LayerNorm after the stack (Wang et al. 2019)
+        self.norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
+
+    def forward(self, src: Tensor, mask: Tensor, *, weights: list[Tensor] | None = None) -> Tensor:
+        """src (batch, src_len), mask bool (batch, src_len) -> states (batch, src_len, d_model), zero
+        under padding; with `weights` (a list) each layer's (batch, heads, src_len, src_len) is appended."""
+        x = self.embed(src, torch.arange(src.size(1), device=src.device))
+        key_mask = mask[:, None, None, :]  # (batch, 1, 1, src_len)
+        for layer in self.layers:
+            x, w = layer(x, key_mask, need_weights=weights is not None)
+            if weights is not None:
+                weights.append(w)
+        return self.norm(x).masked_fill(~mask.unsqueeze(-1), 0.0)
+
+
+class TransformerDecoder(nn.Module):
+    def __init__(self, *, vocab_size: int, d_model: int, heads: int, layers: int, ff_size: int, dropout: float,
+                 attention_dropout: float, norm: NormPlace, positions: PositionKind, max_positions: int,
+                 pad_id: int, tie_embeddings: bool) -> None:
+        super().__init__()
+        self.embed = _Embed(vocab_size, d_model, pad_id=pad_id, positions=positions, max_positions=max_positions,
+                            dropout=dropout)
+        self.layers = nn.ModuleList(DecoderLayer(d_model, heads, ff_size, dropout=dropout,
+                                                 attention_dropout=attention_dropout, norm=norm)
+                                    for _ in range(layers))
+        self.norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
+        self.generator: nn.Module = TiedGenerator(self.embed.tokens) if tie_embeddings else nn.Linear(d_model,
+                                                                                                        vocab_size)
+
+
+class TransformerSeq2Seq(nn.Module):
+    """Encoder + decoder + generator; the family "transformer" of heed.nn.build."""
+
+    family = "transformer"
+    has_attention = True
+
+    def __init__(self, encoder: TransformerEncoder, decoder: TransformerDecoder, *, pad_id: int = 0, bos_id: int = 1,
+                 eos_id: int = 2) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.alignment_layer = len(decoder.layers) - 1  # whose cross-attention a step reports
+        self._compiled_features: Callable[..., TransformerFeatures] | None = None
+
+    @property
+    def layers(self) -> int:
+        return len(self.decoder.layers)
+
+    # ------------------------------------------------------------------ search
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> TransformerEncoded:
+        """src (batch, src_len), src_lengths (batch,) -> the encoder's states and every decoder
+        layer's cross-attention keys and values, once per sentence."""
+        mask = lengths_to_mask(src_lengths, src.size(1))
+        states = self.encoder(src, mask)
+        memory = tuple(layer.cross_attn.project_memory(states) for layer in self.decoder.layers)
+        return TransformerEncoded(states, mask, memory, src=src)
+
+    def init_state(self, enc: TransformerEncoded) -> TensorState:
+        """Empty caches, each (rows, heads, 0, d_k), rows = batch * group."""
+        rows = enc.states.size(0) * enc.group
+        keys = enc.memory[0][0]  # (batch, heads, src_len, d_k)
+        empty = keys.new_zeros(rows, keys.size(1), 0, keys.size(3))
+        names = cache_names(self.layers)
+        return TensorState({name: empty for name in names}, {name: 0 for name in names})
+
+    def step(self, prev_tokens: Tensor, state: TensorState, enc: TransformerEncoded) -> TransformerStep:
+        """prev_tokens (rows,) -> TransformerStep(logits (rows, vocab), the caches one step longer,
+        attention (rows, src_len))."""
+        dec = self.decoder
+        position = state["self_keys.0"].size(2)  # steps decoded so far
+        x = dec.embed(prev_tokens.unsqueeze(1), torch.full((1,), position, device=prev_tokens.device))  # (rows, 1, d)
+        tensors: dict[str, Tensor] = {}
+        attention: Tensor | None = None
+        for i, layer in enumerate(dec.layers):
+            cache = (state[f"self_keys.{i}"], state[f"self_values.{i}"])
+            out = layer(x, enc.memory[i], enc.memory_mask, cache=cache, need_weights=i == self.alignment_layer)
+            x = out.states
+            tensors[f"self_keys.{i}"], tensors[f"self_values.{i}"] = out.cache
+            if out.cross_weights is not None:
+                attention = out.cross_weights.mean(1).squeeze(1)  # (rows, heads, 1, src_len) -> (rows, src_len)
+        assert attention is not None
+        logits = dec.generator(dec.norm(x).squeeze(1))  # (rows, vocab)
+        return TransformerStep(logits, TensorState(tensors, state.batch_axes), attention)
+
+    # ------------------------------------------------------------------ teacher forcing
+
+    def _decode_all(self, tgt_in: Tensor, enc: TransformerEncoded, *, need_attention: bool,
+                    weights: dict[str, list[Tensor]] | None = None) -> TransformerFeatures:
+        """tgt_in (batch, tgt_len) -> features (batch, tgt_len, d_model) after the final norm, and
+        the alignment layer's head-mean cross-attention (batch, tgt_len, src_len) when asked for."""
+        dec = self.decoder
+        x = dec.embed(tgt_in, torch.arange(tgt_in.size(1), device=tgt_in.device))
+        attention = None
+        for i, layer in enumerate(dec.layers):
+            need = weights is not None or (need_attention and i == self.alignment_layer)
+            out = layer(x, enc.memory[i], enc.memory_mask, need_weights=need)
+            x = out.states
+            if weights is not None:
+                weights["decoder"].append(out.self_weights)
+                weights["cross"].append(out.cross_weights)
+            if need_attention and i == self.alignment_layer:
+                attention = out.cross_weights.mean(1)  # (batch, tgt_len, src_len)
+        return TransformerFeatures(dec.norm(x), attention)
+
+    def forward_features(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
+                         need_attention: bool = False) -> TransformerFeatures:
+        """The teacher-forced pass up to the generator's input; under torch.compile in training mode
+        once `compile_teacher_forced` ran."""
+        if self._compiled_features is not None and self.training and not need_attention:
+            return self._compiled_features(src, src_lengths, tgt_in)
+        return self._decode_all(tgt_in, self.encode(src, src_lengths), need_attention=need_attention)
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
+                need_attention: bool = True) -> Seq2SeqOutput:
+        """Teacher-forced: src (batch, src_len), tgt_in (batch, tgt_len) starting with BOS ->
+        logits (batch, tgt_len, vocab), attention (batch, tgt_len, src_len)."""
+        features = self.forward_features(src, src_lengths, tgt_in, need_attention=need_attention)
+        return Seq2SeqOutput(self.decoder.generator(features.features), features.attention)
+
+    def attention_maps(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> AttentionMaps:
+        """Every head of every layer of the teacher-forced pass (see AttentionMaps)."""
+        enc_weights: list[Tensor] = []
+        mask = lengths_to_mask(src_lengths, src.size(1))
+        states = self.encoder(src, mask, weights=enc_weights)
+        memory = tuple(layer.cross_attn.project_memory(states) for layer in self.decoder.layers)
+        weights: dict[str, list[Tensor]] = {"decoder": [], "cross": []}
+        self._decode_all(tgt_in, TransformerEncoded(states, mask, memory, src=src), need_attention=False,
+                         weights=weights)
+        return AttentionMaps(torch.stack(enc_weights), torch.stack(weights["decoder"]), torch.stack(weights["cross"]))
+
+    def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0) -> SeqLoss:
+        """The label-smoothed cross-entropy summed over the real target tokens (heed.nn.loss)."""
+        features = self.forward_features(batch.src, batch.src_lengths, batch.tgt_in)
+        cross_entropy = generator_loss(features.features, self.decoder.generator, batch.tgt_out,  # type: ignore[arg-type]
+                                       ignore_index=self.pad_id, label_smoothing=label_smoothing)
+        return SeqLoss(cross_entropy, cross_entropy, None)
+
+    def compile_teacher_forced(self) -> None:
+        """From now on the training pass (encoder and decoder stacks, forward and backward) runs
+        under torch.compile with dynamic batch and lengths: no step loop, so one graph serves
+        every batch."""
+        def features(src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> TransformerFeatures:
+            return self._decode_all(tgt_in, self.encode(src, src_lengths), need_attention=False)
+
+        self._compiled_features = compile_function(features)
+
+    def for_decoding(self) -> None:
+        """The decoder's Linear weights column-major for the step's few rows (heed.nn.layout)."""
+        for_decoding(self.decoder)
+
+
+def build_transformer(*, src_vocab_size: int, tgt_vocab_size: int, d_model: int, heads: int, layers: int,
+                      ff_size: int, dropout: float, attention_dropout: float, norm: NormPlace,
+                      positions: PositionKind, max_positions: int, tie_embeddings: bool, pad_id: int = 0,
+                      bos_id: int = 1, eos_id: int = 2) -> TransformerSeq2Seq:
+    common = dict(d_model=d_model, heads=heads, layers=layers, ff_size=ff_size, dropout=dropout,
+                  attention_dropout=attention_dropout, norm=norm, positions=positions, max_positions=max_positions,
+                  pad_id=pad_id)
+    encoder = TransformerEncoder(vocab_size=src_vocab_size, **common)  # type: ignore[arg-type]
+    decoder = TransformerDecoder(vocab_size=tgt_vocab_size, tie_embeddings=tie_embeddings, **common)  # type: ignore[arg-type]
+    return TransformerSeq2Seq(encoder, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
