@@ -37,10 +37,26 @@ def one_thread() -> Iterator[None]:
 # Models
 
 
+# Every family and kind the contract suite (tests/nn/test_family_contract.py) runs over: the RNN
+# decoders by name, and Transformers (pre-norm with sinusoidal positions, post-norm with learned ones).
+TRANSFORMERS = {"transformer": {}, "transformer-post-learned": {"norm": "post", "positions": "learned",
+                                                                "tie_embeddings": False}}
+MODEL_KINDS = [*DECODERS, "bahdanau-coverage", *TRANSFORMERS]
+
+
+def tiny_config(kind: str) -> ModelConfig:
+    if kind in TRANSFORMERS:
+        return ModelConfig(family="transformer", layers=2, d_model=16, heads=4, ff_size=24, dropout=0.0,
+                           attention_dropout=0.0, **TRANSFORMERS[kind])
+    if kind == "bahdanau-coverage":
+        return ModelConfig(decoder="bahdanau", coverage=True, hidden_size=16, embed_size=8, dropout=0.0)
+    return ModelConfig(decoder=kind, hidden_size=16, embed_size=8, dropout=0.0)
+
+
 def tiny_model(decoder: str = "luong", *, tgt_vocab: int = 9, src_vocab: int = 10, seed: int = 0):
+    """A tiny model of any kind in MODEL_KINDS (an RNN decoder's name, or a Transformer), in eval mode."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(decoder=decoder, hidden_size=16, embed_size=8, dropout=0.0)
-    return build_model(cfg, src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab).eval()
+    return build_model(tiny_config(decoder), src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab).eval()
 
 
 def padded_batch(lengths: list[int], vocab: int = 10, seed: int = 1) -> tuple[Tensor, Tensor]:

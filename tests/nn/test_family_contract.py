@@ -1,0 +1,199 @@
+"""The model contract (heed.nn.protocol), one suite run for every family and kind: the RNN decoders
+(Luong with input feeding, Bahdanau, plain, Bahdanau with coverage) and Transformers (pre-norm with
+sinusoidal positions and tied embeddings; post-norm with learned positions). A new family joins by
+joining search_fakes.MODEL_KINDS. The exported graphs' half of the contract is in tests/test_export.py."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from search_fakes import (
+    MODEL_KINDS,
+    TRANSFORMERS,
+    A,
+    B,
+    C,
+    D,
+    one_thread,  # noqa: F401  (an autouse fixture: one torch thread for this module)
+    padded_batch,
+    teacher_forced,
+    tiny_model,
+)
+from step_decoding import decode_step_by_step
+
+from heed.nn.protocol import TensorState, TrainableModel
+from heed.nn.attention import Attention
+from heed.nn.transformer.attention import MultiHeadAttention
+from heed.search import DecodeConfig, beam_search, greedy_search
+
+BOS = 1
+
+
+def targets(batch: int, length: int, vocab: int = 9, seed: int = 2) -> torch.Tensor:
+    """tgt_in (batch, length): BOS then real ids 3..vocab-1."""
+    gen = torch.Generator().manual_seed(seed)
+    tgt = torch.randint(3, vocab, (batch, length), generator=gen)
+    tgt[:, 0] = BOS
+    return tgt
+
+
+@pytest.mark.parametrize("kind", MODEL_KINDS)
+def test_every_kind_meets_the_protocol(kind: str) -> None:
+    model = tiny_model(kind)
+    assert isinstance(model, TrainableModel)
+    assert model.family == ("transformer" if kind in TRANSFORMERS else "rnn")
+
+
+@pytest.mark.parametrize("kind", MODEL_KINDS)
+def test_step_by_step_decoding_equals_the_teacher_forced_pass(kind: str) -> None:
+    model = tiny_model(kind)
+    src, lengths = padded_batch([6, 3, 5])
+    tgt_in = targets(3, 5)
+    with torch.no_grad():
+        forced = model(src, lengths, tgt_in)
+        logits, attention = decode_step_by_step(model, src, lengths, tgt_in)
+    torch.testing.assert_close(logits, forced.logits, rtol=0, atol=1e-5)
+    if kind == "plain":
+        assert attention is None and forced.attention is None
+    else:
+        torch.testing.assert_close(attention, forced.attention, rtol=0, atol=1e-6)
+        # the reported attention is a distribution over the real source tokens, zero on padding
+        torch.testing.assert_close(attention.sum(-1), torch.ones(3, 5))
+        assert (attention[1, :, 3:] == 0).all()
+
+
+@pytest.mark.parametrize("kind", MODEL_KINDS)
+def test_decoding_with_the_state_cache_equals_recomputing_every_prefix(kind: str) -> None:
+    """Step t with the state (a Transformer's key/value cache) gives what a fresh pass over the
+    whole prefix gives at its last position: the cache holds exactly what recomputing would."""
+    model = tiny_model(kind)
+    src, lengths = padded_batch([6, 2])
+    tgt_in = targets(2, 6)
+    with torch.no_grad():
+        cached, _ = decode_step_by_step(model, src, lengths, tgt_in)
+        for t in range(1, tgt_in.size(1) + 1):
+            fresh = model(src, lengths, tgt_in[:, :t]).logits[:, -1]  # (batch, vocab) no state carried
+            torch.testing.assert_close(cached[:, t - 1], fresh, rtol=0, atol=1e-5)
+
+
+def test_the_transformer_state_is_its_key_value_cache_by_name() -> None:
+    model = tiny_model("transformer")
+    src, lengths = padded_batch([6, 2])
+    with torch.no_grad():
+        enc = model.encode(src, lengths)
+        state = model.init_state(enc.repeat(3))  # 2 sources x 3 beams
+        assert isinstance(state, TensorState)
+        assert sorted(state.tensors) == ["self_keys.0", "self_keys.1", "self_values.0", "self_values.1"]
+        assert tuple(state["self_keys.0"].shape) == (6, 4, 0, 4)  # (rows, heads, steps, d_k)
+        out = model.step(torch.full((6,), BOS), state, enc.repeat(3))
+        out = model.step(torch.tensor([3, 4, 5, 6, 7, 8]), out.state, enc.repeat(3))
+    assert tuple(out.state["self_values.1"].shape) == (6, 4, 2, 4)
+    picked = out.state.select(torch.tensor([5, 0]))
+    torch.testing.assert_close(picked["self_keys.1"], out.state["self_keys.1"][[5, 0]])
+    # the cross-attention keys and values stay one copy per source, whatever the beam
+    assert enc.repeat(3).memory[0][0] is enc.memory[0][0]
+
+
+@pytest.mark.parametrize("kind", MODEL_KINDS)
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_sentence_decodes_the_same_alone_as_in_a_padded_batch(kind: str, beam_size: int) -> None:
+    model = tiny_model(kind)
+    src, lengths = padded_batch([7, 2, 5, 4])
+    cfg = DecodeConfig(beam_size=beam_size, max_len_a=1.0, max_len_b=3)
+    with torch.no_grad():
+        batch = beam_search(model, src, lengths, cfg)
+        for b, n in enumerate(lengths.tolist()):
+            alone = beam_search(model, src[b:b + 1, :n], lengths[b:b + 1], cfg)[0]
+            assert [h.tokens for h in alone] == [h.tokens for h in batch[b]]
+            for x, y in zip(alone, batch[b]):
+                assert x.score == pytest.approx(y.score, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("kind", MODEL_KINDS)
+def test_beam_one_equals_greedy(kind: str) -> None:
+    model = tiny_model(kind)
+    src, lengths = padded_batch([6, 3, 5, 1])
+    cfg = DecodeConfig(max_len_a=1.0, max_len_b=2)
+    with torch.no_grad():
+        greedy = greedy_search(model, src, lengths, cfg)
+        beam = beam_search(model, src, lengths, cfg.model_copy(update={"beam_size": 1}))
+    for g, b in zip(greedy, beam):
+        assert b[0].tokens == g.tokens
+        assert b[0].log_prob == pytest.approx(g.log_prob, rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", MODEL_KINDS)
+def test_a_beam_as_wide_as_all_prefixes_equals_brute_force(kind: str) -> None:
+    # Real tokens A..D (4), at most 3: 1 + 4 + 16 + 64 = 85 outputs, every one kept by a beam of 85.
+    model = tiny_model(kind, tgt_vocab=7)
+    src, lengths = padded_batch([4])
+    cfg = DecodeConfig(beam_size=85, n_best=85, max_len_a=0.0, max_len_b=3, min_len=0, length_penalty=0.6)
+    outputs = [list(seq) for n in range(4) for seq in itertools.product([A, B, C, D], repeat=n)]
+    log_probs, _ = teacher_forced(model, src, 4, outputs)
+    brute = {tuple(out): lp / ((5 + len(out) + 1) / 6) ** 0.6 for out, lp in zip(outputs, log_probs.tolist())}
+    with torch.no_grad():
+        everything = beam_search(model, src, lengths, cfg)[0]
+    assert sorted(tuple(h.tokens) for h in everything) == sorted(brute)
+    for h in everything:
+        assert h.score == pytest.approx(brute[tuple(h.tokens)], rel=1e-4)
+    assert tuple(everything[0].tokens) == max(brute, key=brute.get)
+
+
+DTYPES = [torch.float32, torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.cpu_bf16)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("need_weights", [True, False], ids=["weights", "fused"])
+def test_an_all_padding_row_gives_zeros_in_multi_head_attention(dtype: torch.dtype, need_weights: bool) -> None:
+    attention = MultiHeadAttention(8, 2).eval()
+    q, k, v = (torch.randn(2, 2, 3, 4, dtype=dtype) for _ in range(3))  # (batch, heads, len, d_k)
+    mask = torch.tensor([[True, True, False], [False, False, False]])[:, None, None, :]  # row 1: nothing real
+    with torch.no_grad():
+        attention = attention.to(dtype)
+        out = attention.attend(q, k, v, mask, need_weights=need_weights)
+        bias = attention.out_proj.bias  # a zero context leaves W_o's bias alone
+    assert not out.context.isnan().any()
+    torch.testing.assert_close(out.context[1], bias.expand(3, 8))
+    if need_weights:
+        assert (out.weights[1] == 0).all() and (out.weights[0, :, :, 2] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("score", ["general", "additive", "scaled_dot"])
+def test_an_all_padding_row_gives_zeros_in_rnn_attention(dtype: torch.dtype, score: str) -> None:
+    attention = Attention(score, query_size=4, key_size=4).to(dtype).eval()
+    keys = torch.randn(2, 3, 4, dtype=dtype)
+    mask = torch.tensor([[True, False, False], [False, False, False]])
+    with torch.no_grad():
+        out = attention(torch.randn(2, 4, dtype=dtype), attention.project_keys(keys), keys, mask)
+    assert (out.weights[1] == 0).all() and (out.context[1] == 0).all()
+    assert not out.weights.isnan().any()
+
+
+@pytest.mark.parametrize("kind", [k for k in MODEL_KINDS if k in TRANSFORMERS])
+def test_every_head_of_every_layer_is_there_and_the_step_reports_the_last_layers_mean(kind: str) -> None:
+    model = tiny_model(kind)
+    src, lengths = padded_batch([6, 3])
+    tgt_in = targets(2, 4)
+    with torch.no_grad():
+        maps = model.attention_maps(src, lengths, tgt_in)
+        forced = model(src, lengths, tgt_in)
+    assert tuple(maps.encoder.shape) == (2, 2, 4, 6, 6)  # (layers, batch, heads, src_len, src_len)
+    assert tuple(maps.decoder.shape) == (2, 2, 4, 4, 4)
+    assert tuple(maps.cross.shape) == (2, 2, 4, 4, 6)
+    assert (maps.decoder.triu(1) == 0).all()  # causal: no position sees a later one
+    assert (maps.cross[:, 1, :, :, 3:] == 0).all() and (maps.encoder[:, 1, :, :, 3:] == 0).all()
+    torch.testing.assert_close(maps.cross[-1].mean(1), forced.attention)
+
+
+def test_fused_and_explicit_multi_head_attention_agree() -> None:
+    attention = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(3, 5, 16)
+    mask = torch.tensor([[True] * 5, [True] * 2 + [False] * 3, [True] * 4 + [False]])[:, None, None, :]
+    with torch.no_grad():
+        q, k, v = attention.project_all(x)
+        for causal in (False, True):
+            explicit = attention.attend(q, k, v, mask, causal=causal, need_weights=True)
+            fused = attention.attend(q, k, v, mask, causal=causal, need_weights=False)
+            torch.testing.assert_close(fused.context, explicit.context, rtol=0, atol=1e-6)
