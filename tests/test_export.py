@@ -52,6 +52,10 @@ if "attention_window" in ModelConfig.model_fields:
 if "coverage" in ModelConfig.model_fields:  # the step graph carries c^t as a state input and output
     KINDS["luong-coverage"] = dict(decoder="luong", attention="additive", coverage=True, coverage_loss=1.0)
     KINDS["bahdanau-gru-coverage"] = dict(decoder="bahdanau", rnn="gru", coverage=True)
+# The Transformer: its step graph takes and returns every layer's key/value cache by name.
+KINDS["transformer"] = dict(family="transformer")
+KINDS["transformer-post-learned-untied"] = dict(family="transformer", norm="post", positions="learned",
+                                                tie_embeddings=False)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +68,9 @@ def _random_model_dir(base, directory: Path, seed: int = 0, **spec) -> Path:
     """A model directory holding a randomly initialised model of this architecture: random
     weights make long, varied outputs, a harder test than a trained model's short ones."""
     torch.manual_seed(seed)
-    model_cfg = ModelConfig(embed_size=8, hidden_size=16, dropout=0.0, **spec)
+    sizes = dict(d_model=16, heads=4, layers=2, ff_size=24) if spec.get("family") == "transformer" else \
+        dict(embed_size=8, hidden_size=16)
+    model_cfg = ModelConfig(dropout=0.0, **sizes, **spec)
     model = build_model(model_cfg, src_vocab_size=len(base.codec.src_vocab), tgt_vocab_size=len(base.codec.tgt_vocab))
     return save_model_dir(directory, model=model, config=base.config.model_copy(update={"model": model_cfg}),
                           codec=base.codec)
@@ -108,7 +114,7 @@ def test_every_decoder_kind_exports_and_decodes_like_pytorch(base, tmp_path, nam
         _assert_same_hypotheses(expected, got, attention=model.has_attention)
 
 
-@pytest.mark.parametrize("name", ["luong-feeding", "bahdanau-gru", "plain", "luong-coverage"])
+@pytest.mark.parametrize("name", ["luong-feeding", "bahdanau-gru", "plain", "luong-coverage", "transformer"])
 def test_penalties_sampling_and_prefixes_run_unchanged_over_the_exported_model(base, tmp_path, name):
     from heed.search import Prefix
 
@@ -128,8 +134,9 @@ def test_penalties_sampling_and_prefixes_run_unchanged_over_the_exported_model(b
                                     search(exported, src, lengths, cfg, prefix=prefix), attention=model.has_attention)
 
 
-def test_the_teacher_forced_pass_steps_to_pytorchs_logits_and_attention(base, tmp_path):
-    model_dir = _random_model_dir(base, tmp_path / "model", **KINDS["luong-feeding"])
+@pytest.mark.parametrize("name", ["luong-feeding", "transformer"])
+def test_the_teacher_forced_pass_steps_to_pytorchs_logits_and_attention(base, tmp_path, name):
+    model_dir = _random_model_dir(base, tmp_path / "model", **KINDS[name])
     export_model(model_dir, tmp_path / "onnx")
     exported, _, _ = load_exported(tmp_path / "onnx")
     model = load_model_dir(model_dir).model

@@ -733,6 +733,7 @@ def attention(
 ) -> None:
     """Translate sentences and draw where the model looked: one attention heatmap per sentence.
 
+    A Transformer's heatmap is the cross-attention of its last decoder layer, averaged over the heads.
     A sentence longer than the model's data.max_src_len tokens is cut to that many (with a warning); a
     heatmap over more than 200 tokens a side is unreadable and refused."""
     from heed.api import Translator
@@ -792,7 +793,8 @@ def align(
     One Pharaoh line per sentence pair: "i-j" links, i a 0-based word of the source, j of the target,
     words being the whitespace-separated words whatever the model's tokens (subword and character
     attention is summed over each source word's pieces and averaged over each target word's). With
-    --gold the alignment error rate goes to stdout, or to stderr when the alignments do."""
+    --gold the alignment error rate goes to stdout, or to stderr when the alignments do. A Transformer
+    aligns by the cross-attention of its last decoder layer, averaged over the heads."""
     from heed.api import Translator
     from heed.data.corpus import read_parallel
 

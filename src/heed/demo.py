@@ -151,7 +151,9 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
         console.print(f"   {pair.src!r} -> {pair.tgt}")
 
     # 2. training
-    console.rule(f"[bold]2. training ({cfg.model.decoder} attention, {cfg.model.attention or 'default'} score)")
+    what = (f"{cfg.model.decoder} attention, {cfg.model.attention or 'default'} score" if cfg.model.family == "rnn"
+            else f"transformer, {cfg.model.layers} layers of {cfg.model.heads} heads")
+    console.rule(f"[bold]2. training ({what})")
     train(cfg, console=console, progress=progress)
 
     # 3. test translations

@@ -3,10 +3,11 @@
 `OrtSeq2Seq` has what search asks of a model (encode, init_state, step, and `select` on what they
 return, bos/eos/pad ids), so greedy search, beam search, sampling, n-best lists, prefixes and the
 length and coverage penalties run unchanged over it; and a teacher-forced `__call__` (one step
-at a time) for `Translator.align` and `explore`. It reuses heed's own EncoderOutput and
-DecoderState: their `repeat`/`select` are index operations on torch tensors that share memory
-with the numpy arrays onnxruntime reads and writes (`torch.from_numpy`, `Tensor.numpy`), so
-nothing is copied at the boundary.
+at a time) for `Translator.align` and `explore`. It reuses the family's own encoded batch and
+state (an RNN's EncoderOutput and DecoderState, a Transformer's TransformerEncoded and TensorState):
+their `repeat`/`select` are index operations on torch tensors that share memory with the numpy
+arrays onnxruntime reads and writes (`torch.from_numpy`, `Tensor.numpy`), so nothing is copied at
+the boundary.
 
 onnxruntime runs on the CPU here, with as many intra-op threads as torch has when a call is made
 (`heed translate --threads N` sets both); a session per thread count is built on first use.
@@ -19,34 +20,31 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from heed.errors import ConfigError, HeedError, ModelDirError
-from heed.export.onnx import ENCODER_FILE, STEP_FILE, Manifest, check_graph_io, load_manifest, require
-from heed.nn.rnn.coverage import initial_coverage
-from heed.nn.rnn.decoder import DecoderState, DecoderStep
-from heed.nn.rnn.encoder import EncoderOutput
-from heed.nn.masks import lengths_to_mask
+from heed.errors import ConfigError, ModelDirError
+from heed.export.onnx import (ENCODER_FILE, STEP_FILE, Manifest, check_graph_io, family_graphs, load_manifest,
+                              require)
+from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import Seq2SeqOutput
 
 
 class OrtSeq2Seq:
-    """The two graphs of an exported directory behind `encode` / `init_state` / `step`."""
+    """The two graphs of an exported directory behind `encode` / `init_state` / `step`, for any
+    model family: the family's graphs object (heed.nn.build.FAMILIES, e.g. heed.nn.rnn.onnx.RNNGraphs)
+    says how its encoded batch and state map onto the graphs' inputs and outputs, by name."""
 
     def __init__(self, manifest: Manifest) -> None:
         self._ort = require("onnxruntime")
         self.manifest = manifest
-        model = manifest.data["model"]
         ids = manifest.data["special_ids"]
         self.pad_id, self.bos_id, self.eos_id = int(ids["pad"]), int(ids["bos"]), int(ids["eos"])
-        self.kind: str = model["decoder"]
-        self.has_attention = self.kind != "plain"
-        self.feeding = self.kind == "luong" and bool(model["input_feeding"])
-        self.coverage = bool(model.get("coverage"))  # exports from before coverage have no such key
-        self.hidden_size = int(model["hidden_size"])
-        self.rnn_tensors = 2 if model["rnn"] == "lstm" else 1
-        self.max_positions = model.get("attention_positions") if model.get("attention") == "location" else None
+        config = ModelConfig.model_validate(manifest.data["model"])  # load_manifest checked it
+        self.family = config.family
+        self.graphs = family_graphs(config)
+        self.has_attention: bool = self.graphs.has_attention
         self._enc_outputs = manifest.graph(ENCODER_FILE)["outputs"]
+        self._step_outputs = manifest.graph(STEP_FILE)["outputs"]
         self._sessions: dict[int, tuple[Any, Any]] = {}
-        self._last_enc: EncoderOutput | None = None  # _source_feeds' one-entry cache
+        self._last_enc: Any = None  # _source_feeds' one-entry cache
         self._last_feeds: dict[str, Any] = {}
         self._session_pair()  # build now: load errors surface at load, and load time counts it
 
@@ -87,67 +85,40 @@ class OrtSeq2Seq:
 
     # ------------------------------------------------------------------ the search's protocol
 
-    def encode(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
-        """src (batch, src_len), src_lengths (batch,) -> EncoderOutput with the projected keys.
-        `final` holds the decoder's initial state (bridge applied) and, for the plain decoder, the
-        source summary as one more (1, batch, hidden) tensor, so beams repeat and select it as rows."""
-        if self.max_positions is not None and src.size(1) > self.max_positions:
-            # The graph was traced on the path for sources the location score covers (Translator cuts
-            # every source to max_src_len tokens + </s>, which is attention_positions).
-            raise HeedError(f"a source of {src.size(1)} tokens is longer than the {self.max_positions} positions "
-                            "this exported location-score model attends over; cut it (Translator does)")
+    def encode(self, src: Tensor, src_lengths: Tensor) -> Any:
+        """src (batch, src_len), src_lengths (batch,) -> the family's encoded batch."""
+        self.graphs.check_source(src)
         encoder, _ = self._session_pair()
         outs = encoder.run(None, {"src": _array(src.long()), "src_lengths": _array(src_lengths.long())})
         named = dict(zip(self._enc_outputs, (torch.from_numpy(x) for x in outs)))
-        final = tuple(named[n] for n in ("h0", "c0", "summary") if n in named)
-        return EncoderOutput(states=named["states"], final=final, mask=lengths_to_mask(src_lengths, src.size(1)),
-                             keys=named.get("keys"), src=src)
+        return self.graphs.encoded(named, src, src_lengths)
 
-    def init_state(self, enc: EncoderOutput) -> DecoderState:
-        rnn = enc.final[: self.rnn_tensors]
-        feed = rnn[0].new_zeros(rnn[0].size(1), self.hidden_size) if self.feeding else None
-        coverage = initial_coverage(rnn[0].size(1), enc.states) if self.coverage else None
-        return DecoderState(rnn, feed, coverage)
+    def init_state(self, enc: Any) -> Any:
+        return self.graphs.init_state(enc)
 
-    def step(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> DecoderStep:
-        """prev_tokens (rows,) -> DecoderStep(logits (rows, vocab), state, attention (rows, src_len) or None)."""
+    def step(self, prev_tokens: Tensor, state: Any, enc: Any) -> Any:
+        """prev_tokens (rows,) -> the family's step output: logits (rows, vocab), the next state, the
+        attention (rows, src_len) or None."""
         _, step = self._session_pair()
         feeds = dict(self._source_feeds(enc))
         feeds["prev_tokens"] = _array(prev_tokens)
-        feeds["h"] = _array(state.rnn[0])
-        if self.rnn_tensors == 2:
-            feeds["c"] = _array(state.rnn[1])
-        if self.feeding:
-            assert state.feed is not None
-            feeds["feed"] = _array(state.feed)
-        if self.coverage:
-            assert state.coverage is not None
-            feeds["coverage"] = _array(state.coverage)
-        outs = [torch.from_numpy(x) for x in step.run(None, feeds)]
-        logits, rnn = outs[0], tuple(outs[1 : 1 + self.rnn_tensors])
-        rest = outs[1 + self.rnn_tensors :]
-        feed = rest.pop(0) if self.feeding else None
-        coverage = rest.pop(0) if self.coverage else None
-        attention = rest.pop(0) if self.has_attention else None
-        return DecoderStep(logits, DecoderState(rnn, feed, coverage), attention)
+        feeds.update({name: _array(t) for name, t in self.graphs.state_feeds(state).items()})
+        outs = step.run(None, feeds)
+        return self.graphs.step_output(dict(zip(self._step_outputs, (torch.from_numpy(x) for x in outs))))
 
-    def _source_feeds(self, enc: EncoderOutput) -> dict[str, Any]:
-        """The step graph's per-source inputs as numpy arrays, converted once per EncoderOutput
+    def _source_feeds(self, enc: Any) -> dict[str, Any]:
+        """The step graph's per-source inputs as numpy arrays, converted once per encoded batch
         (search passes the same one for step after step, and a new one only when it drops
         finished sentences)."""
         if self._last_enc is not enc:
-            if self.has_attention:
-                assert enc.keys is not None
-                feeds = {"states": _array(enc.states), "keys": _array(enc.keys), "src_mask": _array(enc.mask)}
-            else:
-                feeds = {"summary": _array(enc.final[-1][0])}  # (rows, hidden)
-            self._last_enc, self._last_feeds = enc, feeds
+            self._last_enc = enc
+            self._last_feeds = {name: _array(t) for name, t in self.graphs.source_feeds(enc).items()}
         return self._last_feeds
 
     def __call__(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
                  need_attention: bool = True) -> Seq2SeqOutput:
-        """Teacher-forced, as `Seq2Seq.forward`, one step at a time: tgt_in (batch, tgt_len) starting
-        with BOS -> logits (batch, tgt_len, vocab), attention (batch, tgt_len, src_len) or None."""
+        """Teacher-forced, as a PyTorch model's forward, one step at a time: tgt_in (batch, tgt_len)
+        starting with BOS -> logits (batch, tgt_len, vocab), attention (batch, tgt_len, src_len) or None."""
         enc = self.encode(src, src_lengths)
         state = self.init_state(enc)
         logits: list[Tensor] = []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -11,7 +13,9 @@ from heed.errors import ConfigError
 from heed.nn.model_config import DEFAULT_SCORE, ModelConfig  # noqa: F401  (ModelConfig's home)
 from heed.nn.protocol import TrainableModel
 from heed.nn.rnn.build import build_rnn
+from heed.nn.rnn.onnx import RNNGraphs
 from heed.nn.transformer.model import build_transformer
+from heed.nn.transformer.onnx import TransformerGraphs
 
 
 def _transformer(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, bos_id: int,
@@ -23,8 +27,18 @@ def _transformer(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, 
                              bos_id=bos_id, eos_id=eos_id)
 
 
-# model.family -> its builder: a new family is a folder under heed/nn plus one line here.
-FAMILIES: dict[str, Callable[..., TrainableModel]] = {"rnn": build_rnn, "transformer": _transformer}
+@dataclass(frozen=True)
+class Family:
+    """A model family: its builder (a ModelConfig of the family -> a fresh TrainableModel) and its
+    export contract (a ModelConfig -> the graphs' names, modules and runtime mapping, heed.export)."""
+
+    build: Callable[..., TrainableModel]
+    graphs: Callable[[ModelConfig], Any]
+
+
+# model.family -> the family: a new family is a folder under heed/nn plus one line here.
+FAMILIES: dict[str, Family] = {"rnn": Family(build_rnn, RNNGraphs), "transformer": Family(_transformer,
+                                                                                         TransformerGraphs)}
 
 
 def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
@@ -41,7 +55,7 @@ def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, p
         raise ValueError("a copy model needs source_to_target, one target id (or -1) per source vocabulary id")
 
     def build() -> TrainableModel:
-        return FAMILIES[cfg.family](cfg, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
+        return FAMILIES[cfg.family].build(cfg, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
                                     pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, unk_id=unk_id,
                                     source_to_target=source_to_target)
 

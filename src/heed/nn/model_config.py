@@ -157,11 +157,13 @@ with warnings.catch_warnings():
 
         @model_validator(mode="after")
         def _fields_of_family(self) -> "ModelConfig":
-            for field in sorted(self.model_fields_set):
-                owner = self.FAMILY_OF.get(field)
-                if owner is not None and owner != self.family:
-                    raise ValueError(f"'{field}' is a field of family {owner}, not {self.family}; remove it"
-                                     + (" or set model.family: transformer" if owner == "transformer" else ""))
+            foreign = [f for f in sorted(self.model_fields_set) if self.FAMILY_OF.get(f, self.family) != self.family]
+            if foreign:
+                owner = self.FAMILY_OF[foreign[0]]
+                names = ", ".join(f"'{f}'" for f in foreign)
+                raise ValueError(f"{names} {'is a field' if len(foreign) == 1 else 'are fields'} of family {owner}, "
+                                 f"not {self.family}; remove {'it' if len(foreign) == 1 else 'them'}"
+                                 + (" or set model.family: transformer" if owner == "transformer" else ""))
             if self.family == "transformer":
                 for field in ("copy", "coverage"):
                     if getattr(self, field):

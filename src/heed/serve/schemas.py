@@ -128,7 +128,9 @@ class AlignResponse(BaseModel):
 
 class ModelInfo(BaseModel):
     name: str
-    attention: str = Field(description="luong, bahdanau or none")
+    family: str = Field("rnn", description="the model family: rnn or transformer")
+    attention: str = Field(description="luong, bahdanau, none (an RNN's) or transformer (the last decoder "
+                                       "layer's cross-attention, mean over heads)")
     parameters: int
     src_vocab: int
     tgt_vocab: int

@@ -175,13 +175,15 @@ def grouped_attend(attention: MultiHeadAttention, q: Tensor, memory: tuple[Tenso
     -> context (rows, q_len, d_model), weights (rows, heads, q_len, src_len) or None."""
     keys, values = memory
     batch, heads, q_len, d_k = keys.size(0), q.size(1), q.size(2), q.size(3)
-    group = q.size(0) // batch
-    if group > 1:  # (rows, heads, q_len, d_k) -> (batch, heads, group * q_len, d_k)
-        q = q.reshape(batch, group, heads, q_len, d_k).transpose(1, 2).reshape(batch, heads, group * q_len, d_k)
+    src_len = keys.size(2)
+    # Sizes only through reshape's -1: the exported step graph then serves any group (a traced
+    # `rows // batch` would be frozen at the example's value).
+    grouped = q.size(0) != batch
+    if grouped:  # (rows, heads, q_len, d_k) -> (batch, heads, group * q_len, d_k)
+        q = q.reshape(batch, -1, heads, q_len, d_k).transpose(1, 2).reshape(batch, heads, -1, d_k)
     out = attention.attend(q, keys, values, mask, need_weights=need_weights)
-    context = out.context.reshape(batch * group, q_len, -1)  # (rows, q_len, d_model)
+    context = out.context.reshape(-1, q_len, out.context.size(-1))  # (rows, q_len, d_model)
     weights = out.weights
-    if weights is not None and group > 1:  # (batch, heads, group * q_len, src_len) -> (rows, heads, q_len, src_len)
-        weights = weights.reshape(batch, heads, group, q_len, -1).transpose(1, 2).reshape(batch * group, heads,
-                                                                                          q_len, -1)
+    if weights is not None and grouped:  # (batch, heads, group * q_len, src_len) -> (rows, heads, q_len, src_len)
+        weights = weights.reshape(batch, heads, -1, q_len, src_len).transpose(1, 2).reshape(-1, heads, q_len, src_len)
     return context, weights

@@ -1,7 +1,7 @@
 """An encoder-decoder Transformer (Vaswani et al. 2017) behind heed's model contract
 (heed.nn.protocol): the same search, training loop, ensembles, server and explorer as the RNNs.
 
-    encode     src (batch, src_len) -> TransformerEncoded: the encoder's states and, for every
+    encode     src (batch, src_len) -> TransformerEncoded: the source mask and, for every
                decoder layer, the cross-attention's keys and values, projected once per sentence
     init_state an empty key/value cache per decoder layer (TensorState, batch axis 0)
     step       one target token per row: its self-attention keys and values join the cache, the
@@ -36,14 +36,12 @@ from heed.runtime import compile_function
 class TransformerEncoded:
     """A batch of sources, encoded.
 
-    states: (batch, src_len, d_model) the encoder's output, zero under padding
     mask:   bool (batch, src_len), True = real token
     memory: per decoder layer, the cross-attention's keys and values, each (batch, heads, src_len, d_k)
     group:  decoder rows per source (beams, after `repeat`); row r belongs to source r // group
     src:    long (batch, src_len) the source ids
     """
 
-    states: Tensor
     mask: Tensor
     memory: tuple[tuple[Tensor, Tensor], ...]
     group: int = 1
@@ -57,7 +55,7 @@ class TransformerEncoded:
     def select(self, sources: Tensor) -> "TransformerEncoded":
         """Sources `sources` (n,) long, with all their decoder rows."""
         return TransformerEncoded(
-            states=self.states.index_select(0, sources), mask=self.mask.index_select(0, sources),
+            mask=self.mask.index_select(0, sources),
             memory=tuple((k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.memory),
             group=self.group, src=None if self.src is None else self.src.index_select(0, sources))
 
@@ -191,16 +189,16 @@ class TransformerSeq2Seq(nn.Module):
     # ------------------------------------------------------------------ search
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> TransformerEncoded:
-        """src (batch, src_len), src_lengths (batch,) -> the encoder's states and every decoder
+        """src (batch, src_len), src_lengths (batch,) -> the source mask and every decoder
         layer's cross-attention keys and values, once per sentence."""
         mask = lengths_to_mask(src_lengths, src.size(1))
         states = self.encoder(src, mask)
         memory = tuple(layer.cross_attn.project_memory(states) for layer in self.decoder.layers)
-        return TransformerEncoded(states, mask, memory, src=src)
+        return TransformerEncoded(mask, memory, src=src)
 
     def init_state(self, enc: TransformerEncoded) -> TensorState:
         """Empty caches, each (rows, heads, 0, d_k), rows = batch * group."""
-        rows = enc.states.size(0) * enc.group
+        rows = enc.mask.size(0) * enc.group
         keys = enc.memory[0][0]  # (batch, heads, src_len, d_k)
         empty = keys.new_zeros(rows, keys.size(1), 0, keys.size(3))
         names = cache_names(self.layers)
@@ -211,7 +209,8 @@ class TransformerSeq2Seq(nn.Module):
         attention (rows, src_len))."""
         dec = self.decoder
         position = state["self_keys.0"].size(2)  # steps decoded so far
-        x = dec.embed(prev_tokens.unsqueeze(1), torch.full((1,), position, device=prev_tokens.device))  # (rows, 1, d)
+        positions = torch.full((1,), position, dtype=torch.long, device=prev_tokens.device)
+        x = dec.embed(prev_tokens.unsqueeze(1), positions)  # (rows, 1, d_model)
         tensors: dict[str, Tensor] = {}
         attention: Tensor | None = None
         for i, layer in enumerate(dec.layers):
@@ -267,7 +266,7 @@ class TransformerSeq2Seq(nn.Module):
         states = self.encoder(src, mask, weights=enc_weights)
         memory = tuple(layer.cross_attn.project_memory(states) for layer in self.decoder.layers)
         weights: dict[str, list[Tensor]] = {"decoder": [], "cross": []}
-        self._decode_all(tgt_in, TransformerEncoded(states, mask, memory, src=src), need_attention=False,
+        self._decode_all(tgt_in, TransformerEncoded(mask, memory, src=src), need_attention=False,
                          weights=weights)
         return AttentionMaps(torch.stack(enc_weights), torch.stack(weights["decoder"]), torch.stack(weights["cross"]))
 
