@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -127,18 +127,25 @@ class _Embed(nn.Module):
         return self.dropout(x)
 
 
-class TransformerEncoder(nn.Module):
-    def __init__(self, *, vocab_size: int, d_model: int, heads: int, layers: int, ff_size: int, dropout: float,
-                 attention_dropout: float, norm: NormPlace, positions: PositionKind, max_positions: int,
-                 pad_id: int) -> None:
+class _Stack(nn.Module):
+    """What both stacks share: the embedding with positions, `layers` layers of `layer_class`, and
+    (pre-norm leaves the last sum unnormalised) one LayerNorm after the stack (Wang et al. 2019)."""
+
+    def __init__(self, layer_class: type[EncoderLayer] | type[DecoderLayer], *, vocab_size: int, d_model: int,
+                 heads: int, layers: int, ff_size: int, dropout: float, attention_dropout: float, norm: NormPlace,
+                 positions: PositionKind, max_positions: int, pad_id: int) -> None:
         super().__init__()
         self.embed = _Embed(vocab_size, d_model, pad_id=pad_id, positions=positions, max_positions=max_positions,
                             dropout=dropout)
-        self.layers = nn.ModuleList(EncoderLayer(d_model, heads, ff_size, dropout=dropout,
-                                                 attention_dropout=attention_dropout, norm=norm)
+        self.layers = nn.ModuleList(layer_class(d_model, heads, ff_size, dropout=dropout,
+                                                attention_dropout=attention_dropout, norm=norm)
                                     for _ in range(layers))
-        # pre-norm leaves the last sum unnormalised: one LayerNorm after the stack (Wang et al. 2019)
         self.norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
+
+
+class TransformerEncoder(_Stack):
+    def __init__(self, **sizes: Any) -> None:
+        super().__init__(EncoderLayer, **sizes)
 
     def forward(self, src: Tensor, mask: Tensor, *, weights: list[Tensor] | None = None) -> Tensor:
         """src (batch, src_len), mask bool (batch, src_len) -> states (batch, src_len, d_model), zero
@@ -152,17 +159,13 @@ class TransformerEncoder(nn.Module):
         return self.norm(x).masked_fill(~mask.unsqueeze(-1), 0.0)
 
 
-class TransformerDecoder(nn.Module):
-    def __init__(self, *, vocab_size: int, d_model: int, heads: int, layers: int, ff_size: int, dropout: float,
-                 attention_dropout: float, norm: NormPlace, positions: PositionKind, max_positions: int,
-                 pad_id: int, tie_embeddings: bool) -> None:
-        super().__init__()
-        self.embed = _Embed(vocab_size, d_model, pad_id=pad_id, positions=positions, max_positions=max_positions,
-                            dropout=dropout)
-        self.layers = nn.ModuleList(DecoderLayer(d_model, heads, ff_size, dropout=dropout,
-                                                 attention_dropout=attention_dropout, norm=norm)
-                                    for _ in range(layers))
-        self.norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
+class TransformerDecoder(_Stack):
+    """The decoder stack and its generator (tied to the target embedding with `tie_embeddings`);
+    TransformerSeq2Seq runs it step by step or over a whole target."""
+
+    def __init__(self, *, tie_embeddings: bool, **sizes: Any) -> None:
+        super().__init__(DecoderLayer, **sizes)
+        vocab_size, d_model = self.embed.tokens.num_embeddings, self.embed.tokens.embedding_dim
         self.generator: nn.Module = TiedGenerator(self.embed.tokens) if tie_embeddings else nn.Linear(d_model,
                                                                                                         vocab_size)
 
@@ -298,6 +301,6 @@ def build_transformer(*, src_vocab_size: int, tgt_vocab_size: int, d_model: int,
     common = dict(d_model=d_model, heads=heads, layers=layers, ff_size=ff_size, dropout=dropout,
                   attention_dropout=attention_dropout, norm=norm, positions=positions, max_positions=max_positions,
                   pad_id=pad_id)
-    encoder = TransformerEncoder(vocab_size=src_vocab_size, **common)  # type: ignore[arg-type]
-    decoder = TransformerDecoder(vocab_size=tgt_vocab_size, tie_embeddings=tie_embeddings, **common)  # type: ignore[arg-type]
+    encoder = TransformerEncoder(vocab_size=src_vocab_size, **common)
+    decoder = TransformerDecoder(vocab_size=tgt_vocab_size, tie_embeddings=tie_embeddings, **common)
     return TransformerSeq2Seq(encoder, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
