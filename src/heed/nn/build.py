@@ -18,15 +18,6 @@ from heed.nn.transformer.model import build_transformer
 from heed.nn.transformer.onnx import TransformerGraphs
 
 
-def _transformer(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, bos_id: int,
-                 eos_id: int, unk_id: int, source_to_target: Sequence[int] | None) -> TrainableModel:
-    return build_transformer(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=cfg.d_model,
-                             heads=cfg.heads, layers=cfg.layers, ff_size=cfg.ff_size, dropout=cfg.dropout,
-                             attention_dropout=cfg.attention_dropout, norm=cfg.norm, positions=cfg.positions,
-                             max_positions=cfg.max_positions, tie_embeddings=cfg.tie_embeddings, pad_id=pad_id,
-                             bos_id=bos_id, eos_id=eos_id)
-
-
 @dataclass(frozen=True)
 class Family:
     """A model family: its builder (a ModelConfig of the family -> a fresh TrainableModel) and its
@@ -37,8 +28,10 @@ class Family:
 
 
 # model.family -> the family: a new family is a folder under heed/nn plus one line here.
-FAMILIES: dict[str, Family] = {"rnn": Family(build_rnn, RNNGraphs), "transformer": Family(_transformer,
-                                                                                         TransformerGraphs)}
+FAMILIES: dict[str, Family] = {
+    "rnn": Family(build_rnn, RNNGraphs),
+    "transformer": Family(build_transformer, TransformerGraphs),
+}
 
 
 def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,

@@ -8,7 +8,6 @@ decoder rows (a source's beams are consecutive) and q_len = 1.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 import torch
@@ -70,17 +69,29 @@ class FeedForward(nn.Module):
 
 class _Residual(nn.Module):
     """What both layers share: a sublayer with dropout on its output, a residual connection and
-    layer normalisation, before the sublayer (pre) or after the sum (post)."""
+    layer normalisation, before the sublayer (pre) or after the sum (post). Each layer makes its
+    feed-forward network last (its parameters initialise after the attention's)."""
+
+    feed_forward: FeedForward
+    feed_forward_norm: nn.LayerNorm
 
     def __init__(self, norm: NormPlace, dropout: float) -> None:
         super().__init__()
         self.pre = norm == "pre"
         self.dropout = nn.Dropout(dropout)
 
-    def _sublayer(self, x: Tensor, norm: nn.LayerNorm, fn: Callable[[Tensor], Tensor]) -> Tensor:
-        if self.pre:
-            return x + self.dropout(fn(norm(x)))
-        return norm(x + self.dropout(fn(x)))  # Vaswani et al. 2017, 5.4
+    def _input(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
+        """What a sublayer reads: norm(x) before it (pre), x itself (post)."""
+        return norm(x) if self.pre else x
+
+    def _output(self, x: Tensor, sublayer_out: Tensor, norm: nn.LayerNorm) -> Tensor:
+        """The residual sum: x + Dropout(Sublayer), normalised after the sum for post-norm
+        (Vaswani et al. 2017, 5.4: LayerNorm(x + Sublayer(x)))."""
+        x = x + self.dropout(sublayer_out)
+        return x if self.pre else norm(x)
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        return self._output(x, self.feed_forward(self._input(x, self.feed_forward_norm)), self.feed_forward_norm)
 
 
 class EncoderLayerOutput(NamedTuple):
@@ -101,16 +112,10 @@ class EncoderLayer(_Residual):
 
     def forward(self, x: Tensor, mask: Tensor, *, need_weights: bool = False) -> EncoderLayerOutput:
         """x (batch, src_len, d_model), mask bool (batch, 1, 1, src_len), True = real token."""
-        weights: list[Tensor | None] = [None]
-
-        def attend(h: Tensor) -> Tensor:
-            out = self.self_attn.attend(*self.self_attn.project_all(h), mask, need_weights=need_weights)
-            weights[0] = out.weights
-            return out.context
-
-        x = self._sublayer(x, self.self_attn_norm, attend)
-        x = self._sublayer(x, self.feed_forward_norm, self.feed_forward)
-        return EncoderLayerOutput(x, weights[0])
+        h = self._input(x, self.self_attn_norm)
+        attended = self.self_attn.attend(*self.self_attn.project_all(h), mask, need_weights=need_weights)
+        x = self._output(x, attended.context, self.self_attn_norm)
+        return EncoderLayerOutput(self._feed_forward(x), attended.weights)
 
 
 class DecoderLayerOutput(NamedTuple):
@@ -141,29 +146,15 @@ class DecoderLayer(_Residual):
         memory_mask bool (batch, 1, 1, src_len). Without `cache` the q_len positions are a whole
         target, each seeing itself and those before it (teacher forcing); with the cache (each
         (rows, heads, steps, d_k), the keys and values of the steps before) they follow it."""
-        found: dict[str, Tensor | None] = {}
-
-        def self_attend(h: Tensor) -> Tensor:
-            q, k, v = self.self_attn.project_all(h)
-            if cache is not None:
-                k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-            found["cache_keys"], found["cache_values"] = k, v
-            out = self.self_attn.attend(q, k, v, causal=cache is None, need_weights=need_weights)
-            found["self"] = out.weights
-            return out.context
-
-        def cross_attend(h: Tensor) -> Tensor:
-            context, weights = grouped_attend(self.cross_attn, self.cross_attn.project_query(h), memory, memory_mask,
-                                              need_weights=need_weights)
-            found["cross"] = weights
-            return context
-
-        x = self._sublayer(x, self.self_attn_norm, self_attend)
-        x = self._sublayer(x, self.cross_attn_norm, cross_attend)
-        x = self._sublayer(x, self.feed_forward_norm, self.feed_forward)
-        keys, values = found["cache_keys"], found["cache_values"]
-        assert keys is not None and values is not None
-        return DecoderLayerOutput(x, (keys, values), found["self"], found["cross"])
+        q, k, v = self.self_attn.project_all(self._input(x, self.self_attn_norm))
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)  # (rows, heads, steps, d_k)
+        attended = self.self_attn.attend(q, k, v, causal=cache is None, need_weights=need_weights)
+        x = self._output(x, attended.context, self.self_attn_norm)
+        query = self.cross_attn.project_query(self._input(x, self.cross_attn_norm))
+        context, cross_weights = grouped_attend(self.cross_attn, query, memory, memory_mask, need_weights=need_weights)
+        x = self._output(x, context, self.cross_attn_norm)
+        return DecoderLayerOutput(self._feed_forward(x), (k, v), attended.weights, cross_weights)
 
 
 def grouped_attend(attention: MultiHeadAttention, q: Tensor, memory: tuple[Tensor, Tensor], mask: Tensor, *,

@@ -16,7 +16,7 @@ the cross-attention of the last decoder layer, averaged over its heads (`alignme
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from heed.nn.layout import for_decoding
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.masks import lengths_to_mask
+from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import Seq2SeqOutput, TensorState
 from heed.nn.transformer.layers import DecoderLayer, EncoderLayer, NormPlace, PositionKind, make_positions
 from heed.runtime import compile_function
@@ -87,6 +88,17 @@ class TransformerFeatures(NamedTuple):
 def cache_names(layers: int) -> list[str]:
     """The state's tensor names: each decoder layer's self-attention keys and values so far."""
     return [f"{kind}.{layer}" for layer in range(layers) for kind in ("self_keys", "self_values")]
+
+
+def cache_state(tensors: Mapping[str, Tensor]) -> TensorState:
+    """The decoder state: the caches by name, every one with its rows on axis 0."""
+    return TensorState(dict(tensors), {name: 0 for name in tensors})
+
+
+def empty_cache(layers: int, rows: int, heads: int, d_k: int, *, like: Tensor) -> TensorState:
+    """The first state: every cache (rows, heads, 0, d_k), of `like`'s dtype and device."""
+    empty = like.new_zeros(rows, heads, 0, d_k)
+    return cache_state({name: empty for name in cache_names(layers)})
 
 
 class TiedGenerator(nn.Module):
@@ -201,11 +213,8 @@ class TransformerSeq2Seq(nn.Module):
 
     def init_state(self, enc: TransformerEncoded) -> TensorState:
         """Empty caches, each (rows, heads, 0, d_k), rows = batch * group."""
-        rows = enc.mask.size(0) * enc.group
         keys = enc.memory[0][0]  # (batch, heads, src_len, d_k)
-        empty = keys.new_zeros(rows, keys.size(1), 0, keys.size(3))
-        names = cache_names(self.layers)
-        return TensorState({name: empty for name in names}, {name: 0 for name in names})
+        return empty_cache(self.layers, enc.mask.size(0) * enc.group, keys.size(1), keys.size(3), like=keys)
 
     def step(self, prev_tokens: Tensor, state: TensorState, enc: TransformerEncoded) -> TransformerStep:
         """prev_tokens (rows,) -> TransformerStep(logits (rows, vocab), the caches one step longer,
@@ -225,7 +234,7 @@ class TransformerSeq2Seq(nn.Module):
                 attention = out.cross_weights.mean(1).squeeze(1)  # (rows, heads, 1, src_len) -> (rows, src_len)
         assert attention is not None
         logits = dec.generator(dec.norm(x).squeeze(1))  # (rows, vocab)
-        return TransformerStep(logits, TensorState(tensors, state.batch_axes), attention)
+        return TransformerStep(logits, cache_state(tensors), attention)
 
     # ------------------------------------------------------------------ teacher forcing
 
@@ -294,13 +303,15 @@ class TransformerSeq2Seq(nn.Module):
         for_decoding(self.decoder)
 
 
-def build_transformer(*, src_vocab_size: int, tgt_vocab_size: int, d_model: int, heads: int, layers: int,
-                      ff_size: int, dropout: float, attention_dropout: float, norm: NormPlace,
-                      positions: PositionKind, max_positions: int, tie_embeddings: bool, pad_id: int = 0,
-                      bos_id: int = 1, eos_id: int = 2) -> TransformerSeq2Seq:
-    common = dict(d_model=d_model, heads=heads, layers=layers, ff_size=ff_size, dropout=dropout,
-                  attention_dropout=attention_dropout, norm=norm, positions=positions, max_positions=max_positions,
-                  pad_id=pad_id)
+def build_transformer(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
+                      bos_id: int = 1, eos_id: int = 2, unk_id: int = 3,
+                      source_to_target: Sequence[int] | None = None) -> TransformerSeq2Seq:
+    """The family's builder (heed.nn.build.FAMILIES): a fresh model for a `family: transformer`
+    config. `unk_id` and `source_to_target` serve the RNN's copy attention, which the config refuses
+    for a Transformer."""
+    common = dict(d_model=cfg.d_model, heads=cfg.heads, layers=cfg.layers, ff_size=cfg.ff_size, dropout=cfg.dropout,
+                  attention_dropout=cfg.attention_dropout, norm=cfg.norm, positions=cfg.positions,
+                  max_positions=cfg.max_positions, pad_id=pad_id)
     encoder = TransformerEncoder(vocab_size=src_vocab_size, **common)
-    decoder = TransformerDecoder(vocab_size=tgt_vocab_size, tie_embeddings=tie_embeddings, **common)
+    decoder = TransformerDecoder(vocab_size=tgt_vocab_size, tie_embeddings=cfg.tie_embeddings, **common)
     return TransformerSeq2Seq(encoder, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)

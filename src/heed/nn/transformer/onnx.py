@@ -20,7 +20,8 @@ from torch import Tensor, nn
 from heed.nn.masks import lengths_to_mask
 from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import TensorState
-from heed.nn.transformer.model import TransformerEncoded, TransformerSeq2Seq, TransformerStep, cache_names
+from heed.nn.transformer.model import (TransformerEncoded, TransformerSeq2Seq, TransformerStep, cache_names, cache_state,
+                                      empty_cache)
 
 
 def memory_names(layers: int) -> list[str]:
@@ -47,7 +48,7 @@ class StepGraph(nn.Module):
         n = 2 * self.layers
         memory = tuple((tensors[2 * i], tensors[2 * i + 1]) for i in range(self.layers))
         names = cache_names(self.layers)
-        state = TensorState(dict(zip(names, tensors[n:])), {name: 0 for name in names})
+        state = cache_state(dict(zip(names, tensors[n:])))
         out = self.model.step(prev_tokens, state, TransformerEncoded(src_mask, memory))
         return (out.logits, *(out.state[name] for name in names), out.attention)
 
@@ -102,10 +103,8 @@ class TransformerGraphs:
         return TransformerEncoded(lengths_to_mask(src_lengths, src.size(1)), memory, src=src)
 
     def init_state(self, enc: TransformerEncoded) -> TensorState:
-        rows = enc.mask.size(0) * enc.group
-        empty = torch.zeros(rows, self.heads, 0, self.d_k)
-        names = cache_names(self.layers)
-        return TensorState({name: empty for name in names}, {name: 0 for name in names})
+        return empty_cache(self.layers, enc.mask.size(0) * enc.group, self.heads, self.d_k,
+                           like=enc.memory[0][0])
 
     def source_feeds(self, enc: TransformerEncoded) -> dict[str, Tensor]:
         feeds = {"src_mask": enc.mask}
@@ -117,6 +116,5 @@ class TransformerGraphs:
         return dict(state.tensors)
 
     def step_output(self, named: dict[str, Tensor]) -> TransformerStep:
-        names = cache_names(self.layers)
-        state = TensorState({name: named[f"{name}_out"] for name in names}, {name: 0 for name in names})
+        state = cache_state({name: named[f"{name}_out"] for name in cache_names(self.layers)})
         return TransformerStep(named["logits"], state, named["attention"])
