@@ -155,6 +155,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 class Manifest:
     directory: Path
     data: dict[str, Any]
+    model: ModelConfig  # data["model"], validated by load_manifest
 
     @property
     def int8(self) -> bool:
@@ -196,7 +197,7 @@ def load_manifest(path: str | os.PathLike[str], *, verify: bool | None = None) -
             or _version_tuple(written_by) > _version_tuple(heed.__version__)):
         raise ModelDirError(f"{file}: written by heed {written_by} (export format {data.get('format')}), newer "
                             f"than this heed {heed.__version__}; upgrade heed ({UPGRADE_HINT})")
-    _check_manifest_schema(data, file, directory)
+    model = _check_manifest_schema(data, file, directory)
     for name, digest in data["files"].items():
         target = directory / name
         if Path(name).name != name or not target.is_file():
@@ -204,13 +205,13 @@ def load_manifest(path: str | os.PathLike[str], *, verify: bool | None = None) -
         if verifying(verify) and sha256(target) != digest:
             raise ModelDirError(f"{target}: sha256 does not match {MANIFEST_FILE} (the file changed after "
                                 "`heed export`); export the model again")
-    return Manifest(directory, data)
+    return Manifest(directory, data, model)
 
 
-def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) -> None:
+def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) -> ModelConfig:
     """The manifest's fields have the types and values this heed's runtime reads, and it lists every
     file the runtime reads (the set is fixed by the format: a file left out of "files" would go
-    unchecked). A ModelDirError naming the field otherwise."""
+    unchecked). Returns the validated model config; a ModelDirError naming the field otherwise."""
     from pydantic import ValidationError
 
     from heed.data.tokenize import spm_model_path
@@ -251,6 +252,7 @@ def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) ->
     for name in required + [n for n in optional if (directory / n).exists()]:
         if name not in files:
             raise bad("files", f"does not list {name}, which the exported model reads")
+    return model
 
 
 def check_graph_io(session: Any, name: str, manifest: Manifest) -> None:

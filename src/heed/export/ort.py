@@ -23,7 +23,6 @@ from torch import Tensor
 from heed.errors import ConfigError, ModelDirError
 from heed.export.onnx import (ENCODER_FILE, STEP_FILE, Manifest, check_graph_io, family_graphs, load_manifest,
                               require)
-from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import Seq2SeqOutput
 
 
@@ -37,9 +36,8 @@ class OrtSeq2Seq:
         self.manifest = manifest
         ids = manifest.data["special_ids"]
         self.pad_id, self.bos_id, self.eos_id = int(ids["pad"]), int(ids["bos"]), int(ids["eos"])
-        config = ModelConfig.model_validate(manifest.data["model"])  # load_manifest checked it
-        self.family = config.family
-        self.graphs = family_graphs(config)
+        self.family = manifest.model.family
+        self.graphs = family_graphs(manifest.model)
         self.has_attention: bool = self.graphs.has_attention
         self._enc_outputs = manifest.graph(ENCODER_FILE)["outputs"]
         self._step_outputs = manifest.graph(STEP_FILE)["outputs"]
