@@ -309,7 +309,7 @@ class Config(_Strict):
             return data
         model = data["model"]
         if (model.get("attention") != "location" or model.get("decoder") == "plain"
-                or model.get("attention_positions") is not None):
+                or model.get("attention_positions") is not None or model.get("family", "rnn") != "rnn"):
             return data
         section = data.get("data")
         if isinstance(section, dict):

@@ -99,8 +99,8 @@ with warnings.catch_warnings():
         @field_validator("attention_positions")
         @classmethod
         def _positions_with_location(cls, value: int | None, info: ValidationInfo) -> int | None:
-            if "attention" not in info.data:  # the score itself is invalid; that error says enough
-                return value
+            if "attention" not in info.data or info.data.get("family") != "rnn":
+                return value  # the score itself is invalid, or the family check names the foreign field
             location = info.data["attention"] == "location"
             if location and value is None:
                 raise ValueError("the location score needs attention_positions, the longest source (in tokens, </s> "
