@@ -4,10 +4,7 @@ product of experts; heed.load / `heed translate` / `heed evaluate` take several 
 models that do not share tokenizers and vocabularies."""
 from __future__ import annotations
 
-import json
 import math
-import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -30,7 +27,7 @@ import heed
 from heed.ensemble import Ensemble, mean_attention, mean_log_probs
 from heed.errors import HeedError
 from heed.search import DecodeConfig, Prefix, SearchModel, beam_search, greedy_search, sample
-from model_files import rehash
+from model_files import swapped_vocab_copy
 
 # Two scripted models that disagree; their product of experts, worked by hand:
 #   first step:  sqrt(.8 * .5) : sqrt(.2 * .5) = 2 : 1       -> p(A) = 2/3, p(B) = 1/3
@@ -146,17 +143,6 @@ def test_members_must_agree_on_special_ids():
 SOURCES = ["3 March 1998", "le 4 mai 2001", "", "12 May 1999"]
 
 
-def _swapped_vocab_copy(model_dir: Path, target: Path, side: str = "tgt") -> Path:
-    """A copy of `model_dir` whose `side` vocabulary has two ordinary tokens swapped: it loads (the
-    sizes fit the weights) but reads or writes other ids."""
-    shutil.copytree(model_dir, target)
-    path = target / f"{side}.vocab.json"
-    tokens = json.loads(path.read_text(encoding="utf-8"))
-    tokens[5], tokens[6] = tokens[6], tokens[5]
-    path.write_text(json.dumps(tokens), encoding="utf-8")
-    return rehash(target)  # a model of another vocabulary, not a damaged one
-
-
 def test_heed_load_of_a_model_twice_translates_as_the_model(trained_run):
     single, pair = heed.load(trained_run, device="cpu"), heed.load([trained_run, trained_run / "model"], device="cpu")
     assert isinstance(pair.model, Ensemble) and len(pair.model.members) == 2
@@ -208,10 +194,10 @@ def test_an_exported_model_can_be_a_member(trained_run, tmp_path):
 
 
 def test_models_with_another_vocabulary_are_refused_naming_the_model(trained_run, tmp_path):
-    other = _swapped_vocab_copy(trained_run / "model", tmp_path / "swapped")
+    other = swapped_vocab_copy(trained_run / "model", tmp_path / "swapped")
     with pytest.raises(HeedError, match=r"swapped: the target vocabulary \(id 5 is another token\) differs"):
         heed.load([trained_run, other], device="cpu")
-    src_other = _swapped_vocab_copy(trained_run / "model", tmp_path / "src-swapped", side="src")
+    src_other = swapped_vocab_copy(trained_run / "model", tmp_path / "src-swapped", side="src")
     with pytest.raises(HeedError, match="src-swapped: the source vocabulary"):
         heed.load([trained_run, src_other], device="cpu")
 

@@ -6,11 +6,11 @@ the exported graphs, tests/test_export.py."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from model_files import swapped_vocab_copy
 
 import heed
 from heed.config import config_from_dict
@@ -22,10 +22,13 @@ TRANSFORMER = {"family": "transformer", "layers": 2, "d_model": 16, "heads": 2, 
 SOURCES = ["3 March 1998", "le 4 mai 2001", "1 janvier 2000", "12 May 1999"]
 
 
+def transformer_raw(tiny_config, output_dir: Path, **train_options) -> dict:
+    """The tiny config mapping with a tiny Transformer as its model."""
+    return {**tiny_config(output_dir, **train_options), "model": dict(TRANSFORMER)}
+
+
 def transformer_config(tiny_config, output_dir: Path, **train_options):
-    raw = tiny_config(output_dir, **train_options)
-    raw["model"] = dict(TRANSFORMER)
-    return config_from_dict(raw)
+    return config_from_dict(transformer_raw(tiny_config, output_dir, **train_options))
 
 
 def records(output_dir: Path, kind: str) -> list[dict]:
@@ -65,15 +68,12 @@ def test_resume_continues_the_identical_loss_sequence(tmp_path, tiny_config):
 
 
 def test_accumulation_prepared_corpora_and_the_warmup_schedule_train(tmp_path, tiny_config, heed_cli):
-    raw = tiny_config(tmp_path / "a", accumulate=2, max_steps=3, log_every=1,
-                      schedule={"name": "warmup", "warmup_steps": 2})
-    raw["model"] = dict(TRANSFORMER)
-    result = train(config_from_dict(raw))
+    result = train(transformer_config(tiny_config, tmp_path / "a", accumulate=2, max_steps=3, log_every=1,
+                                      schedule={"name": "warmup", "warmup_steps": 2}))
     assert result.steps == 3
     assert [r["lr"] for r in records(tmp_path / "a", "train")] == pytest.approx([0.005, 0.01, 0.01 * (2 / 3) ** 0.5])
     # a prepared corpus (memory-mapped shards of ids) trains it the same as the text it came from
-    text = tiny_config(tmp_path / "text", max_steps=3, log_every=1)
-    text["model"] = dict(TRANSFORMER)
+    text = transformer_raw(tiny_config, tmp_path / "text", max_steps=3, log_every=1)
     prepare_config = tmp_path / "prepare.yaml"
     prepare_config.write_text(json.dumps(text), encoding="utf-8")
     assert heed_cli("prepare", str(prepare_config), "-o", str(tmp_path / "shards")).exit_code == 0
@@ -91,8 +91,8 @@ def test_compiled_training_gives_eager_losses(tmp_path, tiny_config):
     if compiler_problem() is not None:
         pytest.skip(compiler_problem())
     common = {"max_steps": 3, "log_every": 1}
-    raw = tiny_config(tmp_path / "eager", **common)
-    raw["model"] = {**TRANSFORMER, "dropout": 0.0, "attention_dropout": 0.0}
+    raw = transformer_raw(tiny_config, tmp_path / "eager", **common)
+    raw["model"].update(dropout=0.0, attention_dropout=0.0)
     train(config_from_dict(raw))
     train(config_from_dict({**raw, "train": {**raw["train"], "compile": True}, "output_dir": str(tmp_path / "c")}))
     assert [x for _, x in losses(tmp_path / "c")] == pytest.approx([x for _, x in losses(tmp_path / "eager")],
@@ -198,6 +198,8 @@ def test_the_server_serves_a_transformer(transformer_run):
     (None, ("--set", "model.family=transformer"),
      ("model", "'embed_size', 'hidden_size', 'input_feeding' are fields of family rnn, not transformer")),
     ({"family": "transformer"}, ("--set", "model.copy=true"), ("model", "'copy' is not supported by the transformer")),
+    ({"family": "transformer", "attention": "location"}, (), ("model", "'attention' is a field of family rnn, not "
+                                                                       "transformer; remove it")),
 ])
 def test_impossible_transformer_configs_are_one_line_naming_the_field(tmp_path, tiny_config, heed_cli,
                                                                     assert_user_error, model, setting, fragments):
@@ -213,14 +215,6 @@ def test_impossible_transformer_configs_are_one_line_naming_the_field(tmp_path, 
 
 def test_an_ensemble_of_models_with_different_target_vocabularies_is_one_line(transformer_run, trained_run, tmp_path,
                                                                              heed_cli, assert_user_error):
-    from model_files import rehash
-
-    other = tmp_path / "other"
-    shutil.copytree(transformer_run / "model", other)
-    vocab = other / "tgt.vocab.json"
-    tokens = json.loads(vocab.read_text(encoding="utf-8"))
-    tokens[5], tokens[6] = tokens[6], tokens[5]
-    vocab.write_text(json.dumps(tokens), encoding="utf-8")
-    rehash(other)
+    other = swapped_vocab_copy(transformer_run / "model", tmp_path / "other")
     result = heed_cli("translate", str(trained_run), str(other), input="3 March 1998\n")
     assert_user_error(result, str(other))

@@ -1,7 +1,9 @@
 """The model contract (heed.nn.protocol), one suite run for every family and kind: the RNN decoders
 (Luong with input feeding, Bahdanau, plain, Bahdanau with coverage) and Transformers (pre-norm with
 sinusoidal positions and tied embeddings; post-norm with learned positions). A new family joins by
-joining search_fakes.MODEL_KINDS. The exported graphs' half of the contract is in tests/test_export.py."""
+joining search_fakes.MODEL_KINDS. The exported graphs' half of the contract is in tests/test_export.py;
+an all-padding row of the RNNs' attention (every score, fp32/fp16/bf16) is
+tests/nn/test_attention.py::test_all_padding_row_gives_zero_weights_and_context_and_finite_gradient."""
 from __future__ import annotations
 
 import itertools
@@ -23,7 +25,6 @@ from search_fakes import (
 from step_decoding import decode_step_by_step
 
 from heed.nn.protocol import TensorState, TrainableModel
-from heed.nn.attention import Attention
 from heed.nn.transformer.attention import MultiHeadAttention
 from heed.search import DecodeConfig, beam_search, greedy_search
 
@@ -157,18 +158,6 @@ def test_an_all_padding_row_gives_zeros_in_multi_head_attention(dtype: torch.dty
     torch.testing.assert_close(out.context[1], bias.expand(3, 8))
     if need_weights:
         assert (out.weights[1] == 0).all() and (out.weights[0, :, :, 2] == 0).all()
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("score", ["general", "additive", "scaled_dot"])
-def test_an_all_padding_row_gives_zeros_in_rnn_attention(dtype: torch.dtype, score: str) -> None:
-    attention = Attention(score, query_size=4, key_size=4).to(dtype).eval()
-    keys = torch.randn(2, 3, 4, dtype=dtype)
-    mask = torch.tensor([[True, False, False], [False, False, False]])
-    with torch.no_grad():
-        out = attention(torch.randn(2, 4, dtype=dtype), attention.project_keys(keys), keys, mask)
-    assert (out.weights[1] == 0).all() and (out.context[1] == 0).all()
-    assert not out.weights.isnan().any()
 
 
 @pytest.mark.parametrize("kind", [k for k in MODEL_KINDS if k in TRANSFORMERS])
