@@ -160,6 +160,20 @@ def test_an_all_padding_row_gives_zeros_in_multi_head_attention(dtype: torch.dty
         assert (out.weights[1] == 0).all() and (out.weights[0, :, :, 2] == 0).all()
 
 
+def test_the_fused_path_leaves_backends_to_torch_on_the_cpu_and_never_takes_cudnns_on_cuda() -> None:
+    # cuDNN's SDPA builds a graph for each new shape: 360 ms a training step on an H100 in bf16
+    # against 34 without it (bench/RESULTS.md), and token-bucketed batches are all new shapes.
+    from torch.nn.attention import SDPBackend
+
+    from heed.nn.transformer import attention
+
+    assert attention.sdpa_backends(torch.zeros(1)) is None
+    cuda = torch.cuda.is_available()
+    allowed = attention.sdpa_backends(torch.zeros(1, device="cuda")) if cuda else attention._SHAPE_FREE_BACKENDS
+    assert SDPBackend.CUDNN_ATTENTION not in allowed
+    assert {SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH} <= set(allowed)
+
+
 @pytest.mark.parametrize("kind", [k for k in MODEL_KINDS if k in TRANSFORMERS])
 def test_every_head_of_every_layer_is_there_and_the_step_reports_the_last_layers_mean(kind: str) -> None:
     model = tiny_model(kind)

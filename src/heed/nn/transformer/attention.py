@@ -92,12 +92,36 @@ class MultiHeadAttention(nn.Module):
         return HeadsAttended(self.out_proj(context.transpose(1, 2).flatten(2)), weights)
 
 
+try:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    # Every backend but cuDNN's: cuDNN builds a graph for each new shape (several hundred ms on an
+    # H100, measured: bench/RESULTS.md), and token-bucketed batches bring new shapes all the time.
+    _SHAPE_FREE_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+except ImportError:  # torch < 2.3: no cuDNN backend to avoid
+    sdpa_kernel = None
+
+
+def sdpa_backends(q: Tensor) -> "list[SDPBackend] | None":
+    """The SDPA backends heed allows for `q`'s device: on CUDA all but cuDNN's; None = torch's choice."""
+    return _SHAPE_FREE_BACKENDS if q.is_cuda and sdpa_kernel is not None else None
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> Tensor:
+    backends = sdpa_backends(q)
+    if backends is not None:
+        with sdpa_kernel(backends):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+
+
 def fused_heads(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0) -> Tensor:
     """softmax(q k^T / sqrt(d_k), mask) v through torch's fused kernel: the same numbers as the
     masked softmax, an all-masked query row included (SDPA alone gives NaN there: such rows attend to
-    everything and are then cleared). q (batch, heads, q_len, d_k) -> (batch, heads, q_len, d_k)."""
+    everything and are then cleared). q (batch, heads, q_len, d_k) -> (batch, heads, q_len, d_k).
+    On CUDA, never cuDNN's kernel (it pays a graph build for every new shape)."""
     if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
+        return _sdpa(q, k, v, None, dropout)
     has_key = mask.any(dim=-1, keepdim=True)  # (.., q_len, 1)
-    context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout)
+    context = _sdpa(q, k, v, mask | ~has_key, dropout)
     return context.masked_fill(~has_key, 0.0)
