@@ -311,11 +311,7 @@ def one_update(config, batches):
     from heed.distributed import RankShare
     from heed.train import _Window
 
-    trainer = Trainer(config)
-    trainer.data = trainer._load_data(None)
-    with torch.random.fork_rng():
-        torch.manual_seed(config.train.seed)
-        trainer._build(None, {})
+    with Trainer(config) as trainer:  # built from the run's seed, as a run builds it
         window = _Window(torch.zeros((), dtype=torch.float64))
         if batches:
             trainer._step(RankShare(batches, consumed=len(batches)), window)
@@ -367,3 +363,40 @@ def test_keep_checkpoints_keeps_the_last_n_evaluations_for_averaging(tmp_path, m
     assert done.exit_code == 0, done.output
     averaged = json.loads((tmp_path / "avg" / "heed.json").read_text())["averaged"]
     assert [a["step"] for a in averaged] == [16, 20]
+
+
+def test_a_trainer_holds_its_whole_run_from_construction_and_gives_it_back_on_exit(tmp_path, make_config):
+    """Construction opens the run (data, model, optimizer, state, log, the directory's lock and
+    torch's thread count); leaving the `with` gives back what it held; run() trains once."""
+    from heed.lock import RunLock
+
+    out = tmp_path / "run"
+    threads = torch.get_num_threads()
+    with Trainer(make_config(out, max_steps=2, threads=1)) as trainer:
+        assert len(trainer.data.train) > 0 and trainer.state.step == 0 and trainer.log is not None
+        assert sum(p.numel() for p in trainer.model.parameters()) > 0
+        assert trainer.optimizer.param_groups[0]["params"][0] is next(trainer.model.parameters())
+        assert torch.get_num_threads() == 1
+        with pytest.raises(HeedError, match="another heed training"):  # the directory is locked from construction on
+            RunLock(out).__enter__()
+        assert trainer.run().steps == 2
+        with pytest.raises(RuntimeError, match="trains once"):
+            trainer.run()
+    assert torch.get_num_threads() == threads
+    with RunLock(out):  # given back
+        pass
+
+
+def test_a_trainer_that_cannot_open_gives_back_what_it_took(tmp_path, make_config):
+    """A directory that holds a run is refused by the constructor, which leaves no lock behind."""
+    from heed.lock import RunLock
+
+    out = tmp_path / "run"
+    with Trainer(make_config(out, max_steps=1)) as trainer:
+        trainer.run()
+    threads = torch.get_num_threads()
+    with pytest.raises(HeedError, match="holds a training run already"):
+        Trainer(make_config(out, max_steps=1, threads=1))
+    assert torch.get_num_threads() == threads
+    with RunLock(out):
+        pass

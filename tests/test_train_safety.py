@@ -103,10 +103,10 @@ def test_on_a_gpu_the_loss_is_checked_before_a_save_and_still_names_the_first_ba
     """No wait on the device every step: the flag is read at the next log line or save (step 6 here)."""
     nan_loss_at(5)
     out = tmp_path / "a"
-    trainer = Trainer(make_config(out, eval_every=3, log_every=10, max_steps=20))
-    trainer._check_loss_every_step = False  # as on CUDA
-    with pytest.raises(HeedError, match=r"^training diverged at step 5: the loss is nan; .* \(step 3\)$"):
-        trainer.run()
+    with Trainer(make_config(out, eval_every=3, log_every=10, max_steps=20)) as trainer:
+        trainer._check_loss_every_step = False  # as on CUDA
+        with pytest.raises(HeedError, match=r"^training diverged at step 5: the loss is nan; .* \(step 3\)$"):
+            trainer.run()
     assert trainer.state.step == 6
     assert saved_step(out / "checkpoints" / "last") == 3 and all_weights_finite(out)
 

@@ -382,11 +382,20 @@ class _BatchLoss(nn.Module):
 
 
 class Trainer:
-    """One training run. `train(config)` is the usual way in; the class exists so the loop's
-    pieces (step, evaluate, checkpoint) have names."""
+    """One training run, opened whole at construction and trained by `run()`:
+
+        with Trainer(config) as trainer:  # directory checked and locked, data loaded, model built or restored
+            result = trainer.run()
+
+    `train(config)` does just that. Construction sets everything the run holds (data, model,
+    optimizer, schedule, state, log) once; leaving the `with` gives back what it holds (the
+    directory's lock, the process group, torch's thread count and RNG state). A mistake found while
+    opening (a config the data refutes, a run already in the directory) raises from the constructor
+    and gives everything back."""
 
     def __init__(self, config: Config, *, resume: bool = False, allow_data_change: bool = False,
                  console: Console | None = None, progress: bool | None = None, world: World | None = None) -> None:
+        self._opened_at = time.perf_counter()
         self.config = config
         self.resume = resume
         self.allow_data_change = allow_data_change
@@ -410,11 +419,46 @@ class Trainer:
         # is read (0.4 us; the device-side flag costs 15 us a step there); on a GPU the flag is read
         # at each log line and before each save.
         self._check_loss_every_step = self.device.type == "cpu"
-        self._last_saved: int | None = None  # step of checkpoints/last, once there is one
         self._other_ranks_rng: list[dict[str, Tensor]] = []  # ranks 1.. of a torchrun run, for rank 0's saves
         self._agreed = (False, False)  # (stop requested, out of time) as every rank agreed after the last update
         self._run_start_time = time.perf_counter()
-        self._compiled = False  # the forward pass runs under torch.compile (train.compile, and a compiler)
+        self._ran = False
+        self._held = contextlib.ExitStack()  # given back by __exit__, or here if opening fails
+        try:
+            held = self._held
+            limit_onednn_cache(self.bf16)
+            held.enter_context(torch_threads(config.train.threads))
+            held.enter_context(torch.random.fork_rng(devices=[self.device.index or 0] if self.device.type == "cuda"
+                                                     else []))
+            held.enter_context(process_group(self.world, self.device, self.backend))
+            held.callback(self._unwrap)  # before the group is left (an ExitStack unwinds last in, first out)
+            torch.manual_seed(config.train.seed)
+            checkpoint, fingerprint, self.data = self._open_everywhere(held)
+            self.resumed_from = None if checkpoint is None else checkpoint.directory
+            self.model, self.optimizer, self.schedule, self.state = self._build(self.data, checkpoint, fingerprint)
+            # step of checkpoints/last, once there is one
+            self._last_saved: int | None = self.state.step if checkpoint is not None else None
+            # the forward pass runs under torch.compile (train.compile, and a compiler)
+            self._compiled = self._compile(self.model)
+            self.batch_loss = self._batch_loss(self.model)
+            self._first_batches = self._batches(self.state.epoch)
+            self.updates_per_epoch = updates_in(len(self._first_batches), world=self.world,
+                                                accumulate=config.train.accumulate)
+            total = config.train.epochs * self.updates_per_epoch
+            self.total_steps = total if config.train.max_steps is None else min(total, config.train.max_steps)
+            self.log = _Log(self.output_dir, self.console, total_steps=max(self.total_steps, self.state.step),
+                            start_step=self.state.step, progress=self.progress, writes=self.world.is_main)
+            if self.resumed_from is not None:
+                self.log.restore(self.resumed_from / METRICS_FILE)
+        except BaseException:
+            self._held.close()
+            raise
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._held.close()
 
     # -- public ---------------------------------------------------------------------------
 
@@ -423,20 +467,12 @@ class Trainer:
         self._stop_requested = True
 
     def run(self) -> TrainResult:
-        started = time.perf_counter()
-        cfg = self.config
-        devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        limit_onednn_cache(self.bf16)
-        world = self.world
-        with contextlib.ExitStack() as run:
-            run.enter_context(torch_threads(cfg.train.threads))
-            run.enter_context(torch.random.fork_rng(devices=devices))
-            run.enter_context(process_group(world, self.device, self.backend))
-            run.callback(self._unwrap)  # before the group is left (an ExitStack unwinds last in, first out)
-            torch.manual_seed(cfg.train.seed)
-            checkpoint, fingerprint = self._open_everywhere(run)
-            self._build(checkpoint, fingerprint)
-            return self._loop(started, resumed_from=None if checkpoint is None else checkpoint.directory)
+        """Train until the run's end (epochs, max_steps, max_minutes, early stopping, a target, or
+        a stop request), evaluating and saving on the way, then score the test set. Once."""
+        if self._ran:
+            raise RuntimeError("Trainer.run() trains once; open another Trainer to train again")
+        self._ran = True
+        return self._loop(self._opened_at, resumed_from=self.resumed_from)
 
     def _unwrap(self) -> None:
         """Drop DistributedDataParallel (and its gradient reducer, which holds the process group)
@@ -446,13 +482,14 @@ class Trainer:
             self.batch_loss = self.batch_loss.module
             gc.collect()  # the wrapper's hooks make reference cycles: free it now, not at exit
 
-    def _build(self, checkpoint: Checkpoint | None, fingerprint: dict[str, Any]) -> None:
+    def _build(self, data: _Data, checkpoint: Checkpoint | None,
+               fingerprint: dict[str, Any]) -> tuple[TrainableModel, torch.optim.Adam, LRSchedule, TrainerState]:
         """The model, optimizer, schedule and state, fresh (from the seeded global RNG) or restored
-        from `checkpoint`; under torchrun the model's loss wrapped in DistributedDataParallel."""
+        from `checkpoint`."""
         cfg, world = self.config, self.world
-        model = build_model(cfg.model, src_vocab_size=len(self.data.codec.src_vocab),
-                            tgt_vocab_size=len(self.data.codec.tgt_vocab),
-                            source_to_target=self.data.codec.source_to_target()).to(self.device)
+        model = build_model(cfg.model, src_vocab_size=len(data.codec.src_vocab),
+                            tgt_vocab_size=len(data.codec.tgt_vocab),
+                            source_to_target=data.codec.source_to_target()).to(self.device)
         # fused: one kernel for every parameter (0.8 vs 1.5 ms a step for the 286k-parameter
         # dates model on one CPU thread; same update up to rounding)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
@@ -462,26 +499,27 @@ class Trainer:
         if checkpoint is not None:
             checkpoint.restore(model, optimizer, rank=world.rank)
             state = checkpoint.trainer
-            self._last_saved = state.step
             if state.schedule is not None:
                 schedule.load_state_dict(state.schedule)
         elif world.rank > 0:
             # Same initial weights on every rank (seeded above), but each rank its own dropout masks.
             torch.manual_seed(cfg.train.seed + 1_000_003 * world.rank)
         state.data = fingerprint
-        self.model, self.optimizer, self.schedule, self.state = model, optimizer, schedule, state
-        self._compile(model)
-        self.batch_loss: nn.Module = _BatchLoss(model, label_smoothing=cfg.train.label_smoothing)
-        if world.is_distributed:
-            self.batch_loss = DistributedDataParallel(
-                self.batch_loss, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        return model, optimizer, schedule, state
+
+    def _batch_loss(self, model: TrainableModel) -> nn.Module:
+        """The model's loss of a batch as one module; under torchrun wrapped in DistributedDataParallel."""
+        batch_loss: nn.Module = _BatchLoss(model, label_smoothing=self.config.train.label_smoothing)
+        if self.world.is_distributed:
+            return DistributedDataParallel(batch_loss,
+                                           device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        return batch_loss
 
     # -- setup ----------------------------------------------------------------------------
 
-    def _open_run(self, run: contextlib.ExitStack) -> tuple[Checkpoint | None, dict[str, Any]]:
-        """Check the output directory, load the data (into `self.data`), lock the directory for the
-        rest of `run`, and return the checkpoint to resume (None for a fresh run) with the data's
-        fingerprint. A fresh run creates the directory only once its data has loaded, so a
+    def _open_run(self, run: contextlib.ExitStack) -> tuple[Checkpoint | None, dict[str, Any], _Data]:
+        """Check the output directory, load the data, lock the directory for the rest of `run`, and
+        return the checkpoint to resume (None for a fresh run), the data's fingerprint and the data. A fresh run creates the directory only once its data has loaded, so a
         mistake leaves nothing behind; it refuses a directory that holds a run."""
         if self.output_dir.exists() and not self.output_dir.is_dir():
             raise HeedError(f"output_dir {self.output_dir} is a file; choose a directory")
@@ -493,15 +531,15 @@ class Trainer:
             checkpoint = load_checkpoint(self.ckpt_dir / "last")
             _check_resumable(checkpoint.config, self.config, checkpoint.directory)
             _check_same_world(checkpoint.trainer.world_size, self.world.size, checkpoint.directory)
-            self.data = self._load_data(Codec.load(checkpoint.directory, data=checkpoint.config.data,
-                                                   copy=checkpoint.config.model.copy))
+            data = self._load_data(Codec.load(checkpoint.directory, data=checkpoint.config.data,
+                                              copy=checkpoint.config.model.copy))
             fingerprint = data_fingerprint(self.config.data)
             if checkpoint.trainer.data is not None and not self.allow_data_change:
                 _check_same_data(checkpoint.trainer.data, fingerprint, self.config.data)
-            self._write_heldout()
-            return checkpoint, fingerprint
+            self._write_heldout(data)
+            return checkpoint, fingerprint, data
         self._refuse_a_run()  # before the data loads, which may take minutes
-        self.data = self._load_data(None)
+        data = self._load_data(None)
         fingerprint = data_fingerprint(self.config.data)
         try:
             self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -510,32 +548,34 @@ class Trainer:
         self._lock(run)
         self._refuse_a_run()  # again under the lock: another run may have written one meanwhile
         (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
-        self._write_heldout()
-        return None, fingerprint
+        self._write_heldout(data)
+        return None, fingerprint, data
 
-    def _open_everywhere(self, run: contextlib.ExitStack) -> tuple[Checkpoint | None, dict[str, Any]]:
+    def _open_everywhere(self, run: contextlib.ExitStack) -> tuple[Checkpoint | None, dict[str, Any], _Data]:
         """`_open_run` on rank 0 (the one that touches the output directory); under torchrun the
         other ranks get its checkpoint and tokenizers/vocabularies (so a node without the output
         directory can join) and read the corpus themselves."""
         if not self.world.is_distributed:
             return self._open_run(run)
 
+        opened: list[_Data] = []  # rank 0's data, which stays on rank 0
+
         def open_on_main() -> tuple[Checkpoint | None, dict[str, Any], dict[str, bytes]]:
-            checkpoint, fingerprint = self._open_run(run)
-            return checkpoint, fingerprint, _codec_files(self.data.codec)
+            checkpoint, fingerprint, data = self._open_run(run)
+            opened.append(data)
+            return checkpoint, fingerprint, _codec_files(data.codec)
 
         checkpoint, fingerprint, codec_files = run_on_main(open_on_main, self.world)
-        if not self.world.is_main:
-            self.data = self._load_data(_codec_from_files(codec_files, self.config.data))
-        return checkpoint, fingerprint
+        data = opened[0] if opened else self._load_data(_codec_from_files(codec_files, self.config.data))
+        return checkpoint, fingerprint, data
 
-    def _write_heldout(self) -> None:
+    def _write_heldout(self, data: _Data) -> None:
         """With `data.split`, the held-out dev and test sentences exist only in memory: write them
         to OUTPUT_DIR/data/{dev,test}.{src,tgt} so `heed evaluate` and `compare` can use them.
         The split is deterministic, so a resumed run writes the same files."""
         if self.config.data.split is None:
             return
-        written = write_heldout(self.data.corpora, self.output_dir / "data")
+        written = write_heldout(data.corpora, self.output_dir / "data")
         if written and self.console is not None:
             self.console.print(f"held-out sentences: {self.output_dir / 'data'} "
                                f"({', '.join(sorted(p.name for p in written.values()))})", markup=False)
@@ -616,20 +656,11 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------
 
     def _loop(self, started: float, *, resumed_from: Path | None) -> TrainResult:
-        cfg, state, data, world = self.config, self.state, self.data, self.world
+        cfg, state, data, world, log = self.config, self.state, self.data, self.world, self.log
         accumulate = cfg.train.accumulate
         resumed = resumed_from is not None
-        first = self._batches(state.epoch)
-        batches_per_epoch = len(first)
-        per_epoch = updates_in(batches_per_epoch, world=world, accumulate=accumulate)
-        total = cfg.train.epochs * per_epoch
-        if cfg.train.max_steps is not None:
-            total = min(total, cfg.train.max_steps)
-        log = _Log(self.output_dir, self.console, total_steps=max(total, state.step), start_step=state.step,
-                   progress=self.progress, writes=world.is_main)
-        if resumed_from is not None:
-            log.restore(resumed_from / METRICS_FILE)
-        self.log = log
+        first = self._first_batches
+        batches_per_epoch, per_epoch, total = len(first), self.updates_per_epoch, self.total_steps
         n_params = sum(p.numel() for p in self.model.parameters())
         log.say(f"{'resuming at step ' + str(state.step) if resumed else 'training'} on {self.device}"
                 f"{' (bf16 autocast)' if self.bf16 else ''}"
@@ -716,18 +747,19 @@ class Trainer:
                            time.perf_counter() - started, self._stop_signal if stop == "interrupted" else None,
                            is_main=world.is_main)
 
-    def _compile(self, model: TrainableModel) -> None:
+    def _compile(self, model: TrainableModel) -> bool:
         """With `train.compile`, the model's training pass under torch.compile where it can build
-        kernels (Seq2Seq.compile_teacher_forced); else one line says why and training runs eagerly."""
+        kernels (Seq2Seq.compile_teacher_forced): True. Else False, and one line says why when
+        train.compile asked for it."""
         if not self.config.train.compile:
-            return
+            return False
         problem = compiler_problem()
         if problem is not None:
             if self.console is not None and self.world.is_main:
                 self.console.print(f"train.compile: {problem}; training eagerly", markup=False, highlight=False)
-            return
+            return False
         model.compile_teacher_forced()
-        self._compiled = True
+        return True
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.bf16:
@@ -1153,5 +1185,6 @@ def train(config: Config, *, resume: bool = False, allow_data_change: bool = Fal
     `allow_data_change`). `console`: where to report (None = silent); `progress`: force the progress
     bar on or off (default: on when the console is a terminal). `world`: this process's rank among
     several (default: what torchrun's environment says; one process without it)."""
-    return Trainer(config, resume=resume, allow_data_change=allow_data_change, console=console,
-                   progress=progress, world=world).run()
+    with Trainer(config, resume=resume, allow_data_change=allow_data_change, console=console,
+                 progress=progress, world=world) as trainer:
+        return trainer.run()
