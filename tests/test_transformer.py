@@ -13,6 +13,7 @@ import torch
 from model_files import swapped_vocab_copy
 
 import heed
+from heed.checkpoint import load_weights
 from heed.config import config_from_dict
 from heed.nn.transformer import TransformerSeq2Seq
 from heed.train import train
@@ -200,6 +201,10 @@ def test_the_server_serves_a_transformer(transformer_run):
     ({"family": "transformer"}, ("--set", "model.copy=true"), ("model", "'copy' is not supported by the transformer")),
     ({"family": "transformer", "attention": "location"}, (), ("model", "'attention' is a field of family rnn, not "
                                                                        "transformer; remove it")),
+    ({"family": "transformer", "share_embeddings": True}, (),
+     ("model.share_embeddings", "needs one vocabulary for both; set data.shared_vocab: true")),
+    ({"family": "transformer"}, ("--set", "data.shared_vocab=true", "--set", "data.tokenizer.src.kind=word"),
+     ("data", "tokenizer.src (word, vocab_size 8000) and tokenizer.tgt (char, vocab_size 8000) differ")),
 ])
 def test_impossible_transformer_configs_are_one_line_naming_the_field(tmp_path, tiny_config, heed_cli,
                                                                     assert_user_error, model, setting, fragments):
@@ -211,6 +216,45 @@ def test_impossible_transformer_configs_are_one_line_naming_the_field(tmp_path, 
     result = heed_cli("train", str(path), *setting)
     assert_user_error(result, *fragments)
     assert not (tmp_path / "out").exists()
+
+
+def test_one_vocabulary_and_one_embedding_table_serve_both_sides(tmp_path, tiny_config, heed_cli):
+    """data.shared_vocab trains one tokenizer and vocabulary on both sides; model.share_embeddings
+    makes the encoder read the target embedding (tied to the output layer: one table, three uses),
+    stored once; the model trains, reloads, exports and translates the same from its directory."""
+    raw = transformer_raw(tiny_config, tmp_path / "out", epochs=2)
+    raw["data"]["shared_vocab"] = True
+    raw["model"]["share_embeddings"] = True
+    result = train(config_from_dict(raw))
+    directory = result.model_dir
+    assert (directory / "src.vocab.json").read_bytes() == (directory / "tgt.vocab.json").read_bytes()
+    translator = heed.load(tmp_path / "out", device="cpu")
+    codec, model = translator.codec, translator.model
+    assert {"M", "-", "0"} <= set(codec.tgt_vocab.tokens)  # source letters and target digits in one vocabulary
+    assert model.encoder.embed.table().weight is model.decoder.embed.tokens.weight is model.decoder.generator.weight
+    stored = load_weights(directory / "model.safetensors")
+    assert not [name for name in stored if name.startswith("encoder.embed.tokens")]
+    assert len(translator.translate(SOURCES)) == 4
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    assert heed_cli("export", str(tmp_path / "out"), "-o", str(tmp_path / "onnx")).exit_code == 0
+    exported = heed.load(tmp_path / "onnx")
+    assert [h.tokens for h in exported.translate(SOURCES)] == [h.tokens for h in translator.translate(SOURCES)]
+
+
+def test_heed_prepare_builds_the_same_shared_vocabulary_as_training(tiny_config, tmp_path):
+    from heed.pipeline import Codec, load_corpora
+    from heed.prepare import build_codec
+
+    raw = transformer_raw(tiny_config, tmp_path / "out")
+    raw["data"]["shared_vocab"] = True
+    raw["data"]["tokenizer"] = {"src": {"kind": "unigram", "vocab_size": 90}, "tgt": {"kind": "unigram", "vocab_size": 90}}
+    config = config_from_dict(raw)
+    pairs = load_corpora(config.data).train
+    trained, prepared = Codec.build(pairs, config.data), build_codec(iter(pairs), config, sample_pairs=10**6)
+    assert trained.src_vocab.tokens == trained.tgt_vocab.tokens == prepared.src_vocab.tokens == prepared.tgt_vocab.tokens
+    assert trained.src_tokenizer is trained.tgt_tokenizer and prepared.src_tokenizer is prepared.tgt_tokenizer
+    assert trained.src_tokens(pairs[0].tgt) == prepared.tgt_tokens(pairs[0].tgt)
 
 
 def test_an_ensemble_of_models_with_different_target_vocabularies_is_one_line(transformer_run, trained_run, tmp_path,

@@ -154,6 +154,9 @@ class DataConfig(_Strict):
     reverse: bool = Field(False, description="swap source and target of every corpus")
     tokenizer: TokenizersConfig = Field(default_factory=TokenizersConfig, description="how sentences become tokens")
     vocab: VocabConfig = Field(default_factory=VocabConfig, description="which tokens get ids")
+    shared_vocab: bool = Field(False, description="one tokenizer and one vocabulary for both sides, trained on "
+                               "both (tokenizer.src and tokenizer.tgt must then agree); lets a Transformer share "
+                               "its embeddings (model.share_embeddings)")
     max_src_len: int = Field(100, gt=0, description="longer training pairs are dropped (in tokens)")
     max_tgt_len: int = Field(100, gt=0, description="longer training pairs are dropped (in tokens)")
     batch_tokens: int = Field(4000, gt=0, description="source + target tokens per batch, padding included")
@@ -183,6 +186,11 @@ class DataConfig(_Strict):
                              "or a 'prepared:' directory")
         if self.split is not None and (self.dev is not None or self.test is not None):
             raise ValueError("'split' holds dev and test out of 'train'; remove it or remove 'dev'/'test'")
+        if self.shared_vocab and self.tokenizer.src != self.tokenizer.tgt:
+            raise ValueError("shared_vocab trains one tokenizer for both sides, but tokenizer.src "
+                             f"({self.tokenizer.src.kind}, vocab_size {self.tokenizer.src.vocab_size}) and tokenizer.tgt "
+                             f"({self.tokenizer.tgt.kind}, vocab_size {self.tokenizer.tgt.vocab_size}) differ; "
+                             "make them the same")
         return self
 
 
@@ -387,6 +395,11 @@ def config_from_dict(raw: dict[str, Any], *, source: str | os.PathLike[str] | No
                           "train a copy model on raw text (data.train)", field="model.copy",
                           path="--set" if any(k in ("model", "model.copy", "data", "data.prepared") for k in overridden)
                           else source)
+    if config.model.family == "transformer" and config.model.share_embeddings and not config.data.shared_vocab:
+        raise ConfigError("one embedding table for both sides needs one vocabulary for both; set "
+                          "data.shared_vocab: true, or model.share_embeddings: false", field="model.share_embeddings",
+                          path="--set" if any(k in ("model", "model.share_embeddings", "data", "data.shared_vocab")
+                                              for k in overridden) else source)
     problem = decode_length_problem(config.decode)
     if problem is not None:
         from_override = any(key in ("decode", "decode.max_len_a", "decode.max_len_b") for key in overridden)

@@ -169,6 +169,11 @@ def train_side_tokenizer(side: str, spec: TokenizerConfig, texts: Iterable[str],
     return tokenizer
 
 
+def side_groups(data: DataConfig) -> list[tuple[str, ...]]:
+    """The sides that share a tokenizer and a vocabulary: both with data.shared_vocab, else each its own."""
+    return [("src", "tgt")] if data.shared_vocab else [("src",), ("tgt",)]
+
+
 @dataclass(frozen=True)
 class Codec:
     """Text <-> ids for both sides: a tokenizer and a vocabulary each.
@@ -193,15 +198,14 @@ class Codec:
         vocabulary smaller than `vocab_size` because the corpus supports no more pieces."""
         if not pairs:
             raise DataError("no training pairs to build tokenizers and vocabularies from")
-        tokenizers: dict[str, Tokenizer] = {}
-        for side in ("src", "tgt"):
-            tokenizers[side] = train_side_tokenizer(side, getattr(data.tokenizer, side),
-                                                    (getattr(p, side) for p in pairs), warn=warn)
-        src_tok, tgt_tok = tokenizers["src"], tokenizers["tgt"]
-        src_vocab = Vocab.build((src_tok.tokenize(p.src) for p in pairs),
+        built: dict[str, tuple[Tokenizer, Vocab]] = {}
+        for sides in side_groups(data):  # with shared_vocab one group, ("src", "tgt"): one of each for both
+            texts = [getattr(p, side) for p in pairs for side in sides]
+            tokenizer = train_side_tokenizer(sides[0], getattr(data.tokenizer, sides[0]), texts, warn=warn)
+            vocab = Vocab.build((tokenizer.tokenize(text) for text in texts),
                                 min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
-        tgt_vocab = Vocab.build((tgt_tok.tokenize(p.tgt) for p in pairs),
-                                min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
+            built.update(dict.fromkeys(sides, (tokenizer, vocab)))
+        (src_tok, src_vocab), (tgt_tok, tgt_vocab) = built["src"], built["tgt"]
         return cls(src_tok, tgt_tok, src_vocab, tgt_vocab, copy)
 
     def src_tokens(self, text: str) -> list[str]:

@@ -40,7 +40,7 @@ from heed.data.tokenize import Tokenizer, train_tokenizer
 from heed.data.vocab import Vocab
 from heed.errors import ConfigError, DataError, HeedError, ModelDirError, OutputError
 from heed.files import file_digest, make_temp_dir
-from heed.pipeline import Codec, check_corpus_files, iter_pairs, train_side_tokenizer
+from heed.pipeline import Codec, check_corpus_files, iter_pairs, side_groups, train_side_tokenizer
 
 DEFAULT_SAMPLE_PAIRS = 1_000_000  # SentencePiece's own advice: 1M-10M sentences train a model well
 SAMPLE_SEED = 0  # the same corpus always gives the same sample, tokenizers and shards
@@ -175,17 +175,19 @@ def build_codec(pairs: Iterator[Pair], config: Config, *, sample_pairs: int, war
     (reservoir sampling, Vitter's algorithm R, seeded), which is every pair in order when the corpus
     is no larger. The same as `Codec.build` on the whole corpus whenever the sample holds it all."""
     data = config.data
-    specs = {side: getattr(data.tokenizer, side) for side in ("src", "tgt")}
-    streamed = {side: train_tokenizer(spec.kind, (), vocab_size=spec.vocab_size)
-                for side, spec in specs.items() if spec.kind in ("char", "word")}
-    counts: dict[str, Counter[str]] = {side: Counter() for side in streamed}
-    sampling = len(streamed) < 2
+    groups = side_groups(data)  # with shared_vocab one group, ("src", "tgt"): one tokenizer and vocabulary for both
+    specs = {sides: getattr(data.tokenizer, sides[0]) for sides in groups}
+    streamed = {sides: train_tokenizer(spec.kind, (), vocab_size=spec.vocab_size)
+                for sides, spec in specs.items() if spec.kind in ("char", "word")}
+    counts: dict[tuple[str, ...], Counter[str]] = {sides: Counter() for sides in streamed}
+    sampling = len(streamed) < len(groups)
     sample: list[Pair] = []
     rng = random.Random(SAMPLE_SEED)
     seen = 0
     for pair in pairs:
-        for side, tokenizer in streamed.items():
-            counts[side].update(tokenizer.tokenize(getattr(pair, side)))
+        for sides, tokenizer in streamed.items():
+            for side in sides:
+                counts[sides].update(tokenizer.tokenize(getattr(pair, side)))
         if sampling:
             if seen < sample_pairs:
                 sample.append(pair)
@@ -194,16 +196,19 @@ def build_codec(pairs: Iterator[Pair], config: Config, *, sample_pairs: int, war
                 if j < sample_pairs:
                     sample[j] = pair
         seen += 1
-    tokenizers: dict[str, Tokenizer] = dict(streamed)
+    tokenizers: dict[str, Tokenizer] = {}
     vocabs: dict[str, Vocab] = {}
-    for side, spec in specs.items():
-        if side in streamed:
-            vocabs[side] = Vocab.from_counts(counts[side], min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
-            continue
-        tokenizer = train_side_tokenizer(side, spec, (getattr(p, side) for p in sample), warn=warn)
-        tokenizers[side] = tokenizer
-        vocabs[side] = Vocab.build((tokenizer.tokenize(getattr(p, side)) for p in sample),
-                                   min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
+    for sides, spec in specs.items():
+        if sides in streamed:
+            tokenizer = streamed[sides]
+            vocab = Vocab.from_counts(counts[sides], min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
+        else:
+            texts = [getattr(p, side) for p in sample for side in sides]
+            tokenizer = train_side_tokenizer(sides[0], spec, texts, warn=warn)
+            vocab = Vocab.build((tokenizer.tokenize(text) for text in texts),
+                                min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
+        tokenizers.update(dict.fromkeys(sides, tokenizer))
+        vocabs.update(dict.fromkeys(sides, vocab))
     if seen == 0:  # the readers raise for an empty corpus; a guard for our own callers
         raise HeedError("no training pairs to build tokenizers and vocabularies from")
     return Codec(tokenizers["src"], tokenizers["tgt"], vocabs["src"], vocabs["tgt"])

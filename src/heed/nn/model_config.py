@@ -21,7 +21,7 @@ RNN_FIELDS = ("decoder", "attention", "input_feeding", "rnn", "embed_size", "hid
               "attention_positions", "attention_window", "coverage_loss", "encoder_layers", "decoder_layers",
               "bidirectional", "bridge")
 TRANSFORMER_FIELDS = ("layers", "heads", "d_model", "ff_size", "norm", "positions", "max_positions",
-                      "tie_embeddings", "attention_dropout")
+                      "tie_embeddings", "share_embeddings", "attention_dropout")
 
 
 # `model.copy` is the name users write; it hides pydantic's deprecated BaseModel.copy (use
@@ -93,6 +93,8 @@ with warnings.catch_warnings():
                                                            "later ones read the last")
         tie_embeddings: bool = Field(True, description="transformer: the output layer reuses the target embedding "
                                                        "(Press & Wolf 2017)")
+        share_embeddings: bool = Field(False, description="transformer: the encoder reads the target embedding too, "
+                                       "one table for both sides (needs data.shared_vocab)")
         attention_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="transformer: dropout on the attention "
                                                                           "weights")
 

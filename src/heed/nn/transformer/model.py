@@ -133,9 +133,20 @@ class _Embed(nn.Module):
         self.scale = math.sqrt(d_model)
         self.dropout = nn.Dropout(dropout)
 
+    def read_from(self, table: nn.Embedding) -> None:
+        """Look tokens up in `table` (the other stack's embedding) from now on instead of an own
+        table: one table for both sides (model.share_embeddings), stored once in a model file."""
+        del self.tokens
+        self._shared = [table]  # a list: not a submodule, so its weight is saved once, by its owner
+
+    def table(self) -> nn.Embedding:
+        shared = self.__dict__.get("_shared")
+        return self.tokens if shared is None else shared[0]
+
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """tokens (batch, len) long, positions (len,) or (batch, len) long -> (batch, len, d_model)."""
-        x = self.tokens(tokens) * self.scale + self.positions(positions).to(self.tokens.weight.dtype)
+        table = self.table()
+        x = table(tokens) * self.scale + self.positions(positions).to(table.weight.dtype)
         return self.dropout(x)
 
 
@@ -308,10 +319,16 @@ def build_transformer(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: 
                       source_to_target: Sequence[int] | None = None) -> TransformerSeq2Seq:
     """The family's builder (heed.nn.build.FAMILIES): a fresh model for a `family: transformer`
     config. `unk_id` and `source_to_target` serve the RNN's copy attention, which the config refuses
-    for a Transformer."""
+    for a Transformer. With `share_embeddings` the encoder reads the decoder's embedding (and with
+    `tie_embeddings` the output layer too: one table, three uses)."""
     common = dict(d_model=cfg.d_model, heads=cfg.heads, layers=cfg.layers, ff_size=cfg.ff_size, dropout=cfg.dropout,
                   attention_dropout=cfg.attention_dropout, norm=cfg.norm, positions=cfg.positions,
                   max_positions=cfg.max_positions, pad_id=pad_id)
     encoder = TransformerEncoder(vocab_size=src_vocab_size, **common)
     decoder = TransformerDecoder(vocab_size=tgt_vocab_size, tie_embeddings=cfg.tie_embeddings, **common)
+    if cfg.share_embeddings:
+        if src_vocab_size != tgt_vocab_size:
+            raise ValueError(f"model.share_embeddings needs one vocabulary for both sides (data.shared_vocab), but "
+                             f"the source has {src_vocab_size} ids and the target {tgt_vocab_size}")
+        encoder.embed.read_from(decoder.embed.tokens)
     return TransformerSeq2Seq(encoder, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
