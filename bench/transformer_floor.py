@@ -109,12 +109,13 @@ class BareTransformer(nn.Module):
         return self.dropout(table(tokens) * math.sqrt(self.d_model) + self.positions[: tokens.size(1)])
 
     def loss(self, b: Any) -> Tensor:
-        if b.src.is_cuda:  # the backends heed's fused path allows (no cuDNN graph build per new shape)
-            from heed.nn.transformer.attention import _SHAPE_FREE_BACKENDS, sdpa_kernel
+        from heed.nn.transformer.attention import sdpa_backends, sdpa_kernel
 
-            with sdpa_kernel(_SHAPE_FREE_BACKENDS):
-                return self._loss(b)
-        return self._loss(b)
+        backends = sdpa_backends(b.src)  # the backends heed's fused path allows (on CUDA no cuDNN graph per shape)
+        if backends is None:
+            return self._loss(b)
+        with sdpa_kernel(backends):
+            return self._loss(b)
 
     def _loss(self, b: Any) -> Tensor:
         T = b.tgt_in.size(1)

@@ -174,6 +174,17 @@ def side_groups(data: DataConfig) -> list[tuple[str, ...]]:
     return [("src", "tgt")] if data.shared_vocab else [("src",), ("tgt",)]
 
 
+def train_group(sides: tuple[str, ...], pairs: Sequence[Pair], data: DataConfig, *,
+                warn: Callable[[str], None] | None = None) -> tuple[Tokenizer, Vocab]:
+    """The tokenizer (data.tokenizer.<sides[0]>) and vocabulary of `sides` (a `side_groups` entry),
+    trained and counted on those sides' texts of `pairs`."""
+    texts = [getattr(p, side) for p in pairs for side in sides]
+    tokenizer = train_side_tokenizer(sides[0], getattr(data.tokenizer, sides[0]), texts, warn=warn)
+    vocab = Vocab.build((tokenizer.tokenize(text) for text in texts),
+                        min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
+    return tokenizer, vocab
+
+
 @dataclass(frozen=True)
 class Codec:
     """Text <-> ids for both sides: a tokenizer and a vocabulary each.
@@ -200,11 +211,7 @@ class Codec:
             raise DataError("no training pairs to build tokenizers and vocabularies from")
         built: dict[str, tuple[Tokenizer, Vocab]] = {}
         for sides in side_groups(data):  # with shared_vocab one group, ("src", "tgt"): one of each for both
-            texts = [getattr(p, side) for p in pairs for side in sides]
-            tokenizer = train_side_tokenizer(sides[0], getattr(data.tokenizer, sides[0]), texts, warn=warn)
-            vocab = Vocab.build((tokenizer.tokenize(text) for text in texts),
-                                min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
-            built.update(dict.fromkeys(sides, (tokenizer, vocab)))
+            built.update(dict.fromkeys(sides, train_group(sides, pairs, data, warn=warn)))
         (src_tok, src_vocab), (tgt_tok, tgt_vocab) = built["src"], built["tgt"]
         return cls(src_tok, tgt_tok, src_vocab, tgt_vocab, copy)
 

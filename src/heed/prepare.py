@@ -40,7 +40,7 @@ from heed.data.tokenize import Tokenizer, train_tokenizer
 from heed.data.vocab import Vocab
 from heed.errors import ConfigError, DataError, HeedError, ModelDirError, OutputError
 from heed.files import file_digest, make_temp_dir
-from heed.pipeline import Codec, check_corpus_files, iter_pairs, side_groups, train_side_tokenizer
+from heed.pipeline import Codec, check_corpus_files, iter_pairs, side_groups, train_group
 
 DEFAULT_SAMPLE_PAIRS = 1_000_000  # SentencePiece's own advice: 1M-10M sentences train a model well
 SAMPLE_SEED = 0  # the same corpus always gives the same sample, tokenizers and shards
@@ -198,15 +198,12 @@ def build_codec(pairs: Iterator[Pair], config: Config, *, sample_pairs: int, war
         seen += 1
     tokenizers: dict[str, Tokenizer] = {}
     vocabs: dict[str, Vocab] = {}
-    for sides, spec in specs.items():
+    for sides in groups:
         if sides in streamed:
             tokenizer = streamed[sides]
             vocab = Vocab.from_counts(counts[sides], min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
         else:
-            texts = [getattr(p, side) for p in sample for side in sides]
-            tokenizer = train_side_tokenizer(sides[0], spec, texts, warn=warn)
-            vocab = Vocab.build((tokenizer.tokenize(text) for text in texts),
-                                min_freq=data.vocab.min_freq, max_size=data.vocab.max_size)
+            tokenizer, vocab = train_group(sides, sample, data, warn=warn)
         tokenizers.update(dict.fromkeys(sides, tokenizer))
         vocabs.update(dict.fromkeys(sides, vocab))
     if seen == 0:  # the readers raise for an empty corpus; a guard for our own callers

@@ -472,7 +472,7 @@ class Trainer:
         if self._ran:
             raise RuntimeError("Trainer.run() trains once; open another Trainer to train again")
         self._ran = True
-        return self._loop(self._opened_at, resumed_from=self.resumed_from)
+        return self._loop()
 
     def _unwrap(self) -> None:
         """Drop DistributedDataParallel (and its gradient reducer, which holds the process group)
@@ -519,8 +519,9 @@ class Trainer:
 
     def _open_run(self, run: contextlib.ExitStack) -> tuple[Checkpoint | None, dict[str, Any], _Data]:
         """Check the output directory, load the data, lock the directory for the rest of `run`, and
-        return the checkpoint to resume (None for a fresh run), the data's fingerprint and the data. A fresh run creates the directory only once its data has loaded, so a
-        mistake leaves nothing behind; it refuses a directory that holds a run."""
+        return the checkpoint to resume (None for a fresh run), the data's fingerprint and the data.
+        A fresh run creates the directory only once its data has loaded, so a mistake leaves nothing
+        behind; it refuses a directory that holds a run."""
         if self.output_dir.exists() and not self.output_dir.is_dir():
             raise HeedError(f"output_dir {self.output_dir} is a file; choose a directory")
         if self.resume:
@@ -655,10 +656,10 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------------
 
-    def _loop(self, started: float, *, resumed_from: Path | None) -> TrainResult:
+    def _loop(self) -> TrainResult:
         cfg, state, data, world, log = self.config, self.state, self.data, self.world, self.log
         accumulate = cfg.train.accumulate
-        resumed = resumed_from is not None
+        resumed = self.resumed_from is not None
         first = self._first_batches
         batches_per_epoch, per_epoch, total = len(first), self.updates_per_epoch, self.total_steps
         n_params = sum(p.numel() for p in self.model.parameters())
@@ -744,7 +745,7 @@ class Trainer:
         return TrainResult(self.output_dir, model_dir, state.step,
                            state.epoch + state.batch_in_epoch / batches_per_epoch,
                            self.metric, state.best_value, state.best_step, stop, last_dev, test,
-                           time.perf_counter() - started, self._stop_signal if stop == "interrupted" else None,
+                           time.perf_counter() - self._opened_at, self._stop_signal if stop == "interrupted" else None,
                            is_main=world.is_main)
 
     def _compile(self, model: TrainableModel) -> bool:

@@ -24,6 +24,14 @@ TRANSFORMER_FIELDS = ("layers", "heads", "d_model", "ff_size", "norm", "position
                       "tie_embeddings", "share_embeddings", "attention_dropout")
 
 
+_PLAIN_HAS_NO_ATTENTION = {
+    "attention_window": "the plain decoder has no attention to make local; remove attention_window or use decoder "
+                        "luong or bahdanau",
+    "copy": "copy attention copies where the decoder attends, and the plain decoder has no attention; use decoder "
+            "luong or bahdanau, or set copy: false",
+}
+
+
 # `model.copy` is the name users write; it hides pydantic's deprecated BaseModel.copy (use
 # model_copy), which pydantic warns about when the class is created: only that warning is silenced.
 with warnings.catch_warnings():
@@ -111,20 +119,12 @@ with warnings.catch_warnings():
                 raise ValueError("attention_positions is for 'attention: location' only; remove it")
             return value
 
-        @field_validator("attention_window")
+        @field_validator("attention_window", "copy")
         @classmethod
-        def _window_needs_attention(cls, value: int | None, info: ValidationInfo) -> int | None:
-            if value is not None and info.data.get("decoder") == "plain":
-                raise ValueError("the plain decoder has no attention to make local; remove attention_window "
-                                 "or use decoder luong or bahdanau")
-            return value
-
-        @field_validator("copy")
-        @classmethod
-        def _copy_needs_attention(cls, value: bool, info: ValidationInfo) -> bool:
-            if value and info.data.get("decoder") == "plain":
-                raise ValueError("copy attention copies where the decoder attends, and the plain decoder has no "
-                                 "attention; use decoder luong or bahdanau, or set copy: false")
+        def _needs_attention(cls, value: int | bool | None, info: ValidationInfo) -> int | bool | None:
+            """A local window (any int: its own bound refuses 0) or copy attention on the plain decoder."""
+            if value not in (None, False) and info.data.get("decoder") == "plain":
+                raise ValueError(_PLAIN_HAS_NO_ATTENTION[info.field_name])
             return value
 
         @field_validator("coverage")

@@ -132,16 +132,16 @@ class _Embed(nn.Module):
         self.positions = make_positions(positions, d_model, max_positions)
         self.scale = math.sqrt(d_model)
         self.dropout = nn.Dropout(dropout)
+        self._shared: list[nn.Embedding] = []  # a list, not a submodule: a shared table is saved by its owner
 
     def read_from(self, table: nn.Embedding) -> None:
         """Look tokens up in `table` (the other stack's embedding) from now on instead of an own
         table: one table for both sides (model.share_embeddings), stored once in a model file."""
         del self.tokens
-        self._shared = [table]  # a list: not a submodule, so its weight is saved once, by its owner
+        self._shared = [table]
 
     def table(self) -> nn.Embedding:
-        shared = self.__dict__.get("_shared")
-        return self.tokens if shared is None else shared[0]
+        return self._shared[0] if self._shared else self.tokens
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """tokens (batch, len) long, positions (len,) or (batch, len) long -> (batch, len, d_model)."""
@@ -214,11 +214,12 @@ class TransformerSeq2Seq(nn.Module):
 
     # ------------------------------------------------------------------ search
 
-    def encode(self, src: Tensor, src_lengths: Tensor) -> TransformerEncoded:
+    def encode(self, src: Tensor, src_lengths: Tensor, *, weights: list[Tensor] | None = None) -> TransformerEncoded:
         """src (batch, src_len), src_lengths (batch,) -> the source mask and every decoder
-        layer's cross-attention keys and values, once per sentence."""
+        layer's cross-attention keys and values, once per sentence; with `weights` (a list) each
+        encoder layer's self-attention (batch, heads, src_len, src_len) is appended."""
         mask = lengths_to_mask(src_lengths, src.size(1))
-        states = self.encoder(src, mask)
+        states = self.encoder(src, mask, weights=weights)
         memory = tuple(layer.cross_attn.project_memory(states) for layer in self.decoder.layers)
         return TransformerEncoded(mask, memory, src=src)
 
@@ -285,11 +286,8 @@ class TransformerSeq2Seq(nn.Module):
     def attention_maps(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> AttentionMaps:
         """Every head of every layer of the teacher-forced pass (see AttentionMaps)."""
         enc_weights: list[Tensor] = []
-        mask = lengths_to_mask(src_lengths, src.size(1))
-        states = self.encoder(src, mask, weights=enc_weights)
-        memory = tuple(layer.cross_attn.project_memory(states) for layer in self.decoder.layers)
         weights: dict[str, list[Tensor]] = {"decoder": [], "cross": []}
-        self._decode_all(tgt_in, TransformerEncoded(mask, memory, src=src), need_attention=False,
+        self._decode_all(tgt_in, self.encode(src, src_lengths, weights=enc_weights), need_attention=False,
                          weights=weights)
         return AttentionMaps(torch.stack(enc_weights), torch.stack(weights["decoder"]), torch.stack(weights["cross"]))
 
