@@ -230,6 +230,22 @@ def _(c: Ctx) -> Call:
                 ["model.coverage", "plain decoder"])
 
 
+def _transformer(data: dict) -> None:
+    data["model"] = {"family": "transformer", "layers": 1, "d_model": 8, "heads": 2, "ff_size": 16}
+
+
+@case("config-shared-vocab-with-two-tokenizers")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=_transformer), "--set", "data.shared_vocab=true",
+                 "--set", "data.tokenizer.src.kind=word"], ["data", "tokenizer.src (word", "differ"])
+
+
+@case("config-shared-embeddings-without-a-shared-vocab")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=_transformer), "--set", "model.share_embeddings=true"],
+                ["model.share_embeddings", "data.shared_vocab: true"])
+
+
 @case("config-alias-bomb")
 def _(c: Ctx) -> Call:
     return Call(["train", c.file("bomb.yaml", BOMB)], ["bomb.yaml", "alias"])
