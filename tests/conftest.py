@@ -99,6 +99,20 @@ NAMES = ["anna", "paul", "marie", "jean", "luc", "eva"]
 
 
 @pytest.fixture(scope="session")
+def transformer_run(tiny_config: Callable[..., dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny trained Transformer on the tiny dates corpus (the vocabularies of `trained_run`).
+    Shared: copy it before changing anything inside."""
+    from heed.config import config_from_dict
+    from heed.train import train
+    from tiny_models import TRANSFORMER
+
+    output = tmp_path_factory.mktemp("transformer") / "out"
+    train(config_from_dict({**tiny_config(output, epochs=3, keep_checkpoints=2, eval_every=4),
+                            "model": dict(TRANSFORMER)}))
+    return output
+
+
+@pytest.fixture(scope="session")
 def word_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A training output directory of a tiny word-level model that has learnt to pass `<unk>`
     through: "hello NAME sleeps" -> "bonjour NAME dort", where half the names occur once and so

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from model_files import swapped_vocab_copy
+from tiny_models import TRANSFORMER
 
 import heed
 from heed.checkpoint import load_weights
@@ -18,8 +19,6 @@ from heed.config import config_from_dict
 from heed.nn.transformer import TransformerSeq2Seq
 from heed.train import train
 
-TRANSFORMER = {"family": "transformer", "layers": 2, "d_model": 16, "heads": 2, "ff_size": 32, "dropout": 0.1,
-               "attention_dropout": 0.1}
 SOURCES = ["3 March 1998", "le 4 mai 2001", "1 janvier 2000", "12 May 1999"]
 
 
@@ -39,14 +38,6 @@ def records(output_dir: Path, kind: str) -> list[dict]:
 
 def losses(output_dir: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in records(output_dir, "train")]
-
-
-@pytest.fixture(scope="module")
-def transformer_run(tiny_config, tmp_path_factory) -> Path:
-    """A tiny trained Transformer on the tiny dates corpus (the vocabularies of `trained_run`)."""
-    output = tmp_path_factory.mktemp("transformer") / "out"
-    train(transformer_config(tiny_config, output, epochs=3, keep_checkpoints=2, eval_every=4))
-    return output
 
 
 # ------------------------------------------------------------------------------------ training

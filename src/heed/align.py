@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,19 +79,28 @@ def word_attention(
     to less than 1. For word-level tokens (ids 0, 1, 2, ...) the matrix comes back unchanged.
     """
     matrix = weight_matrix(weights, tgt_len=len(tgt_word_ids), src_len=len(src_word_ids))
+    return target_word_mean(tgt_word_ids) @ matrix @ source_word_sum(src_word_ids)  # (tgt_words, src_words)
+
+
+def source_word_sum(src_word_ids: Sequence[int | None]) -> np.ndarray:
+    """(src_len, src_words) one-hot: token attention @ it sums each word's pieces."""
     n_src = max((i for i in src_word_ids if i is not None), default=-1) + 1
-    n_tgt = max((j for j in tgt_word_ids if j is not None), default=-1) + 1
-    src_onehot = np.zeros((len(src_word_ids), n_src))  # (src_len, src_words)
+    onehot = np.zeros((len(src_word_ids), n_src))
     for i, word in enumerate(src_word_ids):
         if word is not None:
-            src_onehot[i, word] = 1.0
-    tgt_mean = np.zeros((n_tgt, len(tgt_word_ids)))  # (tgt_words, tgt_len)
+            onehot[i, word] = 1.0
+    return onehot
+
+
+def target_word_mean(tgt_word_ids: Sequence[int | None]) -> np.ndarray:
+    """(tgt_words, tgt_len): it @ token attention averages each word's rows."""
+    n_tgt = max((j for j in tgt_word_ids if j is not None), default=-1) + 1
+    mean = np.zeros((n_tgt, len(tgt_word_ids)))
     for j, word in enumerate(tgt_word_ids):
         if word is not None:
-            tgt_mean[word, j] = 1.0
-    pieces = tgt_mean.sum(axis=1, keepdims=True)  # (tgt_words, 1)
-    tgt_mean = np.divide(tgt_mean, pieces, out=np.zeros_like(tgt_mean), where=pieces > 0)
-    return tgt_mean @ matrix @ src_onehot  # (tgt_words, src_words)
+            mean[word, j] = 1.0
+    pieces = mean.sum(axis=1, keepdims=True)  # (tgt_words, 1)
+    return np.divide(mean, pieces, out=np.zeros_like(mean), where=pieces > 0)
 
 
 def hard_alignment(weights: Any) -> list[Link]:
@@ -141,6 +151,13 @@ def _parse_links(line: str, path: str | Path | None, line_no: int | None) -> tup
     return sure, possible
 
 
+def gold_pharaoh(sure: Iterable[Link], possible: Iterable[Link]) -> str:
+    """One gold line: sure links `i-j`, possible-only links `i?j`, in source-then-target order."""
+    sure_set = set(sure)
+    links = sorted(sure_set | set(possible))
+    return " ".join(f"{i}-{j}" if (i, j) in sure_set else f"{i}?{j}" for i, j in links)
+
+
 def parse_pharaoh(line: str, *, path: str | Path | None = None, line_no: int | None = None) -> set[Link]:
     """All links of one Pharaoh line as `{(src_i, tgt_j), ...}`, sure and possible alike.
 
@@ -182,34 +199,51 @@ def read_gold_alignments(path: str | Path) -> tuple[list[set[Link]], list[set[Li
     return sure, possible
 
 
-def alignment_error_rate(
-    hyp: Sequence[set[Link]], sure: Sequence[set[Link]], possible: Sequence[set[Link]]
-) -> float:
-    """Corpus alignment error rate (Och & Ney 2003, "A Systematic Comparison of Various
-    Statistical Alignment Models", Computational Linguistics 29(1)):
+@dataclass
+class AerCounts:
+    """Running alignment error rate counts, added sentence by sentence (Och & Ney 2003, "A
+    Systematic Comparison of Various Statistical Alignment Models", Computational Linguistics 29(1)):
 
         AER = 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|)
 
-    with A the hypothesis links, S the sure and P the possible gold links, counts summed over
-    all sentences. S ⊆ P is enforced by using P ∪ S, so a gold file that lists a sure link only
-    once still counts it as possible. 0 is perfect; lower is better.
-    """
+    with A the hypothesis links, S the sure and P the possible gold links. S ⊆ P is enforced by
+    using P ∪ S, so a gold file that lists a sure link only once still counts it as possible."""
+
+    a_and_s: int = 0
+    a_and_p: int = 0
+    n_a: int = 0
+    n_s: int = 0
+
+    def add(self, hyp: Iterable[Link], sure: Iterable[Link], possible: Iterable[Link]) -> None:
+        a, s = set(hyp), set(sure)
+        p = set(possible) | s
+        self.a_and_s += len(a & s)
+        self.a_and_p += len(a & p)
+        self.n_a += len(a)
+        self.n_s += len(s)
+
+    @property
+    def aer(self) -> float:
+        """0 is perfect, lower is better; ValueError when there is nothing to score."""
+        if self.n_a + self.n_s == 0:
+            raise ValueError("AER is undefined when there are no hypothesis and no sure gold links")
+        return 1.0 - (self.a_and_s + self.a_and_p) / (self.n_a + self.n_s)
+
+
+def alignment_error_rate(
+    hyp: Sequence[set[Link]], sure: Sequence[set[Link]], possible: Sequence[set[Link]]
+) -> float:
+    """Corpus alignment error rate of one link set per sentence (AerCounts summed over all of
+    them). 0 is perfect; lower is better."""
     if not len(hyp) == len(sure) == len(possible):
         raise ValueError(
             f"AER needs one link set per sentence in each: got {len(hyp)} hypothesis, "
             f"{len(sure)} sure and {len(possible)} possible"
         )
-    a_and_s = a_and_p = n_a = n_s = 0
+    counts = AerCounts()
     for a, s, p in zip(hyp, sure, possible):
-        a, s = set(a), set(s)
-        p = set(p) | s
-        a_and_s += len(a & s)
-        a_and_p += len(a & p)
-        n_a += len(a)
-        n_s += len(s)
-    if n_a + n_s == 0:
-        raise ValueError("AER is undefined when there are no hypothesis and no sure gold links")
-    return 1.0 - (a_and_s + a_and_p) / (n_a + n_s)
+        counts.add(a, s, p)
+    return counts.aer
 
 
 def replace_unknowns(

@@ -44,6 +44,7 @@ from heed.align import (
     to_pharaoh,
     word_attention,
 )
+from heed.align_methods import AlignOptions, Units, check_selection
 from heed.checkpoint import load_model_dir
 from heed.config import Config, decode_length_problem
 from heed.data.batching import collate
@@ -51,6 +52,7 @@ from heed.data.corpus import normalize, text_problem
 from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from heed.ensemble import Ensemble
 from heed.errors import ConfigError, HeedError
+from heed.forced import SweepResult, attention_shape, forced_attention, links_of, sweep
 from heed.nn.protocol import TrainableModel, TranslationModel
 from heed.pipeline import Codec
 from heed.runtime import check_bf16, limit_onednn_cache, resolve_device
@@ -491,14 +493,58 @@ class Translator:
             return None
         return dict(dictionary) if isinstance(dictionary, Mapping) else load_dictionary(dictionary)
 
-    def align(self, src_texts: Sequence[str], tgt_texts: Sequence[str], *, batch_size: int = 64,
-              stop: Callable[[], bool] | None = None) -> list[Alignment]:
+    def align(self, src_texts: Sequence[str], tgt_texts: Sequence[str], *, options: AlignOptions | None = None,
+              batch_size: int = 64, stop: Callable[[], bool] | None = None) -> list[Alignment]:
         """Word alignments of given translations: `tgt_texts[k]` is fed to the decoder as if it
         were the model's own output (teacher forcing, one pass per batch), and the attention of
         that pass, lifted to whitespace words, gives each target word's source word.
 
-        Sentences are batched longest source first and put back in input order. An empty source
-        or target gives an alignment with no links without running the model."""
+        `options` (heed.align_methods.AlignOptions): the method (argmax, or shift-att), the layer
+        and head (default: the model's alignment layer, the mean of its heads) and the target units
+        (words, or characters). A layer or head of its own needs a PyTorch model, not an ensemble
+        or an export. Sentences are batched longest source first and put back in input order. An
+        empty source or target gives an alignment with no links without running the model."""
+        options = options or AlignOptions()
+        self._check_align_inputs(src_texts, tgt_texts, batch_size)
+        heads = not options.default_attention
+        layers, n_heads, default_layer = attention_shape(self.model) if heads else (1, 1, 0)
+        try:
+            check_selection(options, layers, n_heads)
+        except ValueError as e:
+            raise HeedError(str(e)) from None
+        model = self.model if stop is None else _Stoppable(self.model, stop)
+        out: list[Alignment | None] = [None] * len(src_texts)
+        try:
+            for k, pair in forced_attention(model, self.codec, src_texts, tgt_texts, device=self.device,
+                                            batch_size=batch_size, heads=heads, context=self._precision):
+                src_words, tgt_words = normalize(src_texts[k]).split(), normalize(tgt_texts[k]).split()
+                if pair is None:
+                    units = len(tgt_words) if options.tgt_units == "words" else len("".join(tgt_words))
+                    out[k] = Alignment(src_words, tgt_words, np.zeros((units, len(src_words)), np.float32), [])
+                    continue
+                maps = pair.unit_maps(self.codec, tgt_texts[k], options.tgt_units)
+                matrix, links = links_of(pair, maps, options, default_layer)
+                out[k] = Alignment(src_words, tgt_words, matrix.astype(np.float32), links)
+        except ValueError as e:  # a selection the model lacks, or tokens that do not spell their characters
+            raise HeedError(str(e)) from None
+        return [a for a in out if a is not None]
+
+    def align_sweep(self, src_texts: Sequence[str], tgt_texts: Sequence[str], sure: Sequence[set[Link]],
+                    possible: Sequence[set[Link]], *, tgt_units: Units = "words", batch_size: int = 64) -> SweepResult:
+        """AER against gold links (`sure[k]`, `possible[k]` for pair k) of every way to read an
+        alignment off this model: argmax and shift-att, for every decoder layer and their mean,
+        every head and their mean (heed.forced.SweepResult), with the diagonal baseline. An
+        ensemble or an exported model has one reading per method: its reported attention."""
+        self._check_align_inputs(src_texts, tgt_texts, batch_size)
+        if not len(sure) == len(possible) == len(src_texts):
+            raise HeedError(f"{len(src_texts)} sentence pairs but {len(sure)} gold alignments; give one per pair")
+        try:
+            return sweep(self.model, self.codec, src_texts, tgt_texts, sure, possible, units=tgt_units,
+                         device=self.device, batch_size=batch_size, context=self._precision)
+        except ValueError as e:
+            raise HeedError(str(e)) from None
+
+    def _check_align_inputs(self, src_texts: Sequence[str], tgt_texts: Sequence[str], batch_size: int) -> None:
         if isinstance(src_texts, str) or isinstance(tgt_texts, str):
             raise TypeError("align() takes lists of sentences; wrap a single one in a list")
         if len(src_texts) != len(tgt_texts):
@@ -506,38 +552,10 @@ class Translator:
                             "give one translation per source")
         _check_texts(src_texts, "src_texts")
         _check_texts(tgt_texts, "tgt_texts")
-        model = self.model if stop is None else _Stoppable(self.model, stop)
         if not self.model.has_attention:
             raise HeedError("this model has no attention, so it has no alignments; use a model with attention")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        src_tokens = [self.codec.src_tokens(t) for t in src_texts]
-        tgt_tokens = [self.codec.tgt_tokens(t) for t in tgt_texts]
-        examples = [(self.codec.src_ids(s), self.codec.tgt_ids(t, s)) for s, t in zip(src_tokens, tgt_tokens)]
-        todo = sorted((k for k, (s, t) in enumerate(examples) if s and t), key=lambda k: -len(examples[k][0]))
-        token_attention: dict[int, np.ndarray] = {}
-        with torch.inference_mode(), self._precision():
-            for start in range(0, len(todo), batch_size):
-                group = todo[start : start + batch_size]
-                batch = collate([examples[k] for k in group], group).to(self.device)
-                weights = model(batch.src, batch.src_lengths, batch.tgt_in).attention  # (batch, tgt_len, src_len)
-                assert weights is not None
-                weights = weights.float().cpu().numpy()
-                for row, k in enumerate(group):
-                    # Drop the </s> row (predicting the end) and the source's </s> column.
-                    token_attention[k] = weights[row, : len(examples[k][1]), : len(examples[k][0])]
-        out = []
-        for k, (src, tgt) in enumerate(zip(src_texts, tgt_texts)):
-            src_words, tgt_words = normalize(src).split(), normalize(tgt).split()
-            if k not in token_attention:
-                out.append(Alignment(src_words, tgt_words, np.zeros((len(tgt_words), len(src_words)), np.float32), []))
-                continue
-            src_ids = self.codec.src_tokenizer.word_ids(src_tokens[k])
-            tgt_ids = self.codec.tgt_tokenizer.word_ids(tgt_tokens[k])
-            matrix = word_attention(token_attention[k], src_ids, tgt_ids)  # (tgt_words, src_words)
-            assert matrix.shape == (len(tgt_words), len(src_words)), (matrix.shape, src_words, tgt_words)
-            out.append(Alignment(src_words, tgt_words, matrix.astype(np.float32), hard_alignment(matrix)))
-        return out
 
     def __call__(self, text: str, **kwargs: Any) -> str:
         """Translate one sentence; returns the text."""

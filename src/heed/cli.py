@@ -775,6 +775,22 @@ def _preview(sentence: str, chars: int = 40) -> str:
 # ------------------------------------------------------------------------------------- align
 
 
+class AlignMethod(str, enum.Enum):
+    argmax = "argmax"
+    shift = "shift"
+
+
+class AlignUnits(str, enum.Enum):
+    words = "words"
+    chars = "chars"
+
+
+class SymmetrizeHow(str, enum.Enum):
+    intersect = "intersect"
+    union = "union"
+    grow_diag_final = "grow-diag-final"
+
+
 @app.command()
 @friendly_errors
 def align(
@@ -782,8 +798,28 @@ def align(
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
     tgt: Path = typer.Option(..., "--tgt", help="Their translations, line-aligned with --src."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the alignments (default: stdout)."),
-    gold: Optional[Path] = typer.Option(None, "--gold", help="Optional gold alignments (Pharaoh; i-j or i-j-S "
-                                        "sure, i-j-P, i?j or ipj possible): also print the alignment error rate."),
+    gold: Optional[Path] = typer.Option(None, "--gold", help="Gold alignments (Pharaoh; i-j or i-j-S sure, i-j-P, "
+                                        "i?j or ipj possible): print the alignment error rate, beside the diagonal "
+                                        "baseline's."),
+    method: AlignMethod = typer.Option(AlignMethod.argmax, "--method", help="argmax: link each target word by the "
+                                       "step that predicts it; shift: by the step that reads it as input "
+                                       "(shift-att, Chen et al. 2020)."),
+    layer: Optional[str] = typer.Option(None, "--layer", help="Decoder layer to read (0-based) or 'mean' for all "
+                                        "layers' average. Default: the last (a Transformer) or the only one (an RNN)."),
+    head: Optional[str] = typer.Option(None, "--head", help="Attention head (0-based), or 'mean'. Default: the mean "
+                                       "of the layer's heads."),
+    tgt_units: AlignUnits = typer.Option(AlignUnits.words, "--tgt-units", help="Target positions in whitespace words, "
+                                         "or in characters (spaces not counted; the dates task's gold is so)."),
+    reverse: Optional[Path] = typer.Option(None, "--reverse", help="A model trained the other way (target -> "
+                                           "source): its alignments are joined with this model's by --symmetrize."),
+    symmetrize: SymmetrizeHow = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="With --reverse: "
+                                             "keep links both agree on (intersect), either has (union), or "
+                                             "grow-diag-final-and (Koehn et al. 2005)."),
+    reference: Optional[Path] = typer.Option(None, "--reference", help="With --gold: another aligner's Pharaoh file "
+                                             "(e.g. fast_align's), scored beside the model."),
+    sweep_all: bool = typer.Option(False, "--sweep", help="With --gold: the AER of every method x layer x head (and "
+                                   "their means) as a table and a heatmap (--plot), instead of writing alignments."),
+    plot: Path = typer.Option(Path("aer_sweep.png"), "--plot", help="With --sweep: the heatmap's file (.png, .svg, .pdf)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
 ) -> None:
@@ -792,52 +828,159 @@ def align(
 
     One Pharaoh line per sentence pair: "i-j" links, i a 0-based word of the source, j of the target,
     words being the whitespace-separated words whatever the model's tokens (subword and character
-    attention is summed over each source word's pieces and averaged over each target word's). With
-    --gold the alignment error rate goes to stdout, or to stderr when the alignments do. A Transformer
-    aligns by the cross-attention of its last decoder layer, averaged over the heads."""
+    attention is summed over each source word's pieces and averaged over each target word's); with
+    --tgt-units chars, j counts the target's characters. A Transformer aligns by default with the
+    cross-attention of its last decoder layer, averaged over the heads; --layer, --head and --method
+    choose another reading, and --sweep --gold scores them all. With --gold the alignment error rate
+    goes to stdout, or to stderr when the alignments do, beside the diagonal baseline (target word j
+    -> source word round(j*|src|/|tgt|)), which a useful reading must beat."""
+    from heed.align_methods import AlignOptions, parse_index
+
+    try:
+        options = AlignOptions(method=method.value, layer=parse_index(layer, "--layer"),
+                               head=parse_index(head, "--head"), tgt_units=tgt_units.value)
+    except ValueError as e:
+        raise HeedError(str(e)) from None
+    if (sweep_all or reference is not None) and gold is None:
+        raise HeedError(f"{'--sweep' if sweep_all else '--reference'} scores against gold alignments: give --gold FILE")
+    if sweep_all and (reverse is not None or output is not None):
+        raise HeedError("--sweep prints AER and writes no alignments: leave out --reverse and --output")
+    if reverse is not None and options.tgt_units != "words":
+        raise HeedError("--reverse aligns whitespace words both ways: it needs --tgt-units words")
+    if sweep_all:
+        from heed.viz import figure_format
+
+        figure_format(plot)  # a bad suffix fails before the work
     from heed.api import Translator
     from heed.data.corpus import read_parallel
 
     pairs = list(read_parallel(src, tgt))
-    words = [(len(p.src.split()), len(p.tgt.split())) for p in pairs]
-    reference = _read_gold(gold, words, src, tgt) if gold is not None else None
-    alignments = Translator.load(model, device=device).align([p.src for p in pairs], [p.tgt for p in pairs],
-                                                            batch_size=batch_size)
-    lines = [a.pharaoh() + "\n" for a in alignments]
+    src_texts, tgt_texts = [p.src for p in pairs], [p.tgt for p in pairs]
+    units = [(len(p.src.split()), _target_units(p.tgt, options.tgt_units)) for p in pairs]
+    golden = _read_gold(gold, units, src, tgt, options.tgt_units) if gold is not None else None
+    translator = Translator.load(model, device=device)
+    if sweep_all:
+        assert golden is not None
+        _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
+                                            batch_size=batch_size), plot, len(pairs))
+        return
+    links = [set(a.links) for a in translator.align(src_texts, tgt_texts, options=options, batch_size=batch_size)]
+    from heed.forced import attention_shape
+
+    what = options.describe(attention_shape(translator.model)[:2])
+    if reverse is not None:
+        from heed.align_methods import symmetrize as join
+
+        backward = Translator.load(reverse, device=device).align(
+            tgt_texts, src_texts, options=AlignOptions(method=options.method), batch_size=batch_size)
+        links = [join(f, {(i, j) for j, i in b.links}, symmetrize.value) for f, b in zip(links, backward)]
+        what += f", {symmetrize.value} with {reverse}"
+    lines = [_pharaoh_line(link_set) + "\n" for link_set in links]
     if output is None:
         sys.stdout.writelines(lines)
         sys.stdout.flush()
     else:
         with atomic_open(output) as sink:
             sink.writelines(lines)
+    if golden is not None:
+        _print_aer(links, golden, units, what, reference, err=output is None)
+
+
+def _target_units(text: str, units: str) -> int:
+    """How many target positions a gold link may name: words, or characters without spaces."""
+    words = text.split()
+    return len(words) if units == "words" else len("".join(words))
+
+
+def _pharaoh_line(links: set[tuple[int, int]]) -> str:
+    """Links in target order (then source), as `heed align` always wrote them."""
+    from heed.align import to_pharaoh
+
+    return to_pharaoh(sorted(links, key=lambda link: (link[1], link[0])))
+
+
+def _print_aer(links: list[set], golden: tuple[list[set], list[set]], units: list[tuple[int, int]], what: str,
+               reference: Path | None, *, err: bool) -> None:
+    """The model's AER, the diagonal's and the reference file's, and a warning when the model does
+    not beat the diagonal."""
+    from heed.align import alignment_error_rate, read_alignments
+    from heed.align_methods import diagonal_alignment
+
+    sure, possible = golden
+    aer = alignment_error_rate(links, sure, possible)
+    diagonal = alignment_error_rate([set(diagonal_alignment(n_src, n_tgt)) for n_src, n_tgt in units], sure, possible)
+    typer.echo(f"AER = {aer:.4f}   ({len(links)} sentences; {sum(map(len, links))} links against "
+               f"{sum(map(len, sure))} sure and {sum(len(p | s) for p, s in zip(possible, sure))} possible; {what})",
+               err=err)
+    typer.echo(f"AER = {diagonal:.4f}   the diagonal baseline (target unit j -> source word round(j*|src|/|tgt|))",
+               err=err)
     if reference is not None:
-        from heed.align import alignment_error_rate
+        theirs = read_alignments(reference)
+        if len(theirs) < len(links) or any(theirs[len(links):]):
+            raise DataError(f"{len(theirs)} alignment lines for {len(links)} sentence pairs", path=reference)
+        typer.echo(f"AER = {alignment_error_rate(theirs[: len(links)], sure, possible):.4f}   {reference}", err=err)
+    if aer >= diagonal:
+        typer.echo("warning: this reading of the attention does not beat the diagonal baseline; try --method shift, "
+                   "another --layer/--head, or --sweep to score them all", err=True)
 
-        sure, possible = reference
-        hyp = [set(a.links) for a in alignments]
-        aer = alignment_error_rate(hyp, sure, possible)
-        line = (f"AER = {aer:.4f}   ({len(pairs)} sentences; {sum(map(len, hyp))} links against "
-                f"{sum(map(len, sure))} sure and {sum(len(p | s) for p, s in zip(possible, sure))} possible)")
-        typer.echo(line, err=output is None)  # stdout, unless it carries the alignments
+
+def _print_sweep(result: Any, plot: Path, sentences: int) -> None:
+    """`heed align --sweep`: one AER table per method (layers x heads and their means), the best
+    reading, the diagonal, and the heatmap."""
+    from rich.table import Table
+
+    from heed.align_methods import METHODS, AlignOptions
+    from heed.viz import aer_grid, save_figure
+
+    console = Console(highlight=False, soft_wrap=True)
+    grids = {method: result.grid(method) for method in METHODS}
+    one = result.layers == result.heads == 1
+    for method, grid in grids.items():
+        name = "shift-att" if method == "shift" else method
+        if one:  # an RNN's one attention: nothing to tabulate
+            console.print(f"{name}: AER = {grid[0, 0]:.4f}   ({sentences} sentences)")
+            continue
+        table = Table(title=f"AER % by decoder layer x head ({name}; {sentences} sentences)")
+        table.add_column("layer")
+        for h in range(result.heads):
+            table.add_column(f"head {h}", justify="right")
+        table.add_column("mean", justify="right")
+        for r in range(result.layers + 1):
+            table.add_row("mean" if r == result.layers else str(r), *(f"{100 * v:.1f}" for v in grid[r]))
+        console.print(table)
+    if not one:
+        best, best_aer = result.best()
+        console.print(f"best: AER = {best_aer:.4f}   {best.describe()}")
+        console.print(f"default: AER = {result.aer(AlignOptions()):.4f}   argmax, the alignment layer "
+                      f"(layer {result.default_layer}), mean of heads")
+    console.print(f"diagonal baseline: AER = {result.diagonal.aer:.4f}")
+    if one:
+        console.print("(one attention: no layer x head heatmap drawn)")
+        return
+    save_figure(aer_grid(grids, diagonal=result.diagonal.aer), plot)
+    console.print(f"heatmap: {plot}")
 
 
-def _read_gold(path: Path, words: list[tuple[int, int]], src: Path, tgt: Path) -> tuple[list[set], list[set]]:
-    """(sure, possible) gold links, one set per sentence pair, checked against the pairs' word
-    counts `words[k] = (source words, target words)`. Empty lines past the last sentence are ignored."""
+def _read_gold(path: Path, units: list[tuple[int, int]], src: Path, tgt: Path,
+               tgt_units: str = "words") -> tuple[list[set], list[set]]:
+    """(sure, possible) gold links, one set per sentence pair, checked against the pairs' sizes
+    `units[k] = (source words, target words or characters)`. Empty lines past the last sentence are ignored."""
     from heed.align import read_gold_alignments
 
     sure, possible = read_gold_alignments(path)
-    while len(sure) > len(words) and not possible[-1]:
+    while len(sure) > len(units) and not possible[-1]:
         sure.pop()
         possible.pop()
-    if len(sure) != len(words):
-        raise DataError(f"{len(sure)} alignment lines but {src} and {tgt} have {len(words)} sentences; "
+    if len(sure) != len(units):
+        raise DataError(f"{len(sure)} alignment lines but {src} and {tgt} have {len(units)} sentences; "
                         "give one line per sentence (an empty line for none)", path=path)
-    for number, (links, (n_src, n_tgt)) in enumerate(zip(possible, words), start=1):
+    unit = "words" if tgt_units == "words" else "characters"
+    for number, (links, (n_src, n_tgt)) in enumerate(zip(possible, units), start=1):
         for i, j in sorted(links | sure[number - 1]):
             if i >= n_src or j >= n_tgt:
-                raise DataError(f"link {i}-{j} is outside the sentence pair ({n_src} source and {n_tgt} target "
-                                "words; positions are 0-based whitespace words of --src and --tgt)",
+                raise DataError(f"link {i}-{j} is outside the sentence pair ({n_src} source words and {n_tgt} "
+                                f"target {unit}; positions are 0-based whitespace words of --src and {unit} of --tgt"
+                                f"{'' if tgt_units == 'chars' else ', or characters with --tgt-units chars'})",
                                 path=path, line=number)
     return sure, possible
 
@@ -1078,7 +1221,8 @@ def average(
 
 # -------------------------------------------------------------------------------------- data
 
-data_app = typer.Typer(name="data", help="The recipes' corpora: list them, or download one (checked by sha256).",
+data_app = typer.Typer(name="data", help="The recipes' corpora: list them, or download one (checked by sha256); "
+                       "or write a generated task with its gold alignments.",
                        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                        rich_markup_mode=None)
 app.add_typer(data_app)
@@ -1126,6 +1270,33 @@ def data_get(
     typer.echo(f"{name} -> {folder} (sha256 checked; SOURCE.md says where from)")
     typer.echo(f"license: {dataset.license}")
     typer.echo(f"cite: {dataset.cite}")
+
+
+@data_app.command("task")
+@friendly_errors
+def data_task(
+    name: str = typer.Argument(..., metavar="TASK", help="dates or names: a generated task."),
+    directory: Path = typer.Argument(..., metavar="DIR", help="Where to write its files."),
+    config: Optional[Path] = typer.Option(None, "--config", help="A config whose data.dates / data.names "
+                                          "settings to use (sizes, seed, languages); default: the defaults."),
+) -> None:
+    """Write a generated task to DIR: {train,dev,test}.src and .tgt, and {train,dev,test}.align, its gold
+    alignments by construction (Pharaoh: i-j sure, i?j possible). The dates task's gold links source
+    words to target characters (score it with `heed align --tgt-units chars`), the names task's words
+    to words. The same settings write the same files as training generates."""
+    from heed.config import DataConfig, load_config
+    from heed.pipeline import write_task
+
+    if name not in ("dates", "names"):
+        raise HeedError(f"TASK must be dates or names, got {name!r}")
+    data = DataConfig(task=name) if config is None else load_config(config).data.model_copy(update={"task": name})
+    written = write_task(data, directory)
+    counts = {split: sum(1 for _ in open(written[f"{split}.src"], encoding="utf-8")) for split in ("train", "dev", "test")}
+    typer.echo(f"{name}: {counts['train']:,} train / {counts['dev']:,} dev / {counts['test']:,} test pairs -> {directory} "
+               f"({', '.join(sorted(written))})")
+    units = "--tgt-units chars " if name == "dates" else ""
+    typer.echo(f"score a model's alignments: heed align MODEL --src {directory / 'test.src'} --tgt {directory / 'test.tgt'} "
+               f"{units}--gold {directory / 'test.align'}")
 
 
 def _scheme(url: str) -> str:

@@ -13,6 +13,7 @@ them as line-aligned files, so `heed evaluate` and `heed compare` can score on t
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, DATA_ROOT_ENV, CorpusConfig, DataConfig, TokenizerConfig
 from heed.data.corpus import Pair, normalize, read_parallel, read_tsv
-from heed.data.dates import generate_dates
+from heed.data.dates import generate_dates, generate_dates_aligned
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
 from heed.data.names import generate_names
 from heed.data.prepared import PreparedCorpus, verify_ids
@@ -67,6 +68,38 @@ def load_corpora(data: DataConfig) -> Corpora:
         return split_corpus(train, dev=data.split.dev, test=data.split.test, seed=data.split.seed,
                             source=str(source))
     return Corpora(train, read(data.dev), read(data.test))
+
+
+def write_task(data: DataConfig, directory: str | os.PathLike[str]) -> dict[str, Path]:
+    """A generated task's splits as files in `directory`, each written whole or not at all:
+    {train,dev,test}.src / .tgt (a sentence a line) and {train,dev,test}.align, the gold alignments
+    by construction (Pharaoh, i-j sure and i?j possible; dates: source words x target characters,
+    for `heed align --tgt-units chars`; names: words x words). Returns {file name: path}."""
+    from heed.align import gold_pharaoh, parse_gold_pharaoh
+
+    if data.task == "dates":
+        d = data.dates
+        splits, golds = generate_dates_aligned(n_train=d.n_train, n_dev=d.n_dev, n_test=d.n_test, seed=d.seed,
+                                               languages=tuple(d.languages), verbose_forms=d.verbose_forms)
+        named = {name: (pairs, [gold_pharaoh(*g) for g in gold])
+                 for name, pairs, gold in zip(splits._fields, splits, golds)}
+    elif data.task == "names":
+        n = data.names
+        names = generate_names(n_train=n.n_train, n_dev=n.n_dev, n_test=n.n_test, seed=n.seed,
+                               train_names=n.train_names, heldout_names=n.heldout_names)
+        named = {name: ([e.pair for e in split], [gold_pharaoh(*parse_gold_pharaoh(e.gold)) for e in split])
+                 for name, split in zip(names._fields, names)}
+    else:
+        raise ValueError(f"data.task must be dates or names to write a task's files, got {data.task!r}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    for name, (pairs, gold) in named.items():
+        for suffix, lines in (("src", [p.src for p in pairs]), ("tgt", [p.tgt for p in pairs]), ("align", gold)):
+            path = directory / f"{name}.{suffix}"
+            atomic_write_text(path, "".join(line + "\n" for line in lines))
+            written[path.name] = path
+    return written
 
 
 def iter_pairs(corpus: CorpusConfig, *, reverse: bool) -> Iterator[Pair]:

@@ -493,6 +493,41 @@ def length_plot(table: dict[str, Sequence[tuple[str, float]]], *, metric: str = 
     return fig
 
 
+def aer_grid(grids: dict[str, np.ndarray], *, diagonal: float | None = None, title: str = "AER") -> Figure:
+    """One heatmap per method of AER by decoder layer (rows) and head (columns), the last row the
+    mean of the layers and the last column the mean of the heads (heed.forced.SweepResult.grid).
+
+    `grids`: `{"argmax": (layers + 1, heads + 1), "shift": ...}` in 0-1; cells are printed in %,
+    darker is better (lower). `diagonal`: the no-model baseline's AER, in every panel's title and
+    the top of the colour scale (a cell as bright as it reads attention no better than the diagonal)."""
+    if not grids:
+        raise ValueError("aer_grid needs at least one method's grid")
+    shapes = {g.shape for g in grids.values()}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+        raise ValueError(f"every grid must be the same 2-D (layers + 1, heads + 1) shape, got {sorted(shapes)}")
+    rows, cols = next(iter(shapes))
+    family = _font_family()
+    cell = 0.55
+    top = max([*(float(g.max()) for g in grids.values()), diagonal or 0.0, 1e-6])
+    fig = _new_figure(len(grids) * (cols * cell + 1.6) + 0.6, rows * cell + 1.5)
+    axes = fig.subplots(1, len(grids), squeeze=False)[0]
+    for ax, (method, grid) in zip(axes, grids.items()):
+        ax.imshow(grid, cmap="viridis", vmin=0.0, vmax=top, aspect="equal")
+        for r in range(rows):
+            for c in range(cols):
+                ax.text(c, r, f"{100 * grid[r, c]:.0f}", ha="center", va="center", fontsize=7,
+                        color="white" if grid[r, c] < 0.6 * top else "black", fontfamily=family)
+        ax.set_xticks(range(cols), [*map(str, range(cols - 1)), "mean"], fontsize=8, fontfamily=family)
+        ax.set_yticks(range(rows), [*map(str, range(rows - 1)), "mean"], fontsize=8, fontfamily=family)
+        ax.set_xlabel("head", fontfamily=family)
+        ax.set_ylabel("decoder layer", fontfamily=family)
+        name = "shift-att" if method == "shift" else method
+        best = f"best {100 * grid.min():.1f}"
+        base = f", diagonal {100 * diagonal:.1f}" if diagonal is not None else ""
+        ax.set_title(f"{title} % ({name})\n{best}{base}", fontsize=9, fontfamily=family)
+    return fig
+
+
 # ---------------------------------------------------------------- saving
 
 

@@ -24,12 +24,24 @@ The target is always determined by the source:
   and a model learnt to read every N/N/yy day first, writing 1995-14-14 for 5/14/95.
 - Train, dev and test never share a source string (the same date may appear in several splits,
   written differently), and generation fails loudly if two dates ever produced the same string.
+
+Gold alignments by construction (`generate_dates_aligned`), between the source's whitespace words
+and the target's characters (`heed align --tgt-units chars`): every date is rendered field by field,
+so each source word is known to write some of "YYYY-MM-DD":
+- sure: a word and every target character it writes. "14 juillet 1989": "1989" -> the four year
+  digits, "juillet" -> the month's "0" and "7", "14" -> the day's. A word holding several fields
+  ("14/07/1989") writes all of theirs; a two-digit year ("89") writes all four year digits; year
+  words split the digits ("nineteen" -> "1", "9"; "ninety-eight" -> "9", "8"; "two thousand and
+  five": "two" -> "2", "thousand" -> "0", "0", "five" -> "5");
+- possible: each "-" with the words of the two fields it separates;
+- nothing: words that write no digit ("the", "of", "de", weekdays, "and").
 """
 from __future__ import annotations
 
 import functools
 import os
 import random
+import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -37,7 +49,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from babel import Locale
-from babel.dates import parse_pattern, tokenize_pattern
+from babel.dates import DateTimeFormat, tokenize_pattern
 
 from heed.data.corpus import Pair, normalize
 from heed.files import atomic_open
@@ -52,6 +64,17 @@ class DateSplits(NamedTuple):
     train: list[Pair]
     dev: list[Pair]
     test: list[Pair]
+
+
+Gold = tuple[frozenset[tuple[int, int]], frozenset[tuple[int, int]]]  # (sure, possible) (source word, target char)
+
+
+class GoldSplits(NamedTuple):
+    """Gold alignments by construction, one (sure, possible) per pair of each split."""
+
+    train: list[Gold]
+    dev: list[Gold]
+    test: list[Gold]
 
 
 # CLDR patterns (https://unicode.org/reports/tr35/tr35-dates.html#Date_Field_Symbol_Table) per
@@ -103,39 +126,93 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _year_words(year: int, rng: random.Random) -> str:
+def _year_words(year: int, rng: random.Random) -> list[_Segment]:
     """1998 -> "nineteen ninety-eight", 1905 -> "nineteen oh five", 1900 -> "nineteen hundred",
     2000 -> "two thousand", 2005 -> "two thousand (and) five", 2017 -> "twenty seventeen".
-    Each phrase names one year."""
+    Each phrase names one year. As segments: each word with the year digits it writes."""
     century, rest = divmod(year, 100)
     if year == 2000:
-        return "two thousand"
+        return _words_of(("two", (0,)), ("thousand", (1, 2, 3)))
     if 2000 < year < 2010:
-        return f"two thousand {rng.choice(('', 'and '))}{_ONES[rest]}"
+        joiner = rng.choice(("", "and "))
+        return _words_of(("two", (0,)), ("thousand", (1, 2)), *([("and", ())] if joiner else []), (_ONES[rest], (3,)))
     if rest == 0:
-        return f"{_words(century)} hundred"
-    return f"{_words(century)} {'oh ' + _ONES[rest] if rest < 10 else _words(rest)}"
+        return _words_of((_words(century), (0, 1)), ("hundred", (2, 3)))
+    if rest < 10:
+        return _words_of((_words(century), (0, 1)), ("oh", (2,)), (_ONES[rest], (3,)))
+    return _words_of((_words(century), (0, 1)), (_words(rest), (2, 3)))
 
 
-_Render = Callable[[date, random.Random], str]
+# A piece of a written date and the positions of "YYYY-MM-DD" it writes (empty: none, e.g. "the").
+_Segment = tuple[str, tuple[int, ...]]
+YEAR, MONTH, DAY = (0, 1, 2, 3), (5, 6), (8, 9)  # in the ISO target
+_SEPARATORS = {4: (YEAR, MONTH), 7: (MONTH, DAY)}  # a "-" sits between two fields
+
+
+def _words_of(*words: _Segment) -> list[_Segment]:
+    """Segments joined by single spaces."""
+    out: list[_Segment] = []
+    for k, word in enumerate(words):
+        out += [(" ", ())] * (k > 0) + [word]
+    return out
+
+
+def _fill(template: str, **fields: list[_Segment] | _Segment) -> list[_Segment]:
+    """"the {day} of {month} {year}" with each field's segment(s); the template's own text writes
+    nothing of the target."""
+    out: list[_Segment] = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        if literal:
+            out.append((literal, ()))
+        if name is not None:
+            value = fields[name]
+            out += value if isinstance(value, list) else [value]
+    return out
+
+
+_Render = Callable[[date, random.Random], list[_Segment]]
+
+
+def _month(d: date) -> _Segment:
+    return (_MONTHS[d.month - 1], MONTH)
+
 
 _EN_ORDINAL_FORMS: tuple[_Render, ...] = (
-    lambda d, r: f"the {_ordinal(d.day)} of {_MONTHS[d.month - 1]} {d.year}",
-    lambda d, r: f"{_MONTHS[d.month - 1]} {_ordinal(d.day)}, {d.year}",
-    lambda d, r: f"{_ordinal(d.day)} {_MONTHS[d.month - 1]} {d.year}",
-    lambda d, r: f"{_WEEKDAYS[d.weekday()]}, the {_ordinal(d.day)} of {_MONTHS[d.month - 1]} {d.year}",
-    lambda d, r: f"{_MONTHS[d.month - 1][:3]} {_ordinal(d.day)}, {d.year}",
+    lambda d, r: _fill("the {day} of {month} {year}", day=(_ordinal(d.day), DAY), month=_month(d), year=(str(d.year), YEAR)),
+    lambda d, r: _fill("{month} {day}, {year}", month=_month(d), day=(_ordinal(d.day), DAY), year=(str(d.year), YEAR)),
+    lambda d, r: _fill("{day} {month} {year}", day=(_ordinal(d.day), DAY), month=_month(d), year=(str(d.year), YEAR)),
+    lambda d, r: _fill("{weekday}, the {day} of {month} {year}", weekday=(_WEEKDAYS[d.weekday()], ()),
+                       day=(_ordinal(d.day), DAY), month=_month(d), year=(str(d.year), YEAR)),
+    lambda d, r: _fill("{month} {day}, {year}", month=(_MONTHS[d.month - 1][:3], MONTH), day=(_ordinal(d.day), DAY),
+                       year=(str(d.year), YEAR)),
 )
 _EN_VERBOSE_FORMS: tuple[_Render, ...] = (
-    lambda d, r: f"on the {_ordinal_words(d.day)} day of {_MONTHS[d.month - 1]} in the year {d.year}",
-    lambda d, r: f"{_WEEKDAYS[d.weekday()]} the {_ordinal(d.day)} of {_MONTHS[d.month - 1]}, {_year_words(d.year, r)}",
-    lambda d, r: f"the {_ordinal_words(d.day)} of {_MONTHS[d.month - 1]}, {_year_words(d.year, r)}",
-    lambda d, r: f"{_MONTHS[d.month - 1]} the {_ordinal_words(d.day)}, {_year_words(d.year, r)}",
-    lambda d, r: (
-        f"it was a {_WEEKDAYS[d.weekday()]}, the {_ordinal_words(d.day)} day of the month of "
-        f"{_MONTHS[d.month - 1]}, in the year {_year_words(d.year, r)}"
-    ),
+    lambda d, r: _fill("on the {day} day of {month} in the year {year}", day=(_ordinal_words(d.day), DAY),
+                       month=_month(d), year=(str(d.year), YEAR)),
+    lambda d, r: _fill("{weekday} the {day} of {month}, {year}", weekday=(_WEEKDAYS[d.weekday()], ()),
+                       day=(_ordinal(d.day), DAY), month=_month(d), year=_year_words(d.year, r)),
+    lambda d, r: _fill("the {day} of {month}, {year}", day=(_ordinal_words(d.day), DAY), month=_month(d),
+                       year=_year_words(d.year, r)),
+    lambda d, r: _fill("{month} the {day}, {year}", month=_month(d), day=(_ordinal_words(d.day), DAY),
+                       year=_year_words(d.year, r)),
+    lambda d, r: _fill("it was a {weekday}, the {day} day of the month of {month}, in the year {year}",
+                       weekday=(_WEEKDAYS[d.weekday()], ()), day=(_ordinal_words(d.day), DAY), month=_month(d),
+                       year=_year_words(d.year, r)),
 )
+
+
+def _cldr_segments(pattern: str, d: date, locale: Locale) -> list[_Segment]:
+    """A CLDR pattern rendered field by field (as babel's format_date renders it whole)."""
+    fields = DateTimeFormat(d, locale)
+    out: list[_Segment] = []
+    for kind, value in tokenize_pattern(pattern):
+        if kind == "chars":
+            out.append((value, ()))
+            continue
+        letter, count = value
+        out.append((fields[letter * count], YEAR if letter == "y" else MONTH if letter in "ML" else
+                    DAY if letter == "d" else ()))
+    return out
 
 
 @dataclass(frozen=True)
@@ -199,11 +276,10 @@ def _forms(languages: tuple[str, ...], verbose: bool) -> dict[str, tuple[_Form, 
         lang_forms = []
         for pattern, locale in entries:
             shape, order = _shape(pattern)
-            compiled = parse_pattern(pattern)
             lang_forms.append(
                 _Form(
                     name=f"{lang}:{pattern}",
-                    render=lambda d, r, c=compiled, loc=locale: c.apply(d, loc),
+                    render=lambda d, r, p=pattern, loc=locale: _cldr_segments(p, d, loc),
                     two_digit_year="yy" in shape,
                     order_sensitive=len(order) == 2 and len(orders_by_shape[shape]) > 1,
                     shape=shape,
@@ -249,6 +325,21 @@ def generate_dates(
     drawn evenly, see the module doc), then a random letter case. `verbose_forms`
     adds long English phrasings (up to ~100 characters). The same arguments give the same splits.
     """
+    return generate_dates_aligned(n_train=n_train, n_dev=n_dev, n_test=n_test, seed=seed, languages=languages,
+                                  verbose_forms=verbose_forms)[0]
+
+
+def generate_dates_aligned(
+    *,
+    n_train: int,
+    n_dev: int,
+    n_test: int,
+    seed: int = 0,
+    languages: Sequence[str] = DATE_LANGUAGES,
+    verbose_forms: bool = True,
+) -> tuple[DateSplits, GoldSplits]:
+    """`generate_dates`'s splits and, pair for pair, their gold alignments by construction (the
+    module doc's "Gold alignments")."""
     for name, n in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
         if n < 0:
             raise ValueError(f"{name} must be >= 0, got {n}")
@@ -268,6 +359,7 @@ def generate_dates(
     total = n_train + n_dev + n_test
     target_of: dict[str, str] = {}
     pairs: list[Pair] = []
+    golds: list[Gold] = []
     tries_left = 20 * total + 1000
     while len(pairs) < total:
         tries_left -= 1
@@ -278,15 +370,40 @@ def generate_dates(
         if form.order_sensitive:  # a reading drawn evenly, then one of its forms (see the module doc)
             rivals = readings[form.shape]
             form = rng.choice(rivals[rng.choice(sorted(rivals))])
-        src = normalize(_recase(form.render(d, rng), rng))
+        segments = form.render(d, rng)
+        src = normalize(_recase("".join(text for text, _ in segments), rng))
         tgt = d.isoformat()
         earlier = target_of.get(src)
         if earlier is None:
             target_of[src] = tgt
             pairs.append(Pair(src, tgt))
+            golds.append(_gold(segments, src))
         elif earlier != tgt:  # a bug in the forms above, not a user error
             raise AssertionError(f"form {form.name} wrote {src!r} for both {earlier} and {tgt}")
-    return DateSplits(pairs[:n_train], pairs[n_train : n_train + n_dev], pairs[n_train + n_dev :])
+    cuts = (slice(0, n_train), slice(n_train, n_train + n_dev), slice(n_train + n_dev, None))
+    return DateSplits(*(pairs[c] for c in cuts)), GoldSplits(*(golds[c] for c in cuts))
+
+
+def _gold(segments: list[_Segment], src: str) -> Gold:
+    """(sure, possible) links between the source's words and the target's characters: a word is
+    linked to every position a piece of it writes; a "-" possibly to the words of its two fields."""
+    words: list[set[int]] = []
+    in_word = False
+    for text, positions in segments:
+        for char in text:
+            if char.isspace():
+                in_word = False
+                continue
+            if not in_word:
+                words.append(set())
+                in_word = True
+            words[-1].update(positions)
+    if len(words) != len(src.split()):  # recasing or normalizing split or joined a word: a bug here
+        raise AssertionError(f"{src!r}: {len(src.split())} words, but its segments make {len(words)}")
+    sure = frozenset((i, j) for i, positions in enumerate(words) for j in positions)
+    possible = sure | {(i, dash) for dash, fields in _SEPARATORS.items() for i, positions in enumerate(words)
+                       if any(positions & set(f) for f in fields)}
+    return sure, frozenset(possible)
 
 
 def write_splits(splits: DateSplits, directory: str | os.PathLike[str]) -> dict[str, Path]:

@@ -9,7 +9,8 @@ closed target vocabulary can only write <unk> for them, while a pointer-generato
 Meant for word tokenization (the names are single capitalized words; the template words are all
 lower case, so a name never coincides with one). Train, dev and test draw their names from
 disjoint pools; `NamesExample.names` lists the names of each pair, for scoring how many came
-through (`copied_names`).
+through (`copied_names`), and `NamesExample.gold` its gold word alignment, written by hand for each
+template (sure links, and possible ones where an idiom has no word-for-word reading).
 """
 from __future__ import annotations
 
@@ -21,26 +22,28 @@ from heed.data.corpus import Pair
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
 
-# (English, French) with {a} and {b} for names.
-TEMPLATES: tuple[tuple[str, str], ...] = (
-    ("my name is {a} .", "je m'appelle {a} ."),
-    ("{a} is here .", "{a} est ici ."),
-    ("where is {a} ?", "où est {a} ?"),
-    ("i saw {a} yesterday .", "j'ai vu {a} hier ."),
-    ("{a} is a doctor .", "{a} est médecin ."),
-    ("{a} likes the small cat .", "{a} aime le petit chat ."),
-    ("this is the house of {a} .", "c'est la maison de {a} ."),
-    ("{a} and {b} are friends .", "{a} et {b} sont amis ."),
-    ("{a} speaks with {b} .", "{a} parle avec {b} ."),
-    ("{a} lives in {b} .", "{a} habite à {b} ."),
-    ("tomorrow {a} will visit {b} .", "demain {a} rendra visite à {b} ."),
-    ("the teacher of {a} is {b} .", "le professeur de {a} est {b} ."),
+# (English, French, gold word alignment) with {a} and {b} for names. The alignment is Pharaoh over
+# the template's words (a name is one word): i-j sure, i?j possible (idioms: "my name is" ~ "je m'appelle").
+TEMPLATES: tuple[tuple[str, str, str], ...] = (
+    ("my name is {a} .", "je m'appelle {a} .", "0?0 1?1 2?1 3-2 4-3"),
+    ("{a} is here .", "{a} est ici .", "0-0 1-1 2-2 3-3"),
+    ("where is {a} ?", "où est {a} ?", "0-0 1-1 2-2 3-3"),
+    ("i saw {a} yesterday .", "j'ai vu {a} hier .", "0-0 1?0 1-1 2-2 3-3 4-4"),
+    ("{a} is a doctor .", "{a} est médecin .", "0-0 1-1 2?2 3-2 4-3"),
+    ("{a} likes the small cat .", "{a} aime le petit chat .", "0-0 1-1 2-2 3-3 4-4 5-5"),
+    ("this is the house of {a} .", "c'est la maison de {a} .", "0-0 1-0 2-1 3-2 4-3 5-4 6-5"),
+    ("{a} and {b} are friends .", "{a} et {b} sont amis .", "0-0 1-1 2-2 3-3 4-4 5-5"),
+    ("{a} speaks with {b} .", "{a} parle avec {b} .", "0-0 1-1 2-2 3-3 4-4"),
+    ("{a} lives in {b} .", "{a} habite à {b} .", "0-0 1-1 2-2 3-3 4-4"),
+    ("tomorrow {a} will visit {b} .", "demain {a} rendra visite à {b} .", "0-0 1-1 2-2 3?2 2?3 3-3 3?4 4-5 5-6"),
+    ("the teacher of {a} is {b} .", "le professeur de {a} est {b} .", "0-0 1-1 2-2 3-3 4-4 5-5 6-6"),
 )
 
 
 class NamesExample(NamedTuple):
     pair: Pair
     names: tuple[str, ...]  # the names the pair holds, in source order
+    gold: str = ""  # the pair's gold word alignment, Pharaoh (its template's)
 
 
 class NamesSplits(NamedTuple):
@@ -68,10 +71,10 @@ def _name_pool(rng: random.Random, size: int, taken: set[str]) -> list[str]:
 def _examples(n: int, pool: list[str], rng: random.Random) -> list[NamesExample]:
     out = []
     for _ in range(n):
-        src, tgt = rng.choice(TEMPLATES)
+        src, tgt, gold = rng.choice(TEMPLATES)
         a, b = rng.sample(pool, 2)
         names = (a, b) if "{b}" in src else (a,)
-        out.append(NamesExample(Pair(src.format(a=a, b=b), tgt.format(a=a, b=b)), names))
+        out.append(NamesExample(Pair(src.format(a=a, b=b), tgt.format(a=a, b=b)), names, gold))
     return out
 
 

@@ -113,6 +113,24 @@ class TranslationModel(SearchModel, Protocol):
 
 
 @runtime_checkable
+class HeadsModel(Protocol):
+    """A model whose attention over the source can be read head by head (both PyTorch families;
+    not an ensemble or an exported model): what `heed align --layer/--head/--sweep` needs."""
+
+    alignment_layer: int  # the decoder layer whose head-mean attention __call__ and step report
+
+    @property
+    def head_grid(self) -> tuple[int, int]:
+        """(decoder layers with attention, heads per layer): the first two sizes of attention_heads."""
+        ...
+
+    def attention_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced: every decoder layer's every head's attention over the source,
+        (layers, heads, batch, tgt_len, src_len); an RNN's one attention is (1, 1, ...)."""
+        ...
+
+
+@runtime_checkable
 class TrainableModel(TranslationModel, Protocol):
     """A family's PyTorch model: what training, checkpoints and export need as well."""
 
@@ -152,5 +170,5 @@ class TensorState:
                            self.batch_axes)
 
 
-__all__ = ["Encoded", "SearchModel", "SearchState", "Seq2SeqOutput", "Step", "TensorState", "TrainableModel",
+__all__ = ["Encoded", "HeadsModel", "SearchModel", "SearchState", "Seq2SeqOutput", "Step", "TensorState", "TrainableModel",
            "TranslationModel"]

@@ -74,6 +74,16 @@ class Seq2Seq(nn.Module):
         out = self.decoder(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
         return Seq2SeqOutput(out.logits, out.attention)
 
+    alignment_layer = 0  # the one attention (heed.nn.protocol.HeadsModel)
+    head_grid = (1, 1)
+
+    def attention_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        """The one attention as one layer of one head: (1, 1, batch, tgt_len, src_len)."""
+        attention = self.forward(src, src_lengths, tgt_in).attention
+        if attention is None:
+            raise ValueError("this model has no attention")
+        return attention[None, None]
+
     def forward_features(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
                          need_attention: bool = False) -> DecoderFeatures:
         """`forward` up to the generator's input: features (batch, tgt_len, generator_input),

@@ -212,6 +212,11 @@ class TransformerSeq2Seq(nn.Module):
     def layers(self) -> int:
         return len(self.decoder.layers)
 
+    @property
+    def head_grid(self) -> tuple[int, int]:
+        """(decoder layers, heads per layer) of attention_heads (heed.nn.protocol.HeadsModel)."""
+        return len(self.decoder.layers), self.decoder.layers[0].cross_attn.heads
+
     # ------------------------------------------------------------------ search
 
     def encode(self, src: Tensor, src_lengths: Tensor, *, weights: list[Tensor] | None = None) -> TransformerEncoded:
@@ -290,6 +295,12 @@ class TransformerSeq2Seq(nn.Module):
         self._decode_all(tgt_in, self.encode(src, src_lengths, weights=enc_weights), need_attention=False,
                          weights=weights)
         return AttentionMaps(torch.stack(enc_weights), torch.stack(weights["decoder"]), torch.stack(weights["cross"]))
+
+    def attention_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        """Every decoder layer's cross-attention, head by head: (layers, heads, batch, tgt_len, src_len)."""
+        weights: dict[str, list[Tensor]] = {"decoder": [], "cross": []}
+        self._decode_all(tgt_in, self.encode(src, src_lengths), need_attention=False, weights=weights)
+        return torch.stack(weights["cross"]).transpose(1, 2)
 
     def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0) -> SeqLoss:
         """The label-smoothed cross-entropy summed over the real target tokens (heed.nn.loss)."""

@@ -1,0 +1,218 @@
+"""Ways of reading a word alignment off attention, the baselines they must beat, and AER over them.
+
+The teacher-forced pass gives, for every layer and head, token attention `(tgt_len + 1, src_len)`:
+row k is the step whose decoder input is target token k - 1 (row 0 reads <s>) and which predicts
+token k (row tgt_len predicts </s>). From that stack an `AlignOptions` picks:
+
+- which attention: one layer or the mean of all layers, one head or the mean of the heads (an RNN
+  has one layer of one head; a Transformer aligns by default with its last decoder layer, the
+  mean of its heads);
+- which rows (the method):
+    argmax  target token k is linked by the row that *predicts* it (row k), as heed always did;
+    shift   shift-att (Chen et al. 2020, "Accurate Word Alignment Induction from Neural Machine
+            Translation"): by the row whose *input* is token k (row k + 1), the step that has
+            just read the word; Chen et al. measure it 10-20 AER points better on Transformers;
+- the target units: whitespace `words` (the Pharaoh convention), or the target's `chars` (spaces
+  left out; what the generated dates task's gold alignments are written in);
+
+then links every target unit to the source word with the most weight. Source units are always
+whitespace words: pieces of a source word are summed (heed.align.word_attention).
+
+Baselines that need no model: `diagonal_alignment` (target unit j -> source word
+round(j * |src| / |tgt|)) and any Pharaoh file (a fast_align run). `symmetrize` joins a forward
+and a reverse model's links (intersection, union, grow-diag-final-and; Koehn et al. 2005).
+heed.align.AerCounts adds AER up sentence by sentence, so a sweep over every layer x head x method
+keeps counts, not matrices.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from heed.align import SPACE, Link, source_word_sum, target_word_mean
+
+Method = Literal["argmax", "shift"]
+Units = Literal["words", "chars"]
+Symmetrize = Literal["intersect", "union", "grow-diag-final"]
+METHODS: tuple[Method, ...] = ("argmax", "shift")
+SYMMETRIZE: tuple[Symmetrize, ...] = ("intersect", "union", "grow-diag-final")
+MEAN = "mean"  # a layer or head "index" that means the average over all of them
+
+
+@dataclass(frozen=True)
+class AlignOptions:
+    """How to read links off attention (see the module doc).
+
+    layer: a decoder layer (0-based), "mean" (all layers' average) or None (the model's own
+           alignment layer: the last for a Transformer, the only one for an RNN)
+    head:  a head (0-based), or None / "mean" for the mean of the layer's heads
+    """
+
+    method: Method = "argmax"
+    layer: int | Literal["mean"] | None = None
+    head: int | Literal["mean"] | None = None
+    tgt_units: Units = "words"
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"alignment method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.tgt_units not in ("words", "chars"):
+            raise ValueError(f"tgt_units must be 'words' or 'chars', got {self.tgt_units!r}")
+        for name in ("layer", "head"):
+            value = getattr(self, name)
+            if value is not None and value != MEAN and (not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name} must be a 0-based index or 'mean', got {value!r}")
+
+    @property
+    def default_attention(self) -> bool:
+        """Whether this reads the attention every model gives (its alignment layer, heads averaged)."""
+        return self.layer is None and self.head in (None, MEAN)
+
+    def describe(self, head_grid: tuple[int, int] | None = None) -> str:
+        """'shift-att, layer 2, head 0' style, for tables and messages; with a model's (layers,
+        heads) of (1, 1) (an RNN) just the method and 'the attention'."""
+        if head_grid == (1, 1):
+            return f"{'shift-att' if self.method == 'shift' else 'argmax'}, the attention"
+        layer = "the alignment layer" if self.layer is None else ("all layers" if self.layer == MEAN else f"layer {self.layer}")
+        head = "mean of heads" if self.head in (None, MEAN) else f"head {self.head}"
+        return f"{'shift-att' if self.method == 'shift' else 'argmax'}, {layer}, {head}"
+
+
+def parse_index(text: str | None, name: str) -> int | Literal["mean"] | None:
+    """A --layer / --head value: None, "mean" or a non-negative integer (ValueError naming `name` otherwise)."""
+    if text is None:
+        return None
+    if text.strip().lower() == MEAN:
+        return MEAN
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a 0-based index or 'mean', got {text!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must be a 0-based index or 'mean', got {text!r}")
+    return value
+
+
+def check_selection(options: AlignOptions, layers: int, heads: int) -> None:
+    """ValueError naming --layer / --head when `options` asks for one the model does not have."""
+    if isinstance(options.layer, int) and options.layer >= layers:
+        raise ValueError(f"--layer {options.layer} does not exist: the model has {layers} decoder "
+                         f"layer{'s' if layers != 1 else ''} with attention (0..{layers - 1}, or 'mean')")
+    if isinstance(options.head, int) and options.head >= heads:
+        raise ValueError(f"--head {options.head} does not exist: the model has {heads} head"
+                         f"{'s' if heads != 1 else ''} per layer (0..{heads - 1}, or 'mean')")
+
+
+def select_attention(stack: np.ndarray, options: AlignOptions, default_layer: int) -> np.ndarray:
+    """stack (layers, heads, rows, src_len) -> the attention `options` picks, (rows, src_len)."""
+    check_selection(options, stack.shape[0], stack.shape[1])
+    layer = default_layer if options.layer is None else options.layer
+    by_layer = stack.mean(axis=0) if layer == MEAN else stack[layer]  # (heads, rows, src_len)
+    return by_layer.mean(axis=0) if options.head in (None, MEAN) else by_layer[options.head]
+
+
+def method_rows(token_attention: np.ndarray, method: Method) -> np.ndarray:
+    """(..., tgt_len + 1, src_len) with the </s> row -> (..., tgt_len, src_len): row k for token k
+    (argmax: the row predicting it) or row k + 1 (shift: the row reading it)."""
+    return token_attention[..., :-1, :] if method == "argmax" else token_attention[..., 1:, :]
+
+
+def char_token_index(tgt_tokens: Sequence[str], tgt_text: str) -> list[int]:
+    """For each non-space character of `tgt_text`, the index of the target token that writes it.
+
+    A token's characters are its text without the word-start mark "▁" (the char tokenizer's space
+    token has none). ValueError when the tokens do not spell the text (a token the tokenizer made
+    up, such as "<unk>")."""
+    index: list[int] = []
+    for k, token in enumerate(tgt_tokens):
+        index.extend([k] * len(token.replace(SPACE, "")))
+    spelled = "".join(t.replace(SPACE, "") for t in tgt_tokens)
+    if spelled != tgt_text.replace(" ", ""):
+        raise ValueError(f"the target tokens {list(tgt_tokens)[:8]}... do not spell {tgt_text!r} character "
+                         "for character, so they cannot be aligned in characters; use words")
+    return index
+
+
+@dataclass(frozen=True)
+class UnitMaps:
+    """How one sentence pair's tokens map onto the alignment's units.
+
+    src_sum:  (src_len, src_words) one-hot: a source word's weight is the sum over its pieces
+    tgt_mean: (tgt_units, tgt_len): a target unit's row is the mean of its tokens' rows (a word of
+              several pieces) or its token's row (a character inside a piece)
+    """
+
+    src_sum: np.ndarray
+    tgt_mean: np.ndarray
+
+    @classmethod
+    def build(cls, src_word_ids: Sequence[int | None], tgt_word_ids: Sequence[int | None],
+              tgt_tokens: Sequence[str], tgt_text: str, units: Units) -> UnitMaps:
+        src_sum = source_word_sum(src_word_ids)
+        if units == "chars":
+            owners = char_token_index(tgt_tokens, tgt_text)
+            tgt_mean = np.zeros((len(owners), len(tgt_tokens)))
+            tgt_mean[np.arange(len(owners)), owners] = 1.0
+        else:
+            tgt_mean = target_word_mean(tgt_word_ids)
+        return cls(src_sum, tgt_mean)
+
+    def lift(self, token_attention: np.ndarray) -> np.ndarray:
+        """(..., tgt_len, src_len) token attention -> (..., tgt_units, src_words)."""
+        return self.tgt_mean @ token_attention @ self.src_sum
+
+
+def argmax_links(unit_attention: np.ndarray) -> list[Link]:
+    """(tgt_units, src_words) -> each target unit's most-weighted source word, `[(i, j), ...]` in
+    target order; ties go left; an all-zero row (a unit with no token) gets no link."""
+    best = unit_attention.argmax(axis=1)
+    return [(int(best[j]), j) for j in range(unit_attention.shape[0]) if np.any(unit_attention[j] != 0)]
+
+
+def diagonal_alignment(n_src: int, n_tgt: int) -> list[Link]:
+    """The baseline that reads no model: target unit j -> source word round(j * n_src / n_tgt)
+    (halves rounded up), kept inside the sentence. Nothing when either side is empty."""
+    if n_src <= 0 or n_tgt <= 0:
+        return []
+    return [(min(int(np.floor(j * n_src / n_tgt + 0.5)), n_src - 1), j) for j in range(n_tgt)]
+
+
+def symmetrize(forward: Iterable[Link], backward: Iterable[Link], how: Symmetrize) -> set[Link]:
+    """Join a forward (source -> target) and a backward model's links, both as (src_i, tgt_j).
+
+    intersect: links both agree on (high precision); union: either (high recall);
+    grow-diag-final: Koehn et al. 2005 (grow-diag-final-and, as Moses): start from the
+    intersection, add union links next to an existing one (8 neighbours) whose source or target
+    word is still unaligned, repeat; then add union links whose both words are still unaligned."""
+    f, b = set(forward), set(backward)
+    if how == "intersect":
+        return f & b
+    if how == "union":
+        return f | b
+    if how != "grow-diag-final":
+        raise ValueError(f"symmetrize must be one of {', '.join(SYMMETRIZE)}, got {how!r}")
+    union, links = f | b, f & b
+    aligned_src = {i for i, _ in links}
+    aligned_tgt = {j for _, j in links}
+    neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
+    grown = True
+    while grown:
+        grown = False
+        for i, j in sorted(links):
+            for di, dj in neighbours:
+                cand = (i + di, j + dj)
+                if cand in union and cand not in links and (cand[0] not in aligned_src or cand[1] not in aligned_tgt):
+                    links.add(cand)
+                    aligned_src.add(cand[0])
+                    aligned_tgt.add(cand[1])
+                    grown = True
+    for directional in (f, b):  # final-and
+        for i, j in sorted(directional):
+            if i not in aligned_src and j not in aligned_tgt:
+                links.add((i, j))
+                aligned_src.add(i)
+                aligned_tgt.add(j)
+    return links

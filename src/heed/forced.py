@@ -1,0 +1,170 @@
+"""Alignments of given translations: the model reads `tgt` as its own output (forced decoding) and
+its attention over `src`, lifted to words (heed.align_methods), links each target unit to a source
+word. Used by `Translator.align` / `Translator.align_sweep` (heed align) and by the trainer's dev AER.
+
+One teacher-forced pass per batch gives the attention stack `(layers, heads, tgt_len + 1, src_len)`
+of every pair: with the </s> row (shift-att reads the last token there), without the source's
+</s> column (the end of sentence is no word). A model that cannot give its heads one by one (an
+ensemble, an exported model) gives its reported attention as one layer of one head.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from heed.align import AerCounts, Link
+from heed.align_methods import (
+    MEAN,
+    METHODS,
+    AlignOptions,
+    Method,
+    UnitMaps,
+    Units,
+    argmax_links,
+    check_selection,
+    diagonal_alignment,
+    method_rows,
+    select_attention,
+)
+from heed.data.batching import collate
+from heed.data.corpus import normalize
+from heed.nn.protocol import HeadsModel
+from heed.pipeline import Codec
+
+
+@dataclass(frozen=True)
+class ForcedPair:
+    """One pair's tokens and its attention stack (layers, heads, len(tgt_tokens) + 1, len(src_tokens))."""
+
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    attention: np.ndarray
+
+    def unit_maps(self, codec: Codec, tgt_text: str, units: Units) -> UnitMaps:
+        return UnitMaps.build(codec.src_tokenizer.word_ids(self.src_tokens), codec.tgt_tokenizer.word_ids(self.tgt_tokens),
+                              self.tgt_tokens, normalize(tgt_text), units)
+
+
+def attention_shape(model: Any) -> tuple[int, int, int]:
+    """(layers, heads, default layer) of the attention `forced_attention` gives for `model`."""
+    if isinstance(model, HeadsModel):
+        return (*model.head_grid, model.alignment_layer)
+    return 1, 1, 0
+
+
+def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_texts: Sequence[str], *,
+                     device: torch.device, batch_size: int, heads: bool,
+                     context: Callable[[], Any] | None = None) -> Iterator[tuple[int, ForcedPair | None]]:
+    """(k, ForcedPair) for every pair k, in input order within each batch of longest sources; None
+    for a pair with an empty side (nothing to align; the model is not run for it).
+
+    heads: every layer's every head (the model must be a heed.nn.protocol.HeadsModel); else the
+    attention the model reports (its alignment layer, heads averaged) as (1, 1, ...)."""
+    if heads and not isinstance(model, HeadsModel):
+        raise ValueError("this model gives only its averaged attention (an ensemble or an exported model); "
+                         "choosing a layer or a head needs a PyTorch model directory")
+    src_tokens = [codec.src_tokens(t) for t in src_texts]
+    tgt_tokens = [codec.tgt_tokens(t) for t in tgt_texts]
+    examples = [(codec.src_ids(s), codec.tgt_ids(t, s)) for s, t in zip(src_tokens, tgt_tokens)]
+    for k, (s, t) in enumerate(examples):
+        if not s or not t:
+            yield k, None
+    todo = sorted((k for k, (s, t) in enumerate(examples) if s and t), key=lambda k: -len(examples[k][0]))
+    for start in range(0, len(todo), batch_size):
+        group = todo[start : start + batch_size]
+        batch = collate([examples[k] for k in group], group).to(device)
+        with torch.inference_mode(), (context() if context else contextlib.nullcontext()):
+            if heads:
+                stack = model.attention_heads(batch.src, batch.src_lengths, batch.tgt_in)  # (L, H, B, T+1, S+1)
+            else:
+                weights = model(batch.src, batch.src_lengths, batch.tgt_in).attention  # (B, T+1, S+1)
+                assert weights is not None
+                stack = weights[None, None]
+        stack = stack.float().cpu().numpy()
+        for row, k in enumerate(group):
+            n_src, n_tgt = len(examples[k][0]), len(examples[k][1])
+            yield k, ForcedPair(src_tokens[k], tgt_tokens[k], stack[:, :, row, : n_tgt + 1, :n_src])
+
+
+def links_of(pair: ForcedPair, maps: UnitMaps, options: AlignOptions, default_layer: int) -> tuple[np.ndarray, list[Link]]:
+    """The unit attention `(tgt_units, src_words)` `options` picks, and its argmax links."""
+    matrix = maps.lift(method_rows(select_attention(pair.attention, options, default_layer), options.method))
+    return matrix, argmax_links(matrix)
+
+
+@dataclass
+class SweepResult:
+    """AER of every way of reading links, over one gold set.
+
+    grids: {method: (layers + 1, heads + 1) AER}, the last row the mean of all layers, the last
+           column the mean of the heads
+    default: AerCounts of the default reading (argmax, alignment layer, mean of heads)
+    diagonal: AerCounts of the diagonal baseline"""
+
+    layers: int
+    heads: int
+    default_layer: int
+    counts: dict[tuple[Method, int | str, int | str], AerCounts] = field(default_factory=dict)
+    diagonal: AerCounts = field(default_factory=AerCounts)
+    sentences: int = 0
+
+    def readings(self) -> Iterator[tuple[Method, int | str, int | str]]:
+        for method in METHODS:
+            for layer in [*range(self.layers), MEAN]:
+                for head in [*range(self.heads), MEAN]:
+                    yield method, layer, head
+
+    def grid(self, method: Method) -> np.ndarray:
+        """(layers + 1, heads + 1) AER for `method`; the last row/column are the means."""
+        out = np.zeros((self.layers + 1, self.heads + 1))
+        for r, layer in enumerate([*range(self.layers), MEAN]):
+            for c, head in enumerate([*range(self.heads), MEAN]):
+                out[r, c] = self.counts[(method, layer, head)].aer
+        return out
+
+    def best(self) -> tuple[AlignOptions, float]:
+        """The reading with the lowest AER (first in sweep order on ties)."""
+        key = min(self.readings(), key=lambda k: self.counts[k].aer)
+        method, layer, head = key
+        return AlignOptions(method=method, layer=layer, head=head), self.counts[key].aer  # type: ignore[arg-type]
+
+    def aer(self, options: AlignOptions) -> float:
+        layer = self.default_layer if options.layer is None else options.layer
+        head = MEAN if options.head is None else options.head
+        return self.counts[(options.method, layer, head)].aer
+
+
+def sweep(model: Any, codec: Codec, src_texts: Sequence[str], tgt_texts: Sequence[str],
+          sure: Sequence[set[Link]], possible: Sequence[set[Link]], *, units: Units, device: torch.device,
+          batch_size: int, context: Callable[[], Any] | None = None) -> SweepResult:
+    """AER for every method x layer (and their mean) x head (and their mean), and the diagonal."""
+    layers, heads, default_layer = attention_shape(model)
+    result = SweepResult(layers, heads, default_layer)
+    for key in result.readings():
+        result.counts[key] = AerCounts()
+    check_selection(AlignOptions(), layers, heads)
+    for k, pair in forced_attention(model, codec, src_texts, tgt_texts, device=device, batch_size=batch_size,
+                                    heads=isinstance(model, HeadsModel), context=context):
+        result.sentences += 1
+        n_src = len(normalize(src_texts[k]).split())
+        if pair is None:
+            n_tgt = 0
+            for key in result.readings():
+                result.counts[key].add([], sure[k], possible[k])
+        else:
+            maps = pair.unit_maps(codec, tgt_texts[k], units)
+            n_tgt = maps.tgt_mean.shape[0]
+            for method in METHODS:
+                rows = maps.lift(method_rows(pair.attention, method))  # (layers, heads, tgt_units, src_words)
+                by_layer = np.concatenate([rows, rows.mean(axis=0, keepdims=True)])  # + all layers' mean
+                full = np.concatenate([by_layer, by_layer.mean(axis=1, keepdims=True)], axis=1)  # + heads' mean
+                for r, layer in enumerate([*range(layers), MEAN]):
+                    for c, head in enumerate([*range(heads), MEAN]):
+                        result.counts[(method, layer, head)].add(argmax_links(full[r, c]), sure[k], possible[k])
+        result.diagonal.add(diagonal_alignment(n_src, n_tgt), sure[k], possible[k])
+    return result

@@ -1,0 +1,245 @@
+"""Reading alignments off attention (argmax and shift-att, a layer or head, words or characters), the
+baselines, symmetrization, AER by construction on the generated tasks, and `heed align --sweep`."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from heed.align import AerCounts, alignment_error_rate, gold_pharaoh, parse_gold_pharaoh, read_gold_alignments
+from heed.align_methods import (
+    AlignOptions,
+    UnitMaps,
+    argmax_links,
+    char_token_index,
+    diagonal_alignment,
+    method_rows,
+    parse_index,
+    select_attention,
+    symmetrize,
+)
+from heed.data.dates import generate_dates, generate_dates_aligned
+from heed.data.names import TEMPLATES, generate_names
+from cli_helpers import assert_user_error, invoke
+
+# ------------------------------------------------------------------------------ AER, by hand
+
+
+def test_aer_on_a_sure_and_possible_example_by_hand():
+    # S = {0-0, 1-2}, P = S + {1-1, 2?2}; A = {0-0, 1-1, 2-1}
+    #   |A∩S| = 1, |A∩P| = 2 (0-0, 1-1), |A| = 3, |S| = 2  ->  AER = 1 - 3/5 = 0.4
+    sure, possible = parse_gold_pharaoh("0-0 2-1 1?1 2p2")
+    assert sure == {(0, 0), (2, 1)} and possible == {(0, 0), (2, 1), (1, 1), (2, 2)}
+    hyp = {(0, 0), (1, 1), (1, 2)}
+    assert alignment_error_rate([hyp], [sure], [possible]) == pytest.approx(1 - 3 / 5)
+    counts = AerCounts()
+    counts.add(hyp, sure, possible)
+    assert counts.aer == pytest.approx(0.4)
+    # The model's links equal to the gold's sure links: AER 0, whatever the possible ones.
+    assert alignment_error_rate([sure], [sure], [possible]) == 0.0
+
+
+def test_gold_pharaoh_writes_sure_and_possible_and_reads_back():
+    line = gold_pharaoh({(0, 0), (2, 1)}, {(0, 0), (2, 1), (1, 1)})
+    assert line == "0-0 1?1 2-1"
+    assert parse_gold_pharaoh(line) == ({(0, 0), (2, 1)}, {(0, 0), (2, 1), (1, 1)})
+
+
+# ------------------------------------------------------------------------------ the readings
+
+
+def test_argmax_reads_the_predicting_row_and_shift_the_reading_row():
+    # 3 target tokens + the </s> row, 3 source tokens; row k+1 looks one word further than row k.
+    rows = np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8], [0.1, 0.8, 0.1]])
+    words = UnitMaps.build([0, 1, 2], [0, 1, 2], ["a", "b", "c"], "a b c", "words")
+    assert argmax_links(words.lift(method_rows(rows, "argmax"))) == [(0, 0), (1, 1), (2, 2)]
+    assert argmax_links(words.lift(method_rows(rows, "shift"))) == [(1, 0), (2, 1), (1, 2)]
+
+
+def test_a_layer_a_head_and_their_means_are_picked_from_the_stack():
+    stack = np.zeros((2, 3, 1, 2))  # (layers, heads, rows, src)
+    stack[1, 2, 0] = [0.0, 1.0]
+    stack[0, :, 0] = [1.0, 0.0]
+    pick = lambda layer, head: select_attention(stack, AlignOptions(layer=layer, head=head), 1)[0].tolist()  # noqa: E731
+    assert pick(1, 2) == [0.0, 1.0]
+    assert pick(None, None) == pytest.approx([0.0, 1 / 3])  # the default layer (1), heads averaged
+    assert pick("mean", 2) == [0.5, 0.5]
+    with pytest.raises(ValueError, match=r"--layer 2 does not exist: the model has 2 decoder layers"):
+        pick(2, None)
+    with pytest.raises(ValueError, match=r"--head 3 does not exist: the model has 3 heads"):
+        pick(0, 3)
+
+
+def test_layer_and_head_values_parse_or_name_the_option():
+    assert parse_index(None, "--layer") is None and parse_index("MEAN", "--layer") == "mean"
+    assert parse_index("3", "--head") == 3
+    for bad in ("-1", "last", "1.5"):
+        with pytest.raises(ValueError, match="--head must be a 0-based index or 'mean'"):
+            parse_index(bad, "--head")
+
+
+def test_characters_take_the_row_of_the_token_that_writes_them():
+    assert char_token_index(["▁ab", "c", "▁", "d"], "abc d") == [0, 0, 1, 3]
+    with pytest.raises(ValueError, match="do not spell"):
+        char_token_index(["<unk>", "c"], "xc")
+    maps = UnitMaps.build([0, 1], [0, 0], ["ab", "c"], "abc", "chars")
+    token_rows = np.array([[1.0, 0.0], [0.0, 1.0]])
+    assert argmax_links(maps.lift(token_rows)) == [(0, 0), (0, 1), (1, 2)]
+
+
+def test_the_diagonal_baseline():
+    assert diagonal_alignment(4, 4) == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    # j * 2 / 5 = 0, 0.4, 0.8, 1.2, 1.6 -> 0, 0, 1, 1, 2 -> kept inside the 2 words
+    assert diagonal_alignment(2, 5) == [(0, 0), (0, 1), (1, 2), (1, 3), (1, 4)]
+    assert diagonal_alignment(0, 3) == [] and diagonal_alignment(3, 0) == []
+
+
+def test_symmetrization_intersects_unites_and_grows_along_the_diagonal():
+    forward = {(0, 0), (1, 1), (2, 1)}
+    backward = {(0, 0), (1, 1), (2, 2), (3, 3)}
+    assert symmetrize(forward, backward, "intersect") == {(0, 0), (1, 1)}
+    assert symmetrize(forward, backward, "union") == forward | backward
+    # grow from the intersection, neighbours of (1, 1) in Moses's order: (2, 1) (source 2 still
+    # unaligned) -> added; (2, 2) (target 2 unaligned) -> added; then (3, 3) beside (2, 2) -> added.
+    assert symmetrize(forward, backward, "grow-diag-final") == {(0, 0), (1, 1), (2, 1), (2, 2), (3, 3)}
+    # final-and: a directional link whose two words are both unaligned after growing
+    assert symmetrize({(0, 0), (5, 5)}, {(0, 0)}, "grow-diag-final") == {(0, 0), (5, 5)}
+    assert symmetrize({(0, 0), (1, 0)}, {(0, 0)}, "grow-diag-final") == {(0, 0), (1, 0)}  # grown: source 1 new
+
+
+# ------------------------------------------------------------------------------ gold by construction
+
+
+def test_dates_gold_links_each_field_word_to_the_digits_it_writes():
+    splits, golds = generate_dates_aligned(n_train=3000, n_dev=0, n_test=0, seed=4)
+    assert splits == generate_dates(n_train=3000, n_dev=0, n_test=0, seed=4)  # the gold changes no pair
+    seen = set()
+    for pair, (sure, possible) in zip(splits.train, golds.train):
+        words = pair.src.split()
+        writes = {j: {words[i] for i, jj in sure if jj == j} for j in range(10)}
+        year, month, day = pair.tgt[:4], int(pair.tgt[5:7]), int(pair.tgt[8:])
+        assert writes[4] == writes[7] == set() and sure <= possible  # a "-" is only possible
+        if words[-1] == year:  # "... 14 juillet 1989": the year word writes the four year digits
+            assert all(writes[j] == {year} for j in range(4))
+            seen.add("year")
+        if pair.src.lower().startswith("the ") and " of " in pair.src and words[-1].isdigit():
+            # "the 14th of July 1989": the ordinal writes the day, the month name the month
+            assert writes[8] == writes[9] == {words[1]} and words[1].lower().startswith(str(day))
+            assert writes[5] == writes[6] == {words[3]}
+            seen.add("ordinal")
+        if "nineteen" in pair.src.lower().split()[-2:] and pair.tgt.startswith("19"):
+            # "..., nineteen ninety-eight": each year word writes two digits
+            at = {j: {i for i, jj in sure if jj == j} for j in range(4)}
+            assert at[0] == at[1] == {len(words) - 2 - ("oh" in words)} and words[min(at[0])].lower() == "nineteen"
+            assert at[2] | at[3] and not (at[2] | at[3]) & at[0]
+            seen.add("year words")
+        if len(words) == 1:  # "14/07/1989", "19890714": one word writes every digit
+            assert all(writes[j] == {words[0]} for j in (0, 1, 2, 3, 5, 6, 8, 9))
+            seen.add("one word")
+        assert month >= 1  # a real date
+    assert seen == {"year", "ordinal", "year words", "one word"}
+
+
+def test_names_gold_is_the_templates_and_links_every_name_to_itself():
+    for src, tgt, gold in TEMPLATES:
+        sure, possible = parse_gold_pharaoh(gold)
+        n_src, n_tgt = len(src.split()), len(tgt.split())
+        assert all(i < n_src and j < n_tgt for i, j in possible | sure), src
+        assert {j for _, j in possible | sure} == set(range(n_tgt)), tgt  # every target word has a link
+    for example in generate_names(n_train=50, n_dev=0, n_test=0, seed=2).train:
+        sure, _ = parse_gold_pharaoh(example.gold)
+        src, tgt = example.pair.src.split(), example.pair.tgt.split()
+        for name in example.names:
+            assert (src.index(name), tgt.index(name)) in sure
+
+
+def test_heed_data_task_writes_the_splits_and_their_gold(tmp_path):
+    result = invoke("data", "task", "dates", tmp_path / "dates")
+    assert result.exit_code == 0, result.output
+    assert "--tgt-units chars --gold" in result.stdout
+    src = (tmp_path / "dates" / "test.src").read_text(encoding="utf-8").splitlines()
+    tgt = (tmp_path / "dates" / "test.tgt").read_text(encoding="utf-8").splitlines()
+    sure, possible = read_gold_alignments(tmp_path / "dates" / "test.align")
+    assert len(src) == len(tgt) == len(sure) == 1000
+    splits, golds = generate_dates_aligned(n_train=20000, n_dev=500, n_test=1000)
+    assert src == [p.src for p in splits.test] and [set(s) for s, _ in golds.test] == sure
+    result = invoke("data", "task", "names", tmp_path / "names")
+    assert result.exit_code == 0 and (tmp_path / "names" / "dev.align").read_text().splitlines()[0]
+    assert_user_error(invoke("data", "task", "poems", tmp_path / "x"), "TASK must be dates or names")
+
+
+# ------------------------------------------------------------------------------ on trained models
+
+
+@pytest.fixture(scope="module")
+def gold_files(tmp_path_factory):
+    """The tiny models' own task (English and French dates) with gold by construction."""
+    directory = tmp_path_factory.mktemp("gold")
+    splits, golds = generate_dates_aligned(n_train=200, n_dev=20, n_test=20, seed=7, languages=("en", "fr"),
+                                           verbose_forms=False)
+    (directory / "test.src").write_text("".join(p.src + "\n" for p in splits.test), encoding="utf-8")
+    (directory / "test.tgt").write_text("".join(p.tgt + "\n" for p in splits.test), encoding="utf-8")
+    (directory / "test.align").write_text("".join(gold_pharaoh(*g) + "\n" for g in golds.test), encoding="utf-8")
+    return directory
+
+
+def test_align_in_characters_scores_against_the_gold_beside_the_diagonal(trained_run, gold_files):
+    args = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars",
+            "--gold", gold_files / "test.align"]
+    result = invoke("align", trained_run, *args)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 20
+    for line in lines:  # one link for each of the 10 characters of YYYY-MM-DD
+        assert sorted(j for _, j in parse_gold_pharaoh(line)[1]) == list(range(10))
+    sure, possible = read_gold_alignments(gold_files / "test.align")
+    hyp = [parse_gold_pharaoh(line)[1] for line in lines]
+    expected = alignment_error_rate(hyp, sure, possible)
+    assert f"AER = {expected:.4f}" in result.stderr
+    diagonal = [set(diagonal_alignment(len(s.split()), 10))
+                for s in (gold_files / "test.src").read_text(encoding="utf-8").splitlines()]
+    assert f"AER = {alignment_error_rate(diagonal, sure, possible):.4f}   the diagonal baseline" in result.stderr
+    shifted = invoke("align", trained_run, *args, "--method", "shift")
+    assert shifted.exit_code == 0 and "shift-att, the attention" in shifted.stderr
+
+
+def test_sweep_scores_every_layer_and_head_and_the_default_reading_agrees(transformer_run, gold_files, tmp_path):
+    from heed.api import Translator
+
+    translator = Translator.load(transformer_run)
+    src = (gold_files / "test.src").read_text(encoding="utf-8").splitlines()
+    tgt = (gold_files / "test.tgt").read_text(encoding="utf-8").splitlines()
+    sure, possible = read_gold_alignments(gold_files / "test.align")
+    result = translator.align_sweep(src, tgt, sure, possible, tgt_units="chars")
+    layers, heads = translator.model.head_grid
+    assert result.grid("argmax").shape == (layers + 1, heads + 1) and result.sentences == 20
+    for options in (AlignOptions(tgt_units="chars"), AlignOptions(method="shift", layer=0, head=1, tgt_units="chars"),
+                    AlignOptions(layer="mean", tgt_units="chars")):
+        links = [set(a.links) for a in translator.align(src, tgt, options=options)]
+        assert result.aer(options) == pytest.approx(alignment_error_rate(links, sure, possible))
+    # the default reading is what align() gave before there were options: the reported attention
+    plain = [set(a.links) for a in translator.align(src, tgt, options=AlignOptions(tgt_units="chars"))]
+    via_heads = [set(a.links) for a in translator.align(src, tgt, options=AlignOptions(layer=layers - 1, head="mean",
+                                                                                       tgt_units="chars"))]
+    assert plain == via_heads
+    plot = tmp_path / "aer.png"
+    out = invoke("align", transformer_run, "--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt",
+                 "--tgt-units", "chars", "--gold", gold_files / "test.align", "--sweep", "--plot", plot)
+    assert out.exit_code == 0, out.output
+    assert "AER % by decoder layer x head (shift-att" in out.stdout and "diagonal baseline: AER = " in out.stdout
+    assert f"best: AER = {result.best()[1]:.4f}" in out.stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_align_options_a_model_lacks_are_one_line(transformer_run, trained_run, gold_files, tmp_path):
+    files = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt"]
+    assert_user_error(invoke("align", transformer_run, *files, "--layer", "9"), "--layer 9 does not exist")
+    assert_user_error(invoke("align", transformer_run, *files, "--head", "99"), "--head 99 does not exist")
+    assert_user_error(invoke("align", trained_run, *files, "--head", "1"), "--head 1 does not exist", "1 head")
+    assert_user_error(invoke("align", trained_run, *files, "--layer", "top"), "--layer must be a 0-based index")
+    assert_user_error(invoke("align", trained_run, *files, "--sweep"), "--sweep", "--gold")
+    gold = gold_files / "test.align"
+    # the dates gold counts characters: read as words, its links fall outside the one-word targets
+    assert_user_error(invoke("align", trained_run, *files, "--gold", gold), "test.align:1:", "outside the sentence pair",
+                      "--tgt-units chars")
+    assert_user_error(invoke("align", trained_run, *files, "--tgt-units", "chars", "--gold", gold, "--sweep",
+                             "--plot", tmp_path / "aer.gif"), "aer.gif", ".png")
