@@ -2,6 +2,8 @@
 baselines, symmetrization, AER by construction on the generated tasks, and `heed align --sweep`."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -243,3 +245,54 @@ def test_align_options_a_model_lacks_are_one_line(transformer_run, trained_run, 
                       "--tgt-units chars")
     assert_user_error(invoke("align", trained_run, *files, "--tgt-units", "chars", "--gold", gold, "--sweep",
                              "--plot", tmp_path / "aer.gif"), "aer.gif", ".png")
+
+
+# ------------------------------------------------------------------------------ dev AER in training
+
+
+def test_training_reports_the_dev_aer_of_a_generated_task_and_of_data_dev_align(tmp_path, tiny_config, tiny_corpus):
+    from heed.config import config_from_dict
+    from heed.train import train
+
+    def dev_records(output):
+        lines = (output / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+        return [r for r in map(json.loads, lines) if r["kind"] == "dev"]
+
+    raw = tiny_config(tmp_path / "task", epochs=1)
+    raw["data"] = {**{k: v for k, v in raw["data"].items() if k not in ("train", "dev", "test")}, "task": "dates",
+                   "dates": {"n_train": 200, "n_dev": 20, "n_test": 20, "seed": 7, "languages": ["en", "fr"],
+                             "verbose_forms": False}}
+    train(config_from_dict(raw))
+    (record,) = dev_records(tmp_path / "task")
+    assert 0.0 <= record["aer"] <= 1.0
+    # The same dev pairs and gold, from files: the same AER (the char units of the dates task aside,
+    # a word-level gold of one-word targets is a link per pair). Reversed, the file is read transposed.
+    pairs = [line.split("\t") for line in tiny_corpus["dev"].read_text(encoding="utf-8").splitlines()]
+    gold = tmp_path / "dev.align"
+    gold.write_text("".join(f"{len(s.split()) - 1}-0\n" for s, _ in pairs), encoding="utf-8")  # the year word
+    raw = tiny_config(tmp_path / "files", epochs=1)
+    raw["data"]["dev"] = {"tsv": str(tiny_corpus["dev"]), "align": str(gold)}
+    train(config_from_dict(raw))
+    (record,) = dev_records(tmp_path / "files")
+    assert 0.0 <= record["aer"] <= 1.0
+    raw = tiny_config(tmp_path / "reversed", epochs=1)
+    raw["data"].update(reverse=True, dev={"tsv": str(tiny_corpus["dev"]), "align": str(gold)})
+    train(config_from_dict(raw))
+    (record,) = dev_records(tmp_path / "reversed")
+    assert 0.0 <= record["aer"] <= 1.0
+
+
+def test_bad_dev_gold_is_one_line_naming_the_file_or_field(tmp_path, tiny_config, tiny_corpus, heed_cli):
+    import yaml
+
+    n = len(tiny_corpus["dev"].read_text(encoding="utf-8").splitlines())
+    outside = tmp_path / "outside.align"
+    outside.write_text("0-0\n" + "0-9\n" + "0-0\n" * (n - 2), encoding="utf-8")
+    raw = tiny_config(tmp_path / "run", epochs=1)
+    raw["data"]["dev"] = {"tsv": str(tiny_corpus["dev"]), "align": str(outside)}
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert_user_error(heed_cli("train", config), "outside.align:2:", "link 0-9 is outside the sentence pair")
+    raw["data"]["test"] = {"tsv": str(tiny_corpus["test"]), "align": str(outside)}
+    config.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert_user_error(heed_cli("train", config), "test.align", "dev corpus only")

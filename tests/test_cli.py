@@ -1,5 +1,6 @@
 import gzip
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -224,6 +225,12 @@ def test_demo_quick_runs_every_stage(tmp_path, write_lines):
     assert "test exact match:" in result.stdout and "sample test translations" in result.stdout
     assert (out / "attention.png").is_file() and (out / "model" / "heed.json").is_file()
     assert (out / "data" / "test.src").is_file()
+    assert re.search(r"alignment error rate against the gold by construction \(data/test.align\): \d+\.\d% "
+                     r"\(the diagonal, no model: \d+\.\d%\)", result.stdout)
+    # the command the demo suggests scores the same gold
+    hint = next(line for line in result.stdout.splitlines() if " align " in line).split()
+    aligned = invoke(*hint[1:])
+    assert aligned.exit_code == 0 and "AER = " in aligned.stdout, aligned.output
     other = tmp_path / "mine"
     other.mkdir()
     write_lines(other / "notes.txt", ["keep me"])

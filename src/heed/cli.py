@@ -798,7 +798,7 @@ def align(
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
     tgt: Path = typer.Option(..., "--tgt", help="Their translations, line-aligned with --src."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the alignments (default: stdout)."),
-    gold: Optional[Path] = typer.Option(None, "--gold", help="Gold alignments (Pharaoh; i-j or i-j-S sure, i-j-P, "
+    gold: Optional[Path] = typer.Option(None, "--gold", help="Optional gold alignments (Pharaoh; i-j or i-j-S sure, i-j-P, "
                                         "i?j or ipj possible): print the alignment error rate, beside the diagonal "
                                         "baseline's."),
     method: AlignMethod = typer.Option(AlignMethod.argmax, "--method", help="argmax: link each target word by the "
@@ -857,7 +857,12 @@ def align(
     pairs = list(read_parallel(src, tgt))
     src_texts, tgt_texts = [p.src for p in pairs], [p.tgt for p in pairs]
     units = [(len(p.src.split()), _target_units(p.tgt, options.tgt_units)) for p in pairs]
-    golden = _read_gold(gold, units, src, tgt, options.tgt_units) if gold is not None else None
+    golden = None
+    if gold is not None:
+        from heed.align import read_gold_for
+
+        golden = read_gold_for(gold, units, units=options.tgt_units, sides=f"{src} and {tgt}",
+                               hint="" if options.tgt_units == "chars" else ", or characters with --tgt-units chars")
     translator = Translator.load(model, device=device)
     if sweep_all:
         assert golden is not None
@@ -959,30 +964,6 @@ def _print_sweep(result: Any, plot: Path, sentences: int) -> None:
         return
     save_figure(aer_grid(grids, diagonal=result.diagonal.aer), plot)
     console.print(f"heatmap: {plot}")
-
-
-def _read_gold(path: Path, units: list[tuple[int, int]], src: Path, tgt: Path,
-               tgt_units: str = "words") -> tuple[list[set], list[set]]:
-    """(sure, possible) gold links, one set per sentence pair, checked against the pairs' sizes
-    `units[k] = (source words, target words or characters)`. Empty lines past the last sentence are ignored."""
-    from heed.align import read_gold_alignments
-
-    sure, possible = read_gold_alignments(path)
-    while len(sure) > len(units) and not possible[-1]:
-        sure.pop()
-        possible.pop()
-    if len(sure) != len(units):
-        raise DataError(f"{len(sure)} alignment lines but {src} and {tgt} have {len(units)} sentences; "
-                        "give one line per sentence (an empty line for none)", path=path)
-    unit = "words" if tgt_units == "words" else "characters"
-    for number, (links, (n_src, n_tgt)) in enumerate(zip(possible, units), start=1):
-        for i, j in sorted(links | sure[number - 1]):
-            if i >= n_src or j >= n_tgt:
-                raise DataError(f"link {i}-{j} is outside the sentence pair ({n_src} source words and {n_tgt} "
-                                f"target {unit}; positions are 0-based whitespace words of --src and {unit} of --tgt"
-                                f"{'' if tgt_units == 'chars' else ', or characters with --tgt-units chars'})",
-                                path=path, line=number)
-    return sure, possible
 
 
 # ----------------------------------------------------------------------------------- compare

@@ -45,7 +45,7 @@ from heed.nn.model_config import ModelConfig
 
 CORPUS_SPLITS = ("train", "dev", "test")
 OUTPUT_DIR = "output_dir"
-CORPUS_PATH_KEYS = ("tsv", "src", "tgt")
+CORPUS_PATH_KEYS = ("tsv", "src", "tgt", "align")
 DATA_ROOT = "data.root"
 PREPARED = "data.prepared"  # a directory of data: resolved like a corpus path
 DATA_ROOT_ENV = "HEED_DATA_ROOT"
@@ -66,6 +66,9 @@ class CorpusConfig(_Strict):
                              "plain or .gz")
     src: Path | None = Field(None, description="the source side, one sentence a line, plain or .gz")
     tgt: Path | None = Field(None, description="the target side, line-aligned with src")
+    align: Path | None = Field(None, description="dev only: gold word alignments, a Pharaoh line per pair (i-j sure, "
+                               "i?j possible; 0-based whitespace words, source first); training then reports the "
+                               "dev AER at every evaluation (generated tasks have theirs built in)")
 
     @model_validator(mode="after")
     def _one_form(self) -> "CorpusConfig":
@@ -184,6 +187,11 @@ class DataConfig(_Strict):
         elif self.train is None:
             raise ValueError("no data: set 'task: dates', or give a 'train:' corpus ({tsv: FILE} or {src:, tgt:}), "
                              "or a 'prepared:' directory")
+        for name in ("train", "test"):
+            corpus = getattr(self, name)
+            if corpus is not None and corpus.align is not None:
+                raise ValueError(f"{name}.align: gold alignments are read for the dev corpus only (data.dev.align); "
+                                 f"score {name} alignments with `heed align --gold`")
         if self.split is not None and (self.dev is not None or self.test is not None):
             raise ValueError("'split' holds dev and test out of 'train'; remove it or remove 'dev'/'test'")
         if self.shared_vocab and self.tokenizer.src != self.tokenizer.tgt:

@@ -123,7 +123,9 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
              console: Console | None = None, progress: bool | None = None) -> DemoResult:
     """Run the four steps (see module doc); returns the test exact match and where things went."""
     from heed.api import Translator
-    from heed.data.dates import generate_dates, write_splits
+    from heed.align import alignment_error_rate, gold_pharaoh
+    from heed.align_methods import AlignOptions, diagonal_alignment
+    from heed.data.dates import generate_dates_aligned, write_splits
     from heed.evaluate import evaluate
     from heed.train import train
     from heed.viz import attention_grid, save_figure
@@ -139,12 +141,13 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
     # 1. data
     d = cfg.data.dates
     console.rule("[bold]1. data: the dates task")
-    splits = generate_dates(n_train=d.n_train, n_dev=d.n_dev, n_test=d.n_test, seed=d.seed,
-                            languages=tuple(d.languages), verbose_forms=d.verbose_forms)
+    splits, golds = generate_dates_aligned(n_train=d.n_train, n_dev=d.n_dev, n_test=d.n_test, seed=d.seed,
+                                           languages=tuple(d.languages), verbose_forms=d.verbose_forms)
     data_dir = output_dir / "data"
     write_splits(splits, data_dir)
     atomic_write_text(data_dir / "test.src", "".join(p.src + "\n" for p in splits.test))
     atomic_write_text(data_dir / "test.ref", "".join(p.tgt + "\n" for p in splits.test))
+    atomic_write_text(data_dir / "test.align", "".join(gold_pharaoh(*g) + "\n" for g in golds.test))
     console.print(f"{len(splits.train):,} train / {len(splits.dev):,} dev / {len(splits.test):,} test pairs in "
                   f"{', '.join(d.languages)} (written to {data_dir}), e.g.")
     for pair in splits.train[:4]:
@@ -186,6 +189,14 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
             titles.append(splits.test[i].src)
         heatmap = save_figure(attention_grid(items, titles=titles), output_dir / "attention.png")
         console.print(f"attention heatmap: {heatmap}")
+        # Each source word is known to write certain characters of the date: score the attention's links.
+        sure, possible = [set(s) for s, _ in golds.test], [set(p) for _, p in golds.test]
+        aligned = translator.align([p.src for p in splits.test], [p.tgt for p in splits.test],
+                                   options=AlignOptions(tgt_units="chars"))
+        diagonal = [set(diagonal_alignment(len(p.src.split()), len(p.tgt))) for p in splits.test]
+        console.print(f"alignment error rate against the gold by construction (data/test.align): "
+                      f"{100 * alignment_error_rate([set(a.links) for a in aligned], sure, possible):.1f}% "
+                      f"(the diagonal, no model: {100 * alignment_error_rate(diagonal, sure, possible):.1f}%)")
     seconds = time.perf_counter() - started
     first, last = FIRST_DATE.year, LAST_DATE.year
     heed, q = heed_command(), shlex.quote
@@ -194,5 +205,8 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
                   f"(the task's range). Try:\n"
                   f"  {heed} translate {q(str(output_dir))} <<< 'le 14 juillet 1989'\n"
                   f"  {heed} evaluate {q(str(output_dir))} --src {q(str(data_dir / 'test.src'))} "
-                  f"--ref {q(str(data_dir / 'test.ref'))}", soft_wrap=True, markup=False)
+                  f"--ref {q(str(data_dir / 'test.ref'))}\n"
+                  f"  {heed} align {q(str(output_dir))} --src {q(str(data_dir / 'test.src'))} "
+                  f"--tgt {q(str(data_dir / 'test.ref'))} --tgt-units chars --gold {q(str(data_dir / 'test.align'))} "
+                  f"-o {q(str(data_dir / 'test.hyp.align'))}", soft_wrap=True, markup=False)
     return DemoResult(output_dir, scores.exact_match, scores.total, seconds, heatmap)

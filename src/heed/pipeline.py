@@ -18,10 +18,11 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, DATA_ROOT_ENV, CorpusConfig, DataConfig, TokenizerConfig
 from heed.data.corpus import Pair, normalize, read_parallel, read_tsv
-from heed.data.dates import generate_dates, generate_dates_aligned
+from heed.data.dates import generate_dates_aligned
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
 from heed.data.names import generate_names
 from heed.data.prepared import PreparedCorpus, verify_ids
@@ -41,20 +42,36 @@ class Corpora:
     train: list[Pair]
     dev: list[Pair]
     test: list[Pair]
+    dev_gold: DevGold | None = None  # gold alignments of dev, when the task has them or data.dev.align gives them
+
+
+@dataclass(frozen=True)
+class DevGold:
+    """Gold alignments of the dev pairs, one (sure, possible) set pair each; `units`: what target
+    positions count ("words", or "chars" for the dates task)."""
+
+    sure: list[set[tuple[int, int]]]
+    possible: list[set[tuple[int, int]]]
+    units: Literal["words", "chars"]
 
 
 def load_corpora(data: DataConfig) -> Corpora:
     """Generate (task) or read (corpora) the train/dev/test pairs the config describes."""
+    from heed.align import parse_gold_pharaoh, read_gold_for
+
     if data.task == "dates":
         d = data.dates
-        splits = generate_dates(n_train=d.n_train, n_dev=d.n_dev, n_test=d.n_test, seed=d.seed,
-                                languages=tuple(d.languages), verbose_forms=d.verbose_forms)
-        return Corpora(list(splits.train), list(splits.dev), list(splits.test))
+        splits, golds = generate_dates_aligned(n_train=d.n_train, n_dev=d.n_dev, n_test=d.n_test, seed=d.seed,
+                                               languages=tuple(d.languages), verbose_forms=d.verbose_forms)
+        gold = DevGold([set(s) for s, _ in golds.dev], [set(p) for _, p in golds.dev], "chars")
+        return Corpora(list(splits.train), list(splits.dev), list(splits.test), gold)
     if data.task == "names":
         n = data.names
         names = generate_names(n_train=n.n_train, n_dev=n.n_dev, n_test=n.n_test, seed=n.seed,
                                train_names=n.train_names, heldout_names=n.heldout_names)
-        return Corpora(*([e.pair for e in split] for split in names))
+        links = [parse_gold_pharaoh(e.gold) for e in names.dev]
+        return Corpora(*([e.pair for e in split] for split in names), DevGold(*map(list, zip(*links)), "words")
+                       if links else None)
     check_corpus_files(data)
 
     def read(corpus: CorpusConfig | None) -> list[Pair]:
@@ -67,7 +84,17 @@ def load_corpora(data: DataConfig) -> Corpora:
         source = data.train.tsv or (data.train.tgt if data.reverse else data.train.src)
         return split_corpus(train, dev=data.split.dev, test=data.split.test, seed=data.split.seed,
                             source=str(source))
-    return Corpora(train, read(data.dev), read(data.test))
+    dev = read(data.dev)
+    gold = None
+    if data.dev is not None and data.dev.align is not None:
+        sizes = [(len(p.src.split()), len(p.tgt.split())) for p in dev]
+        if data.reverse:  # the file aligns the corpus as written: its source is now the target
+            sure, possible = read_gold_for(data.dev.align, [(t, s) for s, t in sizes], sides="data.dev")
+            sure, possible = ([{(j, i) for i, j in links} for links in side] for side in (sure, possible))
+        else:
+            sure, possible = read_gold_for(data.dev.align, sizes, sides="data.dev")
+        gold = DevGold(sure, possible, "words")
+    return Corpora(train, dev, read(data.test), gold)
 
 
 def write_task(data: DataConfig, directory: str | os.PathLike[str]) -> dict[str, Path]:

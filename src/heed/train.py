@@ -75,6 +75,8 @@ from heed.checkpoint import (
     save_checkpoint,
     save_model_dir,
 )
+from heed.align import AerCounts
+from heed.align_methods import AlignOptions
 from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, Config, DataConfig, ScheduleConfig, config_to_dict
 from heed.data.batching import filter_by_length, token_batches
 from heed.data.corpus import Pair
@@ -98,6 +100,7 @@ from heed.files import atomic_write_text, file_digest
 from heed.lock import RunLock
 from heed.nn.build import build_model
 from heed.nn.protocol import TrainableModel
+from heed.forced import forced_attention, links_of
 from heed.pipeline import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
 from heed.runtime import (
     check_bf16,
@@ -915,6 +918,23 @@ class Trainer:
         decoded = translate_ids(self.model, [codec.src_ids(s) for s in sources], cfg, device=self.device)
         return [codec.decode_tgt(d.hypotheses[0].tokens, s)[1] if d.hypotheses else "" for d, s in zip(decoded, sources)]
 
+    def dev_aer(self) -> float | None:
+        """The dev set's alignment error rate against its gold (the generated task's, or
+        data.dev.align), read the default way (heed align's: argmax of the reported attention);
+        None without gold, without attention, or with nothing to score."""
+        gold = self.data.corpora.dev_gold
+        if gold is None or not self.model.has_attention:
+            return None
+        self.model.eval()
+        pairs, codec = self.data.dev_pairs, self.data.codec
+        options = AlignOptions(tgt_units=gold.units)
+        counts = AerCounts()
+        for k, pair in forced_attention(self.model, codec, [p.src for p in pairs], [p.tgt for p in pairs],
+                                        device=self.device, batch_size=64, heads=False):
+            links = [] if pair is None else links_of(pair, pair.unit_maps(codec, pairs[k].tgt, gold.units), options, 0)[1]
+            counts.add(links, gold.sure[k], gold.possible[k])
+        return counts.aer if counts.n_a + counts.n_s else None
+
     def _evaluate_and_save(self, window: _Window, epoch: float, stop: str | None) -> tuple[DevResult | None, str | None]:
         """Dev evaluation (if there is a dev set), best/patience bookkeeping, then checkpoints: on
         rank 0, which hands the outcome (scores, best, patience, schedule, stop) to the others."""
@@ -950,12 +970,13 @@ class Trainer:
                 state.bad_evals += 1
             lowered = finite and self.schedule.after_eval(value)
             s = dev.scores
+            aer = self.dev_aer()
             self.log.record({"kind": "dev", "step": state.step, "epoch": round(epoch, 4), "loss": dev.loss,
                              "ppl": math.exp(min(dev.loss, 50.0)), "bleu": s.bleu, "chrf": s.chrf,
-                             "exact_match": s.exact_match, "lr": self.optimizer.param_groups[0]["lr"],
-                             "best": improved})
+                             "exact_match": s.exact_match, **({} if aer is None else {"aer": aer}),
+                             "lr": self.optimizer.param_groups[0]["lr"], "best": improved})
             self.log.say(f"dev @ step {state.step} (epoch {epoch:.2f}): loss {dev.loss:.4f}  BLEU {s.bleu:.2f}  "
-                         f"chrF {s.chrf:.2f}  exact {s.exact_match:.2f}%"
+                         f"chrF {s.chrf:.2f}  exact {s.exact_match:.2f}%{'' if aer is None else f'  AER {100 * aer:.1f}%'}"
                          f"{'  [green]best[/]' if improved else _best_so_far(state.best_value, state.best_step)}"
                          f"{'  lr lowered to ' + format(self.schedule.lr, '.2e') if lowered else ''}")
             if stop is None and es.target is not None and _reached(value, es.target, self.higher):
