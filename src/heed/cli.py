@@ -1264,7 +1264,8 @@ def data_task(
     """Write a generated task to DIR: {train,dev,test}.src and .tgt, and {train,dev,test}.align, its gold
     alignments by construction (Pharaoh: i-j sure, i?j possible). The dates task's gold links source
     words to target characters (score it with `heed align --tgt-units chars`), the names task's words
-    to words. The same settings write the same files as training generates."""
+    to words. The same settings write the same files as training generates: give the model's training
+    config (--config) so that test is the model's held-out test set."""
     from heed.config import DataConfig, load_config
     from heed.pipeline import write_task
 
