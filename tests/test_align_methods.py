@@ -3,15 +3,22 @@ baselines, symmetrization, AER by construction on the generated tasks, and `heed
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 
-from heed.align import AerCounts, alignment_error_rate, gold_pharaoh, parse_gold_pharaoh, read_gold_alignments
+from heed.align import (
+    AerCounts,
+    alignment_error_rate,
+    gold_pharaoh,
+    hard_alignment,
+    parse_gold_pharaoh,
+    read_gold_alignments,
+)
 from heed.align_methods import (
     AlignOptions,
     UnitMaps,
-    argmax_links,
     char_token_index,
     diagonal_alignment,
     method_rows,
@@ -53,8 +60,8 @@ def test_argmax_reads_the_predicting_row_and_shift_the_reading_row():
     # 3 target tokens + the </s> row, 3 source tokens; row k+1 looks one word further than row k.
     rows = np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8], [0.1, 0.8, 0.1]])
     words = UnitMaps.build([0, 1, 2], [0, 1, 2], ["a", "b", "c"], "a b c", "words")
-    assert argmax_links(words.lift(method_rows(rows, "argmax"))) == [(0, 0), (1, 1), (2, 2)]
-    assert argmax_links(words.lift(method_rows(rows, "shift"))) == [(1, 0), (2, 1), (1, 2)]
+    assert hard_alignment(words.lift(method_rows(rows, "argmax"))) == [(0, 0), (1, 1), (2, 2)]
+    assert hard_alignment(words.lift(method_rows(rows, "shift"))) == [(1, 0), (2, 1), (1, 2)]
 
 
 def test_a_layer_a_head_and_their_means_are_picked_from_the_stack():
@@ -85,7 +92,7 @@ def test_characters_take_the_row_of_the_token_that_writes_them():
         char_token_index(["<unk>", "c"], "xc")
     maps = UnitMaps.build([0, 1], [0, 0], ["ab", "c"], "abc", "chars")
     token_rows = np.array([[1.0, 0.0], [0.0, 1.0]])
-    assert argmax_links(maps.lift(token_rows)) == [(0, 0), (0, 1), (1, 2)]
+    assert hard_alignment(maps.lift(token_rows)) == [(0, 0), (0, 1), (1, 2)]
 
 
 def test_the_diagonal_baseline():
@@ -296,3 +303,22 @@ def test_bad_dev_gold_is_one_line_naming_the_file_or_field(tmp_path, tiny_config
     raw["data"]["test"] = {"tsv": str(tiny_corpus["test"]), "align": str(outside)}
     config.write_text(yaml.safe_dump(raw), encoding="utf-8")
     assert_user_error(heed_cli("train", config), "test.align", "dev corpus only")
+
+
+def test_a_reference_file_is_scored_beside_the_model_and_checked_before_the_work(trained_run, gold_files, tmp_path):
+    args = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars",
+            "--gold", gold_files / "test.align"]
+    hyp = tmp_path / "hyp.align"
+    first = invoke("align", trained_run, *args, "-o", hyp)
+    assert first.exit_code == 0, first.output
+    model_aer = re.search(r"AER = (\d\.\d{4})   \(20 sentences", first.stdout).group(1)
+    again = invoke("align", trained_run, *args, "--reference", hyp)  # the model's own links as the reference
+    assert again.exit_code == 0, again.output
+    assert f"AER = {model_aer}   {hyp}" in again.stderr
+    short = tmp_path / "short.align"
+    short.write_text("".join(hyp.read_text(encoding="utf-8").splitlines(keepends=True)[:5]), encoding="utf-8")
+    out = tmp_path / "kept.align"
+    out.write_text("keep me\n", encoding="utf-8")
+    assert_user_error(invoke("align", trained_run, *args, "--reference", short, "-o", out), "short.align",
+                      "5 alignment lines", "20 sentences")
+    assert out.read_text(encoding="utf-8") == "keep me\n"  # refused before anything was written

@@ -15,7 +15,7 @@ token k (row tgt_len predicts </s>). From that stack an `AlignOptions` picks:
 - the target units: whitespace `words` (the Pharaoh convention), or the target's `chars` (spaces
   left out; what the generated dates task's gold alignments are written in);
 
-then links every target unit to the source word with the most weight. Source units are always
+then links every target unit to the source word with the most weight (heed.align.hard_alignment). Source units are always
 whitespace words: pieces of a source word are summed (heed.align.word_attention).
 
 Baselines that need no model: `diagonal_alignment` (target unit j -> source word
@@ -120,6 +120,12 @@ def method_rows(token_attention: np.ndarray, method: Method) -> np.ndarray:
     return token_attention[..., :-1, :] if method == "argmax" else token_attention[..., 1:, :]
 
 
+def unit_count(text: str, units: Units) -> int:
+    """How many target units `text` has: whitespace words, or characters without the spaces."""
+    words = text.split()
+    return len(words) if units == "words" else len("".join(words))
+
+
 def char_token_index(tgt_tokens: Sequence[str], tgt_text: str) -> list[int]:
     """For each non-space character of `tgt_text`, the index of the target token that writes it.
 
@@ -163,13 +169,6 @@ class UnitMaps:
     def lift(self, token_attention: np.ndarray) -> np.ndarray:
         """(..., tgt_len, src_len) token attention -> (..., tgt_units, src_words)."""
         return self.tgt_mean @ token_attention @ self.src_sum
-
-
-def argmax_links(unit_attention: np.ndarray) -> list[Link]:
-    """(tgt_units, src_words) -> each target unit's most-weighted source word, `[(i, j), ...]` in
-    target order; ties go left; an all-zero row (a unit with no token) gets no link."""
-    best = unit_attention.argmax(axis=1)
-    return [(int(best[j]), j) for j in range(unit_attention.shape[0]) if np.any(unit_attention[j] != 0)]
 
 
 def diagonal_alignment(n_src: int, n_tgt: int) -> list[Link]:

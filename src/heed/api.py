@@ -44,7 +44,7 @@ from heed.align import (
     to_pharaoh,
     word_attention,
 )
-from heed.align_methods import AlignOptions, Units, check_selection
+from heed.align_methods import AlignOptions, Units, check_selection, unit_count
 from heed.checkpoint import load_model_dir
 from heed.config import Config, decode_length_problem
 from heed.data.batching import collate
@@ -106,11 +106,12 @@ class Alignment:
     between the sentences' whitespace words, whatever the model's tokens.
 
     src_words, tgt_words: the (normalized) sentences split at spaces; Pharaoh positions index these
-    attention: float32 (len(tgt_words), len(src_words)): the token attention of the teacher-forced
-               pass with the </s> row and column dropped, lifted to words by
-               `heed.align.word_attention` (source pieces summed, target pieces averaged); rows
+               (target positions count characters instead with AlignOptions(tgt_units="chars"))
+    attention: float32 (target units, len(src_words)): the token attention of the teacher-forced
+               pass that the AlignOptions read, without the source's </s> column, lifted to words
+               (source pieces summed, target pieces averaged; heed.align_methods.UnitMaps); rows
                sum to at most 1 (the rest went to the source's </s>)
-    links:     the hard alignment `[(i, j), ...]`: for every target word j, the source word i
+    links:     the hard alignment `[(i, j), ...]`: for every target unit j, the source word i
                with the most weight (Pharaoh order, source first)
     """
 
@@ -519,7 +520,7 @@ class Translator:
                                             batch_size=batch_size, heads=heads, context=self._precision):
                 src_words, tgt_words = normalize(src_texts[k]).split(), normalize(tgt_texts[k]).split()
                 if pair is None:
-                    units = len(tgt_words) if options.tgt_units == "words" else len("".join(tgt_words))
+                    units = unit_count(tgt_texts[k], options.tgt_units)
                     out[k] = Alignment(src_words, tgt_words, np.zeros((units, len(src_words)), np.float32), [])
                     continue
                 maps = pair.unit_maps(self.codec, tgt_texts[k], options.tgt_units)

@@ -834,7 +834,7 @@ def align(
     choose another reading, and --sweep --gold scores them all. With --gold the alignment error rate
     goes to stdout, or to stderr when the alignments do, beside the diagonal baseline (target word j
     -> source word round(j*|src|/|tgt|)), which a useful reading must beat."""
-    from heed.align_methods import AlignOptions, parse_index
+    from heed.align_methods import AlignOptions, parse_index, unit_count
 
     try:
         options = AlignOptions(method=method.value, layer=parse_index(layer, "--layer"),
@@ -856,13 +856,15 @@ def align(
 
     pairs = list(read_parallel(src, tgt))
     src_texts, tgt_texts = [p.src for p in pairs], [p.tgt for p in pairs]
-    units = [(len(p.src.split()), _target_units(p.tgt, options.tgt_units)) for p in pairs]
-    golden = None
+    units = [(len(p.src.split()), unit_count(p.tgt, options.tgt_units)) for p in pairs]
+    golden = theirs = None
     if gold is not None:
         from heed.align import read_gold_for
 
-        golden = read_gold_for(gold, units, units=options.tgt_units, sides=f"{src} and {tgt}",
-                               hint="" if options.tgt_units == "chars" else ", or characters with --tgt-units chars")
+        hint = "" if options.tgt_units == "chars" else ", or characters with --tgt-units chars"
+        golden = read_gold_for(gold, units, units=options.tgt_units, sides=f"{src} and {tgt}", hint=hint)
+        if reference is not None:  # another aligner's links: every link counts, sure or not
+            theirs = read_gold_for(reference, units, units=options.tgt_units, sides=f"{src} and {tgt}", hint=hint)[1]
     translator = Translator.load(model, device=device)
     if sweep_all:
         assert golden is not None
@@ -888,13 +890,8 @@ def align(
         with atomic_open(output) as sink:
             sink.writelines(lines)
     if golden is not None:
-        _print_aer(links, golden, units, what, reference, err=output is None)
-
-
-def _target_units(text: str, units: str) -> int:
-    """How many target positions a gold link may name: words, or characters without spaces."""
-    words = text.split()
-    return len(words) if units == "words" else len("".join(words))
+        _print_aer(links, golden, units, what, (reference, theirs) if reference is not None else None,
+                   err=output is None)
 
 
 def _pharaoh_line(links: set[tuple[int, int]]) -> str:
@@ -905,10 +902,10 @@ def _pharaoh_line(links: set[tuple[int, int]]) -> str:
 
 
 def _print_aer(links: list[set], golden: tuple[list[set], list[set]], units: list[tuple[int, int]], what: str,
-               reference: Path | None, *, err: bool) -> None:
-    """The model's AER, the diagonal's and the reference file's, and a warning when the model does
-    not beat the diagonal."""
-    from heed.align import alignment_error_rate, read_alignments
+               reference: tuple[Path, list[set]] | None, *, err: bool) -> None:
+    """The model's AER, the diagonal's and the reference file's (its path and links), and a warning
+    when the model does not beat the diagonal."""
+    from heed.align import alignment_error_rate
     from heed.align_methods import diagonal_alignment
 
     sure, possible = golden
@@ -920,10 +917,8 @@ def _print_aer(links: list[set], golden: tuple[list[set], list[set]], units: lis
     typer.echo(f"AER = {diagonal:.4f}   the diagonal baseline (target unit j -> source word round(j*|src|/|tgt|))",
                err=err)
     if reference is not None:
-        theirs = read_alignments(reference)
-        if len(theirs) < len(links) or any(theirs[len(links):]):
-            raise DataError(f"{len(theirs)} alignment lines for {len(links)} sentence pairs", path=reference)
-        typer.echo(f"AER = {alignment_error_rate(theirs[: len(links)], sure, possible):.4f}   {reference}", err=err)
+        path, theirs = reference
+        typer.echo(f"AER = {alignment_error_rate(theirs, sure, possible):.4f}   {path}", err=err)
     if aer >= diagonal:
         typer.echo("warning: this reading of the attention does not beat the diagonal baseline; try --method shift, "
                    "another --layer/--head, or --sweep to score them all", err=True)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from heed.align import AerCounts, Link
+from heed.align import AerCounts, Link, hard_alignment
 from heed.align_methods import (
     MEAN,
     METHODS,
@@ -25,8 +25,6 @@ from heed.align_methods import (
     Method,
     UnitMaps,
     Units,
-    argmax_links,
-    check_selection,
     diagonal_alignment,
     method_rows,
     select_attention,
@@ -94,7 +92,7 @@ def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_tex
 def links_of(pair: ForcedPair, maps: UnitMaps, options: AlignOptions, default_layer: int) -> tuple[np.ndarray, list[Link]]:
     """The unit attention `(tgt_units, src_words)` `options` picks, and its argmax links."""
     matrix = maps.lift(method_rows(select_attention(pair.attention, options, default_layer), options.method))
-    return matrix, argmax_links(matrix)
+    return matrix, hard_alignment(matrix)
 
 
 @dataclass
@@ -147,7 +145,6 @@ def sweep(model: Any, codec: Codec, src_texts: Sequence[str], tgt_texts: Sequenc
     result = SweepResult(layers, heads, default_layer)
     for key in result.readings():
         result.counts[key] = AerCounts()
-    check_selection(AlignOptions(), layers, heads)
     for k, pair in forced_attention(model, codec, src_texts, tgt_texts, device=device, batch_size=batch_size,
                                     heads=isinstance(model, HeadsModel), context=context):
         result.sentences += 1
@@ -165,6 +162,6 @@ def sweep(model: Any, codec: Codec, src_texts: Sequence[str], tgt_texts: Sequenc
                 full = np.concatenate([by_layer, by_layer.mean(axis=1, keepdims=True)], axis=1)  # + heads' mean
                 for r, layer in enumerate([*range(layers), MEAN]):
                     for c, head in enumerate([*range(heads), MEAN]):
-                        result.counts[(method, layer, head)].add(argmax_links(full[r, c]), sure[k], possible[k])
+                        result.counts[(method, layer, head)].add(hard_alignment(full[r, c]), sure[k], possible[k])
         result.diagonal.add(diagonal_alignment(n_src, n_tgt), sure[k], possible[k])
     return result

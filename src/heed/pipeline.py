@@ -102,7 +102,7 @@ def write_task(data: DataConfig, directory: str | os.PathLike[str]) -> dict[str,
     {train,dev,test}.src / .tgt (a sentence a line) and {train,dev,test}.align, the gold alignments
     by construction (Pharaoh, i-j sure and i?j possible; dates: source words x target characters,
     for `heed align --tgt-units chars`; names: words x words). Returns {file name: path}."""
-    from heed.align import gold_pharaoh, parse_gold_pharaoh
+    from heed.align import gold_pharaoh
 
     if data.task == "dates":
         d = data.dates
@@ -114,7 +114,7 @@ def write_task(data: DataConfig, directory: str | os.PathLike[str]) -> dict[str,
         n = data.names
         names = generate_names(n_train=n.n_train, n_dev=n.n_dev, n_test=n.n_test, seed=n.seed,
                                train_names=n.train_names, heldout_names=n.heldout_names)
-        named = {name: ([e.pair for e in split], [gold_pharaoh(*parse_gold_pharaoh(e.gold)) for e in split])
+        named = {name: ([e.pair for e in split], [e.gold for e in split])
                  for name, split in zip(names._fields, names)}
     else:
         raise ValueError(f"data.task must be dates or names to write a task's files, got {data.task!r}")

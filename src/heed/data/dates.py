@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from babel import Locale
 from babel.dates import DateTimeFormat, tokenize_pattern
@@ -55,6 +55,7 @@ from heed.data.corpus import Pair, normalize
 from heed.files import atomic_open
 
 DATE_LANGUAGES: tuple[str, ...] = ("en", "fr", "de", "es", "ko")
+_T = TypeVar("_T")
 FIRST_DATE = date(1900, 1, 1)
 LAST_DATE = date(2099, 12, 31)
 TWO_DIGIT_YEARS = (1950, 2049)  # the only years written with two digits: 50..99 -> 19xx, 00..49 -> 20xx
@@ -325,8 +326,8 @@ def generate_dates(
     drawn evenly, see the module doc), then a random letter case. `verbose_forms`
     adds long English phrasings (up to ~100 characters). The same arguments give the same splits.
     """
-    return generate_dates_aligned(n_train=n_train, n_dev=n_dev, n_test=n_test, seed=seed, languages=languages,
-                                  verbose_forms=verbose_forms)[0]
+    pairs, _ = _generate(n_train, n_dev, n_test, seed, languages, verbose_forms)
+    return DateSplits(*_cut(pairs, n_train, n_dev))
 
 
 def generate_dates_aligned(
@@ -340,6 +341,18 @@ def generate_dates_aligned(
 ) -> tuple[DateSplits, GoldSplits]:
     """`generate_dates`'s splits and, pair for pair, their gold alignments by construction (the
     module doc's "Gold alignments")."""
+    pairs, segments = _generate(n_train, n_dev, n_test, seed, languages, verbose_forms)
+    golds = [_gold(pieces, pair.src) for pieces, pair in zip(segments, pairs)]
+    return DateSplits(*_cut(pairs, n_train, n_dev)), GoldSplits(*_cut(golds, n_train, n_dev))
+
+
+def _cut(items: list[_T], n_train: int, n_dev: int) -> tuple[list[_T], list[_T], list[_T]]:
+    return items[:n_train], items[n_train : n_train + n_dev], items[n_train + n_dev :]
+
+
+def _generate(n_train: int, n_dev: int, n_test: int, seed: int, languages: Sequence[str],
+              verbose_forms: bool) -> tuple[list[Pair], list[list[_Segment]]]:
+    """The pairs (see generate_dates), each with the segments its source was rendered from."""
     for name, n in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
         if n < 0:
             raise ValueError(f"{name} must be >= 0, got {n}")
@@ -359,7 +372,7 @@ def generate_dates_aligned(
     total = n_train + n_dev + n_test
     target_of: dict[str, str] = {}
     pairs: list[Pair] = []
-    golds: list[Gold] = []
+    rendered: list[list[_Segment]] = []
     tries_left = 20 * total + 1000
     while len(pairs) < total:
         tries_left -= 1
@@ -377,27 +390,26 @@ def generate_dates_aligned(
         if earlier is None:
             target_of[src] = tgt
             pairs.append(Pair(src, tgt))
-            golds.append(_gold(segments, src))
+            rendered.append(segments)
         elif earlier != tgt:  # a bug in the forms above, not a user error
             raise AssertionError(f"form {form.name} wrote {src!r} for both {earlier} and {tgt}")
-    cuts = (slice(0, n_train), slice(n_train, n_train + n_dev), slice(n_train + n_dev, None))
-    return DateSplits(*(pairs[c] for c in cuts)), GoldSplits(*(golds[c] for c in cuts))
+    return pairs, rendered
 
 
 def _gold(segments: list[_Segment], src: str) -> Gold:
     """(sure, possible) links between the source's words and the target's characters: a word is
     linked to every position a piece of it writes; a "-" possibly to the words of its two fields."""
     words: list[set[int]] = []
-    in_word = False
+    in_word = False  # whether the text so far ends inside a word
     for text, positions in segments:
-        for char in text:
-            if char.isspace():
-                in_word = False
-                continue
-            if not in_word:
+        pieces = text.split()
+        if pieces:
+            if not (in_word and not text[0].isspace()):  # the first piece starts a word
                 words.append(set())
-                in_word = True
             words[-1].update(positions)
+            words += [set(positions) for _ in pieces[1:]]
+        if text:
+            in_word = not text[-1].isspace()
     if len(words) != len(src.split()):  # recasing or normalizing split or joined a word: a bug here
         raise AssertionError(f"{src!r}: {len(src.split())} words, but its segments make {len(words)}")
     sure = frozenset((i, j) for i, positions in enumerate(words) for j in positions)
