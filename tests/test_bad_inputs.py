@@ -899,6 +899,68 @@ def _(c: Ctx) -> Call:
                 ["gold.align:1"])
 
 
+@case("align-layer-missing")
+def _(c: Ctx) -> Call:
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--layer", "3"],
+                ["--layer 3 does not exist"])
+
+
+@case("align-head-missing")
+def _(c: Ctx) -> Call:
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--head", "2"],
+                ["--head 2 does not exist"])
+
+
+@case("align-head-not-a-number")
+def _(c: Ctx) -> Call:
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--head", "top"],
+                ["--head must be a 0-based index or 'mean'"])
+
+
+@case("align-gold-chars-outside")
+def _(c: Ctx) -> Call:
+    n = len(c.corpus["test_src"].read_text(encoding="utf-8").splitlines())
+    gold = c.file("gold.align", "0-10\n" + "0-0\n" * (n - 1))  # an ISO date has characters 0..9
+    out = c.file("hyp.align", "old\n")
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--tgt-units", "chars",
+                 "--gold", gold, "-o", out], ["gold.align:1", "10 target characters"], keep=[out])
+
+
+@case("align-reference-line-count")
+def _(c: Ctx) -> Call:
+    n = len(c.corpus["test_src"].read_text(encoding="utf-8").splitlines())
+    gold = c.file("gold.align", "0-0\n" * n)
+    reference = c.file("fast_align.out", "0-0\n")
+    out = c.file("hyp.align", "old\n")
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--gold", gold,
+                 "--reference", reference, "-o", out], ["fast_align.out", "1 alignment lines"], keep=[out])
+
+
+@case("align-sweep-without-gold")
+def _(c: Ctx) -> Call:
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--sweep"],
+                ["--sweep", "--gold"])
+
+
+@case("config-dev-align-link-outside")
+def _(c: Ctx) -> Call:
+    n = len(c.corpus["dev"].read_text(encoding="utf-8").splitlines())
+    gold = c.file("dev.align", "0-0\n" * (n - 1) + "0-5\n")
+
+    def edit(data: dict) -> None:
+        data["data"]["dev"] = {"tsv": str(c.corpus["dev"]), "align": str(gold)}
+
+    return Call(["train", c.yaml_config(edit=edit)], [f"dev.align:{n}", "link 0-5 is outside the sentence pair"])
+
+
+@case("config-test-align")
+def _(c: Ctx) -> Call:
+    def edit(data: dict) -> None:
+        data["data"]["test"] = {"tsv": str(c.corpus["test"]), "align": str(c.corpus["test"])}
+
+    return Call(["train", c.yaml_config(edit=edit)], ["test.align", "dev corpus only"])
+
+
 @case("align-output-dev-full")
 def _(c: Ctx) -> Call:
     full = c.full_device()
