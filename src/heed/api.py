@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,12 +53,14 @@ from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from heed.ensemble import Ensemble
 from heed.errors import ConfigError, HeedError
 from heed.forced import SweepResult, attention_shape, forced_attention, links_of, sweep
-from heed.nn.protocol import TrainableModel, TranslationModel
+from heed.nn.intervention import Intervention, intervening
+from heed.nn.protocol import AttributableModel, HeadsModel, SelfAttentionModel, TrainableModel, TranslationModel
 from heed.pipeline import Codec
 from heed.runtime import check_bf16, limit_onednn_cache, resolve_device
 from heed.search import BeamTree, Decoded, DecodeConfig, translate_ids
 
 if TYPE_CHECKING:
+    from heed.attribution import Attribution, AttributionMethod
     from heed.export.ort import OrtSeq2Seq
 
 EOS_TOKEN = SPECIALS[EOS]
@@ -123,6 +125,31 @@ class Alignment:
     def pharaoh(self) -> str:
         """The links as one Pharaoh line, "0-0 1-2 2-1"."""
         return to_pharaoh(self.links)
+
+
+@dataclass(frozen=True)
+class HeadMaps:
+    """Every head of every layer of a teacher-forced pass over one sentence pair.
+
+    src_tokens, tgt_tokens: without </s>; the maps' source axes are src_tokens then </s>, their
+                target axes tgt_tokens then </s> (rows: the output predicted there), and the
+                decoder self-attention's key axis the decoder inputs <s>, tgt_tokens
+    cross:      float32 (layers, heads, len(tgt_tokens) + 1, len(src_tokens) + 1) attention over the
+                source; an RNN's one attention is (1, 1, ...)
+    encoder:    (layers, heads, len(src_tokens) + 1, len(src_tokens) + 1) encoder self-attention, when
+                asked for and the model has it (a Transformer), else None
+    decoder:    (layers, heads, len(tgt_tokens) + 1, len(tgt_tokens) + 1) decoder self-attention
+                (causal), likewise
+    """
+
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    cross: np.ndarray
+    encoder: np.ndarray | None = None
+    decoder: np.ndarray | None = None
+
+
+MAP_PARTS = ("cross", "encoder", "decoder")
 
 
 @dataclass(frozen=True)
@@ -545,6 +572,108 @@ class Translator:
         except ValueError as e:
             raise HeedError(str(e)) from None
 
+    def attention_layers(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
+                         parts: Sequence[str] = ("cross",), batch_size: int = 64) -> list[HeadMaps]:
+        """Every head of every layer while the model reads `tgt_texts[k]` (a text, or its tokens) as
+        its output for `src_texts[k]` (teacher forcing): the cross-attention, and with `parts`
+        naming "encoder" and/or "decoder" a Transformer's self-attention maps too (an RNN has none:
+        None). A PyTorch model only (an ensemble or an export gives its averaged attention alone)."""
+        unknown = [p for p in parts if p not in MAP_PARTS]
+        if unknown:
+            raise HeedError(f"unknown attention part {unknown[0]!r}; choose from {', '.join(MAP_PARTS)}")
+        if not isinstance(self.model, HeadsModel):
+            raise HeedError("this model gives only its averaged attention (an ensemble or an exported model); "
+                            "every layer and head needs a PyTorch model directory")
+        if isinstance(src_texts, str) or isinstance(tgt_texts, str) or len(src_texts) != len(tgt_texts):
+            raise HeedError("attention_layers() takes two lists of the same length: sources and their translations")
+        _check_texts(src_texts, "src_texts")
+        src_tokens = [self.codec.src_tokens(t)[: self.max_src_len] for t in src_texts]
+        tgt_tokens = [self.codec.tgt_tokens(t) if isinstance(t, str) else list(t) for t in tgt_texts]
+        for k, tokens in enumerate(tgt_tokens):
+            if not src_tokens[k]:
+                raise HeedError(f"src_texts[{k}] is empty: there is no attention to show")
+        examples = [(self.codec.src_ids(s), self.codec.target_vocab(s).encode(t)) for s, t in zip(src_tokens, tgt_tokens)]
+        selfs = bool({"encoder", "decoder"} & set(parts)) and isinstance(self.model, SelfAttentionModel)
+        out: list[HeadMaps | None] = [None] * len(examples)
+        with torch.inference_mode(), self._precision():
+            for start in range(0, len(examples), batch_size):
+                group = list(range(start, min(start + batch_size, len(examples))))
+                batch = collate([examples[k] for k in group], group).to(self.device)
+                if selfs:
+                    maps = self.model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in)  # type: ignore[attr-defined]
+                    cross, encoder, decoder = (m.transpose(1, 2).float().cpu().numpy() for m in
+                                               (maps.cross, maps.encoder, maps.decoder))  # (L, H, B, ., .)
+                else:
+                    cross = self.model.attention_heads(batch.src, batch.src_lengths, batch.tgt_in).float().cpu().numpy()
+                    encoder = decoder = None
+                for row, k in enumerate(group):
+                    s, t = len(examples[k][0]) + 1, len(examples[k][1]) + 1
+                    out[k] = HeadMaps(src_tokens[k], tgt_tokens[k], cross[:, :, row, :t, :s],
+                                      encoder[:, :, row, :s, :s] if encoder is not None and "encoder" in parts else None,
+                                      decoder[:, :, row, :t, :t] if decoder is not None and "decoder" in parts else None)
+        return [m for m in out if m is not None]
+
+    @contextlib.contextmanager
+    def intervening(self, intervention: Intervention | None) -> Iterator[None]:
+        """Within, every decoding and teacher-forced pass of this translator runs with its attention
+        over the source replaced (heed.nn.intervention: uniform, permute, drop_top):
+
+            with t.intervening(Intervention("permute", seed=1)):
+                t.translate(["le 3 mars 1998"])
+
+        Needs PyTorch models (an exported model's attention is inside its graph)."""
+        if intervention is not None and not runs_torch(self.model):
+            raise HeedError("an attention intervention changes PyTorch's attention; an exported model's is inside "
+                            "its ONNX graph: use the model directory")
+        with intervening(intervention):
+            yield
+
+    def attribute(self, src_texts: Sequence[str], tgt_texts: Sequence[str] | None = None, *,
+                  method: "AttributionMethod" = "integrated_gradients", steps: int = 50) -> list["Attribution"]:
+        """Attribution of every output token to the source tokens and the output before it
+        (heed.attribution; Captum, `pip install 'heed-nmt[explain]'`), beside the attention.
+
+        `tgt_texts`: the translations to explain, read as the model's own output (teacher forcing);
+        None explains the model's own translations (decoded with its decode config first).
+        `method`: "integrated_gradients" (`steps` Gauss-Legendre points from the zero-embedding
+        baseline; `Attribution.delta` is its completeness gap) or "grad_x_input". One backward pass
+        per output token (times `steps` for integrated gradients), sentence by sentence, in float32:
+        an exported model, an ensemble and a bf16 translator are refused."""
+        from heed.attribution import METHODS, Attribution, attribute_ids
+
+        if isinstance(src_texts, str) or isinstance(tgt_texts, str):
+            raise TypeError("attribute() takes lists of sentences; wrap a single one in a list")
+        if method not in METHODS:
+            raise HeedError(f"unknown attribution method {method!r}; choose one of {', '.join(METHODS)}")
+        if steps < 1:
+            raise HeedError(f"steps must be at least 1, got {steps}")
+        if not isinstance(self.model, AttributableModel):
+            raise HeedError("attribution needs gradients, which an exported model or an ensemble does not give; "
+                            "attribute with a PyTorch model directory")
+        if self.bf16:
+            raise HeedError("attribution runs in float32; load the model without bf16")
+        _check_texts(src_texts, "src_texts")
+        if tgt_texts is None:
+            tgt_tokens = [t.tokens for t in self.translate(src_texts)]
+        else:
+            if len(tgt_texts) != len(src_texts):
+                raise HeedError(f"{len(src_texts)} source sentences but {len(tgt_texts)} translations; "
+                                "give one translation per source")
+            _check_texts(tgt_texts, "tgt_texts")
+            tgt_tokens = [self.codec.tgt_tokens(t) for t in tgt_texts]
+        out = []
+        for k, (text, tokens) in enumerate(zip(src_texts, tgt_tokens)):
+            src_tokens = self.codec.src_tokens(text)[: self.max_src_len]
+            if not src_tokens:
+                raise HeedError(f"src_texts[{k}] is empty: there is nothing to attribute to")
+            tgt_ids = self.codec.target_vocab(src_tokens).encode(tokens)
+            source, prefix, log_probs, delta, attention = attribute_ids(
+                self.model, self.codec.src_ids(src_tokens), tgt_ids, method=method, steps=steps, device=self.device)
+            out.append(Attribution(list(src_tokens), list(tokens), [SPECIALS[BOS], *tokens], method,
+                                   steps if method == "integrated_gradients" else None, source, prefix,
+                                   attention, log_probs, delta))
+        return out
+
     def _check_align_inputs(self, src_texts: Sequence[str], tgt_texts: Sequence[str], batch_size: int) -> None:
         if isinstance(src_texts, str) or isinstance(tgt_texts, str):
             raise TypeError("align() takes lists of sentences; wrap a single one in a list")
@@ -622,6 +751,13 @@ def _check_texts(texts: Sequence[str], name: str) -> None:
             raise HeedError(f"{name}[{k}]: {problem}")
 
 
+def runs_torch(model: Any) -> bool:
+    """Whether `model` (or every member of an ensemble) is a PyTorch model."""
+    if isinstance(model, Ensemble):
+        return all(isinstance(m, torch.nn.Module) for m in model.members)
+    return isinstance(model, torch.nn.Module)
+
+
 def _words(tokenizer: Any, tokens: list[str], word_ids: list[int | None]) -> list[str]:
     """The whitespace words `tokens` make, by `word_ids` (Tokenizer.word_ids)."""
     pieces: dict[int, list[str]] = {}
@@ -631,4 +767,4 @@ def _words(tokenizer: Any, tokens: list[str], word_ids: list[int | None]) -> lis
     return [tokenizer.detokenize(pieces[w]).strip() for w in sorted(pieces)]
 
 
-__all__ = ["Alignment", "BeamNode", "Exploration", "Translation", "Translator"]
+__all__ = ["Alignment", "BeamNode", "Exploration", "HeadMaps", "Translation", "Translator"]

@@ -894,6 +894,85 @@ def align(
                    err=output is None)
 
 
+class AttributeMethod(str, enum.Enum):
+    integrated_gradients = "integrated_gradients"
+    grad_x_input = "grad_x_input"
+
+
+MAX_ATTRIBUTION_PLOTS = 8
+
+
+@app.command()
+@friendly_errors
+def attribute(
+    model: Path = typer.Argument(..., help="Model directory (or a training output directory); not an export."),
+    src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
+    tgt: Optional[Path] = typer.Option(None, "--tgt", help="Translations to explain, line-aligned with --src "
+                                       "(default: the model's own translations)."),
+    output: Path = typer.Option(Path("attribution.json"), "--output", "-o", help="The attributions, as JSON."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw attention beside attribution (.png, .svg, "
+                                        f".pdf) for the first {MAX_ATTRIBUTION_PLOTS} sentences."),
+    method: AttributeMethod = typer.Option(AttributeMethod.integrated_gradients, "--method",
+                                           help="integrated_gradients (complete; --steps points) or grad_x_input."),
+    steps: int = typer.Option(50, "--steps", min=1, help="Integrated gradients' integration points."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+) -> None:
+    """Attribute every output token to the source tokens and the output before it (Captum:
+    pip install 'heed-nmt[explain]'), and put it beside the attention.
+
+    For each sentence the JSON holds the tokens, `source` (output x source attribution, </s> last on
+    both axes), `prefix` (output x decoder input), `attention`, the log-probability each output
+    token is given, integrated gradients' completeness gap `delta` (sum of attributions minus
+    f(input) - f(zero embeddings)) and `agreement`: per output token, the Spearman rank correlation
+    of its attention with the magnitude of its source attribution. Prints each sentence's mean
+    agreement and largest completeness gap."""
+    from heed.api import Translator
+
+    if plot is not None:
+        _check_figure_path(plot)
+    if tgt is None:
+        with open_stream(src) as stream:
+            sources, targets = list(_read_lines(stream, str(src))), None
+    else:
+        from heed.data.corpus import read_parallel
+
+        pairs = list(read_parallel(src, tgt))
+        sources, targets = [p.src for p in pairs], [p.tgt for p in pairs]
+    for number, line in enumerate(sources, start=1):
+        if not line.strip():
+            raise HeedError(f"{src}: line {number} is empty: there is nothing to attribute to")
+    translator = Translator.load(model, device=device)
+    results = translator.attribute(sources, targets, method=method.value, steps=steps)
+    import json
+
+    with atomic_open(output) as sink:
+        json.dump([r.to_dict() for r in results], sink, ensure_ascii=False)
+        sink.write("\n")
+    for number, r in enumerate(results, start=1):
+        agreement = r.agreement()
+        mean = "-" if agreement is None else f"{agreement.mean():+.2f}"
+        gap = "" if r.delta is None else f"\tmax |delta| {abs(r.delta).max():.1e}"
+        typer.echo(f"{number}\t{' '.join(r.tgt_tokens)}\tagreement {mean}{gap}")
+    typer.echo(f"attributions: {output}")
+    if plot is not None:
+        import numpy as np
+
+        from heed.viz import attention_grid, save_figure
+
+        items, titles = [], []
+        for number, r in enumerate(results[:MAX_ATTRIBUTION_PLOTS], start=1):
+            labels = ([*r.src_tokens, "</s>"], [*r.tgt_tokens, "</s>"])
+            magnitude = np.abs(r.source)
+            shares = magnitude / np.maximum(magnitude.max(axis=1, keepdims=True), 1e-12)
+            if r.attention is not None:
+                items.append((*labels, r.attention))
+                titles.append(f"{number}: attention")
+            items.append((*labels, shares))
+            titles.append(f"{number}: |{method.value}| (row max = 1)")
+        figure = attention_grid(items, titles=titles, cols=2, label="attention weight; attribution / row's largest")
+        typer.echo(f"figure: {save_figure(figure, plot)}")
+
+
 def _pharaoh_line(links: set[tuple[int, int]]) -> str:
     """Links in target order (then source), as `heed align` always wrote them."""
     from heed.align import to_pharaoh

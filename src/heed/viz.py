@@ -393,8 +393,9 @@ def attention_grid(
     *,
     cols: int | None = None,
     titles: Sequence[str] | None = None,
+    label: str = "attention weight",
 ) -> Figure:
-    """Several sentences' heatmaps in a grid, sharing one 0..1 colorbar.
+    """Several sentences' heatmaps in a grid, sharing one 0..1 colorbar (named `label`).
 
     `items`: `(src_tokens, tgt_tokens, weights (tgt_len, src_len))` per sentence. `cols` defaults
     to 2 where two panels fit side by side in GRID_WIDTH inches, else 1 (1 for a single item);
@@ -436,7 +437,7 @@ def attention_grid(
         axes[k].set_aspect("equal", adjustable="box")  # square cells, whatever the panel's share
         axes[k].set_anchor("W")
     colorbar = fig.colorbar(image, ax=axes, fraction=0.03, pad=0.02, aspect=40)
-    colorbar.set_label("attention weight", fontfamily=BASE_FONT, fontsize=9)
+    colorbar.set_label(label, fontfamily=BASE_FONT, fontsize=9)
     colorbar.ax.tick_params(labelsize=8)
     colorbar.outline.set_visible(False)
     return fig

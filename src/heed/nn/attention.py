@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from heed.nn.intervention import active as intervention_active
+from heed.nn.intervention import intervene
 from heed.nn.masks import masked_softmax
 from heed.nn.model_config import ScoreName
 
@@ -57,7 +59,8 @@ def _as_steps(query: Tensor) -> tuple[Tensor, bool]:
 
 def _weigh(scores: Tensor, values: Tensor, mask: Tensor | None, one_step: bool) -> Attended:
     """scores (batch, tgt_len, src_len), values (batch, src_len, v), mask (batch, src_len)."""
-    return _attended(masked_softmax(scores, None if mask is None else mask.unsqueeze(1)), values, one_step)
+    allowed = None if mask is None else mask.unsqueeze(1)
+    return _attended(intervene(masked_softmax(scores, allowed), allowed), values, one_step)
 
 
 def _attended(weights: Tensor, values: Tensor, one_step: bool) -> Attended:
@@ -274,7 +277,7 @@ class Attention(nn.Module):
         if gaussian is not None:
             # Luong et al. 2015, eq. 10: a_t(s) = align(h_t, h_s) exp(-(s - p_t)^2 / (2 sigma^2))
             weights = weights * gaussian.to(weights.dtype)
-        return _attended(weights, values, one_step)
+        return _attended(intervene(weights, allowed), values, one_step)
 
     def context(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None, *,
                 fused: bool | None = None, coverage: Tensor | None = None) -> Tensor:
@@ -286,7 +289,7 @@ class Attention(nn.Module):
         """
         if fused is None:
             fused = query.is_cuda
-        if not (fused and self.fusable):
+        if not (fused and self.fusable) or intervention_active():
             return self.forward(query, keys, values, mask, coverage=coverage).context
         scale = 1.0 / math.sqrt(keys.size(-1)) if self.score == "scaled_dot" else 1.0
         if self.score == "cosine":

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from heed.nn.loss import SeqLoss, TargetBatch
 
@@ -130,6 +130,33 @@ class HeadsModel(Protocol):
         ...
 
 
+class AttentionMaps(NamedTuple):
+    """Every head of every layer of a teacher-forced pass."""
+
+    encoder: Tensor  # (layers, batch, heads, src_len, src_len) encoder self-attention
+    decoder: Tensor  # (layers, batch, heads, tgt_len, tgt_len) decoder self-attention (causal)
+    cross: Tensor  # (layers, batch, heads, tgt_len, src_len) attention over the source
+
+
+@runtime_checkable
+class SelfAttentionModel(Protocol):
+    """A model with self-attention (the Transformer): its every map, for the explorer's grid."""
+
+    def attention_maps(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> AttentionMaps:
+        ...
+
+
+@runtime_checkable
+class AttributableModel(Protocol):
+    """A model whose token embeddings attribution can replace (both PyTorch families; not an
+    ensemble or an exported model): what `heed attribute` needs besides the teacher-forced pass."""
+
+    def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
+        """(source table, target table): the modules that turn ids into the vectors attribution
+        scores; the same module twice when the model shares one table (read for the source first)."""
+        ...
+
+
 @runtime_checkable
 class TrainableModel(TranslationModel, Protocol):
     """A family's PyTorch model: what training, checkpoints and export need as well."""
@@ -170,5 +197,5 @@ class TensorState:
                            self.batch_axes)
 
 
-__all__ = ["Encoded", "HeadsModel", "SearchModel", "SearchState", "Seq2SeqOutput", "Step", "TensorState", "TrainableModel",
+__all__ = ["AttentionMaps", "AttributableModel", "SelfAttentionModel", "Encoded", "HeadsModel", "SearchModel", "SearchState", "Seq2SeqOutput", "Step", "TensorState", "TrainableModel",
            "TranslationModel"]

@@ -26,7 +26,7 @@ import json
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +38,24 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from heed.api import Exploration, Translation, Translator
+from heed.api import Exploration, Translation, Translator, runs_torch
 from heed.checkpoint import METRICS_FILE
 from heed.data.corpus import text_problem
 from heed.errors import ConfigError, HeedError
 from heed.files import open_regular
+from heed.nn.intervention import Intervention
+from heed.nn.protocol import AttributableModel, HeadsModel
 from heed.search import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.serve.batcher import Batcher, QueueFull
 from heed.serve.schemas import (
     DECODE_FIELDS,
     AlignRequest,
     AlignResponse,
+    AttributeRequest,
+    AttributeResponse,
     ErrorResponse,
+    HeadsRequest,
+    HeadsResponse,
     Health,
     ModelsResponse,
     TranslateRequest,
@@ -160,11 +166,12 @@ class _Key:
     """What jobs must share to be decoded in one call."""
 
     model: str
-    task: str  # "translate", "explore" or "align"
-    decode: str  # the resolved DecodeConfig as JSON ("" for align)
+    task: str  # "translate", "explore", "align", "attribute" or "heads"
+    decode: str  # the resolved DecodeConfig as JSON; attribute: "method steps"; heads: the parts; align: ""
     replace_unk: bool = False
     attention: bool = True
     alternatives: int = 0
+    intervention: str = ""  # "kind seed" to decode with intervened attention
 
 
 def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -249,6 +256,20 @@ def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any
     translating, (source, target) for aligning. Returns one JSON-ready result per item. The
     search stops (heed.api.Abandoned) once `abandoned()`: every request of the batch timed out."""
     translator = translators[key.model]
+    if key.task == "attribute":
+        method, steps = key.decode.split()
+        sources = [s for s, _ in items]
+        targets = None if all(t is None for _, t in items) else [t for _, t in items]
+        return [a.to_dict() for a in translator.attribute(sources, targets, method=method, steps=int(steps))]  # type: ignore[arg-type]
+    if key.task == "heads":
+        maps = translator.attention_layers([s for s, _ in items], [t for _, t in items], parts=key.decode.split())
+        return [{"src_tokens": m.src_tokens, "tgt_tokens": m.tgt_tokens, "cross": m.cross.tolist(),
+                 "encoder": None if m.encoder is None else m.encoder.tolist(),
+                 "decoder": None if m.decoder is None else m.decoder.tolist()} for m in maps]
+    if key.intervention:
+        kind, seed = key.intervention.split()
+        with translator.intervening(Intervention(kind, int(seed))):  # type: ignore[arg-type]
+            return _run_batch(translators, replace(key, intervention=""), items, abandoned)
     if key.task == "align":
         alignments = translator.align([s for s, _ in items], [t for _, t in items], stop=abandoned)
         return [{"src_words": a.src_words, "tgt_words": a.tgt_words, "attention": _matrix(a.attention),
@@ -337,8 +358,14 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
                     field, message = "prefix", str(e)
                 raise ApiError(422, message, field) from None
         _check_work(decode, sources, prefix_ids, request, settings)
+        intervention = ""
+        if request.intervention is not None:
+            if not runs_torch(translator.model):
+                raise ApiError(422, f"model {name!r} is exported: its attention is inside its ONNX graph, so it cannot "
+                                    "be intervened on", "intervention")
+            intervention = f"{request.intervention} {request.intervention_seed}"
         key = _Key(name, "explore" if request.trace else "translate", decode.model_dump_json(),
-                   request.replace_unk, request.attention, request.alternatives if request.trace else 0)
+                   request.replace_unk, request.attention, request.alternatives if request.trace else 0, intervention)
         prefixes = request.prefix or [None] * len(request.sentences)
         results = await _decoded(batcher, key, list(zip(request.sentences, prefixes)), settings)
         return JSONResponse({"model": name, "decode": decode.model_dump(mode="json"), "results": results})
@@ -356,6 +383,45 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
                                 "target per source", "targets")
         results = await _decoded(batcher, _Key(name, "align", ""), list(zip(request.sources, request.targets)),
                                  settings)
+        return JSONResponse({"model": name, "results": results})
+
+    @app.post("/v1/attribute", response_model=AttributeResponse,
+              responses={404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}})
+    async def attribute(request: AttributeRequest) -> JSONResponse:
+        name = _model_name(request.model, models)
+        if not isinstance(models[name].model, AttributableModel):
+            raise ApiError(422, f"model {name!r} gives no gradients (an exported model or an ensemble); attribution "
+                                "needs a PyTorch model directory", "model")
+        _check_sentences(request.sentences, "sentences", settings)
+        if request.targets is not None:
+            _check_sentences(request.targets, "targets", settings)
+            if len(request.targets) != len(request.sentences):
+                raise ApiError(422, f"{len(request.sentences)} sentences but {len(request.targets)} targets; give "
+                                    "one target per sentence", "targets")
+        targets = request.targets or [None] * len(request.sentences)
+        key = _Key(name, "attribute", f"{request.method} {request.steps}")
+        results = await _decoded(batcher, key, list(zip(request.sentences, targets)), settings)
+        return JSONResponse({"model": name, "attributions": results})
+
+    @app.post("/v1/heads", response_model=HeadsResponse,
+              responses={404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}})
+    async def heads(request: HeadsRequest) -> JSONResponse:
+        name = _model_name(request.model, models)
+        if not isinstance(models[name].model, HeadsModel):
+            raise ApiError(422, f"model {name!r} gives only its averaged attention (an exported model or an "
+                                "ensemble)", "model")
+        _check_sentences(request.sources, "sources", settings)
+        if len(request.targets) != len(request.sources):
+            raise ApiError(422, f"{len(request.sources)} sources but {len(request.targets)} targets; give one target "
+                                "per source", "targets")
+        for k, target in enumerate(request.targets):
+            if isinstance(target, str):
+                _check_text(target, "a sentence", f"targets[{k}]")
+            elif len(target) > settings.max_output:
+                raise ApiError(413, f"{len(target)} tokens; the server allows {settings.max_output} (--max-output)",
+                               f"targets[{k}]")
+        key = _Key(name, "heads", " ".join(dict.fromkeys(request.parts)))
+        results = await _decoded(batcher, key, list(zip(request.sources, request.targets)), settings)
         return JSONResponse({"model": name, "results": results})
 
     return app

@@ -47,6 +47,11 @@ class TranslateRequest(DecodeOptions):  # type: ignore[misc, valid-type]
     trace: bool = Field(False, description="also return each step's top tokens (`steps`) and, for beam "
                                            "search, the search tree (`beam`)")
     alternatives: int = Field(5, ge=1, le=50, description="with trace: top tokens per output step")
+    intervention: Optional[Literal["uniform", "permute", "drop_top"]] = Field(
+        None, description="decode with every attention over the source replaced: uniform weights, the weights "
+                          "permuted among the source tokens, or the top-weighted token dropped (heed faithfulness); "
+                          "a PyTorch model only")
+    intervention_seed: int = Field(0, ge=0, description="with intervention permute: the seed of the orders")
 
 
 class AlignRequest(_Strict):
@@ -55,6 +60,62 @@ class AlignRequest(_Strict):
     model: Optional[str] = None
     sources: list[str]
     targets: list[str]
+
+
+class AttributeRequest(_Strict):
+    """Sentences whose outputs to attribute to their inputs (Captum; heed[explain] on the server)."""
+
+    model: Optional[str] = None
+    sentences: list[str]
+    targets: Optional[list[str]] = Field(None, description="translations to explain, one per sentence (default: "
+                                                           "the model's own)")
+    method: Literal["integrated_gradients", "grad_x_input"] = "integrated_gradients"
+    steps: int = Field(50, ge=1, le=200, description="integrated gradients' integration points")
+
+
+class AttributionOut(BaseModel):
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    prefix_tokens: list[str]
+    method: str
+    steps: Optional[int]
+    baseline: str
+    source: list[list[float]] = Field(description="(len(tgt_tokens) + 1) x (len(src_tokens) + 1), </s> last")
+    prefix: list[list[float]] = Field(description="(len(tgt_tokens) + 1) x len(prefix_tokens)")
+    attention: Optional[list[list[float]]]
+    log_probs: list[float]
+    delta: Optional[list[float]] = Field(description="integrated gradients' completeness gap per output token")
+    agreement: Optional[list[float]] = Field(description="per output token, Spearman's rank correlation of "
+                                                         "attention and |attribution| over the source")
+
+
+class AttributeResponse(BaseModel):
+    model: str
+    attributions: list[AttributionOut]
+
+
+class HeadsRequest(_Strict):
+    """Every head of every layer while the model reads given translations (teacher forcing)."""
+
+    model: Optional[str] = None
+    sources: list[str]
+    targets: list[Union[str, list[str]]] = Field(description="per source, a translation: a text or its tokens")
+    parts: list[Literal["cross", "encoder", "decoder"]] = Field(["cross"], description="which maps; a "
+                                                                "Transformer's self-attention on request")
+
+
+class HeadMapsOut(BaseModel):
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    cross: list[list[list[list[float]]]] = Field(description="(layers, heads, len(tgt_tokens) + 1, "
+                                                             "len(src_tokens) + 1)")
+    encoder: Optional[list[list[list[list[float]]]]] = None
+    decoder: Optional[list[list[list[list[float]]]]] = None
+
+
+class HeadsResponse(BaseModel):
+    model: str
+    results: list[HeadMapsOut]
 
 
 class WordAlignment(BaseModel):

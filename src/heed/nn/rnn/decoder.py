@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from heed.nn.attention import Attention, ScoreName
+from heed.nn.intervention import active as intervention_active
 from heed.nn.rnn.copy import PointerGenerator
 from heed.nn.rnn.coverage import initial_coverage
 from heed.nn.rnn.encoder import RNN_CLASSES, EncoderOutput, RNNKind
@@ -285,11 +286,12 @@ class LuongDecoder(_RNNDecoder):
         local-p's window, no coverage), on the CPU, no copy attention (whose switch needs the context
         vectors, which the fused pass keeps to itself). On CUDA the step loop stays until the fused
         pass is measured there. Not under torch.compile: inductor fuses the step loop itself, and the
-        hand-written node is opaque to it (Seq2Seq.compile_teacher_forced)."""
+        hand-written node is opaque to it (Seq2Seq.compile_teacher_forced). Not under an attention
+        intervention (heed.nn.intervention), which the step loop's attention applies."""
         return (self.input_feeding and not self.coverage and isinstance(self.rnn, nn.LSTM) and not tgt_in.is_cuda
                 and self.copy is None
                 and self.attention.score in ("dot", "general", "scaled_dot") and self.attention.window is None
-                and not torch.compiler.is_compiling())
+                and not torch.compiler.is_compiling() and not intervention_active())
 
     def forward_fused(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                       need_attention: bool = True) -> DecoderFeatures:

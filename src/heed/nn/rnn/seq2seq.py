@@ -77,6 +77,10 @@ class Seq2Seq(nn.Module):
     alignment_layer = 0  # the one attention (heed.nn.protocol.HeadsModel)
     head_grid = (1, 1)
 
+    def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
+        """(source, target) embedding tables (heed.nn.protocol.AttributableModel)."""
+        return self.encoder.embedding, self.decoder.embedding
+
     def attention_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
         """The one attention as one layer of one head: (1, 1, batch, tgt_len, src_len)."""
         attention = self.forward(src, src_lengths, tgt_in).attention

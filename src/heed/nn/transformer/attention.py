@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from heed.nn.intervention import active as intervention_active
+from heed.nn.intervention import intervene
 from heed.nn.masks import masked_softmax
 
 
@@ -73,19 +75,24 @@ class MultiHeadAttention(nn.Module):
         return self._split(q), self._split(k), self._split(v)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
-               causal: bool = False, need_weights: bool = False) -> HeadsAttended:
+               causal: bool = False, need_weights: bool = False, over_source: bool = False) -> HeadsAttended:
         """q (batch, heads, q_len, d_k), k and v (batch, heads, k_len, d_k), mask bool broadcastable
         to (batch, heads, q_len, k_len), True = may attend; `causal`: query i sees keys <= i too
-        (q_len == k_len). -> context (batch, q_len, d_model) after W_o, and with `need_weights`
-        every head's weights (batch, heads, q_len, k_len)."""
+        (q_len == k_len); `over_source`: the cross-attention, which an active attention intervention
+        (heed.nn.intervention) changes. -> context (batch, q_len, d_model) after W_o, and with
+        `need_weights` every head's weights (batch, heads, q_len, k_len)."""
         if causal:
             q_len, k_len = q.size(-2), k.size(-2)
             below = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril()  # (q_len, k_len)
             mask = below if mask is None else mask & below
         dropout = self.dropout if self.training else 0.0
-        if need_weights:
+        intervened = over_source and intervention_active()
+        if need_weights or intervened:
             weights = masked_softmax(q @ k.transpose(-1, -2) / math.sqrt(self.d_k), mask)  # eq. 1
+            if intervened:
+                weights = intervene(weights, mask)
             context = F.dropout(weights, dropout, self.training) @ v  # (batch, heads, q_len, d_k)
+            weights = weights if need_weights else None
         else:
             weights = None
             context = fused_heads(q, k, v, mask, dropout)

@@ -172,7 +172,7 @@ def grouped_attend(attention: MultiHeadAttention, q: Tensor, memory: tuple[Tenso
     grouped = q.size(0) != batch
     if grouped:  # (rows, heads, q_len, d_k) -> (batch, heads, group * q_len, d_k)
         q = q.reshape(batch, -1, heads, q_len, d_k).transpose(1, 2).reshape(batch, heads, -1, d_k)
-    out = attention.attend(q, keys, values, mask, need_weights=need_weights)
+    out = attention.attend(q, keys, values, mask, need_weights=need_weights, over_source=True)
     context = out.context.reshape(-1, q_len, out.context.size(-1))  # (rows, q_len, d_model)
     weights = out.weights
     if weights is not None and grouped:  # (batch, heads, group * q_len, src_len) -> (rows, heads, q_len, src_len)

@@ -28,7 +28,7 @@ from heed.nn.layout import for_decoding
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.masks import lengths_to_mask
 from heed.nn.model_config import ModelConfig
-from heed.nn.protocol import Seq2SeqOutput, TensorState
+from heed.nn.protocol import AttentionMaps, Seq2SeqOutput, TensorState
 from heed.nn.transformer.layers import DecoderLayer, EncoderLayer, NormPlace, PositionKind, make_positions
 from heed.runtime import compile_function
 
@@ -70,14 +70,6 @@ class TransformerStep(NamedTuple):
     logits: Tensor  # (rows, vocab)
     state: TensorState  # the key/value cache, one step longer
     attention: Tensor  # (rows, src_len) the alignment layer's cross-attention, mean over heads
-
-
-class AttentionMaps(NamedTuple):
-    """Every head of every layer of a teacher-forced pass."""
-
-    encoder: Tensor  # (layers, batch, heads, src_len, src_len) encoder self-attention
-    decoder: Tensor  # (layers, batch, heads, tgt_len, tgt_len) decoder self-attention (causal)
-    cross: Tensor  # (layers, batch, heads, tgt_len, src_len) attention over the source
 
 
 class TransformerFeatures(NamedTuple):
@@ -295,6 +287,11 @@ class TransformerSeq2Seq(nn.Module):
         self._decode_all(tgt_in, self.encode(src, src_lengths, weights=enc_weights), need_attention=False,
                          weights=weights)
         return AttentionMaps(torch.stack(enc_weights), torch.stack(weights["decoder"]), torch.stack(weights["cross"]))
+
+    def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
+        """(source, target) embedding tables, before the sqrt(d_model) scale and the positions
+        (heed.nn.protocol.AttributableModel); one module with share_embeddings."""
+        return self.encoder.embed.table(), self.decoder.embed.table()
 
     def attention_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
         """Every decoder layer's cross-attention, head by head: (layers, heads, batch, tgt_len, src_len)."""

@@ -1,0 +1,91 @@
+"""The server's look-inside endpoints: every head of every layer (/v1/heads), attribution
+(/v1/attribute), and decoding with intervened attention (/v1/translate's intervention); each
+refused in one 4xx naming the field where the model cannot give it."""
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from heed.api import Translator
+from heed.nn.intervention import Intervention
+from heed.serve.app import create_app
+
+SOURCES = ["3 mars 1998", "le 12 juin 2004"]
+
+
+@pytest.fixture(scope="module")
+def exported_dir(trained_run, tmp_path_factory):
+    from heed.export.onnx import export_model
+
+    return export_model(trained_run, tmp_path_factory.mktemp("export") / "onnx")
+
+
+def test_heads_gives_every_layer_and_head_and_self_attention_on_request(transformer_run):
+    translator = Translator.load(transformer_run, device="cpu")
+    layers, heads = translator.model.head_grid
+    outputs = [t.tokens for t in translator.translate(SOURCES)]
+    with TestClient(create_app({"t": translator})) as client:
+        small = client.post("/v1/heads", json={"sources": SOURCES, "targets": outputs}).json()["results"]
+        full = client.post("/v1/heads", json={"sources": SOURCES, "targets": outputs,
+                                              "parts": ["cross", "encoder", "decoder"]}).json()["results"]
+    python = translator.attention_layers(SOURCES, outputs, parts=("cross", "encoder", "decoder"))
+    for k, (mine, served, served_full) in enumerate(zip(python, small, full)):
+        s, t = len(mine.src_tokens) + 1, len(mine.tgt_tokens) + 1
+        assert np.shape(served["cross"]) == (layers, heads, t, s) and served["encoder"] is None
+        np.testing.assert_allclose(served["cross"], mine.cross, atol=1e-6)
+        np.testing.assert_allclose(served_full["encoder"], mine.encoder, atol=1e-6)
+        np.testing.assert_allclose(served_full["decoder"], mine.decoder, atol=1e-6)
+        assert np.shape(served_full["decoder"]) == (layers, heads, t, t)
+        assert np.triu(np.asarray(served_full["decoder"]), 1).max() == 0  # causal
+        # the last layer's head mean is the attention a translation reports
+        reported = translator.translate([SOURCES[k]])[0].attention
+        np.testing.assert_allclose(mine.cross[-1].mean(0), reported, atol=1e-5)
+
+
+def test_an_rnn_has_one_cross_attention_and_no_self_attention(trained_run):
+    translator = Translator.load(trained_run, device="cpu")
+    maps = translator.attention_layers(SOURCES[:1], ["1998-03-03"], parts=("cross", "encoder", "decoder"))[0]
+    assert maps.cross.shape[:2] == (1, 1) and maps.encoder is None and maps.decoder is None
+
+
+def test_translate_with_an_intervention_decodes_as_python_does(trained_run):
+    translator = Translator.load(trained_run, device="cpu")
+    with translator.intervening(Intervention("permute", seed=2)):
+        expected = [t.text for t in translator.translate(SOURCES, beam=1)]
+    plain = [t.text for t in translator.translate(SOURCES, beam=1)]
+    with TestClient(create_app({"m": translator})) as client:
+        body = {"sentences": SOURCES, "beam_size": 1}
+        permuted = client.post("/v1/translate", json={**body, "intervention": "permute", "intervention_seed": 2})
+        again = client.post("/v1/translate", json=body)
+    assert [r["hypotheses"][0]["text"] for r in permuted.json()["results"]] == expected
+    assert [r["hypotheses"][0]["text"] for r in again.json()["results"]] == plain  # nothing leaks out of the batch
+    assert expected != plain
+
+
+def test_what_an_export_cannot_give_is_a_4xx_naming_the_field(exported_dir, heed_cli, assert_user_error, tmp_path):
+    translator = Translator.load(exported_dir)
+    with TestClient(create_app({"x": translator})) as client:
+        for path, body, field in (
+                ("/v1/attribute", {"sentences": SOURCES}, "model"),
+                ("/v1/heads", {"sources": SOURCES, "targets": SOURCES}, "model"),
+                ("/v1/translate", {"sentences": SOURCES, "intervention": "uniform"}, "intervention")):
+            response = client.post(path, json=body)
+            assert response.status_code == 422, response.text
+            assert response.json()["error"]["field"] == field
+    src = tmp_path / "src.txt"
+    src.write_text("3 mars 1998\n", encoding="utf-8")
+    out = tmp_path / "attr.json"
+    result = heed_cli("attribute", exported_dir, "--src", src, "--output", out)
+    assert_user_error(result, "attribution needs gradients", "PyTorch model directory")
+    assert not out.exists()
+
+
+def test_bad_attribution_requests_name_their_field(trained_run):
+    translator = Translator.load(trained_run, device="cpu")
+    with TestClient(create_app({"m": translator})) as client:
+        for body, field in (({"sentences": SOURCES, "targets": ["1998-03-03"]}, "targets"),
+                            ({"sentences": SOURCES, "steps": 10_000}, "steps"),
+                            ({"sentences": SOURCES, "method": "saliency"}, "method"),
+                            ({"sentences": [" "]}, "sentences[0]")):
+            response = client.post("/v1/attribute", json=body)
+            assert response.status_code == 422, response.text
+            assert response.json()["error"]["field"] == field
