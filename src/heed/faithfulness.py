@@ -25,7 +25,7 @@ import torch
 from heed.data.batching import collate
 from heed.errors import HeedError
 from heed.evaluate import evaluate
-from heed.nn.intervention import KINDS, Intervention, InterventionKind, intervening
+from heed.nn.intervention import KINDS, Intervention, InterventionKind
 from heed.search import DecodeConfig
 
 
