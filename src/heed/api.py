@@ -628,13 +628,13 @@ class Translator:
         with intervening(intervention):
             yield
 
-    def attribute(self, src_texts: Sequence[str], tgt_texts: Sequence[str] | None = None, *,
+    def attribute(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
                   method: "AttributionMethod" = "integrated_gradients", steps: int = 50) -> list["Attribution"]:
         """Attribution of every output token to the source tokens and the output before it
         (heed.attribution; Captum, `pip install 'heed-nmt[explain]'`), beside the attention.
 
-        `tgt_texts`: the translations to explain, read as the model's own output (teacher forcing);
-        None explains the model's own translations (decoded with its decode config first).
+        `tgt_texts`: the translations to explain (texts, or their tokens), read as the model's own
+        output (teacher forcing); None explains the model's own translations (decoded with its decode config first).
         `method`: "integrated_gradients" (`steps` Gauss-Legendre points from the zero-embedding
         baseline; `Attribution.delta` is its completeness gap) or "grad_x_input". One backward pass
         per output token (times `steps` for integrated gradients), sentence by sentence, in float32:
@@ -659,8 +659,8 @@ class Translator:
             if len(tgt_texts) != len(src_texts):
                 raise HeedError(f"{len(src_texts)} source sentences but {len(tgt_texts)} translations; "
                                 "give one translation per source")
-            _check_texts(tgt_texts, "tgt_texts")
-            tgt_tokens = [self.codec.tgt_tokens(t) for t in tgt_texts]
+            tgt_tokens = [self.codec.tgt_tokens(t) if isinstance(t, str) else list(t) for t in tgt_texts]
+            _check_texts([t for t in tgt_texts if isinstance(t, str)], "tgt_texts")
         out = []
         for k, (text, tokens) in enumerate(zip(src_texts, tgt_tokens)):
             src_tokens = self.codec.src_tokens(text)[: self.max_src_len]

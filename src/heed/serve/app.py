@@ -394,7 +394,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
                                 "needs a PyTorch model directory", "model")
         _check_sentences(request.sentences, "sentences", settings)
         if request.targets is not None:
-            _check_sentences(request.targets, "targets", settings)
+            _check_targets(request.targets, settings)
             if len(request.targets) != len(request.sentences):
                 raise ApiError(422, f"{len(request.sentences)} sentences but {len(request.targets)} targets; give "
                                     "one target per sentence", "targets")
@@ -414,12 +414,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         if len(request.targets) != len(request.sources):
             raise ApiError(422, f"{len(request.sources)} sources but {len(request.targets)} targets; give one target "
                                 "per source", "targets")
-        for k, target in enumerate(request.targets):
-            if isinstance(target, str):
-                _check_text(target, "a sentence", f"targets[{k}]")
-            elif len(target) > settings.max_output:
-                raise ApiError(413, f"{len(target)} tokens; the server allows {settings.max_output} (--max-output)",
-                               f"targets[{k}]")
+        _check_targets(request.targets, settings)
         key = _Key(name, "heads", " ".join(dict.fromkeys(request.parts)))
         results = await _decoded(batcher, key, list(zip(request.sources, request.targets)), settings)
         return JSONResponse({"model": name, "results": results})
@@ -456,6 +451,22 @@ def _check_sentences(sentences: Sequence[str], field: str, settings: ServeSettin
             raise ApiError(413, f"the sentence has {len(sentence)} characters; the server takes at most "
                                 f"{settings.max_chars} (--max-chars)", f"{field}[{k}]")
         _check_text(sentence, "a sentence", f"{field}[{k}]")
+
+
+def _check_targets(targets: Sequence[str | Sequence[str]], settings: ServeSettings) -> None:
+    """Translations given as texts (checked as sentences are) or as tokens (at most --max-output)."""
+    for k, target in enumerate(targets):
+        if isinstance(target, str):
+            if len(target) > settings.max_chars:
+                raise ApiError(413, f"the translation has {len(target)} characters; the server takes at most "
+                                    f"{settings.max_chars} (--max-chars)", f"targets[{k}]")
+            _check_text(target, "a translation", f"targets[{k}]")
+        elif len(target) > settings.max_output:
+            raise ApiError(413, f"{len(target)} tokens; the server allows {settings.max_output} (--max-output)",
+                           f"targets[{k}]")
+        else:
+            for token in target:
+                _check_text(token, "a token", f"targets[{k}]")
 
 
 def _decode(translator: Translator, request: TranslateRequest, settings: ServeSettings) -> DecodeConfig:

@@ -67,8 +67,8 @@ class AttributeRequest(_Strict):
 
     model: Optional[str] = None
     sentences: list[str]
-    targets: Optional[list[str]] = Field(None, description="translations to explain, one per sentence (default: "
-                                                           "the model's own)")
+    targets: Optional[list[Union[str, list[str]]]] = Field(
+        None, description="translations to explain, one per sentence, as texts or tokens (default: the model's own)")
     method: Literal["integrated_gradients", "grad_x_input"] = "integrated_gradients"
     steps: int = Field(50, ge=1, le=200, description="integrated gradients' integration points")
 

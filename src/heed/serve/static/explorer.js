@@ -349,6 +349,8 @@
   function translateBody(model, sentence, options, prefix) {
     const body = { model, sentences: [sentence], ...options, trace: true, alternatives: ALTERNATIVES };
     if (prefix) body.prefix = [prefix];
+    if ($("permute").checked) body.intervention = "permute";
+    else delete body.intervention;
     return body;
   }
 
@@ -420,9 +422,180 @@
       alignmentBox.replaceChildren(note.cloneNode(true));
     }
     renderWordLinks($("word-links"), hypothesis.alignment);
+    renderHeads(s, result, hypothesis);
+    renderAttribution(s);
     renderNbest($("nbest"), result, s.selected, (k) => selectHypothesis(k));
     renderBeamTree($("beam"), result, s.selected, (k) => selectHypothesis(k));
     markRendered();
+  }
+
+  // ------------------------------------------------------------------ every head, attribution
+
+  const HEAD_CELL_PX = 3; // a small map's cell: 60 source tokens make a 180 px map
+
+  /** Every head of every layer of the shown hypothesis (a Transformer's; an RNN has one attention,
+   * which the heatmap above shows). The maps come from v1/heads, once per hypothesis shown. */
+  async function renderHeads(s, result, hypothesis) {
+    const card = $("heads-card");
+    const model = modelByName(s.model);
+    card.hidden = !(model && model.family === "transformer" && hypothesis.attention);
+    if (card.hidden) return;
+    const key = `${s.model}\u0000${result.source}\u0000${hypothesis.tokens.join("\u0001")}`;
+    if (s.heads && s.heads.key === key) return drawHeads(s.heads);
+    const seq = state.seq;
+    try {
+      const data = await api("v1/heads", { model: s.model, sources: [result.source], targets: [hypothesis.tokens] });
+      if (seq !== state.seq || state.single !== s) return;
+      s.heads = { key, maps: data.results[0], zoom: null };
+      drawHeads(s.heads);
+    } catch (error) {
+      showError(errorText(error));
+    }
+  }
+
+  function meanOf(matrices) {
+    return matrices[0].map((row, j) => row.map((_, i) => matrices.reduce((sum, m) => sum + m[j][i], 0)
+      / matrices.length));
+  }
+
+  /** The grid: one small map per (layer, head), a column of each layer's head mean, a row of the
+   * mean over layers; [layer, head] with "mean" for a mean. */
+  function headMatrix(cross, layer, head) {
+    const layers = layer === "mean" ? cross : [cross[layer]];
+    const perLayer = layers.map((heads) => (head === "mean" ? meanOf(heads) : heads[head]));
+    return perLayer.length === 1 ? perLayer[0] : meanOf(perLayer);
+  }
+
+  function drawMiniMap(matrix, title, attrs) {
+    const rows = matrix.length;
+    const cols = matrix[0].length;
+    const canvas = el("canvas", { width: cols, height: rows, class: "mini-map" });
+    canvas.style.width = `${cols * HEAD_CELL_PX}px`;
+    canvas.style.height = `${rows * HEAD_CELL_PX}px`;
+    const ctx = canvas.getContext("2d");
+    const image = ctx.createImageData(cols, rows);
+    matrix.forEach((row, j) => row.forEach((w, i) => {
+      const [r, g, b] = weightColor(w).match(/\d+/g).map(Number);
+      image.data.set([r, g, b, 255], 4 * (j * cols + i));
+    }));
+    ctx.putImageData(image, 0, 0);
+    const mark = el("div", { class: "mini-mark", hidden: "" });
+    mark.style.width = `${HEAD_CELL_PX}px`;
+    const button = el("button", { type: "button", class: "mini", title, "aria-label": `enlarge ${title}`, ...attrs },
+      el("span", { class: "mini-title" }, title), el("span", { class: "mini-frame" }, canvas, mark));
+    return button;
+  }
+
+  function drawHeads(h) {
+    const cross = h.maps.cross;
+    const layers = cross.length;
+    const heads = cross[0].length;
+    const grid = el("div", { class: "heads-table", role: "grid" });
+    grid.style.gridTemplateColumns = `repeat(${heads + 1}, max-content)`;
+    const cells = [];
+    for (const layer of [...Array(layers).keys(), "mean"]) {
+      for (const head of [...Array(heads).keys(), "mean"]) {
+        const title = `${layer === "mean" ? "all layers" : `layer ${layer}`} · ${head === "mean" ? "mean" : `head ${head}`}`;
+        const button = drawMiniMap(headMatrix(cross, layer, head), title,
+          { "data-layer": String(layer), "data-head": String(head) });
+        button.classList.toggle("picked", Boolean(h.zoom && h.zoom[0] === layer && h.zoom[1] === head));
+        button.addEventListener("click", () => {
+          h.zoom = [layer, head];
+          drawHeads(h);
+        });
+        cells.push(button);
+        grid.append(button);
+      }
+    }
+    $("heads-grid").replaceChildren(grid);
+    const cols = h.maps.src_tokens.concat([EOS]);
+    const strip = cols.map((token, i) => {
+      const chip = el("span", { class: "head-token", "data-src-index": String(i), tabindex: "0" }, token);
+      const on = () => markColumn(cells, i);
+      chip.addEventListener("mouseenter", on);
+      chip.addEventListener("focus", on);
+      chip.addEventListener("mouseleave", () => markColumn(cells, null));
+      chip.addEventListener("blur", () => markColumn(cells, null));
+      return chip;
+    });
+    $("heads-tokens").replaceChildren(...strip);
+    const zoom = $("head-zoom");
+    zoom.hidden = !h.zoom;
+    if (h.zoom) {
+      const [layer, head] = h.zoom;
+      $("head-zoom-title").textContent = `${layer === "mean" ? "all layers" : `layer ${layer}`} · `
+        + `${head === "mean" ? "mean of the heads" : `head ${head}`}`;
+      const matrix = headMatrix(cross, layer, head);
+      renderHeatmap($("head-zoom-map"), h.maps.src_tokens, { tokens: h.maps.tgt_tokens, attention: matrix }, {
+        forced: 0, clickable: false, activeRow: null,
+      });
+      $("head-zoom-map").dataset.layer = String(layer);
+      $("head-zoom-map").dataset.head = String(head);
+    }
+    document.body.dataset.heads = String(Number(document.body.dataset.heads || 0) + 1);
+  }
+
+  /** Outline source column i (null: none) in every small map. */
+  function markColumn(cells, i) {
+    for (const cell of cells) {
+      const mark = cell.querySelector(".mini-mark");
+      mark.hidden = i === null;
+      if (i !== null) mark.style.left = `${i * HEAD_CELL_PX}px`;
+    }
+  }
+
+  function renderAttribution(s) {
+    const box = $("attribution");
+    const shown = s.attribution && s.attribution.selected === s.selected ? s.attribution : null;
+    $("attribute").disabled = !modelByName(s.model) || s.busyAttribution === true;
+    if (!shown) {
+      box.replaceChildren();
+      return;
+    }
+    const a = shown.data;
+    const magnitude = a.source.map((row) => row.map(Math.abs));
+    const scaled = magnitude.map((row) => {
+      const top = Math.max(...row, 1e-12);
+      return row.map((x) => x / top);
+    });
+    const left = el("div", { class: "attribution-panel" }, el("h3", {}, "attention"));
+    const right = el("div", { class: "attribution-panel" }, el("h3", {}, "|integrated gradients| (row max = 1)"));
+    const leftMap = el("div", { id: "attribution-attention" });
+    const rightMap = el("div", { id: "attribution-map" });
+    left.append(leftMap);
+    right.append(rightMap);
+    const rho = el("ol", { class: "agreement", "aria-label": "rank correlation per output token" },
+      ...a.tgt_tokens.concat([EOS]).map((token, j) => el("li", { "data-row": String(j) },
+        el("span", { class: "rho-token" }, token), el("span", { class: "rho" }, `ρ ${fixed(a.agreement[j], 2)}`))));
+    const right2 = el("div", { class: "attribution-panel" }, el("h3", {}, "agreement"), rho);
+    box.replaceChildren(el("div", { class: "attribution-row" }, left, right, right2));
+    const hypothesis = { tokens: a.tgt_tokens, attention: a.attention };
+    renderHeatmap(leftMap, a.src_tokens, hypothesis, { forced: 0, clickable: false, activeRow: null });
+    renderHeatmap(rightMap, a.src_tokens, { tokens: a.tgt_tokens, attention: scaled },
+      { forced: 0, clickable: false, activeRow: null });
+    document.body.dataset.attributions = String(Number(document.body.dataset.attributions || 0) + 1);
+  }
+
+  async function attributeShown() {
+    const s = state.single;
+    if (!s) return;
+    const result = s.response.results[0];
+    const hypothesis = result.hypotheses[s.selected];
+    s.busyAttribution = true;
+    setBusy(true, "Attributing…");
+    try {
+      const data = await api("v1/attribute", { model: s.model, sentences: [result.source],
+        targets: [hypothesis.tokens] });
+      if (state.single !== s) return;
+      s.attribution = { selected: s.selected, data: data.attributions[0] };
+      clearError();
+    } catch (error) {
+      showError(errorText(error));
+    } finally {
+      s.busyAttribution = false;
+      setBusy(false, "");
+      if (state.single === s) renderAttribution(s);
+    }
   }
 
   function noAttentionNote(modelName) {
@@ -1106,6 +1279,10 @@
       showModelInfo();
     });
     $("sampling").addEventListener("change", syncSampling);
+    $("attribute").addEventListener("click", attributeShown);
+    $("permute").addEventListener("change", () => {
+      if ($("sentence").value.trim()) submit();
+    });
     $("compare-toggle").addEventListener("change", () => {
       renderCompareChoices();
       $("model").disabled = $("compare-toggle").checked;

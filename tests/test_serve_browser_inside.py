@@ -1,0 +1,194 @@
+"""The explorer's look-inside views in real headless Chromium (as tests/test_serve_browser.py):
+the layer x head grid (a click enlarges the right head, and its weights are the API's), the
+attribution view beside the attention, and the permuted-attention toggle.
+
+HEED_SCREENSHOT=1 writes docs/explorer-inside.png (the grid and the attribution view); with
+HEED_SCREENSHOT_MODEL=DIR, of that model (a Transformer)."""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from test_serve_browser import REPO, VIEWPORT, Explorer, Server, _serve, browser  # noqa: F401  (a fixture)
+
+from heed.api import Translator
+
+SENTENCE = "le 3 mars 1998"
+
+
+@pytest.fixture(scope="module")
+def wide_run(tiny_config, tmp_path_factory) -> Path:
+    """A Transformer of 6 layers x 16 heads (barely trained: the grid's size is what matters)."""
+    from heed.config import config_from_dict
+    from heed.train import train
+
+    output = tmp_path_factory.mktemp("wide") / "out"
+    config = tiny_config(output, epochs=1)
+    config["model"] = {"family": "transformer", "layers": 6, "heads": 16, "d_model": 32, "ff_size": 32}
+    train(config_from_dict(config))
+    return output
+
+
+@pytest.fixture(scope="module")
+def server(transformer_run: Path, trained_run: Path, wide_run: Path) -> Iterator[Server]:
+    translators = {"transformer": Translator.load(transformer_run, device="cpu"),
+                   "rnn": Translator.load(trained_run, device="cpu"),
+                   "wide": Translator.load(wide_run, device="cpu")}
+    running = _serve(translators)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def explorer(browser: Any, server: Server) -> Iterator[Explorer]:  # noqa: F811
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    ex = Explorer(page, server).open()
+    yield ex
+    errors = ex.unexpected_errors()
+    context.close()
+    assert not errors, f"the page logged errors: {errors}"
+
+
+def _counter(ex: Explorer, name: str) -> int:
+    return int(ex.page.evaluate(f"Number(document.body.dataset.{name} || 0)"))
+
+
+def _translate_and_wait_for_heads(ex: Explorer, model: str, sentence: str) -> dict[str, Any]:
+    ex.page.select_option("#model", model)
+    before = _counter(ex, "heads")
+    _, data = ex.translate(sentence, beam_size=1, n_best=1)
+    ex.page.wait_for_function(f"Number(document.body.dataset.heads || 0) > {before}")
+    return data
+
+
+def _zoom_weights(ex: Explorer, box: str) -> np.ndarray:
+    cells = ex.page.eval_on_selector_all(f"{box} rect.cell", "rs => rs.map(r => [+r.dataset.row, +r.dataset.col, "
+                                         "+r.dataset.weight])")
+    rows, cols = max(c[0] for c in cells) + 1, max(c[1] for c in cells) + 1
+    out = np.zeros((rows, cols))
+    for j, i, w in cells:
+        out[j, i] = w
+    return out
+
+
+def test_a_click_enlarges_the_head_it_names_with_the_apis_weights(explorer: Explorer, server: Server) -> None:
+    data = _translate_and_wait_for_heads(explorer, "transformer", SENTENCE)
+    best = data["results"][0]["hypotheses"][0]
+    status, heads = server.post("v1/heads", {"model": "transformer", "sources": [SENTENCE], "targets": [best["tokens"]]})
+    assert status == 200
+    cross = np.asarray(heads["results"][0]["cross"])  # (layers, heads, tgt, src)
+    layers, n_heads = cross.shape[:2]
+    assert explorer.page.locator("#heads-grid button.mini").count() == (layers + 1) * (n_heads + 1)
+    for layer, head, expected in ((1, 0, cross[1, 0]), (0, 1, cross[0, 1]), ("mean", "mean", cross.mean((0, 1))),
+                                  (0, "mean", cross[0].mean(0))):
+        explorer.page.click(f'#heads-grid button[data-layer="{layer}"][data-head="{head}"]')
+        assert explorer.page.get_attribute("#head-zoom-map", "data-layer") == str(layer)
+        assert explorer.page.get_attribute("#head-zoom-map", "data-head") == str(head)
+        np.testing.assert_allclose(_zoom_weights(explorer, "#head-zoom-map"), expected, atol=1e-6)
+        picked = explorer.page.locator("#heads-grid button.mini.picked")
+        assert picked.count() == 1 and picked.get_attribute("data-layer") == str(layer)
+    # the layer's mean of the last layer is the attention the main heatmap shows
+    np.testing.assert_allclose(cross[-1].mean(0), np.asarray(best["attention"]), atol=1e-5)
+    # hovering a source token marks its column in every small map
+    explorer.page.hover('#heads-tokens [data-src-index="2"]')
+    lefts = explorer.page.eval_on_selector_all("#heads-grid .mini-mark", "ms => ms.map(m => m.hidden ? null : "
+                                               "m.style.left)")
+    assert lefts == ["6px"] * ((layers + 1) * (n_heads + 1))
+
+
+def test_an_rnn_shows_its_one_attention_and_no_grid(explorer: Explorer) -> None:
+    explorer.page.select_option("#model", "rnn")
+    explorer.translate(SENTENCE, beam_size=1, n_best=1)
+    assert explorer.page.locator("#heads-card").is_hidden()
+    assert explorer.page.locator("#heatmap rect.cell").count() > 0
+
+
+def test_the_grid_stays_usable_at_60_tokens_and_16_heads_by_6_layers(explorer: Explorer) -> None:
+    sentence = "le 3 mars 1998, le 4 mai 2001, le 5 juin 1950, le 6 juil 199"
+    data = _translate_and_wait_for_heads(explorer, "wide", sentence)
+    assert len(data["results"][0]["src_tokens"]) == 60
+    assert explorer.page.locator("#heads-grid button.mini").count() == 7 * 17
+    # the grid scrolls inside its card, the page does not; a click still enlarges one at once
+    assert explorer.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    started = explorer.page.evaluate("performance.now()")
+    explorer.page.click('#heads-grid button[data-layer="5"][data-head="15"]')
+    explorer.page.wait_for_selector("#head-zoom-map rect.cell")
+    assert explorer.page.evaluate("performance.now()") - started < 2000
+    assert explorer.page.get_attribute("#head-zoom-map", "data-head") == "15"
+
+
+def test_attribution_is_shown_beside_the_attention_as_the_api_gives_it(explorer: Explorer, server: Server) -> None:
+    explorer.page.select_option("#model", "rnn")
+    _, data = explorer.translate(SENTENCE, beam_size=1, n_best=1)
+    best = data["results"][0]["hypotheses"][0]
+    explorer.page.click("#attribute")
+    explorer.page.wait_for_function("Number(document.body.dataset.attributions || 0) > 0")
+    status, answer = server.post("v1/attribute", {"model": "rnn", "sentences": [SENTENCE], "targets": [best["tokens"]]})
+    assert status == 200
+    a = answer["attributions"][0]
+    magnitude = np.abs(np.asarray(a["source"]))
+    np.testing.assert_allclose(_zoom_weights(explorer, "#attribution-map"),
+                               magnitude / magnitude.max(axis=1, keepdims=True), atol=1e-6)
+    np.testing.assert_allclose(_zoom_weights(explorer, "#attribution-attention"), np.asarray(best["attention"]),
+                               atol=1e-6)
+    shown = explorer.texts("#attribution .agreement .rho")
+    assert shown == [f"ρ {x:.2f}" for x in a["agreement"]]
+
+
+def test_the_permuted_toggle_decodes_again_with_permuted_attention(explorer: Explorer, server: Server) -> None:
+    explorer.page.select_option("#model", "rnn")
+    _, plain = explorer.translate(SENTENCE, beam_size=1, n_best=1)
+    ((body, permuted),) = explorer.act(lambda: explorer.page.check("#permute"))
+    assert body["intervention"] == "permute"
+    expected = server.translate({"model": "rnn", "sentences": [SENTENCE], "beam_size": 1, "n_best": 1,
+                                 "intervention": "permute"})
+    shown = explorer.texts("#output [data-token-index]")
+    assert shown[: len(expected["results"][0]["hypotheses"][0]["tokens"])] == \
+        expected["results"][0]["hypotheses"][0]["tokens"]
+    assert permuted["results"][0]["hypotheses"][0]["tokens"] == expected["results"][0]["hypotheses"][0]["tokens"]
+    ((body, again),) = explorer.act(lambda: explorer.page.uncheck("#permute"))
+    assert "intervention" not in body
+    assert again["results"][0]["hypotheses"][0]["tokens"] == plain["results"][0]["hypotheses"][0]["tokens"]
+
+
+def test_screenshot_of_the_grid_and_the_attribution(explorer: Explorer, tmp_path: Path) -> None:
+    model_dir = os.environ.get("HEED_SCREENSHOT_MODEL")
+    ex, own = explorer, None
+    if model_dir:
+        own = _serve({"model": Translator.load(model_dir, device="cpu")})
+        ex = Explorer(explorer.page, own).open()
+    try:
+        _take_screenshot(ex, bool(model_dir), tmp_path)
+    finally:
+        if own is not None:
+            own.stop()
+
+
+def _take_screenshot(ex: Explorer, own_model: bool, tmp_path: Path) -> None:
+    model_dir = own_model
+    _translate_and_wait_for_heads(ex, ex.page.eval_on_selector("#model", "s => s.options[0].value")
+                                  if model_dir else "transformer", SENTENCE)
+    ex.page.click('#heads-grid button[data-layer="0"][data-head="1"]')
+    ex.page.click("#attribute")
+    ex.page.wait_for_function("Number(document.body.dataset.attributions || 0) > 0")
+    ex.page.hover('#heads-tokens [data-src-index="3"]')
+    card = tmp_path / "heads.png"
+    ex.page.locator("#heads-card").screenshot(path=str(card))
+    assert card.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get("HEED_SCREENSHOT") == "1":
+        top = ex.page.locator("#heads-card").bounding_box()
+        bottom = ex.page.locator("#attribution-card").bounding_box()
+        clip = {"x": 0, "y": top["y"] - 8, "width": VIEWPORT["width"],
+                "height": bottom["y"] + bottom["height"] - top["y"] + 16}
+        with tempfile.NamedTemporaryFile(dir=REPO / "docs", suffix=".png.tmp", delete=False) as f:
+            ex.page.screenshot(path=f.name, clip=clip, full_page=True)
+        os.chmod(f.name, 0o644)
+        os.replace(f.name, REPO / "docs" / "explorer-inside.png")
