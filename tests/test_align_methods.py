@@ -322,3 +322,23 @@ def test_a_reference_file_is_scored_beside_the_model_and_checked_before_the_work
     assert_user_error(invoke("align", trained_run, *args, "--reference", short, "-o", out), "short.align",
                       "5 alignment lines", "20 sentences")
     assert out.read_text(encoding="utf-8") == "keep me\n"  # refused before anything was written
+
+
+def test_training_logs_the_entropy_of_every_heads_attention(transformer_run, tiny_corpus):
+    """metrics.jsonl's attention_entropy [layer][head] is the mean entropy of each head's attention
+    over the source across the dev targets' tokens: recomputed here from the saved model's maps."""
+    from heed.api import Translator
+
+    records = [json.loads(line) for line in (transformer_run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    dev = [r for r in records if r["kind"] == "dev"]
+    assert dev and all(np.shape(r["attention_entropy"]) == (2, 2) for r in dev)
+    best = [r for r in dev if r["best"]][-1]
+    translator = Translator.load(transformer_run, device="cpu")
+    pairs = [line.split("\t") for line in tiny_corpus["dev"].read_text(encoding="utf-8").splitlines()]
+    maps = translator.attention_layers([s for s, _ in pairs], [t for _, t in pairs])
+    weights = [m.cross.astype(np.float64) for m in maps]  # (layers, heads, T+1, S+1) each
+    entropy = sum((-(w * np.log(np.where(w > 0, w, 1))).sum(-1)).sum(-1) for w in weights)
+    tokens = sum(w.shape[2] for w in weights)
+    np.testing.assert_allclose(best["attention_entropy"], entropy / tokens, rtol=1e-4)
+    longest = max(len(m.src_tokens) + 1 for m in maps)
+    assert 0 < np.min(best["attention_entropy"]) and np.max(best["attention_entropy"]) <= np.log(longest)

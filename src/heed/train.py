@@ -99,7 +99,7 @@ from heed.evaluate import Scores, evaluate
 from heed.files import atomic_write_text, file_digest
 from heed.lock import RunLock
 from heed.nn.build import build_model
-from heed.nn.protocol import TrainableModel
+from heed.nn.protocol import HeadsModel, TrainableModel
 from heed.forced import forced_attention, links_of
 from heed.pipeline import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
 from heed.runtime import (
@@ -255,6 +255,10 @@ class _Log:
             for key, value in entry.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "kind", "time"):
                     self.tensorboard.add_scalar(f"{prefix}/{key}", value, entry["step"])
+            for layer, heads in enumerate(entry.get("attention_entropy") or []):  # [layer][head]
+                for head, value in enumerate(heads):
+                    self.tensorboard.add_scalar(f"{prefix}/attention_entropy/layer{layer}/head{head}", value,
+                                                entry["step"])
 
     def advance(self, step: int, epoch: float) -> None:
         if self.progress is not None:
@@ -918,6 +922,29 @@ class Trainer:
         decoded = translate_ids(self.model, [codec.src_ids(s) for s in sources], cfg, device=self.device)
         return [codec.decode_tgt(d.hypotheses[0].tokens, s)[1] if d.hypotheses else "" for d, s in zip(decoded, sources)]
 
+    def dev_entropy(self) -> list[list[float]] | None:
+        """The mean entropy (nats) of the attention over the source of every decoder layer's every
+        head, over the dev set's target tokens read teacher-forced: [layer][head] (an RNN's one
+        attention is [[h]]); low = peaked, log(source length) = uniform. None without attention."""
+        if not self.model.has_attention or not isinstance(self.model, HeadsModel):
+            return None
+        self.model.eval()
+        total, tokens = None, 0
+        d = self.config.data
+        with torch.inference_mode():
+            for batch in token_batches(self.data.dev, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
+                                       shuffle=False):
+                batch = self._to_device(batch)
+                weights = self.model.attention_heads(batch.src, batch.src_lengths, batch.tgt_in).float()  # (L, H, B, T, S)
+                entropy = -torch.special.xlogy(weights, weights).sum(-1)  # (L, H, B, T)
+                real = (batch.tgt_out != self.model.pad_id).float()  # (B, T)
+                summed = (entropy * real).sum((-1, -2)).double().cpu()
+                total = summed if total is None else total + summed
+                tokens += int(real.sum())
+        if total is None or not tokens:
+            return None
+        return (total / tokens).tolist()
+
     def dev_aer(self) -> float | None:
         """The dev set's alignment error rate against its gold (the generated task's, or
         data.dev.align), read the default way (heed align's: argmax of the reported attention);
@@ -970,10 +997,11 @@ class Trainer:
                 state.bad_evals += 1
             lowered = finite and self.schedule.after_eval(value)
             s = dev.scores
-            aer = self.dev_aer()
+            aer, entropy = self.dev_aer(), self.dev_entropy()
             self.log.record({"kind": "dev", "step": state.step, "epoch": round(epoch, 4), "loss": dev.loss,
                              "ppl": math.exp(min(dev.loss, 50.0)), "bleu": s.bleu, "chrf": s.chrf,
                              "exact_match": s.exact_match, **({} if aer is None else {"aer": aer}),
+                             **({} if entropy is None else {"attention_entropy": entropy}),
                              "lr": self.optimizer.param_groups[0]["lr"], "best": improved})
             self.log.say(f"dev @ step {state.step} (epoch {epoch:.2f}): loss {dev.loss:.4f}  BLEU {s.bleu:.2f}  "
                          f"chrF {s.chrf:.2f}  exact {s.exact_match:.2f}%{'' if aer is None else f'  AER {100 * aer:.1f}%'}"
