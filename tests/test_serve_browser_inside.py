@@ -100,8 +100,9 @@ def test_a_click_enlarges_the_head_it_names_with_the_apis_weights(explorer: Expl
     # hovering a source token marks its column in every small map
     explorer.page.hover('#heads-tokens [data-src-index="2"]')
     lefts = explorer.page.eval_on_selector_all("#heads-grid .mini-mark", "ms => ms.map(m => m.hidden ? null : "
-                                               "m.style.left)")
-    assert lefts == ["6px"] * ((layers + 1) * (n_heads + 1))
+                                               "[m.style.left, m.dataset.cell])")
+    cell = int(lefts[0][1])
+    assert 3 <= cell <= 8 and lefts == [[f"{2 * cell}px", str(cell)]] * ((layers + 1) * (n_heads + 1))
 
 
 def test_an_rnn_shows_its_one_attention_and_no_grid(explorer: Explorer) -> None:
@@ -184,11 +185,11 @@ def _take_screenshot(ex: Explorer, own_model: bool, tmp_path: Path) -> None:
     ex.page.locator("#heads-card").screenshot(path=str(card))
     assert card.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get("HEED_SCREENSHOT") == "1":
-        top = ex.page.locator("#heads-card").bounding_box()
-        bottom = ex.page.locator("#attribution-card").bounding_box()
-        clip = {"x": 0, "y": top["y"] - 8, "width": VIEWPORT["width"],
-                "height": bottom["y"] + bottom["height"] - top["y"] + 16}
-        with tempfile.NamedTemporaryFile(dir=REPO / "docs", suffix=".png.tmp", delete=False) as f:
+        top, bottom = ex.page.evaluate("""[...["heads-card", "attribution-card"]].map(id => {
+            const r = document.getElementById(id).getBoundingClientRect();
+            return [r.top + window.scrollY, r.bottom + window.scrollY]; })""")
+        clip = {"x": 0, "y": top[0] - 8, "width": VIEWPORT["width"], "height": bottom[1] - top[0] + 16}
+        with tempfile.NamedTemporaryFile(dir=REPO / "docs", suffix=".tmp.png", delete=False) as f:
             ex.page.screenshot(path=f.name, clip=clip, full_page=True)
         os.chmod(f.name, 0o644)
         os.replace(f.name, REPO / "docs" / "explorer-inside.png")

@@ -431,7 +431,8 @@
 
   // ------------------------------------------------------------------ every head, attribution
 
-  const HEAD_CELL_PX = 3; // a small map's cell: 60 source tokens make a 180 px map
+  /** A small map's cell in px: 60 source tokens make a 180 px map, a short sentence's cells grow to 8 px. */
+  const headCellPx = (cols) => clamp(Math.floor(160 / cols), 3, 8);
 
   /** Every head of every layer of the shown hypothesis (a Transformer's; an RNN has one attention,
    * which the heatmap above shows). The maps come from v1/heads, once per hypothesis shown. */
@@ -469,9 +470,10 @@
   function drawMiniMap(matrix, title, attrs) {
     const rows = matrix.length;
     const cols = matrix[0].length;
+    const px = headCellPx(cols);
     const canvas = el("canvas", { width: cols, height: rows, class: "mini-map" });
-    canvas.style.width = `${cols * HEAD_CELL_PX}px`;
-    canvas.style.height = `${rows * HEAD_CELL_PX}px`;
+    canvas.style.width = `${cols * px}px`;
+    canvas.style.height = `${rows * px}px`;
     const ctx = canvas.getContext("2d");
     const image = ctx.createImageData(cols, rows);
     matrix.forEach((row, j) => row.forEach((w, i) => {
@@ -479,8 +481,8 @@
       image.data.set([r, g, b, 255], 4 * (j * cols + i));
     }));
     ctx.putImageData(image, 0, 0);
-    const mark = el("div", { class: "mini-mark", hidden: "" });
-    mark.style.width = `${HEAD_CELL_PX}px`;
+    const mark = el("div", { class: "mini-mark", hidden: "", "data-cell": String(px) });
+    mark.style.width = `${px}px`;
     const button = el("button", { type: "button", class: "mini", title, "aria-label": `enlarge ${title}`, ...attrs },
       el("span", { class: "mini-title" }, title), el("span", { class: "mini-frame" }, canvas, mark));
     return button;
@@ -540,7 +542,7 @@
     for (const cell of cells) {
       const mark = cell.querySelector(".mini-mark");
       mark.hidden = i === null;
-      if (i !== null) mark.style.left = `${i * HEAD_CELL_PX}px`;
+      if (i !== null) mark.style.left = `${i * Number(mark.dataset.cell)}px`;
     }
   }
 
