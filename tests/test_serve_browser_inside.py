@@ -15,11 +15,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from test_serve_browser import REPO, VIEWPORT, Explorer, Server, _serve, browser  # noqa: F401  (a fixture)
+import test_serve_browser as browser_tests
+from test_serve_browser import REPO, VIEWPORT, Explorer, Server, _serve
 
 from heed.api import Translator
 
 SENTENCE = "le 3 mars 1998"
+# the browser tests' fixtures; `explorer` runs against this module's `server`
+browser, explorer = browser_tests.browser, browser_tests.explorer
 
 
 @pytest.fixture(scope="module")
@@ -43,18 +46,6 @@ def server(transformer_run: Path, trained_run: Path, wide_run: Path) -> Iterator
     running = _serve(translators)
     yield running
     running.stop()
-
-
-@pytest.fixture
-def explorer(browser: Any, server: Server) -> Iterator[Explorer]:  # noqa: F811
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    ex = Explorer(page, server).open()
-    yield ex
-    errors = ex.unexpected_errors()
-    context.close()
-    assert not errors, f"the page logged errors: {errors}"
 
 
 def _counter(ex: Explorer, name: str) -> int:
