@@ -146,3 +146,15 @@ def test_a_given_translation_is_attributed_as_given(trained_run, tmp_path):
     a = translator.attribute(["3 mars 1998"], ["1998-03-04"], method="grad_x_input")[0]
     assert a.tgt_tokens == list("1998-03-04") and a.prefix_tokens[0] == "<s>"
     assert a.source.shape == (11, len(a.src_tokens) + 1) and a.steps is None
+
+
+def test_pairs_no_sentence_can_hold_are_refused_naming_their_index(trained_run):
+    from heed.errors import HeedError
+
+    translator = _translator(trained_run)
+    with pytest.raises(HeedError, match=r"tgt_texts\[1\]"):
+        translator.attribute(SOURCES, [["1", "9"], "19\x0098"])
+    with pytest.raises(HeedError, match=r"tgt_texts\[1\]"):
+        translator.attention_layers(SOURCES, ["1998-03-03", "19\x0098"])
+    with pytest.raises(HeedError, match=r"src_texts\[1\] is empty: there is nothing to attribute to"):
+        translator.attribute(["3 mars 1998", " "], ["1998-03-03", "1998"])

@@ -586,13 +586,7 @@ class Translator:
                             "every layer and head needs a PyTorch model directory")
         if isinstance(src_texts, str) or isinstance(tgt_texts, str) or len(src_texts) != len(tgt_texts):
             raise HeedError("attention_layers() takes two lists of the same length: sources and their translations")
-        _check_texts(src_texts, "src_texts")
-        src_tokens = [self.codec.src_tokens(t)[: self.max_src_len] for t in src_texts]
-        tgt_tokens = [self.codec.tgt_tokens(t) if isinstance(t, str) else list(t) for t in tgt_texts]
-        for k, tokens in enumerate(tgt_tokens):
-            if not src_tokens[k]:
-                raise HeedError(f"src_texts[{k}] is empty: there is no attention to show")
-        examples = [(self.codec.src_ids(s), self.codec.target_vocab(s).encode(t)) for s, t in zip(src_tokens, tgt_tokens)]
+        src_tokens, tgt_tokens, examples = self.forced_pairs(src_texts, tgt_texts, empty="there is no attention to show")
         selfs = bool({"encoder", "decoder"} & set(parts)) and isinstance(self.model, SelfAttentionModel)
         out: list[HeadMaps | None] = [None] * len(examples)
         with torch.inference_mode(), self._precision():
@@ -654,25 +648,41 @@ class Translator:
             raise HeedError("attribution runs in float32; load the model without bf16")
         _check_texts(src_texts, "src_texts")
         if tgt_texts is None:
-            tgt_tokens = [t.tokens for t in self.translate(src_texts)]
-        else:
-            if len(tgt_texts) != len(src_texts):
-                raise HeedError(f"{len(src_texts)} source sentences but {len(tgt_texts)} translations; "
-                                "give one translation per source")
-            tgt_tokens = [self.codec.tgt_tokens(t) if isinstance(t, str) else list(t) for t in tgt_texts]
-            _check_texts([t for t in tgt_texts if isinstance(t, str)], "tgt_texts")
+            tgt_texts = [t.tokens for t in self.translate(src_texts)]
+        elif len(tgt_texts) != len(src_texts):
+            raise HeedError(f"{len(src_texts)} source sentences but {len(tgt_texts)} translations; "
+                            "give one translation per source")
+        src_tokens, tgt_tokens, examples = self.forced_pairs(src_texts, tgt_texts,
+                                                             empty="there is nothing to attribute to")
         out = []
-        for k, (text, tokens) in enumerate(zip(src_texts, tgt_tokens)):
-            src_tokens = self.codec.src_tokens(text)[: self.max_src_len]
-            if not src_tokens:
-                raise HeedError(f"src_texts[{k}] is empty: there is nothing to attribute to")
-            tgt_ids = self.codec.target_vocab(src_tokens).encode(tokens)
+        for src, tokens, (src_ids, tgt_ids) in zip(src_tokens, tgt_tokens, examples):
             source, prefix, log_probs, delta, attention = attribute_ids(
-                self.model, self.codec.src_ids(src_tokens), tgt_ids, method=method, steps=steps, device=self.device)
-            out.append(Attribution(list(src_tokens), list(tokens), [SPECIALS[BOS], *tokens], method,
+                self.model, src_ids, tgt_ids, method=method, steps=steps, device=self.device)
+            out.append(Attribution(src, tokens, [SPECIALS[BOS], *tokens], method,
                                    steps if method == "integrated_gradients" else None, source, prefix,
                                    attention, log_probs, delta))
         return out
+
+    def forced_pairs(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
+                     empty: str) -> tuple[list[list[str]], list[list[str]], list[tuple[list[int], list[int]]]]:
+        """Sentence pairs ready for a teacher-forced pass: (source tokens as the model reads them,
+        cut to max_src_len; target tokens, from a text tokenized as a reference or given as tokens;
+        their (source ids, target ids)). A HeedError names `src_texts[k]` for an empty source
+        (`empty` says why that matters) and `src_texts[k]` / `tgt_texts[k]` for a text no sentence
+        can hold."""
+        _check_texts(src_texts, "src_texts")
+        for k, target in enumerate(tgt_texts):
+            if isinstance(target, str):
+                problem = text_problem(target)
+                if problem is not None:
+                    raise HeedError(f"tgt_texts[{k}]: {problem}")
+        src_tokens = [self.codec.src_tokens(t)[: self.max_src_len] for t in src_texts]
+        tgt_tokens = [self.codec.tgt_tokens(t) if isinstance(t, str) else list(t) for t in tgt_texts]
+        for k, tokens in enumerate(src_tokens):
+            if not tokens:
+                raise HeedError(f"src_texts[{k}] is empty: {empty}")
+        examples = [(self.codec.src_ids(s), self.codec.target_vocab(s).encode(t)) for s, t in zip(src_tokens, tgt_tokens)]
+        return src_tokens, tgt_tokens, examples
 
     def _check_align_inputs(self, src_texts: Sequence[str], tgt_texts: Sequence[str], batch_size: int) -> None:
         if isinstance(src_texts, str) or isinstance(tgt_texts, str):

@@ -196,15 +196,16 @@ def attribute_ids(model: Any, src_ids: list[int], tgt_ids: list[int], *, method:
     positions = tgt_out.size(1)
     source, prefix = np.zeros((positions, src.size(1))), np.zeros((positions, positions))
     delta = np.zeros(positions) if method == "integrated_gradients" else None
+    baselines = tuple(torch.zeros_like(x) for x in inputs)
+    explainer = attr.IntegratedGradients(log_probs) if method == "integrated_gradients" else attr.InputXGradient(log_probs)
     with torch.enable_grad():
         for j in range(positions):
-            if method == "integrated_gradients":
-                baselines = tuple(torch.zeros_like(x) for x in inputs)
-                (a_src, a_tgt), gap = attr.IntegratedGradients(log_probs).attribute(
-                    inputs, baselines=baselines, target=j, n_steps=steps, return_convergence_delta=True)
-                delta[j] = float(gap.sum())  # type: ignore[index]
+            if delta is not None:
+                (a_src, a_tgt), gap = explainer.attribute(inputs, baselines=baselines, target=j, n_steps=steps,
+                                                          return_convergence_delta=True)
+                delta[j] = float(gap.sum())
             else:
-                a_src, a_tgt = attr.InputXGradient(log_probs).attribute(inputs, target=j)
+                a_src, a_tgt = explainer.attribute(inputs, target=j)
             source[j] = a_src[0].detach().sum(-1).double().cpu().numpy()
             prefix[j] = a_tgt[0].detach().sum(-1).double().cpu().numpy()
     return source, prefix, scores.double().cpu().numpy(), delta, attention

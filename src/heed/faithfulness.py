@@ -78,18 +78,16 @@ def faithfulness(translator: Any, sources: Sequence[str], references: Sequence[s
     if len(sources) != len(references):
         raise HeedError(f"{len(sources)} sources but {len(references)} references; give one reference per source")
     own = translator.translate(sources, decode=decode, batch_size=batch_size)
-    examples = []
-    for text, t in zip(sources, own):
-        src_tokens = translator.codec.src_tokens(text)[: translator.max_src_len]
-        examples.append((translator.codec.src_ids(src_tokens), translator.codec.target_vocab(src_tokens).encode(t.tokens)))
-    todo = [k for k, (s, _) in enumerate(examples) if s]  # an empty source is not decoded: nothing to read
-    base = _read_with(translator, [examples[k] for k in todo], batch_size, None)
-    targets = [np.array([*examples[k][1], translator.model.eos_id]) for k in todo]
+    todo = [k for k, t in enumerate(own) if t.src_tokens]  # an empty source is not decoded: nothing to read
+    _, _, examples = translator.forced_pairs([sources[k] for k in todo], [own[k].tokens for k in todo],
+                                             empty="there is nothing to read")
+    base = _read_with(translator, examples, batch_size, None)
+    targets = [np.array([*tgt_ids, translator.model.eos_id]) for _, tgt_ids in examples]
     report = FaithfulnessReport(len(sources), sum(len(t) for t in targets), seed,
                                 evaluate([t.text for t in own], references).bleu)
     for kind in kinds:
         intervention = Intervention(kind, seed)
-        changed_dists = _read_with(translator, [examples[k] for k in todo], batch_size, intervention)
+        changed_dists = _read_with(translator, examples, batch_size, intervention)
         deltas, tvds = [], []
         for p, q, y in zip(base, changed_dists, targets):
             rows = np.arange(len(y))
