@@ -1199,6 +1199,44 @@ def _(c: Ctx) -> Call:
                 ["manifest.json", "model.hidden_size"], stdin="x\n")
 
 
+# ------------------------------------------------------------------- attribution, faithfulness
+
+
+@case("attribute-empty-source-line")
+def _(c: Ctx) -> Call:
+    out = c.file("attr.json", "earlier\n")
+    return Call(["attribute", c.run, "--src", c.file("src.txt", "3 mars 1998\n \n"), "-o", out],
+                ["src.txt", "line 2 is empty"], keep=[out])
+
+
+@case("attribute-figure-format")
+def _(c: Ctx) -> Call:
+    out = c.file("attr.json", "earlier\n")
+    return Call(["attribute", c.run, "--src", c.corpus["test_src"], "-o", out, "--plot", c.tmp / "attr.bmp"],
+                ["attr.bmp"], keep=[out])
+
+
+@case("attribute-an-export")
+def _(c: Ctx) -> Call:
+    out = c.file("attr.json", "earlier\n")
+    return Call(["attribute", c.exported(), "--src", c.corpus["test_src"], "-o", out],
+                ["attribution needs gradients"], keep=[out])
+
+
+@case("faithfulness-ref-line-count")
+def _(c: Ctx) -> Call:
+    out = c.file("faith.json", "earlier\n")
+    return Call(["faithfulness", c.run, "--src", c.corpus["test_src"], "--ref", c.file("ref.txt", "1998-03-03\n"),
+                 "-o", out], ["ref.txt"], keep=[out])
+
+
+@case("faithfulness-an-export")
+def _(c: Ctx) -> Call:
+    out = c.file("faith.json", "earlier\n")
+    return Call(["faithfulness", c.exported(), "--src", c.corpus["test_src"], "--ref", c.corpus["test_ref"],
+                 "-o", out], ["exported model"], keep=[out])
+
+
 # ---------------------------------------------------------------------------------- NumPy engine
 
 
