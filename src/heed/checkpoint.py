@@ -70,6 +70,7 @@ META_FILE = "heed.json"
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
+RECENT_PREFIX = "step-"  # OUTPUT_DIR/checkpoints/step-NNNNNNN: the model directories train.keep_checkpoints keeps
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
 TRAINER_FILE = "trainer.json"

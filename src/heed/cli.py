@@ -724,9 +724,20 @@ def _print_table(table: "Table") -> None:
 @friendly_errors
 @decode_options
 def attention(
-    model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
-    sentences: List[str] = typer.Argument(..., help="Source sentences to translate and plot."),
+    model: Path = typer.Argument(..., help="Model directory (or a training output directory; with --checkpoints "
+                                 "or --entropy, the training output directory)."),
+    sentences: Optional[List[str]] = typer.Argument(None, help="Source sentences to translate and plot (one with "
+                                                    "--checkpoints, none with --entropy)."),
     output: Path = typer.Option(Path("attention.png"), "--output", "-o", help="Figure file: .png, .svg or .pdf."),
+    checkpoints: bool = typer.Option(False, "--checkpoints", help="Draw how the sentence's attention changed over "
+                                     "training: one heatmap per kept checkpoint of the run (checkpoints/step-*, "
+                                     "train.keep_checkpoints), all reading the same output."),
+    target: Optional[str] = typer.Option(None, "--tgt", help="With --checkpoints: the output every checkpoint "
+                                         "reads (default: the run's model's translation of the sentence)."),
+    most: int = typer.Option(12, "--most", min=1, max=48, help="With --checkpoints: draw at most this many, evenly "
+                             "spaced (the first and the last always)."),
+    entropy: bool = typer.Option(False, "--entropy", help="Draw each head's attention entropy over training from "
+                                 "the run's metrics.jsonl (logged at every dev evaluation)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     *,
     decode: dict[str, Any],
@@ -735,11 +746,32 @@ def attention(
 
     A Transformer's heatmap is the cross-attention of its last decoder layer, averaged over the heads.
     A sentence longer than the model's data.max_src_len tokens is cut to that many (with a warning); a
-    heatmap over more than 200 tokens a side is unreadable and refused."""
-    from heed.api import Translator
-    from heed.viz import MAX_HEATMAP_TOKENS, attention_grid, save_figure
+    heatmap over more than 200 tokens a side is unreadable and refused.
 
-    _check_figure_path(output)
+    Over training: `heed attention RUN --checkpoints "one sentence"` draws its attention at each
+    checkpoint the run kept; `heed attention RUN --entropy` draws each head's entropy curve."""
+    from heed.viz import MAX_HEATMAP_TOKENS, attention_grid, figure_format, save_figure
+
+    sentences = list(sentences or [])
+    figure_format(output)  # a bad suffix fails before the work
+    if checkpoints and entropy:
+        raise HeedError("--checkpoints and --entropy draw different figures; give one of them")
+    if target is not None and not checkpoints:
+        raise HeedError("--tgt is the output the checkpoints read: it goes with --checkpoints")
+    if entropy:
+        if sentences:
+            raise HeedError("--entropy draws the run's logged entropy and translates nothing: leave out the sentences")
+        _draw_entropy(model, output)
+        return
+    if checkpoints:
+        if len(sentences) != 1:
+            raise HeedError(f"--checkpoints draws one sentence over training; got {len(sentences)}")
+        _draw_history(model, sentences[0], target, most=most, output=output, device=device)
+        return
+    if not sentences:
+        raise HeedError("give one or more source sentences to translate and draw")
+    from heed.api import Translator
+
     translator = Translator.load(model, device=device)
     cfg = resolve_decode(translator, decode)
     for number, sentence in enumerate(sentences, start=1):  # before translating: the source bounds the cost
@@ -765,6 +797,42 @@ def attention(
     path = save_figure(attention_grid(items, titles=[s for s, t in zip(sentences, translations)
                                                      if t.attention is not None and t.src_tokens]), output)
     typer.echo(f"attention heatmap: {path}")
+
+
+def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int, output: Path, device: str) -> None:
+    """heed attention RUN --checkpoints: one heatmap per kept checkpoint, in step order."""
+    from heed.api import EOS_TOKEN
+    from heed.history import attention_over_training
+    from heed.viz import MAX_HEATMAP_TOKENS, attention_grid, save_figure
+
+    if not sentence.strip():
+        raise HeedError("the sentence is empty: give a source sentence to follow over training")
+    history = attention_over_training(run, sentence, target, most=most, device=device)
+    if max(len(history.src_tokens), len(history.tgt_tokens)) + 1 > MAX_HEATMAP_TOKENS:
+        raise HeedError(f"the pair is longer than {MAX_HEATMAP_TOKENS} tokens a side: a heatmap of it is unreadable; "
+                        "give a shorter sentence")
+    src, tgt = [*history.src_tokens, EOS_TOKEN], [*history.tgt_tokens, EOS_TOKEN]
+    items = [(src, tgt, s.weights) for s in history.snapshots]
+    titles = [s.title() for s in history.snapshots]
+    path = save_figure(attention_grid(items, titles=titles, cols=min(4, len(items))), output)
+    shown = len(history.snapshots)
+    some = f"{shown} of {history.kept}" if shown < history.kept else str(shown)
+    spaced = "evenly spaced, " if shown < history.kept else ""
+    typer.echo(f"{sentence}\t{' '.join(history.tgt_tokens)}")
+    typer.echo(f"attention at {some} checkpoints ({spaced}steps {history.snapshots[0].step:,} to "
+               f"{history.snapshots[-1].step:,}): {path}")
+
+
+def _draw_entropy(run: Path, output: Path) -> None:
+    """heed attention RUN --entropy: every head's entropy curve from the run's metrics.jsonl."""
+    from heed.history import entropy_history
+    from heed.viz import entropy_curves, save_figure
+
+    steps, values = entropy_history(run)
+    path = save_figure(entropy_curves(steps, values), output)
+    last = values[-1]
+    typer.echo(f"attention entropy at {len(steps)} evaluations (steps {steps[0]:,} to {steps[-1]:,}); at the last, "
+               f"{last.min():.2f} to {last.max():.2f} nats over {last.size} head(s): {path}")
 
 
 def _preview(sentence: str, chars: int = 40) -> str:

@@ -64,6 +64,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from heed.checkpoint import (
     METRICS_FILE,
+    RECENT_PREFIX,
     WEIGHTS_FILE,
     Checkpoint,
     TrainerState,
@@ -113,7 +114,6 @@ from heed.runtime import (
 from heed.search import DecodeConfig, translate_ids
 
 HIGHER_IS_BETTER = {"bleu": True, "exact_match": True, "loss": False}
-RECENT_PREFIX = "step-"  # checkpoints/step-NNNNNNN: train.keep_checkpoints
 # Fields a resumed run may change; any other difference from the checkpoint's config is an error.
 RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.max_minutes", "train.log_every", "train.device",
                      "train.threads", "train.backend", "train.compile", "train.keep_checkpoints",

@@ -529,6 +529,50 @@ def aer_grid(grids: dict[str, np.ndarray], *, diagonal: float | None = None, tit
     return fig
 
 
+def entropy_curves(steps: Sequence[int], entropy: np.ndarray, *, title: str = "attention entropy") -> Figure:
+    """How peaked each head's attention was over training: one panel per decoder layer, one line
+    per head (in nats: 0 = one source token gets all the weight; log n = uniform over n).
+
+    `steps`: the evaluations' training steps; `entropy`: (evaluations, layers, heads), as
+    heed.history.entropy_history reads it off metrics.jsonl. An RNN's one attention is one panel
+    with one line. Heads past eight share the colours again (the legend names each)."""
+    entropy = np.asarray(entropy, dtype=np.float64)
+    if entropy.ndim != 3 or entropy.shape[0] != len(steps) or entropy.shape[0] == 0:
+        raise ValueError(f"entropy must be (evaluations, layers, heads) with one evaluation per step, "
+                         f"got {entropy.shape} for {len(steps)} steps")
+    _, layers, heads = entropy.shape
+    family = _font_family()
+    cols = min(layers, 3)
+    rows = math.ceil(layers / cols)
+    fig = _new_figure(4.2 * cols + 0.4, 3.0 * rows + 0.4)
+    axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
+    top = float(np.nanmax(entropy)) * 1.05 or 1.0
+    for layer in range(rows * cols):
+        ax = axes[layer // cols, layer % cols]
+        if layer >= layers:
+            ax.set_visible(False)
+            continue
+        for head in range(heads):
+            ax.plot(steps, entropy[:, layer, head], linewidth=1.4, marker="." if len(steps) < 30 else None,
+                    label=f"head {head}")
+        if heads > 1:
+            ax.plot(steps, entropy[:, layer, :].mean(axis=1), linewidth=2.4, color="black", label="mean")
+        ax.set_ylim(0, top)
+        ax.set_title(f"decoder layer {layer}" if layers > 1 or heads > 1 else title, fontsize=10, fontfamily=family)
+        ax.set_xlabel("training step", fontfamily=family, fontsize=9)
+        if layer % cols == 0:
+            ax.set_ylabel("entropy (nats)", fontfamily=family, fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+        ax.spines[["top", "right"]].set_visible(False)
+    if heads > 1:
+        axes[0, 0].legend(prop=font_manager.FontProperties(family=family, size=7), frameon=False,
+                          ncol=2 if heads > 4 else 1)
+    if layers > 1 or heads > 1:
+        fig.suptitle(title, fontfamily=family, fontsize=11)
+    return fig
+
+
 # ---------------------------------------------------------------- saving
 
 

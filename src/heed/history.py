@@ -1,0 +1,165 @@
+"""How a training run's attention changed: its kept checkpoints reading one sentence pair, and the
+attention entropy its log recorded at each evaluation.
+
+A run keeps one model directory per evaluation when trained with `train.keep_checkpoints: N`
+(OUTPUT_DIR/checkpoints/step-NNNNNNN, the N newest). `attention_over_training` reads the same
+sentence pair with each of them (teacher forcing, so every snapshot has the same rows and columns),
+by default the pair of the source and the run's final model's translation of it. `entropy_history`
+reads `attention_entropy` ([layer][head] mean entropy in nats over the dev set) off metrics.jsonl.
+`heed attention RUN --checkpoints` and `heed attention RUN --entropy` draw them.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from heed.checkpoint import METRICS_FILE, RECENT_PREFIX
+from heed.errors import HeedError
+
+KEEP_HINT = "train with train.keep_checkpoints: N (e.g. 20) to keep one model directory per evaluation"
+
+
+@dataclass
+class Snapshot:
+    """One checkpoint's attention over the pair.
+
+    step:    the training step the checkpoint was written at
+    path:    its model directory
+    dev:     the run's dev line for that step (metrics.jsonl: bleu, loss, ...), or None
+    weights: float32 (len(tgt_tokens) + 1, len(src_tokens) + 1): the attention of the model's
+             alignment layer (an RNN's one; a Transformer's last decoder layer), mean over its heads;
+             rows the output tokens then </s>, columns the source tokens then </s>
+    """
+
+    step: int
+    path: Path
+    dev: dict[str, Any] | None
+    weights: np.ndarray
+
+    def title(self) -> str:
+        """"step 1,500 · dev BLEU 12.3" (the dev part when the log has that step)."""
+        score = "" if self.dev is None or "bleu" not in self.dev else f" · dev BLEU {self.dev['bleu']:.1f}"
+        return f"step {self.step:,}{score}"
+
+
+@dataclass
+class AttentionHistory:
+    """The snapshots (by step) of one pair: src_tokens and tgt_tokens without </s>."""
+
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    snapshots: list[Snapshot]
+    kept: int  # how many checkpoints the run has (snapshots may be an evenly spaced subset)
+
+
+def run_dir(path: str | os.PathLike[str]) -> Path:
+    """The training output directory `path` names: itself, or the run that holds it when `path` is
+    its checkpoints/ or model/ folder."""
+    path = Path(path)
+    if not path.is_dir():
+        raise HeedError(f"{path}: no such training output directory; give the directory `heed train` wrote "
+                        "(it holds checkpoints/ and metrics.jsonl)")
+    if path.name in ("checkpoints", "model") and (path.parent / "checkpoints").is_dir():
+        return path.parent
+    return path
+
+
+def kept_checkpoints(run: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """(step, model directory) of every checkpoints/step-NNNNNNN of the run, by step."""
+    root = run_dir(run)
+    found = []
+    for p in (root / "checkpoints").glob(f"{RECENT_PREFIX}[0-9]*"):
+        digits = p.name[len(RECENT_PREFIX):]
+        if p.is_dir() and digits.isdigit():  # not a step-NNNNNNN.old or a temporary copy
+            found.append((int(digits), p))
+    if not found:
+        raise HeedError(f"{root}: no checkpoints/{RECENT_PREFIX}NNNNNNN model directories to compare; {KEEP_HINT}")
+    return sorted(found)
+
+
+def evenly(items: list[Any], most: int) -> list[Any]:
+    """At most `most` of `items`, evenly spaced, the first and the last always kept."""
+    if most < 1:
+        raise ValueError(f"most must be at least 1, got {most}")
+    if len(items) <= most:
+        return list(items)
+    if most == 1:
+        return [items[-1]]
+    picks = sorted({round(k * (len(items) - 1) / (most - 1)) for k in range(most)})
+    return [items[k] for k in picks]
+
+
+def dev_lines(run: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """The run's dev evaluations by step ({} without a metrics.jsonl). A line that is not JSON (a
+    run killed mid-write) is skipped: the figure's titles are a convenience, not a check."""
+    path = run_dir(run) / METRICS_FILE
+    if not path.is_file():
+        return {}
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("kind") == "dev" and isinstance(entry.get("step"), int):
+                out[entry["step"]] = entry
+    return out
+
+
+def attention_over_training(run: str | os.PathLike[str], src_text: str, tgt_text: str | None = None, *,
+                            most: int = 12, device: str = "auto") -> AttentionHistory:
+    """One pair's attention at each kept checkpoint of `run` (at most `most`, evenly spaced, the
+    first and the last among them). `tgt_text`: the output every checkpoint reads (teacher
+    forcing); None: the translation of `src_text` by the run's model/ (its best model), or by the
+    newest checkpoint when the run has no model/ yet. The checkpoints must share the run's
+    tokenizers and vocabularies (a HeedError names the first that does not)."""
+    from heed.api import Translator
+    from heed.forced import attention_shape
+
+    checkpoints = kept_checkpoints(run)
+    chosen = evenly(checkpoints, most)
+    root = run_dir(run)
+    final = Translator.load(root / "model" if (root / "model").is_dir() else checkpoints[-1][1], device=device)
+    if not final.model.has_attention:
+        raise HeedError(f"{root}: the model has no attention (model.decoder: none), so there is nothing to draw")
+    tokens: list[str] | str = final.translate([src_text])[0].tokens if tgt_text is None else tgt_text
+    dev = dev_lines(root)
+    snapshots = []
+    src_tokens: list[str] = []
+    tgt_tokens: list[str] = []
+    for step, path in chosen:
+        translator = Translator.load(path, device=device)
+        difference = final.codec.difference(translator.codec)
+        if difference is not None:
+            raise HeedError(f"{path}: {difference} differs from the run's model's; the checkpoints of one run "
+                            "share them (was this directory copied in from another run?)")
+        maps = translator.attention_layers([src_text], [tokens])[0]
+        layer = attention_shape(translator.model)[2]
+        src_tokens, tgt_tokens = maps.src_tokens, maps.tgt_tokens
+        snapshots.append(Snapshot(step, path, dev.get(step), maps.cross[layer].mean(axis=0)))
+    return AttentionHistory(src_tokens, tgt_tokens, snapshots, len(checkpoints))
+
+
+def entropy_history(run: str | os.PathLike[str]) -> tuple[list[int], np.ndarray]:
+    """(steps, entropy (evaluations, layers, heads)) of the run's logged attention entropy, in nats."""
+    dev = dev_lines(run)
+    root = run_dir(run)
+    if not dev:
+        raise HeedError(f"{root / METRICS_FILE}: no dev evaluations logged; the attention entropy is measured on "
+                        "the dev set at each evaluation (give data.dev, or let data.split hold some out)")
+    rows = [(step, entry["attention_entropy"]) for step, entry in sorted(dev.items())
+            if isinstance(entry.get("attention_entropy"), list) and entry["attention_entropy"]]
+    if not rows:
+        raise HeedError(f"{root / METRICS_FILE}: no attention entropy logged (a model with attention logs it at "
+                        "every dev evaluation; this one has none, or was trained with an older heed)")
+    shapes = {np.shape(entropy) for _, entropy in rows}
+    if len(shapes) != 1:
+        raise HeedError(f"{root / METRICS_FILE}: the attention entropy changes shape between evaluations "
+                        f"({sorted(shapes)}); one run logs one model's heads")
+    return [step for step, _ in rows], np.asarray([entropy for _, entropy in rows], dtype=np.float64)
