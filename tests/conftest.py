@@ -83,6 +83,22 @@ def write_lines() -> Callable[[Path, list[str]], Path]:
 
 
 @pytest.fixture(scope="session")
+def gold_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny models' own task (English and French dates) with gold by construction: test.src,
+    test.tgt and test.align (Pharaoh, target positions in characters)."""
+    from heed.align import gold_pharaoh
+    from heed.data.dates import generate_dates_aligned
+
+    directory = tmp_path_factory.mktemp("gold")
+    splits, golds = generate_dates_aligned(n_train=200, n_dev=20, n_test=20, seed=7, languages=("en", "fr"),
+                                           verbose_forms=False)
+    (directory / "test.src").write_text("".join(p.src + "\n" for p in splits.test), encoding="utf-8")
+    (directory / "test.tgt").write_text("".join(p.tgt + "\n" for p in splits.test), encoding="utf-8")
+    (directory / "test.align").write_text("".join(gold_pharaoh(*g) + "\n" for g in golds.test), encoding="utf-8")
+    return directory
+
+
+@pytest.fixture(scope="session")
 def trained_run(make_config: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A training output directory (model/, checkpoints/, metrics.jsonl) of a tiny model.
     Shared: copy it before changing anything inside."""

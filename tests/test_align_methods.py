@@ -179,18 +179,6 @@ def test_heed_data_task_writes_the_splits_and_their_gold(tmp_path):
 # ------------------------------------------------------------------------------ on trained models
 
 
-@pytest.fixture(scope="module")
-def gold_files(tmp_path_factory):
-    """The tiny models' own task (English and French dates) with gold by construction."""
-    directory = tmp_path_factory.mktemp("gold")
-    splits, golds = generate_dates_aligned(n_train=200, n_dev=20, n_test=20, seed=7, languages=("en", "fr"),
-                                           verbose_forms=False)
-    (directory / "test.src").write_text("".join(p.src + "\n" for p in splits.test), encoding="utf-8")
-    (directory / "test.tgt").write_text("".join(p.tgt + "\n" for p in splits.test), encoding="utf-8")
-    (directory / "test.align").write_text("".join(gold_pharaoh(*g) + "\n" for g in golds.test), encoding="utf-8")
-    return directory
-
-
 def test_align_in_characters_scores_against_the_gold_beside_the_diagonal(trained_run, gold_files):
     args = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars",
             "--gold", gold_files / "test.align"]

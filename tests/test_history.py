@@ -112,7 +112,7 @@ def test_a_checkpoint_from_another_run_is_named(history_run: Path, word_run: Pat
 
 def test_cli_draws_the_checkpoints_and_the_entropy(history_run: Path, tmp_path: Path, heed_cli: Any) -> None:
     figure = tmp_path / "over.png"
-    result = heed_cli("attention", history_run, SENTENCE, "--checkpoints", "--most", "4", "-o", figure)
+    result = heed_cli("attention", history_run, SENTENCE, "--checkpoints", "--most", "4", "--beam", "2", "-o", figure)
     assert result.exit_code == 0, result.output
     kept = len(kept_checkpoints(history_run))
     assert f"attention at 4 of {kept} checkpoints (evenly spaced, steps" in result.stdout

@@ -45,6 +45,7 @@ from heed.align import (
     word_attention,
 )
 from heed.align_methods import AlignOptions, Units, check_selection, unit_count
+from heed.attention_gap import AttentionGap, attention_gap
 from heed.checkpoint import load_model_dir
 from heed.config import Config, decode_length_problem
 from heed.data.batching import collate
@@ -571,6 +572,36 @@ class Translator:
                          device=self.device, batch_size=batch_size, context=self._precision)
         except ValueError as e:
             raise HeedError(str(e)) from None
+
+    def attention_gap(self, other: "Translator", src_texts: Sequence[str], tgt_texts: Sequence[str], *,
+                      batch_size: int = 64) -> AttentionGap:
+        """How far `other`'s attention is from this translator's when both read `tgt_texts[k]` as
+        their output for `src_texts[k]` (heed.attention_gap): e.g. an int8 export's beside the
+        float32 model it was exported from. Each side's reported attention (a Transformer's last
+        decoder layer, heads averaged); the two must share tokenizers and vocabularies."""
+        self._check_align_inputs(src_texts, tgt_texts, batch_size)
+        if not other.model.has_attention:
+            raise HeedError("the other model has no attention to compare; use a model with attention")
+        difference = self.codec.difference(other.codec)
+        if difference is not None:
+            raise HeedError(f"the two models' {difference} differ; their attention can only be compared cell by cell "
+                            "over the same tokens (an export of the same model, another checkpoint of its run)")
+        try:
+            return attention_gap(self._forced_matrices(src_texts, tgt_texts, batch_size),
+                                 other._forced_matrices(src_texts, tgt_texts, batch_size))
+        except ValueError as e:
+            raise HeedError(str(e)) from None
+
+    def _forced_matrices(self, src_texts: Sequence[str], tgt_texts: Sequence[str],
+                         batch_size: int) -> list[np.ndarray | None]:
+        """Each pair's reported attention (tgt_len + 1, src_len) under teacher forcing, None for an
+        empty side."""
+        out: list[np.ndarray | None] = [None] * len(src_texts)
+        for k, pair in forced_attention(self.model, self.codec, src_texts, tgt_texts, device=self.device,
+                                        batch_size=batch_size, heads=False, context=self._precision):
+            if pair is not None:
+                out[k] = pair.attention[0, 0]
+        return out
 
     def attention_layers(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
                          parts: Sequence[str] = ("cross",), batch_size: int = 64) -> list[HeadMaps]:

@@ -766,7 +766,7 @@ def attention(
     if checkpoints:
         if len(sentences) != 1:
             raise HeedError(f"--checkpoints draws one sentence over training; got {len(sentences)}")
-        _draw_history(model, sentences[0], target, most=most, output=output, device=device)
+        _draw_history(model, sentences[0], target, most=most, output=output, device=device, decode=decode)
         return
     if not sentences:
         raise HeedError("give one or more source sentences to translate and draw")
@@ -799,15 +799,17 @@ def attention(
     typer.echo(f"attention heatmap: {path}")
 
 
-def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int, output: Path, device: str) -> None:
+def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int, output: Path, device: str,
+                  decode: dict[str, Any]) -> None:
     """heed attention RUN --checkpoints: one heatmap per kept checkpoint, in step order."""
-    from heed.api import EOS_TOKEN
-    from heed.history import attention_over_training
+    from heed.api import EOS_TOKEN, Translator
+    from heed.history import attention_over_training, final_model
     from heed.viz import MAX_HEATMAP_TOKENS, attention_grid, save_figure
 
     if not sentence.strip():
         raise HeedError("the sentence is empty: give a source sentence to follow over training")
-    history = attention_over_training(run, sentence, target, most=most, device=device)
+    cfg = None if target is not None else resolve_decode(Translator.load(final_model(run), device=device), decode)
+    history = attention_over_training(run, sentence, target, most=most, decode=cfg, device=device)
     if max(len(history.src_tokens), len(history.tgt_tokens)) + 1 > MAX_HEATMAP_TOKENS:
         raise HeedError(f"the pair is longer than {MAX_HEATMAP_TOKENS} tokens a side: a heatmap of it is unreadable; "
                         "give a shorter sentence")
@@ -885,6 +887,9 @@ def align(
                                              "grow-diag-final-and (Koehn et al. 2005)."),
     reference: Optional[Path] = typer.Option(None, "--reference", help="With --gold: another aligner's Pharaoh file "
                                              "(e.g. fast_align's), scored beside the model."),
+    beside: Optional[Path] = typer.Option(None, "--beside", help="Another model on the same vocabularies (e.g. the "
+                                          "int8 export of this one): its attention read on the same pairs, the mean "
+                                          "|difference| per cell and the links that differ (and its AER with --gold)."),
     sweep_all: bool = typer.Option(False, "--sweep", help="With --gold: the AER of every method x layer x head (and "
                                    "their means) as a table and a heatmap (--plot), instead of writing alignments."),
     plot: Path = typer.Option(Path("aer_sweep.png"), "--plot", help="With --sweep: the heatmap's file (.png, .svg, .pdf)."),
@@ -901,7 +906,9 @@ def align(
     cross-attention of its last decoder layer, averaged over the heads; --layer, --head and --method
     choose another reading, and --sweep --gold scores them all. With --gold the alignment error rate
     goes to stdout, or to stderr when the alignments do, beside the diagonal baseline (target word j
-    -> source word round(j*|src|/|tgt|)), which a useful reading must beat."""
+    -> source word round(j*|src|/|tgt|)), which a useful reading must beat. --beside OTHER reads the
+    same pairs with another model (the int8 export of this one, say) and says how far its attention
+    and links are from this model's."""
     from heed.align_methods import AlignOptions, parse_index, unit_count
 
     try:
@@ -915,6 +922,8 @@ def align(
         raise HeedError("--sweep prints AER and writes no alignments: leave out --reverse and --output")
     if reverse is not None and options.tgt_units != "words":
         raise HeedError("--reverse aligns whitespace words both ways: it needs --tgt-units words")
+    if beside is not None and (sweep_all or reverse is not None):
+        raise HeedError(f"--beside compares one reading of two models: leave out {'--sweep' if sweep_all else '--reverse'}")
     if sweep_all:
         from heed.viz import figure_format
 
@@ -934,6 +943,7 @@ def align(
         if reference is not None:  # another aligner's links: every link counts, sure or not
             theirs = read_gold_for(reference, units, units=options.tgt_units, sides=f"{src} and {tgt}", hint=hint)[1]
     translator = Translator.load(model, device=device)
+    other = Translator.load(beside, device=device) if beside is not None else None
     if sweep_all:
         assert golden is not None
         _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
@@ -957,9 +967,16 @@ def align(
     else:
         with atomic_open(output) as sink:
             sink.writelines(lines)
+    others = [] if theirs is None else [(str(reference), theirs)]
+    if other is not None:
+        besides = [set(a.links) for a in other.align(src_texts, tgt_texts, options=options, batch_size=batch_size)]
+        others.append((f"{beside} (--beside)", besides))
+        gap = translator.attention_gap(other, src_texts, tgt_texts, batch_size=batch_size)
+        changed = sum(len(a ^ b) for a, b in zip(links, besides))
+        typer.echo(f"beside {beside}: {gap.summary()}; {changed:,} links of {sum(map(len, links)):,} differ "
+                   f"(either side)", err=output is None)
     if golden is not None:
-        _print_aer(links, golden, units, what, (reference, theirs) if reference is not None else None,
-                   err=output is None)
+        _print_aer(links, golden, units, what, others, err=output is None)
 
 
 class AttributeMethod(str, enum.Enum):
@@ -1095,9 +1112,9 @@ def _pharaoh_line(links: set[tuple[int, int]]) -> str:
 
 
 def _print_aer(links: list[set], golden: tuple[list[set], list[set]], units: list[tuple[int, int]], what: str,
-               reference: tuple[Path, list[set]] | None, *, err: bool) -> None:
-    """The model's AER, the diagonal's and the reference file's (its path and links), and a warning
-    when the model does not beat the diagonal."""
+               others: Sequence[tuple[str, list[set]]], *, err: bool) -> None:
+    """The model's AER, the diagonal's and the others' (a reference file's, a --beside model's:
+    (what, links)), and a warning when the model does not beat the diagonal."""
     from heed.align import alignment_error_rate
     from heed.align_methods import diagonal_alignment
 
@@ -1109,9 +1126,8 @@ def _print_aer(links: list[set], golden: tuple[list[set], list[set]], units: lis
                err=err)
     typer.echo(f"AER = {diagonal:.4f}   the diagonal baseline (target unit j -> source word round(j*|src|/|tgt|))",
                err=err)
-    if reference is not None:
-        path, theirs = reference
-        typer.echo(f"AER = {alignment_error_rate(theirs, sure, possible):.4f}   {path}", err=err)
+    for name, theirs in others:
+        typer.echo(f"AER = {alignment_error_rate(theirs, sure, possible):.4f}   {name}", err=err)
     if aer >= diagonal:
         typer.echo("warning: this reading of the attention does not beat the diagonal baseline; try --method shift, "
                    "another --layer/--head, or --sweep to score them all", err=True)

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from heed.checkpoint import METRICS_FILE, RECENT_PREFIX
 from heed.errors import HeedError
+
+if TYPE_CHECKING:
+    from heed.decode_config import DecodeConfig
 
 KEEP_HINT = "train with train.keep_checkpoints: N (e.g. 20) to keep one model directory per evaluation"
 
@@ -55,6 +59,13 @@ class AttentionHistory:
     tgt_tokens: list[str]
     snapshots: list[Snapshot]
     kept: int  # how many checkpoints the run has (snapshots may be an evenly spaced subset)
+
+
+def final_model(run: str | os.PathLike[str]) -> Path:
+    """The model that gives the output the checkpoints read: the run's model/ (its best), else its
+    newest kept checkpoint (a run still before its first best)."""
+    root = run_dir(run)
+    return root / "model" if (root / "model").is_dir() else kept_checkpoints(root)[-1][1]
 
 
 def run_dir(path: str | os.PathLike[str]) -> Path:
@@ -112,23 +123,25 @@ def dev_lines(run: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def attention_over_training(run: str | os.PathLike[str], src_text: str, tgt_text: str | None = None, *,
-                            most: int = 12, device: str = "auto") -> AttentionHistory:
+def attention_over_training(run: str | os.PathLike[str], src_text: str,
+                            tgt_text: str | Sequence[str] | None = None, *, most: int = 12,
+                            decode: DecodeConfig | None = None, device: str = "auto") -> AttentionHistory:
     """One pair's attention at each kept checkpoint of `run` (at most `most`, evenly spaced, the
     first and the last among them). `tgt_text`: the output every checkpoint reads (teacher
-    forcing); None: the translation of `src_text` by the run's model/ (its best model), or by the
-    newest checkpoint when the run has no model/ yet. The checkpoints must share the run's
-    tokenizers and vocabularies (a HeedError names the first that does not)."""
+    forcing), a text or its tokens; None: the translation of `src_text` (with `decode`, default
+    the model's own decode config) by the run's model/ (its best model), or by the newest
+    checkpoint when the run has no model/ yet. The checkpoints must share the run's tokenizers and
+    vocabularies (a HeedError names the first that does not)."""
     from heed.api import Translator
     from heed.forced import attention_shape
 
     checkpoints = kept_checkpoints(run)
     chosen = evenly(checkpoints, most)
     root = run_dir(run)
-    final = Translator.load(root / "model" if (root / "model").is_dir() else checkpoints[-1][1], device=device)
+    final = Translator.load(final_model(root), device=device)
     if not final.model.has_attention:
         raise HeedError(f"{root}: the model has no attention (model.decoder: none), so there is nothing to draw")
-    tokens: list[str] | str = final.translate([src_text])[0].tokens if tgt_text is None else tgt_text
+    tokens = final.translate([src_text], decode=decode)[0].tokens if tgt_text is None else tgt_text
     dev = dev_lines(root)
     snapshots = []
     src_tokens: list[str] = []
