@@ -151,6 +151,47 @@ def test_the_permuted_toggle_decodes_again_with_permuted_attention(explorer: Exp
     assert again["results"][0]["hypotheses"][0]["tokens"] == plain["results"][0]["hypotheses"][0]["tokens"]
 
 
+@pytest.mark.parametrize("second", ["int8", "transformer"])
+def test_side_by_side_shows_the_attention_gap_on_the_first_models_output(
+        explorer: Explorer, trained_run: Path, transformer_run: Path, tmp_path: Path, second: str) -> None:
+    """The float32 RNN beside its int8 export (the same output, most likely) and beside the
+    Transformer (another output: the page reads the RNN's with it, forced)."""
+    if second == "int8":
+        pytest.importorskip("onnxruntime")
+        from heed.export.onnx import export_model
+
+        other = Translator.load(export_model(trained_run, tmp_path / "int8", int8=True))
+    else:
+        other = Translator.load(transformer_run, device="cpu")
+    own_server = _serve({"float32": Translator.load(trained_run, device="cpu"), second: other})
+    try:
+        ex = Explorer(explorer.page, own_server).open()
+        request = {"sentences": [SENTENCE], "beam_size": 1, "n_best": 1}
+        base = own_server.translate({"model": "float32", **request})["results"][0]["hypotheses"][0]
+        own = own_server.translate({"model": second, **request})["results"][0]["hypotheses"][0]
+        forced = own["tokens"] != base["tokens"]
+        if forced:
+            own = own_server.translate({"model": second, **request, "prefix": [base["tokens"]]})
+            own = own["results"][0]["hypotheses"][0]
+        rows = len(base["tokens"]) + 1
+        theirs = np.asarray(own["attention"])[:rows]
+        diff = np.abs(np.asarray(base["attention"]) - theirs)
+        ex.translate(SENTENCE, beam_size=1, n_best=1)
+        ex.act(lambda: ex.page.check("#compare-toggle"), requests=3 if forced else 2)
+        gap = f'#compare-view .model-panel[data-model="{second}"] .gap'
+        assert ex.page.get_attribute(gap, "data-against") == "float32"
+        assert ex.page.get_attribute(gap, "data-forced") == str(forced).lower()
+        assert float(ex.page.get_attribute(gap, "data-mean")) == pytest.approx(diff.mean(), abs=1e-6)
+        assert float(ex.page.get_attribute(gap, "data-max")) == pytest.approx(diff.max(), abs=1e-6)
+        moved = int((np.asarray(base["attention"]).argmax(1) != theirs.argmax(1)).sum())
+        assert ex.page.get_attribute(gap, "data-moved") == str(moved)
+        np.testing.assert_allclose(_zoom_weights(ex, f"{gap} .gap-map"), diff, atol=1e-6)
+        assert ex.page.locator('#compare-view .model-panel[data-model="float32"] .gap').count() == 0
+        assert not ex.unexpected_errors(), ex.errors
+    finally:
+        own_server.stop()
+
+
 def test_screenshot_of_the_grid_and_the_attribution(explorer: Explorer, tmp_path: Path) -> None:
     model_dir = os.environ.get("HEED_SCREENSHOT_MODEL")
     ex, own = explorer, None

@@ -1189,6 +1189,10 @@
       api("v1/translate", translateBody(model, sentence, options, null))
         .then((response) => ({ model, response }), (error) => ({ model, error }))));
     if (seq !== state.seq) return;
+    // Beside the first model, each other model's attention on the first's output (an int8 export's
+    // beside its float32 model's): asked again with that output forced where its own differs.
+    await Promise.all(settled.slice(1).map((entry) => attentionGap(settled[0], entry, sentence, options)));
+    if (seq !== state.seq) return;
     setBusy(false, "");
     state.compare = settled;
     state.single = null;
@@ -1226,11 +1230,72 @@
         renderHeatmap(heat, result.src_tokens, best, { forced: 0, clickable: false, activeRow: null });
       }
       else heat.append(noAttentionNote(model));
+      if (response.gap) renderGap(panel, response.gap, result.src_tokens);
       const list = el("ol", { class: "nbest nbest-list" });
       renderNbest(list, result, 0, null);
       panel.append(el("h3", {}, "N-best"), list);
     });
     markRendered();
+  }
+
+  const sameTokens = (a, b) => a.length === b.length && a.every((t, k) => t === b[k]);
+
+  /**
+   * entry.response.gap: how far entry's attention is from first's on first's output: |Δ| per cell
+   * (rows first's output tokens + </s>, columns the source + </s>), its mean and max, and the rows
+   * whose most-attended source token moved. A model whose own output differs reads first's output
+   * as a forced prefix (one more request): the rows up to first's </s> row then see the same inputs.
+   */
+  async function attentionGap(first, entry, sentence, options) {
+    if (!first.response || !entry.response) return;
+    const base = first.response.results[0].hypotheses[0];
+    const own = entry.response.results[0].hypotheses[0];
+    if (!base.attention || !own.attention) return;
+    const gap = { against: first.model, forced: false };
+    entry.response.gap = gap;
+    if (!sameTokens(first.response.results[0].src_tokens, entry.response.results[0].src_tokens)) {
+      gap.note = `${entry.model} splits the source into other tokens than ${first.model}: no cell-by-cell comparison`;
+      return;
+    }
+    let weights = own.attention;
+    if (!sameTokens(base.tokens, own.tokens)) {
+      try {
+        const again = await api("v1/translate", translateBody(entry.model, sentence, options, base.tokens));
+        weights = again.results[0].hypotheses[0].attention;
+        gap.forced = true;
+      } catch (error) {
+        gap.note = `${entry.model} could not read ${first.model}'s output: ${errorText(error)}`;
+        return;
+      }
+    }
+    const rows = base.tokens.length + 1;
+    gap.tokens = base.tokens;
+    gap.diff = base.attention.map((row, j) => row.map((w, i) => Math.abs(w - weights[j][i])));
+    const cells = gap.diff.flat();
+    gap.mean = cells.reduce((a, b) => a + b, 0) / Math.max(cells.length, 1);
+    gap.max = Math.max(0, ...cells);
+    const argmax = (row) => row.reduce((best, w, i) => (w > row[best] ? i : best), 0);
+    gap.rows = rows;
+    gap.moved = base.attention.filter((row, j) => argmax(row) !== argmax(weights[j])).length;
+  }
+
+  function renderGap(panel, gap, srcTokens) {
+    const box = el("section", { class: "gap", "data-against": gap.against });
+    panel.append(box);
+    box.append(el("h3", {}, `|Δ attention| against ${gap.against}`));
+    if (gap.note) {
+      box.append(el("p", { class: "note" }, gap.note));
+      return;
+    }
+    Object.assign(box.dataset, { mean: String(gap.mean), max: String(gap.max), moved: String(gap.moved),
+      forced: String(gap.forced) });
+    box.append(el("div", { class: "meta gap-figures" },
+      `mean ${fixed(gap.mean, 4)} per cell · max ${fixed(gap.max, 3)} · most-attended source token moved in ` +
+      `${gap.moved} of ${gap.rows} rows` + (gap.forced ? ` · read on ${gap.against}'s output (forced)` : "")));
+    const heat = el("div", { class: "heatmap gap-map scroll-x" });
+    box.append(heat);
+    renderHeatmap(heat, srcTokens, { tokens: gap.tokens, attention: gap.diff },
+      { forced: 0, clickable: false, activeRow: null });
   }
 
   // --------------------------------------------------------------------------- start-up
