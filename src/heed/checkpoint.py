@@ -149,6 +149,17 @@ class LoadedModel:
     meta: dict[str, Any]
 
 
+def recent_model_dirs(ckpt_dir: Path) -> list[tuple[int, Path]]:
+    """(step, directory) of every CKPT_DIR/step-NNNNNNN model directory (train.keep_checkpoints), by
+    step; not a step-NNNNNNN.old left mid-swap, nor a file of that name."""
+    found = []
+    for p in ckpt_dir.glob(f"{RECENT_PREFIX}[0-9]*"):
+        digits = p.name[len(RECENT_PREFIX):]
+        if digits.isdigit() and p.is_dir():
+            found.append((int(digits), p))
+    return sorted(found)
+
+
 def find_model_dir(path: str | os.PathLike[str]) -> Path:
     """A model directory, given itself or a training output directory that holds `model/`."""
     path = Path(path)

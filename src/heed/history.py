@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from heed.checkpoint import METRICS_FILE, RECENT_PREFIX
+from heed.checkpoint import METRICS_FILE, RECENT_PREFIX, recent_model_dirs
 from heed.errors import HeedError
 
 if TYPE_CHECKING:
@@ -83,14 +83,10 @@ def run_dir(path: str | os.PathLike[str]) -> Path:
 def kept_checkpoints(run: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     """(step, model directory) of every checkpoints/step-NNNNNNN of the run, by step."""
     root = run_dir(run)
-    found = []
-    for p in (root / "checkpoints").glob(f"{RECENT_PREFIX}[0-9]*"):
-        digits = p.name[len(RECENT_PREFIX):]
-        if p.is_dir() and digits.isdigit():  # not a step-NNNNNNN.old or a temporary copy
-            found.append((int(digits), p))
+    found = recent_model_dirs(root / "checkpoints")
     if not found:
         raise HeedError(f"{root}: no checkpoints/{RECENT_PREFIX}NNNNNNN model directories to compare; {KEEP_HINT}")
-    return sorted(found)
+    return found
 
 
 def evenly(items: list[Any], most: int) -> list[Any]:

@@ -71,6 +71,7 @@ from heed.checkpoint import (
     load_checkpoint,
     load_weights,
     read_meta,
+    recent_model_dirs,
     resolve_dir,
     rng_states,
     save_checkpoint,
@@ -1048,8 +1049,7 @@ class Trainer:
         step = self.state.step
         save_model_dir(self.ckpt_dir / f"{RECENT_PREFIX}{step:07d}", model=self.model, config=self.config,
                        codec=self.data.codec, info={"step": step})
-        recent = sorted(p for p in self.ckpt_dir.glob(f"{RECENT_PREFIX}[0-9]*") if p.is_dir() and "." not in p.name)
-        for old in recent[:-keep]:
+        for _, old in recent_model_dirs(self.ckpt_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
 
     def _save_last(self, window: _Window) -> None:
