@@ -750,10 +750,10 @@ def attention(
 
     Over training: `heed attention RUN --checkpoints "one sentence"` draws its attention at each
     checkpoint the run kept; `heed attention RUN --entropy` draws each head's entropy curve."""
-    from heed.viz import MAX_HEATMAP_TOKENS, attention_grid, figure_format, save_figure
+    from heed.viz import MAX_HEATMAP_TOKENS, attention_grid, save_figure
 
     sentences = list(sentences or [])
-    figure_format(output)  # a bad suffix fails before the work
+    _check_figure_path(output)
     if checkpoints and entropy:
         raise HeedError("--checkpoints and --entropy draw different figures; give one of them")
     if target is not None and not checkpoints:
@@ -808,8 +808,9 @@ def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int,
 
     if not sentence.strip():
         raise HeedError("the sentence is empty: give a source sentence to follow over training")
-    cfg = None if target is not None else resolve_decode(Translator.load(final_model(run), device=device), decode)
-    history = attention_over_training(run, sentence, target, most=most, decode=cfg, device=device)
+    final = Translator.load(final_model(run), device=device)
+    cfg = None if target is not None else resolve_decode(final, decode)
+    history = attention_over_training(run, sentence, target, most=most, decode=cfg, final=final, device=device)
     if max(len(history.src_tokens), len(history.tgt_tokens)) + 1 > MAX_HEATMAP_TOKENS:
         raise HeedError(f"the pair is longer than {MAX_HEATMAP_TOKENS} tokens a side: a heatmap of it is unreadable; "
                         "give a shorter sentence")

@@ -23,6 +23,7 @@ from heed.checkpoint import METRICS_FILE, RECENT_PREFIX, recent_model_dirs
 from heed.errors import HeedError
 
 if TYPE_CHECKING:
+    from heed.api import Translator
     from heed.decode_config import DecodeConfig
 
 KEEP_HINT = "train with train.keep_checkpoints: N (e.g. 20) to keep one model directory per evaluation"
@@ -121,20 +122,23 @@ def dev_lines(run: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
 
 def attention_over_training(run: str | os.PathLike[str], src_text: str,
                             tgt_text: str | Sequence[str] | None = None, *, most: int = 12,
-                            decode: DecodeConfig | None = None, device: str = "auto") -> AttentionHistory:
+                            decode: DecodeConfig | None = None, final: Translator | None = None,
+                            device: str = "auto") -> AttentionHistory:
     """One pair's attention at each kept checkpoint of `run` (at most `most`, evenly spaced, the
     first and the last among them). `tgt_text`: the output every checkpoint reads (teacher
     forcing), a text or its tokens; None: the translation of `src_text` (with `decode`, default
     the model's own decode config) by the run's model/ (its best model), or by the newest
-    checkpoint when the run has no model/ yet. The checkpoints must share the run's tokenizers and
-    vocabularies (a HeedError names the first that does not)."""
+    checkpoint when the run has no model/ yet (`final`: that model, when the caller has loaded it
+    already). The checkpoints must share the run's tokenizers and vocabularies (a HeedError names
+    the first that does not)."""
     from heed.api import Translator
     from heed.forced import attention_shape
 
     checkpoints = kept_checkpoints(run)
     chosen = evenly(checkpoints, most)
     root = run_dir(run)
-    final = Translator.load(final_model(root), device=device)
+    if final is None:
+        final = Translator.load(final_model(root), device=device)
     if not final.model.has_attention:
         raise HeedError(f"{root}: the model has no attention (model.decoder: none), so there is nothing to draw")
     tokens = final.translate([src_text], decode=decode)[0].tokens if tgt_text is None else tgt_text
