@@ -52,10 +52,6 @@ class AttentionGap:
         return (f"mean |Δ attention| {self.mean:.4f} per cell (max {self.max:.3f}); the most-attended source "
                 f"token moved in {100 * self.moved_share:.1f}% of {sum(self.rows):,} output tokens")
 
-    def to_dict(self) -> dict[str, object]:
-        return {"mean_abs": self.mean, "max_abs": self.max, "moved_share": self.moved_share,
-                "cells": sum(self.cells), "rows": sum(self.rows), "per_pair_mean_abs": self.mean_abs}
-
 
 def attention_gap(first: Sequence[np.ndarray | None], second: Sequence[np.ndarray | None]) -> AttentionGap:
     """The gap between two lists of attention matrices, pair by pair: `first[k]` and `second[k]`
