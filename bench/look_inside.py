@@ -76,13 +76,20 @@ def study(path: str, src: list[str], ref: list[str], gold: str | None, units: st
               f"max {gaps.max():.1e}.")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def test_set_parser(doc: str | None, *, gold_required: bool) -> argparse.ArgumentParser:
+    """The options the look-inside benches share: models (--model, repeated), a test set (--src,
+    --ref), its gold alignments (--gold) and their target units."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", required=True)
     parser.add_argument("--src", required=True)
     parser.add_argument("--ref", required=True)
-    parser.add_argument("--gold")
+    parser.add_argument("--gold", required=gold_required)
     parser.add_argument("--tgt-units", default="words", choices=["words", "chars"])
+    return parser
+
+
+def main() -> None:
+    parser = test_set_parser(__doc__, gold_required=False)
     parser.add_argument("--attribute", type=int, default=100, help="sentences to attribute (0: none)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, default=None, help="only the first N pairs")

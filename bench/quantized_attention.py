@@ -12,12 +12,11 @@ so `heed align MODEL --beside EXPORT --gold ...` prints the same ones.
 """
 from __future__ import annotations
 
-import argparse
 import tempfile
 from pathlib import Path
 
 import torch
-from look_inside import cpu_name
+from look_inside import cpu_name, test_set_parser
 
 from heed.align import alignment_error_rate, read_gold_alignments
 from heed.align_methods import AlignOptions
@@ -53,13 +52,7 @@ def study(path: str, src: list[str], ref: list[str], gold: str, units: str, work
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", action="append", required=True)
-    parser.add_argument("--src", required=True)
-    parser.add_argument("--ref", required=True)
-    parser.add_argument("--gold", required=True)
-    parser.add_argument("--tgt-units", default="words", choices=["words", "chars"])
-    args = parser.parse_args()
+    args = test_set_parser(__doc__, gold_required=True).parse_args()
     src = open(args.src, encoding="utf-8").read().splitlines()
     ref = open(args.ref, encoding="utf-8").read().splitlines()
     print(f"CPU: {cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}; "
