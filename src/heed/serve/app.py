@@ -64,6 +64,9 @@ from heed.serve.schemas import (
 
 STATIC_DIR = Path(__file__).parent / "static"
 CJK_FONT = Path(__file__).parent.parent / "fonts" / "HeedCJKSans-Regular.ttf"
+# What an endpoint that runs a model may answer besides 200 and 422 (OpenAPI's list).
+WORK_ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}, 503: {"model": ErrorResponse},
+                                               504: {"model": ErrorResponse}}
 log = logging.getLogger("heed.serve")
 
 
@@ -338,7 +341,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         return {"models": list(infos.values())}
 
     @app.post("/v1/translate", response_model=TranslateResponse,
-              responses={404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}})
+              responses=WORK_ERRORS)
     async def translate(request: TranslateRequest) -> JSONResponse:
         name = _model_name(request.model, models)
         translator = models[name]
@@ -371,22 +374,20 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         return JSONResponse({"model": name, "decode": decode.model_dump(mode="json"), "results": results})
 
     @app.post("/v1/align", response_model=AlignResponse,
-              responses={404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}})
+              responses=WORK_ERRORS)
     async def align(request: AlignRequest) -> JSONResponse:
         name = _model_name(request.model, models)
         if not models[name].model.has_attention:
             raise ApiError(422, f"model {name!r} has no attention, so it has no alignments", "model")
         _check_sentences(request.sources, "sources", settings)
         _check_sentences(request.targets, "targets", settings)
-        if len(request.sources) != len(request.targets):
-            raise ApiError(422, f"{len(request.sources)} sources but {len(request.targets)} targets; give one "
-                                "target per source", "targets")
+        _one_target_each(request.sources, request.targets, "source")
         results = await _decoded(batcher, _Key(name, "align", ""), list(zip(request.sources, request.targets)),
                                  settings)
         return JSONResponse({"model": name, "results": results})
 
     @app.post("/v1/attribute", response_model=AttributeResponse,
-              responses={404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}})
+              responses=WORK_ERRORS)
     async def attribute(request: AttributeRequest) -> JSONResponse:
         name = _model_name(request.model, models)
         if not isinstance(models[name].model, AttributableModel):
@@ -395,25 +396,21 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         _check_sentences(request.sentences, "sentences", settings)
         if request.targets is not None:
             _check_targets(request.targets, settings)
-            if len(request.targets) != len(request.sentences):
-                raise ApiError(422, f"{len(request.sentences)} sentences but {len(request.targets)} targets; give "
-                                    "one target per sentence", "targets")
+            _one_target_each(request.sentences, request.targets, "sentence")
         targets = request.targets or [None] * len(request.sentences)
         key = _Key(name, "attribute", f"{request.method} {request.steps}")
         results = await _decoded(batcher, key, list(zip(request.sentences, targets)), settings)
         return JSONResponse({"model": name, "attributions": results})
 
     @app.post("/v1/heads", response_model=HeadsResponse,
-              responses={404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}})
+              responses=WORK_ERRORS)
     async def heads(request: HeadsRequest) -> JSONResponse:
         name = _model_name(request.model, models)
         if not isinstance(models[name].model, HeadsModel):
             raise ApiError(422, f"model {name!r} gives only its averaged attention (an exported model or an "
                                 "ensemble)", "model")
         _check_sentences(request.sources, "sources", settings)
-        if len(request.targets) != len(request.sources):
-            raise ApiError(422, f"{len(request.sources)} sources but {len(request.targets)} targets; give one target "
-                                "per source", "targets")
+        _one_target_each(request.sources, request.targets, "source")
         _check_targets(request.targets, settings)
         key = _Key(name, "heads", " ".join(dict.fromkeys(request.parts)))
         results = await _decoded(batcher, key, list(zip(request.sources, request.targets)), settings)
@@ -451,6 +448,12 @@ def _check_sentences(sentences: Sequence[str], field: str, settings: ServeSettin
             raise ApiError(413, f"the sentence has {len(sentence)} characters; the server takes at most "
                                 f"{settings.max_chars} (--max-chars)", f"{field}[{k}]")
         _check_text(sentence, "a sentence", f"{field}[{k}]")
+
+
+def _one_target_each(sources: Sequence[str], targets: Sequence[Any], noun: str) -> None:
+    """422 on field "targets" unless there is one target per source (`noun`: what the request calls them)."""
+    if len(targets) != len(sources):
+        raise ApiError(422, f"{len(sources)} {noun}s but {len(targets)} targets; give one target per {noun}", "targets")
 
 
 def _check_targets(targets: Sequence[str | Sequence[str]], settings: ServeSettings) -> None:
