@@ -1237,6 +1237,26 @@ def _(c: Ctx) -> Call:
                  "-o", out], ["exported model"], keep=[out])
 
 
+@case("attention-checkpoints-none-kept")
+def _(c: Ctx) -> Call:
+    out = c.file("over.png", "earlier\n")
+    return Call(["attention", c.run, "1 May 2001", "--checkpoints", "-o", out],
+                ["checkpoints/step-NNNNNNN", "train.keep_checkpoints"], keep=[out])
+
+
+@case("attention-entropy-with-sentences")
+def _(c: Ctx) -> Call:
+    out = c.file("entropy.png", "earlier\n")
+    return Call(["attention", c.run, "1 May 2001", "--entropy", "-o", out], ["leave out the sentences"], keep=[out])
+
+
+@case("align-beside-missing-model")
+def _(c: Ctx) -> Call:
+    out = c.file("hyp.align", "old\n")
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--beside",
+                 c.tmp / "no-such-model", "-o", out], ["no-such-model"], keep=[out])
+
+
 # ---------------------------------------------------------------------------------- NumPy engine
 
 
