@@ -44,11 +44,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script folder, not
 
 from measure import StepFailed, bench_env, loadavg, machine, run_measured  # noqa: E402
 from corpora import Dates, Multi30k, hypotheses, tokens_per_step  # noqa: E402
-from systems import SYSTEMS, Bench, NotAvailable, System  # noqa: E402
+from systems import SYSTEMS, TRANSFORMER, Bench, NotAvailable, System  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE_SEED = 42  # the seed of the reference tables (and of the shared peers' configs)
 PEERS = ("joey", "onmt", "fairseq")  # the kit names of install_peers.sh, also our keys
+DEFAULT_SYSTEMS = {  # --systems when not given; CTranslate2 converts only OpenNMT-py's Transformer
+    "rnn": ["heed", "heed-bf16", "heed-compile", "heed-onnx", "heed-onnx-int8", "joey", "onmt", "fairseq"],
+    "transformer": ["heed", "heed-bf16", "heed-onnx", "heed-onnx-int8", "joey", "onmt", "fairseq", "ct2", "ct2-int8"],
+}
 EXPECTED_PARAMS = {"onmt": 286_224, "fairseq": 286_224, "joey": 302_656}
 
 
@@ -63,7 +67,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--work-dir", type=Path, help="data, runs and logs (default: PEERS_DIR/compare/DATASET)")
     p.add_argument("--shared-dir", type=Path, default=REPO / ".." / "shared" / "bench" / "peers",
                    help="the shared peers scripts and configs (default: ../shared/bench/peers from the repo root)")
-    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    p.add_argument("--systems", nargs="+", choices=list(SYSTEMS),
+                   help="default: every system of --model (the CTranslate2 columns only for the transformer)")
+    p.add_argument("--model", choices=["rnn", "transformer"], default="rnn",
+                   help="rnn: the peers' shared RNN-attention model; transformer: the same small Transformer in "
+                        "every system (bench/compare/systems.py: TransformerSpec), with CTranslate2 columns")
     p.add_argument("--dataset", choices=["dates", "multi30k"], default="dates",
                    help="dates: the peers' corpus (the reference comparison); multi30k: de->en, shared SentencePiece")
     p.add_argument("--multi30k-dir", type=Path, default=REPO / ".." / "shared" / "data" / "multi30k")
@@ -81,6 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="markdown file whose 'Speed side by side' section is (re)written")
     p.add_argument("--no-results", action="store_true", help="print the table, do not touch --results")
     args = p.parse_args(argv)
+    args.systems = args.systems or DEFAULT_SYSTEMS[args.model]
     if args.steps < 100:
         p.error("--steps must be >= 100: throughput is pooled over the 50-step log windows after step 50")
     if args.decode_sents_b1 > args.decode_sents:
@@ -130,9 +139,9 @@ def train_system(bench: Bench, key: str, args: argparse.Namespace) -> tuple[dict
         try:
             system.check()
         except NotAvailable:
-            if not (args.install and key in PEERS):
+            if not args.install or not (key in PEERS or hasattr(system, "install")):
                 raise
-            install(bench, key)
+            system.install() if hasattr(system, "install") else install(bench, key)
             system.check()
         result["version"] = system.version()
     except NotAvailable as e:
@@ -236,7 +245,40 @@ def _reason(e: Exception) -> str:
     return f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
 
 
+def run_transformer_floor(bench: Bench, heed_tok_per_s: float | None) -> dict | None:
+    """bench/transformer_floor.py on the heed column's run: the matrix products alone, the bare
+    torch.nn.Transformer step and heed's step, on batches of this corpus cut as heed's trainer cuts them."""
+    out = bench.work / "floor.json"
+    cmd = [str(bench.heed_python), str(REPO / "bench" / "transformer_floor.py"), str(bench.work / "heed_run" / "out"),
+           "--threads", str(bench.threads), "--steps", "20", "--warmup", "3", "--json", str(out)]
+    if heed_tok_per_s:
+        cmd += ["--heed-tok-per-s", f"{heed_tok_per_s:.1f}"]
+    say(f"\n== Transformer floor  (load {loadavg()})")
+    try:
+        run = run_measured(cmd, log=bench.work / "logs" / "floor.log", env={**bench.env, "PYTHONPATH": str(REPO / "src")})
+    except StepFailed as e:
+        say(f"   floor failed: {e}")
+        return None
+    say("\n".join("   " + line for line in run.text().splitlines() if not line.startswith(("Command", "\t"))))
+    floor = json.loads(out.read_text())
+    floor["loadavg"] = run.loadavg
+    return floor
+
+
+def transformer_floor_text(floor: dict) -> list[str]:
+    rows = floor["rows"]
+    parts = [f"{label} {1e3 * row['seconds']:.1f} ms ({row['tok_per_s']:,.0f} tok/s, {row['x_bare']:.2f}× the bare step)"
+             for label, row in rows.items()]
+    return [f"Floor (bench/transformer_floor.py on the heed column's run, {floor['threads']} thread, "
+            f"{floor['tokens_per_step']:,.0f} target tokens a step, load before {floor['loadavg']}): "
+            + "; ".join(parts) + ".", ""]
+
+
 def run_floor(bench: Bench, heed_tok_per_s: float | None) -> dict | None:
+    if bench.transformer and heed_tok_per_s is None:
+        return None  # transformer_floor.py reads the heed column's run
+    if bench.transformer:
+        return run_transformer_floor(bench, heed_tok_per_s)
     out = bench.work / "floor.json"
     cmd = [str(bench.heed_python), str(REPO / "bench" / "floor.py"), "--data", str(bench.data), "--threads",
            str(bench.threads), "--json", str(out), "--embed", str(bench.dataset.embed), "--hidden",
@@ -258,7 +300,7 @@ def run_floor(bench: Bench, heed_tok_per_s: float | None) -> dict | None:
 def run_gemm_floor(bench: Bench, results: list[dict], args: argparse.Namespace) -> dict | None:
     """bench/gemm_floor.py against the fastest peer's training tok/s and beam-5 sentences/s."""
     heed = next((r for r in results if r["key"] == "heed" and r["status"] == "ok"), None)
-    if heed is None:
+    if heed is None or bench.transformer:  # gemm_floor.py knows the RNN; transformer_floor.py has the products
         return None
     peers = [r for r in results if r["status"] == "ok" and not r["key"].startswith("heed")]
 
@@ -352,7 +394,10 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
     row("train: each run's tokens/s (heed: first and last)",
         lambda r: " / ".join(_num(t) for t in r["train"]["runs_tok_per_s"]))
     row(f"train: ms per step ({tps:,.0f} target tokens)", lambda r: _num(1e3 * tps / r["train"]["tok_per_s"], ".1f"))
-    if floor:
+    if floor and "rows" in floor:  # the Transformer's: against the bare torch.nn.Transformer step
+        bare = floor["rows"]["bare step (torch.nn.Transformer) + Adam"]["tok_per_s"]
+        row("train: time per token / bare PyTorch step", lambda r: _num(bare / r["train"]["tok_per_s"], ".2f") + "×")
+    elif floor:
         floor_rate = floor["tokens_per_step"] / floor["floor_s"]  # per token: the floor's batches differ a little
         row("train: time per token / floor", lambda r: _num(floor_rate / r["train"]["tok_per_s"], ".2f") + "×")
     row(f"train: wall time for {args.steps} steps, s (whole process)", lambda r: _num(r["train"]["seconds"]))
@@ -397,7 +442,13 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
 def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dict, args: argparse.Namespace,
            bench: Bench, command: str, n_test: int, tps: float, started: datetime, minutes: float) -> str:
     ds = bench.dataset
-    out = [f"## {ds.title}{variant_suffix(args, ', {} threads each', ', seed {}')}", "",
+    model = (f"{TRANSFORMER.describe()}; batches of 128 sentences, seed {args.seed}, {args.steps} steps"
+             if bench.transformer else
+             f"embedding {ds.embed}, 1-layer biLSTM encoder {ds.hidden // 2} per direction, 1-layer LSTM decoder "
+             f"{ds.hidden}, Luong general attention with input feeding, no dropout; Adam 1e-3 constant, clip 5, "
+             f"batches of 128 sentences, seed {args.seed}, {args.steps} steps")
+    out = [f"## {ds.title}{', Transformer' if bench.transformer else ''}"
+           f"{variant_suffix(args, ', {} threads each', ', seed {}')}", "",
            f"{started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min. Machine: {info['cpu']}, {info['cores']} cores; "
            f"torch {info['torch']} in every system (CPU), {info['threads']} thread(s) each "
            f"(`OMP_NUM_THREADS={info['threads']}`, heed `train.threads: {info['threads']}`); Python {info['python']}; "
@@ -406,12 +457,11 @@ def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dic
            "reversed from one setting to the next, so a drift of the host's speed favours no one. "
            "GPU memory: not measured (a CPU run; the peers' configs are CPU-only).", "",
            "Command:", "", "```", command, "```", "",
-           f"Model: embedding {ds.embed}, 1-layer biLSTM encoder {ds.hidden // 2} per direction, 1-layer LSTM decoder "
-           f"{ds.hidden}, Luong general "
-           f"attention with input feeding, no dropout; Adam 1e-3 constant, clip 5, batches of 128 sentences, seed {args.seed}, "
-           f"{args.steps} steps. Data: {ds.describe()}. Decoding: at most {bench.max_len} tokens, no length penalty.",
+           f"Model: {model}. Data: {ds.describe()}. Decoding: at most {bench.max_len} tokens, no length penalty.",
            "", table(results, floor, tps, args, n_test, ds.metric), ""]
-    if floor:
+    if floor and "rows" in floor:
+        out += transformer_floor_text(floor)
+    elif floor:
         out += [f"Floor (bench/floor.py, same shapes and lengths, {floor['threads']} thread, load before "
                 f"{floor['loadavg']}): bare LSTMs forward+backward {1e3 * floor['floor_s']:.1f} ms/step "
                 f"({floor['tokens_per_step'] / floor['floor_s']:,.0f} tok/s); the same with Adam "
@@ -424,6 +474,26 @@ def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dic
     if gemm:
         out += gemm_floor_text(gemm)
     clip = ds.heed_clip(bench)
+    if bench.transformer:
+        loss_note = ("- every system normalises the loss per target token and clips the gradient norm at "
+                     f"{TRANSFORMER.clip:g}; heed reads the files with its `word` tokenizer (space-separated tokens, "
+                     "as the peers do).")
+        params_note = ("- parameter counts differ a little: each toolkit builds its vocabularies with its own "
+                       "special tokens, and OpenNMT-py's generator has a bias the others lack. fairseq 0.12.2's "
+                       "count holds each encoder layer's weights twice: its layers keep a second copy for their "
+                       "fused inference path (`fc1_weight`, `fc2_weight`, ... beside `fc1.weight`), which the "
+                       "training does not use; the model it trains is the same size as the others'.")
+    else:
+        loss_note = ("- heed normalises the loss per target token, the peers per sentence; with Adam (scale-free) "
+                     f"heed's clip {clip:.4f} = 5 / (mean target tokens) gives the peers' clip-5 updates"
+                     + (" exactly (every dates target has 11 tokens)." if ds.name == "dates" else " approximately.")
+                     + " heed reads the files with its `word` tokenizer (space-separated tokens, as the peers do).")
+        params_note = (f"- parameter counts: OpenNMT-py and fairseq {EXPECTED_PARAMS['onmt']:,}, Joey "
+                       f"{EXPECTED_PARAMS['joey']:,} on dates (Joey adds a bridge layer). OpenNMT-py and fairseq round "
+                       "vocabularies up to a multiple of 8; heed does not, so on dates it has one target row fewer "
+                       "(15 vs 16: 64 + 129 = 193 parameters) and the same architecture." if ds.name == "dates" else
+                       "- parameter counts differ a little: Joey adds a bridge layer; OpenNMT-py and fairseq round "
+                       "vocabularies up to a multiple of 8 and build them with their own rules from the same pieces.")
     notes = [
         "How each figure is measured:",
         "- training throughput: each system's own log, target tokens (EOS included) per second, pooled over the "
@@ -437,17 +507,15 @@ def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dic
         "its greedy is beam search with beam 1. Decoding time grows with the output length: compare the "
         "mean output tokens too.",
         f"- {ds.metric}: on the first {n_test:,} outputs of the batch-{args.decode_batch} decodes (the test set).",
-        "- heed normalises the loss per target token, the peers per sentence; with Adam (scale-free) heed's "
-        f"clip {clip:.4f} = 5 / (mean target tokens) gives the peers' clip-5 updates"
-        + (" exactly (every dates target has 11 tokens)." if ds.name == "dates" else " approximately.")
-        + " heed reads the files with its `word` tokenizer (space-separated tokens, as the peers do).",
-        (f"- parameter counts: OpenNMT-py and fairseq {EXPECTED_PARAMS['onmt']:,}, Joey {EXPECTED_PARAMS['joey']:,} "
-         "on dates (Joey adds a bridge layer). OpenNMT-py and fairseq round vocabularies up to a multiple of 8; heed "
-         "does not, so on dates it has one target row fewer (15 vs 16: 64 + 129 = 193 parameters) and the same "
-         "architecture." if ds.name == "dates" else
-         "- parameter counts differ a little: Joey adds a bridge layer; OpenNMT-py and fairseq round vocabularies "
-         "up to a multiple of 8 and build them with their own rules from the same pieces."),
+        loss_note,
+        params_note,
     ]
+    if any(r["key"].startswith("ct2") for r in results):
+        notes.append("- CTranslate2 columns: OpenNMT-py's model converted by CTranslate2's OpenNMTPyConverter "
+                     "(bench/compare/ct2_convert.py; float32), "
+                     "decoded by bench/compare/ct2_decode.py (`translate_batch`, 1 inter and --threads intra "
+                     "threads, no length penalty) with compute_type float32 or int8; their training rows repeat "
+                     "OpenNMT-py's, their train wall time and RSS are the conversion's.")
     if any(r["key"] == "heed-bf16" for r in results):
         notes.append("- \"heed, bf16\": the same heed run with `train.bf16: true` (autocast: float32 weights, "
                      "bf16 matrix products, which CPUs with AMX run several times faster), decoded with `--bf16` "
@@ -507,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     heed_python = Path(sys.executable)
     bench = Bench(repo=REPO, work=work, peers=peers, shared=shared, heed_python=heed_python, dataset=dataset,
                   steps=args.steps, threads=args.threads, seed=args.seed, max_len=args.max_len or dataset.max_len,
-                  timeout=args.timeout, env=bench_env(args.threads))
+                  timeout=args.timeout, env=bench_env(args.threads), model=args.model)
     info = machine(args.threads, heed_python)
     say(f"work folder {work}; peers {peers}; shared scripts {shared}")
     say(f"machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']}, {args.threads} thread(s); "
@@ -529,7 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     (work / "results.md").write_text(section, encoding="utf-8")
     say("\n" + section)
     if not args.no_results:
-        marker = dataset.marker + variant_suffix(args, "-threads{}", "-seed{}")
+        marker = dataset.marker + ("-transformer" if args.model == "transformer" else "") \
+            + variant_suffix(args, "-threads{}", "-seed{}")
         write_section(args.results, section, marker)
         say(f"written to {args.results} (between the <!-- {marker}:start/end --> markers)")
     return 0

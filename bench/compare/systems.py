@@ -24,6 +24,36 @@ from measure import Measured, StepFailed, run_measured
 LOG_EVERY = 50  # steps per logged throughput window, in every system
 
 
+@dataclass(frozen=True)
+class TransformerSpec:
+    """The one small Transformer every system builds for `--model transformer` (pre-norm, sinusoidal
+    positions, tied decoder input/output embeddings, biases everywhere, ReLU), trained the same way:
+    Adam (0.9, 0.98), a linear warm-up to `lr` over `warmup` updates then inverse-sqrt decay, loss
+    per target token with label smoothing, clip `clip`. Each system's config below says it in that
+    toolkit's own words."""
+
+    layers: int = 3  # encoder layers, and as many decoder layers
+    d_model: int = 256
+    heads: int = 4
+    ff_size: int = 1024
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    label_smoothing: float = 0.1
+    lr: float = 1e-3  # the peak, reached at the end of the warm-up
+    warmup: int = 200
+    clip: float = 1.0
+
+    def describe(self) -> str:
+        return (f"Transformer {self.layers} + {self.layers} layers, d_model {self.d_model}, {self.heads} heads, "
+                f"feed-forward {self.ff_size}, pre-norm, sinusoidal positions, tied decoder input/output "
+                f"embeddings, dropout {self.dropout} (attention {self.attention_dropout}); Adam (0.9, 0.98), "
+                f"linear warm-up over {self.warmup} updates to {self.lr:g} then inverse-sqrt decay, label "
+                f"smoothing {self.label_smoothing}, loss per target token, clip {self.clip:g}")
+
+
+TRANSFORMER = TransformerSpec()
+
+
 class NotAvailable(RuntimeError):
     """This system cannot run here; the message says why and what to do."""
 
@@ -60,6 +90,11 @@ class Bench:
     max_len: int
     timeout: float  # seconds any one command may run
     env: dict[str, str]
+    model: str = "rnn"  # "rnn": the peers' shared RNN; "transformer": TRANSFORMER
+
+    @property
+    def transformer(self) -> bool:
+        return self.model == "transformer"
 
     @property
     def data(self) -> Path:
@@ -199,6 +234,23 @@ class Heed(System):
                       "threads": self.b.threads,
                       "eval_every": 10**9},  # no dev evaluation inside the timed windows (there is no dev set)
             "output_dir": str(self.dir / "out"),
+        } if not self.b.transformer else self.transformer_config()
+
+    def transformer_config(self) -> dict:
+        """TRANSFORMER in heed's terms (the same data, batches, steps, threads and seed as the RNN)."""
+        d, t = self.b.data, TRANSFORMER
+        return {
+            "data": {"train": {"src": str(d / "train.src"), "tgt": str(d / "train.tgt")},
+                     "tokenizer": {"src": {"kind": "word"}, "tgt": {"kind": "word"}},
+                     "max_src_len": 60, "max_tgt_len": 60, "batch_tokens": 10**9, "max_sentences": 128},
+            "model": {"family": "transformer", "layers": t.layers, "d_model": t.d_model, "heads": t.heads,
+                      "ff_size": t.ff_size, "norm": "pre", "positions": "sinusoidal", "tie_embeddings": True,
+                      "dropout": t.dropout, "attention_dropout": t.attention_dropout},
+            "train": {"seed": self.b.seed, "epochs": 10**6, "max_steps": self.b.steps, "lr": t.lr, "betas": [0.9, 0.98],
+                      "clip": t.clip, "label_smoothing": t.label_smoothing,
+                      "schedule": {"name": "warmup", "warmup_steps": t.warmup, "decay": "inverse_sqrt"},
+                      "log_every": LOG_EVERY, "device": "cpu", "threads": self.b.threads, "eval_every": 10**9},
+            "output_dir": str(self.dir / "out"),
         }
 
     def train(self) -> Train:
@@ -323,10 +375,34 @@ class Joey(System):
         cfg["training"]["updates"] = self.b.steps
         cfg["training"]["logging_freq"] = LOG_EVERY
         cfg["model_dir"] = str(self.dir / "model")
+        if self.b.transformer:
+            return self.b.dataset.joey_config(self._transformer(cfg))
         enc, dec, ds = cfg["model"]["encoder"], cfg["model"]["decoder"], self.b.dataset
         enc["embeddings"]["embedding_dim"] = dec["embeddings"]["embedding_dim"] = ds.embed
         enc["hidden_size"], dec["hidden_size"] = ds.hidden // 2, ds.hidden  # per direction; decoder
         return ds.joey_config(cfg)
+
+    @staticmethod
+    def _transformer(cfg: dict) -> dict:
+        """TRANSFORMER in Joey's words: the shared config's data and testing sections, its own model
+        and schedule (warmupinversesquareroot: a linear rise to learning_rate_peak, then
+        peak * sqrt(warmup / step)), the loss per token."""
+        t = TRANSFORMER
+        cfg["training"].update({"adam_betas": [0.9, 0.98], "learning_rate": t.lr, "learning_rate_peak": t.lr,
+                                "scheduling": "warmupinversesquareroot", "learning_rate_warmup": t.warmup,
+                                "clip_grad_norm": t.clip, "label_smoothing": t.label_smoothing,
+                                "normalization": "tokens"})
+        cfg["training"].pop("decrease_factor", None)
+
+        def stack() -> dict:
+            return {"type": "transformer", "num_layers": t.layers, "num_heads": t.heads, "hidden_size": t.d_model,
+                    "ff_size": t.ff_size, "dropout": t.dropout, "layer_norm": "pre", "activation": "relu",
+                    "embeddings": {"embedding_dim": t.d_model, "scale": True, "dropout": t.dropout}}
+
+        cfg["model"] = {"initializer": "xavier_uniform", "init_gain": 1.0, "embed_initializer": "xavier_uniform",
+                        "embed_init_gain": 1.0, "bias_initializer": "zeros", "tied_embeddings": False,
+                        "tied_softmax": True, "encoder": stack(), "decoder": stack()}
+        return cfg
 
     def train(self) -> Train:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -373,11 +449,37 @@ class OpenNMT(System):
         cfg.update({"seed": self.b.seed, "word_vec_size": self.b.dataset.embed, "hidden_size": self.b.dataset.hidden,  # brnn: half each way
                     "train_steps": self.b.steps, "save_checkpoint_steps": self.b.steps, "report_every": LOG_EVERY,
                     "save_data": str(self.dir / "run"), "src_vocab": str(self.dir / "vocab.src"),
-                    "tgt_vocab": str(self.dir / "vocab.tgt"), "save_model": str(self.dir / "model" / "rnn"),
+                    "tgt_vocab": str(self.dir / "vocab.tgt"), "save_model": str(self.dir / "model" / self.b.model),
                     "log_file": str(self.dir / "train.log")})
+        if self.b.transformer:
+            self._transformer(cfg)
         path = self.dir / "train.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True), encoding="utf-8")
         return path
+
+    @staticmethod
+    def _transformer(cfg: dict) -> None:
+        """TRANSFORMER in OpenNMT-py's words. Its `noam` schedule is learning_rate * d_model^-0.5 *
+        min(step^-0.5, step * warmup^-1.5), whose peak (at the end of the warm-up) is learning_rate *
+        (d_model * warmup)^-0.5: learning_rate is set so that this peak is TRANSFORMER.lr. It has no
+        query/key/value or feed-forward biases unless asked (the others have them)."""
+        t = TRANSFORMER
+        for key in ("rnn_type", "global_attention", "global_attention_function", "input_feed", "bridge"):
+            cfg.pop(key, None)
+        cfg.update({"encoder_type": "transformer", "decoder_type": "transformer", "enc_layers": t.layers,
+                    "dec_layers": t.layers, "heads": t.heads, "hidden_size": t.d_model, "word_vec_size": t.d_model,
+                    "transformer_ff": t.ff_size, "position_encoding": True, "max_relative_positions": 0,
+                    "pos_ffn_activation_fn": "relu", "add_qkvbias": True, "add_ffnbias": True,
+                    "share_decoder_embeddings": True, "dropout": [t.dropout], "attention_dropout": [t.attention_dropout],
+                    "param_init": 0.0, "param_init_glorot": True, "adam_beta2": 0.98,
+                    "learning_rate": t.lr * (t.d_model * t.warmup) ** 0.5, "decay_method": "noam",
+                    "warmup_steps": t.warmup, "max_grad_norm": t.clip, "label_smoothing": t.label_smoothing,
+                    "normalization": "tokens"})
+        cfg.pop("start_decay_steps", None)
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.dir / "model" / f"{self.b.model}_step_{self.b.steps}.pt"
 
     def prepare(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -390,13 +492,16 @@ class OpenNMT(System):
         log = self.logs / "train.log"
         run = run_measured([str(self.bin / "onmt_train"), "-config", str(self.cfg)], log=log, env=self.b.env,
                            timeout=self.b.timeout)
-        return Train(self.b.pooled_rate("onmt", log), _int(r"number of parameters: (\d+)", run.text()), run)
+        rate, params = self.b.pooled_rate("onmt", log), _int(r"number of parameters: (\d+)", run.text())
+        # for the CTranslate2 columns, which decode this model and repeat its training figures
+        (self.logs / "train.summary.json").write_text(json.dumps({"tok_per_s": rate, "params": params}))
+        return Train(rate, params, run)
 
     def decode(self, beam: int, batch: int, n: int) -> Decode:
         name = f"beam{beam}.batch{batch}.n{n}"
         hyps = self.dir / f"hyp.{name}.txt"
         log = self.logs / f"decode.{name}.log"
-        run = run_measured([str(self.bin / "onmt_translate"), "-model", str(self.dir / "model" / f"rnn_step_{self.b.steps}.pt"),
+        run = run_measured([str(self.bin / "onmt_translate"), "-model", str(self.checkpoint),
                             "-src", f"{self.b.decode_prefix(n)}.src", "-output", str(hyps),
                             "-batch_size", str(batch), "-batch_type", "sents", "-beam_size", str(beam),
                             "-max_length", str(self.b.max_len), "-report_time", "-seed", "42"],
@@ -429,7 +534,8 @@ class Fairseq(System):
         """Binarise train/dev/test and the decoding sets (test1, test2, ... in `self.subsets`)."""
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
-        self._train_entry()
+        if not self.b.transformer:
+            self._train_entry()
         d = self.b.data
         sets = sorted({int(p.name.removeprefix("decode").split(".")[0]) for p in d.glob("decode*.src")})
         self.subsets = {n: f"test{i + 1}" for i, n in enumerate(sets)}
@@ -467,10 +573,37 @@ class Fairseq(System):
         script.write_text(f'#!/bin/bash\nexec "{self.bin / "fairseq-train"}" "$@" {extra}\n', encoding="utf-8")
         script.chmod(0o755)
 
+    def transformer_command(self) -> list[str]:
+        """TRANSFORMER in fairseq's words: `--arch transformer` resized, pre-norm on both sides,
+        inverse_sqrt (a linear rise to --lr over --warmup-updates, then lr * sqrt(warmup / step)),
+        label-smoothed cross-entropy per target token; the shared RNN script's data, batch and logging
+        settings otherwise."""
+        t = TRANSFORMER
+        sizes = []
+        for side in ("encoder", "decoder"):
+            sizes += [f"--{side}-layers", str(t.layers), f"--{side}-embed-dim", str(t.d_model),
+                      f"--{side}-ffn-embed-dim", str(t.ff_size), f"--{side}-attention-heads", str(t.heads),
+                      f"--{side}-normalize-before"]
+        return [str(self.bin / "fairseq-train"), str(self.dir / "data-bin"), "--task", "translation",
+                "--source-lang", "src", "--target-lang", "tgt", "--cpu", "--seed", str(self.b.seed),
+                "--arch", "transformer", *sizes, "--share-decoder-input-output-embed",
+                "--dropout", str(t.dropout), "--attention-dropout", str(t.attention_dropout),
+                "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(t.label_smoothing),
+                "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(t.lr),
+                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(t.warmup), "--clip-norm", str(t.clip),
+                "--batch-size", "128", "--required-batch-size-multiple", "1", "--num-workers", "0",
+                "--max-update", str(self.b.steps), "--max-epoch", "10000", "--disable-validation",
+                "--save-dir", str(self.dir / "ckpt"), "--no-epoch-checkpoints",
+                "--log-format", "simple", "--log-interval", str(LOG_EVERY)]
+
     def train(self) -> Train:
         log = self.logs / "train.log"
-        run = run_measured(["bash", str(self.b.shared / "fairseq_train.sh"), str(self.dir / "ckpt"), str(self.b.steps),
-                            str(LOG_EVERY)], log=log, env={**self.b.env, "PEERS": str(self.b.work)}, timeout=self.b.timeout)
+        if self.b.transformer:
+            run = run_measured(self.transformer_command(), log=log, env=self.b.env, timeout=self.b.timeout)
+        else:
+            run = run_measured(["bash", str(self.b.shared / "fairseq_train.sh"), str(self.dir / "ckpt"), str(self.b.steps),
+                                str(LOG_EVERY)], log=log, env={**self.b.env, "PEERS": str(self.b.work)},
+                               timeout=self.b.timeout)
         params = _int(r"num\. (?:shared )?model params: ([\d,]+)", run.text())
         return Train(self.b.pooled_rate("fairseq", log), params, run)
 
@@ -496,4 +629,73 @@ class Fairseq(System):
         return Decode(float(rate), float(seconds), hyps, run)
 
 
-SYSTEMS = {"heed": Heed, "heed-bf16": HeedBF16, "heed-compile": HeedCompile, "heed-onnx": HeedOnnx, "heed-onnx-int8": HeedOnnxInt8, "joey": Joey, "onmt": OpenNMT, "fairseq": Fairseq}
+# ---------------------------------------------------------------------------------- CTranslate2
+
+CT2_VERSION = "4.8.5"
+
+
+class CTranslate2(System):
+    """CTranslate2 (C++ inference, fused attention, int8) on the OpenNMT-py column's model, converted
+    with CTranslate2's own converter (bench/compare/ct2_convert.py) and decoded by
+    bench/compare/ct2_decode.py in the OpenNMT-py venv (`Translator.translate_batch`, its timer
+    around that call alone). It does not train: its training rows repeat OpenNMT-py's figures and the
+    conversion is what it times instead. ctranslate2 is not one of install_peers.sh's packages: it
+    goes into the OpenNMT-py venv (`--install`, or PEERS/onmt/bin/pip install ctranslate2==CT2_VERSION)."""
+
+    name, kind = "CTranslate2", "ct2"
+    compute_type = "float32"
+    trains = False
+
+    def check(self) -> None:
+        if not self.b.transformer:
+            raise NotAvailable("CTranslate2 converts OpenNMT-py Transformers, not its RNNs (run with --model transformer)")
+        self.bin = self._venv("onmt")
+        probe = subprocess.run([str(self.bin / "python"), "-c", "import ctranslate2"], capture_output=True, text=True,
+                               env=self.b.env, timeout=self.b.timeout)
+        if probe.returncode != 0:
+            raise NotAvailable(f"ctranslate2 is not in the OpenNMT-py venv: {self.bin / 'pip'} install "
+                               f"ctranslate2=={CT2_VERSION} (or pass --install)")
+
+    def install(self) -> None:
+        """ctranslate2 into the OpenNMT-py venv (its converter reads OpenNMT-py checkpoints there)."""
+        run_measured([str(self.b.peers / "onmt" / "bin" / "pip"), "install", "-q", f"ctranslate2=={CT2_VERSION}"],
+                     log=self.logs / "install.log", env={**self.b.env, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+                     timeout=self.b.timeout)
+
+    def version(self) -> str:
+        return f"ctranslate2 {self._pip_version('onmt', 'ctranslate2')} ({self.compute_type})"
+
+    def train(self) -> Train:
+        onmt = OpenNMT(self.b)
+        if not onmt.checkpoint.exists():
+            raise StepFailed(f"no OpenNMT-py model to convert at {onmt.checkpoint}: list onmt before {self.name} in --systems")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        run = run_measured([str(self.bin / "python"), str(self.b.repo / "bench" / "compare" / "ct2_convert.py"),
+                            str(onmt.checkpoint), str(self.dir / "model")], log=self.logs / "convert.log", env=self.b.env,
+                           timeout=self.b.timeout)
+        trained = json.loads((onmt.logs / "train.summary.json").read_text(encoding="utf-8"))
+        return Train(trained["tok_per_s"], trained["params"], run)
+
+    def decode(self, beam: int, batch: int, n: int) -> Decode:
+        hyps = self.dir / f"hyp.beam{beam}.batch{batch}.n{n}.txt"
+        log = self.logs / f"decode.beam{beam}.batch{batch}.n{n}.log"
+        run = run_measured([str(self.bin / "python"), str(self.b.repo / "bench" / "compare" / "ct2_decode.py"),
+                            str(self.dir / "model"), f"{self.b.decode_prefix(n)}.src", str(hyps),
+                            "--beam", str(beam), "--batch-size", str(batch), "--max-len", str(self.b.max_len),
+                            "--threads", str(self.b.threads), "--compute-type", self.compute_type],
+                           log=log, env=self.b.env, timeout=self.b.timeout)
+        seconds = _need(_float(r"sentences in ([\d.]+) s", run.text()), "CTranslate2's decode time", log)
+        return Decode(n / seconds, seconds, hyps, run, _float(r"model loaded in ([\d.]+) s", run.text()))
+
+
+class CTranslate2Int8(CTranslate2):
+    """As CTranslate2, the same converted model loaded with compute_type int8 (weights quantized to
+    int8 at load, CTranslate2's int8 GEMMs)."""
+
+    name, kind = "CTranslate2 int8", "ct2_int8"
+    compute_type = "int8"
+
+
+SYSTEMS = {"heed": Heed, "heed-bf16": HeedBF16, "heed-compile": HeedCompile, "heed-onnx": HeedOnnx, "heed-onnx-int8": HeedOnnxInt8, "joey": Joey, "onmt": OpenNMT, "fairseq": Fairseq,
+           "ct2": CTranslate2, "ct2-int8": CTranslate2Int8}
