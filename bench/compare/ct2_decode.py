@@ -12,22 +12,14 @@ the peers' setting), at most --max-len output tokens. Prints `ct2 decode: model 
 """
 from __future__ import annotations
 
-import argparse
 import time
-from pathlib import Path
 
 import ctranslate2
+from decode_cli import decode_parser
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("model", type=Path)
-    p.add_argument("input", type=Path)
-    p.add_argument("output", type=Path)
-    p.add_argument("--beam", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-len", type=int, default=60, help="output tokens before the forced EOS")
-    p.add_argument("--threads", type=int, default=1)
+    p = decode_parser(__doc__.split("\n\n")[0])
     p.add_argument("--compute-type", default="float32", choices=["float32", "int8", "int8_float32", "bfloat16"])
     args = p.parse_args()
 

@@ -9,24 +9,16 @@ one with its ONNX Runtime sessions) and `heed decode: N sentences in S s (R sent
 """
 from __future__ import annotations
 
-import argparse
 import time
-from pathlib import Path
 
 import torch
 
 import heed
+from decode_cli import decode_parser
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("model", type=Path)
-    p.add_argument("input", type=Path)
-    p.add_argument("output", type=Path)
-    p.add_argument("--beam", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-len", type=int, default=20, help="output tokens before the forced EOS")
-    p.add_argument("--threads", type=int, default=1)
+    p = decode_parser(__doc__.split("\n\n")[0])
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (heed.load(..., bf16=True))")
     args = p.parse_args()
 
