@@ -302,7 +302,7 @@ def run_gemm_floor(bench: Bench, results: list[dict], args: argparse.Namespace) 
     heed = next((r for r in results if r["key"] == "heed" and r["status"] == "ok"), None)
     if heed is None or bench.transformer:  # gemm_floor.py knows the RNN; transformer_floor.py has the products
         return None
-    peers = [r for r in results if r["status"] == "ok" and not r["key"].startswith("heed")]
+    peers = [r for r in results if r["status"] == "ok" and r["key"] in PEERS]
 
     def fastest(figure) -> float | None:
         try:
@@ -417,7 +417,9 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
         what = "greedy" if beam == 1 else f"beam {beam}"
         row(f"{metric}, {what} (test, {n_test:,})", lambda r, k=f"beam{beam}": _num(r["quality"][k], ".1f"))
     row("load before training (1/5/15 min)", lambda r: r["train"]["loadavg"])
-    peers = [r for r in results if r["status"] == "ok" and not r["key"].startswith("heed")]
+    # the Python toolkits; CTranslate2 (a C++ runtime on OpenNMT-py's model) gets rows of its own
+    peers = [r for r in results if r["status"] == "ok" and r["key"] in PEERS]
+    ct2 = {r["key"]: r for r in results if r["status"] == "ok" and r["key"].startswith("ct2")}
 
     def versus_peers(label: str, value) -> None:
         """heed's figure divided by the best peer's, in heed's columns."""
@@ -427,12 +429,26 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
             return
         row(label, lambda r: f"**{value(r) / best:.2f}×**" if r["key"].startswith("heed") else "")
 
+    def versus_ct2(label: str, value) -> None:
+        """heed's float32 columns divided by CTranslate2 float32's figure, heed's int8 by CTranslate2
+        int8's (the same precision); heed's bf16 column has no CTranslate2 counterpart here."""
+        twin = {"heed": "ct2", "heed-onnx": "ct2", "heed-compile": "ct2", "heed-onnx-int8": "ct2-int8"}
+
+        def cell(r: dict) -> str:
+            other = ct2.get(twin.get(r["key"], ""))
+            return f"**{value(r) / value(other):.2f}×**" if other else ""
+        row(label, cell)
+
+    plan = [(beam, batch, "greedy" if beam == 1 else f"beam {beam}") for beam, batch, _ in decode_plan(args)]
     if peers:
-        versus_peers("train: tokens/s ÷ the fastest peer's", lambda r: r["train"]["tok_per_s"])
-        for beam, batch, _ in decode_plan(args):
-            what = "greedy" if beam == 1 else f"beam {beam}"
-            versus_peers(f"decode {what}, batch {batch}: ÷ the fastest peer's",
+        versus_peers("train: tokens/s ÷ the fastest Python peer's", lambda r: r["train"]["tok_per_s"])
+        for beam, batch, what in plan:
+            versus_peers(f"decode {what}, batch {batch}: ÷ the fastest Python peer's",
                          lambda r, k=f"beam{beam}_batch{batch}": r["decode"][k]["sent_per_s"])
+    if ct2:
+        for beam, batch, what in plan:
+            versus_ct2(f"decode {what}, batch {batch}: ÷ CTranslate2 at the same precision",
+                       lambda r, k=f"beam{beam}_batch{batch}": r["decode"][k]["sent_per_s"])
 
     lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
