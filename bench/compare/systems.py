@@ -11,6 +11,7 @@ The peers' configs, scripts and parsers are read from the shared peers folder, n
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -140,6 +141,7 @@ def _need(value, what: str, log: Path):
 class System:
     name = "?"
     kind = "?"  # parse_train.py's name
+    kit: str | None = None  # install_peers.sh's name for this system's venv (the peers)
 
     def __init__(self, bench: Bench) -> None:
         self.b = bench
@@ -147,6 +149,23 @@ class System:
         self.logs = bench.work / "logs" / self.kind
 
     def check(self) -> None: ...
+
+    def install(self) -> bool:
+        """`--install`: put this system in place after check() found it missing; False where there is
+        nothing to install (heed runs from this checkout). A failure is its 'not installed' reason.
+        The peers: the shared install_peers.sh for this kit."""
+        if self.kit is None:
+            return False
+        self._install(["bash", str(self.b.shared / "install_peers.sh"), str(self.b.peers), self.kit],
+                      self.b.work / "logs" / f"install_{self.kit}.log", env={**os.environ}, timeout=3600)
+        return True
+
+    def _install(self, cmd: list[str], log: Path, env: dict[str, str], timeout: float) -> None:
+        print(f"   installing {self.name} (log: {log}) ...", flush=True)
+        try:
+            run_measured(cmd, log=log, env=env, timeout=timeout)
+        except StepFailed as e:
+            raise NotAvailable(f"install failed: {str(e).splitlines()[0]} (log: {log})") from None
 
     def prepare(self) -> None: ...
 
@@ -175,6 +194,29 @@ class System:
                               f"import importlib.metadata as m; print(m.version('{package}'))"],
                              capture_output=True, text=True)
         return out.stdout.strip()
+
+    def _decode_script(self, python: Path, script: str, model: Path, beam: int, batch: int, n: int,
+                       options: tuple[str, ...], env: dict[str, str]) -> Decode:
+        """Decode with one of this folder's decoding scripts (heed_decode.py, ct2_decode.py: the options
+        of decode_cli.py, and the lines `... model loaded in L s` and `... N sentences in S s`)."""
+        hyps = self.dir / f"hyp.beam{beam}.batch{batch}.n{n}.txt"
+        log = self.logs / f"decode.beam{beam}.batch{batch}.n{n}.log"
+        run = run_measured([str(python), str(self.b.repo / "bench" / "compare" / script), str(model),
+                            f"{self.b.decode_prefix(n)}.src", str(hyps), "--beam", str(beam), "--batch-size", str(batch),
+                            "--max-len", str(self.b.max_len), "--threads", str(self.b.threads), *options],
+                           log=log, env=env, timeout=self.b.timeout)
+        seconds = _need(_float(r"sentences in ([\d.]+) s", run.text()), f"{self.name}'s decode time", log)
+        return Decode(n / seconds, seconds, hyps, run, _float(r"model loaded in ([\d.]+) s", run.text()))
+
+    def _save_training(self, rate: float, params: int | None) -> None:
+        """This system's training figures, for the columns that decode its model without training
+        (heed's exports; CTranslate2 on OpenNMT-py's model) and repeat them."""
+        (self.logs / "train.summary.json").write_text(json.dumps({"tok_per_s": rate, "params": params}))
+
+    def _saved_training(self, run: Measured) -> Train:
+        """Another system's saved training figures (see _save_training), with this column's own run."""
+        saved = json.loads((self.logs / "train.summary.json").read_text(encoding="utf-8"))
+        return Train(saved["tok_per_s"], saved["params"], run)
 
     def _peer_config(self, filename: str) -> dict:
         """A shared config with @PEERS@ pointing at our work folder (data/, *_run/)."""
@@ -210,11 +252,26 @@ class Heed(System):
         return f"heed {out} ({commit})" if commit else f"heed {out}"
 
     def config(self) -> dict:
-        """The shared model in heed's terms. hidden_size is both directions together (64 + 64), the
-        decoder starts from the concatenated final encoder states (bridge copy, as OpenNMT-py).
-        The peers normalise the loss per sentence, heed per target token: the clip that gives the
-        same updates is the dataset's `heed_clip` (5/11 on dates)."""
+        """The shared model in heed's terms, on the same data, batches, steps, threads and seed.
+
+        RNN: hidden_size is both directions together (64 + 64), the decoder starts from the
+        concatenated final encoder states (bridge copy, as OpenNMT-py). The peers normalise its loss
+        per sentence, heed per target token: the clip that gives the same updates is the dataset's
+        `heed_clip` (5/11 on dates). Transformer: TRANSFORMER, every system's loss per token."""
         d = self.b.data
+        if self.b.transformer:
+            t = TRANSFORMER
+            model = {"family": "transformer", "layers": t.layers, "d_model": t.d_model, "heads": t.heads,
+                     "ff_size": t.ff_size, "norm": "pre", "positions": "sinusoidal", "tie_embeddings": True,
+                     "dropout": t.dropout, "attention_dropout": t.attention_dropout}
+            optimizer = {"lr": t.lr, "betas": [0.9, 0.98], "clip": t.clip, "label_smoothing": t.label_smoothing,
+                         "schedule": {"name": "warmup", "warmup_steps": t.warmup, "decay": "inverse_sqrt"}}
+        else:
+            model = {"decoder": "luong", "attention": "general", "input_feeding": True, "rnn": "lstm",
+                     "embed_size": self.b.dataset.embed, "hidden_size": self.b.dataset.hidden,
+                     "encoder_layers": 1, "decoder_layers": 1, "bidirectional": True, "bridge": "copy", "dropout": 0.0}
+            optimizer = {"lr": 1e-3, "betas": [0.9, 0.999], "clip": round(self.b.dataset.heed_clip(self.b), 6),
+                         "label_smoothing": 0.0, "schedule": {"name": "constant"}}
         return {
             "data": {
                 "train": {"src": str(d / "train.src"), "tgt": str(d / "train.tgt")},
@@ -224,32 +281,10 @@ class Heed(System):
                 "max_src_len": 60, "max_tgt_len": 60,
                 "batch_tokens": 10**9, "max_sentences": 128,  # batches of 128 sentences
             },
-            "model": {"decoder": "luong", "attention": "general", "input_feeding": True, "rnn": "lstm",
-                      "embed_size": self.b.dataset.embed, "hidden_size": self.b.dataset.hidden,
-                      "encoder_layers": 1, "decoder_layers": 1,
-                      "bidirectional": True, "bridge": "copy", "dropout": 0.0},
-            "train": {"seed": self.b.seed, "epochs": 10**6, "max_steps": self.b.steps, "lr": 1e-3, "betas": [0.9, 0.999],
-                      "clip": round(self.b.dataset.heed_clip(self.b), 6), "label_smoothing": 0.0,
-                      "schedule": {"name": "constant"}, "log_every": LOG_EVERY, "device": "cpu",
-                      "threads": self.b.threads,
+            "model": model,
+            "train": {"seed": self.b.seed, "epochs": 10**6, "max_steps": self.b.steps, **optimizer,
+                      "log_every": LOG_EVERY, "device": "cpu", "threads": self.b.threads,
                       "eval_every": 10**9},  # no dev evaluation inside the timed windows (there is no dev set)
-            "output_dir": str(self.dir / "out"),
-        } if not self.b.transformer else self.transformer_config()
-
-    def transformer_config(self) -> dict:
-        """TRANSFORMER in heed's terms (the same data, batches, steps, threads and seed as the RNN)."""
-        d, t = self.b.data, TRANSFORMER
-        return {
-            "data": {"train": {"src": str(d / "train.src"), "tgt": str(d / "train.tgt")},
-                     "tokenizer": {"src": {"kind": "word"}, "tgt": {"kind": "word"}},
-                     "max_src_len": 60, "max_tgt_len": 60, "batch_tokens": 10**9, "max_sentences": 128},
-            "model": {"family": "transformer", "layers": t.layers, "d_model": t.d_model, "heads": t.heads,
-                      "ff_size": t.ff_size, "norm": "pre", "positions": "sinusoidal", "tie_embeddings": True,
-                      "dropout": t.dropout, "attention_dropout": t.attention_dropout},
-            "train": {"seed": self.b.seed, "epochs": 10**6, "max_steps": self.b.steps, "lr": t.lr, "betas": [0.9, 0.98],
-                      "clip": t.clip, "label_smoothing": t.label_smoothing,
-                      "schedule": {"name": "warmup", "warmup_steps": t.warmup, "decay": "inverse_sqrt"},
-                      "log_every": LOG_EVERY, "device": "cpu", "threads": self.b.threads, "eval_every": 10**9},
             "output_dir": str(self.dir / "out"),
         }
 
@@ -272,20 +307,12 @@ class Heed(System):
             raise StepFailed(f"no throughput windows after step {LOG_EVERY} in {metrics}")
         rate = sum(n for n, _ in chosen) / sum(n / r for n, r in chosen)
         params = _int(r"([\d,]+) parameters", run.text())
-        # for the exported columns, which decode this model and repeat its training figures
-        (self.logs / "train.summary.json").write_text(json.dumps({"tok_per_s": rate, "params": params}))
+        self._save_training(rate, params)
         return Train(rate, params, run)
 
     def decode(self, beam: int, batch: int, n: int) -> Decode:
-        hyps = self.dir / f"hyp.beam{beam}.batch{batch}.n{n}.txt"
-        log = self.logs / f"decode.beam{beam}.batch{batch}.n{n}.log"
-        run = run_measured([str(self.b.heed_python), str(self.b.repo / "bench" / "compare" / "heed_decode.py"),
-                            str(self.dir / "out" / "model"), f"{self.b.decode_prefix(n)}.src", str(hyps),
-                            "--beam", str(beam), "--batch-size", str(batch), "--max-len", str(self.b.max_len),
-                            "--threads", str(self.b.threads), *self.decode_options],
-                           log=log, env=self.heed_env, timeout=self.b.timeout)
-        seconds = _need(_float(r"sentences in ([\d.]+) s", run.text()), "heed's decode time", log)
-        return Decode(n / seconds, seconds, hyps, run, _float(r"model loaded in ([\d.]+) s", run.text()))
+        return self._decode_script(self.b.heed_python, "heed_decode.py", self.dir / "out" / "model", beam, batch, n,
+                                   self.decode_options, self.heed_env)
 
 
 class HeedBF16(Heed):
@@ -346,8 +373,7 @@ class HeedOnnx(Heed):
         export = run_measured([str(self.b.heed_python), "-m", "heed", "export", str(heed_model), "-o",
                                str(self.dir / "out" / "model"), *self.export_options],
                               log=log, env=self.heed_env, timeout=self.b.timeout)
-        trained = json.loads((heed_run.logs / "train.summary.json").read_text(encoding="utf-8"))
-        return Train(trained["tok_per_s"], trained["params"], export)
+        return heed_run._saved_training(export)
 
 
 class HeedOnnxInt8(HeedOnnx):
@@ -361,10 +387,10 @@ class HeedOnnxInt8(HeedOnnx):
 
 
 class Joey(System):
-    name, kind = "Joey NMT", "joey"
+    name, kind, kit = "Joey NMT", "joey", "joey"
 
     def check(self) -> None:
-        self.bin = self._venv("joey")
+        self.bin = self._venv(self.kit)
 
     def version(self) -> str:
         return f"joeynmt {self._pip_version('joey', 'joeynmt')}"
@@ -436,10 +462,10 @@ class Joey(System):
 
 
 class OpenNMT(System):
-    name, kind = "OpenNMT-py", "onmt"
+    name, kind, kit = "OpenNMT-py", "onmt", "onmt"
 
     def check(self) -> None:
-        self.bin = self._venv("onmt")
+        self.bin = self._venv(self.kit)
 
     def version(self) -> str:
         return f"OpenNMT-py {self._pip_version('onmt', 'opennmt-py')}"
@@ -493,8 +519,7 @@ class OpenNMT(System):
         run = run_measured([str(self.bin / "onmt_train"), "-config", str(self.cfg)], log=log, env=self.b.env,
                            timeout=self.b.timeout)
         rate, params = self.b.pooled_rate("onmt", log), _int(r"number of parameters: (\d+)", run.text())
-        # for the CTranslate2 columns, which decode this model and repeat its training figures
-        (self.logs / "train.summary.json").write_text(json.dumps({"tok_per_s": rate, "params": params}))
+        self._save_training(rate, params)
         return Train(rate, params, run)
 
     def decode(self, beam: int, batch: int, n: int) -> Decode:
@@ -522,10 +547,10 @@ class OpenNMT(System):
 
 
 class Fairseq(System):
-    name, kind = "fairseq", "fairseq"
+    name, kind, kit = "fairseq", "fairseq", "fairseq"
 
     def check(self) -> None:
-        self.bin = self._venv("fairseq")
+        self.bin = self._venv(self.kit)
 
     def version(self) -> str:
         return f"fairseq {self._pip_version('fairseq', 'fairseq')}"
@@ -656,11 +681,12 @@ class CTranslate2(System):
             raise NotAvailable(f"ctranslate2 is not in the OpenNMT-py venv: {self.bin / 'pip'} install "
                                f"ctranslate2=={CT2_VERSION} (or pass --install)")
 
-    def install(self) -> None:
+    def install(self) -> bool:
         """ctranslate2 into the OpenNMT-py venv (its converter reads OpenNMT-py checkpoints there)."""
-        run_measured([str(self.b.peers / "onmt" / "bin" / "pip"), "install", "-q", f"ctranslate2=={CT2_VERSION}"],
-                     log=self.logs / "install.log", env={**self.b.env, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-                     timeout=self.b.timeout)
+        self._install([str(self.b.peers / "onmt" / "bin" / "pip"), "install", "-q", f"ctranslate2=={CT2_VERSION}"],
+                      self.logs / "install.log", env={**self.b.env, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+                      timeout=self.b.timeout)
+        return True
 
     def version(self) -> str:
         return f"ctranslate2 {self._pip_version('onmt', 'ctranslate2')} ({self.compute_type})"
@@ -674,19 +700,11 @@ class CTranslate2(System):
         run = run_measured([str(self.bin / "python"), str(self.b.repo / "bench" / "compare" / "ct2_convert.py"),
                             str(onmt.checkpoint), str(self.dir / "model")], log=self.logs / "convert.log", env=self.b.env,
                            timeout=self.b.timeout)
-        trained = json.loads((onmt.logs / "train.summary.json").read_text(encoding="utf-8"))
-        return Train(trained["tok_per_s"], trained["params"], run)
+        return onmt._saved_training(run)
 
     def decode(self, beam: int, batch: int, n: int) -> Decode:
-        hyps = self.dir / f"hyp.beam{beam}.batch{batch}.n{n}.txt"
-        log = self.logs / f"decode.beam{beam}.batch{batch}.n{n}.log"
-        run = run_measured([str(self.bin / "python"), str(self.b.repo / "bench" / "compare" / "ct2_decode.py"),
-                            str(self.dir / "model"), f"{self.b.decode_prefix(n)}.src", str(hyps),
-                            "--beam", str(beam), "--batch-size", str(batch), "--max-len", str(self.b.max_len),
-                            "--threads", str(self.b.threads), "--compute-type", self.compute_type],
-                           log=log, env=self.b.env, timeout=self.b.timeout)
-        seconds = _need(_float(r"sentences in ([\d.]+) s", run.text()), "CTranslate2's decode time", log)
-        return Decode(n / seconds, seconds, hyps, run, _float(r"model loaded in ([\d.]+) s", run.text()))
+        return self._decode_script(self.bin / "python", "ct2_decode.py", self.dir / "model", beam, batch, n,
+                                   ("--compute-type", self.compute_type), self.b.env)
 
 
 class CTranslate2Int8(CTranslate2):
