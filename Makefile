@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.heed-installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install torch==2.13.0
-	$(BIN)/python -m pip install -e '.[dev,serve,onnx,explain]'
+	$(BIN)/python -m pip install -e '.[dev,serve,onnx,ct2,explain]'
 	touch $(STAMP)
 
 demo: $(STAMP)

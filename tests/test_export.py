@@ -18,7 +18,8 @@ import heed  # noqa: E402
 from heed.checkpoint import load_model_dir, save_model_dir  # noqa: E402
 from heed.errors import HeedError, ModelDirError  # noqa: E402
 from heed.export.onnx import ENCODER_FILE, MANIFEST_FILE, STEP_FILE, export_model, sha256  # noqa: E402
-from heed.export.ort import OrtSeq2Seq, load_exported  # noqa: E402
+from heed.export.load import load_exported  # noqa: E402
+from heed.export.ort import OrtSeq2Seq  # noqa: E402
 from heed.nn.attention import SCORES  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
 from heed.search import DecodeConfig, search  # noqa: E402
@@ -327,7 +328,7 @@ def test_a_location_model_refuses_a_source_longer_than_its_positions(base, tmp_p
 
 def test_cli_export_int8_writes_a_quantized_dir_that_translates(trained_run, tiny_corpus, tmp_path, heed_cli):
     result = heed_cli("export", trained_run, "-o", tmp_path / "int8", "--int8")
-    assert result.exit_code == 0 and "(int8)" in result.stdout, result.output
+    assert result.exit_code == 0 and "(onnx, int8)" in result.stdout, result.output
     assert json.loads((tmp_path / "int8" / MANIFEST_FILE).read_text())["int8"] is True
     out = heed_cli("translate", tmp_path / "int8", "--input", tiny_corpus["test_src"])
     assert out.exit_code == 0 and out.stdout.count("\n") == 20

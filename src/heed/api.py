@@ -55,7 +55,8 @@ from heed.ensemble import Ensemble
 from heed.errors import ConfigError, HeedError
 from heed.forced import SweepResult, attention_shape, forced_attention, links_of, sweep
 from heed.nn.intervention import Intervention, intervening
-from heed.nn.protocol import AttributableModel, HeadsModel, SelfAttentionModel, TrainableModel, TranslationModel
+from heed.nn.protocol import (AttributableModel, HeadsModel, OwnSearchModel, SelfAttentionModel, TrainableModel,
+                              TranslationModel)
 from heed.pipeline import Codec
 from heed.runtime import check_bf16, limit_onednn_cache, resolve_device
 from heed.search import BeamTree, Decoded, DecodeConfig, translate_ids
@@ -194,7 +195,7 @@ def _load_parts(path: str | os.PathLike[str], *, exported: bool, device: torch.d
                 verify: bool | None) -> "tuple[TrainableModel | OrtSeq2Seq, Codec, Config]":
     """(model, codec, config) of a model directory (loaded onto `device`) or an exported directory."""
     if exported:
-        from heed.export.ort import load_exported
+        from heed.export.load import load_exported
 
         return load_exported(path, verify=verify)
     loaded = load_model_dir(path, device=device, verify=verify)
@@ -413,12 +414,16 @@ class Translator:
         src_tokens = [toks[: self.max_src_len] for toks in full]
         prefix_ids = self.prefix_ids(prefix, len(texts), sources=src_tokens)
         todo = [i for i, toks in enumerate(src_tokens) if toks]
-        model = self.model if stop is None else _Stoppable(self.model, stop)
-        with self._precision():
-            decoded = translate_ids(model, [self.codec.src_ids(src_tokens[i]) for i in todo], cfg,
-                                    device=self.device, batch_size=batch_size,
-                                    prefixes=None if prefix_ids is None else [prefix_ids[i] for i in todo],
-                                    trace=trace)
+        sources = [self.codec.src_ids(src_tokens[i]) for i in todo]
+        prefixes = None if prefix_ids is None else [prefix_ids[i] for i in todo]
+        if isinstance(self.model, OwnSearchModel):  # a CTranslate2 export: its own search, in C++
+            decoded = self.model.translate_ids(sources, cfg, batch_size=batch_size, prefixes=prefixes, trace=trace,
+                                               stop=stop)
+        else:
+            model = self.model if stop is None else _Stoppable(self.model, stop)
+            with self._precision():
+                decoded = translate_ids(model, sources, cfg, device=self.device, batch_size=batch_size,
+                                        prefixes=prefixes, trace=trace)
         no_attention = None if not self.model.has_attention else np.zeros((1, 1), np.float32)
         empty = Translation("", [], [], 0.0, no_attention)
         out: list[tuple[list[Translation], Decoded | None]] = [([empty], None) for _ in texts]

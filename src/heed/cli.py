@@ -1514,17 +1514,25 @@ def export_command(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
     output: Path = typer.Option(..., "--output", "-o", help="The exported directory to write (replaced if it "
                                 "holds an earlier export)."),
-    int8: bool = typer.Option(False, "--int8", help="Quantize the graphs' weights to int8 (ONNX Runtime's "
-                              "dynamic quantization): smaller and faster on the CPU, slightly less accurate."),
+    int8: bool = typer.Option(False, "--int8", help="Store the weights as int8 (ONNX Runtime's dynamic "
+                              "quantization, or CTranslate2's int8): smaller and faster on the CPU, slightly "
+                              "less accurate."),
+    export_format: str = typer.Option("onnx", "--format", help="onnx: an encoder graph and a decoder-step graph "
+                                      "that heed's own search runs with ONNX Runtime (any model; the explorer, "
+                                      "alignments and every decode option work). ctranslate2: a Transformer as a "
+                                      "CTranslate2 model, translated by CTranslate2's C++ search (the fastest on "
+                                      "the CPU; translate, evaluate and serve, not the explorer's beam tree or "
+                                      "alignments; needs heed-nmt[ct2])."),
 ) -> None:
-    """Export a model for deployment: an ONNX encoder graph, an ONNX decoder-step graph, the
-    tokenizers and vocabularies, and a manifest (heed version, opset, model config, sha256 of every
-    file). `heed translate`, `heed evaluate`, `heed serve` and `heed.load` take the exported
-    directory and run it with ONNX Runtime on the CPU. Needs `pip install 'heed-nmt[onnx]'`."""
+    """Export a model for deployment: the model for a runtime (ONNX graphs, or CTranslate2's model
+    with --format ctranslate2), the tokenizers and vocabularies, and a manifest (heed version, model
+    config, sha256 of every file). `heed translate`, `heed evaluate`, `heed serve` and `heed.load`
+    take the exported directory and run it on the CPU. Needs `pip install 'heed-nmt[onnx]'`
+    (or '[ct2]')."""
     from heed.export.onnx import export_model
 
-    out = export_model(model, output, int8=int8)
-    typer.echo(f"exported {model} -> {out}{' (int8)' if int8 else ''}")
+    out = export_model(model, output, int8=int8, kind=export_format)
+    typer.echo(f"exported {model} -> {out} ({export_format}{', int8' if int8 else ''})")
 
 
 # -------------------------------------------------------------------------------------- demo

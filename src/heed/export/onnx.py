@@ -14,6 +14,10 @@
 after the export (sha256), a manifest from a newer heed, a directory that is not an export.
 `heed.export.ort.OrtSeq2Seq` runs the graphs behind the search's protocol.
 
+`heed export --format ctranslate2` writes CTranslate2's model files instead of the two graphs
+(heed.export.ct2; manifest kind "ctranslate2", run by heed.export.ct2_run); the manifest, its checks
+and the atomic swap of the directory are this module's for both kinds.
+
 Each model family writes its own graphs (heed.nn.rnn.onnx, heed.nn.transformer.onnx: the family's
 `graphs` in heed.nn.build.FAMILIES); this module traces them, checks them, quantizes them and
 writes the manifest, for any family. The graphs are traced with torch's TorchScript exporter, which
@@ -48,6 +52,7 @@ ENCODER_FILE = "encoder.onnx"
 STEP_FILE = "decoder_step.onnx"
 GRAPH_FILES = {"encoder": ENCODER_FILE, "step": STEP_FILE}  # a family's graph roles -> their files
 OPSET = 17
+KINDS = ("onnx", "ctranslate2")  # `heed export --format`: ONNX graphs run by heed's search, or CTranslate2's model
 INSTALL_HINT = install_hint("onnx")
 UPGRADE_HINT = install_hint(upgrade=True)
 
@@ -161,6 +166,11 @@ class Manifest:
     def int8(self) -> bool:
         return bool(self.data.get("int8"))
 
+    @property
+    def kind(self) -> str:
+        """What runs it: "onnx" (heed.export.ort) or "ctranslate2" (heed.export.ct2_run)."""
+        return str(self.data["kind"])
+
     def graph(self, name: str) -> dict[str, list[str]]:
         return self.data["graphs"][name]
 
@@ -190,7 +200,7 @@ def load_manifest(path: str | os.PathLike[str], *, verify: bool | None = None) -
             data = json.loads(f.read())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelDirError(f"{file}: unreadable manifest ({e}); export the model again") from None
-    if not isinstance(data, dict) or data.get("kind") != "onnx" or not isinstance(data.get("files"), dict):
+    if not isinstance(data, dict) or data.get("kind") not in KINDS or not isinstance(data.get("files"), dict):
         raise ModelDirError(f"{file}: not a heed export manifest; export the model again")
     written_by = str(data.get("heed_version", "?"))
     if (not isinstance(data.get("format"), int) or data["format"] > FORMAT_VERSION
@@ -237,7 +247,7 @@ def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) ->
         raise bad("int8", f"is {data['int8']!r}, not true or false")
     if type(data.get("parameters", 0)) is not int or data.get("parameters", 0) < 0:
         raise bad("parameters", f"is {data.get('parameters')!r}, not a count")
-    expected_names = graph_files(model)
+    expected_names = graph_files(model) if data["kind"] == "onnx" else {}
     graphs = data.get("graphs")
     for name, (inputs, outputs) in expected_names.items():
         listed = graphs.get(name) if isinstance(graphs, dict) else None
@@ -247,7 +257,10 @@ def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) ->
     files = data["files"]
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
         raise bad("files", "must map file names to sha256 digests")
-    required = [ENCODER_FILE, STEP_FILE, "config.yaml", TOKENIZERS_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE]
+    from heed.export.ct2 import model_files
+
+    runtime_files = [ENCODER_FILE, STEP_FILE] if data["kind"] == "onnx" else model_files(set(files))
+    required = [*runtime_files, "config.yaml", TOKENIZERS_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE]
     optional = [spm_model_path(directory, side).name for side in ("src", "tgt")]
     for name in required + [n for n in optional if (directory / n).exists()]:
         if name not in files:
@@ -270,18 +283,29 @@ def check_graph_io(session: Any, name: str, manifest: Manifest) -> None:
 # ----------------------------------------------------------------------------------- the command
 
 
-def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, int8: bool = False) -> Path:
+def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, int8: bool = False,
+                 kind: str = "onnx") -> Path:
     """`heed export`: write an exported directory for the model directory `model_dir` (or the
-    `model/` of a training output directory) into `out_dir`, atomically. Returns `out_dir`."""
+    `model/` of a training output directory) into `out_dir`, atomically. `kind`: "onnx" (the
+    family's graphs, run by heed's search) or "ctranslate2" (a Transformer as CTranslate2's model,
+    run by CTranslate2's search; heed.export.ct2). Returns `out_dir`."""
     from heed.checkpoint import CONFIG_FILE, METRICS_FILE, load_model_dir, replace_dir
     from heed.config import save_config
+    from heed.export import ct2
 
-    require("onnx")
-    if int8:
-        require("onnxruntime")
+    if kind not in KINDS:
+        raise HeedError(f"unknown export format {kind!r}; choose one of: {', '.join(KINDS)}")
+    if kind == "onnx":
+        require("onnx")
+        if int8:
+            require("onnxruntime")
+    else:
+        ct2.require_ctranslate2()
     if is_exported_dir(model_dir):
         raise ModelDirError(f"{model_dir}: already an exported directory; export the model directory it came from")
     loaded = load_model_dir(model_dir, device="cpu")
+    if kind == "ctranslate2":
+        ct2.check_exportable(loaded.config.model, loaded.directory / CONFIG_FILE)
     if loaded.config.model.copy:
         # The step graph would need the pointer-generator's scatter over a per-batch extended
         # vocabulary, and the runtime the copy-aware source ids; neither exists yet, so refuse
@@ -297,27 +321,30 @@ def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
 
     def fill(tmp: Path) -> None:
         tmp.mkdir(parents=True, exist_ok=True)
-        graphs = export_graphs(loaded.model, loaded.config.model, tmp)
-        if int8:
-            quantize_int8(tmp)
+        if kind == "onnx":
+            graphs = export_graphs(loaded.model, loaded.config.model, tmp)
+            if int8:
+                quantize_int8(tmp)
+            runtime = {"opset": OPSET, "onnx_version": require("onnx").__version__, "graphs": graphs}
+        else:
+            ct2.write_ct2(loaded.model, loaded.config.model, loaded.codec, tmp,
+                          max_src_len=loaded.config.data.max_src_len, int8=int8)
+            runtime = {"ctranslate2_version": ct2.require_ctranslate2().__version__}
         save_config(loaded.config, tmp / CONFIG_FILE)
         loaded.codec.save(tmp)
         if (loaded.directory / METRICS_FILE).is_file():  # the training log: the server shows its last scores
             shutil.copyfile(loaded.directory / METRICS_FILE, tmp / METRICS_FILE)
-        onnx = require("onnx")
         files = sorted(p.name for p in tmp.iterdir() if p.is_file())
         manifest = {
             "format": FORMAT_VERSION,
-            "kind": "onnx",
+            "kind": kind,
             "heed_version": heed.__version__,
-            "opset": OPSET,
-            "onnx_version": onnx.__version__,
+            **runtime,
             "torch_version": torch.__version__,
             "int8": int8,
             "model": loaded.config.model.model_dump(mode="json"),
             "parameters": sum(p.numel() for p in loaded.model.parameters()),
             "special_ids": {"pad": loaded.model.pad_id, "bos": loaded.model.bos_id, "eos": loaded.model.eos_id},
-            "graphs": graphs,
             "files": {name: sha256(tmp / name) for name in files},
         }
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

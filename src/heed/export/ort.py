@@ -14,15 +14,13 @@ onnxruntime runs on the CPU here, with as many intra-op threads as torch has whe
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from heed.errors import ConfigError, ModelDirError
-from heed.export.onnx import (ENCODER_FILE, STEP_FILE, Manifest, check_graph_io, family_graphs, load_manifest,
-                              require)
+from heed.errors import ModelDirError
+from heed.export.onnx import (ENCODER_FILE, STEP_FILE, Manifest, check_graph_io, family_graphs, require)
 from heed.nn.protocol import Seq2SeqOutput
 
 
@@ -137,19 +135,3 @@ def _array(t: Tensor) -> Any:
     if t.requires_grad:
         t = t.detach()
     return t.numpy() if t.is_contiguous() else t.contiguous().numpy()
-
-
-def load_exported(path: str | os.PathLike[str], *, verify: bool | None = None) -> tuple[OrtSeq2Seq, Any, Any]:
-    """An exported directory -> (OrtSeq2Seq, Codec, Config), after `load_manifest`'s checks."""
-    from heed.config import load_config
-    from heed.pipeline import Codec
-
-    manifest = load_manifest(path, verify=verify)
-    require("onnxruntime")
-    directory = manifest.directory
-    try:
-        config = load_config(directory / "config.yaml", environment=False)
-    except ConfigError as e:
-        raise ModelDirError(f"{e}; the exported directory's config does not match this heed") from None
-    codec = Codec.load(directory, data=config.data)
-    return OrtSeq2Seq(manifest), codec, config

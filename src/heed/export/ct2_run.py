@@ -1,0 +1,229 @@
+"""A CTranslate2 export (heed.export.ct2) run by CTranslate2's own search, behind heed's Translator.
+
+CTranslate2 has no step function to hand heed's search: it searches itself, in C++. So this model
+is an `OwnSearchModel` (heed.nn.protocol): `translate_ids` takes what heed's `search.translate_ids`
+takes (source ids, a DecodeConfig, batch size, prefixes) and gives the same `Decoded` hypotheses,
+with heed's tokens, scores and lengths:
+- greedy, and beam search without penalties: CTranslate2's search is heed's (the same candidates,
+  the fairseq rule for EOS within the top `beam`, the same pruning and stop), so the hypotheses are
+  the same (tests/test_export_ct2.py; bench/compare's heed-ct2 column);
+- the GNMT length penalty (`length_penalty` > 0): CTranslate2's penalty is length^alpha, not GNMT's,
+  and stops early differently; so CTranslate2 searches without a penalty past its own early stop,
+  keeping `beam * PATIENCE` finished hypotheses, and heed ranks them by GNMT's score;
+- `max_len_a`/`max_len_b` per source (CTranslate2 takes one limit a call: the batch's largest; a
+  source whose output passed its own limit is decoded again alone with it);
+- min_len, n-best, prefixes, no_repeat_ngram, forbid_unk, sampling (temperature, top-k, top-p,
+  seed through ctranslate2.set_random_seed: CTranslate2's draws, not heed's).
+Refused with a message naming the option: the coverage penalty (heed's is GNMT's over every step,
+CTranslate2's is applied in its own search) and everything that needs heed's step or teacher-forced
+pass (the explorer's beam tree and alternatives, align, attention layers, attribution, ensembles):
+those take the model directory or an ONNX export.
+
+Scores: `log_prob` is CTranslate2's sum over the tokens and EOS, the model's own as heed's, except
+where tokens are disallowed (EOS before min_len, <unk> with forbid_unk, and PAD and BOS for a source
+searched again because CTranslate2 put them in a beam): CTranslate2 renormalises over the rest
+there, heed does not, so such scores differ by the disallowed tokens' probability. The attention of each output
+token and of EOS is the last decoder layer's cross-attention averaged over its heads, as heed's; a
+hypothesis cut at max_len gets EOS's log-probability from one teacher-forced CTranslate2 pass
+(score_batch), as heed's search forces and charges EOS there, and a row of zeros for its attention.
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from heed.data.vocab import BOS, EOS, PAD
+from heed.decode_config import MAX_OUTPUT_TOKENS, DecodeConfig
+from heed.errors import ConfigError, HeedError, ModelDirError
+from heed.export.ct2 import require_ctranslate2
+from heed.export.onnx import Manifest
+from heed.search import Decoded, Hypothesis, length_penalty
+
+PATIENCE = 4  # with a length penalty: finished hypotheses kept = beam * PATIENCE before heed ranks them
+# Any non-zero length penalty turns off CTranslate2's early exit (which is only right without one);
+# this one leaves its scores raw sums of log-probabilities (length ** 1e-30 == 1.0f).
+RAW_SCORES = 1e-30
+NEEDS_HEED = ("a CTranslate2 export translates with CTranslate2's own search, which has no step or teacher-forced "
+              "pass to give heed; {what} needs the model directory or an ONNX export (heed export --format onnx)")
+
+
+def needs_heed(what: str) -> HeedError:
+    return HeedError(NEEDS_HEED.format(what=what))
+
+
+class CT2Seq2Seq:
+    """A CTranslate2 model directory behind heed's Translator (heed.nn.protocol.OwnSearchModel)."""
+
+    has_attention = True
+
+    def __init__(self, manifest: Manifest, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> None:
+        self._ct2 = require_ctranslate2()
+        self.manifest = manifest
+        self.family = manifest.model.family
+        self.pad_id, self.bos_id, self.eos_id = PAD, BOS, EOS
+        self.src_tokens = list(src_tokens)
+        self.tgt_tokens = list(tgt_tokens)
+        self._tgt_ids = {t: i for i, t in enumerate(self.tgt_tokens)}
+        self._translators: dict[int, Any] = {}
+        self._translator()  # load now: a damaged model fails at load
+
+    @property
+    def int8(self) -> bool:
+        return self.manifest.int8
+
+    def parameters(self) -> list[Tensor]:
+        """For counting only, as heed.export.ort.OrtSeq2Seq."""
+        return [torch.zeros(()).expand(int(self.manifest.data.get("parameters", 0)))]
+
+    def _translator(self, *, fresh: bool = False) -> Any:
+        """CTranslate2's translator for torch's current thread count (`heed translate --threads N`),
+        kept; `fresh`: a new one (its sampling generator starts from the seed set last: CTranslate2
+        seeds a translator's generator once, when it draws first)."""
+        threads = torch.get_num_threads()
+        translator = None if fresh else self._translators.get(threads)
+        if translator is None:
+            try:
+                translator = self._ct2.Translator(str(self.manifest.directory), device="cpu", compute_type="default",
+                                                  inter_threads=1, intra_threads=threads)
+            except (RuntimeError, ValueError) as e:
+                raise ModelDirError(f"{self.manifest.directory}: CTranslate2 cannot load the model "
+                                    f"({str(e).splitlines()[0]}); export the model again with this heed") from None
+            if not fresh:
+                self._translators[threads] = translator
+        return translator
+
+    # ------------------------------------------------------------------ what heed's search would call
+
+    def encode(self, *args: Any, **kwargs: Any) -> Any:
+        raise needs_heed("heed's search")
+
+    def step(self, *args: Any, **kwargs: Any) -> Any:
+        raise needs_heed("heed's search")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise needs_heed("a teacher-forced pass (alignments, the explorer's alternatives)")
+
+    # ------------------------------------------------------------------ its own search
+
+    def translate_ids(self, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, batch_size: int = 64,
+                      prefixes: Sequence[Sequence[int]] | None = None, trace: bool = False,
+                      stop: Callable[[], bool] | None = None) -> list[Decoded]:
+        """As heed.search.translate_ids: every source (ids without specials) decoded, in input
+        order, sources of similar length batched together; `stop` is asked before every batch."""
+        if trace:
+            raise needs_heed("the beam search tree (the explorer)")
+        if cfg.coverage_penalty:
+            raise ConfigError("a CTranslate2 export does not apply heed's coverage penalty; set it to 0, or translate "
+                              "with the model directory or an ONNX export",
+                              field="decode.coverage_penalty")
+        translator = self._translator()
+        if cfg.sampling:  # a seed gives the same samples of the same batch (not, as heed's, in any batch)
+            self._ct2.set_random_seed(cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31))
+            translator = self._translator(fresh=True)
+        limits = [max_output_tokens(len(ids) + 1, cfg) for ids in src_ids]  # + EOS, as heed's batches
+        order = sorted(range(len(src_ids)), key=lambda k: -len(src_ids[k]))
+        results: list[Decoded] = [Decoded([]) for _ in src_ids]
+        for start in range(0, len(order), batch_size):
+            if stop is not None and stop():
+                from heed.api import Abandoned
+
+                raise Abandoned("the request was given up; decoding stopped")
+            chunk = order[start:start + batch_size]
+            got = self._decode(translator, [src_ids[k] for k in chunk], [limits[k] for k in chunk],
+                               None if prefixes is None else [prefixes[k] for k in chunk], cfg)
+            for k, decoded in zip(chunk, got):
+                results[k] = decoded
+        return results
+
+    def _decode(self, translator: Any, src_ids: list[list[int]], limits: list[int],
+                prefixes: list[Sequence[int]] | None, cfg: DecodeConfig) -> list[Decoded]:
+        """One translate_batch call at the batch's largest output limit. A source is decoded again
+        alone where that was not heed's search: its best output passed its own limit, or a
+        hypothesis holds PAD or BOS (which heed never emits; CTranslate2 is asked to suppress them
+        only then, as it renormalises the rest of the distribution when it does)."""
+        out = self._translate_batch(translator, src_ids, max(limits), prefixes, cfg, suppress=False)
+        for i, (decoded, limit) in enumerate(zip(out, limits)):
+            too_long = limit < max(limits) and decoded.hypotheses and len(decoded.hypotheses[0].tokens) > limit
+            if too_long or _emits_specials(decoded):
+                prefix = None if prefixes is None else [prefixes[i]]
+                alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, suppress=False)[0]
+                if _emits_specials(alone):
+                    alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, suppress=True)[0]
+                out[i] = alone
+        return out
+
+    def _translate_batch(self, translator: Any, src_ids: list[list[int]], limit: int,
+                         prefixes: list[Sequence[int]] | None,
+                         cfg: DecodeConfig, *, suppress: bool) -> list[Decoded]:
+        source = [[self.src_tokens[i] for i in ids] + [self.src_tokens[EOS]] for ids in src_ids]
+        target_prefix = None
+        if prefixes is not None and any(prefixes):
+            target_prefix = [[self.tgt_tokens[i] for i in p] or None for p in prefixes]
+        penalised = cfg.length_penalty > 0 and cfg.beam_size > 1 and not cfg.sampling
+        kept = cfg.beam_size * PATIENCE if penalised else cfg.n_best
+        options: dict[str, Any] = dict(
+            max_decoding_length=max(limit, 1), min_decoding_length=min(cfg.min_len, limit),
+            no_repeat_ngram_size=cfg.no_repeat_ngram, disable_unk=cfg.forbid_unk,
+            suppress_sequences=[[self.tgt_tokens[PAD]], [self.tgt_tokens[BOS]]] if suppress else None,
+            max_input_length=0, return_scores=True, return_attention=True, return_end_token=True,
+            num_hypotheses=kept)
+        if cfg.sampling:
+            options.update(beam_size=1, length_penalty=0.0, sampling_temperature=cfg.temperature,
+                           sampling_topk=cfg.top_k, sampling_topp=cfg.top_p)
+        else:
+            options.update(beam_size=cfg.beam_size, length_penalty=RAW_SCORES if penalised else 0.0,
+                           patience=PATIENCE if penalised else 1)
+        results = translator.translate_batch(source, target_prefix=target_prefix, **options)
+        eos = self.tgt_tokens[EOS]
+        # A hypothesis CTranslate2 cut at the limit has no EOS; heed's search forces one there and
+        # charges its log-probability: score it (one teacher-forced pass for all of them).
+        cut = [(i, j) for i, r in enumerate(results) for j, h in enumerate(r.hypotheses) if not h or h[-1] != eos]
+        charged: dict[tuple[int, int], float] = {}
+        if cut:
+            scored = translator.score_batch([source[i] for i, _ in cut], [results[i].hypotheses[j] for i, j in cut])
+            charged = {key: s.log_probs[-1] for key, s in zip(cut, scored)}
+        first = [None] * len(source)
+        if cfg.beam_size > 1 and not cfg.sampling and len(source) > 1:
+            # CTranslate2 4.x's beam search on the CPU runs its first step on the unexpanded batch and
+            # then gathers that step's attention with beam-expanded indices: source i gets source
+            # i // beam's first row. One greedy step (encoder and one decoder step) gives the true ones.
+            step = translator.translate_batch(source, beam_size=1, max_decoding_length=1, min_decoding_length=0,
+                                              max_input_length=0, return_attention=True, return_end_token=True)
+            first = [r.attention[0][0] for r in step]
+        return [self._decoded(r, len(src), cfg, [charged.get((i, j), 0.0) for j in range(len(r.hypotheses))],
+                              first[i]) for i, (r, src) in enumerate(zip(results, source))]
+
+    def _decoded(self, result: Any, src_len: int, cfg: DecodeConfig, eos_charge: list[float],
+                 first_row: list[float] | None) -> Decoded:
+        """heed's hypotheses of one CTranslate2 result, ranked by heed's score; `eos_charge`: the
+        forced EOS's log-probability to add to each hypothesis cut at the limit (0 for the rest);
+        `first_row`: the first step's attention, where the beam search's own is wrong."""
+        hypotheses = []
+        eos = self.tgt_tokens[EOS]
+        for tokens, raw, attention, charge in zip(result.hypotheses, result.scores, result.attention, eos_charge):
+            ids = [self._tgt_ids[t] for t in (tokens[:-1] if tokens and tokens[-1] == eos else tokens)]
+            log_prob = raw + charge
+            score = log_prob / float(length_penalty(torch.tensor(len(ids) + 1), cfg.length_penalty))
+            weights = torch.zeros(len(ids) + 1, src_len)  # (tokens + EOS, src_len); a forced EOS's row stays zeros
+            if attention:
+                weights[: len(attention)] = torch.tensor(attention, dtype=torch.float32)[:, :src_len]
+                if first_row is not None:
+                    weights[0] = torch.tensor(first_row[:src_len], dtype=torch.float32)
+            hypotheses.append(Hypothesis(ids, float(score), float(log_prob), weights))
+        hypotheses.sort(key=lambda h: -h.score)
+        return Decoded(hypotheses[: cfg.n_best])
+
+
+def _emits_specials(decoded: Decoded) -> bool:
+    return any(PAD in h.tokens or BOS in h.tokens for h in decoded.hypotheses)
+
+
+def max_output_tokens(src_len: int, cfg: DecodeConfig) -> int:
+    """heed.search's limit for a source of src_len tokens (EOS included): floor(a * src_len + b),
+    output tokens without EOS, at most MAX_OUTPUT_TOKENS."""
+    return min(math.floor(cfg.max_len_a * src_len + cfg.max_len_b), MAX_OUTPUT_TOKENS)

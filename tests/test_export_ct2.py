@@ -1,0 +1,229 @@
+"""heed.export.ct2 / ct2_run: a heed Transformer exported to CTranslate2 scores every token as the
+PyTorch model does (every architecture variant), translates with CTranslate2's search to the same
+hypotheses as heed's search, loads through heed.load / the CLI / the server, and refuses in one
+line what CTranslate2 cannot do."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+import heed  # noqa: E402
+from heed.data.vocab import SPECIALS  # noqa: E402
+from heed.errors import ConfigError, HeedError  # noqa: E402
+from heed.export.ct2 import model_files, write_ct2  # noqa: E402
+from heed.export.ct2_run import CT2Seq2Seq  # noqa: E402
+from heed.export.onnx import MANIFEST_FILE, export_model  # noqa: E402
+from heed.nn.build import ModelConfig, build_model  # noqa: E402
+
+VARIANTS = {
+    "pre-sinusoidal-tied": dict(),
+    "post-norm": dict(norm="post"),
+    "learned-positions-untied": dict(positions="learned", tie_embeddings=False, max_positions=6),
+    "shared-embeddings": dict(share_embeddings=True),
+}
+
+
+def _tokens(n: int, prefix: str) -> list[str]:
+    return [*SPECIALS, *(f"{prefix}{i}" for i in range(n - len(SPECIALS)))]
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_every_transformer_variant_scores_each_token_as_pytorch_does(tmp_path, name):
+    """CTranslate2's teacher-forced log-probabilities (score_batch) of random targets equal the
+    PyTorch model's, for random weights: every weight and option lands where heed reads it. The
+    learned table has 6 rows and the sequences are longer: past it both read its last row."""
+    spec = VARIANTS[name]
+    torch.manual_seed(0)
+    vocab = 23
+    src_vocab, tgt_vocab = _tokens(vocab, "s"), _tokens(vocab, "s" if spec.get("share_embeddings") else "t")
+    cfg = ModelConfig(family="transformer", d_model=16, heads=4, layers=2, ff_size=24, dropout=0.0, **spec)
+    model = build_model(cfg, src_vocab_size=vocab, tgt_vocab_size=vocab).eval()
+    with torch.no_grad():  # untrained biases and norms are zeros and ones: make them matter
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    codec = SimpleNamespace(src_vocab=SimpleNamespace(tokens=src_vocab), tgt_vocab=SimpleNamespace(tokens=tgt_vocab))
+    write_ct2(model, cfg, codec, tmp_path, max_src_len=20, int8=False)
+    written = {p.name for p in tmp_path.iterdir()}
+    assert written == set(model_files(written)) and ("shared_vocabulary.json" in written) == (src_vocab == tgt_vocab)
+
+    gen = torch.Generator().manual_seed(1)
+    sources = [torch.randint(4, vocab, (n,), generator=gen).tolist() + [2] for n in (9, 3, 1)]
+    targets = [torch.randint(4, vocab, (n,), generator=gen).tolist() for n in (8, 11, 2)]
+    translator = ctranslate2.Translator(str(tmp_path), device="cpu", intra_threads=1)
+    scored = translator.score_batch([[src_vocab[i] for i in s] for s in sources],
+                                    [[tgt_vocab[i] for i in t] for t in targets])
+    for src, tgt, got in zip(sources, targets, scored):
+        with torch.no_grad():
+            logits = model(torch.tensor([src]), torch.tensor([len(src)]), torch.tensor([[1, *tgt]])).logits
+        expected = logits.log_softmax(-1)[0].gather(1, torch.tensor([*tgt, 2])[:, None]).squeeze(1)
+        torch.testing.assert_close(torch.tensor(got.log_probs), expected, atol=2e-4, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def transformer_run(tiny_config, tmp_path_factory) -> Path:
+    """A Transformer trained until its outputs end with EOS well inside max_len and its choices are
+    not near-ties (conftest's 3-epoch one writes 12 tokens of noise): 120 epochs of the tiny
+    corpus, ~8 s on one core."""
+    from heed.config import config_from_dict
+    from heed.train import train
+
+    output = tmp_path_factory.mktemp("transformer-ct2") / "out"
+    model = {"family": "transformer", "layers": 1, "d_model": 32, "heads": 4, "ff_size": 64, "dropout": 0.0,
+             "attention_dropout": 0.0}
+    train(config_from_dict({**tiny_config(output, epochs=120, lr=0.01, log_every=1000), "model": model}))
+    return output
+
+
+@pytest.fixture(scope="module")
+def ct2_dir(transformer_run, tmp_path_factory) -> Path:
+    return export_model(transformer_run, tmp_path_factory.mktemp("ct2") / "ct2", kind="ctranslate2")
+
+
+def _sources(tiny_corpus) -> list[str]:
+    return tiny_corpus["test_src"].read_text().splitlines()[:16] + [""]
+
+
+@pytest.mark.parametrize("options", [dict(beam=1), dict(beam=4, n_best=4), dict(beam=4, length_penalty=0.6),
+                                     dict(beam=4, n_best=2, length_penalty=1.0)],
+                         ids=["greedy", "beam4-nbest4", "beam4-gnmt0.6", "beam4-gnmt1.0-nbest2"])
+def test_heed_load_of_a_ct2_export_gives_pytorchs_hypotheses(transformer_run, ct2_dir, tiny_corpus, options):
+    """The same n-best lists; without min_len (CTranslate2 renormalises over what a constraint
+    leaves, heed does not) the same scores and log-probabilities; the same attention behind each
+    output token and EOS (the last layer's head mean)."""
+    exported, pytorch = heed.load(str(ct2_dir)), heed.load(str(transformer_run), device="cpu")
+    assert isinstance(exported.model, CT2Seq2Seq)
+    sources = _sources(tiny_corpus)
+    for min_len in (1, 0):
+        a = pytorch.translate_nbest(sources, min_len=min_len, **options)
+        b = exported.translate_nbest(sources, min_len=min_len, **options)
+        assert [[t.text for t in n] for n in a] == [[t.text for t in n] for n in b]
+        assert b[-1][0].text == "" and b[-1][0].tokens == []
+    # A source whose beams held PAD or BOS in CTranslate2's first search is searched again with them
+    # suppressed, and CTranslate2 then renormalises over the rest: its hypotheses are heed's, its
+    # scores shift by the suppressed mass. Every other score is heed's to 1e-4.
+    pairs = [(s, t) for x, y in zip(a, b) for s, t in zip(x, y)]
+    assert sum(abs(s.score - t.score) < 1e-4 and abs(s.log_prob - t.log_prob) < 1e-4 for s, t in pairs) >= 0.8 * len(pairs)
+    assert all(abs(s.log_prob - t.log_prob) < 0.5 for s, t in pairs)
+    for s, t in pairs:
+        torch.testing.assert_close(torch.from_numpy(t.attention), torch.from_numpy(s.attention), atol=1e-4, rtol=0)
+
+
+def test_a_ct2_export_honours_each_sources_own_length_limit(transformer_run, ct2_dir, tiny_corpus):
+    """max_len = floor(a * src_len + b) per source, in one batch of sources of different lengths."""
+    exported, pytorch = heed.load(str(ct2_dir)), heed.load(str(transformer_run), device="cpu")
+    sources = _sources(tiny_corpus)
+    got = exported.translate(sources, max_len_a=0.5, max_len_b=1)
+    limits = [int(0.5 * (len(exported.codec.src_tokens(s)) + 1) + 1) for s in sources]
+    assert all(len(t.tokens) <= limit for t, limit in zip(got, limits))
+    assert max(len(t.tokens) for t in got) > min(limits)  # the limits differ, and longer outputs were allowed
+    assert [t.tokens for t in got] == [t.tokens for t in pytorch.translate(sources, max_len_a=0.5, max_len_b=1)]
+
+
+def test_prefixes_and_seeded_sampling_through_a_ct2_export(transformer_run, ct2_dir):
+    exported, pytorch = heed.load(str(ct2_dir)), heed.load(str(transformer_run), device="cpu")
+    sources = ["le 3 mars 1998", "March 5, 2001"]
+    forced = exported.translate(sources, prefix=["2", None], beam=3)
+    assert forced[0].tokens[0] == "2"
+    assert [t.text for t in forced] == [t.text for t in pytorch.translate(sources, prefix=["2", None], beam=3)]
+    draw = dict(sampling=True, n_best=3, seed=7, temperature=2.0)
+    first, again = exported.translate_nbest(sources, **draw), exported.translate_nbest(sources, **draw)
+    assert [[t.text for t in n] for n in first] == [[t.text for t in n] for n in again]
+    assert all(len(n) == 3 for n in first)
+    assert all(tok not in ("<pad>", "<s>") for n in first for t in n for tok in t.tokens)
+
+
+def test_an_int8_ct2_export_is_smaller_and_translates_nearly_alike(transformer_run, ct2_dir, tiny_corpus, tmp_path):
+    int8 = export_model(transformer_run, tmp_path / "int8", kind="ctranslate2", int8=True)
+    assert json.loads((int8 / MANIFEST_FILE).read_text())["int8"] is True
+    assert (int8 / "model.bin").stat().st_size < (ct2_dir / "model.bin").stat().st_size  # the tables stay float
+    sources = _sources(tiny_corpus)
+    quantized = heed.load(str(int8))
+    assert quantized.model.int8 and quantized.model._translator().compute_type.startswith("int8")
+    assert heed.load(str(ct2_dir)).model._translator().compute_type == "float32"
+    a, b = heed.load(str(ct2_dir)).translate(sources), quantized.translate(sources)
+    assert sum(x.text == y.text for x, y in zip(a, b)) >= 0.75 * len(sources)
+
+
+def test_cli_export_ctranslate2_translates_and_evaluates_as_the_model_dir(transformer_run, tiny_corpus, tmp_path,
+                                                                          heed_cli):
+    result = heed_cli("export", transformer_run, "-o", tmp_path / "ct2", "--format", "ctranslate2")
+    assert result.exit_code == 0 and "(ctranslate2)" in result.stdout, result.output
+    for beam in ("1", "3"):
+        args = ("--input", tiny_corpus["test_src"], "--beam", beam)
+        from_torch = heed_cli("translate", transformer_run, *args, "--device", "cpu")
+        from_ct2 = heed_cli("translate", tmp_path / "ct2", *args)
+        assert from_ct2.exit_code == 0, from_ct2.output
+        assert from_ct2.stdout == from_torch.stdout and from_ct2.stdout.count("\n") == 20
+    scores = [heed_cli("evaluate", d, "--src", tiny_corpus["test_src"], "--ref", tiny_corpus["test_ref"],
+                       "--device", "cpu").stdout for d in (transformer_run, tmp_path / "ct2")]
+    assert scores[0] == scores[1] and "BLEU" in scores[0]
+
+
+def test_what_ctranslate2_cannot_do_is_refused_in_one_line(trained_run, transformer_run, ct2_dir, tmp_path, heed_cli,
+                                                           assert_user_error):
+    assert_user_error(heed_cli("export", trained_run, "-o", tmp_path / "rnn", "--format", "ctranslate2"),
+                      "model.family", "CTranslate2 runs Transformers", "--format onnx")
+    assert not (tmp_path / "rnn").exists()
+    assert_user_error(heed_cli("export", transformer_run, "-o", tmp_path / "x", "--format", "tflite"),
+                      "unknown export format 'tflite'", "onnx, ctranslate2")
+    assert_user_error(heed_cli("translate", ct2_dir, "--beam", "3", "--coverage-penalty", "0.2",
+                               input="le 3 mars 1998\n"), "decode.coverage_penalty")
+    assert_user_error(heed_cli("translate", ct2_dir, transformer_run, input="le 3 mars 1998\n"),
+                      "CTranslate2's own search", "ONNX export")
+    translator = heed.load(str(ct2_dir))
+    for call in (lambda: translator.explore(["le 3 mars 1998"], beam=3),
+                 lambda: translator.align(["le 3 mars 1998"], ["1998-03-03"])):
+        with pytest.raises(HeedError, match="CTranslate2's own search.*model directory or an ONNX export"):
+            call()
+    with pytest.raises(HeedError, match="runs on the CPU"):
+        heed.load(str(ct2_dir), bf16=True)
+
+
+def test_without_ctranslate2_the_message_says_how_to_install_it(transformer_run, ct2_dir, tmp_path, heed_cli,
+                                                                 assert_user_error, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` raises ImportError
+    hints = ("pip install 'heed-nmt[ct2]'", "pip install -e '.[ct2]'")
+    assert_user_error(heed_cli("translate", ct2_dir, input="le 3 mars 1998\n"), "ctranslate2", *hints)
+    assert_user_error(heed_cli("export", transformer_run, "-o", tmp_path / "q", "--format", "ctranslate2"), *hints)
+
+
+def test_a_changed_ct2_model_file_is_refused_by_sha256(transformer_run, tmp_path, heed_cli, assert_user_error):
+    out = export_model(transformer_run, tmp_path / "ct2", kind="ctranslate2")
+    with open(out / "model.bin", "r+b") as f:
+        f.seek(-4, 2)
+        f.write(b"\0\1\2\3")
+    assert_user_error(heed_cli("translate", out, input="le 3 mars 1998\n"), "model.bin", "sha256")
+    out = export_model(transformer_run, tmp_path / "ct2", kind="ctranslate2")
+    (out / "target_vocabulary.json").unlink()
+    with pytest.raises(HeedError, match="target_vocabulary.json: missing"):
+        heed.load(str(out))
+
+
+def test_heed_serve_translates_with_a_ct2_export_and_refuses_its_explorer_clearly(transformer_run, ct2_dir):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from heed.api import Translator
+    from heed.serve.app import create_app
+
+    translators = {"ct2": Translator.load(ct2_dir), "torch": Translator.load(transformer_run, device="cpu")}
+    body = {"sentences": ["le 3 mars 1998", "March 5, 2001"], "beam_size": 3, "n_best": 2}
+    with TestClient(create_app(translators)) as client:
+        models = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
+        assert models["ct2"]["parameters"] == models["torch"]["parameters"] > 0
+        got = [client.post("/v1/translate", json={**body, "model": name}).json()["results"] for name in ("ct2", "torch")]
+        explored = client.post("/v1/translate", json={"sentences": ["le 3 mars 1998"], "model": "ct2", "trace": True})
+    assert [[h["text"] for h in r["hypotheses"]] for r in got[0]] == [[h["text"] for h in r["hypotheses"]] for r in got[1]]
+    assert explored.status_code in (400, 422) and "CTranslate2's own search" in explored.text
+
+
+def test_the_coverage_penalty_is_a_config_error_naming_the_field(ct2_dir):
+    with pytest.raises(ConfigError, match="decode.coverage_penalty"):
+        heed.load(str(ct2_dir)).translate(["le 3 mars 1998"], beam=2, coverage_penalty=0.3)
