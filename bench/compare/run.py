@@ -51,7 +51,7 @@ REFERENCE_SEED = 42  # the seed of the reference tables (and of the shared peers
 PEERS = ("joey", "onmt", "fairseq")  # the Python toolkits' keys (and install_peers.sh's kit names)
 DEFAULT_SYSTEMS = {  # --systems when not given: CTranslate2 converts only OpenNMT-py's Transformer, and
     # heed-compile (a whole extra training) is left to --systems for the Transformer
-    "rnn": [key for key in SYSTEMS if not key.startswith("ct2")],
+    "rnn": [key for key in SYSTEMS if "ct2" not in key],
     "transformer": [key for key in SYSTEMS if key != "heed-compile"],
 }
 EXPECTED_PARAMS = {"onmt": 286_224, "fairseq": 286_224, "joey": 302_656}
@@ -415,7 +415,8 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
     def versus_ct2(label: str, value) -> None:
         """heed's float32 columns divided by CTranslate2 float32's figure, heed's int8 by CTranslate2
         int8's (the same precision); heed's bf16 column has no CTranslate2 counterpart here."""
-        twin = {"heed": "ct2", "heed-onnx": "ct2", "heed-compile": "ct2", "heed-onnx-int8": "ct2-int8"}
+        twin = {"heed": "ct2", "heed-onnx": "ct2", "heed-compile": "ct2", "heed-onnx-int8": "ct2-int8",
+                "heed-ct2": "ct2", "heed-ct2-int8": "ct2-int8"}
 
         def cell(r: dict) -> str:
             other = ct2.get(twin.get(r["key"], ""))
@@ -515,6 +516,11 @@ def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dic
                      "decoded by bench/compare/ct2_decode.py (`translate_batch`, 1 inter and --threads intra "
                      "threads, no length penalty) with compute_type float32 or int8; their training rows repeat "
                      "OpenNMT-py's, their train wall time and RSS are the conversion's.")
+    if any(r["key"].startswith("heed-ct2") for r in results):
+        notes.append("- heed-ct2 columns: heed's own model exported with `heed export --format ctranslate2 [--int8]` "
+                     "(heed.export.ct2: CTranslate2's TransformerSpec filled from heed's weights) and decoded by "
+                     "CTranslate2's search through `heed.load(...).translate` (heed.export.ct2_run); their training "
+                     "rows repeat heed's, their train wall time and RSS are the export's.")
     if any(r["key"] == "heed-bf16" for r in results):
         notes.append("- \"heed, bf16\": the same heed run with `train.bf16: true` (autocast: float32 weights, "
                      "bf16 matrix products, which CPUs with AMX run several times faster), decoded with `--bf16` "

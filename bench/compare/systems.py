@@ -383,6 +383,36 @@ class HeedOnnxInt8(HeedOnnx):
     export_options = ("--int8",)
 
 
+class HeedCT2(HeedOnnx):
+    """heed's own trained model exported with `heed export --format ctranslate2` (CTranslate2's model
+    files written from heed's weights) and decoded by CTranslate2's search through the same
+    `heed.load(...).translate` (heed.export.ct2_run). Transformers only."""
+
+    name, kind = "heed-ct2", "heed_ct2"
+    export_options: tuple[str, ...] = ("--format", "ctranslate2")
+
+    def check(self) -> None:
+        if not self.b.transformer:
+            raise NotAvailable("heed exports Transformers to CTranslate2, not its RNNs (run with --model transformer)")
+        Heed.check(self)
+        probe = subprocess.run([str(self.b.heed_python), "-c", "import ctranslate2"],
+                               capture_output=True, text=True, env=self.heed_env, timeout=self.b.timeout)
+        if probe.returncode != 0:
+            raise NotAvailable("ctranslate2 does not import: pip install -e '.[ct2]'")
+
+    def version(self) -> str:
+        ct2 = subprocess.run([str(self.b.heed_python), "-c", "import ctranslate2; print(ctranslate2.__version__)"],
+                             capture_output=True, text=True).stdout.strip()
+        return f"{Heed.version(self)}, ctranslate2 {ct2}"
+
+
+class HeedCT2Int8(HeedCT2):
+    """As heed-ct2, exported with `--int8` (CTranslate2's int8 weights and GEMMs)."""
+
+    name, kind = "heed-ct2-int8", "heed_ct2_int8"
+    export_options = ("--format", "ctranslate2", "--int8")
+
+
 # ---------------------------------------------------------------------------------------- Joey
 
 
@@ -715,5 +745,6 @@ class CTranslate2Int8(CTranslate2):
     compute_type = "int8"
 
 
-SYSTEMS = {"heed": Heed, "heed-bf16": HeedBF16, "heed-compile": HeedCompile, "heed-onnx": HeedOnnx, "heed-onnx-int8": HeedOnnxInt8, "joey": Joey, "onmt": OpenNMT, "fairseq": Fairseq,
-           "ct2": CTranslate2, "ct2-int8": CTranslate2Int8}
+SYSTEMS = {"heed": Heed, "heed-bf16": HeedBF16, "heed-compile": HeedCompile, "heed-onnx": HeedOnnx,
+           "heed-onnx-int8": HeedOnnxInt8, "heed-ct2": HeedCT2, "heed-ct2-int8": HeedCT2Int8, "joey": Joey,
+           "onmt": OpenNMT, "fairseq": Fairseq, "ct2": CTranslate2, "ct2-int8": CTranslate2Int8}
