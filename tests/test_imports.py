@@ -1,5 +1,5 @@
 """The arrows between heed's rooms run one way (DESIGN.md): translating loads neither the trainer
-nor, until an exported model is used, onnx / onnxruntime."""
+nor, until an exported model is used, onnx / onnxruntime / ctranslate2."""
 import ast
 import subprocess
 import sys
@@ -16,8 +16,8 @@ def test_importing_the_api_does_not_import_the_trainer():
 
 
 def test_importing_the_exported_model_runtime_loads_neither_the_trainer_nor_onnx():
-    assert _loaded_after("import heed.api, heed.export.ort, heed.export.onnx",
-                         ("heed.train", "onnx", "onnxruntime")) == []
+    assert _loaded_after("import heed.api, heed.export.ort, heed.export.onnx, heed.export.load, heed.export.ct2, "
+                         "heed.export.ct2_run", ("heed.train", "onnx", "onnxruntime", "ctranslate2")) == []
 
 
 def test_reading_a_config_loads_neither_torch_nor_the_model_code():
