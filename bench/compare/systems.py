@@ -349,18 +349,20 @@ class HeedOnnx(Heed):
     name, kind = "heed-onnx", "heed_onnx"
     export_options: tuple[str, ...] = ()
     trains = False
+    runtime, extra = ("onnx", "onnxruntime"), "onnx"  # what the export needs, the last one named in version()
 
     def check(self) -> None:
         super().check()
-        probe = subprocess.run([str(self.b.heed_python), "-c", "import onnx, onnxruntime"],
+        probe = subprocess.run([str(self.b.heed_python), "-c", f"import {', '.join(self.runtime)}"],
                                capture_output=True, text=True, env=self.heed_env, timeout=self.b.timeout)
         if probe.returncode != 0:
-            raise NotAvailable("onnx or onnxruntime does not import: pip install -e '.[onnx]'")
+            raise NotAvailable(f"{' or '.join(self.runtime)} does not import: pip install -e '.[{self.extra}]'")
 
     def version(self) -> str:
-        ort = subprocess.run([str(self.b.heed_python), "-c", "import onnxruntime; print(onnxruntime.__version__)"],
+        module = self.runtime[-1]
+        got = subprocess.run([str(self.b.heed_python), "-c", f"import {module}; print({module}.__version__)"],
                              capture_output=True, text=True).stdout.strip()
-        return f"{super().version()}, onnxruntime {ort}"
+        return f"{super().version()}, {module} {got}"
 
     def train(self) -> Train:
         heed_run = Heed(self.b)
@@ -390,20 +392,12 @@ class HeedCT2(HeedOnnx):
 
     name, kind = "heed-ct2", "heed_ct2"
     export_options: tuple[str, ...] = ("--format", "ctranslate2")
+    runtime, extra = ("ctranslate2",), "ct2"
 
     def check(self) -> None:
         if not self.b.transformer:
             raise NotAvailable("heed exports Transformers to CTranslate2, not its RNNs (run with --model transformer)")
-        Heed.check(self)
-        probe = subprocess.run([str(self.b.heed_python), "-c", "import ctranslate2"],
-                               capture_output=True, text=True, env=self.heed_env, timeout=self.b.timeout)
-        if probe.returncode != 0:
-            raise NotAvailable("ctranslate2 does not import: pip install -e '.[ct2]'")
-
-    def version(self) -> str:
-        ct2 = subprocess.run([str(self.b.heed_python), "-c", "import ctranslate2; print(ctranslate2.__version__)"],
-                             capture_output=True, text=True).stdout.strip()
-        return f"{Heed.version(self)}, ctranslate2 {ct2}"
+        super().check()
 
 
 class HeedCT2Int8(HeedCT2):
