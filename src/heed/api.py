@@ -52,7 +52,7 @@ from heed.data.batching import collate
 from heed.data.corpus import normalize, text_problem
 from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from heed.ensemble import Ensemble
-from heed.errors import ConfigError, HeedError
+from heed.errors import Abandoned, ConfigError, HeedError
 from heed.forced import SweepResult, attention_shape, forced_attention, links_of, sweep
 from heed.nn.intervention import Intervention, intervening
 from heed.nn.protocol import (AttributableModel, HeadsModel, OwnSearchModel, SelfAttentionModel, TrainableModel,
@@ -220,11 +220,6 @@ def _ready(model: "TrainableModel | OrtSeq2Seq", *, device: torch.device, bf16: 
     return model
 
 
-class Abandoned(HeedError):
-    """The caller gave up on a decoding (a server request past its time limit); raised by the
-    search's next step."""
-
-
 class _Stoppable:
     """A search model (the protocol of heed.search) whose every step, and teacher-forced pass, first
     asks `stop()`, raising Abandoned once it is true. Everything else is the model's own."""
@@ -237,7 +232,7 @@ class _Stoppable:
 
     def _check(self) -> None:
         if self._stop():
-            raise Abandoned("the request was given up; decoding stopped")
+            raise Abandoned()
 
     def step(self, *args: Any, **kwargs: Any) -> Any:
         self._check()

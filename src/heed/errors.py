@@ -51,6 +51,14 @@ class ModelDirError(HeedError):
     """A model directory that is missing, incomplete or not heed's."""
 
 
+class Abandoned(HeedError):
+    """The caller gave up on a decoding (a server request past its time limit): raised by the
+    search's next step, or by a runtime with its own search (heed.export.ct2_run) before its next batch."""
+
+    def __init__(self) -> None:
+        super().__init__("the request was given up; decoding stopped")
+
+
 class OutputError(HeedError):
     """A file heed was told to write and cannot: the message names the path as the user gave it."""
 

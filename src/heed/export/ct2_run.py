@@ -29,7 +29,6 @@ hypothesis cut at max_len gets EOS's log-probability from one teacher-forced CTr
 """
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,11 +37,11 @@ import torch
 from torch import Tensor
 
 from heed.data.vocab import BOS, EOS, PAD
-from heed.decode_config import MAX_OUTPUT_TOKENS, DecodeConfig
-from heed.errors import ConfigError, HeedError, ModelDirError
+from heed.decode_config import DecodeConfig
+from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError
 from heed.export.ct2 import require_ctranslate2
 from heed.export.onnx import Manifest
-from heed.search import Decoded, Hypothesis, length_penalty
+from heed.search import Decoded, Hypothesis, length_penalty, max_output_lengths
 
 PATIENCE = 4  # with a length penalty: finished hypotheses kept = beam * PATIENCE before heed ranks them
 # Any non-zero length penalty turns off CTranslate2's early exit (which is only right without one);
@@ -125,14 +124,13 @@ class CT2Seq2Seq:
         if cfg.sampling:  # a seed gives the same samples of the same batch (not, as heed's, in any batch)
             self._ct2.set_random_seed(cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31))
             translator = self._translator(fresh=True)
-        limits = [max_output_tokens(len(ids) + 1, cfg) for ids in src_ids]  # + EOS, as heed's batches
+        # heed's own per-source limit, each source with its EOS as heed's batches have it
+        limits = max_output_lengths(torch.tensor([len(ids) + 1 for ids in src_ids]), cfg).tolist()
         order = sorted(range(len(src_ids)), key=lambda k: -len(src_ids[k]))
         results: list[Decoded] = [Decoded([]) for _ in src_ids]
         for start in range(0, len(order), batch_size):
             if stop is not None and stop():
-                from heed.api import Abandoned
-
-                raise Abandoned("the request was given up; decoding stopped")
+                raise Abandoned()
             chunk = order[start:start + batch_size]
             got = self._decode(translator, [src_ids[k] for k in chunk], [limits[k] for k in chunk],
                                None if prefixes is None else [prefixes[k] for k in chunk], cfg)
@@ -146,9 +144,10 @@ class CT2Seq2Seq:
         alone where that was not heed's search: its best output passed its own limit, or a
         hypothesis holds PAD or BOS (which heed never emits; CTranslate2 is asked to suppress them
         only then, as it renormalises the rest of the distribution when it does)."""
-        out = self._translate_batch(translator, src_ids, max(limits), prefixes, cfg, suppress=False)
+        longest = max(limits)
+        out = self._translate_batch(translator, src_ids, longest, prefixes, cfg, suppress=False)
         for i, (decoded, limit) in enumerate(zip(out, limits)):
-            too_long = limit < max(limits) and decoded.hypotheses and len(decoded.hypotheses[0].tokens) > limit
+            too_long = limit < longest and decoded.hypotheses and len(decoded.hypotheses[0].tokens) > limit
             if too_long or _emits_specials(decoded):
                 prefix = None if prefixes is None else [prefixes[i]]
                 alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, suppress=False)[0]
@@ -222,8 +221,3 @@ class CT2Seq2Seq:
 def _emits_specials(decoded: Decoded) -> bool:
     return any(PAD in h.tokens or BOS in h.tokens for h in decoded.hypotheses)
 
-
-def max_output_tokens(src_len: int, cfg: DecodeConfig) -> int:
-    """heed.search's limit for a source of src_len tokens (EOS included): floor(a * src_len + b),
-    output tokens without EOS, at most MAX_OUTPUT_TOKENS."""
-    return min(math.floor(cfg.max_len_a * src_len + cfg.max_len_b), MAX_OUTPUT_TOKENS)

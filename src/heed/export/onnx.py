@@ -300,7 +300,7 @@ def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
         if int8:
             require("onnxruntime")
     else:
-        ct2.require_ctranslate2()
+        ctranslate2 = ct2.require_ctranslate2()
     if is_exported_dir(model_dir):
         raise ModelDirError(f"{model_dir}: already an exported directory; export the model directory it came from")
     loaded = load_model_dir(model_dir, device="cpu")
@@ -329,7 +329,7 @@ def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
         else:
             ct2.write_ct2(loaded.model, loaded.config.model, loaded.codec, tmp,
                           max_src_len=loaded.config.data.max_src_len, int8=int8)
-            runtime = {"ctranslate2_version": ct2.require_ctranslate2().__version__}
+            runtime = {"ctranslate2_version": ctranslate2.__version__}
         save_config(loaded.config, tmp / CONFIG_FILE)
         loaded.codec.save(tmp)
         if (loaded.directory / METRICS_FILE).is_file():  # the training log: the server shows its last scores
