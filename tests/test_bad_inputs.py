@@ -95,11 +95,17 @@ class Ctx:
 
     def narrow_model(self, name: str = "narrow") -> Path:
         """A model directory with the trained model's codec and a narrower (hidden_size 8) random model."""
+        from heed.checkpoint import load_model_dir
+
+        return self.random_model(name, load_model_dir(self.run).config.model.model_copy(update={"hidden_size": 8}))
+
+    def random_model(self, name: str, model_config: Any) -> Path:
+        """A model directory with the trained model's codec and config and a random model of `model_config`."""
         from heed.checkpoint import load_model_dir, save_model_dir
         from heed.nn.build import build_model
 
         base = load_model_dir(self.run)
-        config = base.config.model_copy(update={"model": base.config.model.model_copy(update={"hidden_size": 8})})
+        config = base.config.model_copy(update={"model": model_config})
         model = build_model(config.model, src_vocab_size=len(base.codec.src_vocab),
                             tgt_vocab_size=len(base.codec.tgt_vocab))
         return save_model_dir(self.tmp / name, model=model, config=config, codec=base.codec)
@@ -114,14 +120,20 @@ class Ctx:
         os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
         return path
 
-    def exported(self, edit: Callable[[dict, Path], None] | None = None) -> Path:
-        """The trained model exported to ONNX (skipped without the onnx extra); `edit(manifest, dir)`
-        changes it, and the manifest is written back with every listed file's sha256 recomputed (a
-        consistent, hostile export)."""
-        pytest.importorskip("onnxruntime", reason="heed-nmt[onnx] is not installed")
+    def exported(self, edit: Callable[[dict, Path], None] | None = None, *, kind: str = "onnx") -> Path:
+        """The trained model exported to ONNX (skipped without the onnx extra), or with kind
+        "ctranslate2" a random Transformer of its codec exported to CTranslate2 (skipped without
+        ctranslate2); `edit(manifest, dir)` changes it, and the manifest is written back with every
+        listed file's sha256 recomputed (a consistent, hostile export)."""
+        pytest.importorskip("onnxruntime" if kind == "onnx" else "ctranslate2",
+                            reason=f"heed-nmt[{'onnx' if kind == 'onnx' else 'ct2'}] is not installed")
         from heed.export.onnx import export_model, sha256
 
-        out = export_model(self.run, self.tmp / "exp")
+        from heed.nn.model_config import ModelConfig
+
+        model = self.run if kind == "onnx" else self.random_model(
+            "transformer", ModelConfig(family="transformer", d_model=16, heads=2, layers=1, ff_size=16))
+        out = export_model(model, self.tmp / "exp", kind=kind)
         if edit is not None:
             manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
             edit(manifest, out)
@@ -1197,6 +1209,21 @@ def _(c: Ctx) -> Call:
 def _(c: Ctx) -> Call:
     return Call(["translate", c.exported(lambda m, _: m["model"].update(hidden_size="wide"))],
                 ["manifest.json", "model.hidden_size"], stdin="x\n")
+
+
+@case("export-kind-changed-to-ctranslate2")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.exported(lambda m, _: m.update(kind="ctranslate2"))],
+                ["manifest.json", "model.bin"], stdin="x\n")
+
+
+@case("export-ctranslate2-model-file-corrupt")
+def _(c: Ctx) -> Call:
+    def corrupt(manifest: dict, out: Path) -> None:
+        (out / "model.bin").write_bytes(b"not a CTranslate2 model")
+
+    return Call(["translate", c.exported(corrupt, kind="ctranslate2")], ["exp", "CTranslate2 cannot load"],
+                stdin="x\n")
 
 
 # ------------------------------------------------------------------- attribution, faithfulness
