@@ -15,6 +15,7 @@ import torch
 from pydantic import ValidationError
 from search_fakes import (
     DECODERS,
+    MODEL_KINDS,
     EOS,
     HAND_TABLE,
     A,
@@ -39,8 +40,10 @@ from heed.search import (
     _TWO_LEVEL_MIN_VOCAB_PER_CANDIDATE,
     DecodeConfig,
     Hypothesis,
+    Prefix,
     _row_topk,
     beam_search,
+    beam_search_one,
     coverage_penalty,
     greedy_search,
     length_penalty,
@@ -436,6 +439,88 @@ def test_min_len_is_respected_and_max_len_wins_a_clash(beam_size: int) -> None:
         assert all(len(h.tokens) >= 3 for h in hyps)
     clash = cfg.model_copy(update={"min_len": 5, "max_len_b": 2})
     assert all(len(h.tokens) == 2 for h in search(ScriptedModel(loves_eos), src, lengths, clash)[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search for one sentence (its bookkeeping on host lists)
+
+
+def assert_identical(got: list[Hypothesis], want: list[Hypothesis]) -> None:
+    """The same hypotheses to the bit: tokens, scores, log-probs and attention."""
+    assert [(h.tokens, h.score, h.log_prob) for h in got] == [(h.tokens, h.score, h.log_prob) for h in want]
+    for g, w in zip(got, want):
+        assert (g.attention is None) == (w.attention is None)
+        if w.attention is not None:
+            assert torch.equal(g.attention, w.attention)
+
+
+ONE_SENTENCE_CONFIGS = {
+    "beam3": {"beam_size": 3},
+    "nbest": {"beam_size": 5, "n_best": 5, "length_penalty": 1.0, "forbid_unk": True},
+    "penalties+constraints": {"beam_size": 3, "n_best": 2, "length_penalty": 0.8, "coverage_penalty": 0.4,
+                              "min_len": 2, "no_repeat_ngram": 2},
+    "eos-late": {"beam_size": 2, "min_len": 6},
+}
+
+
+@pytest.mark.parametrize("kind", MODEL_KINDS)
+@pytest.mark.parametrize("name", ONE_SENTENCE_CONFIGS)
+@pytest.mark.parametrize("forced", [[], [A, B]], ids=["free", "prefix"])
+def test_one_sentence_beam_gives_the_batched_beam_to_the_bit(kind: str, name: str, forced: list[int]) -> None:
+    extra = ONE_SENTENCE_CONFIGS[name]
+    if kind == "plain" and extra.get("coverage_penalty"):
+        pytest.skip("the coverage penalty needs attention")
+    model = tiny_model(kind)
+    src, lengths = padded_batch([7, 2, 5, 1])
+    cfg = DecodeConfig(max_len_a=1.0, max_len_b=3, **extra)
+    for b, n in enumerate(lengths.tolist()):
+        one = src[b:b + 1, :n], lengths[b:b + 1]
+        prefix = Prefix.of([forced], pad_id=model.pad_id) if forced else None
+        want = beam_search(model, *one, cfg, prefix=prefix)[0]
+        got = beam_search_one(model, *one, cfg, prefix=prefix)
+        assert got, "every config here finishes something"
+        assert_identical(got, want)
+        assert all(h.tokens[:len(forced)] == forced for h in got)
+
+
+def test_one_sentence_beam_over_a_wide_vocabulary_and_as_wide_as_all_prefixes() -> None:
+    """_select_top's two-level top-k (3,000 tokens), and a beam of 85 over a 7-token vocabulary
+    (2 * beam candidates exceed one row's vocabulary at the first step)."""
+    model = tiny_model("luong", tgt_vocab=3000)
+    src, lengths = padded_batch([5])
+    cfg = DecodeConfig(beam_size=3, n_best=3, max_len_a=0.5, max_len_b=3, min_len=2, no_repeat_ngram=1)
+    assert_identical(beam_search_one(model, src, lengths, cfg), beam_search(model, src, lengths, cfg)[0])
+    assert_same_hypotheses(beam_search_one(model, src, lengths, cfg), reference_beam_search(model, src[0], 5, cfg))
+    model = tiny_model("luong", tgt_vocab=7)
+    src, lengths = padded_batch([4])
+    cfg = DecodeConfig(beam_size=85, n_best=85, max_len_a=0.0, max_len_b=3, min_len=0, length_penalty=0.6)
+    got = beam_search_one(model, src, lengths, cfg)
+    assert len(got) == 85  # 1 + 4 + 16 + 64 outputs of real tokens A..D
+    assert_identical(sorted(got, key=lambda h: h.tokens), sorted(beam_search(model, src, lengths, cfg)[0],
+                                                                 key=lambda h: h.tokens))
+
+
+def test_one_sentence_beam_on_the_scripted_table_gives_the_hand_computed_hypotheses() -> None:
+    model = ScriptedModel(HAND_TABLE)
+    src, lengths = one_source()
+    cfg = DecodeConfig(beam_size=2, n_best=2, max_len_a=0.0, max_len_b=4)
+    assert_identical(beam_search_one(model, src, lengths, cfg), beam_search(model, src, lengths, cfg)[0])
+
+
+def test_search_sends_one_sentence_on_the_cpu_to_the_host_beam_and_traced_ones_to_beam_search(monkeypatch) -> None:
+    import heed.search as search_module
+    model = tiny_model("luong")
+    src, lengths = padded_batch([5, 3])
+    cfg = DecodeConfig(beam_size=3)
+    calls: list[str] = []
+    for name in ("beam_search", "beam_search_one"):
+        original = getattr(search_module, name)
+        monkeypatch.setattr(search_module, name,
+                            lambda *a, _name=name, _f=original, **k: calls.append(_name) or _f(*a, **k))
+    search(model, src[:1], lengths[:1], cfg)
+    search(model, src, lengths, cfg)  # a batch of two
+    search(model, src[:1], lengths[:1], cfg, trees=[])  # the explorer's tree needs beam_search's record
+    assert calls == ["beam_search_one", "beam_search", "beam_search"]
 
 
 # ---------------------------------------------------------------------------------------------

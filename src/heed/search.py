@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -703,6 +704,111 @@ def beam_search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: Decod
 
 
 # ---------------------------------------------------------------------------------------------
+# Beam search for one sentence: its bookkeeping on host lists.
+
+
+@torch.inference_mode()
+def beam_search_one(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig | None = None, *,
+                    prefix: Prefix | None = None) -> list[Hypothesis]:
+    """`beam_search` for a batch of one sentence: the same hypotheses, scores and attention, with
+    the bookkeeping after each step's top-k (finishing, pruning, stopping, the history) done on
+    Python lists of its 2 * beam candidates instead of some 25 small tensor ops. At batch 1 those
+    ops cost more than a small model's step (bench/RESULTS.md, "Beam search for one sentence").
+    The model's step, the constrained log-probs (_step_log_probs), the candidate top-k
+    (_select_top) and the penalties are beam_search's own functions, so ties break the same way.
+
+    src (1, src_len), src_lengths (1,); prefix: one row, or None. Returns up to n_best
+    hypotheses, best score first. Put the model in eval mode first."""
+    cfg = cfg or DecodeConfig()
+    beam, eos, device = cfg.beam_size, model.eos_id, src.device
+    enc = model.encode(src, src_lengths)
+    src_mask, src_len = enc.mask, int(src_lengths[0])
+    max_len_t = _with_prefix(max_output_lengths(src_lengths, cfg).to(device), prefix)  # (1,) broadcasts over rows
+    max_len = int(max_len_t[0])
+    bound_lp = np.float32(length_penalty(max_len_t + 1, cfg.length_penalty)[0]) if cfg.length_penalty else None
+    row_prefix = None if prefix is None else prefix.repeat(beam)
+
+    # The first step runs on the sentence's one row; its candidates are ranked as beam_search ranks
+    # them, over beam copies of the row of which only the first is live.
+    bos = torch.full((1,), model.bos_id, dtype=torch.long, device=device)
+    out = model.step(bos, model.init_state(enc), enc)
+    enc = enc.repeat(beam)
+    cum = torch.full((beam,), NEG_INF, device=device)
+    cum[0] = 0.0
+    seq = src.new_zeros(beam, 0) if cfg.no_repeat_ngram else None  # (beam, t) the live beams' tokens
+    coverage = None  # (beam, src_len) the live beams' attention sums
+    finished: list[tuple[float, float, int, int]] = []  # (score, log_prob, step, parent row), best first
+    tok_hist: list[list[int]] = []  # [t][k]: live beam k's token after step t
+    back_hist: list[list[int]] = []  # [t][k]: the row of step t's input it extends
+    attn_hist: list[np.ndarray] = []  # [t]: step t's attention, (rows of its input, src_len)
+    for t in range(max_len + 1):
+        attn = _checked_attention(out.attention, cfg)
+        logits = out.logits if t else out.logits.expand(beam, -1).contiguous()
+        logp = _step_log_probs(logits, t, seq, max_len_t, cfg, model, may_be_full=t >= max_len, prefix=row_prefix)
+        cand_lp, token, parent = (x[0].tolist() for x in _select_top(cum, logp, beam))  # 2 * beam each
+        if not t:
+            parent = [0] * len(parent)  # the copies are the first step's one row
+        step_coverage = None
+        if cfg.coverage_penalty:
+            step_coverage = attn.float() if coverage is None else coverage + attn.float()  # (rows, src_len)
+
+        ends = [c for c in range(beam) if token[c] == eos and cand_lp[c] != NEG_INF]
+        if ends:
+            end_lp = torch.tensor([cand_lp[c] for c in ends], device=device)
+            rows = torch.tensor([parent[c] for c in ends], device=device)
+            scores = hypothesis_score(end_lp, torch.full_like(rows, t + 1),
+                                      None if step_coverage is None else step_coverage.index_select(0, rows),
+                                      src_mask, cfg).tolist()
+            finished += [(score, cand_lp[c], t, parent[c]) for score, c in zip(scores, ends)]
+            finished = sorted(finished, key=lambda f: -f[0])[:cfg.n_best]
+
+        # The beam best others live on (at most beam of the 2 * beam are EOS); -inf ones are dead.
+        live = [c for c in range(2 * beam) if token[c] != eos][:beam]
+        live_lp = [cand_lp[c] for c in live]
+        back = [parent[c] for c in live]
+        tok_hist.append([token[c] for c in live])
+        back_hist.append(back)
+        if attn is not None:
+            attn_hist.append(attn.float().numpy())
+        best_live = max(live_lp)
+        if best_live == NEG_INF:
+            break
+        if len(finished) == cfg.n_best:  # as _is_done, in float32 as beam_search computes it
+            bound = np.float32(best_live) / bound_lp if bound_lp is not None else best_live
+            if finished[-1][0] >= bound:
+                break
+        if t == max_len:
+            break
+        # numpy, then torch: a third of torch.tensor's cost for a few numbers (the search runs on the CPU)
+        back_t = torch.from_numpy(np.array(back, dtype=np.int64))
+        prev = torch.from_numpy(np.array(tok_hist[-1], dtype=np.int64))
+        cum = torch.from_numpy(np.array(live_lp, dtype=np.float32))
+        if seq is not None:
+            seq = torch.cat([seq.index_select(0, back_t), prev.unsqueeze(1)], dim=1)
+        if step_coverage is not None:
+            coverage = step_coverage.index_select(0, back_t)
+        out = model.step(prev, out.state.select(back_t), enc)
+    return [_backtrack_one(f, tok_hist, back_hist, attn_hist, src_len, eos) for f in finished]
+
+
+def _backtrack_one(fin: tuple[float, float, int, int], tok_hist: list[list[int]], back_hist: list[list[int]],
+                   attn_hist: list[np.ndarray], src_len: int, eos_id: int) -> Hypothesis:
+    """One finished hypothesis (score, log_prob, the step of its EOS, its parent's row there) of
+    beam_search_one, its tokens and attention followed back through the history (as _backtrack)."""
+    score, log_prob, end, row = fin
+    tokens: list[int] = []
+    attention_rows = [(end, row)]
+    for s in range(end - 1, -1, -1):  # `row`: a row of step s + 1's input
+        tokens.append(tok_hist[s][row])
+        row = back_hist[s][row]
+        attention_rows.append((s, row))
+    attention = None
+    if attn_hist:
+        attention = torch.from_numpy(np.stack([attn_hist[s][r, :src_len] for s, r in reversed(attention_rows)]))
+    return Hypothesis(tokens=tokens[::-1], score=score, log_prob=log_prob, attention=attention)
+
+
+# ---------------------------------------------------------------------------------------------
 # The search tree, for people: what beam search kept, finished and pruned at every step.
 
 
@@ -798,6 +904,8 @@ def search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: DecodeConf
         out = sample(model, src, src_lengths, cfg, prefix=prefix)
     elif cfg.beam_size == 1:
         out = [[h] for h in greedy_search(model, src, src_lengths, cfg, prefix=prefix)]
+    elif src.size(0) == 1 and trees is None and src.device.type == "cpu":
+        out = [beam_search_one(model, src, src_lengths, cfg, prefix=prefix)]
     else:
         found: list[BeamTree] = []
         out = beam_search(model, src, src_lengths, cfg, prefix=prefix, trees=found if trees is not None else None)
