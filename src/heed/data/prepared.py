@@ -156,11 +156,11 @@ class ShardWriter:
         arrays = {"src": self._ids["src"][: self._used["src"]], "tgt": self._ids["tgt"][: self._used["tgt"]],
                   "offsets": offsets, "lengths": lengths.astype(length_dtype)}
         files = {}
-        for part, array in arrays.items():
+        for part, values in arrays.items():
             name = shard_file(index, part)
             with open(self.directory / name, "wb") as f:
                 out = _HashingFile(f)
-                np.lib.format.write_array(out, np.ascontiguousarray(array),  # type: ignore[arg-type]
+                np.lib.format.write_array(out, np.ascontiguousarray(values),  # type: ignore[arg-type]
                                           allow_pickle=False)
             files[part] = {"file": name, "bytes": out.size, "sha256": out.digest.hexdigest()}
         self.shards.append({"sentences": len(lengths), "src_tokens": self._used["src"],
