@@ -6,6 +6,7 @@ import torch
 from step_decoding import assert_alone_equals_in_batch, decode_step_by_step
 
 from heed.nn.build import ModelConfig, build_model
+from heed.nn.protocol import TensorState
 from heed.nn.rnn.decoder import DecoderState
 from heed.nn.rnn.seq2seq import Seq2Seq
 
@@ -90,16 +91,21 @@ def test_a_sentence_decodes_the_same_alone_as_in_a_padded_batch(name: str) -> No
     assert_alone_equals_in_batch(model, src, SRC_LENGTHS, tgt_in)
 
 
-def test_decoder_state_select_reorders_every_tensor_by_batch_row() -> None:
+def test_decoder_state_is_named_tensors_and_select_reorders_every_one_by_batch_row() -> None:
     h, c = torch.randn(2, 3, 4), torch.randn(2, 3, 4)  # (layers, batch, hidden)
-    feed = torch.randn(3, 4)  # (batch, hidden)
+    feed, coverage = torch.randn(3, 4), torch.rand(3, 5)  # (batch, hidden), (batch, src_len)
     indices = torch.tensor([2, 0, 0, 1])
-    picked = DecoderState((h, c), feed).select(indices)
+    state = DecoderState.of((h, c), feed, coverage)
+    assert isinstance(state, TensorState) and list(state.tensors) == ["h", "c", "feed", "coverage"]
+    picked = state.select(indices)
+    assert isinstance(picked, DecoderState)
     assert torch.equal(picked.rnn[0], h[:, [2, 0, 0, 1]])
     assert torch.equal(picked.rnn[1], c[:, [2, 0, 0, 1]])
     assert torch.equal(picked.feed, feed[[2, 0, 0, 1]])
-    no_feed = DecoderState((h,)).select(indices)
-    assert no_feed.feed is None and torch.equal(no_feed.rnn[0], h[:, [2, 0, 0, 1]])
+    assert torch.equal(picked.coverage, coverage[[2, 0, 0, 1]])
+    no_feed = DecoderState.of((h,)).select(indices)  # a GRU without input feeding or coverage
+    assert list(no_feed.tensors) == ["h"] and no_feed.feed is None and no_feed.coverage is None
+    assert len(no_feed.rnn) == 1 and torch.equal(no_feed.rnn[0], h[:, [2, 0, 0, 1]])
 
 
 @pytest.mark.parametrize("name", ["luong_feed_general", "luong_nofeed_dot", "bahdanau_additive", "plain",

@@ -4,8 +4,8 @@
 return, bos/eos/pad ids), so greedy search, beam search, sampling, n-best lists, prefixes and the
 length and coverage penalties run unchanged over it; and a teacher-forced `__call__` (one step
 at a time) for `Translator.align` and `explore`. It reuses the family's own encoded batch and
-state (an RNN's EncoderOutput and DecoderState, a Transformer's TransformerEncoded and TensorState):
-their `repeat`/`select` are index operations on torch tensors that share memory with the numpy
+state (an RNN's EncoderOutput and DecoderState, a Transformer's TransformerEncoded and key/value
+cache, both states heed.nn.protocol.TensorState): their `repeat`/`select` are index operations on torch tensors that share memory with the numpy
 arrays onnxruntime reads and writes (`torch.from_numpy`, `Tensor.numpy`), so nothing is copied at
 the boundary.
 
@@ -14,14 +14,22 @@ onnxruntime runs on the CPU here, with as many intra-op threads as torch has whe
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from heed.errors import ModelDirError
 from heed.export.onnx import (ENCODER_FILE, STEP_FILE, Manifest, check_graph_io, family_graphs, require)
-from heed.nn.protocol import Seq2SeqOutput
+from heed.nn.protocol import Seq2SeqOutput, TensorState
+
+
+class ExportedStep(NamedTuple):
+    """One step of the step graph, as search reads it (heed.nn.protocol.Step)."""
+
+    logits: Tensor  # (rows, vocab)
+    state: TensorState  # the same names as the step's input state, one step on
+    attention: Tensor | None  # (rows, src_len); None for a model without attention
 
 
 class OrtSeq2Seq:
@@ -92,15 +100,18 @@ class OrtSeq2Seq:
     def init_state(self, enc: Any) -> Any:
         return self.graphs.init_state(enc)
 
-    def step(self, prev_tokens: Tensor, state: Any, enc: Any) -> Any:
-        """prev_tokens (rows,) -> the family's step output: logits (rows, vocab), the next state, the
-        attention (rows, src_len) or None."""
+    def step(self, prev_tokens: Tensor, state: TensorState, enc: Any) -> "ExportedStep":
+        """prev_tokens (rows,) -> logits (rows, vocab), the next state, the attention (rows, src_len)
+        or None. The state's tensors are the step graph's inputs by name, and `<name>_out` its
+        outputs (heed.export.onnx): any family's state, without knowing its fields."""
         _, step = self._session_pair()
         feeds = dict(self._source_feeds(enc))
         feeds["prev_tokens"] = _array(prev_tokens)
-        feeds.update({name: _array(t) for name, t in self.graphs.state_feeds(state).items()})
+        feeds.update({name: _array(t) for name, t in state.tensors.items()})
         outs = step.run(None, feeds)
-        return self.graphs.step_output(dict(zip(self._step_outputs, (torch.from_numpy(x) for x in outs))))
+        named = dict(zip(self._step_outputs, (torch.from_numpy(x) for x in outs)))
+        return ExportedStep(named["logits"], state.replaced({name: named[f"{name}_out"] for name in state.tensors}),
+                            named.get("attention"))
 
     def _source_feeds(self, enc: Any) -> dict[str, Any]:
         """The step graph's per-source inputs as numpy arrays, converted once per encoded batch

@@ -205,7 +205,8 @@ class TensorState:
     family's state, and an exported step graph takes and returns it by name.
 
     tensors:    {name: tensor}, every tensor with `rows` along its batch axis
-    batch_axes: {name: axis}, the axis of each tensor that indexes decoder rows
+    batch_axes: {name: axis}, the axis of each tensor that indexes decoder rows (a family may
+                name more than one state holds, e.g. an RNN's c only for an LSTM)
     """
 
     tensors: Mapping[str, Tensor]
@@ -216,8 +217,12 @@ class TensorState:
 
     def select(self, indices: Tensor) -> "TensorState":
         """Rows `indices` (n,) long of every tensor, in that order."""
-        return TensorState({name: t.index_select(self.batch_axes[name], indices) for name, t in self.tensors.items()},
-                           self.batch_axes)
+        return type(self)({name: t.index_select(self.batch_axes[name], indices) for name, t in self.tensors.items()},
+                          self.batch_axes)
+
+    def replaced(self, tensors: Mapping[str, Tensor]) -> "TensorState":
+        """The same kind of state holding `tensors` (a step's new values, by the same names)."""
+        return type(self)(tensors, self.batch_axes)
 
 
 __all__ = ["AttentionMaps", "AttributableModel", "SelfAttentionModel", "Encoded", "HeadsModel", "SearchModel", "SearchState", "Seq2SeqOutput", "Step", "TensorState", "TrainableModel",

@@ -2,7 +2,7 @@
 and Plain (no attention; the baseline to compare with).
 
 Every decoder speaks the same small protocol, which is all that search sees:
-    init_state(rnn_state, enc) -> DecoderState
+    init_state(rnn_state, enc) -> DecoderState (named tensors h, c, feed, coverage)
     step(prev_tokens (batch,), state, enc) -> DecoderStep(logits (batch, vocab), state, attention)
     state.select(indices) -> DecoderState
 and `forward(tgt_in, state, enc)` runs the teacher-forced pass over a whole target. `Seq2Seq.loss`
@@ -19,7 +19,6 @@ of the same step.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -28,28 +27,52 @@ from torch import Tensor, nn
 
 from heed.nn.attention import Attention, ScoreName
 from heed.nn.intervention import active as intervention_active
+from heed.nn.protocol import TensorState
 from heed.nn.rnn.copy import PointerGenerator
 from heed.nn.rnn.coverage import initial_coverage
 from heed.nn.rnn.encoder import RNN_CLASSES, EncoderOutput, RNNKind
 from heed.nn.rnn.feeding import InputFeedingLSTM, gate_order
-from heed.nn.rnn.state import RNNState, as_raw, as_state, select_batch
+from heed.nn.rnn.state import RNNState, as_raw, as_state
 
 
-@dataclass(frozen=True)
-class DecoderState:
-    """rnn: each (layers, batch, hidden); feed: (batch, hidden) the previous attentional state
-    h~_{t-1} for Luong input feeding, else None; coverage: (batch, src_len) c^t, the sum of the
-    attention weights of the steps so far (heed.nn.rnn.coverage), for a coverage model, else None."""
+# Each state tensor's batch (row) axis: h and c are (layers, rows, hidden), feed (rows, hidden),
+# coverage (rows, src_len). The names are the exported step graph's inputs (and `<name>_out` its outputs).
+RNN_BATCH_AXES = {"h": 1, "c": 1, "feed": 0, "coverage": 0}
 
-    rnn: RNNState
-    feed: Tensor | None = None
-    coverage: Tensor | None = None
 
-    def select(self, indices: Tensor) -> "DecoderState":
-        """Rows `indices` of the batch (beam reordering): indices (new_batch,) long."""
-        feed = None if self.feed is None else self.feed.index_select(0, indices)
-        coverage = None if self.coverage is None else self.coverage.index_select(0, indices)
-        return DecoderState(select_batch(self.rnn, indices), feed, coverage)
+class DecoderState(TensorState):
+    """An RNN decoder's state as named tensors (heed.nn.protocol.TensorState), so search, ensembles
+    and the exported step graph handle it as they handle any family's:
+
+    h, c:      (layers, rows, hidden) the RNN's state; c for an LSTM only
+    feed:      (rows, hidden) the previous attentional state h~_{t-1}, for Luong input feeding only
+    coverage:  (rows, src_len) c^t, the sum of the attention weights of the steps so far
+               (heed.nn.rnn.coverage), for a coverage model only
+    """
+
+    @staticmethod
+    def of(rnn: RNNState, feed: Tensor | None = None, coverage: Tensor | None = None) -> "DecoderState":
+        """From the RNN's state tuple (h,) or (h, c), and the feed and coverage where the decoder has them."""
+        tensors = dict(zip(("h", "c"), rnn))
+        if feed is not None:
+            tensors["feed"] = feed
+        if coverage is not None:
+            tensors["coverage"] = coverage
+        return DecoderState(tensors, RNN_BATCH_AXES)
+
+    @property
+    def rnn(self) -> RNNState:
+        """(h,) or (h, c), as nn.GRU / nn.LSTM state (heed.nn.rnn.state)."""
+        tensors = self.tensors
+        return (tensors["h"], tensors["c"]) if "c" in tensors else (tensors["h"],)
+
+    @property
+    def feed(self) -> Tensor | None:
+        return self.tensors.get("feed")
+
+    @property
+    def coverage(self) -> Tensor | None:
+        return self.tensors.get("coverage")
 
 
 class DecoderStep(NamedTuple):
@@ -122,7 +145,7 @@ class _RNNDecoder(nn.Module):
         return self.attention.project_keys(states)
 
     def init_state(self, rnn_state: RNNState, enc: EncoderOutput) -> DecoderState:
-        return DecoderState(rnn_state, coverage=self._initial_coverage(rnn_state, enc))
+        return DecoderState.of(rnn_state, coverage=self._initial_coverage(rnn_state, enc))
 
     def _initial_coverage(self, rnn_state: RNNState, enc: EncoderOutput) -> Tensor | None:
         """c^0 = 0 (rows, src_len) for a coverage model, else None."""
@@ -247,7 +270,7 @@ class LuongDecoder(_RNNDecoder):
 
     def init_state(self, rnn_state: RNNState, enc: EncoderOutput) -> DecoderState:
         feed = rnn_state[0].new_zeros(rnn_state[0].size(1), self.hidden_size) if self.input_feeding else None
-        return DecoderState(rnn_state, feed, self._initial_coverage(rnn_state, enc))
+        return DecoderState.of(rnn_state, feed, self._initial_coverage(rnn_state, enc))
 
     def _attentional(self, h: Tensor, enc: EncoderOutput, need_attention: bool,
                      coverage: Tensor | None = None) -> tuple[Tensor, Tensor | None, Tensor]:
@@ -263,7 +286,7 @@ class LuongDecoder(_RNNDecoder):
         h_tilde, weights, context = self._attentional(h, enc, need_attention=True,
                                                       coverage=state.coverage)  # (batch, hidden)
         feed = h_tilde if self.input_feeding else None
-        return _StepFeatures(h_tilde, DecoderState(rnn_state, feed, self._covered(state.coverage, weights)), weights,
+        return _StepFeatures(h_tilde, DecoderState.of(rnn_state, feed, self._covered(state.coverage, weights)), weights,
                              self._copy_input(context, h, embedded))
 
     def forward_features(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
@@ -360,7 +383,7 @@ class BahdanauDecoder(_RNNDecoder):
         s_t, rnn_state = self._step_rnn(torch.cat([embedded, context], dim=-1), state.rnn)  # (batch, hidden)
         readout = torch.tanh(self.readout(torch.cat([s_t, context, embedded], dim=-1)))  # (batch, hidden)
         covered = self._covered(state.coverage, weights)
-        return _StepFeatures(readout, DecoderState(rnn_state, coverage=covered), weights,
+        return _StepFeatures(readout, DecoderState.of(rnn_state, coverage=covered), weights,
                              self._copy_input(context, s_t, embedded))
 
 
@@ -386,7 +409,7 @@ class PlainDecoder(_RNNDecoder):
     def _step_features(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> _StepFeatures:
         inputs = torch.cat([self._embed(prev_tokens), self._summary(enc)], dim=-1)
         s_t, rnn_state = self._step_rnn(inputs, state.rnn)  # (batch, hidden)
-        return _StepFeatures(s_t, DecoderState(rnn_state), None, None)
+        return _StepFeatures(s_t, DecoderState.of(rnn_state), None, None)
 
     def forward_features(self, tgt_in: Tensor, state: DecoderState, enc: EncoderOutput, *,
                          need_attention: bool = True) -> DecoderFeatures:

@@ -11,8 +11,9 @@
 The packed `nn.LSTM`/`nn.GRU` traces onto ONNX's own LSTM/GRU operator with `sequence_lens` (each
 source stops at its length, as packing does); the step writes the cells out as MatMul/Sigmoid/Tanh.
 `RNNGraphs` is the family's half of the export contract: the graphs' names, the modules to trace
-with example inputs, and how the runtime maps the search's EncoderOutput and DecoderState onto the
-graphs' inputs and outputs.
+with example inputs, and how the runtime maps the search's EncoderOutput onto the graphs' inputs
+and outputs. The DecoderState's named tensors (h, c, feed, coverage) are the step graph's state
+inputs as they are, and `<name>_out` its outputs: heed.export.ort handles them for any family.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from heed.errors import HeedError
 from heed.nn.masks import lengths_to_mask
 from heed.nn.model_config import ModelConfig
 from heed.nn.rnn.coverage import initial_coverage
-from heed.nn.rnn.decoder import DecoderState, DecoderStep, _RNNDecoder
+from heed.nn.rnn.decoder import DecoderState, _RNNDecoder
 from heed.nn.rnn.encoder import EncoderOutput
 from heed.nn.rnn.seq2seq import Seq2Seq
 
@@ -237,7 +238,7 @@ class RNNGraphs:
         rnn = enc.final[: self.rnn_tensors]
         feed = rnn[0].new_zeros(rnn[0].size(1), self.hidden_size) if self.feeding else None
         coverage = initial_coverage(rnn[0].size(1), enc.states) if self.coverage else None
-        return DecoderState(rnn, feed, coverage)
+        return DecoderState.of(rnn, feed, coverage)
 
     def source_feeds(self, enc: EncoderOutput) -> dict[str, Tensor]:
         """The step graph's per-source inputs."""
@@ -246,19 +247,3 @@ class RNNGraphs:
             return {"states": enc.states, "keys": enc.keys, "src_mask": enc.mask}
         return {"summary": enc.final[-1][0]}  # (rows, hidden)
 
-    def state_feeds(self, state: DecoderState) -> dict[str, Tensor]:
-        feeds = {"h": state.rnn[0]}
-        if self.rnn_tensors == 2:
-            feeds["c"] = state.rnn[1]
-        if self.feeding:
-            assert state.feed is not None
-            feeds["feed"] = state.feed
-        if self.coverage:
-            assert state.coverage is not None
-            feeds["coverage"] = state.coverage
-        return feeds
-
-    def step_output(self, named: dict[str, Tensor]) -> DecoderStep:
-        rnn = tuple(named[n] for n in ("h_out", "c_out")[: self.rnn_tensors])
-        return DecoderStep(named["logits"], DecoderState(rnn, named.get("feed_out"), named.get("coverage_out")),
-                           named.get("attention"))

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from heed.nn.masks import lengths_to_mask
 from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import TensorState
-from heed.nn.transformer.model import (TransformerEncoded, TransformerSeq2Seq, TransformerStep, cache_names, cache_state,
+from heed.nn.transformer.model import (TransformerEncoded, TransformerSeq2Seq, cache_names, cache_state,
                                       empty_cache)
 
 
@@ -112,9 +112,3 @@ class TransformerGraphs:
             feeds[f"memory_keys.{i}"], feeds[f"memory_values.{i}"] = keys, values
         return feeds
 
-    def state_feeds(self, state: TensorState) -> dict[str, Tensor]:
-        return dict(state.tensors)
-
-    def step_output(self, named: dict[str, Tensor]) -> TransformerStep:
-        state = cache_state({name: named[f"{name}_out"] for name in cache_names(self.layers)})
-        return TransformerStep(named["logits"], state, named["attention"])
