@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from tiny_models import TRANSFORMER
 
-from heed.checkpoint import load_checkpoint, rank_rng_states
+from heed.checkpoint import WEIGHTS_FILE, load_checkpoint, load_weights, rank_rng_states
 from heed.config import config_from_dict
 from heed.distributed import World, choose_backend, rank_shares, updates_in
 from heed.errors import ConfigError, HeedError
@@ -251,6 +252,32 @@ def test_two_cpu_ranks_on_a_prepared_corpus_equal_one_process_accumulating_two(t
     two, single = train_losses(tmp_path / "two"), train_losses(tmp_path / "one")
     assert [s for s, _ in two] == [s for s, _ in single] == list(range(1, 9))
     assert max(abs(a - b) for (_, a), (_, b) in zip(two, single)) < 1e-5
+    assert not (tmp_path / "rank1-output").exists()
+
+
+def test_two_cpu_ranks_train_a_transformer_as_one_process_accumulating_two(tmp_path, tiny_config):
+    """DDP over the other family: a Transformer with tied embeddings (one table, two uses, reduced
+    once) under the warm-up schedule trains on two ranks what one process trains accumulating two
+    batches, loss by loss and weight by weight."""
+    mapping = tiny_config(tmp_path / "two", epochs=2, log_every=1, max_steps=8,
+                          schedule={"name": "warmup", "warmup_steps": 4})
+    mapping["model"] = {**TRANSFORMER, "dropout": 0.0, "attention_dropout": 0.0, "tie_embeddings": True}
+    mapping["data"]["batch_tokens"] = 400
+    config = tmp_path / "two.yaml"
+    config.write_text(yaml.safe_dump(mapping), encoding="utf-8")
+    one = {**mapping, "output_dir": str(tmp_path / "one"), "train": {**mapping["train"], "accumulate": 2}}
+    assert train(config_from_dict(one)).steps == 8
+
+    procs = launch(config, free_port(), out=tmp_path)
+    assert wait_all(procs, 120) == [0, 0], (tmp_path / "r0.err").read_text(encoding="utf-8")
+    two, single = train_losses(tmp_path / "two"), train_losses(tmp_path / "one")
+    assert [s for s, _ in two] == [s for s, _ in single] == list(range(1, 9))
+    assert max(abs(a - b) for (_, a), (_, b) in zip(two, single)) < 1e-5
+    weights_two = load_weights(tmp_path / "two" / "model" / WEIGHTS_FILE)
+    weights_one = load_weights(tmp_path / "one" / "model" / WEIGHTS_FILE)
+    assert weights_two.keys() == weights_one.keys() and any("self_attn" in k for k in weights_one)
+    for name, tensor in weights_one.items():
+        torch.testing.assert_close(weights_two[name], tensor, rtol=0, atol=1e-5, msg=name)
     assert not (tmp_path / "rank1-output").exists()
 
 
