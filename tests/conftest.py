@@ -129,6 +129,21 @@ def transformer_run(tiny_config: Callable[..., dict[str, Any]], tmp_path_factory
 
 
 @pytest.fixture(scope="session")
+def converged_transformer(tiny_config: Callable[..., dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Transformer trained until its outputs end with EOS well inside max_len and its choices are
+    not near-ties (`transformer_run`'s 3 epochs write 12 tokens of noise): 120 epochs of the tiny
+    corpus, ~8 s on one core. Shared: copy it before changing anything inside."""
+    from heed.config import config_from_dict
+    from heed.train import train
+
+    output = tmp_path_factory.mktemp("transformer-converged") / "out"
+    model = {"family": "transformer", "layers": 1, "d_model": 32, "heads": 4, "ff_size": 64, "dropout": 0.0,
+             "attention_dropout": 0.0}
+    train(config_from_dict({**tiny_config(output, epochs=120, lr=0.01, log_every=1000), "model": model}))
+    return output
+
+
+@pytest.fixture(scope="session")
 def word_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A training output directory of a tiny word-level model that has learnt to pass `<unk>`
     through: "hello NAME sleeps" -> "bonjour NAME dort", where half the names occur once and so

@@ -67,18 +67,9 @@ def test_every_transformer_variant_scores_each_token_as_pytorch_does(tmp_path, n
 
 
 @pytest.fixture(scope="module")
-def transformer_run(tiny_config, tmp_path_factory) -> Path:
-    """A Transformer trained until its outputs end with EOS well inside max_len and its choices are
-    not near-ties (conftest's 3-epoch one writes 12 tokens of noise): 120 epochs of the tiny
-    corpus, ~8 s on one core."""
-    from heed.config import config_from_dict
-    from heed.train import train
-
-    output = tmp_path_factory.mktemp("transformer-ct2") / "out"
-    model = {"family": "transformer", "layers": 1, "d_model": 32, "heads": 4, "ff_size": 64, "dropout": 0.0,
-             "attention_dropout": 0.0}
-    train(config_from_dict({**tiny_config(output, epochs=120, lr=0.01, log_every=1000), "model": model}))
-    return output
+def transformer_run(converged_transformer) -> Path:
+    """conftest's converged Transformer: outputs well inside max_len, no near-ties."""
+    return converged_transformer
 
 
 @pytest.fixture(scope="module")
