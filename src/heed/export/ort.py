@@ -5,9 +5,9 @@ return, bos/eos/pad ids), so greedy search, beam search, sampling, n-best lists,
 length and coverage penalties run unchanged over it; and a teacher-forced `__call__` (one step
 at a time) for `Translator.align` and `explore`. It reuses the family's own encoded batch and
 state (an RNN's EncoderOutput and DecoderState, a Transformer's TransformerEncoded and key/value
-cache, both states heed.nn.protocol.TensorState): their `repeat`/`select` are index operations on torch tensors that share memory with the numpy
-arrays onnxruntime reads and writes (`torch.from_numpy`, `Tensor.numpy`), so nothing is copied at
-the boundary.
+cache, both states heed.nn.protocol.TensorState): their `repeat`/`select` are index operations on
+torch tensors that share memory with the numpy arrays onnxruntime reads and writes
+(`torch.from_numpy`, `Tensor.numpy`), so nothing is copied at the boundary.
 
 onnxruntime runs on the CPU here, with as many intra-op threads as torch has when a call is made
 (`heed translate --threads N` sets both); a session per thread count is built on first use.
