@@ -166,6 +166,22 @@ def logged_past(output_dir: Path, step: int) -> bool:
         return False
 
 
+def two_ranks_equal_one_process(mapping: dict, tmp_path: Path, steps: int) -> None:
+    """Train `mapping` (output_dir tmp_path/two) on two CPU ranks, and as one process accumulating
+    two batches (tmp_path/one): the same loss at every step 1..steps, to 1e-5; rank 1 writes nothing."""
+    config = tmp_path / "two.yaml"
+    config.write_text(yaml.safe_dump(mapping), encoding="utf-8")
+    one = {**mapping, "output_dir": str(tmp_path / "one"), "train": {**mapping["train"], "accumulate": 2}}
+    assert train(config_from_dict(one)).steps == steps
+
+    procs = launch(config, free_port(), out=tmp_path)
+    assert wait_all(procs, 120) == [0, 0], (tmp_path / "r0.err").read_text(encoding="utf-8")
+    two, single = train_losses(tmp_path / "two"), train_losses(tmp_path / "one")
+    assert [s for s, _ in two] == [s for s, _ in single] == list(range(1, steps + 1))
+    assert max(abs(a - b) for (_, a), (_, b) in zip(two, single)) < 1e-5
+    assert not (tmp_path / "rank1-output").exists()
+
+
 def test_two_cpu_ranks_equal_one_process_accumulating_two_and_resume_after_kill_and_ctrl_c(tmp_path, tiny_config):
     # batch_tokens 400: 9 batches an epoch, so each epoch's last update has one batch and rank 1 none.
     settings = {"epochs": 4, "log_every": 1, "eval_every": 8, "max_steps": 20}
@@ -242,17 +258,7 @@ def test_two_cpu_ranks_on_a_prepared_corpus_equal_one_process_accumulating_two(t
     assert result.shards > 2 and result.sentences > 2 * 70  # several shards, several windows of 70 pairs
     section = {k: v for k, v in mapping["data"].items() if k not in ("train", "test")}
     mapping["data"] = {**section, "prepared": str(tmp_path / "corpus"), "pool_sentences": 70, "batch_tokens": 400}
-    config = tmp_path / "two.yaml"
-    config.write_text(yaml.safe_dump(mapping), encoding="utf-8")
-    one = {**mapping, "output_dir": str(tmp_path / "one"), "train": {**mapping["train"], "accumulate": 2}}
-    assert train(config_from_dict(one)).steps == 8
-
-    procs = launch(config, free_port(), out=tmp_path)
-    assert wait_all(procs, 120) == [0, 0], (tmp_path / "r0.err").read_text(encoding="utf-8")
-    two, single = train_losses(tmp_path / "two"), train_losses(tmp_path / "one")
-    assert [s for s, _ in two] == [s for s, _ in single] == list(range(1, 9))
-    assert max(abs(a - b) for (_, a), (_, b) in zip(two, single)) < 1e-5
-    assert not (tmp_path / "rank1-output").exists()
+    two_ranks_equal_one_process(mapping, tmp_path, steps=8)
 
 
 def test_two_cpu_ranks_train_a_transformer_as_one_process_accumulating_two(tmp_path, tiny_config):
@@ -263,22 +269,12 @@ def test_two_cpu_ranks_train_a_transformer_as_one_process_accumulating_two(tmp_p
                           schedule={"name": "warmup", "warmup_steps": 4})
     mapping["model"] = {**TRANSFORMER, "dropout": 0.0, "attention_dropout": 0.0, "tie_embeddings": True}
     mapping["data"]["batch_tokens"] = 400
-    config = tmp_path / "two.yaml"
-    config.write_text(yaml.safe_dump(mapping), encoding="utf-8")
-    one = {**mapping, "output_dir": str(tmp_path / "one"), "train": {**mapping["train"], "accumulate": 2}}
-    assert train(config_from_dict(one)).steps == 8
-
-    procs = launch(config, free_port(), out=tmp_path)
-    assert wait_all(procs, 120) == [0, 0], (tmp_path / "r0.err").read_text(encoding="utf-8")
-    two, single = train_losses(tmp_path / "two"), train_losses(tmp_path / "one")
-    assert [s for s, _ in two] == [s for s, _ in single] == list(range(1, 9))
-    assert max(abs(a - b) for (_, a), (_, b) in zip(two, single)) < 1e-5
+    two_ranks_equal_one_process(mapping, tmp_path, steps=8)
     weights_two = load_weights(tmp_path / "two" / "model" / WEIGHTS_FILE)
     weights_one = load_weights(tmp_path / "one" / "model" / WEIGHTS_FILE)
     assert weights_two.keys() == weights_one.keys() and any("self_attn" in k for k in weights_one)
     for name, tensor in weights_one.items():
         torch.testing.assert_close(weights_two[name], tensor, rtol=0, atol=1e-5, msg=name)
-    assert not (tmp_path / "rank1-output").exists()
 
 
 def test_processes_trains_two_ranks_and_a_ctrl_c_prints_hints_that_work(tmp_path, tiny_config):
