@@ -1,18 +1,18 @@
 """int8 exports keep the translation quality: on a test set of 300 dates none of the tiny models
 saw (BLEU 77 for the RNN, 27 for the Transformer of 200 training pairs), each int8 export's BLEU
-(sacrebleu, 13a) is within 0.5 of its float32 model's, and the float32 exports give PyTorch's
-outputs exactly. ONNX Runtime's dynamic int8 for an RNN and a Transformer, CTranslate2's int8 for
+(heed evaluate's sacreBLEU) is within 0.5 of its float32 model's, and the float32 exports give
+PyTorch's outputs exactly. ONNX Runtime's dynamic int8 for an RNN and a Transformer, CTranslate2's int8 for
 the Transformer (issue 26: every speed lever keeps the outputs)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from sacrebleu.metrics import BLEU
 
 import heed
 from heed.api import Translator
 from heed.data.dates import generate_dates
+from heed.evaluate import evaluate
 from heed.export.onnx import export_model
 
 pytest.importorskip("onnxruntime")
@@ -39,8 +39,9 @@ def converged_rnn(tiny_config, tmp_path_factory) -> Path:
 
 
 def bleu(translator: Translator, sources: list[str], references: list[str]) -> tuple[float, list[str]]:
+    """(corpus BLEU as `heed evaluate` reports it, the outputs) of beam 4."""
     outputs = [t.text for t in translator.translate(sources, beam=4)]
-    return BLEU().corpus_score(outputs, [references]).score, outputs
+    return evaluate(outputs, references).bleu, outputs
 
 
 @pytest.mark.parametrize("family,kind", [("rnn", "onnx"), ("transformer", "onnx"), ("transformer", "ctranslate2")])
