@@ -23,6 +23,7 @@ from heed.export.ort import OrtSeq2Seq  # noqa: E402
 from heed.nn.attention import SCORES  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
 from heed.search import DecodeConfig, search  # noqa: E402
+from served_exports import served_beside_pytorch  # noqa: E402
 
 KINDS = {
     "luong-feeding": dict(decoder="luong", input_feeding=True),
@@ -301,20 +302,8 @@ def test_exporting_over_an_earlier_export_replaces_it_and_never_over_other_files
 
 
 def test_heed_serve_serves_an_exported_dir_like_the_model_dir(trained_run, tmp_path):
-    pytest.importorskip("fastapi")
-    from fastapi.testclient import TestClient
-
-    from heed.api import Translator
-    from heed.serve.app import create_app
-
-    out = export_model(trained_run, tmp_path / "onnx")
-    translators = {"onnx": Translator.load(out), "torch": Translator.load(trained_run, device="cpu")}
-    body = {"sentences": ["le 3 mars 1998", "March 5, 2001"], "beam_size": 3, "n_best": 2}
-    with TestClient(create_app(translators)) as client:
-        models = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
-        assert models["onnx"]["parameters"] == models["torch"]["parameters"] > 0
-        got = [client.post("/v1/translate", json={**body, "model": name}).json()["results"] for name in ("onnx", "torch")]
-    assert [[h["text"] for h in r["hypotheses"]] for r in got[0]] == [[h["text"] for h in r["hypotheses"]] for r in got[1]]
+    with served_beside_pytorch(export_model(trained_run, tmp_path / "onnx"), trained_run):
+        pass  # the helper's checks: the same parameter count, the same n-best texts
 
 
 @pytest.mark.skipif("location" not in SCORES, reason="this heed has no location score")

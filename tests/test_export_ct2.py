@@ -21,6 +21,7 @@ from heed.export.ct2 import model_files, write_ct2  # noqa: E402
 from heed.export.ct2_run import CT2Seq2Seq  # noqa: E402
 from heed.export.onnx import MANIFEST_FILE, export_model  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
+from served_exports import served_beside_pytorch  # noqa: E402
 
 VARIANTS = {
     "pre-sinusoidal-tied": dict(),
@@ -198,20 +199,9 @@ def test_a_changed_ct2_model_file_is_refused_by_sha256(transformer_run, tmp_path
 
 
 def test_heed_serve_translates_with_a_ct2_export_and_refuses_its_explorer_clearly(transformer_run, ct2_dir):
-    pytest.importorskip("fastapi")
-    from fastapi.testclient import TestClient
-
-    from heed.api import Translator
-    from heed.serve.app import create_app
-
-    translators = {"ct2": Translator.load(ct2_dir), "torch": Translator.load(transformer_run, device="cpu")}
-    body = {"sentences": ["le 3 mars 1998", "March 5, 2001"], "beam_size": 3, "n_best": 2}
-    with TestClient(create_app(translators)) as client:
-        models = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
-        assert models["ct2"]["parameters"] == models["torch"]["parameters"] > 0
-        got = [client.post("/v1/translate", json={**body, "model": name}).json()["results"] for name in ("ct2", "torch")]
-        explored = client.post("/v1/translate", json={"sentences": ["le 3 mars 1998"], "model": "ct2", "trace": True})
-    assert [[h["text"] for h in r["hypotheses"]] for r in got[0]] == [[h["text"] for h in r["hypotheses"]] for r in got[1]]
+    with served_beside_pytorch(ct2_dir, transformer_run) as client:  # same parameters, same n-best texts
+        explored = client.post("/v1/translate", json={"sentences": ["le 3 mars 1998"], "model": "export",
+                                                      "trace": True})
     assert explored.status_code in (400, 422) and "CTranslate2's own search" in explored.text
 
 
