@@ -1,6 +1,7 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
-# Both build .venv on first use; torch 2.13.0 is installed only when no torch is importable
-# (the venv sees system site-packages, so an existing CUDA build of torch is reused).
+# Both build .venv on first use (tools/make_venv.py): it sees none of the system's packages, so
+# every dependency is the newest the registry allows, as on a fresh machine; only a torch already
+# installed (a CUDA build, say) is reused. Without one, the CPU build of torch 2.13.0 is installed.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -8,8 +9,8 @@ STAMP  := $(VENV)/.heed-installed
 
 .PHONY: demo test bench clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages $(VENV)
+$(STAMP): pyproject.toml tools/make_venv.py
+	$(PYTHON) tools/make_venv.py $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install torch==2.13.0
 	$(BIN)/python -m pip install -e '.[dev,serve,onnx,ct2,explain]'
 	touch $(STAMP)

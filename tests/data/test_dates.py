@@ -1,11 +1,11 @@
 import re
 import time
-from datetime import date
+from datetime import date, datetime
 
 import pytest
 
 from heed.data.corpus import read_tsv
-from heed.data.dates import DATE_LANGUAGES, generate_dates, write_splits
+from heed.data.dates import DATE_LANGUAGES, YEAR, _generate, generate_dates, write_splits
 
 MONTHS = ["january", "february", "march", "april", "may", "june", "july",
           "august", "september", "october", "november", "december"]
@@ -50,11 +50,11 @@ def year_from_words(words: str) -> int:
 
 
 def full_year(text: str) -> int:
-    """A written year; two digits mean 1950..2049."""
-    y = int(text)
+    """A written year; two digits follow POSIX's pivot, as strptime's %y reads them (69 -> 1969,
+    68 -> 2068)."""
     if len(text) == 2:
-        return 1900 + y if y >= 50 else 2000 + y
-    return y
+        return datetime.strptime(text, "%y").year
+    return int(text)
 
 
 def check_pair(src: str, tgt: str) -> None:
@@ -121,6 +121,27 @@ def test_the_checker_catches_wrong_targets():
                        ("Tuesday, March 3, 1998", "1998-03-04"),
                        ("March 3, 2005", "2005-03-04"), ("3 march 2005", "2005-03-04"), ("the third of March, nineteen oh five", "2005-03-03"),
                        ("May the twenty-first, two thousand and five", "2005-05-20"), ("04/03/1998", "1998-03-04")]:
+        with pytest.raises(AssertionError):
+            check_pair(src, wrong)
+
+
+def test_every_two_digit_year_follows_the_posix_pivot():
+    """"16" is 2016 and "75" is 1975, as strptime's %y reads them: every year the generator writes
+    with two digits lies in 1969..2068 and reads back as itself, and both centuries occur."""
+    pairs, segments = _generate(20000, 0, 0, 0, DATE_LANGUAGES, True)
+    two_digit = [(text, int(pair.tgt[:4])) for pair, pieces in zip(pairs, segments)
+                 for text, positions in pieces if positions == YEAR and len(text) == 2]
+    assert len(two_digit) > 500
+    assert all(datetime.strptime(text, "%y").year == year for text, year in two_digit)
+    assert {year // 100 for _, year in two_digit} == {19, 20}
+    assert min(year for _, year in two_digit) == 1969 and max(year for _, year in two_digit) == 2068
+    assert datetime.strptime("16", "%y").year == 2016 and datetime.strptime("75", "%y").year == 1975
+
+
+def test_the_checker_reads_two_digit_years_as_strptime_does():
+    check_pair("3/27/16", "2016-03-27")
+    check_pair("3/27/75", "1975-03-27")
+    for src, wrong in [("3/27/16", "1916-03-27"), ("27.03.50", "1950-03-27")]:
         with pytest.raises(AssertionError):
             check_pair(src, wrong)
 

@@ -11,8 +11,10 @@ short formats and a few custom patterns each). Letters appear in any case (as wr
 UPPER, Title).
 
 The target is always determined by the source:
-- Dates are uniform over 1900-01-01..2099-12-31; a two-digit year is only written for 1950..2049
-  (so "98" is 1998 and "05" is 2005).
+- Dates are uniform over 1900-01-01..2099-12-31; a two-digit year is only written for 1969..2068,
+  POSIX's pivot (strptime's `%y`, Python's too): "69".."99" are 1969..1999 and "00".."68" are
+  2000..2068, so "3/27/16" is 2016-03-27 and "3/27/75" is 1975-03-27. Other years are written with
+  four digits.
 - Numeric forms that write the day and month as numbers with the year last are ambiguous when
   another active form writes the same shape in the other order ("03/04/1998" is 4 March in
   en-US and 3 April in French). Such forms are only used for dates where the reading does not
@@ -58,7 +60,8 @@ DATE_LANGUAGES: tuple[str, ...] = ("en", "fr", "de", "es", "ko")
 _T = TypeVar("_T")
 FIRST_DATE = date(1900, 1, 1)
 LAST_DATE = date(2099, 12, 31)
-TWO_DIGIT_YEARS = (1950, 2049)  # the only years written with two digits: 50..99 -> 19xx, 00..49 -> 20xx
+# The only years written with two digits, POSIX's pivot (strptime's %y): 69..99 -> 19xx, 00..68 -> 20xx.
+TWO_DIGIT_YEARS = (1969, 2068)
 
 
 class DateSplits(NamedTuple):
