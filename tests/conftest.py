@@ -132,14 +132,18 @@ def transformer_run(tiny_config: Callable[..., dict[str, Any]], tmp_path_factory
 def converged_transformer(tiny_config: Callable[..., dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Transformer trained until its outputs end with EOS well inside max_len and its choices are
     not near-ties (`transformer_run`'s 3 epochs write 12 tokens of noise): 120 epochs of the tiny
-    corpus, ~8 s on one core. Shared: copy it before changing anything inside."""
+    corpus, ~8 s on one core. A warm-up of 100 updates: at a flat 0.01 from the first update one
+    seed in two collapsed to writing "20-0-0-0-0-0" for every date (BLEU 0.1 against 21 on 300
+    unseen dates); with it, both seeds tried give 34-37. Shared: copy it before changing anything inside."""
     from heed.config import config_from_dict
     from heed.train import train
 
     output = tmp_path_factory.mktemp("transformer-converged") / "out"
     model = {"family": "transformer", "layers": 1, "d_model": 32, "heads": 4, "ff_size": 64, "dropout": 0.0,
              "attention_dropout": 0.0}
-    train(config_from_dict({**tiny_config(output, epochs=120, lr=0.01, log_every=1000), "model": model}))
+    schedule = {"name": "warmup", "warmup_steps": 100, "decay": "none"}
+    train(config_from_dict({**tiny_config(output, epochs=120, lr=0.01, log_every=1000, schedule=schedule),
+                            "model": model}))
     return output
 
 

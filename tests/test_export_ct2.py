@@ -21,6 +21,7 @@ from heed.export.ct2 import model_files, write_ct2  # noqa: E402
 from heed.export.ct2_run import CT2Seq2Seq  # noqa: E402
 from heed.export.onnx import MANIFEST_FILE, export_model  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
+from heed.runtime import cpu_int8_products_exact  # noqa: E402
 from served_exports import served_beside_pytorch  # noqa: E402
 
 VARIANTS = {
@@ -137,10 +138,28 @@ def test_an_int8_ct2_export_is_smaller_and_translates_nearly_alike(transformer_r
     assert (int8 / "model.bin").stat().st_size < (ct2_dir / "model.bin").stat().st_size  # the tables stay float
     sources = _sources(tiny_corpus)
     quantized = heed.load(str(int8))
-    assert quantized.model.int8 and quantized.model._translator().compute_type.startswith("int8")
+    # int8 products where they are exact; int16 on an x86 CPU without VNNI, where u8s8 saturates
+    products = "int8" if cpu_int8_products_exact() else "int16"
+    assert quantized.model.int8 and quantized.model._translator().compute_type.startswith(products)
     assert heed.load(str(ct2_dir)).model._translator().compute_type == "float32"
     a, b = heed.load(str(ct2_dir)).translate(sources), quantized.translate(sources)
     assert sum(x.text == y.text for x, y in zip(a, b)) >= 0.75 * len(sources)
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_an_int8_export_multiplies_in_int16_where_int8_products_saturate(ct2_dir, transformer_run, tmp_path,
+                                                                         monkeypatch, exact):
+    import ctranslate2
+
+    import heed.export.ct2_run as ct2_run
+
+    int8 = export_model(transformer_run, tmp_path / "int8", kind="ctranslate2", int8=True)
+    monkeypatch.setattr(ct2_run, "cpu_int8_products_exact", lambda: exact)
+    wider = "int16" if "int16" in ctranslate2.get_supported_compute_types("cpu") else "float32"
+    model = heed.load(str(int8)).model
+    assert model.compute_type == ("default" if exact else wider)
+    assert model._translator().compute_type.startswith("int8" if exact else wider)
+    assert heed.load(str(ct2_dir)).model.compute_type == "default"  # a float32 export is never changed
 
 
 def test_cli_export_ctranslate2_translates_and_evaluates_as_the_model_dir(transformer_run, tiny_corpus, tmp_path,

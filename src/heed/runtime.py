@@ -46,6 +46,28 @@ def cpu_bf16_supported() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+_INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_int8_products_exact() -> bool:
+    """Whether this CPU multiplies 8-bit integers without saturating: an x86 CPU with VNNI or AMX
+    (one instruction, 32-bit sums), or any CPU that is not x86 (ARM's int8 dot products do not
+    saturate). x86 CPUs without them (AVX2, AVX-512 before Cascade Lake) multiply unsigned by
+    signed bytes with VPMADDUBSW, whose 16-bit pair sums saturate, which changes int8 outputs.
+    Read from /proc/cpuinfo's flags; where there is none (macOS, Windows) True is assumed."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return True
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        return True
+    return flags is None or any(flag in flags for flag in _INT8_DOT_FLAGS)
+
+
 def bf16_supported(device: torch.device) -> bool:
     """Whether bfloat16 compute works on `device` (a CUDA GPU that supports it, or a CPU whose oneDNN does)."""
     if device.type == "cuda":

@@ -29,6 +29,7 @@ hypothesis cut at max_len gets EOS's log-probability from one teacher-forced CTr
 """
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,6 +42,7 @@ from heed.decode_config import DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError
 from heed.export.ct2 import require_ctranslate2
 from heed.export.onnx import Manifest
+from heed.runtime import cpu_int8_products_exact
 from heed.search import Decoded, Hypothesis, length_penalty, max_output_lengths
 
 PATIENCE = 4  # with a length penalty: finished hypotheses kept = beam * PATIENCE before heed ranks them
@@ -75,6 +77,18 @@ class CT2Seq2Seq:
     def int8(self) -> bool:
         return self.manifest.int8
 
+    @functools.cached_property
+    def compute_type(self) -> str:
+        """CTranslate2's compute type: the model's own ("default": int8 products for an int8
+        export), except an int8 export on a CPU whose int8 products saturate (x86 without VNNI,
+        heed.runtime.cpu_int8_products_exact): there CTranslate2's u8s8 GEMM changed 134 of 300
+        translations of the tests' tiny Transformer (BLEU 37.1 -> 35.3; Intel Xeon 6/85), so its
+        weights are multiplied in int16 (13 changed, BLEU 37.1), or in float32 where this
+        CTranslate2 has no int16 products."""
+        if not self.manifest.int8 or cpu_int8_products_exact():
+            return "default"
+        return "int16" if "int16" in self._ct2.get_supported_compute_types("cpu") else "float32"
+
     def parameters(self) -> list[Tensor]:
         """For counting only, as heed.export.ort.OrtSeq2Seq."""
         return [torch.zeros(()).expand(int(self.manifest.data.get("parameters", 0)))]
@@ -87,8 +101,9 @@ class CT2Seq2Seq:
         translator = None if fresh else self._translators.get(threads)
         if translator is None:
             try:
-                translator = self._ct2.Translator(str(self.manifest.directory), device="cpu", compute_type="default",
-                                                  inter_threads=1, intra_threads=threads)
+                translator = self._ct2.Translator(str(self.manifest.directory), device="cpu",
+                                                  compute_type=self.compute_type, inter_threads=1,
+                                                  intra_threads=threads)
             except (RuntimeError, ValueError) as e:
                 raise ModelDirError(f"{self.manifest.directory}: CTranslate2 cannot load the model "
                                     f"({str(e).splitlines()[0]}); export the model again with this heed") from None
