@@ -203,12 +203,14 @@ def test_a_file_left_out_of_heed_json_is_refused(trained_run, tmp_path, heed_cli
     assert_user_error(_translate(heed_cli, model), "tgt.vocab.json", "not listed")
 
 
-def test_a_directory_from_before_checksums_loads_unchecked(trained_run, tmp_path, heed_cli):
+def test_a_heed_json_without_checksums_is_refused_unless_verification_is_off(trained_run, tmp_path, heed_cli,
+                                                                             assert_user_error):
     model = _copy(trained_run, tmp_path)
     meta = json.loads((model / "heed.json").read_text())
-    del meta["files"]
+    del meta["files"]  # deleting the table must not turn the check off
     (model / "heed.json").write_text(json.dumps(meta))
-    assert _translate(heed_cli, model).stdout == _translate(heed_cli, trained_run).stdout
+    assert_user_error(_translate(heed_cli, model), "heed.json", "no sha256", "--no-verify")
+    assert _translate(heed_cli, model, "--no-verify").stdout == _translate(heed_cli, trained_run).stdout
 
 
 def _nan_model(trained_run: Path, target: Path) -> Path:

@@ -13,8 +13,10 @@ A model directory is everything translation needs, and nothing machine-specific:
 Loading checks every file against heed.json's sha256 (a flipped byte, an edited vocabulary, a
 swapped file) and refuses weights holding NaN or infinity: a broken model is an error naming the
 file, never a model that translates to `<unk>`. `heed --no-verify` (or HEED_VERIFY=0) skips the
-sha256 check for a model too large to hash at every load. Directories written before heed recorded
-checksums have no "files" and load unchecked.
+sha256 check for a model too large to hash at every load. A heed.json without "files" is refused
+too: deleting the table must not turn the check off, and heed's version string does not tell a
+directory written before checksums (November 2026, before any release) from one whose table was
+removed; such a directory loads only with `--no-verify`.
 
 A training run writes
 
@@ -192,11 +194,13 @@ def read_meta(directory: Path) -> dict[str, Any]:
 
 def verify_files(directory: Path, meta: dict[str, Any]) -> None:
     """Every file heed reads from `directory` is listed in heed.json's "files" with the sha256 it has
-    now; a ModelDirError naming the first that is not. No-op for directories from before checksums."""
+    now; a ModelDirError naming the first that is not, or naming heed.json when it lists none."""
     files = meta.get("files")
-    if files is None:
-        return
     meta_path = directory / META_FILE
+    if files is None:
+        raise ModelDirError(f"{meta_path}: lists no sha256 checksums (\"files\"), so nothing in {directory} can be "
+                            "checked: the table was removed, or a pre-release heed wrote the directory. Train, "
+                            "average or export it again, or load it unchecked with `heed --no-verify`")
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         raise ModelDirError(f"{meta_path}: \"files\" must map file names to sha256 digests; the directory is "
                             "damaged (train, average or copy it again)")
