@@ -623,6 +623,18 @@ def _(c: Ctx) -> Call:
                 ["field 'model'", "too large", "GB"])
 
 
+@case("model-rnn-layers-past-the-deepest-published")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(edit=lambda d: d["model"].update(encoder_layers=100000))],
+                ["model.encoder_layers", "1000"])
+
+
+@case("model-transformer-layers-past-the-deepest-published")
+def _(c: Ctx) -> Call:
+    transformer = {"family": "transformer", "layers": 100000, "d_model": 16, "heads": 2, "ff_size": 32}
+    return Call(["train", c.yaml_config(edit=lambda d: d.update(model=transformer))], ["model.layers", "1000"])
+
+
 # ------------------------------------------------------------------------------ numbers in configs
 
 
@@ -1241,6 +1253,13 @@ def _(c: Ctx) -> Call:
     out = c.file("attr.json", "earlier\n")
     return Call(["attribute", c.run, "--src", c.corpus["test_src"], "-o", out, "--plot", c.tmp / "attr.bmp"],
                 ["attr.bmp"], keep=[out])
+
+
+@case("attribute-steps-past-the-maximum")
+def _(c: Ctx) -> Call:
+    out = c.file("attr.json", "earlier\n")
+    return Call(["attribute", c.run, "--src", c.corpus["test_src"], "-o", out, "--steps", "100000"],
+                ["--steps", "200"], keep=[out])
 
 
 @case("attribute-an-export")

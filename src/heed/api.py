@@ -665,13 +665,14 @@ class Translator:
         per output token (times `steps` for integrated gradients), sentence by sentence, in float32:
         an exported model, an ensemble and a bf16 translator are refused."""
         from heed.attribution import METHODS, Attribution, attribute_ids
+        from heed.limits import MAX_ATTRIBUTION_STEPS
 
         if isinstance(src_texts, str) or isinstance(tgt_texts, str):
             raise TypeError("attribute() takes lists of sentences; wrap a single one in a list")
         if method not in METHODS:
             raise HeedError(f"unknown attribution method {method!r}; choose one of {', '.join(METHODS)}")
-        if steps < 1:
-            raise HeedError(f"steps must be at least 1, got {steps}")
+        if not 1 <= steps <= MAX_ATTRIBUTION_STEPS:
+            raise HeedError(f"steps must be 1 to {MAX_ATTRIBUTION_STEPS}, got {steps}")
         if not isinstance(self.model, AttributableModel):
             raise HeedError("attribution needs gradients, which an exported model or an ensemble does not give; "
                             "attribute with a PyTorch model directory")

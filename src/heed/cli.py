@@ -24,6 +24,7 @@ from rich.console import Console
 import heed
 from heed.errors import ConfigError, DataError, HeedError, install_hint
 from heed.files import atomic_open, open_stream
+from heed.limits import MAX_ATTRIBUTION_STEPS
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -1000,7 +1001,8 @@ def attribute(
                                         f".pdf) for the first {MAX_ATTRIBUTION_PLOTS} sentences."),
     method: AttributeMethod = typer.Option(AttributeMethod.integrated_gradients, "--method",
                                            help="integrated_gradients (complete; --steps points) or grad_x_input."),
-    steps: int = typer.Option(50, "--steps", min=1, help="Integrated gradients' integration points."),
+    steps: int = typer.Option(50, "--steps", min=1, max=MAX_ATTRIBUTION_STEPS,
+                              help=f"Integrated gradients' integration points (1 to {MAX_ATTRIBUTION_STEPS})."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
 ) -> None:
     """Attribute every output token to the source tokens and the output before it (Captum:

@@ -12,6 +12,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
+from heed.limits import MAX_LAYERS
+
 ScoreName = Literal["dot", "general", "additive", "scaled_dot", "cosine", "location"]
 
 DEFAULT_SCORE: dict[str, ScoreName] = {"luong": "general", "bahdanau": "additive"}
@@ -78,15 +80,15 @@ with warnings.catch_warnings():
             0.0, ge=0.0, description="lambda of See et al. 2017, eq. 13: the coverage loss sum_i min(a_i^t, c_i^t), "
                                      "summed over target tokens, times this is added to the loss (See et al.: 1); "
                                      "needs coverage")
-        encoder_layers: int = Field(1, ge=1, description="stacked encoder RNN layers")
-        decoder_layers: int = Field(1, ge=1, description="stacked decoder RNN layers")
+        encoder_layers: int = Field(1, ge=1, le=MAX_LAYERS, description="stacked encoder RNN layers")
+        decoder_layers: int = Field(1, ge=1, le=MAX_LAYERS, description="stacked decoder RNN layers")
         bidirectional: bool = Field(True, description="the encoder reads both ways (each direction hidden_size / 2)")
         bridge: Literal["copy", "linear", "zeros"] = Field(
             "copy", description="the decoder's initial state from the encoder's final one: copied, a learnt "
                                 "linear map with tanh, or zeros")
         dropout: float = Field(0.2, ge=0.0, lt=1.0, description="dropout on embeddings and between layers (a "
                                                                  "Transformer: also on every sublayer's output)")
-        layers: int = Field(6, ge=1, description="transformer: encoder layers, and as many decoder layers")
+        layers: int = Field(6, ge=1, le=MAX_LAYERS, description="transformer: encoder layers, and as many decoder layers")
         d_model: int = Field(512, gt=0, description="transformer: the size of every layer's input and output")
         heads: int = Field(8, ge=1, description="transformer: attention heads per layer; d_model must be divisible "
                                                 "by it")

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from heed.limits import MAX_ATTRIBUTION_STEPS
 from heed.search import DecodeConfig
 
 
@@ -70,7 +71,7 @@ class AttributeRequest(_Strict):
     targets: Optional[list[Union[str, list[str]]]] = Field(
         None, description="translations to explain, one per sentence, as texts or tokens (default: the model's own)")
     method: Literal["integrated_gradients", "grad_x_input"] = "integrated_gradients"
-    steps: int = Field(50, ge=1, le=200, description="integrated gradients' integration points")
+    steps: int = Field(50, ge=1, le=MAX_ATTRIBUTION_STEPS, description="integrated gradients' integration points")
 
 
 class AttributionOut(BaseModel):
