@@ -255,3 +255,40 @@ def test_an_ensemble_of_models_with_different_target_vocabularies_is_one_line(tr
     other = swapped_vocab_copy(transformer_run / "model", tmp_path / "other")
     result = heed_cli("translate", str(trained_run), str(other), input="3 March 1998\n")
     assert_user_error(result, str(other))
+
+
+# ---------------------------------------------------------------------------- learned positions
+
+
+def test_learned_positions_shorter_than_the_data_are_refused_at_training(tmp_path, tiny_config, heed_cli,
+                                                                         assert_user_error):
+    raw = transformer_raw(tiny_config, tmp_path / "run", max_steps=1)
+    raw["model"].update(positions="learned", max_positions=8)
+    config = tmp_path / "learned.yaml"
+    config.write_text(json.dumps(raw), encoding="utf-8")
+    result = heed_cli("train", str(config))
+    assert_user_error(result, "model.max_positions", "is 8", "101 positions")
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_a_model_with_fewer_learned_positions_than_its_max_src_len_truncates_with_a_warning(
+        tmp_path, tiny_config, heed_cli, write_lines):
+    from model_files import rehash
+
+    raw = transformer_raw(tiny_config, tmp_path / "run", max_steps=2)
+    raw["model"].update(positions="learned", max_positions=41)
+    raw["data"].update(max_src_len=40, max_tgt_len=40)
+    train(config_from_dict(raw))
+    model = tmp_path / "run" / "model"
+    # as a model saved before heed checked this: its config lets sources of 100 tokens in
+    text = (model / "config.yaml").read_text(encoding="utf-8").replace("max_src_len: 40", "max_src_len: 100")
+    (model / "config.yaml").write_text(text, encoding="utf-8")
+    rehash(model)
+    translator = heed.load(str(model))
+    assert translator.max_src_len == 40
+    long = "le 3 mars 1998, le 4 mai 2001, le 5 juin 1950, le 6 juil 1999"  # 61 characters
+    assert translator.translate([long])[0].truncated == 21
+    source = write_lines(tmp_path / "src.txt", ["3 mars 1998", long])
+    result = heed_cli("translate", str(model), "-i", str(source))
+    assert result.exit_code == 0, result.output
+    assert f"{source}: line 2 is longer than the model's max_src_len (40 tokens)" in result.stderr

@@ -337,6 +337,22 @@ class Config(_Strict):
         return {**data, "model": {**model, "attention_positions": longest + 1}}
 
 
+def positions_problem(config: Config) -> str | None:
+    """Why a Transformer with learned positions cannot train on `config`'s data, or None: the
+    encoder reads a source and its </s>, the decoder <s> and the target, so the longest pair the data
+    keeps (`data.max_src_len`, `data.max_tgt_len`) needs one position more than its tokens, and a
+    position past the table would silently reuse its last row."""
+    model, data = config.model, config.data
+    if model.family != "transformer" or model.positions != "learned":
+        return None
+    need = max(data.max_src_len, data.max_tgt_len) + 1
+    if need <= model.max_positions:
+        return None
+    return (f"model.max_positions is {model.max_positions}, but data.max_src_len {data.max_src_len} and "
+            f"data.max_tgt_len {data.max_tgt_len} keep pairs that need {need} positions (their tokens and "
+            f"</s> or <s>); raise model.max_positions to {need}, or lower both to {model.max_positions - 1}")
+
+
 def decode_length_problem(decode: DecodeConfig) -> str | None:
     """Why `decode` can never emit a token, or None. max_len = floor(a * src_len + b) (search.py);
     with a = 0 and b = 0 it is 0 for every source, so every translation would be silently empty."""

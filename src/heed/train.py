@@ -79,7 +79,8 @@ from heed.checkpoint import (
 )
 from heed.align import AerCounts
 from heed.align_methods import AlignOptions
-from heed.config import CORPUS_PATH_KEYS, CORPUS_SPLITS, Config, DataConfig, ScheduleConfig, config_to_dict
+from heed.config import (CORPUS_PATH_KEYS, CORPUS_SPLITS, Config, DataConfig, ScheduleConfig, config_to_dict,
+                         positions_problem)
 from heed.data.batching import filter_by_length, token_batches
 from heed.data.corpus import Pair
 from heed.distributed import (
@@ -404,6 +405,9 @@ class Trainer:
     def __init__(self, config: Config, *, resume: bool = False, allow_data_change: bool = False,
                  console: Console | None = None, progress: bool | None = None, world: World | None = None) -> None:
         self._opened_at = time.perf_counter()
+        problem = positions_problem(config)
+        if problem is not None:
+            raise ConfigError(problem, field="model.max_positions")
         self.config = config
         self.resume = resume
         self.allow_data_change = allow_data_change
