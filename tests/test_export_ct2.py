@@ -87,16 +87,23 @@ def _sources(tiny_corpus) -> list[str]:
                                      dict(beam=4, n_best=2, length_penalty=1.0)],
                          ids=["greedy", "beam4-nbest4", "beam4-gnmt0.6", "beam4-gnmt1.0-nbest2"])
 def test_heed_load_of_a_ct2_export_gives_pytorchs_hypotheses(transformer_run, ct2_dir, tiny_corpus, options):
-    """The same n-best lists; without min_len (CTranslate2 renormalises over what a constraint
-    leaves, heed does not) the same scores and log-probabilities; the same attention behind each
-    output token and EOS (the last layer's head mean)."""
+    """The same best hypotheses, and with a GNMT penalty (which heed ranks) the same n-best lists;
+    without min_len (CTranslate2 renormalises over what a constraint leaves, heed does not) the
+    same scores and log-probabilities; the same attention behind each output token and EOS (the
+    last layer's head mean). Without a penalty, the entries below the best are CTranslate2's search's
+    (the next test)."""
     exported, pytorch = heed.load(str(ct2_dir)), heed.load(str(transformer_run), device="cpu")
     assert isinstance(exported.model, CT2Seq2Seq)
     sources = _sources(tiny_corpus)
+    ranked_by_heed = options.get("length_penalty", 0) > 0
     for min_len in (1, 0):
         a = pytorch.translate_nbest(sources, min_len=min_len, **options)
         b = exported.translate_nbest(sources, min_len=min_len, **options)
-        assert [[t.text for t in n] for n in a] == [[t.text for t in n] for n in b]
+        if ranked_by_heed:
+            assert [[t.text for t in n] for n in a] == [[t.text for t in n] for n in b]
+        else:
+            assert [n[0].text for n in a] == [n[0].text for n in b]
+            a, b = [n[:1] for n in a], [n[:1] for n in b]
         assert b[-1][0].text == "" and b[-1][0].tokens == []
     # A source whose beams held PAD or BOS in CTranslate2's first search is searched again with them
     # suppressed, and CTranslate2 then renormalises over the rest: its hypotheses are heed's, its
@@ -130,6 +137,25 @@ def test_prefixes_and_seeded_sampling_through_a_ct2_export(transformer_run, ct2_
     assert [[t.text for t in n] for n in first] == [[t.text for t in n] for n in again]
     assert all(len(n) == 3 for n in first)
     assert all(tok not in ("<pad>", "<s>") for n in first for t in n for tok in t.tokens)
+
+
+def test_below_the_best_an_nbest_list_is_ctranslate2s_search_sorted_and_of_real_hypotheses(
+        transformer_run, ct2_dir, tiny_corpus):
+    """What the README and `heed export --help` say of n-best lists without a penalty: the best entry
+    is heed's; each lower one is a distinct hypothesis with the model's own log-probability (heed's
+    forced decoding of its tokens gives the same), in score order, and as many as heed gives."""
+    exported, pytorch = heed.load(str(ct2_dir)), heed.load(str(transformer_run), device="cpu")
+    sources = _sources(tiny_corpus)[:-1]
+    a = pytorch.translate_nbest(sources, beam=4, n_best=4, min_len=0)
+    b = exported.translate_nbest(sources, beam=4, n_best=4, min_len=0)
+    for source, mine, theirs in zip(sources, a, b):
+        assert theirs[0].text == mine[0].text and abs(theirs[0].score - mine[0].score) < 1e-4
+        assert len(theirs) == len(mine) and len({tuple(t.tokens) for t in theirs}) == len(theirs)
+        assert [t.score for t in theirs] == sorted((t.score for t in theirs), reverse=True)
+        for t in (t for t in theirs if t.tokens):  # forced to write exactly t's tokens, heed scores them alike
+            forced = pytorch.translate_nbest([source], beam=1, min_len=0, prefix=[t.tokens],
+                                             max_len_a=0.0, max_len_b=len(t.tokens))[0][0]
+            assert forced.tokens == t.tokens and abs(forced.log_prob - t.log_prob) < 1e-4, (source, t.text)
 
 
 def test_an_int8_ct2_export_is_smaller_and_translates_nearly_alike(transformer_run, ct2_dir, tiny_corpus, tmp_path):

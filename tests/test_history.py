@@ -130,6 +130,7 @@ def test_cli_draws_the_checkpoints_and_the_entropy(history_run: Path, tmp_path: 
     (["a", "--entropy"], ["leave out the sentences"]),
     (["--checkpoints", "--entropy", "a"], ["give one of them"]),
     (["a", "--tgt", "x"], ["--tgt", "--checkpoints"]),
+    (["a", "--checkpoints", "--tgt", "19x8"], ["--tgt", "'x' is not a token of the model's target vocabulary"]),
     (["a", "--checkpoints", "-o", "over.gif"], ["over.gif", ".png, .svg or .pdf"]),
     (["   ", "--checkpoints"], ["empty"]),
 ])

@@ -79,6 +79,20 @@ def test_what_an_export_cannot_give_is_a_4xx_naming_the_field(exported_dir, heed
     assert not out.exists()
 
 
+@pytest.mark.parametrize("path, sources", [("/v1/heads", "sources"), ("/v1/attribute", "sentences")])
+def test_target_tokens_the_model_does_not_know_are_refused_naming_the_target(transformer_run, path, sources):
+    translator = Translator.load(transformer_run, device="cpu")
+    own = [t.tokens for t in translator.translate(SOURCES)]
+    with TestClient(create_app({"t": translator})) as client:
+        for bad in (["<pad>", "1"], ["1", "no-such-token"], ["</s>"]):
+            response = client.post(path, json={sources: SOURCES, "targets": [own[0], bad]})
+            assert response.status_code == 422, response.text
+            error = response.json()["error"]
+            assert error["field"] == "targets[1]" and "not a token of the model's target vocabulary" in error["message"]
+        assert client.post(path, json={sources: SOURCES, "targets": own}).status_code == 200
+        assert client.post(path, json={sources: SOURCES, "targets": [own[0], ["<unk>", "1"]]}).status_code == 200
+
+
 def test_bad_attribution_requests_name_their_field(trained_run):
     translator = Translator.load(trained_run, device="cpu")
     with TestClient(create_app({"m": translator})) as client:

@@ -465,16 +465,23 @@ class Translator:
             if entry is None:
                 out.append([])
                 continue
-            vocab = self.codec.target_vocab(() if sources is None else sources[k])
             tokens = self.codec.tgt_tokens(entry) if isinstance(entry, str) else list(entry)
-            for token in tokens:
-                known = isinstance(token, str) and (
-                    token == UNK_TOKEN or token in vocab.unknowns or (token in vocab.target and token not in SPECIALS))
-                if not known:
-                    raise HeedError(f"prefix[{k}]: {token!r} is not a token of the model's target vocabulary"
-                                    + (" nor of its source" if self.codec.copy else ""))
-            out.append(vocab.encode(tokens))
+            out.append(self._known_target_ids(tokens, () if sources is None else sources[k], f"prefix[{k}]"))
         return out
+
+    def _known_target_ids(self, tokens: Sequence[str], source: Sequence[str], where: str) -> list[int]:
+        """The target ids of `tokens`, each a token of the target vocabulary (or `<unk>` itself; a
+        copy model's, also one of `source`); a HeedError naming `where` and the first that is not,
+        or a special token (`<pad>`, `<s>`, `</s>`): reading either as `<unk>` would explain
+        something the user did not ask about."""
+        vocab = self.codec.target_vocab(source)
+        for token in tokens:
+            known = isinstance(token, str) and (
+                token == UNK_TOKEN or token in vocab.unknowns or (token in vocab.target and token not in SPECIALS))
+            if not known:
+                raise HeedError(f"{where}: {token!r} is not a token of the model's target vocabulary"
+                                + (" nor of its source" if self.codec.copy else ""))
+        return vocab.encode(tokens)
 
     def _step_alternatives(self, best: Sequence[Translation], k: int, *, batch_size: int,
                            stop: Callable[[], bool] | None = None) -> list[list[list[tuple[str, float]]]]:
@@ -704,8 +711,8 @@ class Translator:
         """Sentence pairs ready for a teacher-forced pass: (source tokens as the model reads them,
         cut to max_src_len; target tokens, from a text tokenized as a reference or given as tokens;
         their (source ids, target ids)). A HeedError names `src_texts[k]` for an empty source
-        (`empty` says why that matters) and `src_texts[k]` / `tgt_texts[k]` for a text no sentence
-        can hold."""
+        (`empty` says why that matters), `src_texts[k]` / `tgt_texts[k]` for a text no sentence
+        can hold, and `tgt_texts[k]` for a target token the model does not know (as a prefix's)."""
         _check_texts(src_texts, "src_texts")
         for k, target in enumerate(tgt_texts):
             if isinstance(target, str):
@@ -717,7 +724,8 @@ class Translator:
         for k, tokens in enumerate(src_tokens):
             if not tokens:
                 raise HeedError(f"src_texts[{k}] is empty: {empty}")
-        examples = [(self.codec.src_ids(s), self.codec.target_vocab(s).encode(t)) for s, t in zip(src_tokens, tgt_tokens)]
+        examples = [(self.codec.src_ids(s), self._known_target_ids(t, s, f"tgt_texts[{k}]"))
+                    for k, (s, t) in enumerate(zip(src_tokens, tgt_tokens))]
         return src_tokens, tgt_tokens, examples
 
     def _check_align_inputs(self, src_texts: Sequence[str], tgt_texts: Sequence[str], batch_size: int) -> None:

@@ -810,6 +810,11 @@ def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int,
     if not sentence.strip():
         raise HeedError("the sentence is empty: give a source sentence to follow over training")
     final = Translator.load(final_model(run), device=device)
+    if target is not None:  # a token the model does not know is refused, as translate's --prefix is
+        try:
+            final.forced_pairs([sentence], [target], empty="give a source sentence to follow over training")
+        except HeedError as e:
+            raise HeedError(f"--tgt: {str(e).partition(': ')[2]}") from None
     cfg = None if target is not None else resolve_decode(final, decode)
     history = attention_over_training(run, sentence, target, most=most, decode=cfg, final=final, device=device)
     if max(len(history.src_tokens), len(history.tgt_tokens)) + 1 > MAX_HEATMAP_TOKENS:
@@ -1516,15 +1521,19 @@ def export_command(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
     output: Path = typer.Option(..., "--output", "-o", help="The exported directory to write (replaced if it "
                                 "holds an earlier export)."),
-    int8: bool = typer.Option(False, "--int8", help="Store the weights as int8 (ONNX Runtime's dynamic "
+    int8: bool = typer.Option(False, "--int8", help="Store the weights in 8 bits (ONNX Runtime's dynamic "
                               "quantization, or CTranslate2's int8): smaller and faster on the CPU, slightly "
-                              "less accurate."),
+                              "less accurate. On an x86 CPU without VNNI, where int8 products saturate, a "
+                              "CTranslate2 export multiplies in int16."),
     export_format: str = typer.Option("onnx", "--format", help="onnx: an encoder graph and a decoder-step graph "
                                       "that heed's own search runs with ONNX Runtime (any model; the explorer, "
                                       "alignments and every decode option work). ctranslate2: a Transformer as a "
                                       "CTranslate2 model, translated by CTranslate2's C++ search (the fastest on "
                                       "the CPU; translate, evaluate and serve, not the explorer's beam tree or "
-                                      "alignments; needs heed-nmt[ct2])."),
+                                      "alignments; needs heed-nmt[ct2]). Its greedy output and best beam "
+                                      "hypothesis are heed's; below the best, an n-best list is CTranslate2's "
+                                      "search's, which can miss a hypothesis heed's finds (most often a short "
+                                      "one) and show the next instead."),
 ) -> None:
     """Export a model for deployment: the model for a runtime (ONNX graphs, or CTranslate2's model
     with --format ctranslate2), the tokenizers and vocabularies, and a manifest (heed version, model

@@ -397,6 +397,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         if request.targets is not None:
             _check_targets(request.targets, settings)
             _one_target_each(request.sentences, request.targets, "sentence")
+            _check_known_targets(models[name], request.sentences, request.targets)
         targets = request.targets or [None] * len(request.sentences)
         key = _Key(name, "attribute", f"{request.method} {request.steps}")
         results = await _decoded(batcher, key, list(zip(request.sentences, targets)), settings)
@@ -412,6 +413,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         _check_sentences(request.sources, "sources", settings)
         _one_target_each(request.sources, request.targets, "source")
         _check_targets(request.targets, settings)
+        _check_known_targets(models[name], request.sources, request.targets)
         key = _Key(name, "heads", " ".join(dict.fromkeys(request.parts)))
         results = await _decoded(batcher, key, list(zip(request.sources, request.targets)), settings)
         return JSONResponse({"model": name, "results": results})
@@ -433,6 +435,20 @@ def _model_name(requested: str | None, models: Mapping[str, Translator]) -> str:
     if requested not in models:
         raise ApiError(404, f"no model named {requested!r}; loaded: {', '.join(models)}", "model")
     return requested
+
+
+def _check_known_targets(translator: Translator, sources: Sequence[str],
+                         targets: Sequence[str | Sequence[str]]) -> None:
+    """A 422 naming `targets[k]` for a target token the model does not know (`<pad>`, a word
+    outside its vocabulary), as translate's prefix is refused: explained as `<unk>` it would be
+    an answer to another question."""
+    try:
+        translator.forced_pairs(sources, targets, empty="there is nothing to explain")
+    except HeedError as e:
+        where, _, message = str(e).partition(": ")
+        if where.startswith("tgt_texts["):
+            raise ApiError(422, message, "targets" + where.removeprefix("tgt_texts")) from None
+        raise ApiError(422, str(e), None) from None
 
 
 def _check_sentences(sentences: Sequence[str], field: str, settings: ServeSettings) -> None:
