@@ -76,8 +76,8 @@ def test_each_snapshot_is_that_checkpoints_own_attention(history_run: Path) -> N
 
 
 def test_a_given_output_is_read_by_every_checkpoint(history_run: Path) -> None:
-    history = attention_over_training(history_run, SENTENCE, "1998 - 03 - 03", most=2)
-    assert history.tgt_tokens == Translator.load(history_run).codec.tgt_tokens("1998 - 03 - 03")
+    history = attention_over_training(history_run, SENTENCE, "1998-03-03", most=2)
+    assert history.tgt_tokens == Translator.load(history_run).codec.tgt_tokens("1998-03-03")
     assert all(s.weights.shape[0] == len(history.tgt_tokens) + 1 for s in history.snapshots)
 
 
@@ -114,6 +114,9 @@ def test_cli_draws_the_checkpoints_and_the_entropy(history_run: Path, tmp_path: 
     figure = tmp_path / "over.png"
     result = heed_cli("attention", history_run, SENTENCE, "--checkpoints", "--most", "4", "--beam", "2", "-o", figure)
     assert result.exit_code == 0, result.output
+    final = Translator.load(history_run / "model", device="cpu")
+    text = final.translate([SENTENCE], beam=2)[0].text  # the output as text, not its tokens spaced out
+    assert result.stdout.splitlines()[0] == f"{SENTENCE}\t{text}" and " " not in text
     kept = len(kept_checkpoints(history_run))
     assert f"attention at 4 of {kept} checkpoints (evenly spaced, steps" in result.stdout
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -35,6 +35,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--sdist", "--outdir", str(out),
                            str(source)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # setuptools stops taking the `license = {text = ...}` table after 2027-02-18: an SPDX string now
+    assert "project.license" not in done.stdout + done.stderr, done.stderr[-3000:]
     (wheel,) = out.glob("*.whl")
     (sdist,) = out.glob("*.tar.gz")
     return {"wheel": wheel, "sdist": sdist}
@@ -50,6 +52,7 @@ def test_the_distribution_is_heed_nmt_and_carries_the_explorer_and_the_font(buil
         scripts = wheel.read(f"heed_nmt-{heed.__version__}.dist-info/entry_points.txt").decode()
     assert set(CARRIED) <= names
     assert "Name: heed-nmt" in metadata and "heed = heed.cli:main" in scripts
+    assert "License-Expression: MIT" in metadata and f"heed_nmt-{heed.__version__}.dist-info/licenses/LICENSE" in names
     assert not any(n.startswith(("tests/", "bench/")) for n in names)
     with tarfile.open(built["sdist"]) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
@@ -66,7 +69,9 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_help_and_translates(built, tra
     # editable heed (a .pth finder) is not, so the fresh venv can only import heed from the wheel.
     ours = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True,
                           text=True, check=True).stdout.strip()
-    dependencies = [p for p in (*site.getsitepackages(), site.getusersitepackages()) if Path(p).is_dir()]
+    # (and the system's torch, where `make` shares it through tools/make_venv.py's system-torch/)
+    dependencies = [p for p in (*site.getsitepackages(), site.getusersitepackages(),
+                                *(p for p in sys.path if Path(p).name == "system-torch")) if Path(p).is_dir()]
     (Path(ours) / "heed-test-dependencies.pth").write_text("\n".join(dependencies) + "\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     where = subprocess.run([str(python), "-c", "import heed, heed.serve.app as a; print(heed.__file__); "

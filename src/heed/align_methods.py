@@ -76,7 +76,7 @@ class AlignOptions:
         heads) of (1, 1) (an RNN) just the method and 'the attention'."""
         if head_grid == (1, 1):
             return f"{'shift-att' if self.method == 'shift' else 'argmax'}, the attention"
-        layer = "the alignment layer" if self.layer is None else ("all layers" if self.layer == MEAN else f"layer {self.layer}")
+        layer = "the alignment layer (the last decoder layer)" if self.layer is None else ("all layers" if self.layer == MEAN else f"layer {self.layer}")
         head = "mean of heads" if self.head in (None, MEAN) else f"head {self.head}"
         return f"{'shift-att' if self.method == 'shift' else 'argmax'}, {layer}, {head}"
 

@@ -827,7 +827,7 @@ def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int,
     shown = len(history.snapshots)
     some = f"{shown} of {history.kept}" if shown < history.kept else str(shown)
     spaced = "evenly spaced, " if shown < history.kept else ""
-    typer.echo(f"{sentence}\t{' '.join(history.tgt_tokens)}")
+    typer.echo(f"{sentence}\t{final.codec.tgt_tokenizer.detokenize(list(history.tgt_tokens))}")
     typer.echo(f"attention at {some} checkpoints ({spaced}steps {history.snapshots[0].step:,} to "
                f"{history.snapshots[-1].step:,}): {path}")
 
@@ -1169,7 +1169,8 @@ def _print_sweep(result: Any, plot: Path, sentences: int) -> None:
         best, best_aer = result.best()
         console.print(f"best: AER = {best_aer:.4f}   {best.describe()}")
         console.print(f"default: AER = {result.aer(AlignOptions()):.4f}   argmax, the alignment layer "
-                      f"(layer {result.default_layer}), mean of heads")
+                      f"(the layer heed aligns with unless told: layer {result.default_layer}, the last decoder "
+                      "layer), mean of heads")
     console.print(f"diagonal baseline: AER = {result.diagonal.aer:.4f}")
     if one:
         console.print("(one attention: no layer x head heatmap drawn)")

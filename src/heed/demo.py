@@ -194,7 +194,7 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
         aligned = translator.align([p.src for p in splits.test], [p.tgt for p in splits.test],
                                    options=AlignOptions(tgt_units="chars"))
         diagonal = [set(diagonal_alignment(len(p.src.split()), len(p.tgt))) for p in splits.test]
-        console.print(f"alignment error rate against the gold by construction (data/test.align): "
+        console.print(f"alignment error rate against the gold by construction ({data_dir / 'test.align'}): "
                       f"{100 * alignment_error_rate([set(a.links) for a in aligned], sure, possible):.1f}% "
                       f"(the diagonal, no model: {100 * alignment_error_rate(diagonal, sure, possible):.1f}%)")
     seconds = time.perf_counter() - started
