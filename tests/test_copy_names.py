@@ -117,7 +117,9 @@ def test_a_copy_model_with_coverage_and_its_loss_still_copies_unseen_names(tmp_p
     test = generate_names(**NAMES).test
     outputs = [t.text for t in translator.translate([e.pair.src for e in test], beam=2)]
     copied, total = copied_names(test, outputs)
-    assert copied >= 0.95 * total, (copied, total, outputs[:5])
+    # 132 of 136 (97.1%) on an Intel Xeon 6/85: 90% keeps a margin over CPUs (the same model without
+    # copy attention copies none)
+    assert copied >= 0.90 * total, (copied, total, outputs[:5])
     assert not any("<unk>" in o.split() for o in outputs)
 
 

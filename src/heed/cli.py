@@ -1425,11 +1425,13 @@ app.add_typer(data_app)
 @data_app.command("list")
 @friendly_errors
 def data_list() -> None:
-    """The datasets `heed data get` downloads, with their licenses."""
+    """The datasets `heed data get` downloads: the files, their size, where they go, the license."""
     from heed.data.download import DATASETS
 
     for name, dataset in DATASETS.items():
-        typer.echo(f"{name}: {dataset.license}")
+        typer.echo(f"{name}: {', '.join(dataset.file_names)}")
+        typer.echo(f"  {dataset.size}; `heed data get {name} [DIR]` writes DIR/{name}/ (default data/{name}/)")
+        typer.echo(f"  license: {dataset.license}")
 
 
 @data_app.command("get")
@@ -1459,11 +1461,16 @@ def data_get(
             bar.advance(seen - last["seen"])
             last["seen"] = seen
 
-        folder = get(name, directory, mirror=mirror, any_release=any_release, progress=progress)
+        got = get(name, directory, mirror=mirror, any_release=any_release, progress=progress)
     dataset = DATASETS[name]
-    typer.echo(f"{name} -> {folder} (sha256 checked; SOURCE.md says where from)")
+    if got.off_release:
+        typer.echo(f"{name} -> {got.folder} ({', '.join(got.off_release)}: not the pinned release, taken as it is "
+                   "with --any-release and checked against nothing; the rest sha256 checked; SOURCE.md says "
+                   "where from)")
+    else:
+        typer.echo(f"{name} -> {got.folder} (sha256 checked; SOURCE.md says where from)")
     typer.echo(f"license: {dataset.license}")
-    typer.echo(f"cite: {dataset.cite}")
+    typer.echo(f"cite: {dataset.citation(off_release=bool(got.off_release))}")
 
 
 @data_app.command("task")

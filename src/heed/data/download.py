@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import io
 import os
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -41,7 +43,11 @@ from heed.errors import DataError, HeedError, OutputError
 from heed.files import atomic_write_text, make_temp_dir, sweep_stale
 
 MAX_DOWNLOAD_BYTES = 256 << 20  # far above any file here (the largest is 6 MB): a runaway answer stops
-TIMEOUT_SECONDS = 60.0
+# Inflated, a file may hold at most this much (the largest here, fra.txt, is 11.7 MB): a small zip
+# that inflates to gigabytes stops at this size, not after it is all in memory.
+MAX_INFLATED_BYTES = 64 << 20
+TIMEOUT_SECONDS = 60.0  # one read
+DEADLINE_SECONDS = 600.0  # one whole file: a server that trickles a byte at a time still ends
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,21 @@ class Dataset:
     license: str
     cite: str
     note: str = ""
+    size: str = ""  # the text it writes, for `heed data list`
+    release: str = ""  # the pinned release of a source that publishes one moving release
+
+    def citation(self, *, off_release: bool = False) -> str:
+        """What to cite: the pinned release's, or with `off_release` the source without it (the
+        files are some other release)."""
+        if not self.release:
+            return self.cite
+        if off_release:
+            return f"{self.cite} (a release other than the pinned {self.release}: name the date you downloaded it)"
+        return f"{self.cite}, release of {self.release}."
+
+    @property
+    def file_names(self) -> list[str]:
+        return [name for remote in self.files for name in remote.members]
 
 
 _MULTI30K = "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d26b56f3846f66a952536ffed4e401d05a/" \
@@ -92,6 +113,7 @@ DATASETS: dict[str, Dataset] = {
         cite="Elliott, Frank, Sima'an and Specia (2016). Multi30K: Multilingual English-German Image "
              "Descriptions. Proceedings of the 5th Workshop on Vision and Language.",
         note="test_2016_flickr is the usual test set; the recipe scores on val (the benchmark copy has no test).",
+        size="about 4.2 MB of text (6 files, downloaded gzipped)",
     ),
     "tatoeba-fra-eng": Dataset(
         "tatoeba-fra-eng",
@@ -102,8 +124,10 @@ DATASETS: dict[str, Dataset] = {
         ),
         license="CC-BY 2.0 (France), as the Tatoeba sentences it is built from; attribution: "
                 "www.manythings.org/anki and tatoeba.org (_about.txt).",
-        cite="Tatoeba (tatoeba.org), sentence pairs from manythings.org/anki, release of 2019-04-07.",
+        cite="Tatoeba (tatoeba.org), sentence pairs from manythings.org/anki",
+        release="2019-04-07",
         note="English<TAB>French; newer releases add an attribution column, which heed's reader ignores.",
+        size="11.7 MB of text (the pinned release's fra.txt, downloaded zipped)",
     ),
 }
 
@@ -124,8 +148,10 @@ def _url(url: str, mirror: str | None) -> str:
 
 
 def _fetch(url: str, name: str, progress: Progress | None) -> bytes:
-    """The body of `url` (at most MAX_DOWNLOAD_BYTES), or a HeedError naming the URL."""
+    """The body of `url` (at most MAX_DOWNLOAD_BYTES, within DEADLINE_SECONDS), or a HeedError
+    naming the URL."""
     request = urllib.request.Request(url, headers={"User-Agent": f"heed/{heed.__version__} (heed data get)"})
+    started, deadline = time.monotonic(), DEADLINE_SECONDS
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310 (fixed https URLs)
             total = response.headers.get("Content-Length")
@@ -134,19 +160,38 @@ def _fetch(url: str, name: str, progress: Progress | None) -> bytes:
                 raise HeedError(f"{url}: the server offers {total_bytes:,} bytes, more than this file can be "
                                 f"({MAX_DOWNLOAD_BYTES:,}); not downloaded")
             chunks, seen = [], 0
-            while chunk := response.read(1 << 16):
+            # read1: what has arrived, so a server that trickles is checked against the deadline
+            # between its bytes (read(n) would wait for all n of them)
+            while chunk := response.read1(1 << 16):
                 seen += len(chunk)
                 if seen > MAX_DOWNLOAD_BYTES:
                     raise HeedError(f"{url}: more than {MAX_DOWNLOAD_BYTES:,} bytes; stopped")
                 chunks.append(chunk)
                 if progress is not None:
                     progress(name, seen, total_bytes)
+                if time.monotonic() - started > deadline:
+                    of = f" of {total_bytes:,}" if total_bytes is not None else ""
+                    raise HeedError(f"{url}: {seen:,}{of} bytes after {deadline:.0f} s, the limit for one file; the "
+                                    "server is too slow: try again later, or give --mirror")
             return b"".join(chunks)
     except urllib.error.HTTPError as e:
         raise HeedError(f"{url}: the server answered {e.code} {e.reason}") from None
+    except http.client.HTTPException as e:  # BadStatusLine, IncompleteRead, ...: not an HTTP answer
+        raise HeedError(f"{url}: the server's answer is not HTTP ({type(e).__name__}); check the URL and "
+                        "--mirror") from None
     except (urllib.error.URLError, TimeoutError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise HeedError(f"{url}: cannot download ({reason}); check the network, or give --mirror") from None
+
+
+def _inflated(stream: io.BufferedIOBase, member: str, url: str) -> bytes:
+    """All of `stream`, inflated, or a DataError once it passes MAX_INFLATED_BYTES (read in bounded
+    pieces, so a zip bomb costs at most that much memory)."""
+    data = stream.read(MAX_INFLATED_BYTES + 1)
+    if len(data) > MAX_INFLATED_BYTES:
+        raise DataError(f"{member} inflates to more than {MAX_INFLATED_BYTES >> 20} MiB, far more than this file "
+                        "can be; nothing was written", path=url)
+    return data
 
 
 def _members(remote: Remote, data: bytes, url: str) -> dict[str, bytes]:
@@ -154,20 +199,35 @@ def _members(remote: Remote, data: bytes, url: str) -> dict[str, bytes]:
     try:
         if remote.kind == "gzip":
             (name,) = remote.members
-            return {name: gzip.decompress(data)}
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+                return {name: _inflated(stream, name, url)}
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             names = set(archive.namelist())
             missing = [m for m in remote.members if m not in names]
             if missing:
                 raise DataError(f"the archive holds no {missing[0]} (it holds {', '.join(sorted(names))})", path=url)
-            return {m: archive.read(m) for m in remote.members}
+            out = {}
+            for member in remote.members:
+                with archive.open(member) as stream:
+                    out[member] = _inflated(stream, member, url)
+            return out
     except (OSError, EOFError, zipfile.BadZipFile) as e:
         raise DataError(f"not a valid {remote.kind} file ({e})", path=url) from None
 
 
+@dataclass(frozen=True)
+class Got:
+    """What `get` wrote: the folder, and the files taken with --any-release although they are not
+    the pinned release (empty when every file is as pinned)."""
+
+    folder: Path
+    off_release: tuple[str, ...] = ()
+
+
 def get(name: str, directory: str | os.PathLike[str], *, mirror: str | None = None, any_release: bool = False,
-        progress: Progress | None = None, datasets: dict[str, Dataset] | None = None) -> Path:
-    """Download dataset `name` into `directory`/NAME (see the module doc); returns that folder."""
+        progress: Progress | None = None, datasets: dict[str, Dataset] | None = None) -> Got:
+    """Download dataset `name` into `directory`/NAME (see the module doc). A download that fails
+    leaves no folder it created behind."""
     table = DATASETS if datasets is None else datasets
     if name not in table:
         raise HeedError(f"no dataset named {name!r}; heed gets: {', '.join(table)}")
@@ -175,9 +235,24 @@ def get(name: str, directory: str | os.PathLike[str], *, mirror: str | None = No
     target = Path(directory) / dataset.name
     if target.exists() and not target.is_dir():
         raise OutputError("exists and is not a directory; give another DIR", path=target)
+    created = [p for p in (target, *target.parents) if not p.exists()]  # deepest first
     target.mkdir(parents=True, exist_ok=True)
+    try:
+        return _get_into(dataset, target, mirror=mirror, any_release=any_release, progress=progress)
+    except BaseException:
+        for folder in created:
+            try:
+                folder.rmdir()  # only while empty: nothing of the user's is removed
+            except OSError:
+                break
+        raise
+
+
+def _get_into(dataset: Dataset, target: Path, *, mirror: str | None, any_release: bool,
+              progress: Progress | None) -> Got:
     sweep_stale(target, ".get.", ".partial")
     recorded: list[tuple[str, str, str]] = []  # (file, sha256, from url)
+    off_release: list[str] = []
     for remote in dataset.files:
         url = _url(remote.url, mirror)
         if all(pinned is not None and _matches(target / m, pinned) for m, pinned in remote.members.items()):
@@ -190,10 +265,13 @@ def get(name: str, directory: str | os.PathLike[str], *, mirror: str | None = No
         members = _members(remote, data, url)
         for member, pinned in remote.members.items():
             digest = _sha256(members[member])
-            if pinned is not None and digest != pinned and not any_release:
-                raise DataError(f"{member} has sha256 {digest[:16]}..., not the pinned release's {pinned[:16]}...: "
-                                "the source changed (a newer release?); nothing was written. --any-release takes "
-                                "it as it is (the recipe's published figures are for the pinned one)", path=url)
+            if pinned is not None and digest != pinned:
+                if not any_release:
+                    raise DataError(f"{member} has sha256 {digest[:16]}..., not the pinned release's "
+                                    f"{pinned[:16]}...: the source changed (a newer release?); nothing was written. "
+                                    "--any-release takes it as it is (the recipe's published figures are for the "
+                                    "pinned one)", path=url)
+                off_release.append(member)
         staging = make_temp_dir(target, ".get.", ".partial")
         try:
             for member, content in members.items():
@@ -205,8 +283,8 @@ def get(name: str, directory: str | os.PathLike[str], *, mirror: str | None = No
                 leftover.unlink()
             staging.rmdir()
         recorded += [(m, _sha256(members[m]), url) for m in members]
-    atomic_write_text(target / "SOURCE.md", _source_text(dataset, recorded))
-    return target
+    atomic_write_text(target / "SOURCE.md", _source_text(dataset, recorded, off_release))
+    return Got(target, tuple(off_release))
 
 
 def _matches(path: Path, sha256: str) -> bool:
@@ -216,9 +294,12 @@ def _matches(path: Path, sha256: str) -> bool:
         return False
 
 
-def _source_text(dataset: Dataset, recorded: list[tuple[str, str, str]]) -> str:
+def _source_text(dataset: Dataset, recorded: list[tuple[str, str, str]], off_release: list[str]) -> str:
     lines = [f"# {dataset.name}", "", f"Downloaded by heed {heed.__version__} (`heed data get {dataset.name}`).", "",
-             f"License: {dataset.license}", "", f"Cite: {dataset.cite}", ""]
+             f"License: {dataset.license}", "", f"Cite: {dataset.citation(off_release=bool(off_release))}", ""]
+    if off_release:
+        lines += [f"Not the pinned release: {', '.join(off_release)} (taken with --any-release; the sha256 below is "
+                  "what was downloaded, checked against nothing).", ""]
     if dataset.note:
         lines += [dataset.note, ""]
     lines += ["| file | sha256 | from |", "|---|---|---|"]
@@ -226,4 +307,4 @@ def _source_text(dataset: Dataset, recorded: list[tuple[str, str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["DATASETS", "Dataset", "Remote", "get"]
+__all__ = ["DATASETS", "Dataset", "Got", "Remote", "get"]
