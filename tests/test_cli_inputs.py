@@ -77,6 +77,20 @@ def test_translate_cuts_overlong_sources_with_a_warning_naming_their_lines(train
     assert "max_src_len" in " ".join(invoke("translate", "--help").stdout.split())
 
 
+@pytest.mark.parametrize("command", ["attribute", "faithfulness"])
+def test_attribute_and_faithfulness_cut_overlong_sources_with_translates_warning(trained_run, tmp_path, command):
+    long = "le 3 mars 1998 " * 20000  # 300,000 characters on one line: read to max_src_len, with a warning
+    src, ref = tmp_path / "in.txt", tmp_path / "ref.txt"
+    src.write_text(f"le 3 mars 1998\n{long}\n", encoding="utf-8")
+    ref.write_text("1998-03-03\n1998-03-03\n", encoding="utf-8")
+    extra = ["--steps", "4"] if command == "attribute" else ["--ref", str(ref)]
+    result = invoke(command, trained_run, "--src", src, "-o", tmp_path / "out.json", *extra)
+    assert result.exit_code == 0, result.output
+    warning = " ".join(result.stderr.split())
+    assert (f"warning: {src}: line 2 is longer than the model's max_src_len (100 tokens); only the first 100 "
+            "tokens were translated") in warning
+
+
 def test_api_reports_how_many_source_tokens_were_cut(trained_run):
     from heed.api import Translator
 

@@ -369,6 +369,15 @@ def _translate_chunks(translator: "Translator", lines: Iterable[str], *, name: s
         yield translations
 
 
+def _warn_long_sources(translator: "Translator", sources: Sequence[str], name: str) -> None:
+    """translate's warning, for commands that read all their sources at once (attribute,
+    faithfulness): the lines of `name` longer than the model's max_src_len, which are cut to it."""
+    limit = translator.max_src_len
+    cut = [number for number, text in enumerate(sources, start=1) if len(translator.codec.src_tokens(text)) > limit]
+    if cut:
+        _Progress("", enabled=False).warn(_truncation_message(cut, name, limit))
+
+
 def _truncation_message(lines: Sequence[int], name: str, limit: int, shown: int = 10) -> str:
     listed = ", ".join(map(str, lines[:shown])) + (f" and {len(lines) - shown} more" if len(lines) > shown else "")
     return (f"{name}: line{'s' * (len(lines) > 1)} {listed} {'are' if len(lines) > 1 else 'is'} longer than the "
@@ -1035,6 +1044,7 @@ def attribute(
         if not line.strip():
             raise HeedError(f"{src}: line {number} is empty: there is nothing to attribute to")
     translator = Translator.load(model, device=device)
+    _warn_long_sources(translator, sources, str(src))
     results = translator.attribute(sources, targets, method=method.value, steps=steps)
     import json
 
@@ -1093,6 +1103,7 @@ def faithfulness_command(
 
     pairs = list(read_parallel(src, ref))
     translator = Translator.load(model, device=device)
+    _warn_long_sources(translator, [p.src for p in pairs], str(src))
     cfg = resolve_decode(translator, decode)
     report = faithfulness(translator, [p.src for p in pairs], [p.tgt for p in pairs], decode=cfg,
                           seed=permute_seed, batch_size=batch_size)
