@@ -196,3 +196,31 @@ def test_a_killed_prepares_hidden_work_is_swept_by_the_next(tmp_path, make_confi
     prepare(make_config(tmp_path / "out"), tmp_path / "corpus")
     assert not dead.exists() and live.exists()
     assert (tmp_path / "corpus" / "manifest.json").is_file()
+
+
+def test_training_from_text_says_what_it_reads_and_sends_a_corpus_too_large_for_memory_to_prepare(
+        tiny_config, tmp_path, monkeypatch, heed_cli):
+    import gzip
+
+    import heed.pipeline as pipeline
+
+    corpus = tmp_path / "many.tsv.gz"
+    with gzip.open(corpus, "wt", encoding="utf-8") as f:
+        f.writelines(f"{k % 10}\t{k % 7}\n" for k in range(2500))
+    raw = tiny_config(tmp_path / "run", max_steps=1)
+    raw["data"]["train"] = {"tsv": str(corpus)}
+    config = tmp_path / "many.yaml"
+    config.write_text(json.dumps(raw), encoding="utf-8")
+    monkeypatch.setattr(pipeline, "READ_REPORT_EVERY", 1000)
+    monkeypatch.setattr(pipeline, "MAX_TEXT_PAIRS", 2000)
+    result = heed_cli("train", str(config))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    said = result.stderr.strip().splitlines()  # what it read, as it read it, then the one-line error
+    assert said[:2] == [f"reading data.train ({corpus}): 1,000 pairs", f"reading data.train ({corpus}): 2,000 pairs"]
+    assert said[2].startswith(f"error: data.train ({corpus}): more than 2,000 pairs") and len(said) == 3
+    assert "`heed prepare CONFIG -o SHARDS`" in said[2] and "data.prepared" in said[2]
+    assert not (tmp_path / "run" / "model").exists()
+    monkeypatch.setattr(pipeline, "MAX_TEXT_PAIRS", 3000)  # within the bound it trains, and said what it read
+    result = heed_cli("train", str(config))
+    assert result.exit_code == 0, result.output
+    assert load_corpora(config_from_dict(raw).data).train[2499] == Pair("9", str(2499 % 7))

@@ -55,8 +55,19 @@ class DevGold:
     units: Literal["words", "chars"]
 
 
-def load_corpora(data: DataConfig) -> Corpora:
-    """Generate (task) or read (corpora) the train/dev/test pairs the config describes."""
+# Pairs read into memory to train from text, at most: each costs a few hundred bytes as strings and
+# as many again as ids, so 10M pairs already take about 10 GB. Larger corpora go through
+# `heed prepare` (memory-mapped shards, read a batch at a time).
+MAX_TEXT_PAIRS = 10_000_000
+READ_REPORT_EVERY = 1_000_000  # pairs between "reading ..." lines
+
+ReadProgress = Callable[[str, int], None]  # (what is being read, pairs so far)
+
+
+def load_corpora(data: DataConfig, *, progress: ReadProgress | None = None) -> Corpora:
+    """Generate (task) or read (corpora) the train/dev/test pairs the config describes.
+    `progress(what, pairs)` hears every READ_REPORT_EVERY pairs of a corpus being read; a training
+    corpus of more than MAX_TEXT_PAIRS is a DataError pointing to `heed prepare`."""
     from heed.align import parse_gold_pharaoh, read_gold_for
 
     if data.task == "dates":
@@ -74,17 +85,29 @@ def load_corpora(data: DataConfig) -> Corpora:
                        if links else None)
     check_corpus_files(data)
 
-    def read(corpus: CorpusConfig | None) -> list[Pair]:
-        return [] if corpus is None else list(iter_pairs(corpus, reverse=data.reverse))
+    def read(corpus: CorpusConfig | None, split: str) -> list[Pair]:
+        if corpus is None:
+            return []
+        what = f"data.{split} ({corpus.tsv or corpus.src})"
+        pairs: list[Pair] = []
+        for pair in iter_pairs(corpus, reverse=data.reverse):
+            pairs.append(pair)
+            if progress is not None and len(pairs) % READ_REPORT_EVERY == 0:
+                progress(what, len(pairs))
+            if len(pairs) > MAX_TEXT_PAIRS:
+                raise DataError(f"more than {MAX_TEXT_PAIRS:,} pairs, more than training from text holds in "
+                                "memory; prepare the corpus once (`heed prepare CONFIG -o SHARDS`) and train "
+                                "from its shards (data.prepared: SHARDS), which reads a batch at a time", path=what)
+        return pairs
 
-    train = read(data.train)  # none with data.prepared: training reads the shards (open_prepared)
+    train = read(data.train, "train")  # none with data.prepared: training reads the shards (open_prepared)
     if data.split is not None:
         assert data.train is not None  # the config validator guarantees it
         # The file the source sentences (after `reverse`) come from: the one the counts are about.
         source = data.train.tsv or (data.train.tgt if data.reverse else data.train.src)
         return split_corpus(train, dev=data.split.dev, test=data.split.test, seed=data.split.seed,
                             source=str(source))
-    dev = read(data.dev)
+    dev = read(data.dev, "dev")
     gold = None
     if data.dev is not None and data.dev.align is not None:
         sizes = [(len(p.src.split()), len(p.tgt.split())) for p in dev]
@@ -94,7 +117,7 @@ def load_corpora(data: DataConfig) -> Corpora:
         else:
             sure, possible = read_gold_for(data.dev.align, sizes, sides="data.dev")
         gold = DevGold(sure, possible, "words")
-    return Corpora(train, dev, read(data.test), gold)
+    return Corpora(train, dev, read(data.test, "test"), gold)
 
 
 def write_task(data: DataConfig, directory: str | os.PathLike[str]) -> dict[str, Path]:

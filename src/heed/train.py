@@ -605,7 +605,7 @@ class Trainer:
 
     def _load_data(self, codec: Codec | None) -> _Data:
         cfg = self.config.data
-        corpora = load_corpora(cfg)
+        corpora = load_corpora(cfg, progress=self._reading)
         train: list[Example] | PreparedCorpus
         if cfg.prepared is not None:
             # sha256 of every shard, once per run: seconds for millions of pairs, against a flipped bit
@@ -622,6 +622,10 @@ class Trainer:
             raise ConfigError(f"every training pair is longer than max_src_len={cfg.max_src_len} or "
                               f"max_tgt_len={cfg.max_tgt_len} tokens; raise them", field="data")
         return _Data(codec, train, corpora.dev, codec.encode_pairs(corpora.dev), corpora.test, dropped, corpora)
+
+    def _reading(self, what: str, pairs: int) -> None:
+        if self.console is not None:
+            self.console.print(f"reading {escape(what)}: {pairs:,} pairs", highlight=False)
 
     def _warn(self, message: str) -> None:
         if self.console is not None:
