@@ -189,9 +189,9 @@ def _(c: Ctx) -> Call:
     return Call(["train", c.tmp / "nope.yaml"], ["nope.yaml"])
 
 
-@case("config-is-a-fifo")
+@case("config-is-a-device")
 def _(c: Ctx) -> Call:
-    return Call(["train", c.fifo("config.yaml")], ["config.yaml", "FIFO"])
+    return Call(["train", "/dev/zero"], ["/dev/zero", "character device", "may never end"])
 
 
 @case("config-is-a-directory")

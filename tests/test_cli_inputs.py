@@ -8,6 +8,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -127,11 +129,32 @@ def test_progress_is_a_bar_on_a_terminal_and_never_on_stdout(monkeypatch):
 # ---------------------------------------------------------------------------- corpus files
 
 
-def test_evaluate_refuses_a_fifo_without_hanging(trained_run, tiny_corpus, tmp_path):
+def _write_later(fifo: Path, data: str, delay: float = 1.0) -> threading.Thread:
+    """A writer that opens `fifo` `delay` seconds from now, as a slow `cmd > fifo` would."""
+    def write() -> None:
+        time.sleep(delay)
+        with open(fifo, "w", encoding="utf-8") as f:
+            f.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    return writer
+
+
+def test_evaluate_reads_a_fifo_whose_writer_comes_later_as_cat_does(trained_run, tiny_corpus, tmp_path):
     fifo = tmp_path / "src.fifo"
-    os.mkfifo(fifo)  # nobody writes: opening it for reading would block forever
+    os.mkfifo(fifo)
+    writer = _write_later(fifo, tiny_corpus["test_src"].read_text(encoding="utf-8"))
     done = heed("evaluate", trained_run, "--src", fifo, "--ref", tiny_corpus["test_ref"], timeout=120)
-    assert_subprocess_error(done, f"{fifo}: is a FIFO (named pipe), not a regular file")
+    writer.join(timeout=10)
+    again = heed("evaluate", trained_run, "--src", tiny_corpus["test_src"], "--ref", tiny_corpus["test_ref"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:3] == again.stdout.splitlines()[:3]  # the same scores as from the file
+
+
+def test_evaluate_refuses_a_device_that_never_ends(trained_run, tiny_corpus):
+    done = heed("evaluate", trained_run, "--src", "/dev/zero", "--ref", tiny_corpus["test_ref"], timeout=120)
+    assert_subprocess_error(done, "/dev/zero: is a character device, not a regular file")
 
 
 def test_evaluate_names_the_line_of_a_nul_byte(trained_run, tiny_corpus, tmp_path):
@@ -312,12 +335,19 @@ def test_a_reader_that_goes_away_ends_translate_quietly(trained_run, tmp_path):
     assert b"Traceback" not in err and b"error" not in err.lower(), err
 
 
-def test_translate_input_from_a_fifo_nobody_writes_ends_at_once(trained_run, tmp_path):
-    """`-i FIFO` reads a pipe like any stream, and one without a writer no longer blocks the open for
-    ever: it reads as empty."""
-    import os
-
+def test_translate_input_from_a_fifo_waits_for_its_writer_as_cat_does(trained_run, tmp_path):
+    """`-i FIFO`: the writer that starts a moment later is read (it used to read as empty at once)."""
     fifo = tmp_path / "in.fifo"
     os.mkfifo(fifo)
+    writer = _write_later(fifo, "1 May 2001\n3 mars 1998\n")
     done = heed("translate", trained_run, "--input", fifo, timeout=60)
+    writer.join(timeout=10)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 2
+
+
+def test_translate_input_from_a_pipe_whose_writer_is_gone_ends_at_once(trained_run):
+    """`-i <(true)`: process substitution of a command that wrote nothing and ended reads as empty."""
+    done = subprocess.run(["bash", "-c", f'exec "$0" -m heed translate "$1" -i <(true)', sys.executable,
+                           str(trained_run)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == "", done.stderr

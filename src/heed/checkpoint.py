@@ -252,7 +252,7 @@ def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str =
     if verifying(verify):
         verify_files(directory, meta)
     try:
-        config = load_config(directory / CONFIG_FILE, environment=False)
+        config = load_config(directory / CONFIG_FILE, environment=False, streams=False)
     except ConfigError as e:
         # A field this heed does not know: a model from another version. Otherwise the file itself
         # is broken (YAML syntax, an alias, a duplicate key), and the message says where.
@@ -421,5 +421,5 @@ def load_checkpoint(target: str | os.PathLike[str]) -> Checkpoint:
         optimizer_tensors=load_weights(directory / OPTIMIZER_FILE),
         optimizer_rest=data["optimizer"],
         rng=load_weights(directory / RNG_FILE),
-        config=load_config(directory / CONFIG_FILE, environment=False),
+        config=load_config(directory / CONFIG_FILE, environment=False, streams=False),
     )

@@ -642,7 +642,7 @@ def evaluate(
     bucket_list = _parse_buckets(buckets)
     _check_figure_path(plot)
     table = load_dictionary(dictionary) if dictionary is not None else None
-    pairs = list(read_parallel(src, ref))
+    pairs = list(read_parallel(src, ref, streams=True))
     translator = Translator.load(models, device=device, bf16=bf16)
     cfg = resolve_decode(translator, decode)
     # In chunks, as `heed translate` does, so both give the same outputs for the same file.
@@ -947,7 +947,7 @@ def align(
     from heed.api import Translator
     from heed.data.corpus import read_parallel
 
-    pairs = list(read_parallel(src, tgt))
+    pairs = list(read_parallel(src, tgt, streams=True))
     src_texts, tgt_texts = [p.src for p in pairs], [p.tgt for p in pairs]
     units = [(len(p.src.split()), unit_count(p.tgt, options.tgt_units)) for p in pairs]
     golden = theirs = None
@@ -1038,7 +1038,7 @@ def attribute(
     else:
         from heed.data.corpus import read_parallel
 
-        pairs = list(read_parallel(src, tgt))
+        pairs = list(read_parallel(src, tgt, streams=True))
         sources, targets = [p.src for p in pairs], [p.tgt for p in pairs]
     for number, line in enumerate(sources, start=1):
         if not line.strip():
@@ -1101,7 +1101,7 @@ def faithfulness_command(
     from heed.data.corpus import read_parallel
     from heed.faithfulness import faithfulness
 
-    pairs = list(read_parallel(src, ref))
+    pairs = list(read_parallel(src, ref, streams=True))
     translator = Translator.load(model, device=device)
     _warn_long_sources(translator, [p.src for p in pairs], str(src))
     cfg = resolve_decode(translator, decode)
@@ -1230,7 +1230,7 @@ def compare(
     labels = _model_names(models, names)
     bucket_list = _parse_buckets(buckets)
     _check_figure_path(plot)
-    pairs = list(read_parallel(src, ref))
+    pairs = list(read_parallel(src, ref, streams=True))
     srcs, refs = [p.src for p in pairs], [p.tgt for p in pairs]
     outputs: dict[str, list[str]] = {}
     first_model: list[Translation] = []  # its source tokens are what --length-unit tokens counts

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import stat
 import types
 import typing
 from collections.abc import Sequence
@@ -39,7 +40,7 @@ from pydantic import (
 
 from heed import yamlio
 from heed.errors import ConfigError
-from heed.files import atomic_write_text, open_regular
+from heed.files import atomic_write_text, open_regular, open_stream
 from heed.decode_config import DecodeConfig
 from heed.nn.model_config import ModelConfig
 
@@ -365,14 +366,19 @@ def decode_length_problem(decode: DecodeConfig) -> str | None:
 # ------------------------------------------------------------------------------- load and save
 
 
-def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = (), *, environment: bool = True) -> Config:
+def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = (), *, environment: bool = True,
+                streams: bool = True) -> Config:
     """Read a YAML config, apply `section.field=value` overrides, validate. `environment=False`
     ignores HEED_DATA_ROOT (for the configs heed saved itself, whose paths are relative to them).
+    A user's config may come through a pipe or a named pipe; with `streams=False` (a model
+    directory's, which heed wrote) anything but a regular file is refused.
 
     Raises ConfigError naming the file (or `--set`) and the dotted field."""
     path = Path(path)
     try:
-        with open_regular(path) as f:
+        # A pipe or FIFO is read too (`heed train <(sed ... base.yaml)`); a device is refused
+        with (open_stream(path, devices=False) if streams else open_regular(path)) as f:
+            streamed = not stat.S_ISREG(os.fstat(f.fileno()).st_mode)
             text = yamlio.read_capped(f).decode("utf-8")
     except yamlio.TooLargeError as e:
         raise ConfigError(str(e), path=path) from None
@@ -392,7 +398,9 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = (), *, 
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"expected a mapping of sections (data:, model:, ...), got {type(raw).__name__}", path=path)
-    return config_from_dict(raw, source=path, base_dir=path.parent, overrides=overrides, environment=environment)
+    # a streamed config's relative paths are the current directory's (/dev/fd/63's folder means nothing)
+    base_dir = Path.cwd() if streamed else path.parent
+    return config_from_dict(raw, source=path, base_dir=base_dir, overrides=overrides, environment=environment)
 
 
 def config_from_dict(raw: dict[str, Any], *, source: str | os.PathLike[str] | None = None,

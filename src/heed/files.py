@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import select
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -244,11 +245,31 @@ def open_regular(path: str | os.PathLike[str], mode: str = "rb", *, encoding: st
     return _open_without_waiting(path, mode, encoding, regular_only=True)
 
 
-def open_stream(path: str | os.PathLike[str]) -> IO[bytes]:
-    """Open a file read once, front to back (`heed translate -i`): a regular file, or a stream such
-    as a pipe, /dev/stdin or a FIFO. The open never waits: a FIFO no one writes to opens at once
-    and reads as empty (plain open() would block for ever). A directory is an IsADirectoryError."""
-    return _open_without_waiting(path, "rb", None, regular_only=False)
+def open_stream(path: str | os.PathLike[str], *, devices: bool = True) -> IO[bytes]:
+    """Open a file read once, front to back (`heed translate -i`, a config): a regular file, or a
+    stream such as a pipe, process substitution (`<(cmd)`), /dev/stdin or a named pipe (FIFO). A
+    FIFO is read as `cat` reads it: the open waits for a writer (Ctrl-C stops the wait), then
+    reads until the writer closes it. A directory is an IsADirectoryError; with `devices=False` a
+    character or block device (which may never end: /dev/zero, a terminal) is an OSError (EINVAL)
+    whose strerror says what it is."""
+    f = _open_without_waiting(path, "rb", None, regular_only=False)
+    mode = os.fstat(f.fileno()).st_mode
+    if not devices and (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
+        f.close()
+        raise OSError(errno.EINVAL, f"is {file_kind(mode)}, which may never end; give a file or a pipe",
+                      os.fspath(path))
+    if stat.S_ISFIFO(mode):
+        # Opened without waiting, a FIFO no one has opened for writing reads as empty at once. Linux's
+        # poll() reports nothing for it until a writer writes or closes (a pipe whose writer has gone
+        # reports a hang-up at once), so this waits as cat's blocking open() would.
+        waiter = select.poll()
+        waiter.register(f.fileno(), select.POLLIN)
+        try:
+            waiter.poll()
+        except BaseException:
+            f.close()
+            raise
+    return f
 
 
 def check_regular(path: str | os.PathLike[str]) -> None:

@@ -4,8 +4,10 @@ Every reader streams (one line in memory at a time), decodes UTF-8 strictly and 
 through `normalize`. Bad input raises `DataError` naming the file and 1-based line, never a bare
 `UnicodeDecodeError` or `IndexError`.
 
-A corpus is a regular file (a symlink to one is fine): a FIFO, a device such as `/dev/zero` or a
-socket is refused before it is opened, since reading one can block forever or never end.
+A training corpus is a regular file (a symlink to one is fine): training reads it more than once
+(its fingerprint for resume, then its pairs), which a pipe cannot give, and a device such as
+`/dev/zero` never ends. A file a command reads once (`evaluate --src <(cmd)`, `align --tgt FIFO`)
+may also be a pipe or a named pipe (`streams=True`), read as `cat` reads it.
 
 Lines end at "\\n", "\\r\\n" or a lone "\\r" (old Mac files), as in Python's universal newlines and
 in most editors, so line numbers in errors match what an editor shows and a CR-only file reads as
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple, Protocol
 
 from heed.errors import DataError
-from heed.files import file_kind
+from heed.files import file_kind, open_stream
 
 PathLike = str | os.PathLike[str]
 
@@ -76,10 +78,11 @@ class ByteStream(Protocol):
     def read1(self, size: int = ..., /) -> bytes: ...
 
 
-def _open_binary(path: Path) -> BinaryIO:
+def _open_binary(path: Path, *, streams: bool = False) -> BinaryIO:
     """Open a corpus file for reading bytes; `.gz` files are decompressed on the fly. Anything but
-    a regular file is refused before opening: opening a FIFO without a writer blocks forever, and
-    a device such as /dev/zero never ends."""
+    a regular file is refused before opening (training reads a corpus twice, and a device such as
+    /dev/zero never ends); with `streams`, a pipe or named pipe is read too (heed.files.open_stream:
+    a FIFO waits for its writer)."""
     try:
         mode = path.stat().st_mode  # follows symlinks: a link to a file is a file
     except FileNotFoundError:
@@ -88,6 +91,14 @@ def _open_binary(path: Path) -> BinaryIO:
         raise DataError(f"cannot open: {getattr(e, 'strerror', None) or e}", path=path) from None
     if stat.S_ISDIR(mode):
         raise DataError("is a directory, expected a text file", path=path)
+    if streams and stat.S_ISFIFO(mode):
+        try:
+            stream = open_stream(path, devices=False)
+        except OSError as e:
+            raise DataError(f"cannot open: {e.strerror or e}", path=path) from None
+        if path.suffix == ".gz":
+            return gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[return-value]
+        return stream  # type: ignore[return-value]
     if not stat.S_ISREG(mode):
         raise DataError(f"is {file_kind(mode)}, not a regular file; a corpus must be a file (save the data to one "
                         "first)",
@@ -195,12 +206,12 @@ def text_problem(text: str) -> str | None:
     return control_character(text)
 
 
-def _lines(path: PathLike) -> Iterator[tuple[int, str]]:
+def _lines(path: PathLike, *, streams: bool = False) -> Iterator[tuple[int, str]]:
     """(1-based line number, decoded line without its line end) for every line up to the last
     non-empty one. Raises DataError for undecodable bytes, control characters, over-long lines and
     empty lines before the end."""
     path = Path(path)
-    with _open_binary(path) as raw:
+    with _open_binary(path, streams=streams) as raw:
         number = 0
         first_empty: int | None = None  # first line of the current run of empty lines
         try:
@@ -230,7 +241,7 @@ def _side(text: str, what: str, path: PathLike, number: int) -> str:
     return text
 
 
-def read_tsv(path: PathLike, *, reverse: bool = False) -> Iterator[Pair]:
+def read_tsv(path: PathLike, *, reverse: bool = False, streams: bool = False) -> Iterator[Pair]:
     """Stream pairs from a tab-separated file: column 1 = source, column 2 = target.
 
     Further columns are ignored, so the Tatoeba/manythings.org files (`Go.\\tVa !\\tCC-BY ...`)
@@ -240,7 +251,7 @@ def read_tsv(path: PathLike, *, reverse: bool = False) -> Iterator[Pair]:
     """
     src_col, tgt_col = (2, 1) if reverse else (1, 2)
     count = 0
-    for number, line in _lines(path):
+    for number, line in _lines(path, streams=streams):
         columns = line.split("\t")
         if len(columns) < 2:
             raise DataError(
@@ -254,13 +265,14 @@ def read_tsv(path: PathLike, *, reverse: bool = False) -> Iterator[Pair]:
         raise DataError("empty corpus: no sentence pairs", path=path)
 
 
-def read_parallel(src_path: PathLike, tgt_path: PathLike) -> Iterator[Pair]:
-    """Stream pairs from two line-aligned files (line i of one translates line i of the other).
+def read_parallel(src_path: PathLike, tgt_path: PathLike, *, streams: bool = False) -> Iterator[Pair]:
+    """Stream pairs from two line-aligned files (line i of one translates line i of the other);
+    `streams`: either may be a pipe or named pipe (a command that reads it once).
 
     Plain or `.gz`. Raises DataError for files of different lengths (naming both and the line where
     the shorter one ended), an empty side, invalid UTF-8, an empty corpus or a missing file.
     """
-    src_lines, tgt_lines = _lines(src_path), _lines(tgt_path)
+    src_lines, tgt_lines = _lines(src_path, streams=streams), _lines(tgt_path, streams=streams)
     count = 0
     while True:
         s = next(src_lines, None)

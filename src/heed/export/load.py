@@ -19,7 +19,7 @@ def load_exported(path: str | os.PathLike[str], *, verify: bool | None = None) -
     if manifest.kind == "onnx":
         require("onnxruntime")
     try:
-        config = load_config(directory / "config.yaml", environment=False)
+        config = load_config(directory / "config.yaml", environment=False, streams=False)
     except ConfigError as e:
         raise ModelDirError(f"{e}; the exported directory's config does not match this heed") from None
     codec = Codec.load(directory, data=config.data)
