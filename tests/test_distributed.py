@@ -5,6 +5,7 @@ corpus), stop together on a Ctrl-C sent to rank 0 alone, and resume exactly afte
 Ctrl-C; rank 1 writes and prints nothing."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -311,6 +312,57 @@ def test_processes_trains_two_ranks_and_a_ctrl_c_prints_hints_that_work(tmp_path
     assert done.returncode == 0, done.stderr
     assert [s for s, _ in train_losses(tmp_path / "run")] == list(range(1, 21))
     assert "Traceback" not in done.stderr
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_the_ranks_end_with_a_launcher_killed_outright(tmp_path, tiny_config):
+    """kill -9 of `heed train --processes 2` (which it cannot pass on) ends both ranks at once: they
+    do not train on to the end and dump C++ stacks."""
+    mapping = tiny_config(tmp_path / "run", epochs=1000, log_every=1, eval_every=1000)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(mapping), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    with open(tmp_path / "err", "w") as err:
+        launcher = subprocess.Popen([sys.executable, "-m", "heed", "train", str(config), "--no-progress",
+                                     "--processes", "2"], env=env, stdout=subprocess.DEVNULL, stderr=err)
+    ranks: list[int] = []
+    try:
+        wait_for(lambda: logged_past(tmp_path / "run", 3), [launcher])
+        ranks = _children(launcher.pid)
+        assert len(ranks) == 2, ranks
+        launcher.kill()
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(_alive(r) for r in ranks) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(r) for r in ranks), (tmp_path / "err").read_text(encoding="utf-8")
+    finally:  # whatever happened, nothing is left running
+        launcher.kill()
+        for rank in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rank, signal.SIGKILL)
 
 
 def test_a_rank_whose_peers_never_come_says_it_waits_and_gives_up_in_one_line(tmp_path, tiny_config):

@@ -169,6 +169,10 @@ def train(
         from heed.launch import launch
 
         raise typer.Exit(launch(["train", *own, *(["--resume"] if resume else [])], processes))
+    if world.is_distributed:
+        from heed.launch import die_with_launcher
+
+        die_with_launcher()  # a rank of `--processes N` ends with its launcher, even one killed with -9
     launcher, launcher_note = _how_started(world, processes)
     again = [*launcher, "train", *own, "--resume"]
     try:

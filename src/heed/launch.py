@@ -9,7 +9,10 @@ Why not torchrun: a Ctrl-C at the terminal reaches torchrun too, and torchrun an
 25-line traceback of its own after heed's clean message. Here the ranks share the launcher's
 process group, so a Ctrl-C reaches each rank directly (each finishes its step, rank 0 saves); the
 launcher only waits. A SIGTERM to the launcher (what Slurm sends) is passed on to the ranks. A rank
-that fails takes the others down after a grace period, so none waits for a peer that is gone.
+that fails takes the others down after a grace period, so none waits for a peer that is gone. A
+launcher that is killed outright (kill -9, which it cannot pass on) takes the ranks with it: each
+asks Linux for SIGKILL when its parent dies (`die_with_launcher`), as the store they need lived in
+the launcher; their last checkpoint is whole (saves are atomic) and `--resume` continues from it.
 """
 from __future__ import annotations
 
@@ -23,6 +26,26 @@ from collections.abc import Sequence
 from types import FrameType
 
 GRACE_SECONDS = 30.0  # after one rank fails, how long the others have to notice before they are stopped
+LAUNCHER_ENV = "HEED_LAUNCHER_PID"  # set in each rank's environment: the launcher it must not outlive
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_launcher(environ: dict[str, str] | None = None) -> bool:
+    """In a rank that heed's launcher started: have Linux send SIGKILL to this process when its
+    parent dies, and exit now if the launcher is already gone (it died before this call). Returns
+    whether the death signal is set (False: not a launched rank, or not Linux)."""
+    environ = os.environ if environ is None else environ
+    launcher = environ.get(LAUNCHER_ENV)
+    if not launcher or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return False
+    if os.getppid() != int(launcher):  # the launcher died before prctl: the signal will never come
+        os._exit(128 + signal.SIGKILL)
+    return True
 
 
 def free_port() -> int:
@@ -39,7 +62,7 @@ def rank_environment(rank: int, processes: int, port: int, base: dict[str, str])
     train.threads or the caller's own value wins."""
     env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(processes),
            "LOCAL_WORLD_SIZE": str(processes), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+           "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True", LAUNCHER_ENV: str(os.getpid())}
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
