@@ -104,3 +104,44 @@ def test_bad_attribution_requests_name_their_field(trained_run):
             response = client.post("/v1/attribute", json=body)
             assert response.status_code == 422, response.text
             assert response.json()["error"]["field"] == field
+
+
+def test_heads_is_bounded_by_the_weights_it_would_return(transformer_run):
+    from heed.serve.app import ServeSettings
+
+    translator = Translator.load(transformer_run, device="cpu")
+    layers, heads = translator.model.head_grid
+    own = [t.tokens for t in translator.translate(SOURCES)]
+    src = [len(translator.codec.src_tokens(s)) + 1 for s in SOURCES]
+    tgt = [len(t) + 1 for t in own]
+    cross = sum(layers * heads * t * s for s, t in zip(src, tgt))
+    everything = cross + sum(layers * heads * (s * s + t * t) for s, t in zip(src, tgt))
+    with TestClient(create_app({"t": translator}, ServeSettings(max_weights=cross))) as client:
+        assert client.post("/v1/heads", json={"sources": SOURCES, "targets": own}).status_code == 200
+        response = client.post("/v1/heads", json={"sources": SOURCES, "targets": own,
+                                                  "parts": ["cross", "encoder", "decoder"]})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == "sources" and f"{everything:,} attention weights" in error["message"]
+    assert "--max-weights" in error["message"]
+
+
+@pytest.mark.parametrize("task", ["heads", "attribute"])
+def test_heads_and_attribution_stop_between_sentences_once_no_one_waits(trained_run, task):
+    from heed.errors import Abandoned
+    from heed.serve.app import _Key, _run_batch
+
+    translator = Translator.load(trained_run, device="cpu")
+    items = [(s, "1998-03-03") for s in SOURCES * 3]
+    asked = []
+
+    def abandoned() -> bool:  # every request of the batch timed out after the first sentence
+        asked.append(True)
+        return len(asked) > 1
+
+    key = _Key("m", task, "cross" if task == "heads" else "grad_x_input 1")
+    with pytest.raises(Abandoned):
+        _run_batch({"m": translator}, key, items, abandoned)
+    assert len(asked) == 2  # one sentence done, then it stopped: not all six
+    done = _run_batch({"m": translator}, key, items, lambda: False)
+    assert len(done) == len(items)

@@ -1323,6 +1323,10 @@ def serve(
                                  help="Decoder rows x steps a request may ask for at most: per sentence, the beam "
                                       "(or samples) times its longest output. Keeps one costly request from "
                                       "holding the decoder while other clients wait."),
+    max_weights: int = typer.Option(1 << 21, "--max-weights", min=1,
+                                    help="Attention weights a /v1/heads request may ask for at most: layers x heads "
+                                         "x (target x source, plus source x source and target x target for the "
+                                         "self-attention parts asked), summed over its sentences."),
     read_timeout: float = typer.Option(10.0, "--read-timeout", min=0.001,
                                        help="Seconds a client may take to send a whole request (headers and body); "
                                             "a slower one is disconnected."),
@@ -1364,7 +1368,8 @@ def serve(
     settings = ServeSettings(max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
                              max_queue=max_queue, timeout=timeout, batch_wait_ms=batch_wait_ms,
                              batch_sentences=batch_sentences, batching=batching, max_beam=max_beam,
-                             max_output=max_output, max_work=max_work, read_timeout=read_timeout)
+                             max_output=max_output, max_work=max_work, max_weights=max_weights,
+                             read_timeout=read_timeout)
     with torch_threads(threads):
         translators = {label: Translator.load(path, device=device, bf16=bf16) for label, path in zip(labels, models)}
         metrics = {label: last_metrics(exported_dir(path) or find_model_dir(path))

@@ -41,7 +41,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from heed.api import Exploration, Translation, Translator, runs_torch
 from heed.checkpoint import METRICS_FILE
 from heed.data.corpus import text_problem
-from heed.errors import ConfigError, HeedError
+from heed.errors import Abandoned, ConfigError, HeedError
 from heed.files import open_regular
 from heed.nn.intervention import Intervention
 from heed.nn.protocol import AttributableModel, HeadsModel
@@ -88,6 +88,10 @@ class ServeSettings(BaseModel):
     max_work: int = Field(1 << 18, ge=1, description="decoder rows x steps a request may ask for at most: per "
                                                      "sentence, the beam (or samples) times its longest output "
                                                      "(its own max length, or its prefix)")
+    max_weights: int = Field(1 << 21, ge=1, description="attention weights a /v1/heads request may ask for at "
+                                                        "most: layers x heads x (target x source, and source x "
+                                                        "source or target x target for the self-attention parts "
+                                                        "asked), summed over its sentences")
     read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send a whole request "
                                                         "(headers and body); a slower one is disconnected")
 
@@ -259,16 +263,26 @@ def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any
     translating, (source, target) for aligning. Returns one JSON-ready result per item. The
     search stops (heed.api.Abandoned) once `abandoned()`: every request of the batch timed out."""
     translator = translators[key.model]
-    if key.task == "attribute":
+    if key.task == "attribute":  # a sentence at a time, so work no one waits for any more stops
         method, steps = key.decode.split()
-        sources = [s for s, _ in items]
-        targets = None if all(t is None for _, t in items) else [t for _, t in items]
-        return [a.to_dict() for a in translator.attribute(sources, targets, method=method, steps=int(steps))]  # type: ignore[arg-type]
+        out = []
+        for source, target in items:
+            if abandoned():
+                raise Abandoned()
+            (one,) = translator.attribute([source], None if target is None else [target], method=method,  # type: ignore[arg-type]
+                                          steps=int(steps))
+            out.append(one.to_dict())
+        return out
     if key.task == "heads":
-        maps = translator.attention_layers([s for s, _ in items], [t for _, t in items], parts=key.decode.split())
-        return [{"src_tokens": m.src_tokens, "tgt_tokens": m.tgt_tokens, "cross": m.cross.tolist(),
-                 "encoder": None if m.encoder is None else m.encoder.tolist(),
-                 "decoder": None if m.decoder is None else m.decoder.tolist()} for m in maps]
+        out = []
+        for source, target in items:
+            if abandoned():
+                raise Abandoned()
+            (m,) = translator.attention_layers([source], [target], parts=key.decode.split())
+            out.append({"src_tokens": m.src_tokens, "tgt_tokens": m.tgt_tokens, "cross": m.cross.tolist(),
+                        "encoder": None if m.encoder is None else m.encoder.tolist(),
+                        "decoder": None if m.decoder is None else m.decoder.tolist()})
+        return out
     if key.intervention:
         kind, seed = key.intervention.split()
         with translator.intervening(Intervention(kind, int(seed))):  # type: ignore[arg-type]
@@ -413,7 +427,8 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         _check_sentences(request.sources, "sources", settings)
         _one_target_each(request.sources, request.targets, "source")
         _check_targets(request.targets, settings)
-        _check_known_targets(models[name], request.sources, request.targets)
+        sizes = _check_known_targets(models[name], request.sources, request.targets)
+        _check_weights(models[name], sizes, request.parts, settings)
         key = _Key(name, "heads", " ".join(dict.fromkeys(request.parts)))
         results = await _decoded(batcher, key, list(zip(request.sources, request.targets)), settings)
         return JSONResponse({"model": name, "results": results})
@@ -437,13 +452,31 @@ def _model_name(requested: str | None, models: Mapping[str, Translator]) -> str:
     return requested
 
 
+def _check_weights(translator: Translator, sizes: Sequence[tuple[int, int]], parts: Sequence[str],
+                   settings: ServeSettings) -> None:
+    """A 422 when the attention weights a /v1/heads request asks for pass --max-weights: they are
+    what it costs (computed, held and sent), and one request of 64 long sentences with every part
+    of a 6-layer model asked for 12.7 GB and held the server for minutes."""
+    layers, heads = translator.model.head_grid
+    weights = 0
+    for src_len, tgt_len in sizes:  # tokens + </s> each side
+        s, t = src_len + 1, tgt_len + 1
+        weights += layers * heads * (t * s + (s * s if "encoder" in parts else 0) + (t * t if "decoder" in parts else 0))
+    if weights > settings.max_weights:
+        raise ApiError(422, f"this request asks for {weights:,} attention weights ({len(sizes)} sentences, {layers} "
+                            f"layers x {heads} heads, parts {', '.join(dict.fromkeys(parts))}); the server allows "
+                            f"{settings.max_weights:,} a request (--max-weights): send fewer or shorter sentences, "
+                            "or fewer parts", "sources")
+
+
 def _check_known_targets(translator: Translator, sources: Sequence[str],
-                         targets: Sequence[str | Sequence[str]]) -> None:
+                         targets: Sequence[str | Sequence[str]]) -> list[tuple[int, int]]:
     """A 422 naming `targets[k]` for a target token the model does not know (`<pad>`, a word
     outside its vocabulary), as translate's prefix is refused: explained as `<unk>` it would be
-    an answer to another question."""
+    an answer to another question. Returns each pair's (source tokens, target tokens) as read."""
     try:
-        translator.forced_pairs(sources, targets, empty="there is nothing to explain")
+        src_tokens, tgt_tokens, _ = translator.forced_pairs(sources, targets, empty="there is nothing to explain")
+        return [(len(s), len(t)) for s, t in zip(src_tokens, tgt_tokens)]
     except HeedError as e:
         where, _, message = str(e).partition(": ")
         if where.startswith("tgt_texts["):
