@@ -20,10 +20,10 @@ RECIPE = Path(__file__).resolve().parents[1] / "configs" / "dates_transformer.ya
 
 
 def test_a_small_transformer_learns_the_dates_task(tmp_path):
-    config = load_config(RECIPE, ["train.epochs=8", "train.early_stopping.patience=null", "train.log_every=500",
+    config = load_config(RECIPE, ["train.epochs=6", "train.early_stopping.patience=null", "train.log_every=500",
                                   "train.threads=2", f"output_dir={tmp_path / 'run'}"])
     assert (config.model.layers, config.model.d_model, config.train.lr) == (1, 64, 0.006)  # the recipe's model
     result = train(config)
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     test = [r for r in lines if r["kind"] == "test"][-1]
-    assert test["exact_match"] >= 90.0, (result.steps, test)
+    assert test["exact_match"] >= 85.0, (result.steps, test)

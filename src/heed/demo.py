@@ -196,7 +196,8 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
         diagonal = [set(diagonal_alignment(len(p.src.split()), len(p.tgt))) for p in splits.test]
         console.print(f"alignment error rate against the gold by construction ({data_dir / 'test.align'}): "
                       f"{100 * alignment_error_rate([set(a.links) for a in aligned], sure, possible):.1f}% "
-                      f"(the diagonal, no model: {100 * alignment_error_rate(diagonal, sure, possible):.1f}%)")
+                      f"(the diagonal, no model: {100 * alignment_error_rate(diagonal, sure, possible):.1f}%)",
+                      soft_wrap=True)
     seconds = time.perf_counter() - started
     first, last = FIRST_DATE.year, LAST_DATE.year
     heed, q = heed_command(), shlex.quote

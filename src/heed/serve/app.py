@@ -44,7 +44,8 @@ from heed.data.corpus import text_problem
 from heed.errors import Abandoned, ConfigError, HeedError
 from heed.files import open_regular
 from heed.nn.intervention import Intervention
-from heed.nn.protocol import AttributableModel, HeadsModel
+from heed.ensemble import Ensemble
+from heed.nn.protocol import AttributableModel, HeadsModel, OwnSearchModel
 from heed.search import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.serve.batcher import Batcher, QueueFull
 from heed.serve.schemas import (
@@ -198,7 +199,26 @@ def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | N
         "decode": translator.decode_config.model_dump(mode="json"),
         "config": config.model_dump(mode="json", exclude=private),
         "metrics": dict(metrics) if metrics else None,
+        "runtime": runtime_of(translator.model),
+        "gives": gives(translator.model),
     }
+
+
+def runtime_of(model: Any) -> str:
+    """What runs the model: pytorch, onnx, ctranslate2, or ensemble."""
+    if isinstance(model, Ensemble):
+        return "ensemble"
+    manifest = getattr(model, "manifest", None)
+    return manifest.kind if manifest is not None else "pytorch"
+
+
+def gives(model: Any) -> dict[str, bool]:
+    """What the explorer may ask of the model, so the page asks only that and says in place what a
+    model cannot show: the beam tree and step alternatives (heed's own search: not CTranslate2's),
+    every head of every layer (a PyTorch model), attribution (gradients) and interventions on its
+    attention (PyTorch weights)."""
+    return {"tree": not isinstance(model, OwnSearchModel), "heads": isinstance(model, HeadsModel),
+            "attribution": isinstance(model, AttributableModel), "intervention": runs_torch(model)}
 
 
 def last_metrics(model_dir: Path) -> dict[str, Any] | None:

@@ -200,6 +200,11 @@ class ModelInfo(BaseModel):
     decode: dict[str, Any]
     config: dict[str, Any] = Field(description="the resolved training config saved with the model")
     metrics: Optional[dict[str, Any]] = Field(None, description="the last dev and test lines of its training log")
+    runtime: Literal["pytorch", "onnx", "ctranslate2", "ensemble"] = Field(
+        "pytorch", description="what runs it: a model directory (pytorch), an export, or an ensemble")
+    gives: dict[str, bool] = Field(default_factory=dict,
+                                   description="what it can show: tree (the beam tree and step alternatives), "
+                                               "heads (every head of every layer), attribution, intervention")
 
 
 class ModelsResponse(BaseModel):

@@ -240,6 +240,31 @@
     return state.models.find((m) => m.name === name) || null;
   }
 
+  /** Whether the model can show `what` (GET /v1/models' "gives": tree, heads, attribution,
+   * intervention); a server that does not say is taken at its word that it can. */
+  function can(name, what) {
+    const model = modelByName(name);
+    return !model || !model.gives || model.gives[what] !== false;
+  }
+
+  const RUNTIMES = { onnx: "an ONNX export", ctranslate2: "a CTranslate2 export", ensemble: "an ensemble" };
+
+  /** Said in place of what a model cannot show, and why. */
+  function cannotNote(name, what) {
+    const model = modelByName(name);
+    const runs = (model && RUNTIMES[model.runtime]) || "this kind of model";
+    const why = {
+      tree: `runs in CTranslate2's own search, which keeps no beam tree or step alternatives; the model `
+        + "directory or an ONNX export shows them",
+      heads: "gives only its averaged attention (the heatmap above); every head of every layer needs the "
+        + "model directory",
+      attribution: "gives no gradients; attribution needs the model directory",
+      intervention: "computes its attention inside its runtime, where it cannot be permuted; the model directory "
+        + "can",
+    }[what];
+    return el("p", { class: "note cannot", "data-cannot": what }, `Model “${name}” is ${runs}: it ${why}.`);
+  }
+
   /** The decoding options set in the form; a blank field is left to the model's default. */
   function readOptions() {
     const options = {};
@@ -296,6 +321,7 @@
   }
 
   function showModelInfo() {
+    syncPermute();
     const model = modelByName($("model").value);
     $("model-info").textContent = model ? describeModel(model) : "";
     renderExamples(model);
@@ -346,12 +372,24 @@
     else translateSingle($("model").value, sentence, readOptions(), null);
   }
 
+  /** The request for one model: only what it can give (a CTranslate2 export traces no search, an
+   * export's attention cannot be permuted). */
   function translateBody(model, sentence, options, prefix) {
-    const body = { model, sentences: [sentence], ...options, trace: true, alternatives: ALTERNATIVES };
+    const body = { model, sentences: [sentence], ...options };
+    if (can(model, "tree")) Object.assign(body, { trace: true, alternatives: ALTERNATIVES });
     if (prefix) body.prefix = [prefix];
-    if ($("permute").checked) body.intervention = "permute";
+    if ($("permute").checked && can(model, "intervention")) body.intervention = "permute";
     else delete body.intervention;
     return body;
+  }
+
+  /** The permuted-attention toggle is for models whose attention heed computes. */
+  function syncPermute() {
+    const name = $("compare-toggle").checked ? null : $("model").value;
+    const able = name === null || can(name, "intervention");
+    $("permute").disabled = !able;
+    if (state.permuteHint === undefined) state.permuteHint = $("permute-hint").textContent;
+    $("permute-hint").textContent = able ? state.permuteHint : cannotNote(name, "intervention").textContent;
   }
 
   // --------------------------------------------------------------------- single-model view
@@ -425,7 +463,8 @@
     renderHeads(s, result, hypothesis);
     renderAttribution(s);
     renderNbest($("nbest"), result, s.selected, (k) => selectHypothesis(k));
-    renderBeamTree($("beam"), result, s.selected, (k) => selectHypothesis(k));
+    if (can(s.model, "tree")) renderBeamTree($("beam"), result, s.selected, (k) => selectHypothesis(k));
+    else $("beam").replaceChildren(cannotNote(s.model, "tree"));
     markRendered();
   }
 
@@ -441,6 +480,12 @@
     const model = modelByName(s.model);
     card.hidden = !(model && model.family === "transformer" && hypothesis.attention);
     if (card.hidden) return;
+    if (!can(s.model, "heads")) {
+      $("heads-tokens").replaceChildren();
+      $("head-zoom").hidden = true;
+      $("heads-grid").replaceChildren(cannotNote(s.model, "heads"));
+      return;
+    }
     const key = `${s.model}\u0000${result.source}\u0000${hypothesis.tokens.join("\u0001")}`;
     if (s.heads && s.heads.key === key) return drawHeads(s.heads);
     const seq = state.seq;
@@ -549,7 +594,12 @@
   function renderAttribution(s) {
     const box = $("attribution");
     const shown = s.attribution && s.attribution.selected === s.selected ? s.attribution : null;
-    $("attribute").disabled = !modelByName(s.model) || s.busyAttribution === true;
+    const able = can(s.model, "attribution");
+    $("attribute").disabled = !modelByName(s.model) || !able || s.busyAttribution === true;
+    if (!able) {
+      box.replaceChildren(cannotNote(s.model, "attribution"));
+      return;
+    }
     if (!shown) {
       box.replaceChildren();
       return;
@@ -1196,8 +1246,9 @@
     setBusy(false, "");
     state.compare = settled;
     state.single = null;
+    // A model that failed says so in its own panel; the banner is for when none could answer.
     const failed = settled.filter((r) => r.error);
-    if (failed.length) showError(failed.map((r) => `${r.model}: ${errorText(r.error)}`).join("; "));
+    if (failed.length === settled.length) showError(failed.map((r) => `${r.model}: ${errorText(r.error)}`).join("; "));
     else clearError();
     renderCompare();
   }
@@ -1230,6 +1281,7 @@
         renderHeatmap(heat, result.src_tokens, best, { forced: 0, clickable: false, activeRow: null });
       }
       else heat.append(noAttentionNote(model));
+      if ($("permute").checked && !can(model, "intervention")) panel.append(cannotNote(model, "intervention"));
       if (response.gap) renderGap(panel, response.gap, result.src_tokens);
       const list = el("ol", { class: "nbest nbest-list" });
       renderNbest(list, result, 0, null);
@@ -1352,6 +1404,7 @@
     });
     $("compare-toggle").addEventListener("change", () => {
       renderCompareChoices();
+      syncPermute();
       $("model").disabled = $("compare-toggle").checked;
       if ($("sentence").value.trim()) submit();
     });
