@@ -20,6 +20,7 @@ An environment made the old way (with `--system-site-packages`) is replaced.
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import os
 import re
 import shutil
 import sys
@@ -85,7 +86,7 @@ def make_venv(env: Path) -> list[str]:
         print(f"{env} sees the system's site-packages (made by an older Makefile): replacing it", flush=True)
         shutil.rmtree(env)
     if not (env / "bin" / "python").exists():
-        venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env)
+        venv.EnvBuilder(with_pip=True, system_site_packages=False, symlinks=os.name != "nt").create(env)
     shared = env / SHARED_DIR
     if shared.exists():
         shutil.rmtree(shared)
