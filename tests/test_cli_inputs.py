@@ -351,3 +351,25 @@ def test_translate_input_from_a_pipe_whose_writer_is_gone_ends_at_once(trained_r
     done = subprocess.run(["bash", "-c", f'exec "$0" -m heed translate "$1" -i <(true)', sys.executable,
                            str(trained_run)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == "", done.stderr
+
+
+@pytest.mark.parametrize("command, said", [
+    ("translate", "lines translated: 3 ("),
+    ("evaluate", "translating: 3 of 3 ("),
+    ("align", "sentences aligned: 3 of 3 ("),
+    ("attribute", "sentences attributed: 3 of 3 ("),
+    ("faithfulness", "sentence passes (decoding, or reading as forced): 24 of 24 ("),
+])
+def test_long_commands_say_how_far_they_are_in_a_log_when_asked(trained_run, tmp_path, command, said):
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("le 3 mars 1998\n1 May 2001\n5 juin 1950\n", encoding="utf-8")
+    ref.write_text("1998-03-03\n2001-05-01\n1950-06-05\n", encoding="utf-8")
+    args = {"translate": ["-i", src], "evaluate": ["--src", src, "--ref", ref],
+            "align": ["--src", src, "--tgt", ref, "--tgt-units", "chars"],
+            "attribute": ["--src", src, "-o", tmp_path / "a.json", "--steps", "2"],
+            "faithfulness": ["--src", src, "--ref", ref]}[command]
+    asked = invoke(command, trained_run, *args, "--progress")  # stderr is no terminal here: a log
+    assert asked.exit_code == 0, asked.output
+    assert said in asked.stderr and said not in asked.stdout
+    quiet = invoke(command, trained_run, *args)
+    assert quiet.exit_code == 0 and said not in quiet.stderr  # not asked, in a log: nothing

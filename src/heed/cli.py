@@ -14,6 +14,7 @@ import io
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional, TextIO, TypeVar
@@ -217,8 +218,8 @@ def _how_started(world: "World", processes: int) -> tuple[list[str], str]:
 class _PhaseProgress:
     """`heed prepare`'s progress: one counting bar per phase ("counting", "writing"), on a terminal only."""
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
+    def __init__(self, enabled: Optional[bool]) -> None:
+        self.enabled = enabled  # as _Progress's
         self.phase: Optional[str] = None
         self.bar: Optional[_Progress] = None
 
@@ -287,7 +288,7 @@ def prepare(
     from heed.prepare import prepare as run_prepare
 
     cfg = load_config(config, list(set_))
-    bars = _PhaseProgress(enabled=progress is not False)
+    bars = _PhaseProgress(enabled=progress)
     try:
         result = run_prepare(cfg, output if output is not None else cfg.output_dir / "prepared",
                              tokenizers_from=tokenizers, sample_pairs=sample, shard_tokens=shard_tokens,
@@ -321,16 +322,31 @@ def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-class _Progress:
-    """Sentences done: a bar on stderr while stderr is a terminal (and `enabled`), nothing otherwise,
-    so logs get no bar lines; never anything on stdout. `warn` prints above the bar."""
+PROGRESS_LINE_SECONDS = 5.0  # asked for progress where stderr is no terminal: a line this often
 
-    def __init__(self, what: str, total: Optional[int] = None, *, enabled: bool = True) -> None:
+
+def progress_option() -> Any:
+    """`--progress/--no-progress` for a command that may run for minutes."""
+    return typer.Option(None, "--progress/--no-progress",
+                        help="Show progress on stderr: a bar on a terminal, a line every "
+                             f"{PROGRESS_LINE_SECONDS:g} s elsewhere (a log). Default: a bar on a terminal only.")
+
+
+class _Progress:
+    """Sentences done, on stderr, never on stdout: a bar while stderr is a terminal; where it is not
+    (a log), a plain line every PROGRESS_LINE_SECONDS when asked. `enabled`: None = a bar on a
+    terminal, nothing elsewhere; True = also the lines elsewhere; False = nothing. `warn` prints
+    above the bar."""
+
+    def __init__(self, what: str, total: Optional[int] = None, *, enabled: Optional[bool] = None) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         self.console = _stderr()
         self._bar: Optional[Progress] = None
-        if enabled and self.console.is_terminal:
+        self._what, self._total, self._done = what, total, 0
+        self._lines = bool(enabled) and not self.console.is_terminal
+        self._started = self._said = time.monotonic()
+        if enabled is not False and self.console.is_terminal:
             columns = ([TextColumn(what), BarColumn(), MofNCompleteColumn()] if total is not None
                        else [SpinnerColumn(), TextColumn(f"{{task.completed}} {what}")])
             # No redirection: translations written to stdout must stay on stdout.
@@ -346,10 +362,21 @@ class _Progress:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()
+        if self._lines and exc[0] is None:
+            self._line()
 
     def advance(self, n: int) -> None:
+        self._done += n
         if self._bar is not None:
             self._bar.advance(self._task, n)
+        elif self._lines and time.monotonic() - self._said >= PROGRESS_LINE_SECONDS:
+            self._line()
+
+    def _line(self) -> None:
+        self._said = time.monotonic()
+        of = f" of {self._total:,}" if self._total is not None else ""
+        self.console.print(f"{self._what}: {self._done:,}{of} ({self._said - self._started:.0f} s)",
+                           highlight=False, soft_wrap=True)
 
     def warn(self, message: str) -> None:
         self.console.print(f"[yellow]warning:[/] {_escape(message)}", soft_wrap=True)
@@ -514,6 +541,7 @@ def translate(
     replace_unk: bool = typer.Option(False, "--replace-unk", help=REPLACE_UNK_HELP),
     dictionary: Optional[Path] = typer.Option(None, "--dictionary", help=DICTIONARY_HELP),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = progress_option(),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
     *,
@@ -549,7 +577,8 @@ def translate(
     interactive = input is None and sys.stdin.isatty()
     chunk_size = 1 if interactive else batch_size * 16
     # Translations streaming to a terminal are their own progress; a bar would tangle with them.
-    show_progress = not interactive and not (output is None and sys.stdout.isatty())
+    streaming = interactive or (output is None and sys.stdout.isatty())
+    show_progress = progress if progress is not None else (False if streaming else None)
 
     def run(source: Any, sink: TextIO) -> None:
         first_id = 0
@@ -624,6 +653,7 @@ def evaluate(
     plot: Optional[Path] = typer.Option(None, "--plot", help=PLOT_HELP),
     plot_metric: PlotMetric = typer.Option(PlotMetric.bleu, "--plot-metric", help=PLOT_METRIC_HELP),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = progress_option(),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
     *,
@@ -650,9 +680,9 @@ def evaluate(
     translator = Translator.load(models, device=device, bf16=bf16)
     cfg = resolve_decode(translator, decode)
     # In chunks, as `heed translate` does, so both give the same outputs for the same file.
-    with torch_threads(threads), _Progress("translating", total=len(pairs)) as progress:
+    with torch_threads(threads), _Progress("translating", total=len(pairs), enabled=progress) as bar:
         translations = [nbest[0] for chunk in _translate_chunks(
-            translator, [p.src for p in pairs], name=str(src), chunk_size=batch_size * 16, progress=progress,
+            translator, [p.src for p in pairs], name=str(src), chunk_size=batch_size * 16, progress=bar,
             decode=cfg, batch_size=batch_size, replace_unk=replace_unk, dictionary=table) for nbest in chunk]
     outputs = [t.text for t in translations]
     if hyps is not None:
@@ -915,6 +945,7 @@ def align(
     plot: Path = typer.Option(Path("aer_sweep.png"), "--plot", help="With --sweep: the heatmap's file (.png, .svg, .pdf)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = progress_option(),
 ) -> None:
     """Word-align --src with --tgt by the model's attention: each target word is linked to the source
     word it attends to most while the model reads --tgt as its own output (forced decoding).
@@ -969,7 +1000,13 @@ def align(
         _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
                                             batch_size=batch_size), plot, len(pairs))
         return
-    links = [set(a.links) for a in translator.align(src_texts, tgt_texts, options=options, batch_size=batch_size)]
+    links: list[set[tuple[int, int]]] = []
+    with _Progress("sentences aligned", total=len(pairs), enabled=progress) as bar:
+        for start in range(0, len(pairs), batch_size * 16):
+            chunk = slice(start, start + batch_size * 16)
+            links += [set(a.links) for a in translator.align(src_texts[chunk], tgt_texts[chunk], options=options,
+                                                            batch_size=batch_size)]
+            bar.advance(len(src_texts[chunk]))
     from heed.forced import attention_shape
 
     what = options.describe(attention_shape(translator.model)[:2])
@@ -1022,6 +1059,7 @@ def attribute(
     steps: int = typer.Option(50, "--steps", min=1, max=MAX_ATTRIBUTION_STEPS,
                               help=f"Integrated gradients' integration points (1 to {MAX_ATTRIBUTION_STEPS})."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = progress_option(),
 ) -> None:
     """Attribute every output token to the source tokens and the output before it (Captum:
     pip install 'heed-nmt[explain]'), and put it beside the attention.
@@ -1049,7 +1087,12 @@ def attribute(
             raise HeedError(f"{src}: line {number} is empty: there is nothing to attribute to")
     translator = Translator.load(model, device=device)
     _warn_long_sources(translator, sources, str(src))
-    results = translator.attribute(sources, targets, method=method.value, steps=steps)
+    results = []
+    with _Progress("sentences attributed", total=len(sources), enabled=progress) as bar:
+        for k, source in enumerate(sources):
+            results += translator.attribute([source], None if targets is None else [targets[k]], method=method.value,
+                                            steps=steps)
+            bar.advance(1)
     import json
 
     with atomic_open(output) as sink:
@@ -1091,6 +1134,7 @@ def faithfulness_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write the figures as JSON."),
     batch_size: int = typer.Option(64, "--batch-size", min=1),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = progress_option(),
     *,
     decode: dict[str, Any],
 ) -> None:
@@ -1109,8 +1153,12 @@ def faithfulness_command(
     translator = Translator.load(model, device=device)
     _warn_long_sources(translator, [p.src for p in pairs], str(src))
     cfg = resolve_decode(translator, decode)
-    report = faithfulness(translator, [p.src for p in pairs], [p.tgt for p in pairs], decode=cfg,
-                          seed=permute_seed, batch_size=batch_size)
+    from heed.faithfulness import KINDS, passes
+
+    with _Progress("sentence passes (decoding, or reading as forced)", total=passes(len(pairs), KINDS),
+                   enabled=progress) as bar:
+        report = faithfulness(translator, [p.src for p in pairs], [p.tgt for p in pairs], decode=cfg,
+                              seed=permute_seed, batch_size=batch_size, progress=bar.advance)
     table = Table(title=f"attention interventions: {report.sentences} sentences, {report.tokens} output tokens, "
                         f"permutation seed {permute_seed}; BLEU without: {report.bleu:.2f}")
     for column in ("intervention", "mean delta p(y)", "mean |delta p(y)|", "mean TVD", "BLEU", "outputs changed"):
@@ -1472,7 +1520,7 @@ def data_get(
 
     if mirror is not None and _scheme(mirror) not in ("http", "https"):
         raise HeedError(f"--mirror {mirror}: give an http:// or https:// URL")
-    with _Progress("bytes downloaded", enabled=True) as bar:
+    with _Progress("bytes downloaded", enabled=True) as bar:  # lines in a log too: a download can be slow
         last = {"name": "", "seen": 0}
 
         def progress(file: str, seen: int, total: Optional[int]) -> None:

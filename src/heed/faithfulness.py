@@ -15,7 +15,7 @@ them. A model without attention is refused: there is nothing to intervene on.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -69,25 +69,37 @@ def _read_with(translator: Any, examples: Sequence[tuple[list[int], list[int]]],
     return out
 
 
+def passes(sentences: int, kinds: Sequence[InterventionKind] = KINDS) -> int:
+    """The sentence passes `faithfulness` makes: a decoding and a forced reading without an
+    intervention, and one of each with every intervention."""
+    return sentences * 2 * (1 + len(kinds))
+
+
 def faithfulness(translator: Any, sources: Sequence[str], references: Sequence[str], *, decode: DecodeConfig,
-                 kinds: Sequence[InterventionKind] = KINDS, seed: int = 0, batch_size: int = 64) -> FaithfulnessReport:
+                 kinds: Sequence[InterventionKind] = KINDS, seed: int = 0, batch_size: int = 64,
+                 progress: Callable[[int], None] | None = None) -> FaithfulnessReport:
     """Every intervention in `kinds` over `sources` (heed.api.Translator, a PyTorch model with
-    attention), decoding with `decode`; `seed` draws the permutations."""
+    attention), decoding with `decode`; `seed` draws the permutations. `progress(n)` hears each
+    pass over the sentences as it ends (`passes` of them in all)."""
+    done = progress or (lambda n: None)
     if not translator.model.has_attention:
         raise HeedError("this model has no attention, so there is no attention to test; use a model with attention")
     if len(sources) != len(references):
         raise HeedError(f"{len(sources)} sources but {len(references)} references; give one reference per source")
     own = translator.translate(sources, decode=decode, batch_size=batch_size)
+    done(len(sources))
     todo = [k for k, t in enumerate(own) if t.src_tokens]  # an empty source is not decoded: nothing to read
     _, _, examples = translator.forced_pairs([sources[k] for k in todo], [own[k].tokens for k in todo],
                                              empty="there is nothing to read")
     base = _read_with(translator, examples, batch_size, None)
+    done(len(sources))
     targets = [np.array([*tgt_ids, translator.model.eos_id]) for _, tgt_ids in examples]
     report = FaithfulnessReport(len(sources), sum(len(t) for t in targets), seed,
                                 evaluate([t.text for t in own], references).bleu)
     for kind in kinds:
         intervention = Intervention(kind, seed)
         changed_dists = _read_with(translator, examples, batch_size, intervention)
+        done(len(sources))
         deltas, tvds = [], []
         for p, q, y in zip(base, changed_dists, targets):
             rows = np.arange(len(y))
@@ -96,6 +108,7 @@ def faithfulness(translator: Any, sources: Sequence[str], references: Sequence[s
         delta, tvd = np.concatenate(deltas), np.concatenate(tvds)
         with translator.intervening(intervention):
             redone = translator.translate(sources, decode=decode, batch_size=batch_size)
+        done(len(sources))
         changed = sum(a.text != b.text for a, b in zip(own, redone))
         report.effects.append(InterventionEffect(kind, float(delta.mean()), float(np.abs(delta).mean()),
                                                  float(tvd.mean()), evaluate([t.text for t in redone], references).bleu,
