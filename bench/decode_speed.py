@@ -5,7 +5,9 @@
 
 Randomly initialised models (speed does not depend on the weights, only on how many steps run):
 - "256/8000": embed 256, hidden 256, vocab 8000 (a realistic subword model), max 30 steps;
-- "dates":    embed 64, hidden 128, character vocab 80 (the dates task), max 11 steps (10 chars + EOS).
+- "dates":    embed 64, hidden 128, character vocab 80 (the dates task), max 11 steps (10 chars + EOS);
+- "transformer 256/8000": 3 + 3 pre-norm layers of 256, 4 heads, feed-forward 1,024, vocab 8000 (the
+  Multi30k Transformer recipe's shape), max 30 steps.
 Sources are ~20 tokens (lengths 16..24). `min_len` is set to the maximum so that a random model,
 which would end at a random step, decodes every step: the worst case, and the same work every run.
 Batch 1 decodes sentences one at a time; batch 64 decodes them 64 at once.
@@ -32,9 +34,17 @@ class Setting:
     hidden: int
     vocab: int
     max_tokens: int  # output tokens before the forced EOS; steps = max_tokens + 1
+    transformer: bool = False
+
+    def config(self) -> ModelConfig:
+        if self.transformer:
+            return ModelConfig(family="transformer", layers=3, d_model=self.hidden, heads=4, ff_size=4 * self.hidden,
+                               dropout=0.0, attention_dropout=0.0)
+        return ModelConfig(embed_size=self.embed, hidden_size=self.hidden, dropout=0.0)
 
 
-SETTINGS = [Setting("256/8000", 256, 256, 8000, 29), Setting("dates", 64, 128, 80, 10)]
+SETTINGS = [Setting("256/8000", 256, 256, 8000, 29), Setting("dates", 64, 128, 80, 10),
+            Setting("transformer 256/8000", 256, 256, 8000, 29, transformer=True)]
 
 
 def make_sources(n: int, vocab: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,8 +96,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     for setting in SETTINGS:
         torch.manual_seed(0)
-        model = build_model(ModelConfig(embed_size=setting.embed, hidden_size=setting.hidden, dropout=0.0),
-                            src_vocab_size=setting.vocab, tgt_vocab_size=setting.vocab).eval()
+        model = build_model(setting.config(), src_vocab_size=setting.vocab, tgt_vocab_size=setting.vocab).eval()
         src, lengths = make_sources(64, setting.vocab, gen)
         for device_name in args.devices:
             device = torch.device(device_name)

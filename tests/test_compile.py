@@ -71,19 +71,20 @@ def test_a_checkpoint_from_a_compiled_run_loads_into_an_eager_model_and_translat
 def test_without_a_compiler_one_line_says_so_and_training_runs_eagerly(make_config, tmp_path, monkeypatch):
     from torch._inductor import config as inductor_config
 
-    # As on a machine without g++: inductor's own search finds no compiler.
-    monkeypatch.setattr(inductor_config.cpp, "cxx", ("heed-test-no-such-c++",))
-
     def no_compile(*args, **kwargs):
         raise AssertionError("torch.compile was called without a compiler")
 
-    monkeypatch.setattr(torch, "compile", no_compile)
     out = io.StringIO()
-    fallback = run(make_config, tmp_path / "fallback", compile=True, console=Console(file=out, width=200))
+    # As on a machine without g++: inductor's own search finds no compiler. Set through inductor's
+    # own patch(): pytest 9.2's monkeypatch undoes a setattr on its config proxy by deleting the
+    # entry, which broke every later torch.compile of the session.
+    with inductor_config.patch({"cpp.cxx": ("heed-test-no-such-c++",)}), monkeypatch.context() as patched:
+        patched.setattr(torch, "compile", no_compile)
+        fallback = run(make_config, tmp_path / "fallback", compile=True, console=Console(file=out, width=200))
     said = [line for line in out.getvalue().splitlines() if "compile" in line.replace(str(tmp_path), "")]
     assert said == ["train.compile: no C++ compiler for torch.compile (looked for heed-test-no-such-c++; "
                     "set CXX or install g++); training eagerly"]
-    monkeypatch.undo()
+    assert inductor_config.cpp.cxx != ("heed-test-no-such-c++",)  # the patch ended
     eager = run(make_config, tmp_path / "eager", compile=False)
     assert losses(fallback.output_dir) == losses(eager.output_dir)  # the eager pass, bit for bit
 

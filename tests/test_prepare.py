@@ -211,7 +211,8 @@ def test_training_from_text_says_what_it_reads_and_sends_a_corpus_too_large_for_
     raw["data"]["train"] = {"tsv": str(corpus)}
     config = tmp_path / "many.yaml"
     config.write_text(json.dumps(raw), encoding="utf-8")
-    monkeypatch.setattr(pipeline, "READ_REPORT_EVERY", 1000)
+    monkeypatch.setattr(pipeline, "READ_CLOCK_EVERY", 1000)
+    monkeypatch.setattr(pipeline, "READ_REPORT_SECONDS", 0.0)  # say it at every look at the clock
     monkeypatch.setattr(pipeline, "MAX_TEXT_PAIRS", 2000)
     result = heed_cli("train", str(config))
     assert result.exit_code == 2 and "Traceback" not in result.output

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,15 +60,16 @@ class DevGold:
 # as many again as ids, so 10M pairs already take about 10 GB. Larger corpora go through
 # `heed prepare` (memory-mapped shards, read a batch at a time).
 MAX_TEXT_PAIRS = 10_000_000
-READ_REPORT_EVERY = 1_000_000  # pairs between "reading ..." lines
+READ_REPORT_SECONDS = 5.0  # a corpus that takes longer than this to read says so, this often
+READ_CLOCK_EVERY = 10_000  # pairs between looks at the clock
 
 ReadProgress = Callable[[str, int], None]  # (what is being read, pairs so far)
 
 
 def load_corpora(data: DataConfig, *, progress: ReadProgress | None = None) -> Corpora:
     """Generate (task) or read (corpora) the train/dev/test pairs the config describes.
-    `progress(what, pairs)` hears every READ_REPORT_EVERY pairs of a corpus being read; a training
-    corpus of more than MAX_TEXT_PAIRS is a DataError pointing to `heed prepare`."""
+    `progress(what, pairs)` hears every READ_REPORT_SECONDS of reading a corpus (a quick read says
+    nothing); a training corpus of more than MAX_TEXT_PAIRS is a DataError pointing to `heed prepare`."""
     from heed.align import parse_gold_pharaoh, read_gold_for
 
     if data.task == "dates":
@@ -90,9 +92,12 @@ def load_corpora(data: DataConfig, *, progress: ReadProgress | None = None) -> C
             return []
         what = f"data.{split} ({corpus.tsv or corpus.src})"
         pairs: list[Pair] = []
+        said = time.monotonic()
         for pair in iter_pairs(corpus, reverse=data.reverse):
             pairs.append(pair)
-            if progress is not None and len(pairs) % READ_REPORT_EVERY == 0:
+            if progress is not None and len(pairs) % READ_CLOCK_EVERY == 0 \
+                    and time.monotonic() - said >= READ_REPORT_SECONDS:
+                said = time.monotonic()
                 progress(what, len(pairs))
             if len(pairs) > MAX_TEXT_PAIRS:
                 raise DataError(f"more than {MAX_TEXT_PAIRS:,} pairs, more than training from text holds in "
