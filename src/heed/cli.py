@@ -1149,14 +1149,12 @@ def faithfulness_command(
 
     from heed.api import Translator
     from heed.data.corpus import read_parallel
-    from heed.faithfulness import faithfulness
+    from heed.faithfulness import KINDS, faithfulness, passes
 
     pairs = list(read_parallel(src, ref, streams=True))
     translator = Translator.load(model, device=device)
     _warn_long_sources(translator, [p.src for p in pairs], str(src))
     cfg = resolve_decode(translator, decode)
-    from heed.faithfulness import KINDS, passes
-
     with _Progress("sentence passes (decoding, or reading as forced)", total=passes(len(pairs), KINDS),
                    enabled=progress) as bar:
         report = faithfulness(translator, [p.src for p in pairs], [p.tgt for p in pairs], decode=cfg,

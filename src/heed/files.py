@@ -24,8 +24,8 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import select
+import shutil
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager

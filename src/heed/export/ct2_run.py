@@ -49,7 +49,7 @@ from heed.export.onnx import Manifest
 from heed.runtime import cpu_int8_products_exact
 from heed.search import Decoded, Hypothesis, length_penalty, max_output_lengths
 
-PATIENCE = 4  # with a length penalty: finished hypotheses kept = beam * PATIENCE before heed ranks them
+PATIENCE = 4  # with a length penalty or n-best > 1: finished hypotheses kept = beam * PATIENCE before heed ranks them
 # Any non-zero length penalty turns off CTranslate2's early exit (which is only right without one);
 # this one leaves its scores raw sums of log-probabilities (length ** 1e-30 == 1.0f).
 RAW_SCORES = 1e-30

@@ -25,7 +25,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -41,10 +41,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from heed.api import Exploration, Translation, Translator, runs_torch
 from heed.checkpoint import METRICS_FILE
 from heed.data.corpus import text_problem
+from heed.ensemble import Ensemble
 from heed.errors import Abandoned, ConfigError, HeedError
 from heed.files import open_regular
 from heed.nn.intervention import Intervention
-from heed.ensemble import Ensemble
 from heed.nn.protocol import AttributableModel, HeadsModel, OwnSearchModel
 from heed.search import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.serve.batcher import Batcher, QueueFull
@@ -283,26 +283,17 @@ def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any
     translating, (source, target) for aligning. Returns one JSON-ready result per item. The
     search stops (heed.api.Abandoned) once `abandoned()`: every request of the batch timed out."""
     translator = translators[key.model]
-    if key.task == "attribute":  # a sentence at a time, so work no one waits for any more stops
+    if key.task == "attribute":
         method, steps = key.decode.split()
-        out = []
-        for source, target in items:
-            if abandoned():
-                raise Abandoned()
-            (one,) = translator.attribute([source], None if target is None else [target], method=method,  # type: ignore[arg-type]
-                                          steps=int(steps))
-            out.append(one.to_dict())
-        return out
+        return [translator.attribute([source], None if target is None else [target], method=method,  # type: ignore[arg-type]
+                                     steps=int(steps))[0].to_dict() for source, target in _until(abandoned, items)]
     if key.task == "heads":
-        out = []
-        for source, target in items:
-            if abandoned():
-                raise Abandoned()
-            (m,) = translator.attention_layers([source], [target], parts=key.decode.split())
-            out.append({"src_tokens": m.src_tokens, "tgt_tokens": m.tgt_tokens, "cross": m.cross.tolist(),
-                        "encoder": None if m.encoder is None else m.encoder.tolist(),
-                        "decoder": None if m.decoder is None else m.decoder.tolist()})
-        return out
+        parts = key.decode.split()
+        maps = (translator.attention_layers([source], [target], parts=parts)[0]
+                for source, target in _until(abandoned, items))
+        return [{"src_tokens": m.src_tokens, "tgt_tokens": m.tgt_tokens, "cross": m.cross.tolist(),
+                 "encoder": None if m.encoder is None else m.encoder.tolist(),
+                 "decoder": None if m.decoder is None else m.decoder.tolist()} for m in maps]
     if key.intervention:
         kind, seed = key.intervention.split()
         with translator.intervening(Intervention(kind, int(seed))):  # type: ignore[arg-type]
@@ -322,6 +313,15 @@ def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any
     nbests = translator.translate_nbest(texts, replace_unk=key.replace_unk, prefix=prefix, stop=abandoned,
                                         decode=decode)
     return [_sentence(translator, s, n, attention=key.attention) for s, n in zip(texts, nbests)]
+
+
+def _until(abandoned: Callable[[], bool], items: list[Any]) -> Iterator[Any]:
+    """`items` one at a time, for work done a sentence at a time (heads, attribution): Abandoned
+    before the next one once every request of the batch has timed out."""
+    for item in items:
+        if abandoned():
+            raise Abandoned()
+        yield item
 
 
 # ----------------------------------------------------------------------------- the app
