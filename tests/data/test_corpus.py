@@ -252,3 +252,16 @@ def test_control_characters_are_errors_naming_line_and_column(tmp_path, data, wh
 def test_tabs_and_a_byte_order_mark_are_not_control_characters(tmp_path):
     path = write(tmp_path / "c.tsv", "\ufeffa\tb\textra\n")
     assert list(read_tsv(path)) == [Pair("a", "b")]
+
+
+def test_a_gzipped_named_pipe_is_refused_before_it_is_opened(tmp_path, deadline):
+    """A .gz read through a pipe would inflate without the gzip-bomb bound (a ratio of the file's
+    size, which a pipe has not): refused in one line naming it, at once (no writer is waited for),
+    and the plain file beside it is read."""
+    fifo = tmp_path / "src.gz"
+    os.mkfifo(fifo)
+    plain = tmp_path / "tgt.txt"
+    plain.write_text("1998-03-03\n", encoding="utf-8")
+    with deadline(10), pytest.raises(DataError) as e:
+        list(read_parallel(fifo, plain, streams=True))
+    assert str(e.value).startswith(f"{fifo}: a gzipped pipe is not read") and "<(zcat FILE.gz)" in str(e.value)
