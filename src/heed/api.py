@@ -315,10 +315,8 @@ class Translator:
     def max_src_len(self) -> int:
         """The longest source, in tokens, that `translate` reads: the model's `data.max_src_len`, or
         fewer where a Transformer learned fewer positions (`model.max_positions`, one for </s>)."""
-        model = self.config.model
-        if model.family == "transformer" and model.positions == "learned":
-            return min(self.config.data.max_src_len, model.max_positions - 1)
-        return self.config.data.max_src_len
+        limit = self.config.model.position_limit
+        return self.config.data.max_src_len if limit is None else min(self.config.data.max_src_len, limit - 1)
 
     @property
     def decode_config(self) -> DecodeConfig:

@@ -343,15 +343,13 @@ def positions_problem(config: Config) -> str | None:
     encoder reads a source and its </s>, the decoder <s> and the target, so the longest pair the data
     keeps (`data.max_src_len`, `data.max_tgt_len`) needs one position more than its tokens, and a
     position past the table would silently reuse its last row."""
-    model, data = config.model, config.data
-    if model.family != "transformer" or model.positions != "learned":
-        return None
+    limit, data = config.model.position_limit, config.data
     need = max(data.max_src_len, data.max_tgt_len) + 1
-    if need <= model.max_positions:
+    if limit is None or need <= limit:
         return None
-    return (f"model.max_positions is {model.max_positions}, but data.max_src_len {data.max_src_len} and "
+    return (f"model.max_positions is {limit}, but data.max_src_len {data.max_src_len} and "
             f"data.max_tgt_len {data.max_tgt_len} keep pairs that need {need} positions (their tokens and "
-            f"</s> or <s>); raise model.max_positions to {need}, or lower both to {model.max_positions - 1}")
+            f"</s> or <s>); raise model.max_positions to {need}, or lower both to {limit - 1}")
 
 
 def decode_length_problem(decode: DecodeConfig) -> str | None:

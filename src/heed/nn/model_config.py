@@ -204,5 +204,14 @@ with warnings.catch_warnings():
             """What the model is, in words a log line or a page shows: the RNN decoder or "transformer"."""
             return self.decoder if self.family == "rnn" else "transformer"
 
+        @property
+        def position_limit(self) -> int | None:
+            """The longest sequence, in positions, the model can tell apart: a Transformer's learned
+            positions (`max_positions`; a later position would reuse the last row); None where
+            positions are computed (sinusoidal) or an RNN reads any length."""
+            if self.family == "transformer" and self.positions == "learned":
+                return self.max_positions
+            return None
+
 
 __all__ = ["DEFAULT_SCORE", "Family", "ModelConfig", "ScoreName"]
