@@ -377,6 +377,55 @@ def test_batching_changes_no_hypothesis(translators: dict[str, Translator], trai
     _assert_same(_hypotheses(concurrent), want)
 
 
+class Recording(Counting):
+    """Counting, and the texts of each decoding call, in order."""
+
+    def __init__(self, translator: Translator) -> None:
+        super().__init__(translator)
+        self.calls: list[list[str]] = []
+
+    def translate_nbest(self, texts: list[str], **kwargs: Any) -> Any:
+        self.calls.append(list(texts))
+        return super().translate_nbest(texts, **kwargs)
+
+
+def test_a_costly_request_is_decoded_in_slices_and_a_later_small_one_runs_between_them(
+        translators: dict[str, Translator], trained_run: Path, sentences: list[str]) -> None:
+    """--slice-work: a request over it is decoded a slice at a time with later requests' batches
+    between its slices (a small request is not held up for the whole costly one), and slicing
+    changes no hypothesis."""
+    decode = {"beam_size": 4, "n_best": 2}
+    with TestClient(_app(translators, trained_run)) as c:
+        whole = c.post("/v1/translate", json={"model": "tiny", "sentences": sentences, **decode}).json()["results"]
+    recording = Recording(translators["tiny"])
+    # Each sentence costs beam 4 x (its max length + 1) rows x steps, so 60 a turn is one sentence.
+    app = _app({"tiny": recording}, trained_run, slice_work=60, batch_wait_ms=0)  # type: ignore[dict-item]
+    small = "le 5 mai 2001"
+
+    async def costly_then_small() -> tuple[Any, Any]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as ac:
+            costly = asyncio.create_task(ac.post("/v1/translate", json={"sentences": sentences, **decode}))
+            while not recording.calls:
+                await asyncio.sleep(0.001)
+            cheap = await ac.post("/v1/translate", json={"sentences": [small], **decode})
+            return await costly, cheap
+
+    costly, cheap = asyncio.run(costly_then_small())
+    assert costly.status_code == 200 and cheap.status_code == 200
+    assert [len([t for t in call if t != small]) for call in recording.calls] == [1] * len(sentences)
+    # The small request (same options: it may share a slice's call) ran within the first two turns.
+    assert min(k for k, call in enumerate(recording.calls) if small in call) <= 2
+    _assert_same(_hypotheses(costly.json()["results"]), _hypotheses(whole))
+
+
+def test_slice_work_must_be_positive_and_defaults_to_one_beam_64_sentence() -> None:
+    from pydantic import ValidationError
+    with pytest.raises(ValidationError, match="slice_work"):
+        ServeSettings(slice_work=0)
+    assert ServeSettings().slice_work == 4096
+
+
 @pytest.mark.parametrize("raw, field", [
     ('{"model": "tiny", "sentences": ["a"], "max_len_a": Infinity}', "max_len_a"),  # Python's JSON reads it
     ('{"model": "tiny", "sentences": ["a"], "length_penalty": NaN}', "length_penalty"),

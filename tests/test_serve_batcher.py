@@ -192,3 +192,65 @@ def test_stop_cancels_what_is_queued(recorder: Recorder) -> None:
     assert queued.future.cancelled() or queued.future.result(timeout=1) == [10]
     with pytest.raises(RuntimeError, match="stopped"):
         batcher.submit("k", [2])
+
+
+def test_a_costly_job_is_decoded_in_slices_with_later_requests_between_them(recorder: Recorder) -> None:
+    """A job over `slice_work` gets one slice a turn and goes to the back of the queue: requests
+    that arrived after it run between its slices, and its result is every item, in order."""
+    batcher = Batcher(recorder, max_wait=0.0, max_sentences=100, slice_work=10)
+    try:
+        _held(recorder, batcher)
+        big = batcher.submit("big", [1, 2, 3, 4, 5], costs=[4, 4, 4, 4, 4])  # 2 items (8) a turn
+        small = [batcher.submit("small", [k], costs=[1]) for k in (7, 8)]
+        recorder.gate.set()
+        assert big.future.result(timeout=10) == [10, 20, 30, 40, 50]
+        assert [job.future.result(timeout=10) for job in small] == [[70], [80]]
+    finally:
+        batcher.stop()
+    assert recorder.calls[1:] == [("big", [1, 2]), ("small", [7, 8]), ("big", [3, 4]), ("big", [5])]
+
+
+def test_one_item_over_the_slice_still_runs_whole_and_a_cheap_job_is_never_cut(recorder: Recorder) -> None:
+    batcher = Batcher(recorder, max_wait=0.0, max_sentences=100, slice_work=10)
+    try:
+        assert batcher.submit("k", [1, 2], costs=[50, 1]).future.result(timeout=10) == [10, 20]
+        assert batcher.submit("k", [3, 4, 5], costs=[3, 3, 4]).future.result(timeout=10) == [30, 40, 50]
+    finally:
+        batcher.stop()
+    assert recorder.calls == [("k", [1]), ("k", [2]), ("k", [3, 4, 5])]
+
+
+def test_a_job_larger_than_a_batch_is_cut_at_max_sentences(recorder: Recorder) -> None:
+    batcher = Batcher(recorder, max_wait=0.0, max_sentences=3)
+    try:
+        assert batcher.submit("k", list(range(1, 8))).future.result(timeout=10) == [10 * k for k in range(1, 8)]
+    finally:
+        batcher.stop()
+    assert [items for _, items in recorder.calls] == [[1, 2, 3], [4, 5, 6], [7]]
+
+
+def test_a_sliced_job_given_up_between_slices_decodes_no_more(recorder: Recorder) -> None:
+    batcher = Batcher(recorder, max_wait=0.0, max_sentences=100, slice_work=1)
+
+    async def give_up() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await batcher.run("big", [1, 2, 3], costs=[1, 1, 1], timeout=0.3)
+
+    try:
+        recorder.gate.clear()  # the first slice blocks until after the timeout
+        threading.Timer(0.6, recorder.gate.set).start()
+        asyncio.run(give_up())
+        assert _submit_all(batcher, [("k", [9])]) == [[90]]
+    finally:
+        batcher.stop()
+    assert recorder.calls == [("big", [1]), ("k", [9])]
+    assert batcher.queued == 0
+
+
+def test_submit_refuses_costs_that_do_not_match_the_items(recorder: Recorder) -> None:
+    batcher = Batcher(recorder)
+    try:
+        with pytest.raises(ValueError, match="2 items but 1 costs"):
+            batcher.submit("k", [1, 2], costs=[1])
+    finally:
+        batcher.stop()

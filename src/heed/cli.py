@@ -1375,6 +1375,11 @@ def serve(
                                     help="Attention weights a /v1/heads request may ask for at most: layers x heads "
                                          "x (target x source, plus source x source and target x target for the "
                                          "self-attention parts asked), summed over its sentences."),
+    slice_work: int = typer.Option(1 << 12, "--slice-work", min=1,
+                                   help="Decoder rows x steps a request is given per turn of the decoder: a "
+                                        "costlier request is decoded a slice at a time, with other requests' "
+                                        "batches between its slices, so it delays them by a slice, not by "
+                                        "itself (/v1/heads and /v1/attribute: a sentence a turn)."),
     read_timeout: float = typer.Option(10.0, "--read-timeout", min=0.001,
                                        help="Seconds a client may take to send a whole request (headers and body); "
                                             "a slower one is disconnected."),
@@ -1417,7 +1422,7 @@ def serve(
                              max_queue=max_queue, timeout=timeout, batch_wait_ms=batch_wait_ms,
                              batch_sentences=batch_sentences, batching=batching, max_beam=max_beam,
                              max_output=max_output, max_work=max_work, max_weights=max_weights,
-                             read_timeout=read_timeout)
+                             slice_work=slice_work, read_timeout=read_timeout)
     with torch_threads(threads):
         translators = {label: Translator.load(path, device=device, bf16=bf16) for label, path in zip(labels, models)}
         metrics = {label: last_metrics(exported_dir(path) or find_model_dir(path))

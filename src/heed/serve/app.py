@@ -93,6 +93,10 @@ class ServeSettings(BaseModel):
                                                         "most: layers x heads x (target x source, and source x "
                                                         "source or target x target for the self-attention parts "
                                                         "asked), summed over its sentences")
+    slice_work: int = Field(1 << 12, ge=1, description="decoder rows x steps a request is given per turn of the "
+                                                       "decoder: a costlier request is decoded a slice at a time, "
+                                                       "with the other requests' batches between its slices "
+                                                       "(/v1/heads and /v1/attribute: a sentence a turn)")
     read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send a whole request "
                                                         "(headers and body); a slower one is disconnected")
 
@@ -339,7 +343,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     batcher = Batcher(lambda key, items, abandoned: _run_batch(models, key, items, abandoned),
                       max_wait=settings.batch_wait_ms / 1000,
                       max_sentences=settings.batch_sentences, max_queue=settings.max_queue,
-                      enabled=settings.batching)
+                      slice_work=settings.slice_work, enabled=settings.batching)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -394,7 +398,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
                 if not field.startswith("prefix["):  # about the list as a whole
                     field, message = "prefix", str(e)
                 raise ApiError(422, message, field) from None
-        _check_work(decode, sources, prefix_ids, request, settings)
+        costs = _check_work(decode, sources, prefix_ids, request, settings)
         intervention = ""
         if request.intervention is not None:
             if not runs_torch(translator.model):
@@ -404,7 +408,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         key = _Key(name, "explore" if request.trace else "translate", decode.model_dump_json(),
                    request.replace_unk, request.attention, request.alternatives if request.trace else 0, intervention)
         prefixes = request.prefix or [None] * len(request.sentences)
-        results = await _decoded(batcher, key, list(zip(request.sentences, prefixes)), settings)
+        results = await _decoded(batcher, key, list(zip(request.sentences, prefixes)), costs, settings)
         return JSONResponse({"model": name, "decode": decode.model_dump(mode="json"), "results": results})
 
     @app.post("/v1/align", response_model=AlignResponse,
@@ -416,8 +420,10 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         _check_sentences(request.sources, "sources", settings)
         _check_sentences(request.targets, "targets", settings)
         _one_target_each(request.sources, request.targets, "source")
+        # A forced pass: one decoder row a step, a step a target token.
+        costs = [len(models[name].codec.tgt_tokens(target)) + 1 for target in request.targets]
         results = await _decoded(batcher, _Key(name, "align", ""), list(zip(request.sources, request.targets)),
-                                 settings)
+                                 costs, settings)
         return JSONResponse({"model": name, "results": results})
 
     @app.post("/v1/attribute", response_model=AttributeResponse,
@@ -434,7 +440,8 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
             _check_known_targets(models[name], request.sentences, request.targets)
         targets = request.targets or [None] * len(request.sentences)
         key = _Key(name, "attribute", f"{request.method} {request.steps}")
-        results = await _decoded(batcher, key, list(zip(request.sentences, targets)), settings)
+        a_turn_each = [settings.slice_work] * len(request.sentences)  # explained a sentence at a time
+        results = await _decoded(batcher, key, list(zip(request.sentences, targets)), a_turn_each, settings)
         return JSONResponse({"model": name, "attributions": results})
 
     @app.post("/v1/heads", response_model=HeadsResponse,
@@ -450,7 +457,8 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         sizes = _check_known_targets(models[name], request.sources, request.targets)
         _check_weights(models[name], sizes, request.parts, settings)
         key = _Key(name, "heads", " ".join(dict.fromkeys(request.parts)))
-        results = await _decoded(batcher, key, list(zip(request.sources, request.targets)), settings)
+        a_turn_each = [settings.slice_work] * len(request.sources)  # read a sentence at a time
+        results = await _decoded(batcher, key, list(zip(request.sources, request.targets)), a_turn_each, settings)
         return JSONResponse({"model": name, "results": results})
 
     return app
@@ -579,19 +587,21 @@ def _check_prefix_text(prefix: Sequence[str | Sequence[str] | None]) -> None:
 
 
 def _check_work(cfg: DecodeConfig, sources: Sequence[Sequence[str]], prefix_ids: Sequence[Sequence[int]] | None,
-                request: TranslateRequest, settings: ServeSettings) -> None:
+                request: TranslateRequest, settings: ServeSettings) -> list[int]:
     """Bound what a request costs, not only what it weighs: a forced prefix counts in the output
     limit (the search never cuts a prefix), and the rows x steps of all its sentences' searches
-    must stay within --max-work, so one client's request cannot hold the decoder for minutes."""
+    must stay within --max-work, so one client's request cannot hold the decoder for minutes.
+    Returns each sentence's rows x steps at most: what the batcher slices by (--slice-work)."""
     width = cfg.n_best if cfg.sampling else cfg.beam_size
-    work = 0
+    costs = []
     for k, tokens in enumerate(sources):
         forced = len(prefix_ids[k]) if prefix_ids is not None else 0
         if forced > settings.max_output:
             raise ApiError(422, f"the prefix has {forced} tokens; the server allows {settings.max_output} output "
                                 "tokens (--max-output)", f"prefix[{k}]")
         steps = max(min(math.floor(cfg.max_len_a * (len(tokens) + 1) + cfg.max_len_b), MAX_OUTPUT_TOKENS), forced)
-        work += width * (steps + 1)
+        costs.append(width * (steps + 1))
+    work = sum(costs)
     if work > settings.max_work:
         field = "prefix" if request.prefix is not None and any(request.prefix) else (
             "n_best" if cfg.sampling else "beam_size")
@@ -599,11 +609,13 @@ def _check_work(cfg: DecodeConfig, sources: Sequence[Sequence[str]], prefix_ids:
                             f"beam {width}, outputs up to their max length or prefix); the server allows "
                             f"{settings.max_work:,} a request (--max-work): send fewer sentences, a smaller beam "
                             "or shorter prefixes", field)
+    return costs
 
 
-async def _decoded(batcher: Batcher, key: _Key, items: list[Any], settings: ServeSettings) -> list[Any]:
+async def _decoded(batcher: Batcher, key: _Key, items: list[Any], costs: list[int],
+                   settings: ServeSettings) -> list[Any]:
     try:
-        return await batcher.run(key, items, timeout=settings.timeout)
+        return await batcher.run(key, items, costs=costs, timeout=settings.timeout)
     except QueueFull as e:
         raise ApiError(503, f"{e}; the queue holds {batcher.queued} sentences (--max-queue {settings.max_queue})",
                        None, {"Retry-After": str(e.retry_after)}) from None
