@@ -202,12 +202,30 @@ def test_a_costly_job_is_decoded_in_slices_with_later_requests_between_them(reco
         _held(recorder, batcher)
         big = batcher.submit("big", [1, 2, 3, 4, 5], costs=[4, 4, 4, 4, 4])  # 2 items (8) a turn
         small = [batcher.submit("small", [k], costs=[1]) for k in (7, 8)]
+        assert batcher.queued == 7
         recorder.gate.set()
         assert big.future.result(timeout=10) == [10, 20, 30, 40, 50]
         assert [job.future.result(timeout=10) for job in small] == [[70], [80]]
+        assert batcher.queued == 0  # a remainder put back is counted once, and none is left
     finally:
         batcher.stop()
     assert recorder.calls[1:] == [("big", [1, 2]), ("small", [7, 8]), ("big", [3, 4]), ("big", [5])]
+
+
+def test_the_queue_counts_a_sliced_jobs_remainder_once(recorder: Recorder) -> None:
+    """What waits is what the queue limit sees: a job between slices counts its remaining sentences
+    once, so slicing never makes the queue look fuller than it is (no spurious 503s)."""
+    batcher = Batcher(recorder, max_wait=0.0, max_sentences=100, max_queue=6, slice_work=1)
+    try:
+        _held(recorder, batcher)
+        big = batcher.submit("big", [1, 2, 3, 4, 5])
+        recorder.gate.set()
+        assert big.future.result(timeout=10) == [10, 20, 30, 40, 50]
+        for _ in range(20):  # each would be refused if the remainders had been counted twice
+            assert batcher.submit("big", [1, 2, 3, 4, 5, 6]).future.result(timeout=10) == [10, 20, 30, 40, 50, 60]
+        assert batcher.queued == 0
+    finally:
+        batcher.stop()
 
 
 def test_one_item_over_the_slice_still_runs_whole_and_a_cheap_job_is_never_cut(recorder: Recorder) -> None:

@@ -168,6 +168,7 @@ class Batcher:
                 if self._stopping:
                     return None
             self._jobs.popleft()
+            self._queued -= len(first.items)  # out of the queue; a remainder comes back in _done
             group = [self._slice(first, self.max_sentences)]
             size, rest = len(group[0][1]), deque()
             while self._jobs and self.enabled and size < self.max_sentences:
@@ -175,13 +176,13 @@ class Batcher:
                 if self._gone(job):
                     self._queued -= len(job.items)
                 elif job.key == first.key:
+                    self._queued -= len(job.items)
                     group.append(self._slice(job, self.max_sentences - size))
                     size += len(group[-1][1])
                 else:
                     rest.append(job)
             rest.extend(self._jobs)
             self._jobs = rest
-            self._queued -= size
             return group
 
     @staticmethod
