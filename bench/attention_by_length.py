@@ -61,7 +61,7 @@ def run(cmd: list[str], log: Path) -> None:
 def write_test_set(config: Path, overrides: list[str], out: Path, name: str) -> tuple[Path, Path]:
     """The held-out test pairs the trainings score on, as two line-aligned files."""
     from heed.config import load_config
-    from heed.pipeline import load_corpora
+    from heed.data.codec import load_corpora
 
     test = load_corpora(load_config(config, overrides).data).test
     src, ref = out / f"{name}.test.src", out / f"{name}.test.ref"

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from heed.nn.attention import FUSABLE_SCORES, Attention
+from heed.nn.rnn.attention import FUSABLE_SCORES, Attention
 from heed.nn.masks import lengths_to_mask
 
 

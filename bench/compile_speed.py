@@ -12,7 +12,7 @@ dates length mix (every target 11 tokens). --model demo: configs/demo.yaml's mod
 feeding, dropout 0.1) on its own dates batches (6,000 tokens each).
 
 With --decode, greedy (or --beam) search at batch 64 over the first 1,000 lines of SRC with a
-trained model, eager against `Seq2Seq.step` under heed.runtime.compile_function (the search's
+trained model, eager against `Seq2Seq.step` under heed.plumbing.runtime.compile_function (the search's
 one-step call; the batch shrinks as sentences finish), after a 200-sentence warm-up that compiles.
 
 A step is what the trainer does: forward, heed.nn.loss.generator_loss, backward, clip, fused Adam.
@@ -38,8 +38,8 @@ from heed.data.batching import token_batches  # noqa: E402
 from heed.data.vocab import PAD  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
 from heed.nn.loss import generator_loss  # noqa: E402
-from heed.pipeline import Codec, load_corpora  # noqa: E402
-from heed.runtime import compiler_problem  # noqa: E402
+from heed.data.codec import Codec, load_corpora  # noqa: E402
+from heed.plumbing.runtime import compiler_problem  # noqa: E402
 
 
 def compare_setup(n_batches: int) -> tuple[ModelConfig, int, int, list[dict]]:
@@ -65,7 +65,7 @@ def demo_setup(n_batches: int) -> tuple[ModelConfig, int, int, list[dict]]:
 
 def decode(model_dir: Path, source: Path, beam: int) -> None:
     import heed
-    from heed.runtime import compile_function
+    from heed.plumbing.runtime import compile_function
 
     texts = source.read_text(encoding="utf-8").splitlines()[:1000]
     eager, compiled = heed.load(str(model_dir)), heed.load(str(model_dir))

@@ -5,7 +5,7 @@ attention agrees with integrated-gradients attribution. Prints one markdown sect
     python bench/look_inside.py --model runs/demo --src data/test.src --ref data/test.ref \
         --gold data/test.align --tgt-units chars [--model ...] [--attribute 100] [--seed 0]
 
-Every figure is computed by heed's own API (Translator.align_sweep, heed.faithfulness,
+Every figure is computed by heed's own API (Translator.align_sweep, heed.explain.faithfulness,
 Translator.attribute), so `heed align --sweep`, `heed faithfulness` and `heed attribute` give the
 same numbers.
 """
@@ -18,9 +18,9 @@ import time
 import numpy as np
 import torch
 
-from heed.align import read_gold_alignments
+from heed.explain.align import read_gold_alignments
 from heed.api import Translator
-from heed.faithfulness import faithfulness
+from heed.explain.faithfulness import faithfulness
 
 
 def cpu_name() -> str:

@@ -55,7 +55,7 @@ def load_run(run: Path) -> tuple[Any, Any, Path]:
     """(config, codec, model directory) of a heed training output or model directory."""
     from heed.checkpoint import find_model_dir
     from heed.config import load_config
-    from heed.pipeline import Codec
+    from heed.data.codec import Codec
 
     directory = find_model_dir(run)
     config = load_config(directory / "config.yaml", environment=False)

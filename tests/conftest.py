@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from heed.data.dates import generate_dates, write_splits
-from heed.runtime import cpu_bf16_supported
+from heed.plumbing.runtime import cpu_bf16_supported
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -86,7 +86,7 @@ def write_lines() -> Callable[[Path, list[str]], Path]:
 def gold_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny models' own task (English and French dates) with gold by construction: test.src,
     test.tgt and test.align (Pharaoh, target positions in characters)."""
-    from heed.align import gold_pharaoh
+    from heed.explain.align import gold_pharaoh
     from heed.data.dates import generate_dates_aligned
 
     directory = tmp_path_factory.mktemp("gold")

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from heed.files import file_digest
+from heed.plumbing.files import file_digest
 
 
 def rehash(directory: Path) -> Path:

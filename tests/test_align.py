@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from heed.align import (
+from heed.explain.align import (
     alignment_error_rate,
     hard_alignment,
     load_dictionary,
@@ -144,7 +144,7 @@ def test_replace_unknowns_keeps_a_piece_s_word_start_mark_out_of_the_dictionary(
 
 
 def test_align_space_mark_is_the_tokenizers():
-    from heed import align
+    from heed.explain import align
     from heed.data.tokenize import SPACE
 
     assert align.SPACE == SPACE

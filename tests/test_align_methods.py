@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from heed.align import (
+from heed.explain.align import (
     AerCounts,
     alignment_error_rate,
     gold_pharaoh,
@@ -16,7 +16,7 @@ from heed.align import (
     parse_gold_pharaoh,
     read_gold_alignments,
 )
-from heed.align_methods import (
+from heed.explain.align_methods import (
     AlignOptions,
     UnitMaps,
     char_token_index,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from heed.align import hard_alignment, word_attention
+from heed.explain.align import hard_alignment, word_attention
 from heed.api import Translator
 from heed.errors import ConfigError, HeedError
 

@@ -1,5 +1,5 @@
 """Does quantization move attention? The gap between two models' attention on the same pairs
-(heed.attention_gap, Translator.attention_gap, `heed align --beside`)."""
+(heed.explain.attention_gap, Translator.attention_gap, `heed align --beside`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from heed.align import alignment_error_rate, parse_gold_pharaoh, read_gold_alignments  # noqa: E402
+from heed.explain.align import alignment_error_rate, parse_gold_pharaoh, read_gold_alignments  # noqa: E402
 from heed.api import Translator  # noqa: E402
-from heed.attention_gap import attention_gap  # noqa: E402
+from heed.explain.attention_gap import attention_gap  # noqa: E402
 from heed.errors import HeedError  # noqa: E402
 from heed.export.onnx import export_model  # noqa: E402
 
@@ -83,7 +83,7 @@ def test_align_beside_the_int8_export(trained_run: Path, exports: dict[str, Path
     sure, possible = read_gold_alignments(gold_files / "test.align")
     ours = [parse_gold_pharaoh(line)[1] for line in out.read_text().splitlines()]
     assert f"AER = {alignment_error_rate(ours, sure, possible):.4f}   (20 sentences" in result.stdout
-    from heed.align_methods import AlignOptions
+    from heed.explain.align_methods import AlignOptions
 
     theirs = [set(a.links) for a in Translator.load(exports["int8"]).align(src, tgt, options=AlignOptions(tgt_units="chars"))]
     assert f"AER = {alignment_error_rate(theirs, sure, possible):.4f}   {exports['int8']} (--beside)" in result.stdout

@@ -1,4 +1,4 @@
-"""Attribution beside attention (heed.attribution; Captum): integrated gradients are complete,
+"""Attribution beside attention (heed.explain.attribution; Captum): integrated gradients are complete,
 gradient x input is the directional derivative a finite difference measures in float64, and the
 CLI, the Python API and the server give the same numbers."""
 import json
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from heed.attribution import EmbeddingSwap, attribute_ids, ranks, spearman
+from heed.explain.attribution import EmbeddingSwap, attribute_ids, ranks, spearman
 from heed.data.batching import collate
 
 pytest.importorskip("captum")

@@ -1,4 +1,4 @@
-"""heed.average / `heed average`: the elementwise mean of checkpoints, in float64, stored in their
+"""heed.train.average / `heed average`: the elementwise mean of checkpoints, in float64, stored in their
 dtype, written as a model directory that loads and translates like any other; inputs that do not
 share architecture, tokenizers and vocabularies are refused naming the input."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 import heed
-from heed.average import average_checkpoints, average_state_dicts
+from heed.train.average import average_checkpoints, average_state_dicts
 from heed.checkpoint import LoadedModel, load_model_dir, save_model_dir
 from heed.errors import HeedError
 from heed.nn.build import build_model

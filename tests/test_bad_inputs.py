@@ -145,7 +145,7 @@ class Ctx:
     def prepared(self, name: str = "prepared") -> Path:
         """The tiny training corpus prepared (heed prepare) into several shards, free to break."""
         from heed.config import config_from_dict
-        from heed.prepare import prepare
+        from heed.data.prepare import prepare
 
         directory = self.tmp / name
         prepare(config_from_dict(self.config(self.tmp / "out")), directory, shard_tokens=1500)
@@ -1145,7 +1145,7 @@ def _(c: Ctx) -> Call:
     import numpy as np
 
     from heed.data.prepared import MANIFEST_FILE, read_manifest
-    from heed.files import file_digest
+    from heed.plumbing.files import file_digest
 
     directory = c.prepared()
     shard = directory / "shard-00000.tgt.npy"
@@ -1394,7 +1394,7 @@ def test_bad_input_gets_one_clear_line_and_harms_nothing(name: str, ctx: Ctx) ->
     outcome = run_in_subprocess(call) if call.env is not None else run_in_process(call)
     assert "Traceback" not in outcome.stdout + outcome.stderr, outcome.stderr
     assert outcome.code == 2, (outcome.code, outcome.stderr)
-    # a read that takes long says how far it is before the error (heed.pipeline.READ_REPORT_SECONDS)
+    # a read that takes long says how far it is before the error (heed.data.codec.READ_REPORT_SECONDS)
     lines = [line for line in outcome.stderr.splitlines() if line.strip() and not READING.fullmatch(line)]
     if lines and lines[0].lower().startswith("usage:"):
         # An option's range or type, checked by click or argparse: their usual usage + error lines.

@@ -83,20 +83,20 @@ def test_checkpoint_killed_while_writing_keeps_the_previous_one_loadable(tmp_pat
 
 def test_checkpoint_killed_between_the_two_renames_falls_back_to_old(tmp_path, loaded, monkeypatch):
     """Where the file system cannot exchange two names in one step, the swap takes two renames."""
-    import heed.files
+    import heed.plumbing.files
 
     optimizer = torch.optim.Adam(loaded.model.parameters())
     target = tmp_path / "last"
     _save(target, loaded, optimizer, step=3)
-    real_replace = heed.files.os.replace
+    real_replace = heed.plumbing.files.os.replace
 
     def replace(src, dst):
         if dst == target:  # last -> last.old is done; the new directory -> last is not
             raise KeyboardInterrupt
         return real_replace(src, dst)
 
-    monkeypatch.setattr(heed.files, "_exchange", lambda a, b: False)
-    monkeypatch.setattr(heed.files.os, "replace", replace)
+    monkeypatch.setattr(heed.plumbing.files, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(heed.plumbing.files.os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
         _save(target, loaded, optimizer, step=4)
     monkeypatch.undo()

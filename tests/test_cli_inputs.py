@@ -171,7 +171,7 @@ def test_evaluate_names_the_line_of_a_nul_byte(trained_run, tiny_corpus, tmp_pat
 def test_a_split_too_large_names_the_corpus_file(tmp_path, write_lines):
     from heed.config import config_from_dict
     from heed.errors import ConfigError
-    from heed.pipeline import load_corpora
+    from heed.data.codec import load_corpora
 
     corpus = write_lines(tmp_path / "small.tsv", [f"s{i}\tt{i}" for i in range(5)])
     data = config_from_dict({"data": {"train": {"tsv": str(corpus)}, "split": {"dev": 3, "test": 3}}}).data
@@ -183,7 +183,7 @@ def test_a_split_too_large_names_the_corpus_file(tmp_path, write_lines):
 def test_held_out_pairs_are_written_and_evaluate_reads_them(trained_run, tmp_path, write_lines):
     from heed.config import config_from_dict
     from heed.data.corpus import read_parallel
-    from heed.pipeline import load_corpora, write_heldout
+    from heed.data.codec import load_corpora, write_heldout
 
     corpus = write_lines(tmp_path / "all.tsv", [f"le {d} mars 1998\t1998-03-{d:02d}" for d in range(1, 29)])
     data = config_from_dict({"data": {"train": {"tsv": str(corpus)}, "split": {"dev": 4, "test": 5, "seed": 1}}}).data
@@ -200,7 +200,7 @@ def test_held_out_pairs_are_written_and_evaluate_reads_them(trained_run, tmp_pat
 
 def test_an_empty_split_writes_no_files(tmp_path):
     from heed.data.corpus import Pair
-    from heed.pipeline import Corpora, write_heldout
+    from heed.data.codec import Corpora, write_heldout
 
     written = write_heldout(Corpora([Pair("a", "b")], [], [Pair("c", "d")]), tmp_path)
     assert sorted(written) == ["test.src", "test.tgt"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from heed.align import alignment_error_rate, parse_pharaoh, read_alignments, read_gold_alignments
+from heed.explain.align import alignment_error_rate, parse_pharaoh, read_alignments, read_gold_alignments
 from cli_helpers import assert_user_error, invoke
 
 

@@ -9,9 +9,9 @@ from rich.console import Console
 
 import heed
 from heed.checkpoint import load_checkpoint
-from heed.pipeline import Codec
+from heed.data.codec import Codec
 from heed.nn.build import build_model
-from heed.runtime import compiler_problem
+from heed.plumbing.runtime import compiler_problem
 from heed.train import train
 
 # Input feeding and dropout 0: the path compile replaces (heed.nn.rnn.feeding's hand-written pass)

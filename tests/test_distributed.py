@@ -22,7 +22,7 @@ from tiny_models import TRANSFORMER
 
 from heed.checkpoint import WEIGHTS_FILE, load_checkpoint, load_weights, rank_rng_states
 from heed.config import config_from_dict
-from heed.distributed import World, choose_backend, rank_shares, updates_in
+from heed.plumbing.distributed import World, choose_backend, rank_shares, updates_in
 from heed.errors import ConfigError, HeedError
 from heed.train import train
 
@@ -238,7 +238,7 @@ def test_two_cpu_ranks_equal_one_process_accumulating_two_and_resume_after_kill_
 
 
 def test_a_failed_collective_is_one_line_naming_the_rank():
-    from heed.distributed import PeerFailed, collective_errors
+    from heed.plumbing.distributed import PeerFailed, collective_errors
 
     with pytest.raises(PeerFailed, match=r"^rank 1: lost the other processes \(Connection closed by peer\)"):
         with collective_errors(World(rank=1, size=2, local_rank=1)):
@@ -251,7 +251,7 @@ def test_a_failed_collective_is_one_line_naming_the_rank():
 def test_two_cpu_ranks_on_a_prepared_corpus_equal_one_process_accumulating_two(tmp_path, tiny_config):
     """The large-corpus path: each rank reads its own batches from the shards (several of them, and
     windows smaller than the corpus), and together they train what one process does."""
-    from heed.prepare import prepare
+    from heed.data.prepare import prepare
 
     mapping = tiny_config(tmp_path / "two", epochs=2, log_every=1, max_steps=8)
     mapping["model"]["dropout"] = 0.0

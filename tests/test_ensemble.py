@@ -1,4 +1,4 @@
-"""heed.ensemble: decoding with the mean of several models' log-probabilities through the unchanged
+"""heed.nn.ensemble: decoding with the mean of several models' log-probabilities through the unchanged
 search. An ensemble of a model with itself is that model; two scripted models give the hand-computed
 product of experts; heed.load / `heed translate` / `heed evaluate` take several models and refuse
 models that do not share tokenizers and vocabularies."""
@@ -24,7 +24,7 @@ from search_fakes import (  # noqa: F401  (one_thread: an autouse fixture, used 
 )
 
 import heed
-from heed.ensemble import Ensemble, mean_attention, mean_log_probs
+from heed.nn.ensemble import Ensemble, mean_attention, mean_log_probs
 from heed.errors import HeedError
 from heed.search import DecodeConfig, Prefix, SearchModel, beam_search, greedy_search, sample
 from model_files import swapped_vocab_copy

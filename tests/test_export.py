@@ -20,7 +20,7 @@ from heed.errors import HeedError, ModelDirError  # noqa: E402
 from heed.export.onnx import ENCODER_FILE, MANIFEST_FILE, STEP_FILE, export_model, sha256  # noqa: E402
 from heed.export.load import load_exported  # noqa: E402
 from heed.export.ort import OrtSeq2Seq  # noqa: E402
-from heed.nn.attention import SCORES  # noqa: E402
+from heed.nn.rnn.attention import SCORES  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
 from heed.search import DecodeConfig, search  # noqa: E402
 from served_exports import served_beside_pytorch  # noqa: E402
@@ -43,7 +43,7 @@ KINDS = {
                                                 decoder_layers=2, bridge="linear"),
     "luong-unidirectional-zeros-bridge": dict(decoder="luong", bidirectional=False, bridge="zeros"),
 }
-# Scores and options added to heed.nn.attention after the ones above, where this heed has them:
+# Scores and options added to heed.nn.rnn.attention after the ones above, where this heed has them:
 # location (Luong eq. 8) scores positions up to attention_positions (the sources here are shorter,
 # as Translator's max_src_len cut guarantees), local-p attends in a window around a predicted p_t.
 if "location" in SCORES:
@@ -203,7 +203,7 @@ def test_heed_load_of_an_exported_dir_translates_aligns_and_explores_like_pytorc
 
 
 def test_exported_translation_follows_torchs_thread_count(trained_run, tmp_path):
-    from heed.runtime import torch_threads
+    from heed.plumbing.runtime import torch_threads
 
     translator = heed.load(str(export_model(trained_run, tmp_path / "onnx")))
     with torch_threads(1):
@@ -217,7 +217,7 @@ def test_exported_translation_follows_torchs_thread_count(trained_run, tmp_path)
 
 
 def test_cli_round_trip_train_export_translate_gives_pytorchs_text(tiny_config, tiny_corpus, tmp_path, heed_cli):
-    from heed import yamlio
+    from heed.plumbing import yamlio
 
     config = tmp_path / "tiny.yaml"
     config.write_text(yamlio.dump(tiny_config(tmp_path / "run", epochs=2)))

@@ -21,7 +21,7 @@ from heed.export.ct2 import model_files, write_ct2  # noqa: E402
 from heed.export.ct2_run import CT2Seq2Seq  # noqa: E402
 from heed.export.onnx import MANIFEST_FILE, export_model  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
-from heed.runtime import cpu_int8_products_exact  # noqa: E402
+from heed.plumbing.runtime import cpu_int8_products_exact  # noqa: E402
 from served_exports import served_beside_pytorch  # noqa: E402
 
 VARIANTS = {

@@ -7,7 +7,7 @@ import torch
 
 from heed.api import Translator
 from heed.data.batching import collate
-from heed.faithfulness import faithfulness
+from heed.explain.faithfulness import faithfulness
 from heed.nn.intervention import Intervention
 
 SOURCES = ["3 mars 1998", "le 12 juin 2004", "1998년 3월 3일", "March 3, 1998"]

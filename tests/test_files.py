@@ -1,4 +1,4 @@
-"""heed.files.atomic_open: a regular file is replaced whole or not at all; a device, FIFO or symlink
+"""heed.plumbing.files.atomic_open: a regular file is replaced whole or not at all; a device, FIFO or symlink
 is written as what it is, never replaced by a regular file; every error names the user's path."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from heed.errors import HeedError, ModelDirError, OutputError
-from heed.files import atomic_open, atomic_write_bytes, atomic_write_text, read_model_json
+from heed.plumbing.files import atomic_open, atomic_write_bytes, atomic_write_text, read_model_json
 
 
 def leftovers(directory: Path) -> list[str]:
@@ -137,7 +137,7 @@ def test_a_mistyped_device_is_not_created():
             os.unlink(path)
 
 
-WRITE_TO_STDOUT = "from heed.files import atomic_write_text; atomic_write_text('/dev/stdout', 'new line\\n')"
+WRITE_TO_STDOUT = "from heed.plumbing.files import atomic_write_text; atomic_write_text('/dev/stdout', 'new line\\n')"
 
 
 def test_dev_stdout_writes_to_a_pipe():
@@ -251,14 +251,14 @@ def test_a_read_only_directory_names_the_users_path(tmp_path):
 
 def test_permission_denied_names_the_users_path_not_the_temp_file(tmp_path, monkeypatch):
     # Root may write anywhere, so the refusal is simulated where the temp file is created.
-    import heed.files
+    import heed.plumbing.files
 
     def refuse(file: object, *args: object, **kwargs: object) -> None:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
 
     path = tmp_path / "out.txt"
     path.write_text("old")
-    monkeypatch.setattr(heed.files, "open", refuse, raising=False)
+    monkeypatch.setattr(heed.plumbing.files, "open", refuse, raising=False)
     with pytest.raises(OutputError) as e:
         atomic_write_text(path, "new")
     assert str(e.value) == f"{path}: cannot write: permission denied"

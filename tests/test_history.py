@@ -1,4 +1,4 @@
-"""Attention over training (heed.history, `heed attention --checkpoints` / `--entropy`): each kept
+"""Attention over training (heed.explain.history, `heed attention --checkpoints` / `--entropy`): each kept
 checkpoint reads the same pair and gives the attention that checkpoint gives alone; the entropy
 curve is the log's."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from heed.api import Translator
 from heed.errors import HeedError
-from heed.history import attention_over_training, entropy_history, evenly, kept_checkpoints
+from heed.explain.history import attention_over_training, entropy_history, evenly, kept_checkpoints
 
 SENTENCE = "3 march 1998"
 

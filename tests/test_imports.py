@@ -26,5 +26,5 @@ def test_reading_a_config_loads_neither_torch_nor_the_model_code():
 
 def test_heed_prepare_loads_no_model_code():
     """`heed prepare` tokenizes a corpus: it needs the config and the data code, not the models."""
-    assert _loaded_after("import heed.prepare", ("heed.nn.build", "heed.nn.rnn.encoder", "heed.nn.rnn.decoder",
+    assert _loaded_after("import heed.data.prepare", ("heed.nn.build", "heed.nn.rnn.encoder", "heed.nn.rnn.decoder",
                                                  "heed.search", "heed.train")) == []

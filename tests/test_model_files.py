@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from heed.files import atomic_write_text, make_temp_dir, replace_dir, resolve_dir, sweep_stale
+from heed.plumbing.files import atomic_write_text, make_temp_dir, replace_dir, resolve_dir, sweep_stale
 
 DEAD_PID = 2**22 + 12345  # above Linux's pid_max default: no such process
 
@@ -78,15 +78,15 @@ def test_a_dead_writers_temp_files_are_swept_and_a_live_ones_kept(tmp_path):
 KILL_BETWEEN_RENAMES = """
 import os, signal, sys
 from pathlib import Path
-import heed.files
-heed.files._exchange = lambda a, b: False
+import heed.plumbing.files
+heed.plumbing.files._exchange = lambda a, b: False
 target = Path(sys.argv[1]).absolute()
 real_replace = os.replace
 def replace(src, dst):
     if Path(dst).absolute() == target and Path(src).name.endswith(".tmp-dir"):
         os.kill(os.getpid(), signal.SIGKILL)
     return real_replace(src, dst)
-heed.files.os.replace = replace
+heed.plumbing.files.os.replace = replace
 from heed.cli import main
 sys.argv = ["heed", *sys.argv[2:]]
 main()
@@ -138,7 +138,7 @@ def test_a_checkpoint_killed_between_renames_stays_readable_by_translate_and_ave
 
 
 def test_everything_heed_writes_is_readable_by_others_under_umask_022(make_config, tmp_path):
-    from heed.average import average_checkpoints
+    from heed.train.average import average_checkpoints
     from heed.train import train
 
     old = os.umask(0o022)
@@ -176,7 +176,7 @@ def _copy(trained_run: Path, tmp_path: Path) -> Path:
 
 
 def test_heed_json_lists_the_sha256_of_every_file_heed_reads(trained_run):
-    from heed.files import file_digest
+    from heed.plumbing.files import file_digest
 
     model = trained_run / "model"
     files = json.loads((model / "heed.json").read_text())["files"]

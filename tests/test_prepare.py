@@ -9,8 +9,8 @@ from heed.config import config_from_dict
 from heed.data.corpus import Pair
 from heed.data.prepared import MANIFEST_FILE, read_manifest
 from heed.errors import ConfigError, DataError
-from heed.pipeline import Codec, load_corpora, open_prepared
-from heed.prepare import build_codec, prepare
+from heed.data.codec import Codec, load_corpora, open_prepared
+from heed.data.prepare import build_codec, prepare
 from heed.train import train
 
 
@@ -186,7 +186,7 @@ def test_a_killed_prepares_hidden_work_is_swept_by_the_next(tmp_path, make_confi
     killed run (its process gone) is removed by the next prepare there, a live one's is kept."""
     import os
 
-    from heed.prepare import prepare
+    from heed.data.prepare import prepare
 
     dead = tmp_path / f".corpus.{2**22 + 12345}.0123abcd.partial"
     live = tmp_path / f".corpus.{os.getpid()}.0123abcd.partial"
@@ -202,7 +202,7 @@ def test_training_from_text_says_what_it_reads_and_sends_a_corpus_too_large_for_
         tiny_config, tmp_path, monkeypatch, heed_cli):
     import gzip
 
-    import heed.pipeline as pipeline
+    import heed.data.codec as pipeline
 
     corpus = tmp_path / "many.tsv.gz"
     with gzip.open(corpus, "wt", encoding="utf-8") as f:

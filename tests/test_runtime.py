@@ -1,10 +1,10 @@
-"""heed.runtime: device names, bf16 decided by what the CPU can do, thread settings restored."""
+"""heed.plumbing.runtime: device names, bf16 decided by what the CPU can do, thread settings restored."""
 import pytest
 import torch
 
-import heed.runtime as runtime
+import heed.plumbing.runtime as runtime
 from heed.errors import ConfigError, HeedError
-from heed.runtime import check_bf16, resolve_device, torch_threads
+from heed.plumbing.runtime import check_bf16, resolve_device, torch_threads
 
 
 @pytest.mark.parametrize("name", ["tpu", "gpu", "CPU", "cuda:x", "", "mps"])

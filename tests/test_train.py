@@ -8,8 +8,8 @@ import torch
 from heed.config import ScheduleConfig, config_from_dict
 from heed.data.corpus import Pair
 from heed.errors import ConfigError, HeedError
-from heed.pipeline import Codec, split_corpus
-from heed.runtime import resolve_device
+from heed.data.codec import Codec, split_corpus
+from heed.plumbing.runtime import resolve_device
 from heed.train import LRSchedule, Trainer, train
 
 
@@ -167,7 +167,7 @@ def test_progress_lines_when_not_a_terminal(tmp_path, make_config):
 
 
 def test_tensorboard_gets_the_same_scalars_when_installed(tmp_path, monkeypatch, make_config):
-    import heed.train
+    import heed.train.log
 
     class FakeWriter:
         def __init__(self):
@@ -180,7 +180,7 @@ def test_tensorboard_gets_the_same_scalars_when_installed(tmp_path, monkeypatch,
             self.closed = True
 
     writer = FakeWriter()
-    monkeypatch.setattr(heed.train, "_tensorboard_writer", lambda directory: writer)
+    monkeypatch.setattr(heed.train.log, "_tensorboard_writer", lambda directory: writer)
     train(make_config(tmp_path / "a", max_steps=2, log_every=1))
     assert {("train/loss", 1), ("train/loss", 2), ("train/lr", 1), ("dev/bleu", 2), ("test/exact_match", 2)} <= set(
         writer.scalars)
@@ -308,11 +308,11 @@ def one_update(config, batches):
     and the update's (loss sum, target tokens) as the log window saw them. Gradients, not weights:
     Adam's first step is about lr * sign(gradient), which turns rounding in a near-zero gradient
     into a whole step."""
-    from heed.distributed import RankShare
-    from heed.train import _Window
+    from heed.plumbing.distributed import RankShare
+    from heed.train.log import Window
 
     with Trainer(config) as trainer:  # built from the run's seed, as a run builds it
-        window = _Window(torch.zeros((), dtype=torch.float64))
+        window = Window(torch.zeros((), dtype=torch.float64))
         if batches:
             trainer._step(RankShare(batches, consumed=len(batches)), window)
     grads = {name: p.grad for name, p in trainer.model.named_parameters()}
@@ -368,7 +368,7 @@ def test_keep_checkpoints_keeps_the_last_n_evaluations_for_averaging(tmp_path, m
 def test_a_trainer_holds_its_whole_run_from_construction_and_gives_it_back_on_exit(tmp_path, make_config):
     """Construction opens the run (data, model, optimizer, state, log, the directory's lock and
     torch's thread count); leaving the `with` gives back what it held; run() trains once."""
-    from heed.lock import RunLock
+    from heed.plumbing.lock import RunLock
 
     out = tmp_path / "run"
     threads = torch.get_num_threads()
@@ -389,7 +389,7 @@ def test_a_trainer_holds_its_whole_run_from_construction_and_gives_it_back_on_ex
 
 def test_a_trainer_that_cannot_open_gives_back_what_it_took(tmp_path, make_config):
     """A directory that holds a run is refused by the constructor, which leaves no lock behind."""
-    from heed.lock import RunLock
+    from heed.plumbing.lock import RunLock
 
     out = tmp_path / "run"
     with Trainer(make_config(out, max_steps=1)) as trainer:

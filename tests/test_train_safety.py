@@ -19,12 +19,12 @@ from rich.console import Console
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-import heed.train
+import heed.train.log
 from heed.checkpoint import load_checkpoint, read_meta
 from heed.cli import app
 from heed.config import config_from_dict
 from heed.errors import HeedError
-from heed.lock import LOCK_FILE, RunLock
+from heed.plumbing.lock import LOCK_FILE, RunLock
 from heed.nn.rnn.seq2seq import Seq2Seq
 from heed.train import Trainer, data_fingerprint, train
 
@@ -126,7 +126,7 @@ def test_a_huge_learning_rate_exits_2_in_one_line_and_writes_nothing_non_finite(
 
 
 def test_metrics_jsonl_writes_non_finite_numbers_as_null(tmp_path):
-    log = heed.train._Log(tmp_path, None, total_steps=1, start_step=0, progress=False)
+    log = heed.train.log.TrainLog(tmp_path, None, total_steps=1, start_step=0, progress=False)
     log.record({"kind": "dev", "step": 1, "loss": float("nan"), "ppl": float("inf"), "bleu": 1.5})
     [entry] = strict_records(tmp_path / "metrics.jsonl")
     assert (entry["loss"], entry["ppl"], entry["bleu"]) == (None, None, 1.5)
@@ -172,7 +172,7 @@ def test_sigterm_saves_last_says_how_to_resume_and_exits_143(tmp_path, tiny_conf
 
 def hold_lock(directory):
     """Another process that holds `directory`'s run lock until killed."""
-    code = ("import sys, time; from heed.lock import RunLock; lock = RunLock(sys.argv[1]).__enter__(); "
+    code = ("import sys, time; from heed.plumbing.lock import RunLock; lock = RunLock(sys.argv[1]).__enter__(); "
             "print('locked', flush=True); time.sleep(300)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(directory)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"

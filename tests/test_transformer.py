@@ -80,7 +80,7 @@ def test_accumulation_prepared_corpora_and_the_warmup_schedule_train(tmp_path, t
 
 
 def test_compiled_training_gives_eager_losses(tmp_path, tiny_config):
-    from heed.runtime import compiler_problem
+    from heed.plumbing.runtime import compiler_problem
 
     if compiler_problem() is not None:
         pytest.skip(compiler_problem())
@@ -125,7 +125,7 @@ def test_heed_load_translates_explores_and_aligns_with_a_transformer(transformer
 
 
 def test_an_rnn_and_a_transformer_ensemble(trained_run, transformer_run):
-    from heed.ensemble import Ensemble, mean_log_probs
+    from heed.nn.ensemble import Ensemble, mean_log_probs
 
     pair = heed.load([trained_run, transformer_run], device="cpu")
     assert isinstance(pair.model, Ensemble)
@@ -236,8 +236,8 @@ def test_one_vocabulary_and_one_embedding_table_serve_both_sides(tmp_path, tiny_
 
 
 def test_heed_prepare_builds_the_same_shared_vocabulary_as_training(tiny_config, tmp_path):
-    from heed.pipeline import Codec, load_corpora
-    from heed.prepare import build_codec
+    from heed.data.codec import Codec, load_corpora
+    from heed.data.prepare import build_codec
 
     raw = transformer_raw(tiny_config, tmp_path / "out")
     raw["data"]["shared_vocab"] = True

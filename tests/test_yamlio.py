@@ -1,4 +1,4 @@
-"""heed.yamlio: YAML that cannot hang heed (alias bombs, deep nesting, huge files) and cannot silently
+"""heed.plumbing.yamlio: YAML that cannot hang heed (alias bombs, deep nesting, huge files) and cannot silently
 drop a key written twice; and the model directory's config.yaml read through it."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from heed import yamlio
+from heed.plumbing import yamlio
 from heed.checkpoint import CONFIG_FILE, FORMAT_VERSION, META_FILE, load_model_dir
 from heed.errors import ModelDirError
 

@@ -16,7 +16,7 @@ def load(path: "str | os.PathLike[str] | Sequence[str | os.PathLike[str]]", *, d
          bf16: bool = False) -> "Translator":
     """Load a trained model directory (or a `heed export` directory, run by ONNX Runtime);
     `heed.load(path).translate(["..."])`. A list of directories loads an ensemble that decodes
-    with the mean of their log-probabilities (heed.ensemble); they must share tokenizers and vocabularies.
+    with the mean of their log-probabilities (heed.nn.ensemble); they must share tokenizers and vocabularies.
     `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16."""
     from heed.api import Translator
 

@@ -36,7 +36,14 @@ import numpy as np
 import torch
 from pydantic import ValidationError
 
-from heed.align import (
+from heed.checkpoint import load_model_dir
+from heed.config import Config, decode_length_problem
+from heed.data.batching import collate
+from heed.data.codec import Codec
+from heed.data.corpus import normalize, text_problem
+from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
+from heed.errors import Abandoned, ConfigError, HeedError
+from heed.explain.align import (
     Link,
     hard_alignment,
     load_dictionary,
@@ -44,25 +51,24 @@ from heed.align import (
     to_pharaoh,
     word_attention,
 )
-from heed.align_methods import AlignOptions, Units, check_selection, unit_count
-from heed.attention_gap import AttentionGap, attention_gap
-from heed.checkpoint import load_model_dir
-from heed.config import Config, decode_length_problem
-from heed.data.batching import collate
-from heed.data.corpus import normalize, text_problem
-from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
-from heed.ensemble import Ensemble
-from heed.errors import Abandoned, ConfigError, HeedError
-from heed.forced import SweepResult, attention_shape, forced_attention, links_of, sweep
+from heed.explain.align_methods import AlignOptions, Units, check_selection, unit_count
+from heed.explain.attention_gap import AttentionGap, attention_gap
+from heed.explain.forced import SweepResult, attention_shape, forced_attention, links_of, sweep
+from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention, intervening
-from heed.nn.protocol import (AttributableModel, HeadsModel, OwnSearchModel, SelfAttentionModel, TrainableModel,
-                              TranslationModel)
-from heed.pipeline import Codec
-from heed.runtime import check_bf16, limit_onednn_cache, resolve_device
-from heed.search import BeamTree, Decoded, DecodeConfig, translate_ids
+from heed.nn.protocol import (
+    AttributableModel,
+    HeadsModel,
+    OwnSearchModel,
+    SelfAttentionModel,
+    TrainableModel,
+    TranslationModel,
+)
+from heed.plumbing.runtime import check_bf16, limit_onednn_cache, resolve_device
+from heed.search import BeamTree, DecodeConfig, Decoded, translate_ids
 
 if TYPE_CHECKING:
-    from heed.attribution import Attribution, AttributionMethod
+    from heed.explain.attribution import Attribution, AttributionMethod
     from heed.export.ort import OrtSeq2Seq
 
 EOS_TOKEN = SPECIALS[EOS]
@@ -113,7 +119,7 @@ class Alignment:
                (target positions count characters instead with AlignOptions(tgt_units="chars"))
     attention: float32 (target units, len(src_words)): the token attention of the teacher-forced
                pass that the AlignOptions read, without the source's </s> column, lifted to words
-               (source pieces summed, target pieces averaged; heed.align_methods.UnitMaps); rows
+               (source pieces summed, target pieces averaged; heed.explain.align_methods.UnitMaps); rows
                sum to at most 1 (the rest went to the source's </s>)
     links:     the hard alignment `[(i, j), ...]`: for every target unit j, the source word i
                with the most weight (Pharaoh order, source first)
@@ -255,7 +261,7 @@ class Translator:
     The translator owns `model`: it is cast, moved and put in eval mode in place, and on the CPU
     its decoder's weights are stored column-major (heed.nn.layout; same values). An exported model
     (heed.export.ort.OrtSeq2Seq, from `Translator.load` of a `heed export` directory) is used as it is.
-    An ensemble (heed.ensemble.Ensemble, from `Translator.load` of several paths) has each of its
+    An ensemble (heed.nn.ensemble.Ensemble, from `Translator.load` of several paths) has each of its
     models made ready so."""
 
     def __init__(self, model: "TrainableModel | OrtSeq2Seq | Ensemble", codec: Codec, config: Config, *,
@@ -277,7 +283,7 @@ class Translator:
         `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16;
         `verify`: check every file's sha256 first (default: yes, unless HEED_VERIFY=0).
 
-        Several paths (a list) make an ensemble (heed.ensemble): every step decodes with the mean of
+        Several paths (a list) make an ensemble (heed.nn.ensemble): every step decodes with the mean of
         the models' log-probabilities, and its attention is their mean attention. The models must
         share their tokenizers and vocabularies, source and target (a HeedError names the first that
         differs); they may differ in anything else (architecture, size, exported or not). The
@@ -337,7 +343,7 @@ class Translator:
         tokens is cut to its first `max_src_len` (`Translation.truncated` counts the rest).
 
         `replace_unk`: each `<unk>` output token becomes the source token it attended to most
-        (`heed.align.replace_unknowns`; Luong et al. 2015b), translated by `dictionary` (a
+        (`heed.explain.align.replace_unknowns`; Luong et al. 2015b), translated by `dictionary` (a
         mapping, or a `src<TAB>tgt` file) where it has an entry, copied otherwise. `tokens`,
         `text` and the attention labels then show the replacements. A dictionary implies
         `replace_unk`.
@@ -513,7 +519,7 @@ class Translator:
 
     def word_alignment(self, translation: Translation) -> "Alignment | None":
         """The word alignment behind a translation: its token attention lifted to whitespace words
-        (source pieces summed, output pieces averaged; `heed.align.word_attention`), each output
+        (source pieces summed, output pieces averaged; `heed.explain.align.word_attention`), each output
         word linked to the source word with the most weight. None without attention."""
         if translation.attention is None:
             return None
@@ -537,7 +543,7 @@ class Translator:
         were the model's own output (teacher forcing, one pass per batch), and the attention of
         that pass, lifted to whitespace words, gives each target word's source word.
 
-        `options` (heed.align_methods.AlignOptions): the method (argmax, or shift-att), the layer
+        `options` (heed.explain.align_methods.AlignOptions): the method (argmax, or shift-att), the layer
         and head (default: the model's alignment layer, the mean of its heads) and the target units
         (words, or characters). A layer or head of its own needs a PyTorch model, not an ensemble
         or an export. Sentences are batched longest source first and put back in input order. An
@@ -571,7 +577,7 @@ class Translator:
                     possible: Sequence[set[Link]], *, tgt_units: Units = "words", batch_size: int = 64) -> SweepResult:
         """AER against gold links (`sure[k]`, `possible[k]` for pair k) of every way to read an
         alignment off this model: argmax and shift-att, for every decoder layer and their mean,
-        every head and their mean (heed.forced.SweepResult), with the diagonal baseline. An
+        every head and their mean (heed.explain.forced.SweepResult), with the diagonal baseline. An
         ensemble or an exported model has one reading per method: its reported attention."""
         self._check_align_inputs(src_texts, tgt_texts, batch_size)
         if not len(sure) == len(possible) == len(src_texts):
@@ -585,7 +591,7 @@ class Translator:
     def attention_gap(self, other: "Translator", src_texts: Sequence[str], tgt_texts: Sequence[str], *,
                       batch_size: int = 64) -> AttentionGap:
         """How far `other`'s attention is from this translator's when both read `tgt_texts[k]` as
-        their output for `src_texts[k]` (heed.attention_gap): e.g. an int8 export's beside the
+        their output for `src_texts[k]` (heed.explain.attention_gap): e.g. an int8 export's beside the
         float32 model it was exported from. Each side's reported attention (a Transformer's last
         decoder layer, heads averaged); the two must share tokenizers and vocabularies."""
         self._check_align_inputs(src_texts, tgt_texts, batch_size)
@@ -665,7 +671,7 @@ class Translator:
     def attribute(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
                   method: "AttributionMethod" = "integrated_gradients", steps: int = 50) -> list["Attribution"]:
         """Attribution of every output token to the source tokens and the output before it
-        (heed.attribution; Captum, `pip install 'heed-nmt[explain]'`), beside the attention.
+        (heed.explain.attribution; Captum, `pip install 'heed-nmt[explain]'`), beside the attention.
 
         `tgt_texts`: the translations to explain (texts, or their tokens), read as the model's own
         output (teacher forcing); None explains the model's own translations (decoded with its decode config first).
@@ -673,8 +679,8 @@ class Translator:
         baseline; `Attribution.delta` is its completeness gap) or "grad_x_input". One backward pass
         per output token (times `steps` for integrated gradients), sentence by sentence, in float32:
         an exported model, an ensemble and a bf16 translator are refused."""
-        from heed.attribution import METHODS, Attribution, attribute_ids
-        from heed.limits import MAX_ATTRIBUTION_STEPS
+        from heed.explain.attribution import METHODS, Attribution, attribute_ids
+        from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
 
         if isinstance(src_texts, str) or isinstance(tgt_texts, str):
             raise TypeError("attribute() takes lists of sentences; wrap a single one in a list")

@@ -30,7 +30,7 @@ Training state is pickle-free too: `optimizer.safetensors` (every tensor of the 
 keys prefixed `rank{r}.`) and `trainer.json` (step, epoch, position in
 the epoch, best metric, patience, schedule, the optimizer's non-tensor settings).
 
-Directories are replaced atomically by `heed.files.replace_dir` (see there): a reader finds a
+Directories are replaced atomically by `heed.plumbing.files.replace_dir` (see there): a reader finds a
 complete copy at every instant.
 """
 from __future__ import annotations
@@ -50,9 +50,12 @@ from torch import nn
 
 import heed
 from heed.config import Config, load_config, save_config
+from heed.data.codec import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE, Codec
 from heed.data.tokenize import spm_model_path
 from heed.errors import ConfigError, ModelDirError, OutputError
-from heed.files import (
+from heed.nn.build import build_model
+from heed.nn.protocol import TrainableModel
+from heed.plumbing.files import (
     atomic_write_text,
     check_regular,
     default_file_mode,
@@ -63,9 +66,6 @@ from heed.files import (
     resolve_dir,
     verifying,
 )
-from heed.nn.build import build_model
-from heed.nn.protocol import TrainableModel
-from heed.pipeline import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE, Codec
 
 FORMAT_VERSION = 1
 META_FILE = "heed.json"
@@ -84,7 +84,7 @@ READ_IF_PRESENT = (spm_model_path(Path("."), "src").name, spm_model_path(Path(".
 
 
 # --------------------------------------------------------------------------- atomic directories
-# replace_dir and resolve_dir live in heed.files (no torch there); imported here for the callers.
+# replace_dir and resolve_dir live in heed.plumbing.files (no torch there); imported here for the callers.
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -1,4 +1,4 @@
-"""The `heed` command: a thin layer over heed.train, heed.api, heed.evaluate, heed.align, heed.viz
+"""The `heed` command: a thin layer over heed.train, heed.api, heed.evaluate, heed.explain.align, heed.viz
 and heed.demo.
 
 Every user mistake (a HeedError, an unreadable file) is printed in a line or two on stderr, naming
@@ -24,15 +24,15 @@ from rich.console import Console
 
 import heed
 from heed.errors import ConfigError, DataError, HeedError, install_hint
-from heed.files import atomic_open, open_stream
-from heed.limits import MAX_ATTRIBUTION_STEPS
+from heed.plumbing.files import atomic_open, open_stream
+from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from heed.api import Translation, Translator
-    from heed.distributed import World
     from heed.evaluate import Bucket, BucketScore
+    from heed.plumbing.distributed import World
     from heed.search import DecodeConfig
 
 app = typer.Typer(
@@ -114,7 +114,7 @@ def _root(
                                    "non-finite weights are refused all the same."),
 ) -> None:
     """Sequence-to-sequence translation with attention."""
-    from heed.files import set_verify_default
+    from heed.plumbing.files import set_verify_default
 
     set_verify_default(False if no_verify else None)
 
@@ -149,7 +149,7 @@ def train(
     import shlex
 
     from heed.config import load_config
-    from heed.distributed import World
+    from heed.plumbing.distributed import World
     from heed.train import score_command
     from heed.train import train as run_training
 
@@ -167,11 +167,11 @@ def train(
            *([] if progress is None else ["--progress" if progress else "--no-progress"]),
            *(["--processes", str(processes)] if processes > 1 else [])]
     if processes > 1 and not world.is_distributed:
-        from heed.launch import launch
+        from heed.plumbing.launch import launch
 
         raise typer.Exit(launch(["train", *own, *(["--resume"] if resume else [])], processes))
     if world.is_distributed:
-        from heed.launch import die_with_launcher
+        from heed.plumbing.launch import die_with_launcher
 
         die_with_launcher()  # a rank of `--processes N` ends with its launcher, even one killed with -9
     launcher, launcher_note = _how_started(world, processes)
@@ -266,8 +266,8 @@ def prepare(
     if verify is not None:
         if config is not None or set_ or output is not None or tokenizers is not None:
             raise HeedError("--verify DIR checks a prepared corpus; give it alone, without CONFIG or other options")
+        from heed.data.codec import Codec
         from heed.data.prepared import read_manifest, verify_files, verify_ids
-        from heed.pipeline import Codec
 
         started = time.perf_counter()
         manifest = read_manifest(verify)
@@ -285,7 +285,7 @@ def prepare(
     if config is None:
         raise HeedError("give a CONFIG to prepare (or --verify DIR to check a prepared corpus)")
     from heed.config import load_config
-    from heed.prepare import prepare as run_prepare
+    from heed.data.prepare import prepare as run_prepare
 
     cfg = load_config(config, list(set_))
     bars = _PhaseProgress(enabled=progress)
@@ -564,9 +564,9 @@ def translate(
     A source longer than the model's data.max_src_len tokens (the longest it was trained on) is cut to
     that many tokens, with a warning on stderr naming its line. A progress bar goes to stderr when it is
     a terminal (and stdout is not)."""
-    from heed.align import load_dictionary
     from heed.api import Translator
-    from heed.runtime import torch_threads
+    from heed.explain.align import load_dictionary
+    from heed.plumbing.runtime import torch_threads
 
     if input is None and (sys.stdin is None or sys.stdin.closed):
         raise HeedError("no input: stdin is closed; give --input FILE")
@@ -668,12 +668,12 @@ def evaluate(
 
     A source longer than the model's data.max_src_len tokens is cut to that many tokens, with a warning
     on stderr naming its line. A progress bar goes to stderr when it is a terminal."""
-    from heed.align import load_dictionary
     from heed.api import Translator
     from heed.data.corpus import read_parallel
     from heed.evaluate import evaluate as score
     from heed.evaluate import format_scores
-    from heed.runtime import torch_threads
+    from heed.explain.align import load_dictionary
+    from heed.plumbing.runtime import torch_threads
 
     bucket_list = _parse_buckets(buckets)
     _check_figure_path(plot)
@@ -849,7 +849,7 @@ def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int,
                   decode: dict[str, Any]) -> None:
     """heed attention RUN --checkpoints: one heatmap per kept checkpoint, in step order."""
     from heed.api import EOS_TOKEN, Translator
-    from heed.history import attention_over_training, final_model
+    from heed.explain.history import attention_over_training, final_model
     from heed.viz import MAX_HEATMAP_TOKENS, attention_grid, save_figure
 
     if not sentence.strip():
@@ -879,7 +879,7 @@ def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int,
 
 def _draw_entropy(run: Path, output: Path) -> None:
     """heed attention RUN --entropy: every head's entropy curve from the run's metrics.jsonl."""
-    from heed.history import entropy_history
+    from heed.explain.history import entropy_history
     from heed.viz import entropy_curves, save_figure
 
     steps, values = entropy_history(run)
@@ -962,7 +962,7 @@ def align(
     -> source word round(j*|src|/|tgt|)), which a useful reading must beat. --beside OTHER reads the
     same pairs with another model (the int8 export of this one, say) and says how far its attention
     and links are from this model's."""
-    from heed.align_methods import AlignOptions, parse_index, unit_count
+    from heed.explain.align_methods import AlignOptions, parse_index, unit_count
 
     try:
         options = AlignOptions(method=method.value, layer=parse_index(layer, "--layer"),
@@ -989,7 +989,7 @@ def align(
     units = [(len(p.src.split()), unit_count(p.tgt, options.tgt_units)) for p in pairs]
     golden = theirs = None
     if gold is not None:
-        from heed.align import read_gold_for
+        from heed.explain.align import read_gold_for
 
         hint = "" if options.tgt_units == "chars" else ", or characters with --tgt-units chars"
         golden = read_gold_for(gold, units, units=options.tgt_units, sides=f"{src} and {tgt}", hint=hint)
@@ -1009,11 +1009,11 @@ def align(
             links += [set(a.links) for a in translator.align(src_texts[chunk], tgt_texts[chunk], options=options,
                                                             batch_size=batch_size)]
             bar.advance(len(src_texts[chunk]))
-    from heed.forced import attention_shape
+    from heed.explain.forced import attention_shape
 
     what = options.describe(attention_shape(translator.model)[:2])
     if reverse is not None:
-        from heed.align_methods import symmetrize as join
+        from heed.explain.align_methods import symmetrize as join
 
         backward = Translator.load(reverse, device=device).align(
             tgt_texts, src_texts, options=AlignOptions(method=options.method), batch_size=batch_size)
@@ -1149,7 +1149,7 @@ def faithfulness_command(
 
     from heed.api import Translator
     from heed.data.corpus import read_parallel
-    from heed.faithfulness import KINDS, faithfulness, passes
+    from heed.explain.faithfulness import KINDS, faithfulness, passes
 
     pairs = list(read_parallel(src, ref, streams=True))
     translator = Translator.load(model, device=device)
@@ -1177,7 +1177,7 @@ def faithfulness_command(
 
 def _pharaoh_line(links: set[tuple[int, int]]) -> str:
     """Links in target order (then source), as `heed align` always wrote them."""
-    from heed.align import to_pharaoh
+    from heed.explain.align import to_pharaoh
 
     return to_pharaoh(sorted(links, key=lambda link: (link[1], link[0])))
 
@@ -1186,8 +1186,8 @@ def _print_aer(links: list[set], golden: tuple[list[set], list[set]], units: lis
                others: Sequence[tuple[str, list[set]]], *, err: bool) -> None:
     """The model's AER, the diagonal's and the others' (a reference file's, a --beside model's:
     (what, links)), and a warning when the model does not beat the diagonal."""
-    from heed.align import alignment_error_rate
-    from heed.align_methods import diagonal_alignment
+    from heed.explain.align import alignment_error_rate
+    from heed.explain.align_methods import diagonal_alignment
 
     sure, possible = golden
     aer = alignment_error_rate(links, sure, possible)
@@ -1209,7 +1209,7 @@ def _print_sweep(result: Any, plot: Path, sentences: int) -> None:
     reading, the diagonal, and the heatmap."""
     from rich.table import Table
 
-    from heed.align_methods import METHODS, AlignOptions
+    from heed.explain.align_methods import METHODS, AlignOptions
     from heed.viz import aer_grid, save_figure
 
     console = Console(highlight=False, soft_wrap=True)
@@ -1401,7 +1401,7 @@ def serve(
     from heed.api import Translator
     from heed.checkpoint import find_model_dir
     from heed.export.onnx import exported_dir
-    from heed.runtime import torch_threads
+    from heed.plumbing.runtime import torch_threads
     from heed.serve.slow_clients import read_timeout_protocol
 
     models = list(models or [])
@@ -1477,7 +1477,7 @@ def average(
     them as an ensemble instead: heed translate A B). The inputs must share the architecture
     (model: config) and the tokenizers and vocabularies; the output has the first's config and
     lists the inputs in its heed.json."""
-    from heed.average import average_checkpoints
+    from heed.train.average import average_checkpoints
 
     def warn(message: str) -> None:
         _stderr().print(f"[yellow]warning:[/] {_escape(message)}", soft_wrap=True)
@@ -1560,7 +1560,7 @@ def data_task(
     to words. The same settings write the same files as training generates: give the model's training
     config (--config) so that test is the model's held-out test set."""
     from heed.config import DataConfig, load_config
-    from heed.pipeline import write_task
+    from heed.data.codec import write_task
 
     if name not in ("dates", "names"):
         raise HeedError(f"TASK must be dates or names, got {name!r}")

@@ -24,7 +24,7 @@ from heed.config import Config, load_config
 from heed.data.corpus import Pair
 from heed.data.dates import FIRST_DATE, LAST_DATE
 from heed.errors import HeedError
-from heed.files import atomic_write_text
+from heed.plumbing.files import atomic_write_text
 
 DEMO_CONFIG = Path("configs") / "demo.yaml"
 # --quick: a smoke test of every stage, not the real result.
@@ -123,10 +123,10 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
              console: Console | None = None, progress: bool | None = None) -> DemoResult:
     """Run the four steps (see module doc); returns the test exact match and where things went."""
     from heed.api import Translator
-    from heed.align import alignment_error_rate, gold_pharaoh
-    from heed.align_methods import AlignOptions, diagonal_alignment
     from heed.data.dates import generate_dates_aligned, write_splits
     from heed.evaluate import evaluate
+    from heed.explain.align import alignment_error_rate, gold_pharaoh
+    from heed.explain.align_methods import AlignOptions, diagonal_alignment
     from heed.train import train
     from heed.viz import attention_grid, save_figure
 

@@ -31,8 +31,8 @@ import torch
 from torch import Tensor
 
 from heed.data.batching import sentence_batches
-from heed.decode_config import MAX_BEAM, MAX_OUTPUT_TOKENS, DecodeConfig  # noqa: F401  (DecodeConfig's home)
 from heed.data.vocab import UNK
+from heed.decode_config import MAX_BEAM, MAX_OUTPUT_TOKENS, DecodeConfig  # noqa: F401  (DecodeConfig's home)
 from heed.errors import ConfigError
 from heed.nn.protocol import Encoded, SearchModel, SearchState, Step  # noqa: F401  (the protocol's home)
 

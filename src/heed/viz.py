@@ -29,9 +29,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure, FigureBase
 
-from heed.align import weight_matrix
 from heed.errors import HeedError
-from heed.files import atomic_open
+from heed.explain.align import weight_matrix
+from heed.plumbing.files import atomic_open
 
 __all__ = [
     "MAX_HEATMAP_TOKENS",
@@ -496,7 +496,7 @@ def length_plot(table: dict[str, Sequence[tuple[str, float]]], *, metric: str = 
 
 def aer_grid(grids: dict[str, np.ndarray], *, diagonal: float | None = None, title: str = "AER") -> Figure:
     """One heatmap per method of AER by decoder layer (rows) and head (columns), the last row the
-    mean of the layers and the last column the mean of the heads (heed.forced.SweepResult.grid).
+    mean of the layers and the last column the mean of the heads (heed.explain.forced.SweepResult.grid).
 
     `grids`: `{"argmax": (layers + 1, heads + 1), "shift": ...}` in 0-1; cells are printed in %,
     darker is better (lower). `diagonal`: the no-model baseline's AER, in every panel's title and
@@ -534,7 +534,7 @@ def entropy_curves(steps: Sequence[int], entropy: np.ndarray, *, title: str = "a
     per head (in nats: 0 = one source token gets all the weight; log n = uniform over n).
 
     `steps`: the evaluations' training steps; `entropy`: (evaluations, layers, heads), as
-    heed.history.entropy_history reads it off metrics.jsonl. An RNN's one attention is one panel
+    heed.explain.history.entropy_history reads it off metrics.jsonl. An RNN's one attention is one panel
     with one line. Heads past eight share the colours again (the legend names each)."""
     entropy = np.asarray(entropy, dtype=np.float64)
     if entropy.ndim != 3 or entropy.shape[0] != len(steps) or entropy.shape[0] == 0:

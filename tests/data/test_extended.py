@@ -49,7 +49,7 @@ def test_a_source_without_unknowns_extends_nothing() -> None:
 def test_a_copy_codec_round_trips_a_sentence_whose_tokens_the_target_vocabulary_lacks(kind: str) -> None:
     from heed.config import DataConfig
     from heed.data.corpus import Pair
-    from heed.pipeline import Codec
+    from heed.data.codec import Codec
 
     spec = {"kind": kind, "vocab_size": 40}
     data = DataConfig(task="dates", tokenizer={"src": spec, "tgt": spec})

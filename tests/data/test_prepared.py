@@ -36,7 +36,7 @@ def examples(n: int = 300, seed: int = 0, vocab: int = 300) -> list[tuple[list[i
 
 
 def write_corpus(directory: Path, pairs, *, shard_tokens: int = 1000, vocab: int = 300) -> Path:
-    """A prepared corpus of id pairs (no tokenizer files), as heed.prepare writes its shards."""
+    """A prepared corpus of id pairs (no tokenizer files), as heed.data.prepare writes its shards."""
     directory.mkdir(parents=True, exist_ok=True)
     writer = ShardWriter(directory, src_dtype=id_dtype(vocab), tgt_dtype=id_dtype(vocab), shard_tokens=shard_tokens)
     for src, tgt in pairs:

@@ -137,7 +137,7 @@ def test_sentencepiece_detokenizes_pieces_it_does_not_know():
 def _codec_dir(tmp_path, make_config, src_kind: str, tgt_kind: str = "char", **extra):
     from heed.config import config_from_dict
     from heed.data.corpus import Pair
-    from heed.pipeline import Codec
+    from heed.data.codec import Codec
 
     cfg = make_config(tmp_path / "run")
     raw = cfg.model_dump(mode="json")
@@ -163,7 +163,7 @@ def _edit_kind(directory, side: str, kind: str) -> None:
     ("char", "bpe", "SentencePiece model missing"),
 ])
 def test_an_edited_tokenizer_kind_is_caught_by_the_files_beside_it(tmp_path, make_config, trained, edited, says):
-    from heed.pipeline import Codec
+    from heed.data.codec import Codec
 
     sentencepiece_options = {"vocab_size": 40} if trained in ("bpe", "unigram") else {}
     directory, _ = _codec_dir(tmp_path, make_config, trained, **sentencepiece_options)
@@ -174,7 +174,7 @@ def test_an_edited_tokenizer_kind_is_caught_by_the_files_beside_it(tmp_path, mak
 
 @pytest.mark.parametrize(("trained", "edited"), [("char", "word"), ("bpe", "unigram")])
 def test_an_edited_tokenizer_kind_is_caught_by_the_model_s_config(tmp_path, make_config, trained, edited):
-    from heed.pipeline import Codec
+    from heed.data.codec import Codec
 
     directory, data = _codec_dir(tmp_path, make_config, trained, **({"vocab_size": 40} if trained == "bpe" else {}))
     assert Codec.load(directory, data=data).src_tokenizer.kind == trained
@@ -185,7 +185,7 @@ def test_an_edited_tokenizer_kind_is_caught_by_the_model_s_config(tmp_path, make
 
 
 def test_a_tokenizers_json_without_both_sides_is_a_model_dir_error(tmp_path, make_config):
-    from heed.pipeline import Codec
+    from heed.data.codec import Codec
 
     directory, _ = _codec_dir(tmp_path, make_config, "char")
     (directory / "tokenizers.json").write_text('{"src": {"kind": "char"}}', encoding="utf-8")
@@ -203,7 +203,7 @@ def test_a_corrupt_sentencepiece_model_without_checksum_is_a_model_dir_error(tmp
 def test_a_vocabulary_smaller_than_asked_is_reported(tmp_path, make_config):
     from heed.config import config_from_dict
     from heed.data.corpus import Pair
-    from heed.pipeline import Codec
+    from heed.data.codec import Codec
 
     raw = make_config(tmp_path / "run").model_dump(mode="json")
     raw["data"]["tokenizer"] = {"src": {"kind": "bpe", "vocab_size": 8000}, "tgt": {"kind": "char"}}

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from heed.nn.attention import FUSABLE_SCORES, SCORES, Attended, Attention, attend
+from heed.nn.rnn.attention import FUSABLE_SCORES, SCORES, Attended, Attention, attend
 from heed.nn.masks import lengths_to_mask
 
 BATCH, SRC_LEN, TGT_LEN = 4, 5, 3

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from heed.nn.attention import Attention
+from heed.nn.rnn.attention import Attention
 
 KEY_SIZE, VALUE_SIZE = 16, 16
 PAIRS = 8  # real (key, value) pairs per dictionary: one answer, seven distractors

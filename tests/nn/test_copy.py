@@ -100,7 +100,7 @@ def test_an_all_padding_row_gives_the_vocabulary_distribution_not_nan(dtype: tor
 
 from heed.config import config_from_dict  # noqa: E402
 from heed.errors import ConfigError  # noqa: E402
-from heed.nn.attention import SCORES  # noqa: E402
+from heed.nn.rnn.attention import SCORES  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
 from heed.nn.rnn.seq2seq import Seq2Seq  # noqa: E402
 from heed.search import DecodeConfig, Prefix, beam_search, greedy_search, sample, search  # noqa: E402

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from search_fakes import assert_beam_of_one_equals_greedy, teacher_forced
 
-from heed.nn.attention import Attention
+from heed.nn.rnn.attention import Attention
 from heed.nn.rnn.coverage import coverage_loss
 from heed.nn.masks import lengths_to_mask
 from heed.search import DecodeConfig, beam_search

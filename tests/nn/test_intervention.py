@@ -3,7 +3,7 @@ attention over the source, and only it, takes them."""
 import pytest
 import torch
 
-from heed.nn.attention import Attention
+from heed.nn.rnn.attention import Attention
 from heed.nn.intervention import Intervention, intervene, intervening
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from heed.nn.attention import Attention as TorchAttention
+from heed.nn.rnn.attention import Attention as TorchAttention
 from heed.scratch import AdditiveAttention, AdditiveScore, TimeAffine
 from heed.scratch.gradcheck import check_gradients, rel_error
 

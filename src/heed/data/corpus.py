@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple, Protocol
 
 from heed.errors import DataError
-from heed.files import file_kind, open_stream
+from heed.plumbing.files import file_kind, open_stream
 
 PathLike = str | os.PathLike[str]
 
@@ -81,7 +81,7 @@ class ByteStream(Protocol):
 def _open_binary(path: Path, *, streams: bool = False) -> BinaryIO:
     """Open a corpus file for reading bytes; `.gz` files are decompressed on the fly. Anything but
     a regular file is refused before opening (training reads a corpus twice, and a device such as
-    /dev/zero never ends); with `streams`, a pipe or named pipe is read too (heed.files.open_stream:
+    /dev/zero never ends); with `streams`, a pipe or named pipe is read too (heed.plumbing.files.open_stream:
     a FIFO waits for its writer)."""
     try:
         mode = path.stat().st_mode  # follows symlinks: a link to a file is a file

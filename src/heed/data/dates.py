@@ -54,7 +54,7 @@ from babel import Locale
 from babel.dates import DateTimeFormat, tokenize_pattern
 
 from heed.data.corpus import Pair, normalize
-from heed.files import atomic_open
+from heed.plumbing.files import atomic_open
 
 DATE_LANGUAGES: tuple[str, ...] = ("en", "fr", "de", "es", "ko")
 _T = TypeVar("_T")

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import heed
 from heed.errors import DataError, HeedError, OutputError
-from heed.files import atomic_write_text, make_temp_dir, sweep_stale
+from heed.plumbing.files import atomic_write_text, make_temp_dir, sweep_stale
 
 MAX_DOWNLOAD_BYTES = 256 << 20  # far above any file here (the largest is 6 MB): a runaway answer stops
 # Inflated, a file may hold at most this much (the largest here, fra.txt, is 11.7 MB): a small zip

@@ -5,7 +5,7 @@
     manifest.json               what is here: format version, heed version, the data config it came
                                 from, the tokenizer and vocabulary files, and every shard file's
                                 size in bytes and sha256
-    tokenizers.json, src.vocab.json, tgt.vocab.json, [src|tgt].spm.model    the Codec (heed.pipeline)
+    tokenizers.json, src.vocab.json, tgt.vocab.json, [src|tgt].spm.model    the Codec (heed.data.codec)
     shard-00000.src.npy         source ids of the shard's pairs, concatenated (no specials),
                                 1-D, the smallest unsigned dtype that holds the vocabulary
     shard-00000.tgt.npy         target ids, likewise
@@ -66,7 +66,7 @@ import numpy as np
 
 from heed.data.batching import Batch, Example, check_batching, collate, epoch_rng, plan_batches
 from heed.errors import DataError
-from heed.files import atomic_write_text, file_digest, open_regular
+from heed.plumbing.files import atomic_write_text, file_digest, open_regular
 
 FORMAT = "heed-prepared-corpus"
 FORMAT_VERSION = 1

@@ -23,7 +23,7 @@ from typing import Any, Literal, get_args
 import sentencepiece as spm
 
 from heed.errors import ModelDirError
-from heed.files import atomic_write_bytes, open_regular, reason
+from heed.plumbing.files import atomic_write_bytes, open_regular, reason
 
 TokenizerKind = Literal["char", "word", "bpe", "unigram"]
 TOKENIZER_KINDS: tuple[str, ...] = get_args(TokenizerKind)

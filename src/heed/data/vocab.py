@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from heed.errors import DataError
-from heed.files import atomic_open, open_regular
+from heed.plumbing.files import atomic_open, open_regular
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS: tuple[str, ...] = ("<pad>", "<s>", "</s>", "<unk>")

@@ -46,7 +46,7 @@ from heed.decode_config import DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError
 from heed.export.ct2 import require_ctranslate2
 from heed.export.onnx import Manifest
-from heed.runtime import cpu_int8_products_exact
+from heed.plumbing.runtime import cpu_int8_products_exact
 from heed.search import Decoded, Hypothesis, length_penalty, max_output_lengths
 
 PATIENCE = 4  # with a length penalty or n-best > 1: finished hypotheses kept = beam * PATIENCE before heed ranks them
@@ -85,7 +85,7 @@ class CT2Seq2Seq:
     def compute_type(self) -> str:
         """CTranslate2's compute type: the model's own ("default": int8 products for an int8
         export), except an int8 export on a CPU whose int8 products saturate (x86 without VNNI,
-        heed.runtime.cpu_int8_products_exact): there CTranslate2's u8s8 GEMM changed 134 of 300
+        heed.plumbing.runtime.cpu_int8_products_exact): there CTranslate2's u8s8 GEMM changed 134 of 300
         translations of the tests' tiny Transformer (BLEU 37.1 -> 35.3; Intel Xeon 6/85), so its
         weights are multiplied in int16 (13 changed, BLEU 37.1), or in float32 where this
         CTranslate2 has no int16 products."""

@@ -12,7 +12,7 @@ def load_exported(path: str | os.PathLike[str], *, verify: bool | None = None) -
     """An exported directory -> (runtime model, Codec, Config), after `load_manifest`'s checks: an
     OrtSeq2Seq (heed's search over ONNX Runtime) or a CT2Seq2Seq (CTranslate2's search)."""
     from heed.config import load_config
-    from heed.pipeline import Codec
+    from heed.data.codec import Codec
 
     manifest = load_manifest(path, verify=verify)
     directory = manifest.directory

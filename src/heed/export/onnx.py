@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 import heed
 from heed.errors import ConfigError, HeedError, ModelDirError, install_hint
-from heed.files import file_digest, open_regular, resolve_dir, verifying
+from heed.plumbing.files import file_digest, open_regular, resolve_dir, verifying
 from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import TrainableModel
 
@@ -184,7 +184,7 @@ class Manifest:
 
 def exported_dir(path: str | os.PathLike[str]) -> Path | None:
     """The complete exported directory at `path` (it holds manifest.json), or `path.old` while
-    `heed export` swaps a new one in (heed.files.replace_dir); None if `path` is no export."""
+    `heed export` swaps a new one in (heed.plumbing.files.replace_dir); None if `path` is no export."""
     return resolve_dir(path, (MANIFEST_FILE,))
 
 
@@ -233,7 +233,7 @@ def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) ->
 
     from heed.data.tokenize import spm_model_path
     from heed.data.vocab import BOS, EOS, PAD
-    from heed.pipeline import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE
+    from heed.data.codec import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE
 
     def bad(field: str, what: str) -> ModelDirError:
         return ModelDirError(f"{file}: {field} {what}; the manifest is damaged, export the model again")

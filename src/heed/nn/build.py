@@ -39,7 +39,7 @@ def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, p
                 source_to_target: Sequence[int] | None = None) -> TrainableModel:
     """A fresh model of `cfg.family` for this config and these vocabulary sizes. A copy model (`cfg.copy`) also
     needs `source_to_target`, each source id's target id by string or -1
-    (heed.data.extended.source_to_target; heed.pipeline.Codec.source_to_target).
+    (heed.data.extended.source_to_target; heed.data.codec.Codec.source_to_target).
 
     The model is first built on torch's meta device (shapes, no memory): one whose float32 weights
     alone would not fit in this machine's memory is a ConfigError saying how large it is, before

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
-from heed.limits import MAX_LAYERS
+from heed.plumbing.limits import MAX_LAYERS
 
 ScoreName = Literal["dot", "general", "additive", "scaled_dot", "cosine", "location"]
 

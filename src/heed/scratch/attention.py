@@ -125,7 +125,7 @@ class TimeAttention:
 class AdditiveScore:
     """Bahdanau et al. 2015, A.1.2: e_{ts} = v_a^T tanh(W_a s_{t-1} + U_a h_s), here
     score = v . tanh(W_q q + b_q + keys), keys = W_k states computed once per source (`project_keys`
-    of heed.nn.attention.Attention; in scratch a bias-free TimeAffine(W_k)).
+    of heed.nn.rnn.attention.Attention; in scratch a bias-free TimeAffine(W_k)).
 
     Parameters in PyTorch's layout and order, as torch's `Attention("additive")`:
         W_q (attn, query_size) = query_proj.weight, b_q (attn,) = query_proj.bias, v (1, attn) = v.weight.

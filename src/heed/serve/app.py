@@ -41,9 +41,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from heed.api import Exploration, Translation, Translator, runs_torch
 from heed.checkpoint import METRICS_FILE
 from heed.data.corpus import text_problem
-from heed.ensemble import Ensemble
+from heed.nn.ensemble import Ensemble
 from heed.errors import Abandoned, ConfigError, HeedError
-from heed.files import open_regular
+from heed.plumbing.files import open_regular
 from heed.nn.intervention import Intervention
 from heed.nn.protocol import AttributableModel, HeadsModel, OwnSearchModel
 from heed.search import MAX_OUTPUT_TOKENS, DecodeConfig

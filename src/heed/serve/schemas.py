@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from heed.limits import MAX_ATTRIBUTION_STEPS
+from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
 from heed.search import DecodeConfig
 
 

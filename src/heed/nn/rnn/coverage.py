@@ -1,7 +1,7 @@
 """Coverage (Tu et al. 2016; See et al. 2017): how much attention each source position has had so far.
 
     c^t = sum_{t' < t} a^{t'}                       (batch, src_len), c^0 = 0   (See et al. 2017, eq. 10)
-    e_i^t = v . tanh(W_h h_i + W_s s_t + w_c c_i^t + b)                        (eq. 11, heed.nn.attention)
+    e_i^t = v . tanh(W_h h_i + W_s s_t + w_c c_i^t + b)                        (eq. 11, heed.nn.rnn.attention)
     covloss_t = sum_i min(a_i^t, c_i^t)                                        (eq. 12)
     loss = cross-entropy + lambda * sum_t covloss_t                            (eq. 13, summed, not averaged)
 

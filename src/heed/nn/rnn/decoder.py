@@ -25,15 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from heed.nn.attention import Attention, ScoreName
 from heed.nn.intervention import active as intervention_active
 from heed.nn.protocol import TensorState
+from heed.nn.rnn.attention import Attention, ScoreName
 from heed.nn.rnn.copy import PointerGenerator
 from heed.nn.rnn.coverage import initial_coverage
 from heed.nn.rnn.encoder import RNN_CLASSES, EncoderOutput, RNNKind
 from heed.nn.rnn.feeding import InputFeedingLSTM, gate_order
 from heed.nn.rnn.state import RNNState, as_raw, as_state
-
 
 # Each state tensor's batch (row) axis: h and c are (layers, rows, hidden), feed (rows, hidden),
 # coverage (rows, src_len). The names are the exported step graph's inputs (and `<name>_out` its outputs).

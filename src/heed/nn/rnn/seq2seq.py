@@ -6,14 +6,14 @@ from dataclasses import replace
 
 from torch import Tensor, nn
 
+from heed.nn.layout import for_decoding
+from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
+from heed.nn.protocol import Seq2SeqOutput
 from heed.nn.rnn.copy import mixture_loss
 from heed.nn.rnn.coverage import coverage_loss
 from heed.nn.rnn.decoder import DecoderFeatures, DecoderState, DecoderStep, _RNNDecoder
 from heed.nn.rnn.encoder import Bridge, EncoderOutput, RNNEncoder
-from heed.nn.layout import for_decoding
-from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
-from heed.nn.protocol import Seq2SeqOutput
-from heed.runtime import compile_function
+from heed.plumbing.runtime import compile_function
 
 # Target lengths the compiled teacher-forced pass is specialised for (each a compile of 10-30 s);
 # batches of further lengths run the eager pass. The dates task has one; a corpus has dozens.

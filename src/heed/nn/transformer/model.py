@@ -30,7 +30,7 @@ from heed.nn.masks import lengths_to_mask
 from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import AttentionMaps, Seq2SeqOutput, TensorState
 from heed.nn.transformer.layers import DecoderLayer, EncoderLayer, NormPlace, PositionKind, make_positions
-from heed.runtime import compile_function
+from heed.plumbing.runtime import compile_function
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,7 @@ from torch import Tensor, nn
 from heed.nn.masks import lengths_to_mask
 from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import TensorState
-from heed.nn.transformer.model import (TransformerEncoded, TransformerSeq2Seq, cache_names, cache_state,
-                                      empty_cache)
+from heed.nn.transformer.model import TransformerEncoded, TransformerSeq2Seq, cache_names, cache_state, empty_cache
 
 
 def memory_names(layers: int) -> list[str]:

@@ -15,7 +15,7 @@ done are skipped: a resumed run continues the same loss sequence as one that nev
 `data.prepared` (heed prepare) the epoch is a lazy `PreparedEpoch` over the shards on disk, rebuilt
 from (seed, epoch) the same way (heed.data.prepared).
 
-Safety: the output directory is locked for the run (heed.lock), and nothing is created there before
+Safety: the output directory is locked for the run (heed.plumbing.lock), and nothing is created there before
 the config, device and data are known good. A non-finite loss stops the run with a HeedError naming
 the step, and the weights are checked before every save: no checkpoint ever holds NaN or Inf.
 `metrics.jsonl` is strict JSON (a non-finite value is written as null). Ctrl-C and SIGTERM (what
@@ -29,36 +29,26 @@ Updates: one update sums the gradients of `train.accumulate` batches per process
 process under torchrun, through DistributedDataParallel), normalised by the target tokens of the
 whole update, so W processes x k batches make the update one process makes from those W * k
 batches. Steps, the LR schedule, `max_steps`, `eval_every` and `log_every` count updates. Under
-torchrun (heed.distributed) every rank draws the same batch stream and takes its share of each
+torchrun (heed.plumbing.distributed) every rank draws the same batch stream and takes its share of each
 update; only rank 0 evaluates, writes and prints, and hands its decisions to the others.
 """
 from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import math
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -70,20 +60,27 @@ from heed.checkpoint import (
     TrainerState,
     load_checkpoint,
     load_weights,
-    read_meta,
     recent_model_dirs,
     resolve_dir,
     rng_states,
     save_checkpoint,
     save_model_dir,
 )
-from heed.align import AerCounts
-from heed.align_methods import AlignOptions
-from heed.config import (CORPUS_PATH_KEYS, CORPUS_SPLITS, Config, DataConfig, ScheduleConfig, config_to_dict,
-                         positions_problem)
-from heed.data.batching import filter_by_length, token_batches
+from heed.config import (
+    Config,
+    positions_problem,
+)
+from heed.data.batching import Batch, filter_by_length, token_batches
+from heed.data.codec import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
 from heed.data.corpus import Pair
-from heed.distributed import (
+from heed.data.prepared import PreparedCorpus
+from heed.errors import ConfigError, HeedError
+from heed.evaluate import Scores, evaluate
+from heed.explain.forced import corpus_aer
+from heed.explain.history import attention_entropy
+from heed.nn.build import build_model
+from heed.nn.protocol import HeadsModel, TrainableModel
+from heed.plumbing.distributed import (
     RankShare,
     World,
     all_reduce_sum,
@@ -96,16 +93,8 @@ from heed.distributed import (
     run_on_main,
     updates_in,
 )
-from heed.data.prepared import MANIFEST_FILE, PreparedCorpus
-from heed.errors import ConfigError, HeedError, ModelDirError
-from heed.evaluate import Scores, evaluate
-from heed.files import atomic_write_text, file_digest
-from heed.lock import RunLock
-from heed.nn.build import build_model
-from heed.nn.protocol import HeadsModel, TrainableModel
-from heed.forced import forced_attention, links_of
-from heed.pipeline import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
-from heed.runtime import (
+from heed.plumbing.lock import RunLock
+from heed.plumbing.runtime import (
     check_bf16,
     compiler_problem,
     default_bf16,
@@ -113,26 +102,21 @@ from heed.runtime import (
     resolve_device,
     torch_threads,
 )
-from heed.search import DecodeConfig, translate_ids
-
-HIGHER_IS_BETTER = {"bleu": True, "exact_match": True, "loss": False}
-# Fields a resumed run may change; any other difference from the checkpoint's config is an error.
-RESUMABLE_CHANGES = ("train.epochs", "train.max_steps", "train.max_minutes", "train.log_every", "train.device",
-                     "train.threads", "train.backend", "train.compile", "train.keep_checkpoints",
-                     "train.eval_every", "train.early_stopping.patience", "train.early_stopping.target",
-                     "decode", "output_dir", "data.train", "data.dev", "data.test", "data.prepared")
-
+from heed.search import DecodeConfig
+from heed.train.dev import DevResult, decode_pairs, dev_batches, dev_loss
+from heed.train.log import TrainLog, Window, best_so_far
+from heed.train.resume import (
+    check_resumable,
+    check_same_data,
+    check_same_world,
+    codec_files,
+    codec_from_files,
+    data_fingerprint,
+    saved_step,
+)
+from heed.train.schedule import HIGHER_IS_BETTER, LRSchedule, better, reached
 
 # ----------------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class DevResult:
-    loss: float  # mean negative log-likelihood per target token (no label smoothing)
-    scores: Scores  # of greedy translations
-
-    def metric(self, name: str) -> float:
-        return self.loss if name == "loss" else getattr(self.scores, name)
 
 
 @dataclass(frozen=True)
@@ -152,161 +136,6 @@ class TrainResult:
     is_main: bool = True  # False on ranks other than 0 of a torchrun run, which write and print nothing
 
 
-# ---------------------------------------------------------------------------------- schedule
-
-
-class LRSchedule:
-    """The learning rate for each step (warm-up) and after each evaluation (plateau).
-
-    State is plain JSON (`state_dict`), saved in every checkpoint."""
-
-    def __init__(self, cfg: ScheduleConfig, *, base_lr: float, higher_is_better: bool) -> None:
-        self.cfg = cfg
-        self.base_lr = base_lr
-        self.higher_is_better = higher_is_better
-        self.lr = base_lr  # plateau's current rate
-        self.best: float | None = None
-        self.bad = 0
-
-    def lr_at(self, step: int) -> float:
-        """Rate for update number `step` (1-based)."""
-        if self.cfg.name == "warmup":
-            w = self.cfg.warmup_steps
-            if step <= w:
-                return self.base_lr * step / w
-            return self.base_lr * (math.sqrt(w / step) if self.cfg.decay == "inverse_sqrt" else 1.0)
-        return self.lr
-
-    def after_eval(self, value: float) -> bool:
-        """Feed a dev metric; returns True if the rate was just lowered (plateau only)."""
-        if self.cfg.name != "plateau":
-            return False
-        if self.best is None or _better(value, self.best, self.higher_is_better):
-            self.best, self.bad = value, 0
-            return False
-        self.bad += 1
-        if self.bad > self.cfg.patience and self.lr > self.cfg.min_lr:
-            self.lr, self.bad = max(self.lr * self.cfg.factor, self.cfg.min_lr), 0
-            return True
-        return False
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"lr": self.lr, "best": self.best, "bad": self.bad}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.lr, self.best, self.bad = state["lr"], state["best"], state["bad"]
-
-
-def _better(value: float, best: float, higher_is_better: bool) -> bool:
-    return value > best if higher_is_better else value < best
-
-
-# ------------------------------------------------------------------------------------ logging
-
-
-class _Log:
-    """Where training reports go: metrics.jsonl (always), TensorBoard (if installed), and the
-    console: a rich progress bar on a terminal, a plain line per `log_every` steps otherwise.
-    With `writes` False (ranks other than 0 under torchrun) it writes and prints nothing."""
-
-    def __init__(self, output_dir: Path, console: Console | None, *, total_steps: int, start_step: int,
-                 progress: bool | None, writes: bool = True) -> None:
-        self.path = output_dir / METRICS_FILE
-        self.writes = writes
-        self.console = console if writes else None
-        self.tensorboard = _tensorboard_writer(output_dir / "tensorboard") if writes else None
-        use_bar = console is not None and (console.is_terminal if progress is None else progress)
-        self.progress: Progress | None = None
-        if use_bar:
-            self.progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]} tok/s"),
-                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                console=console, transient=False)
-            self.task = self.progress.add_task("train", total=total_steps, completed=start_step,
-                                               loss="-", speed="-")
-        self.total_steps = total_steps
-
-    def __enter__(self) -> "_Log":
-        if self.progress is not None:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-        if self.tensorboard is not None:
-            self.tensorboard.close()
-
-    def say(self, message: str) -> None:
-        if self.console is not None:
-            self.console.print(message, highlight=False)
-
-    def record(self, entry: dict[str, Any]) -> None:
-        """One JSON line, stamped with the wall-clock `time` (Unix seconds) so durations (time per
-        epoch, time to a BLEU) can be read off the file, across resumes too. Strict JSON: a
-        non-finite number (a dev loss that overflowed) is written as null, never as bare NaN."""
-        entry = {key: None if isinstance(value, float) and not math.isfinite(value) else value
-                 for key, value in {**entry, "time": round(time.time(), 3)}.items()}
-        if not self.writes:
-            return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n")
-        if self.tensorboard is not None:
-            prefix = entry["kind"]
-            for key, value in entry.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "kind", "time"):
-                    self.tensorboard.add_scalar(f"{prefix}/{key}", value, entry["step"])
-            for layer, heads in enumerate(entry.get("attention_entropy") or []):  # [layer][head]
-                for head, value in enumerate(heads):
-                    self.tensorboard.add_scalar(f"{prefix}/attention_entropy/layer{layer}/head{head}", value,
-                                                entry["step"])
-
-    def advance(self, step: int, epoch: float) -> None:
-        if self.progress is not None:
-            self.progress.update(self.task, completed=step, description=f"epoch {epoch:.2f}")
-
-    def show(self, window: "_Window") -> None:
-        if self.progress is not None and window.tokens:
-            self.progress.update(self.task, loss=f"{float(window.loss_sum) / window.tokens:.3f}",
-                                 speed=f"{window.speed():,.0f}")
-
-    def train_line(self, step: int, epoch: float, loss: float, lr: float, speed: float, eta: float | None) -> None:
-        if self.progress is not None:
-            self.progress.update(self.task, loss=f"{loss:.3f}", speed=f"{speed:,.0f}")
-        else:
-            eta_text = "" if eta is None else f" | eta {_duration(eta)}"
-            self.say(f"step {step}/{self.total_steps} | epoch {epoch:.2f} | loss {loss:.4f} | lr {lr:.2e} "
-                     f"| {speed:,.0f} tok/s{eta_text}")
-
-    def restore(self, saved: Path) -> None:
-        """On resume: the log as the checkpoint saw it (`saved`, the copy inside the checkpoint).
-        A run killed after its last checkpoint may have logged more (train and dev lines, or the
-        final test line of a run killed while finishing); the resumed run writes those again."""
-        if not self.writes:
-            return
-        if saved.is_file():
-            atomic_write_text(self.path, saved.read_text(encoding="utf-8"))
-        else:
-            self.path.unlink(missing_ok=True)
-
-
-def _tensorboard_writer(directory: Path) -> Any:
-    try:
-        import tensorboard  # noqa: F401  (torch's SummaryWriter needs the package)
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(log_dir=str(directory))
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s"
-
-
 # ----------------------------------------------------------------------------------- trainer
 
 
@@ -319,30 +148,6 @@ class _Data:
     test_pairs: list[Pair]
     dropped: int
     corpora: Corpora
-
-
-@dataclass
-class _Window:
-    """Running sums since the last log line. loss_sum stays a tensor so no step waits on the device.
-
-    loss_sum, tokens and steps survive a resume (the checkpoint saves them, so the next log line's
-    loss is the one an uninterrupted run logs); timed_tokens counts only the tokens this process
-    trained since `started`, so the first speed after a resume is not the saved tokens over a few
-    seconds (it read 10x the real figure)."""
-
-    loss_sum: torch.Tensor
-    tokens: int = 0
-    steps: int = 0
-    started: float = field(default_factory=time.perf_counter)
-    timed_tokens: int = 0
-
-    def speed(self) -> float:
-        """Tokens per second this process trained since the window started."""
-        seconds = time.perf_counter() - self.started
-        return self.timed_tokens / seconds if seconds > 0 else 0.0
-
-    def to_json(self) -> dict[str, float]:
-        return {"loss_sum": float(self.loss_sum), "tokens": self.tokens, "steps": self.steps}
 
 
 class _Divergence:
@@ -458,7 +263,7 @@ class Trainer:
                                                 accumulate=config.train.accumulate)
             total = config.train.epochs * self.updates_per_epoch
             self.total_steps = total if config.train.max_steps is None else min(total, config.train.max_steps)
-            self.log = _Log(self.output_dir, self.console, total_steps=max(self.total_steps, self.state.step),
+            self.log = TrainLog(self.output_dir, self.console, total_steps=max(self.total_steps, self.state.step),
                             start_step=self.state.step, progress=self.progress, writes=self.world.is_main)
             if self.resumed_from is not None:
                 self.log.restore(self.resumed_from / METRICS_FILE)
@@ -542,13 +347,13 @@ class Trainer:
                                 "start without --resume")
             self._lock(run)
             checkpoint = load_checkpoint(self.ckpt_dir / "last")
-            _check_resumable(checkpoint.config, self.config, checkpoint.directory)
-            _check_same_world(checkpoint.trainer.world_size, self.world.size, checkpoint.directory)
+            check_resumable(checkpoint.config, self.config, checkpoint.directory)
+            check_same_world(checkpoint.trainer.world_size, self.world.size, checkpoint.directory)
             data = self._load_data(Codec.load(checkpoint.directory, data=checkpoint.config.data,
                                               copy=checkpoint.config.model.copy))
             fingerprint = data_fingerprint(self.config.data)
             if checkpoint.trainer.data is not None and not self.allow_data_change:
-                _check_same_data(checkpoint.trainer.data, fingerprint, self.config.data)
+                check_same_data(checkpoint.trainer.data, fingerprint, self.config.data)
             self._write_heldout(data)
             return checkpoint, fingerprint, data
         self._refuse_a_run()  # before the data loads, which may take minutes
@@ -576,10 +381,10 @@ class Trainer:
         def open_on_main() -> tuple[Checkpoint | None, dict[str, Any], dict[str, bytes]]:
             checkpoint, fingerprint, data = self._open_run(run)
             opened.append(data)
-            return checkpoint, fingerprint, _codec_files(data.codec)
+            return checkpoint, fingerprint, codec_files(data.codec)
 
-        checkpoint, fingerprint, codec_files = run_on_main(open_on_main, self.world)
-        data = opened[0] if opened else self._load_data(_codec_from_files(codec_files, self.config.data))
+        checkpoint, fingerprint, files = run_on_main(open_on_main, self.world)
+        data = opened[0] if opened else self._load_data(codec_from_files(files, self.config.data))
         return checkpoint, fingerprint, data
 
     def _write_heldout(self, data: _Data) -> None:
@@ -689,7 +494,7 @@ class Trainer:
                 + (f", {per_epoch:,} updates of {world.size} process{'es' * (world.size > 1)} x {accumulate} "
                    f"batch{'es' * (accumulate > 1)}" if world.size * accumulate > 1 else ""))
         log.say(f"output: {self.output_dir}")
-        window = _Window(torch.zeros((), dtype=torch.float64, device=self.device))
+        window = Window(torch.zeros((), dtype=torch.float64, device=self.device))
         if state.window is not None:
             window.loss_sum += state.window["loss_sum"]
             window.tokens, window.steps = int(state.window["tokens"]), int(state.window["steps"])
@@ -788,7 +593,7 @@ class Trainer:
             return batch.pin_memory().to(self.device, non_blocking=True)
         return batch
 
-    def _step(self, share: RankShare, window: _Window) -> None:
+    def _step(self, share: RankShare, window: Window) -> None:
         """One update from this rank's share of it: for each of its batches the model's loss
         (label-smoothed cross-entropy, plus coverage where the model has it) summed over the target tokens, backward, the gradients
         adding up; then clip and Adam.
@@ -866,7 +671,7 @@ class Trainer:
             self._other_ranks_rng = [] if gathered is None else gathered[1:]
         return run_on_main(work, self.world)
 
-    def _log_window(self, window: _Window, epoch: float, run_start_step: int, run_start_time: float,
+    def _log_window(self, window: Window, epoch: float, run_start_step: int, run_start_time: float,
                     total: int) -> None:
         state = self.state
         self._check_loss()
@@ -909,69 +714,24 @@ class Trainer:
 
     # -- evaluation and checkpoints ---------------------------------------------------------
 
-    def dev_loss(self) -> float:
-        """Mean NLL per dev target token (no label smoothing), teacher-forced."""
-        self.model.eval()
-        total, tokens = 0.0, 0
-        d = self.config.data
-        with torch.inference_mode():
-            for batch in token_batches(self.data.dev, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
-                                       shuffle=False):
-                batch = self._to_device(batch)
-                total += float(self.model.loss(batch).cross_entropy)
-                tokens += batch.num_tgt_tokens
-        return total / max(tokens, 1)
+    def _dev_batches(self) -> Iterator[Batch]:
+        return (self._to_device(b) for b in dev_batches(self.data.dev, self.config.data))
 
-    def decode_pairs(self, pairs: Sequence[Pair], cfg: DecodeConfig) -> list[str]:
-        self.model.eval()
-        codec = self.data.codec
-        if cfg.sampling and cfg.seed is None:  # dev scores must be reproducible, so resume stays exact
-            cfg = cfg.model_copy(update={"seed": self.config.train.seed})
-        sources = [codec.src_tokens(p.src) for p in pairs]
-        decoded = translate_ids(self.model, [codec.src_ids(s) for s in sources], cfg, device=self.device)
-        return [codec.decode_tgt(d.hypotheses[0].tokens, s)[1] if d.hypotheses else "" for d, s in zip(decoded, sources)]
+    def _decode(self, pairs: Sequence[Pair], cfg: DecodeConfig) -> list[str]:
+        return decode_pairs(self.model, self.data.codec, pairs, cfg, device=self.device, seed=self.config.train.seed)
 
-    def dev_entropy(self) -> list[list[float]] | None:
-        """The mean entropy (nats) of the attention over the source of every decoder layer's every
-        head, over the dev set's target tokens read teacher-forced: [layer][head] (an RNN's one
-        attention is [[h]]); low = peaked, log(source length) = uniform. None without attention."""
-        if not self.model.has_attention or not isinstance(self.model, HeadsModel):
-            return None
-        self.model.eval()
-        total, tokens = None, 0
-        d = self.config.data
-        with torch.inference_mode():
-            for batch in token_batches(self.data.dev, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
-                                       shuffle=False):
-                batch = self._to_device(batch)
-                weights = self.model.attention_heads(batch.src, batch.src_lengths, batch.tgt_in).float()  # (L, H, B, T, S)
-                entropy = -torch.special.xlogy(weights, weights).sum(-1)  # (L, H, B, T)
-                real = (batch.tgt_out != self.model.pad_id).float()  # (B, T)
-                summed = (entropy * real).sum((-1, -2)).double().cpu()
-                total = summed if total is None else total + summed
-                tokens += int(real.sum())
-        if total is None or not tokens:
-            return None
-        return (total / tokens).tolist()
-
-    def dev_aer(self) -> float | None:
-        """The dev set's alignment error rate against its gold (the generated task's, or
-        data.dev.align), read the default way (heed align's: argmax of the reported attention);
-        None without gold, without attention, or with nothing to score."""
+    def _dev_aer(self) -> float | None:
         gold = self.data.corpora.dev_gold
         if gold is None or not self.model.has_attention:
             return None
-        self.model.eval()
-        pairs, codec = self.data.dev_pairs, self.data.codec
-        options = AlignOptions(tgt_units=gold.units)
-        counts = AerCounts()
-        for k, pair in forced_attention(self.model, codec, [p.src for p in pairs], [p.tgt for p in pairs],
-                                        device=self.device, batch_size=64, heads=False):
-            links = [] if pair is None else links_of(pair, pair.unit_maps(codec, pairs[k].tgt, gold.units), options, 0)[1]
-            counts.add(links, gold.sure[k], gold.possible[k])
-        return counts.aer if counts.n_a + counts.n_s else None
+        return corpus_aer(self.model, self.data.codec, self.data.dev_pairs, gold, device=self.device)
 
-    def _evaluate_and_save(self, window: _Window, epoch: float, stop: str | None) -> tuple[DevResult | None, str | None]:
+    def _dev_entropy(self) -> list[list[float]] | None:
+        if not isinstance(self.model, HeadsModel):
+            return None
+        return attention_entropy(self.model, self._dev_batches())
+
+    def _evaluate_and_save(self, window: Window, epoch: float, stop: str | None) -> tuple[DevResult | None, str | None]:
         """Dev evaluation (if there is a dev set), best/patience bookkeeping, then checkpoints: on
         rank 0, which hands the outcome (scores, best, patience, schedule, stop) to the others."""
         self._check_finite()  # on every rank: the weights are the same, so all raise or none
@@ -987,26 +747,26 @@ class Trainer:
         self._last_saved = self.state.step
         return dev, stop
 
-    def _evaluate_and_save_here(self, window: _Window, epoch: float,
+    def _evaluate_and_save_here(self, window: Window, epoch: float,
                                 stop: str | None) -> tuple[DevResult | None, str | None]:
         state, es = self.state, self.config.train.early_stopping
         dev = None
         improved = False
         if self.data.dev:
             greedy = self.config.decode.model_copy(update={"beam_size": 1, "n_best": 1})
-            dev = DevResult(self.dev_loss(), evaluate(self.decode_pairs(self.data.dev_pairs, greedy),
+            dev = DevResult(dev_loss(self.model, self._dev_batches()), evaluate(self._decode(self.data.dev_pairs, greedy),
                                                       [p.tgt for p in self.data.dev_pairs]))
             value = dev.metric(self.metric)
             # A dev loss that overflowed (finite but huge weights) is no best and feeds no schedule.
             finite = math.isfinite(value)
-            improved = finite and (state.best_value is None or _better(value, state.best_value, self.higher))
+            improved = finite and (state.best_value is None or better(value, state.best_value, self.higher))
             if improved:
                 state.best_value, state.best_step, state.bad_evals = value, state.step, 0
             else:
                 state.bad_evals += 1
             lowered = finite and self.schedule.after_eval(value)
             s = dev.scores
-            aer, entropy = self.dev_aer(), self.dev_entropy()
+            aer, entropy = self._dev_aer(), self._dev_entropy()
             self.log.record({"kind": "dev", "step": state.step, "epoch": round(epoch, 4), "loss": dev.loss,
                              "ppl": math.exp(min(dev.loss, 50.0)), "bleu": s.bleu, "chrf": s.chrf,
                              "exact_match": s.exact_match, **({} if aer is None else {"aer": aer}),
@@ -1014,9 +774,9 @@ class Trainer:
                              "lr": self.optimizer.param_groups[0]["lr"], "best": improved})
             self.log.say(f"dev @ step {state.step} (epoch {epoch:.2f}): loss {dev.loss:.4f}  BLEU {s.bleu:.2f}  "
                          f"chrF {s.chrf:.2f}  exact {s.exact_match:.2f}%{'' if aer is None else f'  AER {100 * aer:.1f}%'}"
-                         f"{'  [green]best[/]' if improved else _best_so_far(state.best_value, state.best_step)}"
+                         f"{'  [green]best[/]' if improved else best_so_far(state.best_value, state.best_step)}"
                          f"{'  lr lowered to ' + format(self.schedule.lr, '.2e') if lowered else ''}")
-            if stop is None and es.target is not None and _reached(value, es.target, self.higher):
+            if stop is None and es.target is not None and reached(value, es.target, self.higher):
                 stop = "target"
                 self.log.say(f"dev {self.metric} {value:.4g} reached the target {es.target:g}: stopping")
             elif stop is None and es.patience is not None and state.bad_evals >= es.patience:
@@ -1035,16 +795,16 @@ class Trainer:
                            metrics=self.log.path, info={"step": state.step})
         return dev, stop
 
-    def _complete_best(self, window: _Window) -> None:
+    def _complete_best(self, window: Window) -> None:
         """On resume: an evaluation that improved saves `last`, then `best`, then `model/`. A run
         killed between those has `last` at its best step with `best` or `model/` older or missing;
         the restored state (weights, optimizer, RNG, log) is exactly that step's, so write them now."""
         state = self.state
         if state.best_step != state.step:
             return
-        if _saved_step(self.ckpt_dir / "best") != state.step:
+        if saved_step(self.ckpt_dir / "best") != state.step:
             self._save(self.ckpt_dir / "best", window)
-        if _saved_step(self.model_dir) != state.step:
+        if saved_step(self.model_dir) != state.step:
             save_model_dir(self.model_dir, model=self.model, config=self.config, codec=self.data.codec,
                            metrics=self.log.path, info={"step": state.step})
 
@@ -1060,11 +820,11 @@ class Trainer:
         for _, old in recent_model_dirs(self.ckpt_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
 
-    def _save_last(self, window: _Window) -> None:
+    def _save_last(self, window: Window) -> None:
         self._save(self.ckpt_dir / "last", window)
         self._last_saved = self.state.step
 
-    def _save(self, target: Path, window: _Window) -> None:
+    def _save(self, target: Path, window: Window) -> None:
         self._check_finite()
         self.state.schedule = self.schedule.state_dict()
         self.state.window = window.to_json()
@@ -1079,7 +839,7 @@ class Trainer:
             self.model.load_state_dict(load_weights(best / WEIGHTS_FILE, self.device))
         test = None
         if self.data.test_pairs:
-            hyps = self.decode_pairs(self.data.test_pairs, self.config.decode)
+            hyps = self._decode(self.data.test_pairs, self.config.decode)
             test = evaluate(hyps, [p.tgt for p in self.data.test_pairs])
             self.log.record({"kind": "test", "step": self.state.best_step or self.state.step,
                              "bleu": test.bleu, "chrf": test.chrf, "exact_match": test.exact_match,
@@ -1093,147 +853,6 @@ class Trainer:
         return test
 
 
-def _best_so_far(value: float | None, step: int | None) -> str:
-    return "  (no best yet)" if value is None else f"  (best {value:.4g} @ {step})"
-
-
-def _saved_step(target: Path) -> int | None:
-    """The training step a checkpoint or model directory was saved at; None if there is none."""
-    directory = resolve_dir(target)
-    if directory is None:
-        return None
-    try:
-        return read_meta(directory).get("step")
-    except ModelDirError:  # unreadable: as good as missing, so it is written again
-        return None
-
-
-def _reached(value: float, target: float, higher_is_better: bool) -> bool:
-    return value >= target if higher_is_better else value <= target
-
-
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
-        for k, v in data.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: data}
-
-
-def _check_resumable(saved: Config, now: Config, where: Path) -> None:
-    """Resuming with another model, data or optimisation would not continue the same run."""
-    old, new = _flatten(config_to_dict(saved)), _flatten(config_to_dict(now))
-    for key in sorted(set(old) | set(new)):
-        if any(key == p or key.startswith(p + ".") for p in RESUMABLE_CHANGES):
-            continue
-        if old.get(key) != new.get(key):
-            raise ConfigError(f"is {old.get(key)!r} in the checkpoint ({where}) but {new.get(key)!r} now; "
-                              "a resumed run needs the same config (only epochs, max_steps, logging, device, "
-                              "early stopping and decode may change)", field=key)
-
-
-def _check_same_world(saved: int, now: int, where: Path) -> None:
-    """The data position and each rank's random state belong to the number of processes that saved them."""
-    if saved != now:
-        how = ("one process, without torchrun" if saved == 1
-               else f"{saved} processes (torchrun's --nnodes x --nproc-per-node)")
-        raise HeedError(f"{where} was trained by {saved} process{'es' * (saved != 1)} and this run has {now}; "
-                        f"resume with {how}")
-
-
-def _codec_files(codec: Codec) -> dict[str, bytes]:
-    """The tokenizer and vocabulary files of `codec`, as bytes (to hand to the other ranks)."""
-    with tempfile.TemporaryDirectory(prefix="heed-codec-") as tmp:
-        codec.save(tmp)
-        return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
-
-
-def _codec_from_files(files: dict[str, bytes], data: DataConfig) -> Codec:
-    with tempfile.TemporaryDirectory(prefix="heed-codec-") as tmp:
-        for name, content in files.items():
-            (Path(tmp) / name).write_bytes(content)
-        return Codec.load(tmp, data=data)
-
-
-# ------------------------------------------------------------------------------ data fingerprint
-
-
-def data_fingerprint(data: DataConfig) -> dict[str, Any]:
-    """What a run trains on, keyed by config field: each configured corpus file's size and sha256
-    (`{"data.train.tsv": {"bytes": 1234, "sha256": "..."}}`), or a generated task's settings (its
-    data is a function of them). Paths are left out: a moved corpus with the same bytes is the same."""
-    if data.task is not None:
-        return {f"data.{data.task}": getattr(data, data.task).model_dump(mode="json")}
-    fingerprint: dict[str, Any] = {}
-    if data.prepared is not None:  # the manifest holds every shard's sha256, checked at the start
-        fingerprint["data.prepared"] = _file_fingerprint(data.prepared / MANIFEST_FILE)
-    for split in CORPUS_SPLITS:
-        corpus = getattr(data, split)
-        for key in CORPUS_PATH_KEYS:
-            path = None if corpus is None else getattr(corpus, key)
-            if path is not None:
-                fingerprint[f"data.{split}.{key}"] = _file_fingerprint(path)
-    return fingerprint
-
-
-def _file_fingerprint(path: Path) -> dict[str, Any]:
-    """Size and sha256 (a corpus may be gigabytes: read in chunks)."""
-    size, digest = file_digest(path)
-    return {"bytes": size, "sha256": digest}
-
-
-def _check_same_data(saved: dict[str, Any], now: dict[str, Any], data: DataConfig) -> None:
-    """Refuse to resume onto data other than the checkpoint's: the run would not continue the same."""
-    changes = []
-    for field_name in sorted(set(saved) | set(now)):
-        old, new = saved.get(field_name), now.get(field_name)
-        if old == new:
-            continue
-        parts = field_name.split(".")
-        corpus = getattr(data, parts[1], None) if len(parts) == 3 else None
-        where = f"{field_name} {getattr(corpus, parts[2])}" if corpus is not None else field_name
-        if old is None:
-            changes.append(f"{where} is new since the checkpoint")
-        elif new is None:
-            changes.append(f"{where} was in the checkpoint's data and is not configured now")
-        elif "bytes" in old:
-            size = (f"{old['bytes']:,} -> {new['bytes']:,} bytes" if old["bytes"] != new["bytes"]
-                    else f"same size, {old['bytes']:,} bytes, other content")
-            changes.append(f"{where} changed since the checkpoint ({size})")
-        else:
-            changes.append(f"{where} changed since the checkpoint ({old} -> {new})")
-    if changes:
-        raise HeedError(f"{'; '.join(changes)}; resume with --allow-data-change to continue anyway")
-
-
-# ------------------------------------------------------------------------------------- entry
-
-
-def score_command(config: Config, model_dir: Path, *, resume_command: Sequence[str], step: int) -> list[str] | None:
-    """After an interrupted run (which skips the final test scoring): a command that scores the best
-    model on the test set, or None without one. `heed evaluate` with the test files when they are two
-    line-aligned files, what it reads; otherwise (a TSV, a `split`, a generated task) the run's own
-    `resume_command` (ending with --resume) with `train.max_steps` at `step`: that trains no further,
-    scores the test set and leaves `checkpoints/last` as it was, so a later plain resume goes on
-    training."""
-    data = config.data
-    if data.test is None and (data.split is None or data.split.test == 0) and data.task is None:
-        return None
-    test = data.test
-    if test is not None and test.src is not None and test.tgt is not None:
-        src, ref = (test.tgt, test.src) if data.reverse else (test.src, test.tgt)
-        return ["heed", "evaluate", str(model_dir), "--src", str(src), "--ref", str(ref)]
-    # The run's own `--set train.max_steps=...`, if any, gives way to this one (not both on one line).
-    kept: list[str] = []
-    args = list(resume_command[:-1])
-    while args:
-        arg = args.pop(0)
-        if arg == "--set" and args and args[0].replace(" ", "").startswith("train.max_steps="):
-            args.pop(0)
-            continue
-        kept.append(arg)
-    return [*kept, "--set", f"train.max_steps={step}", resume_command[-1]]
 
 
 def train(config: Config, *, resume: bool = False, allow_data_change: bool = False, console: Console | None = None,

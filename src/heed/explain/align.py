@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from heed.errors import DataError
-from heed.files import open_regular
+from heed.plumbing.files import open_regular
 
 # "▁", SentencePiece's word-start mark and the char tokenizer's space: heed.data.tokenize.SPACE,
 # spelt out so that this module stays free of torch (heed.data imports it).

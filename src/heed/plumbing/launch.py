@@ -2,7 +2,7 @@
 
 The launcher starts N copies of `python -m heed train ... --processes N`, each with the variables
 torchrun would set (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR 127.0.0.1, a free
-MASTER_PORT), waits for them, and exits with rank 0's code. heed.distributed does the rest, as under
+MASTER_PORT), waits for them, and exits with rank 0's code. heed.plumbing.distributed does the rest, as under
 torchrun.
 
 Why not torchrun: a Ctrl-C at the terminal reaches torchrun too, and torchrun answers it with a

@@ -35,8 +35,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from heed.nn.protocol import Seq2SeqOutput
-from heed.nn.protocol import Encoded, SearchModel, SearchState
+from heed.nn.protocol import Encoded, SearchModel, SearchState, Seq2SeqOutput
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from heed.data.prepared import PreparedCorpus, verify_ids
 from heed.data.tokenize import SentencePieceTokenizer, Tokenizer, load_tokenizer, spm_model_path, train_tokenizer
 from heed.data.vocab import SPECIALS, Vocab
 from heed.errors import ConfigError, DataError, ModelDirError
-from heed.files import atomic_open, atomic_write_text, read_model_json
+from heed.plumbing.files import atomic_open, atomic_write_text, read_model_json
 
 Example = tuple[list[int], list[int]]
 TOKENIZERS_FILE = "tokenizers.json"
@@ -70,7 +70,7 @@ def load_corpora(data: DataConfig, *, progress: ReadProgress | None = None) -> C
     """Generate (task) or read (corpora) the train/dev/test pairs the config describes.
     `progress(what, pairs)` hears every READ_REPORT_SECONDS of reading a corpus (a quick read says
     nothing); a training corpus of more than MAX_TEXT_PAIRS is a DataError pointing to `heed prepare`."""
-    from heed.align import parse_gold_pharaoh, read_gold_for
+    from heed.explain.align import parse_gold_pharaoh, read_gold_for
 
     if data.task == "dates":
         d = data.dates
@@ -130,7 +130,7 @@ def write_task(data: DataConfig, directory: str | os.PathLike[str]) -> dict[str,
     {train,dev,test}.src / .tgt (a sentence a line) and {train,dev,test}.align, the gold alignments
     by construction (Pharaoh, i-j sure and i?j possible; dates: source words x target characters,
     for `heed align --tgt-units chars`; names: words x words). Returns {file name: path}."""
-    from heed.align import gold_pharaoh
+    from heed.explain.align import gold_pharaoh
 
     if data.task == "dates":
         d = data.dates
@@ -245,7 +245,7 @@ def train_side_tokenizer(side: str, spec: TokenizerConfig, texts: Iterable[str],
     """Train the `side` ("src" or "tgt") tokenizer that `spec` (data.tokenizer.<side>) asks for on
     `texts`. A spec the corpus cannot meet is a ConfigError naming data.tokenizer.<side>; a
     SentencePiece vocabulary smaller than `vocab_size`, because the corpus supports no more pieces,
-    is told to `warn`. Shared by `Codec.build` and heed.prepare's one-pass `build_codec`."""
+    is told to `warn`. Shared by `Codec.build` and heed.data.prepare's one-pass `build_codec`."""
     try:
         tokenizer = train_tokenizer(spec.kind, texts, vocab_size=spec.vocab_size)
     except ValueError as e:

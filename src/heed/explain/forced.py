@@ -1,5 +1,5 @@
 """Alignments of given translations: the model reads `tgt` as its own output (forced decoding) and
-its attention over `src`, lifted to words (heed.align_methods), links each target unit to a source
+its attention over `src`, lifted to words (heed.explain.align_methods), links each target unit to a source
 word. Used by `Translator.align` / `Translator.align_sweep` (heed align) and by the trainer's dev AER.
 
 One teacher-forced pass per batch gives the attention stack `(layers, heads, tgt_len + 1, src_len)`
@@ -17,8 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from heed.align import AerCounts, Link, hard_alignment
-from heed.align_methods import (
+from heed.data.batching import collate
+from heed.data.codec import Codec, DevGold
+from heed.data.corpus import Pair, normalize
+from heed.explain.align import AerCounts, Link, hard_alignment
+from heed.explain.align_methods import (
     MEAN,
     METHODS,
     AlignOptions,
@@ -29,10 +32,7 @@ from heed.align_methods import (
     method_rows,
     select_attention,
 )
-from heed.data.batching import collate
-from heed.data.corpus import normalize
 from heed.nn.protocol import HeadsModel
-from heed.pipeline import Codec
 
 
 @dataclass(frozen=True)
@@ -165,3 +165,17 @@ def sweep(model: Any, codec: Codec, src_texts: Sequence[str], tgt_texts: Sequenc
                         result.counts[(method, layer, head)].add(hard_alignment(full[r, c]), sure[k], possible[k])
         result.diagonal.add(diagonal_alignment(n_src, n_tgt), sure[k], possible[k])
     return result
+
+
+def corpus_aer(model: Any, codec: Codec, pairs: Sequence[Pair], gold: DevGold, *, device: torch.device) -> float | None:
+    """The alignment error rate of `pairs` against `gold` (its sure and possible links, one set per
+    pair, in `gold.units`), read the default way (heed align's: argmax of the reported attention).
+    What training records at each evaluation; None with nothing to score."""
+    model.eval()
+    options = AlignOptions(tgt_units=gold.units)
+    counts = AerCounts()
+    for k, pair in forced_attention(model, codec, [p.src for p in pairs], [p.tgt for p in pairs],
+                                    device=device, batch_size=64, heads=False):
+        links = [] if pair is None else links_of(pair, pair.unit_maps(codec, pairs[k].tgt, gold.units), options, 0)[1]
+        counts.add(links, gold.sure[k], gold.possible[k])
+    return counts.aer if counts.n_a + counts.n_s else None

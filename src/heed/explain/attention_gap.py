@@ -1,7 +1,7 @@
 """How far apart two models' attention is on the same sentence pairs: an int8 export beside the
 float32 model it came from, a bf16 translator beside a float32 one, two checkpoints of a run.
 
-Both models read the same target as their own output (teacher forcing, heed.forced), so their
+Both models read the same target as their own output (teacher forcing, heed.explain.forced), so their
 matrices have the same cells: rows the output tokens and </s>, columns the source tokens (without
 the source's </s>, as alignment reads them). `Translator.attention_gap` and `heed align --beside`
 report it; `bench/quantized_attention.py` measures it for exports.

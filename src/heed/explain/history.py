@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from heed.checkpoint import METRICS_FILE, RECENT_PREFIX, recent_model_dirs
+from heed.data.batching import Batch
 from heed.errors import HeedError
+from heed.nn.protocol import HeadsModel
 
 if TYPE_CHECKING:
     from heed.api import Translator
@@ -132,7 +135,7 @@ def attention_over_training(run: str | os.PathLike[str], src_text: str,
     already). The checkpoints must share the run's tokenizers and vocabularies (a HeedError names
     the first that does not)."""
     from heed.api import Translator
-    from heed.forced import attention_shape
+    from heed.explain.forced import attention_shape
 
     checkpoints = kept_checkpoints(run)
     chosen = evenly(checkpoints, most)
@@ -176,3 +179,25 @@ def entropy_history(run: str | os.PathLike[str]) -> tuple[list[int], np.ndarray]
         raise HeedError(f"{root / METRICS_FILE}: the attention entropy changes shape between evaluations "
                         f"({sorted(shapes)}); one run logs one model's heads")
     return [step for step, _ in rows], np.asarray([entropy for _, entropy in rows], dtype=np.float64)
+
+
+def attention_entropy(model: HeadsModel, batches: Iterable[Batch]) -> list[list[float]] | None:
+    """The mean entropy (nats) of the attention over the source of every decoder layer's every head,
+    over the target tokens of `batches` (on the model's device) read teacher-forced: [layer][head]
+    (an RNN's one attention is [[h]]); low = peaked, log(source length) = uniform. What training
+    records at each evaluation and `entropy_history` reads back. None without attention or tokens."""
+    if not model.has_attention:
+        return None
+    model.eval()
+    total, tokens = None, 0
+    with torch.inference_mode():
+        for batch in batches:
+            weights = model.attention_heads(batch.src, batch.src_lengths, batch.tgt_in).float()  # (L, H, B, T, S)
+            entropy = -torch.special.xlogy(weights, weights).sum(-1)  # (L, H, B, T)
+            real = (batch.tgt_out != model.pad_id).float()  # (B, T)
+            summed = (entropy * real).sum((-1, -2)).double().cpu()
+            total = summed if total is None else total + summed
+            tokens += int(real.sum())
+    if total is None or not tokens:
+        return None
+    return (total / tokens).tolist()

@@ -15,13 +15,13 @@ token k (row tgt_len predicts </s>). From that stack an `AlignOptions` picks:
 - the target units: whitespace `words` (the Pharaoh convention), or the target's `chars` (spaces
   left out; what the generated dates task's gold alignments are written in);
 
-then links every target unit to the source word with the most weight (heed.align.hard_alignment). Source units are always
-whitespace words: pieces of a source word are summed (heed.align.word_attention).
+then links every target unit to the source word with the most weight (heed.explain.align.hard_alignment). Source units are always
+whitespace words: pieces of a source word are summed (heed.explain.align.word_attention).
 
 Baselines that need no model: `diagonal_alignment` (target unit j -> source word
 round(j * |src| / |tgt|)) and any Pharaoh file (a fast_align run). `symmetrize` joins a forward
 and a reverse model's links (intersection, union, grow-diag-final-and; Koehn et al. 2005).
-heed.align.AerCounts adds AER up sentence by sentence, so a sweep over every layer x head x method
+heed.explain.align.AerCounts adds AER up sentence by sentence, so a sweep over every layer x head x method
 keeps counts, not matrices.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-from heed.align import SPACE, Link, source_word_sum, target_word_mean
+from heed.explain.align import SPACE, Link, source_word_sum, target_word_mean
 
 Method = Literal["argmax", "shift"]
 Units = Literal["words", "chars"]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import heed
 from heed.config import Config, config_to_dict
+from heed.data.codec import Codec, check_corpus_files, iter_pairs, side_groups, train_group
 from heed.data.corpus import Pair
 from heed.data.prepared import (
     DEFAULT_SHARD_TOKENS,
@@ -39,8 +40,7 @@ from heed.data.prepared import (
 from heed.data.tokenize import Tokenizer, train_tokenizer
 from heed.data.vocab import Vocab
 from heed.errors import ConfigError, DataError, HeedError, ModelDirError, OutputError
-from heed.files import file_digest, make_temp_dir
-from heed.pipeline import Codec, check_corpus_files, iter_pairs, side_groups, train_group
+from heed.plumbing.files import file_digest, make_temp_dir
 
 DEFAULT_SAMPLE_PAIRS = 1_000_000  # SentencePiece's own advice: 1M-10M sentences train a model well
 SAMPLE_SEED = 0  # the same corpus always gives the same sample, tokenizers and shards

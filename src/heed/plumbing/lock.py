@@ -5,7 +5,7 @@ its process ends, however it ends, so a lock file that nobody holds is the lefto
 was killed (kill -9, a lost node): the next run takes it over and says so. A run that ends normally
 removes the file.
 
-The file is written in place, not through `heed.files.atomic_open`: the lock belongs to the file's
+The file is written in place, not through `heed.plumbing.files.atomic_open`: the lock belongs to the file's
 inode, and replacing the file would hand out a second, unheld inode under the same name.
 
 Windows has no flock; there the directory is not locked (heed targets Linux and macOS). Neither is it

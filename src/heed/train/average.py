@@ -7,7 +7,7 @@ noise of the last optimizer steps (fairseq's average_checkpoints.py; Vaswani et 
 average the last 5 or 20 checkpoints; Popel & Bojar 2018): one model, no slower to decode,
 often a little better. Checkpoints of *independently* trained models do not average (their weights
 live in unrelated places: a permuted hidden unit is the same model with different weights); decode
-those as an ensemble instead (heed.ensemble, `heed translate A B`).
+those as an ensemble instead (heed.nn.ensemble, `heed translate A B`).
 
 An input is a checkpoint directory (checkpoints/last, checkpoints/best), a model directory, or a
 training output directory (its model/). All inputs must share the architecture (the resolved
