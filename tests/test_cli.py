@@ -255,7 +255,7 @@ def test_translate_and_evaluate_in_bf16(word_run, tmp_path, write_lines):
 
 def test_stderr_lines_are_never_wrapped_when_it_is_not_a_terminal(capsys):
     """Logs and hints must stay greppable and pasteable: rich wraps at 80 columns off a terminal."""
-    from heed.cli import _stderr
+    from heed.cli.app import stderr as _stderr
 
     line = "step 100/2000 | epoch 0.50 | loss 2.3456 | lr 1.00e-03 | 12,345 tok/s | eta 23m45s " + "x" * 120
     _stderr().print(line)

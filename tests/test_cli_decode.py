@@ -8,7 +8,8 @@ import re
 import pytest
 import typer
 
-from heed.cli import DECODE_FLAG, app, flag_words
+from heed.cli import app
+from heed.cli.decode_flags import DECODE_FLAG, flag_words
 from heed.search import DecodeConfig
 
 DECODE_COMMANDS = ("translate", "evaluate", "compare", "attention")
@@ -120,7 +121,7 @@ def test_evaluate_attention_and_compare_take_the_decode_flags(trained_run, tiny_
 
 def test_sampling_without_beam_samples_with_beam_1_whatever_the_model_searches_with(trained_run):
     from heed.api import Translator
-    from heed.cli import resolve_decode
+    from heed.cli.decode_flags import resolve_decode
 
     translator = Translator.load(trained_run, device="cpu")
     translator.config = translator.config.model_copy(update={"decode": DecodeConfig(beam_size=5, n_best=3)})

@@ -113,15 +113,15 @@ def test_progress_is_a_bar_on_a_terminal_and_never_on_stdout(monkeypatch):
     import heed.cli
 
     screen = io.StringIO()
-    monkeypatch.setattr(heed.cli, "_stderr", lambda: Console(file=screen, force_terminal=True, width=100))
-    with heed.cli._Progress("translating", total=3) as progress:
+    monkeypatch.setattr(heed.cli.progress, "stderr", lambda: Console(file=screen, force_terminal=True, width=100))
+    with heed.cli.progress.Progress("translating", total=3) as progress:
         progress.advance(2)
         progress.warn("a long line was cut")
         progress.advance(1)
     assert "translating" in screen.getvalue() and "a long line was cut" in screen.getvalue()
     quiet = io.StringIO()
-    monkeypatch.setattr(heed.cli, "_stderr", lambda: Console(file=quiet, force_terminal=False))
-    with heed.cli._Progress("translating", total=3) as progress:
+    monkeypatch.setattr(heed.cli.progress, "stderr", lambda: Console(file=quiet, force_terminal=False))
+    with heed.cli.progress.Progress("translating", total=3) as progress:
         progress.advance(3)
     assert quiet.getvalue() == ""
 

@@ -192,7 +192,7 @@ def test_compare_two_models_prints_both_and_overlays_them_on_one_plot(trained_ru
 
 
 def test_compare_names_models_by_directory(trained_run, plain_run, tiny_corpus):
-    from heed.cli import _model_names
+    from heed.cli.io import model_names as _model_names
 
     assert _model_names([Path("runs/luong/model"), Path("runs/plain")], None) == ["luong", "plain"]
     assert _model_names([Path("a/out"), Path("b/out")], None) == ["a/out", "b/out"]  # repeated: the paths

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -358,6 +358,13 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     app.state.settings = settings
     app.add_middleware(BodyLimit, limit=settings.max_body)
     _add_error_handlers(app)
+    _add_pages(app)
+    app.include_router(_Routes(models, infos, batcher, settings).router())
+    return app
+
+
+def _add_pages(app: FastAPI) -> None:
+    """The explorer page, its static files and its CJK font (none in the OpenAPI schema)."""
 
     @app.get("/", include_in_schema=False)
     async def explorer() -> FileResponse:
@@ -370,19 +377,48 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         # The explorer's CJK fallback (static/explorer.css): no CJK system font, no boxes.
         return FileResponse(CJK_FONT, media_type="font/ttf", headers={"Cache-Control": "public, max-age=86400"})
 
-    @app.get("/health", response_model=Health)
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "models": list(models), "queued": batcher.queued}
 
-    @app.get("/v1/models", response_model=ModelsResponse)
-    async def list_models() -> dict[str, Any]:
-        return {"models": list(infos.values())}
+class _Routes:
+    """The JSON API: one handler per route over the served models, their infos, the batcher and the
+    limits. Each handler checks its request (`_model` is the prologue they share), then hands the
+    work to the batcher under a key of what can share a call."""
 
-    @app.post("/v1/translate", response_model=TranslateResponse,
-              responses=WORK_ERRORS)
-    async def translate(request: TranslateRequest) -> JSONResponse:
-        name = _model_name(request.model, models)
-        translator = models[name]
+    def __init__(self, models: dict[str, Translator], infos: dict[str, dict[str, Any]], batcher: Batcher,
+                 settings: ServeSettings) -> None:
+        self.models, self.infos, self.batcher, self.settings = models, infos, batcher, settings
+
+    def router(self) -> APIRouter:
+        router = APIRouter()
+        router.add_api_route("/health", self.health, methods=["GET"], response_model=Health)
+        router.add_api_route("/v1/models", self.list_models, methods=["GET"], response_model=ModelsResponse)
+        for path, handler, response in (("/v1/translate", self.translate, TranslateResponse),
+                                        ("/v1/align", self.align, AlignResponse),
+                                        ("/v1/attribute", self.attribute, AttributeResponse),
+                                        ("/v1/heads", self.heads, HeadsResponse)):
+            router.add_api_route(path, handler, methods=["POST"], response_model=response, responses=WORK_ERRORS)
+        return router
+
+    def _model(self, requested: str | None, needs: type | None = None, why: str = "") -> tuple[str, Translator]:
+        """The request's model by name (the only one when there is one); a 422 on field "model"
+        saying `why` when it is not a `needs` (an attention model, a gradient model, ...)."""
+        name = _model_name(requested, self.models)
+        translator = self.models[name]
+        if needs is not None and not isinstance(translator.model, needs):
+            raise ApiError(422, f"model {name!r} {why}", "model")
+        return name, translator
+
+    async def _decoded(self, key: _Key, items: list[Any], costs: list[int]) -> list[Any]:
+        return await _decoded(self.batcher, key, items, costs, self.settings)
+
+    async def health(self) -> dict[str, Any]:
+        return {"status": "ok", "models": list(self.models), "queued": self.batcher.queued}
+
+    async def list_models(self) -> dict[str, Any]:
+        return {"models": list(self.infos.values())}
+
+    async def translate(self, request: TranslateRequest) -> JSONResponse:
+        name, translator = self._model(request.model)
+        settings = self.settings
         _check_sentences(request.sentences, "sentences", settings)
         decode = _decode(translator, request, settings)
         if request.replace_unk and not translator.model.has_attention:
@@ -408,60 +444,48 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
         key = _Key(name, "explore" if request.trace else "translate", decode.model_dump_json(),
                    request.replace_unk, request.attention, request.alternatives if request.trace else 0, intervention)
         prefixes = request.prefix or [None] * len(request.sentences)
-        results = await _decoded(batcher, key, list(zip(request.sentences, prefixes)), costs, settings)
+        results = await self._decoded(key, list(zip(request.sentences, prefixes)), costs)
         return JSONResponse({"model": name, "decode": decode.model_dump(mode="json"), "results": results})
 
-    @app.post("/v1/align", response_model=AlignResponse,
-              responses=WORK_ERRORS)
-    async def align(request: AlignRequest) -> JSONResponse:
-        name = _model_name(request.model, models)
-        if not models[name].model.has_attention:
+    async def align(self, request: AlignRequest) -> JSONResponse:
+        name, translator = self._model(request.model)
+        if not translator.model.has_attention:
             raise ApiError(422, f"model {name!r} has no attention, so it has no alignments", "model")
-        _check_sentences(request.sources, "sources", settings)
-        _check_sentences(request.targets, "targets", settings)
+        _check_sentences(request.sources, "sources", self.settings)
+        _check_sentences(request.targets, "targets", self.settings)
         _one_target_each(request.sources, request.targets, "source")
         # A forced pass: one decoder row a step, a step a target token.
-        costs = [len(models[name].codec.tgt_tokens(target)) + 1 for target in request.targets]
-        results = await _decoded(batcher, _Key(name, "align", ""), list(zip(request.sources, request.targets)),
-                                 costs, settings)
+        costs = [len(translator.codec.tgt_tokens(target)) + 1 for target in request.targets]
+        results = await self._decoded(_Key(name, "align", ""), list(zip(request.sources, request.targets)), costs)
         return JSONResponse({"model": name, "results": results})
 
-    @app.post("/v1/attribute", response_model=AttributeResponse,
-              responses=WORK_ERRORS)
-    async def attribute(request: AttributeRequest) -> JSONResponse:
-        name = _model_name(request.model, models)
-        if not isinstance(models[name].model, AttributableModel):
-            raise ApiError(422, f"model {name!r} gives no gradients (an exported model or an ensemble); attribution "
-                                "needs a PyTorch model directory", "model")
-        _check_sentences(request.sentences, "sentences", settings)
+    async def attribute(self, request: AttributeRequest) -> JSONResponse:
+        name, translator = self._model(request.model, AttributableModel,
+                                       "gives no gradients (an exported model or an ensemble); attribution needs a "
+                                       "PyTorch model directory")
+        _check_sentences(request.sentences, "sentences", self.settings)
         if request.targets is not None:
-            _check_targets(request.targets, settings)
+            _check_targets(request.targets, self.settings)
             _one_target_each(request.sentences, request.targets, "sentence")
-            _check_known_targets(models[name], request.sentences, request.targets)
+            _check_known_targets(translator, request.sentences, request.targets)
         targets = request.targets or [None] * len(request.sentences)
         key = _Key(name, "attribute", f"{request.method} {request.steps}")
-        a_turn_each = [settings.slice_work] * len(request.sentences)  # explained a sentence at a time
-        results = await _decoded(batcher, key, list(zip(request.sentences, targets)), a_turn_each, settings)
+        a_turn_each = [self.settings.slice_work] * len(request.sentences)  # explained a sentence at a time
+        results = await self._decoded(key, list(zip(request.sentences, targets)), a_turn_each)
         return JSONResponse({"model": name, "attributions": results})
 
-    @app.post("/v1/heads", response_model=HeadsResponse,
-              responses=WORK_ERRORS)
-    async def heads(request: HeadsRequest) -> JSONResponse:
-        name = _model_name(request.model, models)
-        if not isinstance(models[name].model, HeadsModel):
-            raise ApiError(422, f"model {name!r} gives only its averaged attention (an exported model or an "
-                                "ensemble)", "model")
-        _check_sentences(request.sources, "sources", settings)
+    async def heads(self, request: HeadsRequest) -> JSONResponse:
+        name, translator = self._model(request.model, HeadsModel,
+                                       "gives only its averaged attention (an exported model or an ensemble)")
+        _check_sentences(request.sources, "sources", self.settings)
         _one_target_each(request.sources, request.targets, "source")
-        _check_targets(request.targets, settings)
-        sizes = _check_known_targets(models[name], request.sources, request.targets)
-        _check_weights(models[name], sizes, request.parts, settings)
+        _check_targets(request.targets, self.settings)
+        sizes = _check_known_targets(translator, request.sources, request.targets)
+        _check_weights(translator, sizes, request.parts, self.settings)
         key = _Key(name, "heads", " ".join(dict.fromkeys(request.parts)))
-        a_turn_each = [settings.slice_work] * len(request.sources)  # read a sentence at a time
-        results = await _decoded(batcher, key, list(zip(request.sources, request.targets)), a_turn_each, settings)
+        a_turn_each = [self.settings.slice_work] * len(request.sources)  # read a sentence at a time
+        results = await self._decoded(key, list(zip(request.sources, request.targets)), a_turn_each)
         return JSONResponse({"model": name, "results": results})
-
-    return app
 
 
 def _version() -> str:

@@ -1,0 +1,27 @@
+"""The `heed` command, a thin layer over the library: each command parses its options and calls
+heed.train, heed.api, heed.explain, heed.serve, heed.export or heed.data.
+
+    app           the Typer app, its root options, and user errors as one line on stderr (exit 2)
+    progress      progress on stderr for the long commands
+    decode_flags  the decoding flags every translating command takes
+    train         train, prepare, average, config, demo
+    translate     translate, evaluate, compare
+    explain       attention, align, attribute, faithfulness
+    serve, export, data
+
+The commands are registered here, in the order `heed --help` lists them.
+"""
+from heed.cli import data, explain, export, serve, train, translate
+from heed.cli.app import app, main
+
+COMMANDS = (
+    (train.train, None), (train.prepare, None), (translate.translate, None), (translate.evaluate, None),
+    (explain.attention, None), (explain.align, None), (explain.attribute, None),
+    (explain.faithfulness_command, "faithfulness"), (translate.compare, None), (serve.serve, None),
+    (train.average, None), (train.config_command, "config"), (export.export_command, "export"), (train.demo, None),
+)
+for command, name in COMMANDS:
+    app.command(name)(command)
+app.add_typer(data.data_app)
+
+__all__ = ["app", "main"]

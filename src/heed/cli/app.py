@@ -1,0 +1,114 @@
+"""The `heed` app: its root options, and how every user mistake becomes a line or two on stderr
+(exit 2, no traceback); `main` is the console script."""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+import heed
+from heed.errors import HeedError
+
+app = typer.Typer(
+    name="heed",
+    help="Sequence-to-sequence translation with attention: train, translate, evaluate, look inside.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+USER_ERROR = 2
+
+
+INTERRUPTED = 130
+
+
+BROKEN_PIPE = 141
+
+
+ENSEMBLE_HELP = ("Model directory (or a training output directory, or a `heed export` directory); several "
+                 "make an ensemble that decodes with the mean of their log-probabilities (they must share "
+                 "tokenizers and vocabularies).")
+
+
+THREADS_HELP = "torch CPU threads (default: torch's choice, usually one per core)."
+
+
+def stderr() -> Console:
+    # soft_wrap: rich wraps at 80 columns when stderr is not a terminal, which split log lines
+    # ("eta \n23m45s") and hints into pieces no grep or paste could use. A terminal wraps by itself.
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def fail(message: str) -> typer.Exit:
+    stderr().print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    return typer.Exit(USER_ERROR)
+
+
+def friendly_errors(command: F) -> F:
+    """User errors -> one or two lines on stderr and exit code 2, never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except HeedError as e:
+            raise fail(escape(str(e))) from None
+        except BrokenPipeError:
+            # The reader went away (`heed translate ... | head`): not a mistake, so no message. Point
+            # stdout at /dev/null so the interpreter's final flush cannot fail again, and exit as a
+            # process that SIGPIPE ended would (128 + 13), like `yes | head`.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(BROKEN_PIPE) from None
+        except OSError as e:  # a file we were told to read or write
+            where = f"{e.filename}: " if e.filename else ""
+            raise fail(escape(f"{where}{e.strerror or e}")) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _version(value: bool) -> None:
+    if value:
+        import torch
+
+        typer.echo(f"heed {heed.__version__} (torch {torch.__version__}, python {sys.version.split()[0]})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print heed's version and exit."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Load model directories and exports without "
+                                   "checking their files' sha256 (for models too large to hash at every load); "
+                                   "non-finite weights are refused all the same."),
+) -> None:
+    """Sequence-to-sequence translation with attention."""
+    from heed.plumbing.files import set_verify_default
+
+    set_verify_default(False if no_verify else None)
+
+
+def main() -> None:
+    """Console-script entry point (`heed`, `python -m heed`)."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        stderr().print("[yellow]interrupted[/]")
+        sys.exit(INTERRUPTED)

@@ -1,0 +1,101 @@
+"""`heed data list | get | task`: the recipes' corpora (heed.data.download) and generated tasks."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from heed.cli.app import friendly_errors
+from heed.cli.progress import Progress
+from heed.errors import HeedError
+
+data_app = typer.Typer(name="data", help="The recipes' corpora: list them, or download one (checked by sha256); "
+                       "or write a generated task with its gold alignments.",
+                       no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                       rich_markup_mode=None)
+
+
+@data_app.command("list")
+@friendly_errors
+def data_list() -> None:
+    """The datasets `heed data get` downloads: the files, their size, where they go, the license."""
+    from heed.data.download import DATASETS
+
+    for name, dataset in DATASETS.items():
+        typer.echo(f"{name}: {', '.join(dataset.file_names)}")
+        typer.echo(f"  {dataset.size}; `heed data get {name} [DIR]` writes DIR/{name}/ (default data/{name}/)")
+        typer.echo(f"  license: {dataset.license}")
+
+
+@data_app.command("get")
+@friendly_errors
+def data_get(
+    name: str = typer.Argument(..., metavar="NAME", help="multi30k or tatoeba-fra-eng (heed data list)."),
+    directory: Path = typer.Argument(Path("data"), metavar="DIR", help="Where to write DIR/NAME/ (default: data, "
+                                     "the folder the recipes in configs/ read)."),
+    mirror: Optional[str] = typer.Option(None, "--mirror", metavar="URL", help="Fetch the same paths from this "
+                                         "host instead of the official one (a mirror you trust)."),
+    any_release: bool = typer.Option(False, "--any-release", help="Take a source that publishes one moving "
+                                     "release (Tatoeba) as it is now, when it is no longer the release heed pins."),
+) -> None:
+    """Download a recipe's corpus from its official source into DIR/NAME/, each file checked against
+    the sha256 heed pins, with SOURCE.md (where from, sha256, license, what to cite). Files already
+    there with the right sha256 are kept; an interrupted or corrupt download writes nothing."""
+    from heed.data.download import DATASETS, get
+
+    if mirror is not None and _scheme(mirror) not in ("http", "https"):
+        raise HeedError(f"--mirror {mirror}: give an http:// or https:// URL")
+    with Progress("bytes downloaded", enabled=True) as bar:  # lines in a log too: a download can be slow
+        last = {"name": "", "seen": 0}
+
+        def progress(file: str, seen: int, total: Optional[int]) -> None:
+            if file != last["name"]:
+                last.update(name=file, seen=0)
+            bar.advance(seen - last["seen"])
+            last["seen"] = seen
+
+        got = get(name, directory, mirror=mirror, any_release=any_release, progress=progress)
+    dataset = DATASETS[name]
+    if got.off_release:
+        typer.echo(f"{name} -> {got.folder} ({', '.join(got.off_release)}: not the pinned release, taken as it is "
+                   "with --any-release and checked against nothing; the rest sha256 checked; SOURCE.md says "
+                   "where from)")
+    else:
+        typer.echo(f"{name} -> {got.folder} (sha256 checked; SOURCE.md says where from)")
+    typer.echo(f"license: {dataset.license}")
+    typer.echo(f"cite: {dataset.citation(off_release=bool(got.off_release))}")
+
+
+@data_app.command("task")
+@friendly_errors
+def data_task(
+    name: str = typer.Argument(..., metavar="TASK", help="dates or names: a generated task."),
+    directory: Path = typer.Argument(..., metavar="DIR", help="Where to write its files."),
+    config: Optional[Path] = typer.Option(None, "--config", help="A config whose data.dates / data.names "
+                                          "settings to use (sizes, seed, languages); default: the defaults."),
+) -> None:
+    """Write a generated task to DIR: {train,dev,test}.src and .tgt, and {train,dev,test}.align, its gold
+    alignments by construction (Pharaoh: i-j sure, i?j possible). The dates task's gold links source
+    words to target characters (score it with `heed align --tgt-units chars`), the names task's words
+    to words. The same settings write the same files as training generates: give the model's training
+    config (--config) so that test is the model's held-out test set."""
+    from heed.config import DataConfig, load_config
+    from heed.data.codec import write_task
+
+    if name not in ("dates", "names"):
+        raise HeedError(f"TASK must be dates or names, got {name!r}")
+    data = DataConfig(task=name) if config is None else load_config(config).data.model_copy(update={"task": name})
+    written = write_task(data, directory)
+    counts = {split: sum(1 for _ in open(written[f"{split}.src"], encoding="utf-8")) for split in ("train", "dev", "test")}
+    typer.echo(f"{name}: {counts['train']:,} train / {counts['dev']:,} dev / {counts['test']:,} test pairs -> {directory} "
+               f"({', '.join(sorted(written))})")
+    units = "--tgt-units chars " if name == "dates" else ""
+    typer.echo(f"score a model's alignments: heed align MODEL --src {directory / 'test.src'} --tgt {directory / 'test.tgt'} "
+               f"{units}--gold {directory / 'test.align'}")
+
+
+def _scheme(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).scheme

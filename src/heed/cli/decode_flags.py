@@ -1,0 +1,131 @@
+"""The decoding flags every translating command takes (--beam, --n-best, --min-len, ...): one table
+from DecodeConfig's fields to flag names, one decorator that adds them, and the resolution of
+the given flags over a model's decode config, with errors that name the flag."""
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+
+from heed.cli.app import F, stderr
+from heed.errors import ConfigError, HeedError
+
+if TYPE_CHECKING:
+    from heed.api import Translator
+    from heed.search import DecodeConfig
+
+
+REPLACE_UNK_HELP = ("Replace each <unk> in the output by the source token it attended to most "
+                    "(copied, or translated by --dictionary).")
+
+
+DICTIONARY_HELP = "A source<TAB>target word list for --replace-unk (implies it); first entry wins."
+
+
+BF16_HELP = ("Decode in bfloat16: for batches of a large model on a GPU. On the CPU it was slower everywhere "
+             "measured (a 3+3-layer Transformer of 256: half the speed at batch 64 on an Intel Xeon without native "
+             "bf16; on one with AMX, 156 against float32's 197 sentences/s); measure before you use it there. The "
+             "outputs may differ a little from float32's.")
+
+
+# A flag for every heed.search.DecodeConfig field: (field, flag, type, help). Each help is the
+# field's description with field names written as flags (tests/test_cli_decode.py holds them
+# together); it is written out here, not read from DecodeConfig, because heed.search imports
+# torch, which would make every `heed --help` take seconds.
+DECODE_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("beam_size", "--beam", int, "Beam size; 1 = greedy."),
+    ("n_best", "--n-best", int, "Hypotheses returned per sentence, at most --beam. `heed translate` writes "
+     "them all (see its help); the other commands use the best."),
+    ("length_penalty", "--length-penalty", float, "Length penalty: GNMT alpha; 0 = off."),
+    ("coverage_penalty", "--coverage-penalty", float, "Coverage penalty: GNMT beta; 0 = off; needs attention."),
+    ("min_len", "--min-len", int, "Output tokens before EOS is allowed (EOS not counted); 0 allows an empty "
+     "output."),
+    ("max_len_a", "--max-len-a", float, "Max output tokens = floor(a * src_len + b), EOS not counted, and at most "
+     "4096; this sets a."),
+    ("max_len_b", "--max-len-b", int, "B of --max-len-a's formula."),
+    ("no_repeat_ngram", "--no-repeat-ngram", int, "Forbid repeating any n-gram of this size; 0 = off."),
+    ("forbid_unk", "--forbid-unk/--allow-unk", bool, "Never emit <unk>: a copy model copies the source word "
+     "instead, any other model writes its next most likely token."),
+    ("sampling", "--sampling/--no-sampling", bool, "Draw --n-best samples per sentence instead of searching "
+     "(--beam must be 1). --sampling without --beam samples with --beam 1."),
+    ("temperature", "--temperature", float, "With --sampling: divide the logits by this; < 1 is sharper."),
+    ("top_k", "--top-k", int, "With --sampling: draw from the k most likely tokens only; 0 = all."),
+    ("top_p", "--top-p", float, "With --sampling: draw from the smallest set of tokens whose probability reaches p "
+     "(nucleus); 1 = all."),
+    ("seed", "--seed", int, "With --sampling: the random seed; the same seed and source give the same samples in any "
+     "batch (None: a fresh seed). Without --seed the seed drawn is printed on stderr."),
+)
+
+
+DECODE_FLAG = {field: flag.split("/")[0] for field, flag, _, _ in DECODE_FLAGS}
+
+
+# Field names: those with an underscore anywhere; plain words ("seed") only where they lead the text
+# ("sampling: ...", "sampling draws ..."), as elsewhere they are English ("the random seed").
+_DECODE_FIELD_WORD = re.compile(r"\b(" + "|".join(f for f in DECODE_FLAG if "_" in f) + r")\b|^("
+                                + "|".join(f for f in DECODE_FLAG if "_" not in f) + r")\b")
+
+
+def flag_words(text: str) -> str:
+    """`text` with DecodeConfig field names written as their flags ("n_best" -> "--n-best")."""
+    return _DECODE_FIELD_WORD.sub(lambda m: DECODE_FLAG[m.group(m.lastindex or 0)], text)
+
+
+def decode_options(command: F) -> F:
+    """Give `command` the DECODE_FLAGS, each None (= the model's decode config) unless given. The
+    command takes a keyword-only `decode`: {DecodeConfig field: value} of the flags given."""
+    signature = inspect.signature(command, eval_str=True)
+    flags = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
+                               default=typer.Option(None, flag, help=f"{help} Default: the model's decode config.",
+                                                    show_default=False))
+             for field, flag, kind, help in DECODE_FLAGS]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        given = {field: kwargs.pop(field) for field in DECODE_FLAG}
+        return command(*args, decode={k: v for k, v in given.items() if v is not None}, **kwargs)
+
+    # typer reads a command's options from its signature: the command's own, less `decode`, then the flags.
+    own = [p for name, p in signature.parameters.items() if name != "decode"]
+    wrapper.__signature__ = signature.replace(parameters=[*own, *flags])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in (*own, *flags)}
+    return wrapper  # type: ignore[return-value]
+
+
+def resolve_decode(translator: "Translator", decode: dict[str, Any], *, label: str = "") -> "DecodeConfig":
+    """The translator's decode config with the flags given (`decode`, from `decode_options`) applied,
+    validated; a bad value is a HeedError naming its flag. Sampling without --seed gets one seed,
+    printed on stderr, for all the input (and for the user to draw the same again)."""
+    overrides = dict(decode)
+    beam = overrides.pop("beam_size", None)
+    if beam is None and overrides.get("sampling"):
+        beam = 1  # sampling draws instead of searching: the model's beam size would only clash
+    try:
+        cfg = translator.resolve_decode(beam, overrides)
+    except ConfigError as e:
+        raise HeedError(_decode_flag_message(e, decode)) from None
+    if cfg.sampling and decode.get("seed") is None:
+        stderr().print(f"{label + ': ' if label else ''}sampling with seed {cfg.seed} (--seed {cfg.seed} draws "
+                        "the same samples again)", markup=False, soft_wrap=True)
+    return cfg
+
+
+def _decode_flag_message(error: ConfigError, given: dict[str, Any]) -> str:
+    """A decode ConfigError ("field 'decode.top_p': Input should be ...") in flag words:
+    "--top-p: input should be ... (got 1.5)"."""
+    field = (error.field or "").removeprefix("decode.")
+    message = flag_words(error.message[:1].lower() + error.message[1:])
+    flag = DECODE_FLAG.get(field)
+    if flag is None:
+        return f"decode settings: {message}"
+    if flag not in message and field in given:  # a one-field check; pydantic's message omits the value
+        message += f" (got {given[field]})"
+    # A clash with a value the user did not give ("--n-best (2) cannot exceed --beam (1)"): say where it is from.
+    implicit = [f for name, f in DECODE_FLAG.items()
+                if name not in given and re.search(f"{f} (\\(|-?\\d)", message)]  # "--beam (1)", "--max-len-b 0"
+    if implicit:
+        message += f" ({', '.join(implicit)}: the model's decode config)"
+    return message if message.startswith(flag) else f"{flag}: {message}"

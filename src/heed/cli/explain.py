@@ -1,0 +1,536 @@
+"""`heed attention`, `align`, `attribute` and `faithfulness`: looking inside a model (heed.explain)."""
+from __future__ import annotations
+
+import enum
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, List, Optional
+
+import typer
+from rich.console import Console
+
+from heed.cli.app import escape, friendly_errors, stderr
+from heed.cli.decode_flags import decode_options, resolve_decode
+from heed.cli.io import check_figure_path, print_table, read_lines, truncation_message, warn_long_sources
+from heed.cli.progress import Progress, progress_option
+from heed.errors import HeedError
+from heed.plumbing.files import atomic_open, open_stream
+from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
+
+if TYPE_CHECKING:
+    from heed.api import Translator
+    from heed.explain.align_methods import AlignOptions
+
+
+@friendly_errors
+@decode_options
+def attention(
+    model: Path = typer.Argument(..., help="Model directory (or a training output directory; with --checkpoints "
+                                 "or --entropy, the training output directory)."),
+    sentences: Optional[List[str]] = typer.Argument(None, help="Source sentences to translate and plot (one with "
+                                                    "--checkpoints, none with --entropy)."),
+    output: Path = typer.Option(Path("attention.png"), "--output", "-o", help="Figure file: .png, .svg or .pdf."),
+    checkpoints: bool = typer.Option(False, "--checkpoints", help="Draw how the sentence's attention changed over "
+                                     "training: one heatmap per kept checkpoint of the run (checkpoints/step-*, "
+                                     "train.keep_checkpoints), all reading the same output."),
+    target: Optional[str] = typer.Option(None, "--tgt", help="With --checkpoints: the output every checkpoint "
+                                         "reads (default: the run's model's translation of the sentence)."),
+    most: int = typer.Option(12, "--most", min=1, max=48, help="With --checkpoints: draw at most this many, evenly "
+                             "spaced (the first and the last always)."),
+    entropy: bool = typer.Option(False, "--entropy", help="Draw each head's attention entropy over training from "
+                                 "the run's metrics.jsonl (logged at every dev evaluation)."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    *,
+    decode: dict[str, Any],
+) -> None:
+    """Translate sentences and draw where the model looked: one attention heatmap per sentence.
+
+    A Transformer's heatmap is the cross-attention of its last decoder layer, averaged over the heads.
+    A sentence longer than the model's data.max_src_len tokens is cut to that many (with a warning); a
+    heatmap over more than 200 tokens a side is unreadable and refused.
+
+    Over training: `heed attention RUN --checkpoints "one sentence"` draws its attention at each
+    checkpoint the run kept; `heed attention RUN --entropy` draws each head's entropy curve."""
+    from heed.viz import MAX_HEATMAP_TOKENS, attention_grid, save_figure
+
+    sentences = list(sentences or [])
+    check_figure_path(output)
+    if checkpoints and entropy:
+        raise HeedError("--checkpoints and --entropy draw different figures; give one of them")
+    if target is not None and not checkpoints:
+        raise HeedError("--tgt is the output the checkpoints read: it goes with --checkpoints")
+    if entropy:
+        if sentences:
+            raise HeedError("--entropy draws the run's logged entropy and translates nothing: leave out the sentences")
+        _draw_entropy(model, output)
+        return
+    if checkpoints:
+        if len(sentences) != 1:
+            raise HeedError(f"--checkpoints draws one sentence over training; got {len(sentences)}")
+        _draw_history(model, sentences[0], target, most=most, output=output, device=device, decode=decode)
+        return
+    if not sentences:
+        raise HeedError("give one or more source sentences to translate and draw")
+    from heed.api import Translator
+
+    translator = Translator.load(model, device=device)
+    cfg = resolve_decode(translator, decode)
+    for number, sentence in enumerate(sentences, start=1):  # before translating: the source bounds the cost
+        length = min(len(translator.codec.src_tokens(sentence)), translator.max_src_len)
+        if length + 1 > MAX_HEATMAP_TOKENS:  # + the </s> column
+            raise HeedError(f"sentence {number} ({preview(sentence)}) is {length} tokens long; a heatmap over more "
+                            f"than {MAX_HEATMAP_TOKENS} tokens a side is unreadable: give a shorter sentence")
+    translations = translator.translate(sentences, decode=cfg)
+    cut = [k for k, t in enumerate(translations, start=1) if t.truncated]
+    if cut:
+        stderr().print(f"[yellow]warning:[/] {escape(truncation_message(cut, 'sentences', translator.max_src_len))}",
+                        soft_wrap=True)
+    for number, (sentence, t) in enumerate(zip(sentences, translations), start=1):
+        if len(t.tokens) + 1 > MAX_HEATMAP_TOKENS:
+            raise HeedError(f"the translation of sentence {number} ({preview(sentence)}) is {len(t.tokens)} tokens "
+                            f"long; a heatmap over more than {MAX_HEATMAP_TOKENS} tokens a side is unreadable: "
+                            "give a shorter sentence")
+    items = [(*t.labels(), t.attention) for t in translations if t.attention is not None and t.src_tokens]
+    if not items:
+        raise HeedError("nothing to draw: the model has no attention, or every sentence is empty")
+    for sentence, t in zip(sentences, translations):
+        typer.echo(f"{sentence}\t{t.text}")
+    path = save_figure(attention_grid(items, titles=[s for s, t in zip(sentences, translations)
+                                                     if t.attention is not None and t.src_tokens]), output)
+    typer.echo(f"attention heatmap: {path}")
+
+
+def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int, output: Path, device: str,
+                  decode: dict[str, Any]) -> None:
+    """heed attention RUN --checkpoints: one heatmap per kept checkpoint, in step order."""
+    from heed.api import EOS_TOKEN, Translator
+    from heed.explain.history import attention_over_training, final_model
+    from heed.viz import MAX_HEATMAP_TOKENS, attention_grid, save_figure
+
+    if not sentence.strip():
+        raise HeedError("the sentence is empty: give a source sentence to follow over training")
+    final = Translator.load(final_model(run), device=device)
+    if target is not None:  # a token the model does not know is refused, as translate's --prefix is
+        try:
+            final.forced_pairs([sentence], [target], empty="give a source sentence to follow over training")
+        except HeedError as e:
+            raise HeedError(f"--tgt: {str(e).partition(': ')[2]}") from None
+    cfg = None if target is not None else resolve_decode(final, decode)
+    history = attention_over_training(run, sentence, target, most=most, decode=cfg, final=final, device=device)
+    if max(len(history.src_tokens), len(history.tgt_tokens)) + 1 > MAX_HEATMAP_TOKENS:
+        raise HeedError(f"the pair is longer than {MAX_HEATMAP_TOKENS} tokens a side: a heatmap of it is unreadable; "
+                        "give a shorter sentence")
+    src, tgt = [*history.src_tokens, EOS_TOKEN], [*history.tgt_tokens, EOS_TOKEN]
+    items = [(src, tgt, s.weights) for s in history.snapshots]
+    titles = [s.title() for s in history.snapshots]
+    path = save_figure(attention_grid(items, titles=titles, cols=min(4, len(items))), output)
+    shown = len(history.snapshots)
+    some = f"{shown} of {history.kept}" if shown < history.kept else str(shown)
+    spaced = "evenly spaced, " if shown < history.kept else ""
+    typer.echo(f"{sentence}\t{final.codec.tgt_tokenizer.detokenize(list(history.tgt_tokens))}")
+    typer.echo(f"attention at {some} checkpoints ({spaced}steps {history.snapshots[0].step:,} to "
+               f"{history.snapshots[-1].step:,}): {path}")
+
+
+def _draw_entropy(run: Path, output: Path) -> None:
+    """heed attention RUN --entropy: every head's entropy curve from the run's metrics.jsonl."""
+    from heed.explain.history import entropy_history
+    from heed.viz import entropy_curves, save_figure
+
+    steps, values = entropy_history(run)
+    path = save_figure(entropy_curves(steps, values), output)
+    last = values[-1]
+    typer.echo(f"attention entropy at {len(steps)} evaluations (steps {steps[0]:,} to {steps[-1]:,}); at the last, "
+               f"{last.min():.2f} to {last.max():.2f} nats over {last.size} head(s): {path}")
+
+
+def preview(sentence: str, chars: int = 40) -> str:
+    """The start of a sentence, quoted, for a one-line message."""
+    return repr(sentence if len(sentence) <= chars else sentence[:chars] + "...")
+
+
+class AlignMethod(str, enum.Enum):
+    argmax = "argmax"
+    shift = "shift"
+
+
+class AlignUnits(str, enum.Enum):
+    words = "words"
+    chars = "chars"
+
+
+class SymmetrizeHow(str, enum.Enum):
+    intersect = "intersect"
+    union = "union"
+    grow_diag_final = "grow-diag-final"
+
+
+@friendly_errors
+def align(
+    model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
+    src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
+    tgt: Path = typer.Option(..., "--tgt", help="Their translations, line-aligned with --src."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the alignments (default: stdout)."),
+    gold: Optional[Path] = typer.Option(None, "--gold", help="Optional gold alignments (Pharaoh; i-j or i-j-S sure, i-j-P, "
+                                        "i?j or ipj possible): print the alignment error rate, beside the diagonal "
+                                        "baseline's."),
+    method: AlignMethod = typer.Option(AlignMethod.argmax, "--method", help="argmax: link each target word by the "
+                                       "step that predicts it; shift: by the step that reads it as input "
+                                       "(shift-att, Chen et al. 2020)."),
+    layer: Optional[str] = typer.Option(None, "--layer", help="Decoder layer to read (0-based) or 'mean' for all "
+                                        "layers' average. Default: the last (a Transformer) or the only one (an RNN)."),
+    head: Optional[str] = typer.Option(None, "--head", help="Attention head (0-based), or 'mean'. Default: the mean "
+                                       "of the layer's heads."),
+    tgt_units: AlignUnits = typer.Option(AlignUnits.words, "--tgt-units", help="Target positions in whitespace words, "
+                                         "or in characters (spaces not counted; the dates task's gold is so)."),
+    reverse: Optional[Path] = typer.Option(None, "--reverse", help="A model trained the other way (target -> "
+                                           "source): its alignments are joined with this model's by --symmetrize."),
+    symmetrize: SymmetrizeHow = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="With --reverse: "
+                                             "keep links both agree on (intersect), either has (union), or "
+                                             "grow-diag-final-and (Koehn et al. 2005)."),
+    reference: Optional[Path] = typer.Option(None, "--reference", help="With --gold: another aligner's Pharaoh file "
+                                             "(e.g. fast_align's), scored beside the model."),
+    beside: Optional[Path] = typer.Option(None, "--beside", help="Another model on the same vocabularies (e.g. the "
+                                          "int8 export of this one): its attention read on the same pairs, the mean "
+                                          "|difference| per cell and the links that differ (and its AER with --gold)."),
+    sweep_all: bool = typer.Option(False, "--sweep", help="With --gold: the AER of every method x layer x head (and "
+                                   "their means) as a table and a heatmap (--plot), instead of writing alignments."),
+    plot: Path = typer.Option(Path("aer_sweep.png"), "--plot", help="With --sweep: the heatmap's file (.png, .svg, .pdf)."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = progress_option(),
+) -> None:
+    """Word-align --src with --tgt by the model's attention: each target word is linked to the source
+    word it attends to most while the model reads --tgt as its own output (forced decoding).
+
+    One Pharaoh line per sentence pair: "i-j" links, i a 0-based word of the source, j of the target,
+    words being the whitespace-separated words whatever the model's tokens (subword and character
+    attention is summed over each source word's pieces and averaged over each target word's); with
+    --tgt-units chars, j counts the target's characters. A Transformer aligns by default with the
+    cross-attention of its last decoder layer, averaged over the heads; --layer, --head and --method
+    choose another reading, and --sweep --gold scores them all. With --gold the alignment error rate
+    goes to stdout, or to stderr when the alignments do, beside the diagonal baseline (target word j
+    -> source word round(j*|src|/|tgt|)), which a useful reading must beat. --beside OTHER reads the
+    same pairs with another model (the int8 export of this one, say) and says how far its attention
+    and links are from this model's."""
+    from heed.api import Translator
+    from heed.data.corpus import read_parallel
+    from heed.explain.align_methods import unit_count
+    from heed.explain.forced import attention_shape
+
+    options = _align_options(method, layer, head, tgt_units, gold=gold, sweep_all=sweep_all, reference=reference,
+                             reverse=reverse, output=output, beside=beside, plot=plot)
+    pairs = list(read_parallel(src, tgt, streams=True))
+    src_texts, tgt_texts = [p.src for p in pairs], [p.tgt for p in pairs]
+    units = [(len(p.src.split()), unit_count(p.tgt, options.tgt_units)) for p in pairs]
+    golden, theirs = _read_golds(gold, reference, units, options.tgt_units, sides=f"{src} and {tgt}")
+    translator = Translator.load(model, device=device)
+    other = Translator.load(beside, device=device) if beside is not None else None
+    if sweep_all:
+        assert golden is not None
+        _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
+                                            batch_size=batch_size), plot, len(pairs))
+        return
+    links = _align_all(translator, src_texts, tgt_texts, options, batch_size=batch_size, progress=progress)
+    what = options.describe(attention_shape(translator.model)[:2])
+    if reverse is not None:
+        backward = Translator.load(reverse, device=device)
+        links = _symmetrized(links, backward, src_texts, tgt_texts, options.method, symmetrize, batch_size)
+        what += f", {symmetrize.value} with {reverse}"
+    _write_lines([_pharaoh_line(link_set) + "\n" for link_set in links], output)
+    others = [] if theirs is None else [(str(reference), theirs)]
+    if other is not None:
+        besides = _beside(translator, other, links, src_texts, tgt_texts, options,
+                          batch_size=batch_size, name=str(beside), err=output is None)
+        others.append((f"{beside} (--beside)", besides))
+    if golden is not None:
+        _print_aer(links, golden, units, what, others, err=output is None)
+
+
+def _align_options(method: AlignMethod, layer: Optional[str], head: Optional[str], tgt_units: AlignUnits, *,
+                   gold: Optional[Path], sweep_all: bool, reference: Optional[Path], reverse: Optional[Path],
+                   output: Optional[Path], beside: Optional[Path], plot: Path) -> "AlignOptions":
+    """`heed align`'s reading of the attention, once its flags are known to go together."""
+    from heed.explain.align_methods import AlignOptions, parse_index
+
+    try:
+        options = AlignOptions(method=method.value, layer=parse_index(layer, "--layer"),
+                               head=parse_index(head, "--head"), tgt_units=tgt_units.value)
+    except ValueError as e:
+        raise HeedError(str(e)) from None
+    if (sweep_all or reference is not None) and gold is None:
+        raise HeedError(f"{'--sweep' if sweep_all else '--reference'} scores against gold alignments: give --gold FILE")
+    if sweep_all and (reverse is not None or output is not None):
+        raise HeedError("--sweep prints AER and writes no alignments: leave out --reverse and --output")
+    if reverse is not None and options.tgt_units != "words":
+        raise HeedError("--reverse aligns whitespace words both ways: it needs --tgt-units words")
+    if beside is not None and (sweep_all or reverse is not None):
+        raise HeedError(f"--beside compares one reading of two models: leave out {'--sweep' if sweep_all else '--reverse'}")
+    if sweep_all:
+        from heed.viz import figure_format
+
+        figure_format(plot)  # a bad suffix fails before the work
+    return options
+
+
+def _read_golds(gold: Optional[Path], reference: Optional[Path], units: list[tuple[int, int]], tgt_units: str, *,
+                sides: str) -> tuple[Any, Any]:
+    """(sure, possible) of --gold, and every link of --reference (another aligner's: sure or not,
+    each counts), each None when not given; both checked against the pairs' word counts `units`."""
+    if gold is None:
+        return None, None
+    from heed.explain.align import read_gold_for
+
+    hint = "" if tgt_units == "chars" else ", or characters with --tgt-units chars"
+    golden = read_gold_for(gold, units, units=tgt_units, sides=sides, hint=hint)
+    theirs = None if reference is None else read_gold_for(reference, units, units=tgt_units, sides=sides, hint=hint)[1]
+    return golden, theirs
+
+
+def _align_all(translator: "Translator", src_texts: list[str], tgt_texts: list[str], options: "AlignOptions", *,
+               batch_size: int, progress: Optional[bool]) -> list[set[tuple[int, int]]]:
+    """Every pair's links, in chunks of 16 batches so the progress bar moves."""
+    links: list[set[tuple[int, int]]] = []
+    with Progress("sentences aligned", total=len(src_texts), enabled=progress) as bar:
+        for start in range(0, len(src_texts), batch_size * 16):
+            chunk = slice(start, start + batch_size * 16)
+            links += [set(a.links) for a in translator.align(src_texts[chunk], tgt_texts[chunk], options=options,
+                                                            batch_size=batch_size)]
+            bar.advance(len(src_texts[chunk]))
+    return links
+
+
+def _symmetrized(links: list[set[tuple[int, int]]], backward: "Translator", src_texts: list[str],
+                 tgt_texts: list[str], method: str, how: SymmetrizeHow, batch_size: int) -> list[set[tuple[int, int]]]:
+    """`links` joined with those of `backward` (a model trained target -> source) reading the pairs the other way."""
+    from heed.explain.align_methods import AlignOptions
+    from heed.explain.align_methods import symmetrize as join
+
+    other = backward.align(tgt_texts, src_texts, options=AlignOptions(method=method), batch_size=batch_size)
+    return [join(f, {(i, j) for j, i in b.links}, how.value) for f, b in zip(links, other)]
+
+
+def _beside(translator: "Translator", other: "Translator", links: list[set[tuple[int, int]]], src_texts: list[str],
+            tgt_texts: list[str], options: "AlignOptions", *, batch_size: int, name: str,
+            err: bool) -> list[set[tuple[int, int]]]:
+    """--beside: `other`'s links on the same pairs, after a line saying how far its attention and
+    links are from `translator`'s."""
+    besides = [set(a.links) for a in other.align(src_texts, tgt_texts, options=options, batch_size=batch_size)]
+    gap = translator.attention_gap(other, src_texts, tgt_texts, batch_size=batch_size)
+    changed = sum(len(a ^ b) for a, b in zip(links, besides))
+    typer.echo(f"beside {name}: {gap.summary()}; {changed:,} links of {sum(map(len, links)):,} differ "
+               "(either side)", err=err)
+    return besides
+
+
+def _write_lines(lines: list[str], output: Optional[Path]) -> None:
+    """To stdout, or to `output` written whole."""
+    if output is None:
+        sys.stdout.writelines(lines)
+        sys.stdout.flush()
+    else:
+        with atomic_open(output) as sink:
+            sink.writelines(lines)
+
+
+class AttributeMethod(str, enum.Enum):
+    integrated_gradients = "integrated_gradients"
+    grad_x_input = "grad_x_input"
+
+
+MAX_ATTRIBUTION_PLOTS = 8
+
+
+@friendly_errors
+def attribute(
+    model: Path = typer.Argument(..., help="Model directory (or a training output directory); not an export."),
+    src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
+    tgt: Optional[Path] = typer.Option(None, "--tgt", help="Translations to explain, line-aligned with --src "
+                                       "(default: the model's own translations)."),
+    output: Path = typer.Option(Path("attribution.json"), "--output", "-o", help="The attributions, as JSON."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw attention beside attribution (.png, .svg, "
+                                        f".pdf) for the first {MAX_ATTRIBUTION_PLOTS} sentences."),
+    method: AttributeMethod = typer.Option(AttributeMethod.integrated_gradients, "--method",
+                                           help="integrated_gradients (complete; --steps points) or grad_x_input."),
+    steps: int = typer.Option(50, "--steps", min=1, max=MAX_ATTRIBUTION_STEPS,
+                              help=f"Integrated gradients' integration points (1 to {MAX_ATTRIBUTION_STEPS})."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = progress_option(),
+) -> None:
+    """Attribute every output token to the source tokens and the output before it (Captum:
+    pip install 'heed-nmt[explain]'), and put it beside the attention.
+
+    For each sentence the JSON holds the tokens, `source` (output x source attribution, </s> last on
+    both axes), `prefix` (output x decoder input), `attention`, the log-probability each output
+    token is given, integrated gradients' completeness gap `delta` (sum of attributions minus
+    f(input) - f(zero embeddings)) and `agreement`: per output token, the Spearman rank correlation
+    of its attention with the magnitude of its source attribution. Prints each sentence's mean
+    agreement and largest completeness gap."""
+    from heed.api import Translator
+
+    if plot is not None:
+        check_figure_path(plot)
+    if tgt is None:
+        with open_stream(src) as stream:
+            sources, targets = list(read_lines(stream, str(src))), None
+    else:
+        from heed.data.corpus import read_parallel
+
+        pairs = list(read_parallel(src, tgt, streams=True))
+        sources, targets = [p.src for p in pairs], [p.tgt for p in pairs]
+    for number, line in enumerate(sources, start=1):
+        if not line.strip():
+            raise HeedError(f"{src}: line {number} is empty: there is nothing to attribute to")
+    translator = Translator.load(model, device=device)
+    warn_long_sources(translator, sources, str(src))
+    results = []
+    with Progress("sentences attributed", total=len(sources), enabled=progress) as bar:
+        for k, source in enumerate(sources):
+            results += translator.attribute([source], None if targets is None else [targets[k]], method=method.value,
+                                            steps=steps)
+            bar.advance(1)
+    import json
+
+    with atomic_open(output) as sink:
+        json.dump([r.to_dict() for r in results], sink, ensure_ascii=False)
+        sink.write("\n")
+    for number, r in enumerate(results, start=1):
+        agreement = r.agreement()
+        mean = "-" if agreement is None else f"{agreement.mean():+.2f}"
+        gap = "" if r.delta is None else f"\tmax |delta| {abs(r.delta).max():.1e}"
+        typer.echo(f"{number}\t{' '.join(r.tgt_tokens)}\tagreement {mean}{gap}")
+    typer.echo(f"attributions: {output}")
+    if plot is not None:
+        import numpy as np
+
+        from heed.viz import attention_grid, save_figure
+
+        items, titles = [], []
+        for number, r in enumerate(results[:MAX_ATTRIBUTION_PLOTS], start=1):
+            labels = ([*r.src_tokens, "</s>"], [*r.tgt_tokens, "</s>"])
+            magnitude = np.abs(r.source)
+            shares = magnitude / np.maximum(magnitude.max(axis=1, keepdims=True), 1e-12)
+            if r.attention is not None:
+                items.append((*labels, r.attention))
+                titles.append(f"{number}: attention")
+            items.append((*labels, shares))
+            titles.append(f"{number}: |{method.value}| (row max = 1)")
+        figure = attention_grid(items, titles=titles, cols=2, label="attention weight; attribution / row's largest")
+        typer.echo(f"figure: {save_figure(figure, plot)}")
+
+
+@friendly_errors
+@decode_options
+def faithfulness_command(
+    model: Path = typer.Argument(..., help="Model directory (or a training output directory); not an export."),
+    src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
+    ref: Path = typer.Option(..., "--ref", help="Reference translations, line-aligned with --src."),
+    permute_seed: int = typer.Option(0, "--permute-seed", min=0, help="Seed of the permutations."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write the figures as JSON."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = progress_option(),
+    *,
+    decode: dict[str, Any],
+) -> None:
+    """Does attention explain the output? Replaces every attention over the source by uniform weights,
+    by its own weights permuted, and with its top-weighted source token dropped, and reports for each
+    the change in the probability of the model's own output tokens (teacher forced), the total
+    variation distance between the output distributions, the BLEU of a new decoding against --ref,
+    and the share of sentences whose output changed (Jain & Wallace 2019)."""
+    from rich.table import Table
+
+    from heed.api import Translator
+    from heed.data.corpus import read_parallel
+    from heed.explain.faithfulness import KINDS, faithfulness, passes
+
+    pairs = list(read_parallel(src, ref, streams=True))
+    translator = Translator.load(model, device=device)
+    warn_long_sources(translator, [p.src for p in pairs], str(src))
+    cfg = resolve_decode(translator, decode)
+    with Progress("sentence passes (decoding, or reading as forced)", total=passes(len(pairs), KINDS),
+                   enabled=progress) as bar:
+        report = faithfulness(translator, [p.src for p in pairs], [p.tgt for p in pairs], decode=cfg,
+                              seed=permute_seed, batch_size=batch_size, progress=bar.advance)
+    table = Table(title=f"attention interventions: {report.sentences} sentences, {report.tokens} output tokens, "
+                        f"permutation seed {permute_seed}; BLEU without: {report.bleu:.2f}")
+    for column in ("intervention", "mean delta p(y)", "mean |delta p(y)|", "mean TVD", "BLEU", "outputs changed"):
+        table.add_column(column, justify="left" if column == "intervention" else "right")
+    for e in report.effects:
+        table.add_row(e.kind, f"{e.prob_change:+.3f}", f"{e.abs_prob_change:.3f}", f"{e.tvd:.3f}", f"{e.bleu:.2f}",
+                      f"{e.changed:.1f}%")
+    print_table(table)
+    if output is not None:
+        import json
+
+        with atomic_open(output) as sink:
+            json.dump(report.to_dict(), sink, indent=1)
+            sink.write("\n")
+
+
+def _pharaoh_line(links: set[tuple[int, int]]) -> str:
+    """Links in target order (then source), as `heed align` always wrote them."""
+    from heed.explain.align import to_pharaoh
+
+    return to_pharaoh(sorted(links, key=lambda link: (link[1], link[0])))
+
+
+def _print_aer(links: list[set], golden: tuple[list[set], list[set]], units: list[tuple[int, int]], what: str,
+               others: Sequence[tuple[str, list[set]]], *, err: bool) -> None:
+    """The model's AER, the diagonal's and the others' (a reference file's, a --beside model's:
+    (what, links)), and a warning when the model does not beat the diagonal."""
+    from heed.explain.align import alignment_error_rate
+    from heed.explain.align_methods import diagonal_alignment
+
+    sure, possible = golden
+    aer = alignment_error_rate(links, sure, possible)
+    diagonal = alignment_error_rate([set(diagonal_alignment(n_src, n_tgt)) for n_src, n_tgt in units], sure, possible)
+    typer.echo(f"AER = {aer:.4f}   ({len(links)} sentences; {sum(map(len, links))} links against "
+               f"{sum(map(len, sure))} sure and {sum(len(p | s) for p, s in zip(possible, sure))} possible; {what})",
+               err=err)
+    typer.echo(f"AER = {diagonal:.4f}   the diagonal baseline (target unit j -> source word round(j*|src|/|tgt|))",
+               err=err)
+    for name, theirs in others:
+        typer.echo(f"AER = {alignment_error_rate(theirs, sure, possible):.4f}   {name}", err=err)
+    if aer >= diagonal:
+        typer.echo("warning: this reading of the attention does not beat the diagonal baseline; try --method shift, "
+                   "another --layer/--head, or --sweep to score them all", err=True)
+
+
+def _print_sweep(result: Any, plot: Path, sentences: int) -> None:
+    """`heed align --sweep`: one AER table per method (layers x heads and their means), the best
+    reading, the diagonal, and the heatmap."""
+    from rich.table import Table
+
+    from heed.explain.align_methods import METHODS, AlignOptions
+    from heed.viz import aer_grid, save_figure
+
+    console = Console(highlight=False, soft_wrap=True)
+    grids = {method: result.grid(method) for method in METHODS}
+    one = result.layers == result.heads == 1
+    for method, grid in grids.items():
+        name = "shift-att" if method == "shift" else method
+        if one:  # an RNN's one attention: nothing to tabulate
+            console.print(f"{name}: AER = {grid[0, 0]:.4f}   ({sentences} sentences)")
+            continue
+        table = Table(title=f"AER % by decoder layer x head ({name}; {sentences} sentences)")
+        table.add_column("layer")
+        for h in range(result.heads):
+            table.add_column(f"head {h}", justify="right")
+        table.add_column("mean", justify="right")
+        for r in range(result.layers + 1):
+            table.add_row("mean" if r == result.layers else str(r), *(f"{100 * v:.1f}" for v in grid[r]))
+        console.print(table)
+    if not one:
+        best, best_aer = result.best()
+        console.print(f"best: AER = {best_aer:.4f}   {best.describe()}")
+        console.print(f"default: AER = {result.aer(AlignOptions()):.4f}   argmax, the alignment layer "
+                      f"(the layer heed aligns with unless told: layer {result.default_layer}, the last decoder "
+                      "layer), mean of heads")
+    console.print(f"diagonal baseline: AER = {result.diagonal.aer:.4f}")
+    if one:
+        console.print("(one attention: no layer x head heatmap drawn)")
+        return
+    save_figure(aer_grid(grids, diagonal=result.diagonal.aer), plot)
+    console.print(f"heatmap: {plot}")

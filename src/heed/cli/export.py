@@ -1,0 +1,38 @@
+"""`heed export`: a model for ONNX Runtime or CTranslate2 (heed.export)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from heed.cli.app import friendly_errors
+
+
+@friendly_errors
+def export_command(
+    model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
+    output: Path = typer.Option(..., "--output", "-o", help="The exported directory to write (replaced if it "
+                                "holds an earlier export)."),
+    int8: bool = typer.Option(False, "--int8", help="Store the weights in 8 bits (ONNX Runtime's dynamic "
+                              "quantization, or CTranslate2's int8): smaller and faster on the CPU, slightly "
+                              "less accurate. On an x86 CPU without VNNI, where int8 products saturate, a "
+                              "CTranslate2 export multiplies in int16."),
+    export_format: str = typer.Option("onnx", "--format", help="onnx: an encoder graph and a decoder-step graph "
+                                      "that heed's own search runs with ONNX Runtime (any model; the explorer, "
+                                      "alignments and every decode option work). ctranslate2: a Transformer as a "
+                                      "CTranslate2 model, translated by CTranslate2's C++ search (the fastest on "
+                                      "the CPU; translate, evaluate and serve, not the explorer's beam tree or "
+                                      "alignments; needs heed-nmt[ct2]). Its greedy output and best beam "
+                                      "hypothesis are heed's; below the best, an n-best list is CTranslate2's "
+                                      "search's, which can miss a hypothesis heed's finds (most often a short "
+                                      "one) and show the next instead."),
+) -> None:
+    """Export a model for deployment: the model for a runtime (ONNX graphs, or CTranslate2's model
+    with --format ctranslate2), the tokenizers and vocabularies, and a manifest (heed version, model
+    config, sha256 of every file). `heed translate`, `heed evaluate`, `heed serve` and `heed.load`
+    take the exported directory and run it on the CPU. Needs `pip install 'heed-nmt[onnx]'`
+    (or '[ct2]')."""
+    from heed.export.onnx import export_model
+
+    out = export_model(model, output, int8=int8, kind=export_format)
+    typer.echo(f"exported {model} -> {out} ({export_format}{', int8' if int8 else ''})")

@@ -1,0 +1,95 @@
+"""Progress on stderr for the long commands: a bar on a terminal (or with --progress), a line every
+few seconds otherwise, and the phases of opening a training run."""
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import typer
+
+from heed.cli.app import escape, stderr
+
+
+class PhaseProgress:
+    """`heed prepare`'s progress: one counting bar per phase ("counting", "writing"), on a terminal only."""
+
+    def __init__(self, enabled: Optional[bool]) -> None:
+        self.enabled = enabled  # as Progress's
+        self.phase: Optional[str] = None
+        self.bar: Optional[Progress] = None
+
+    def __call__(self, phase: str, pairs: int) -> None:
+        if phase != self.phase:
+            self.close()
+            self.phase = phase
+            self.bar = Progress(f"sentence pairs {phase}", enabled=self.enabled).__enter__()
+        assert self.bar is not None
+        self.bar.advance(pairs)
+
+    def warn(self, message: str) -> None:
+        (self.bar or Progress("", enabled=False)).warn(message)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+PROGRESS_LINE_SECONDS = 5.0  # asked for progress where stderr is no terminal: a line this often
+
+
+def progress_option() -> Any:
+    """`--progress/--no-progress` for a command that may run for minutes."""
+    return typer.Option(None, "--progress/--no-progress",
+                        help="Show progress on stderr: a bar on a terminal, a line every "
+                             f"{PROGRESS_LINE_SECONDS:g} s elsewhere (a log). Default: a bar on a terminal only.")
+
+
+class Progress:
+    """Sentences done, on stderr, never on stdout: a bar while stderr is a terminal; where it is not
+    (a log), a plain line every PROGRESS_LINE_SECONDS when asked. `enabled`: None = a bar on a
+    terminal, nothing elsewhere; True = also the lines elsewhere; False = nothing. `warn` prints
+    above the bar."""
+
+    def __init__(self, what: str, total: Optional[int] = None, *, enabled: Optional[bool] = None) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = stderr()
+        self._bar: Optional[Progress] = None
+        self._what, self._total, self._done = what, total, 0
+        self._lines = bool(enabled) and not self.console.is_terminal
+        self._started = self._said = time.monotonic()
+        if enabled is not False and self.console.is_terminal:
+            columns = ([TextColumn(what), BarColumn(), MofNCompleteColumn()] if total is not None
+                       else [SpinnerColumn(), TextColumn(f"{{task.completed}} {what}")])
+            # No redirection: translations written to stdout must stay on stdout.
+            self._bar = Progress(*columns, TimeElapsedColumn(), console=self.console, transient=True,
+                                 redirect_stdout=False, redirect_stderr=False)
+            self._task = self._bar.add_task(what, total=total)
+
+    def __enter__(self) -> "Progress":
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+        if self._lines and exc[0] is None:
+            self._line()
+
+    def advance(self, n: int) -> None:
+        self._done += n
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+        elif self._lines and time.monotonic() - self._said >= PROGRESS_LINE_SECONDS:
+            self._line()
+
+    def _line(self) -> None:
+        self._said = time.monotonic()
+        of = f" of {self._total:,}" if self._total is not None else ""
+        self.console.print(f"{self._what}: {self._done:,}{of} ({self._said - self._started:.0f} s)",
+                           highlight=False, soft_wrap=True)
+
+    def warn(self, message: str) -> None:
+        self.console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)

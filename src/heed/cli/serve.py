@@ -1,0 +1,164 @@
+"""`heed serve`: the models over HTTP (heed.serve), and the explorer."""
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+
+from heed.cli.app import THREADS_HELP, F, escape, friendly_errors, stderr
+from heed.cli.decode_flags import BF16_HELP
+from heed.cli.io import model_names
+from heed.errors import HeedError, install_hint
+
+# The server's limits and batching: each a flag, and a heed.serve.app.ServeSettings field of the same
+# name (which holds the same bounds; the CLI cannot import it, as FastAPI is an optional extra).
+LIMIT_OPTIONS: dict[str, tuple[type, Any]] = {
+    'max_sentences': (int, typer.Option(64, "--max-sentences", min=1, help="Sentences per request at most.")),
+    'max_chars': (int, typer.Option(1000, "--max-chars", min=1, help="Characters per sentence at most.")),
+    'max_body': (int, typer.Option(1 << 20, "--max-body", min=1024, help="Request body bytes at most.")),
+    'max_queue': (int, typer.Option(1024, "--max-queue", min=1,
+                                      help="Sentences waiting for the decoder at most; past it requests get 503 "
+                                           "with Retry-After.")),
+    'timeout': (float, typer.Option(30.0, "--timeout", min=0.001, help="Seconds a request may take, waiting "
+                                      "included; past it, 504.")),
+    'batch_wait_ms': (float, typer.Option(5.0, "--batch-wait-ms", min=0.0,
+                                            help="How long to gather concurrent requests into one batch.")),
+    'batch_sentences': (int, typer.Option(64, "--batch-sentences", min=1, help="Sentences of one batch at most.")),
+    'batching': (bool, typer.Option(True, "--batching/--no-batching",
+                                      help="Decode concurrent requests together (off: one request at a time).")),
+    'max_beam': (int, typer.Option(64, "--max-beam", min=1, help="Beam size (and samples per sentence) at most.")),
+    'max_output': (int, typer.Option(1024, "--max-output", min=1,
+                                       help="Output tokens a request may allow a sentence at most: floor(max_len_a * "
+                                            "the model's max_src_len + max_len_b), and a forced prefix's tokens.")),
+    'max_work': (int, typer.Option(1 << 18, "--max-work", min=1,
+                                     help="Decoder rows x steps a request may ask for at most: per sentence, the beam "
+                                          "(or samples) times its longest output. Keeps one costly request from "
+                                          "holding the decoder while other clients wait.")),
+    'max_weights': (int, typer.Option(1 << 21, "--max-weights", min=1,
+                                        help="Attention weights a /v1/heads request may ask for at most: layers x heads "
+                                             "x (target x source, plus source x source and target x target for the "
+                                             "self-attention parts asked), summed over its sentences.")),
+    'slice_work': (int, typer.Option(1 << 12, "--slice-work", min=1,
+                                       help="Decoder rows x steps a request is given per turn of the decoder: a "
+                                            "costlier request is decoded a slice at a time, with other requests' "
+                                            "batches between its slices, so it delays them by a slice, not by "
+                                            "itself (/v1/heads and /v1/attribute: a sentence a turn).")),
+    'read_timeout': (float, typer.Option(10.0, "--read-timeout", min=0.001,
+                                           help="Seconds a client may take to send a whole request (headers and body); "
+                                                "a slower one is disconnected.")),
+}
+LIMITS: Any = object()  # the place in a command's signature where limit_options puts the flags
+
+
+def limit_options(command: F) -> F:
+    """Give `command` the LIMIT_OPTIONS flags where its signature has `limits=LIMITS`; the command
+    gets them as `limits`: {ServeSettings field: value}."""
+    signature = inspect.signature(command, eval_str=True)
+    flags = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind, default=option)
+             for name, (kind, option) in LIMIT_OPTIONS.items()]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        limits = {name: kwargs.pop(name) for name in LIMIT_OPTIONS}
+        return command(*args, limits=limits, **kwargs)
+
+    params: list[inspect.Parameter] = []
+    for name, param in signature.parameters.items():
+        params += flags if name == "limits" else [param]
+    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper  # type: ignore[return-value]
+
+
+@friendly_errors
+@limit_options
+def serve(
+    models: Optional[List[Path]] = typer.Argument(None, help="Model directories (or training output directories, "
+                                                  "or `heed export` directories) to serve."),
+    names: Optional[str] = typer.Option(None, "--names", metavar="A,B,...",
+                                        help="One name per model for the API (default: directory names)."),
+    ensembles: List[str] = typer.Option([], "--ensemble", metavar="NAME=DIR,DIR[,...]",
+                                        help="Also serve an ensemble of these models under NAME: each step decodes "
+                                             "with the mean of their log-probabilities (as `heed translate A B`); "
+                                             "they must share tokenizers and vocabularies (repeatable)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; 0.0.0.0 opens the server to "
+                             "the network (it has no authentication)."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port (0: any free one)."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
+    bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
+    limits: dict[str, Any] = LIMITS,  # the LIMIT_OPTIONS flags, here (limit_options)
+    log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level: debug, info, warning, error."),
+) -> None:
+    """Serve models over HTTP: a JSON API (POST /v1/translate, /v1/align; GET /v1/models, /health; the
+    OpenAPI page at /docs) and the attention explorer at /.
+
+    Several models load at once, each under its name, so the explorer can put them side by side.
+    Concurrent requests are decoded together (dynamic batching); a request breaking a limit gets a JSON
+    error naming the field. Needs the serve extra: pip install 'heed-nmt[serve]'."""
+    try:
+        import uvicorn
+
+        from heed.serve.app import ServeSettings, create_app, last_metrics
+    except ImportError as e:
+        raise HeedError(f"heed serve needs FastAPI and uvicorn ({e.name} is missing): {install_hint('serve')}") \
+            from None
+    from heed.api import Translator
+    from heed.checkpoint import find_model_dir
+    from heed.export.onnx import exported_dir
+    from heed.plumbing.runtime import torch_threads
+    from heed.serve.slow_clients import read_timeout_protocol
+
+    models = list(models or [])
+    groups = parse_ensembles(ensembles)
+    if not models and not groups:
+        raise HeedError("give a model directory to serve (or --ensemble NAME=DIR,DIR)")
+    labels = model_names(models, names) if models else []
+    clash = sorted(set(labels) & set(groups))
+    if clash:
+        raise HeedError(f"--ensemble {clash[0]}: a model is served under that name already; give the ensemble "
+                        "another name")
+    _check_host(host, port)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        stderr().print(f"[yellow]warning:[/] listening on {escape(host)}: anyone who can reach this machine can "
+                        "use the server (it has no authentication); put it behind a proxy you trust",
+                        soft_wrap=True)
+    settings = ServeSettings(**limits)
+    with torch_threads(threads):
+        translators = {label: Translator.load(path, device=device, bf16=bf16) for label, path in zip(labels, models)}
+        metrics = {label: last_metrics(exported_dir(path) or find_model_dir(path))
+                   for label, path in zip(labels, models)}
+        for name, members in groups.items():
+            translators[name] = Translator.load(members, device=device, bf16=bf16)
+            metrics[name] = None
+        app_ = create_app(translators, settings, metrics=metrics)
+        uvicorn.run(app_, host=host, port=port, log_level=log_level, http=read_timeout_protocol(settings.read_timeout))
+
+
+def parse_ensembles(specs: Sequence[str]) -> dict[str, list[Path]]:
+    """--ensemble NAME=DIR,DIR,... -> {NAME: [DIR, ...]}; a HeedError naming the spec when malformed."""
+    groups: dict[str, list[Path]] = {}
+    for spec in specs:
+        name, sep, paths = spec.partition("=")
+        members = [Path(p.strip()) for p in paths.split(",") if p.strip()]
+        if not sep or not name.strip() or len(members) < 2:
+            raise HeedError(f"--ensemble {spec!r}: write NAME=DIR,DIR (a name, then two or more model directories)")
+        if name.strip() in groups:
+            raise HeedError(f"--ensemble {name.strip()}: given twice; give each ensemble its own name")
+        groups[name.strip()] = members
+    return groups
+
+
+def _check_host(host: str, port: int) -> None:
+    """A HeedError naming --host when it is no address this machine can listen on (uvicorn would
+    print "Name or service not known" without saying which name)."""
+    import socket
+
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as e:
+        raise HeedError(f"--host {host}: not an address or host name this machine can listen on ({e})") from None

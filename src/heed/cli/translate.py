@@ -1,0 +1,350 @@
+"""`heed translate`, `evaluate` and `compare`: sentences in, translations and scores out."""
+from __future__ import annotations
+
+import contextlib
+import enum
+import io
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, List, Optional, TextIO
+
+import typer
+
+from heed.cli.app import ENSEMBLE_HELP, THREADS_HELP, friendly_errors
+from heed.cli.decode_flags import BF16_HELP, DICTIONARY_HELP, REPLACE_UNK_HELP, decode_options, resolve_decode
+from heed.cli.io import check_figure_path, chunks, model_names, print_table, read_lines, truncation_message
+from heed.cli.progress import Progress, progress_option
+from heed.errors import HeedError
+from heed.plumbing.files import atomic_open, open_stream
+
+if TYPE_CHECKING:
+    from heed.api import Translation, Translator
+    from heed.evaluate import Bucket, BucketScore
+    from heed.search import DecodeConfig
+
+
+
+
+
+
+def _translate_chunks(translator: "Translator", lines: Iterable[str], *, name: str, chunk_size: int,
+                      progress: Progress, decode: "DecodeConfig", batch_size: int, replace_unk: bool = False,
+                      dictionary: Optional[dict[str, str]] = None) -> "Iterator[list[list[Translation]]]":
+    """`translator.translate_nbest(chunk, decode=decode, ...)` (per line, its n-best list, best
+    first) for each `chunk_size` lines, advancing `progress` and warning about sources cut to the
+    model's max_src_len by their line numbers in `name`."""
+    first = 1
+    for chunk in chunks(iter(lines), chunk_size):
+        translations = translator.translate_nbest(chunk, decode=decode, batch_size=batch_size,
+                                                  replace_unk=replace_unk, dictionary=dictionary)
+        cut = [first + k for k, nbest in enumerate(translations) if nbest[0].truncated]
+        if cut:
+            progress.warn(truncation_message(cut, name, translator.max_src_len))
+        progress.advance(len(chunk))
+        first += len(chunk)
+        yield translations
+
+
+
+
+
+
+def nbest_lines(first_id: int, chunk: "Sequence[list[Translation]]") -> Iterator[str]:
+    """Moses-style n-best lines, `SENT_ID ||| text ||| score`, best first for each source; SENT_ID
+    counts sources from 0, `first_id` being `chunk[0]`'s."""
+    for k, nbest in enumerate(chunk):
+        for t in nbest:
+            yield f"{first_id + k} ||| {t.text} ||| {round(t.score, 4) + 0.0:.4f}\n"  # + 0.0: no "-0.0000"
+
+
+@friendly_errors
+@decode_options
+def translate(
+    models: List[Path] = typer.Argument(..., metavar="MODEL...", help=ENSEMBLE_HELP),
+    input: Optional[Path] = typer.Option(None, "--input", "-i", help="Source sentences, one per line (default: stdin)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write translations (default: stdout)."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentences per batch."),
+    replace_unk: bool = typer.Option(False, "--replace-unk", help=REPLACE_UNK_HELP),
+    dictionary: Optional[Path] = typer.Option(None, "--dictionary", help=DICTIONARY_HELP),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = progress_option(),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
+    bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
+    *,
+    decode: dict[str, Any],
+) -> None:
+    """Translate sentences, one per line: stdin -> stdout, or --input/--output files.
+
+    With --n-best K > 1 (or a model whose decode config has n_best > 1), each source gets up to K
+    lines, best first, in the Moses n-best style "SENT_ID ||| text ||| score": SENT_ID counts the
+    input lines from 0, score is the search's ranking score (log-probability after the length and
+    coverage penalties) with 4 decimals; an empty line gets one line with empty text. --sampling
+    --n-best K gives K samples per source the same way.
+
+    Several models (`heed translate A B C`) translate as an ensemble: each step of the search uses
+    the mean of the models' log-probabilities (and their mean attention), with the first model's
+    decode config. Ensembles of independently trained models usually beat each of them.
+
+    A source longer than the model's data.max_src_len tokens (the longest it was trained on) is cut to
+    that many tokens, with a warning on stderr naming its line. A progress bar goes to stderr when it is
+    a terminal (and stdout is not)."""
+    from heed.api import Translator
+    from heed.explain.align import load_dictionary
+    from heed.plumbing.runtime import torch_threads
+
+    if input is None and (sys.stdin is None or sys.stdin.closed):
+        raise HeedError("no input: stdin is closed; give --input FILE")
+    if output is None and (sys.stdout is None or sys.stdout.closed):
+        raise HeedError("no output: stdout is closed; give --output FILE")
+    table = load_dictionary(dictionary) if dictionary is not None else None
+    translator = Translator.load(models, device=device, bf16=bf16)
+    cfg = resolve_decode(translator, decode)  # before reading: a bad flag fails before any input is typed
+    name = str(input) if input is not None else "<stdin>"
+    interactive = input is None and sys.stdin.isatty()
+    chunk_size = 1 if interactive else batch_size * 16
+    # Translations streaming to a terminal are their own progress; a bar would tangle with them.
+    streaming = interactive or (output is None and sys.stdout.isatty())
+    show_progress = progress if progress is not None else (False if streaming else None)
+
+    def run(source: Any, sink: TextIO) -> None:
+        first_id = 0
+        with Progress("lines translated", enabled=show_progress) as progress:
+            for chunk in _translate_chunks(translator, read_lines(source, name), name=name, chunk_size=chunk_size,
+                                           progress=progress, decode=cfg, batch_size=batch_size,
+                                           replace_unk=replace_unk, dictionary=table):
+                if cfg.n_best > 1:
+                    sink.writelines(nbest_lines(first_id, chunk))
+                else:
+                    sink.writelines(nbest[0].text + "\n" for nbest in chunk)
+                sink.flush()
+                first_id += len(chunk)
+
+    with torch_threads(threads), (open_stream(input) if input is not None else _stdin_bytes()) as source:
+        if output is None:
+            run(source, sys.stdout)
+        else:
+            with atomic_open(output) as sink:
+                run(source, sink)
+
+
+def _stdin_bytes() -> Any:
+    """stdin as bytes, in a context that leaves it open."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text-only stdin (some embeddings)
+        return contextlib.nullcontext(io.BytesIO(sys.stdin.read().encode("utf-8")))
+    return contextlib.nullcontext(buffer)
+
+
+class LengthUnit(str, enum.Enum):
+    words = "words"
+    chars = "chars"
+    tokens = "tokens"
+
+
+class PlotMetric(str, enum.Enum):
+    bleu = "bleu"
+    chrf = "chrf"
+    exact_match = "exact_match"
+
+
+METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "exact_match": "exact match (%)"}
+
+
+BUCKETS_HELP = ("Source-length buckets, both ends included, e.g. 1-10,11-20,21+ (default, the same for "
+                "every test set: words 0-5,6-10,11-15,16-20,21-30,31-40,41-50,51+; tokens 0-10,11-20,21-30,"
+                "31-40,41-60,61-80,81-100,101+; chars 0-25,26-50,51-75,76-100,101-150,151-200,201-250,251+; "
+                "empty buckets are left out; implies --by-length).")
+
+
+LENGTH_UNIT_HELP = ("What source length counts: whitespace words (default), characters, or the model's "
+                    "own tokens (implies --by-length).")
+
+
+PLOT_HELP = "Also draw the scores by length: .png, .svg or .pdf (implies --by-length)."
+
+
+PLOT_METRIC_HELP = "The score the plot shows."
+
+
+@friendly_errors
+@decode_options
+def evaluate(
+    models: List[Path] = typer.Argument(..., metavar="MODEL...", help=ENSEMBLE_HELP),
+    src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
+    ref: Path = typer.Option(..., "--ref", help="Reference translations, line-aligned with --src."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1),
+    hyps: Optional[Path] = typer.Option(None, "--hyps", help="Also write the translations here."),
+    replace_unk: bool = typer.Option(False, "--replace-unk", help=REPLACE_UNK_HELP),
+    dictionary: Optional[Path] = typer.Option(None, "--dictionary", help=DICTIONARY_HELP),
+    by_length: bool = typer.Option(False, "--by-length", help="Also score each source-length bucket: a table "
+                                   "of sentences, BLEU, chrF and exact match per bucket."),
+    buckets: Optional[str] = typer.Option(None, "--buckets", metavar="RANGES", help=BUCKETS_HELP),
+    length_unit: Optional[LengthUnit] = typer.Option(None, "--length-unit", help=LENGTH_UNIT_HELP),
+    plot: Optional[Path] = typer.Option(None, "--plot", help=PLOT_HELP),
+    plot_metric: PlotMetric = typer.Option(PlotMetric.bleu, "--plot-metric", help=PLOT_METRIC_HELP),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = progress_option(),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
+    bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
+    *,
+    decode: dict[str, Any],
+) -> None:
+    """Translate --src and score against --ref: BLEU and chrF (with sacrebleu signatures), exact match;
+    with --by-length, also per source-length bucket. With --n-best or --sampling, the best
+    hypothesis of each source is scored. Several models are scored as one ensemble (as `heed
+    translate A B` decodes); to score models side by side, use `heed compare`.
+
+    A source longer than the model's data.max_src_len tokens is cut to that many tokens, with a warning
+    on stderr naming its line. A progress bar goes to stderr when it is a terminal."""
+    from heed.api import Translator
+    from heed.data.corpus import read_parallel
+    from heed.evaluate import evaluate as score
+    from heed.evaluate import format_scores
+    from heed.explain.align import load_dictionary
+    from heed.plumbing.runtime import torch_threads
+
+    bucket_list = _parse_buckets(buckets)
+    check_figure_path(plot)
+    table = load_dictionary(dictionary) if dictionary is not None else None
+    pairs = list(read_parallel(src, ref, streams=True))
+    translator = Translator.load(models, device=device, bf16=bf16)
+    cfg = resolve_decode(translator, decode)
+    # In chunks, as `heed translate` does, so both give the same outputs for the same file.
+    with torch_threads(threads), Progress("translating", total=len(pairs), enabled=progress) as bar:
+        translations = [nbest[0] for chunk in _translate_chunks(
+            translator, [p.src for p in pairs], name=str(src), chunk_size=batch_size * 16, progress=bar,
+            decode=cfg, batch_size=batch_size, replace_unk=replace_unk, dictionary=table) for nbest in chunk]
+    outputs = [t.text for t in translations]
+    if hyps is not None:
+        with atomic_open(hyps) as sink:
+            sink.writelines(h + "\n" for h in outputs)
+    typer.echo(format_scores(score(outputs, [p.tgt for p in pairs])))
+    if by_length or buckets is not None or length_unit is not None or plot is not None:
+        unit = (length_unit or LengthUnit.words).value
+        results = _scores_by_length([p.src for p in pairs], {" + ".join(model_names(models, None)): outputs},
+                                    [p.tgt for p in pairs], bucket_list, unit, translations)
+        _show_by_length(results, unit, len(pairs), plot, plot_metric.value)
+
+
+def _parse_buckets(spec: Optional[str]) -> "Optional[list[Bucket]]":
+    from heed.evaluate import parse_buckets
+
+    return None if spec is None else parse_buckets(spec)
+
+
+
+
+def _scores_by_length(srcs: Sequence[str], outputs: dict[str, list[str]], refs: Sequence[str],
+                      buckets: "Optional[list[Bucket]]", unit: str,
+                      translations: "Sequence[Translation]") -> "dict[str, list[BucketScore]]":
+    """{model name: bucket scores}; every model's sentences fall in the same buckets. Token
+    lengths are those of `translations`' source tokens (one model's tokenizer)."""
+    from heed.evaluate import by_length, default_buckets, source_lengths
+
+    lengths = [len(t.src_tokens) for t in translations] if unit == "tokens" else source_lengths(srcs, unit)
+    buckets = buckets if buckets is not None else default_buckets(unit)
+    return {name: by_length(srcs, hyps, refs, buckets, lengths=lengths) for name, hyps in outputs.items()}
+
+
+def _show_by_length(results: "dict[str, list[BucketScore]]", unit: str, total: int, plot: Optional[Path],
+                    metric: str) -> None:
+    """The by-length table on stdout, a row per bucket (and model, when there are several), and,
+    with `plot`, the figure."""
+    from rich.table import Table
+
+    first = next(iter(results.values()))
+    several = len(results) > 1
+    typer.echo("")
+    table = Table(title=f"scores by source length ({unit})", title_justify="left", box=None, pad_edge=False)
+    table.add_column(f"length ({unit})")
+    table.add_column("sentences", justify="right")
+    if several:
+        table.add_column("model")
+    for column in ("BLEU", "chrF", "exact match"):
+        table.add_column(column, justify="right")
+    for k, bucket in enumerate(first):
+        for m, (name, rows) in enumerate(results.items()):
+            b = rows[k]
+            lead = [bucket.label, str(bucket.count)] if m == 0 else ["", ""]
+            table.add_row(*lead, *([name] if several else []), f"{b.bleu:.2f}", f"{b.chrf:.2f}",
+                          f"{b.exact_match:.1f}% ({b.exact}/{b.count})")
+    print_table(table)
+    outside = total - sum(b.count for b in first)
+    if outside:
+        typer.echo(f"{outside} of {total} sentences fall in no bucket and are left out of this table")
+    if plot is not None:
+        from heed.viz import length_plot, save_figure
+
+        series = {name: [(f"{b.label}\nn={b.count}", getattr(b, metric)) for b in rows]
+                  for name, rows in results.items()}
+        path = save_figure(length_plot(series, metric=METRIC_NAMES[metric], unit=unit), plot)
+        typer.echo(f"plot: {path}")
+
+
+
+
+@friendly_errors
+@decode_options
+def compare(
+    models: List[Path] = typer.Argument(..., help="Model directories (or training output directories) to compare."),
+    src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
+    ref: Path = typer.Option(..., "--ref", help="Reference translations, line-aligned with --src."),
+    names: Optional[str] = typer.Option(None, "--names", metavar="A,B,...",
+                                        help="One name per model for the table and plot (default: directory names)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the models' scores by length on one figure: "
+                                        ".png, .svg or .pdf."),
+    plot_metric: PlotMetric = typer.Option(PlotMetric.bleu, "--plot-metric", help=PLOT_METRIC_HELP),
+    buckets: Optional[str] = typer.Option(None, "--buckets", metavar="RANGES", help=BUCKETS_HELP.replace(
+        "; implies --by-length", "")),
+    length_unit: LengthUnit = typer.Option(LengthUnit.words, "--length-unit", help=(
+        "What source length counts: whitespace words, characters, or tokens (the first model's "
+        "source tokenizer).")),
+    batch_size: int = typer.Option(64, "--batch-size", min=1),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    *,
+    decode: dict[str, Any],
+) -> None:
+    """Translate the same test set with several models and compare them: BLEU, chrF and exact match
+    per model, then scores by source length side by side (and, with --plot, one line per model):
+    the figure where attention holds up on long sentences and a plain encoder-decoder falls away.
+
+    The decode flags apply to every model; what they leave out comes from each model's own decode
+    config."""
+    from rich.table import Table
+
+    from heed.api import Translator
+    from heed.data.corpus import read_parallel
+    from heed.evaluate import evaluate as score
+
+    labels = model_names(models, names)
+    bucket_list = _parse_buckets(buckets)
+    check_figure_path(plot)
+    pairs = list(read_parallel(src, ref, streams=True))
+    srcs, refs = [p.src for p in pairs], [p.tgt for p in pairs]
+    outputs: dict[str, list[str]] = {}
+    first_model: list[Translation] = []  # its source tokens are what --length-unit tokens counts
+    for label, path in zip(labels, models):
+        translator = Translator.load(path, device=device)
+        cfg = resolve_decode(translator, decode, label=label)
+        with Progress(f"{label}: translating", total=len(srcs)) as progress:
+            translations = [nbest[0] for chunk in _translate_chunks(translator, srcs, name=f"{src} ({label})",
+                                                                    chunk_size=batch_size * 16, progress=progress,
+                                                                    decode=cfg, batch_size=batch_size)
+                            for nbest in chunk]
+        outputs[label] = [t.text for t in translations]
+        first_model = first_model or translations
+
+    overall = {label: score(hyps, refs) for label, hyps in outputs.items()}
+    table = Table(title=f"{len(pairs)} sentences of {src}", title_justify="left", box=None, pad_edge=False)
+    for column in ("model", "BLEU", "chrF", "exact match"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for label, s in overall.items():
+        table.add_row(label, f"{s.bleu:.2f}", f"{s.chrf:.2f}", f"{s.exact_match:.1f}% ({s.exact}/{s.total})")
+    print_table(table)
+    some = next(iter(overall.values()))
+    typer.echo(f"BLEU: {some.bleu_signature}\nchrF: {some.chrf_signature}")
+    results = _scores_by_length(srcs, outputs, refs, bucket_list, length_unit.value, first_model)
+    _show_by_length(results, length_unit.value, len(pairs), plot, plot_metric.value)
+
+
