@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import torch
 
-from heed.nn.rnn.attention import FUSABLE_SCORES, Attention
 from heed.nn.masks import lengths_to_mask
+from heed.nn.rnn.attention import FUSABLE_SCORES, Attention
 
 
 def time_interleaved(fns: dict[str, Callable[[], None]], *, warmup: int, repeats: int) -> dict[str, list[float]]:

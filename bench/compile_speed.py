@@ -35,10 +35,10 @@ import floor  # noqa: E402  (bench/floor.py: the dates model's batches)
 
 from heed.config import load_config  # noqa: E402
 from heed.data.batching import token_batches  # noqa: E402
+from heed.data.codec import Codec, load_corpora  # noqa: E402
 from heed.data.vocab import PAD  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
 from heed.nn.loss import generator_loss  # noqa: E402
-from heed.data.codec import Codec, load_corpora  # noqa: E402
 from heed.plumbing.runtime import compiler_problem  # noqa: E402
 
 

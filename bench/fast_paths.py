@@ -21,7 +21,7 @@ after warm-up; "ms" per batch, "tok/s" real target tokens per second):
    step, in greedy search of 64 sentences.
 5. beam search vectorised over batch x beam against one sentence at a time: beam 5, 64 sentences.
 6. beam 5's candidates per step from each beam's own 10 best tokens, found in two levels
-   (heed.search._row_topk), against one top-k over all beam x vocab extensions: the whole beam
+   (heed.search.beam._row_topk), against one top-k over all beam x vocab extensions: the whole beam
    search of 64 sentences (30 steps, as min_len forces) with a target vocabulary of 8,000 and of
    32,000 (the corpus's own sizes for the rest of the model).
 7. with --groups: where the by-length encoder stops paying (RNNEncoder._max_length_groups): a

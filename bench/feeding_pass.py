@@ -26,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import floor  # noqa: E402  (bench/floor.py: the model and batches)
 
 
-
 def step(model, optimizer, batch, *, fused: bool, bf16: bool) -> None:
     """The model's own loss (as the trainer calls it), its teacher-forced pass the fused one or,
     with `fused` False, autograd through the step loop."""

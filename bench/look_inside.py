@@ -18,8 +18,8 @@ import time
 import numpy as np
 import torch
 
-from heed.explain.align import read_gold_alignments
 from heed.api import Translator
+from heed.data.pharaoh import read_gold_alignments
 from heed.explain.faithfulness import faithfulness
 
 

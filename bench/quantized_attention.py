@@ -18,10 +18,11 @@ from pathlib import Path
 import torch
 from look_inside import cpu_name, test_set_parser
 
-from heed.explain.align import alignment_error_rate, read_gold_alignments
-from heed.explain.align_methods import AlignOptions
 from heed.api import Translator
+from heed.data.pharaoh import read_gold_alignments
 from heed.evaluate import evaluate
+from heed.explain.align import alignment_error_rate
+from heed.explain.align_methods import AlignOptions
 from heed.export.onnx import export_model
 
 

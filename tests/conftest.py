@@ -86,8 +86,8 @@ def write_lines() -> Callable[[Path, list[str]], Path]:
 def gold_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny models' own task (English and French dates) with gold by construction: test.src,
     test.tgt and test.align (Pharaoh, target positions in characters)."""
-    from heed.explain.align import gold_pharaoh
     from heed.data.dates import generate_dates_aligned
+    from heed.data.pharaoh import gold_pharaoh
 
     directory = tmp_path_factory.mktemp("gold")
     splits, golds = generate_dates_aligned(n_train=200, n_dev=20, n_test=20, seed=7, languages=("en", "fr"),
@@ -118,9 +118,10 @@ NAMES = ["anna", "paul", "marie", "jean", "luc", "eva"]
 def transformer_run(tiny_config: Callable[..., dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny trained Transformer on the tiny dates corpus (the vocabularies of `trained_run`).
     Shared: copy it before changing anything inside."""
+    from tiny_models import TRANSFORMER
+
     from heed.config import config_from_dict
     from heed.train import train
-    from tiny_models import TRANSFORMER
 
     output = tmp_path_factory.mktemp("transformer") / "out"
     train(config_from_dict({**tiny_config(output, epochs=3, keep_checkpoints=2, eval_every=4),

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from heed.nn.build import ModelConfig, build_model
-from heed.nn.rnn.decoder import DecoderStep
 from heed.nn.masks import lengths_to_mask
+from heed.nn.rnn.decoder import DecoderStep
 from heed.search import DecodeConfig, Hypothesis, beam_search, greedy_search
 
 PAD, BOS, EOS, A, B, C, D = 0, 1, 2, 3, 4, 5, 6

@@ -5,19 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from heed.explain.align import (
-    alignment_error_rate,
-    hard_alignment,
-    load_dictionary,
-    parse_gold_pharaoh,
-    parse_pharaoh,
-    read_alignments,
-    read_gold_alignments,
-    replace_unknowns,
-    to_pharaoh,
-    word_attention,
-)
+from heed.data.pharaoh import parse_gold_pharaoh, parse_pharaoh, read_alignments, read_gold_alignments, to_pharaoh
 from heed.errors import DataError
+from heed.explain.align import alignment_error_rate, hard_alignment, load_dictionary, replace_unknowns, word_attention
 
 
 def test_aer_matches_hand_computation():
@@ -144,8 +134,8 @@ def test_replace_unknowns_keeps_a_piece_s_word_start_mark_out_of_the_dictionary(
 
 
 def test_align_space_mark_is_the_tokenizers():
-    from heed.explain import align
     from heed.data.tokenize import SPACE
+    from heed.explain import align
 
     assert align.SPACE == SPACE
 

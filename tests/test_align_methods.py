@@ -7,15 +7,12 @@ import re
 
 import numpy as np
 import pytest
+from cli_helpers import assert_user_error, invoke
 
-from heed.explain.align import (
-    AerCounts,
-    alignment_error_rate,
-    gold_pharaoh,
-    hard_alignment,
-    parse_gold_pharaoh,
-    read_gold_alignments,
-)
+from heed.data.dates import generate_dates, generate_dates_aligned
+from heed.data.names import TEMPLATES, generate_names
+from heed.data.pharaoh import gold_pharaoh, parse_gold_pharaoh, read_gold_alignments
+from heed.explain.align import AerCounts, alignment_error_rate, hard_alignment
 from heed.explain.align_methods import (
     AlignOptions,
     UnitMaps,
@@ -26,9 +23,6 @@ from heed.explain.align_methods import (
     select_attention,
     symmetrize,
 )
-from heed.data.dates import generate_dates, generate_dates_aligned
-from heed.data.names import TEMPLATES, generate_names
-from cli_helpers import assert_user_error, invoke
 
 # ------------------------------------------------------------------------------ AER, by hand
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from heed.explain.align import hard_alignment, word_attention
 from heed.api import Translator
 from heed.errors import ConfigError, HeedError
+from heed.explain.align import hard_alignment, word_attention
 
 
 @pytest.fixture(scope="module")

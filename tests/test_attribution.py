@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from heed.explain.attribution import EmbeddingSwap, attribute_ids, ranks, spearman
 from heed.data.batching import collate
+from heed.explain.attribution import EmbeddingSwap, attribute_ids, ranks, spearman
 
 pytest.importorskip("captum")
 
@@ -95,9 +95,10 @@ def test_gradient_x_input_is_the_finite_difference_along_each_embedding(run_name
 def test_a_shared_embedding_table_is_read_for_the_source_first():
     """With share_embeddings one table embeds both sides: the swap still tells them apart, and
     integrated gradients stay complete."""
+    from tiny_models import TRANSFORMER
+
     from heed.nn.model_config import ModelConfig
     from heed.nn.transformer.model import build_transformer
-    from tiny_models import TRANSFORMER
 
     torch.manual_seed(0)
     cfg = ModelConfig.model_validate({**TRANSFORMER, "share_embeddings": True, "dropout": 0.0,

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from model_files import rehash
 from safetensors.torch import load_file
 
 import heed
-from heed.train.average import average_checkpoints, average_state_dicts
 from heed.checkpoint import LoadedModel, load_model_dir, save_model_dir
 from heed.errors import HeedError
 from heed.nn.build import build_model
-from model_files import rehash
+from heed.train.average import average_checkpoints, average_state_dicts
 
 
 def test_the_mean_of_two_state_dicts_is_elementwise():

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 import yaml
+from model_files import rehash as rehash_model_files
 from typer.testing import CliRunner
 
 from heed.cli import app
-from model_files import rehash as rehash_model_files
 
 TIME_LIMIT = 60  # seconds a case may take; a hang fails the case instead of the whole run
 AVX2_ONLY = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}  # a CPU without bf16 in oneDNN
@@ -129,7 +129,6 @@ class Ctx:
         pytest.importorskip("onnxruntime" if kind == "onnx" else "ctranslate2",
                             reason=f"heed-nmt[{'onnx' if kind == 'onnx' else 'ct2'}] is not installed")
         from heed.export.onnx import export_model, sha256
-
         from heed.nn.model_config import ModelConfig
 
         model = self.run if kind == "onnx" else self.random_model(

@@ -4,14 +4,21 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from model_files import rehash
 
 import heed
 import heed.checkpoint as ckpt
 from heed.api import Translator
-from heed.checkpoint import (TrainerState, find_model_dir, load_checkpoint, load_model_dir, replace_dir, resolve_dir,
-                             save_checkpoint)
+from heed.checkpoint import (
+    TrainerState,
+    find_model_dir,
+    load_checkpoint,
+    load_model_dir,
+    replace_dir,
+    resolve_dir,
+    save_checkpoint,
+)
 from heed.errors import ModelDirError
-from model_files import rehash
 
 
 def _files(directory):

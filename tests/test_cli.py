@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import assert_user_error, invoke
 
 import heed
-from cli_helpers import assert_user_error, invoke
 
 
 def write_config(path: Path, data: dict) -> Path:

@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from rich.console import Console
-
 from cli_helpers import assert_user_error, invoke
+from rich.console import Console
 
 
 def heed(*args, stdin=subprocess.DEVNULL, timeout: float = 120, shell_prefix: str = ""):
@@ -170,8 +169,8 @@ def test_evaluate_names_the_line_of_a_nul_byte(trained_run, tiny_corpus, tmp_pat
 
 def test_a_split_too_large_names_the_corpus_file(tmp_path, write_lines):
     from heed.config import config_from_dict
-    from heed.errors import ConfigError
     from heed.data.codec import load_corpora
+    from heed.errors import ConfigError
 
     corpus = write_lines(tmp_path / "small.tsv", [f"s{i}\tt{i}" for i in range(5)])
     data = config_from_dict({"data": {"train": {"tsv": str(corpus)}, "split": {"dev": 3, "test": 3}}}).data
@@ -182,8 +181,8 @@ def test_a_split_too_large_names_the_corpus_file(tmp_path, write_lines):
 
 def test_held_out_pairs_are_written_and_evaluate_reads_them(trained_run, tmp_path, write_lines):
     from heed.config import config_from_dict
-    from heed.data.corpus import read_parallel
     from heed.data.codec import load_corpora, write_heldout
+    from heed.data.corpus import read_parallel
 
     corpus = write_lines(tmp_path / "all.tsv", [f"le {d} mars 1998\t1998-03-{d:02d}" for d in range(1, 29)])
     data = config_from_dict({"data": {"train": {"tsv": str(corpus)}, "split": {"dev": 4, "test": 5, "seed": 1}}}).data
@@ -199,8 +198,8 @@ def test_held_out_pairs_are_written_and_evaluate_reads_them(trained_run, tmp_pat
 
 
 def test_an_empty_split_writes_no_files(tmp_path):
-    from heed.data.corpus import Pair
     from heed.data.codec import Corpora, write_heldout
+    from heed.data.corpus import Pair
 
     written = write_heldout(Corpora([Pair("a", "b")], [], [Pair("c", "d")]), tmp_path)
     assert sorted(written) == ["test.src", "test.tgt"]
@@ -348,7 +347,7 @@ def test_translate_input_from_a_fifo_waits_for_its_writer_as_cat_does(trained_ru
 
 def test_translate_input_from_a_pipe_whose_writer_is_gone_ends_at_once(trained_run):
     """`-i <(true)`: process substitution of a command that wrote nothing and ended reads as empty."""
-    done = subprocess.run(["bash", "-c", f'exec "$0" -m heed translate "$1" -i <(true)', sys.executable,
+    done = subprocess.run(["bash", "-c", 'exec "$0" -m heed translate "$1" -i <(true)', sys.executable,
                            str(trained_run)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == "", done.stderr
 

@@ -6,9 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
-
-from heed.explain.align import alignment_error_rate, parse_pharaoh, read_alignments, read_gold_alignments
 from cli_helpers import assert_user_error, invoke
+
+from heed.data.pharaoh import parse_pharaoh, read_alignments, read_gold_alignments
+from heed.explain.align import alignment_error_rate
 
 
 @pytest.fixture(scope="module")

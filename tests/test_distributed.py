@@ -22,8 +22,8 @@ from tiny_models import TRANSFORMER
 
 from heed.checkpoint import WEIGHTS_FILE, load_checkpoint, load_weights, rank_rng_states
 from heed.config import config_from_dict
-from heed.plumbing.distributed import World, choose_backend, rank_shares, updates_in
 from heed.errors import ConfigError, HeedError
+from heed.plumbing.distributed import World, choose_backend, rank_shares, updates_in
 from heed.train import train
 
 SRC = Path(__file__).resolve().parents[1] / "src"

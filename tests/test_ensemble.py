@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from model_files import swapped_vocab_copy
 from search_fakes import (  # noqa: F401  (one_thread: an autouse fixture, used by importing it)
     BOS,
     DECODERS,
@@ -24,10 +25,9 @@ from search_fakes import (  # noqa: F401  (one_thread: an autouse fixture, used 
 )
 
 import heed
-from heed.nn.ensemble import Ensemble, mean_attention, mean_log_probs
 from heed.errors import HeedError
+from heed.nn.ensemble import Ensemble, mean_attention, mean_log_probs
 from heed.search import DecodeConfig, Prefix, SearchModel, beam_search, greedy_search, sample
-from model_files import swapped_vocab_copy
 
 # Two scripted models that disagree; their product of experts, worked by hand:
 #   first step:  sqrt(.8 * .5) : sqrt(.2 * .5) = 2 : 1       -> p(A) = 2/3, p(B) = 1/3

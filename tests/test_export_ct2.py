@@ -14,6 +14,8 @@ import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
+from served_exports import served_beside_pytorch  # noqa: E402
+
 import heed  # noqa: E402
 from heed.data.vocab import SPECIALS  # noqa: E402
 from heed.errors import ConfigError, HeedError  # noqa: E402
@@ -22,7 +24,6 @@ from heed.export.ct2_run import CT2Seq2Seq  # noqa: E402
 from heed.export.onnx import MANIFEST_FILE, export_model  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
 from heed.plumbing.runtime import cpu_int8_products_exact  # noqa: E402
-from served_exports import served_beside_pytorch  # noqa: E402
 
 VARIANTS = {
     "pre-sinusoidal-tied": dict(),

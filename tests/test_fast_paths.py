@@ -20,11 +20,11 @@ import torch.nn.functional as F
 from heed.api import Translator
 from heed.config import config_from_dict
 from heed.data.batching import collate, sentence_batches, token_batches
+from heed.data.codec import Codec
 from heed.data.corpus import Pair
 from heed.data.vocab import PAD
-from heed.nn.rnn import attention as attention_module
 from heed.nn.build import ModelConfig, build_model
-from heed.data.codec import Codec
+from heed.nn.rnn import attention as attention_module
 
 PAIRS = [  # sources and targets of many lengths, so both sides get padded
     Pair("3 mars 1998", "1998-03-03"),

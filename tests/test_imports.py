@@ -28,3 +28,58 @@ def test_heed_prepare_loads_no_model_code():
     """`heed prepare` tokenizes a corpus: it needs the config and the data code, not the models."""
     assert _loaded_after("import heed.data.prepare", ("heed.nn.build", "heed.nn.rnn.encoder", "heed.nn.rnn.decoder",
                                                  "heed.search", "heed.train")) == []
+
+
+# ------------------------------------------------------------------------------ the rooms' rules
+# docs/design.md draws the rooms; these are the arrows it forbids, read off every module's imports
+# (function-level ones too, which a lazy import would otherwise hide).
+
+import pathlib  # noqa: E402
+
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "heed"
+
+# room -> the rooms it must not import
+FORBIDDEN = {
+    "nn": {"explain", "train", "cli", "serve", "api", "export"},
+    "search": {"explain", "train", "cli", "serve", "api"},
+    "explain": {"train", "cli", "serve"},
+    "data": {"explain", "train", "cli", "serve", "api", "nn", "search"},
+    "plumbing": {"api", "checkpoint", "cli", "config", "data", "demo", "evaluate", "explain", "export", "nn",
+                 "search", "serve", "train", "viz"},
+    "train": {"cli", "serve"},
+    "serve": {"cli", "train"},
+    "export": {"cli", "serve", "train"},
+}
+
+
+def _rooms_imported(path: pathlib.Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                 else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        found |= {name.split(".")[1] for name in names if name.startswith("heed.")}
+    return found
+
+
+def _room(path: pathlib.Path) -> str:
+    return path.relative_to(SRC).parts[0].removesuffix(".py")
+
+
+def test_every_room_imports_only_what_the_design_allows():
+    broken = [f"{path.relative_to(SRC)} imports heed.{room}"
+              for path in sorted(SRC.rglob("*.py"))
+              for room in sorted(_rooms_imported(path) & FORBIDDEN.get(_room(path), set()))]
+    assert broken == []
+
+
+def test_nothing_but_the_entry_point_imports_the_cli():
+    users = sorted(str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
+                   if "cli" in _rooms_imported(path) and _room(path) != "cli")
+    assert users == ["__main__.py"]
+
+
+def test_the_rule_reader_sees_a_forbidden_import(tmp_path):
+    """The check can fail: a module of nn/ that imports the trainer, even inside a function, is caught."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from heed.train.loop import Trainer\n    import heed.cli.app\n")
+    assert _rooms_imported(bad) == {"train", "cli"}

@@ -138,8 +138,8 @@ def test_a_checkpoint_killed_between_renames_stays_readable_by_translate_and_ave
 
 
 def test_everything_heed_writes_is_readable_by_others_under_umask_022(make_config, tmp_path):
-    from heed.train.average import average_checkpoints
     from heed.train import train
+    from heed.train.average import average_checkpoints
 
     old = os.umask(0o022)
     try:
@@ -214,9 +214,8 @@ def test_a_heed_json_without_checksums_is_refused_unless_verification_is_off(tra
 
 
 def _nan_model(trained_run: Path, target: Path) -> Path:
-    from safetensors.torch import load_file, save_file
-
     from model_files import rehash
+    from safetensors.torch import load_file, save_file
 
     shutil.copytree(trained_run / "model", target)
     weights = load_file(str(target / "model.safetensors"))

@@ -6,11 +6,11 @@ from typer.testing import CliRunner
 
 from heed.cli import app
 from heed.config import config_from_dict
+from heed.data.codec import Codec, load_corpora, open_prepared
 from heed.data.corpus import Pair
+from heed.data.prepare import build_codec, prepare
 from heed.data.prepared import MANIFEST_FILE, read_manifest
 from heed.errors import ConfigError, DataError
-from heed.data.codec import Codec, load_corpora, open_prepared
-from heed.data.prepare import build_codec, prepare
 from heed.train import train
 
 

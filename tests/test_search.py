@@ -15,9 +15,9 @@ import torch
 from pydantic import ValidationError
 from search_fakes import (
     DECODERS,
-    MODEL_KINDS,
     EOS,
     HAND_TABLE,
+    MODEL_KINDS,
     A,
     B,
     C,
@@ -37,11 +37,9 @@ from torch import Tensor
 
 from heed.errors import ConfigError
 from heed.search import (
-    _TWO_LEVEL_MIN_VOCAB_PER_CANDIDATE,
     DecodeConfig,
     Hypothesis,
     Prefix,
-    _row_topk,
     beam_search,
     beam_search_one,
     coverage_penalty,
@@ -49,7 +47,7 @@ from heed.search import (
     length_penalty,
     search,
 )
-
+from heed.search.beam import _TWO_LEVEL_MIN_VOCAB_PER_CANDIDATE, _row_topk
 
 # ---------------------------------------------------------------------------------------------
 # Helpers

@@ -33,10 +33,9 @@ from search_fakes import (
 )
 
 from heed.search import (
-    FORCED_FLOOR,
     BeamTree,
-    Decoded,
     DecodeConfig,
+    Decoded,
     Hypothesis,
     Prefix,
     beam_search,
@@ -45,6 +44,7 @@ from heed.search import (
     search,
     translate_ids,
 )
+from heed.search.scoring import FORCED_FLOOR
 
 # Sources of 6, 3, 5 and 1 tokens (max_len_a 1, max_len_b 2: at most 8, 5, 7 and 3 output tokens),
 # and one forced prefix each, of different lengths, one of them empty.

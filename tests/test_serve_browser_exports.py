@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 import test_serve_browser as browser_tests
 from test_serve_browser import Explorer, Server, _serve
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 import test_serve_browser as browser_tests
 from test_serve_browser import REPO, VIEWPORT, Explorer, Server, _serve
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from heed.config import ScheduleConfig, config_from_dict
+from heed.data.codec import Codec, split_corpus
 from heed.data.corpus import Pair
 from heed.errors import ConfigError, HeedError
-from heed.data.codec import Codec, split_corpus
 from heed.plumbing.runtime import resolve_device
 from heed.train import LRSchedule, Trainer, train
 

@@ -24,8 +24,8 @@ from heed.checkpoint import load_checkpoint, read_meta
 from heed.cli import app
 from heed.config import config_from_dict
 from heed.errors import HeedError
-from heed.plumbing.lock import LOCK_FILE, RunLock
 from heed.nn.rnn.seq2seq import Seq2Seq
+from heed.plumbing.lock import LOCK_FILE, RunLock
 from heed.train import Trainer, data_fingerprint, train
 
 runner = CliRunner()

@@ -11,7 +11,6 @@ AMD EPYC, 94.3% on an Intel Xeon 6/207 with AMX. The recipe's 16 epochs give 98.
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 
 from heed.config import load_config

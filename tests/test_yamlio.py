@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from heed.plumbing import yamlio
 from heed.checkpoint import CONFIG_FILE, FORMAT_VERSION, META_FILE, load_model_dir
 from heed.errors import ModelDirError
+from heed.plumbing import yamlio
 
 
 def test_the_bomb_is_what_it_claims(alias_bomb):

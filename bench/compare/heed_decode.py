@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 
 import torch
+from decode_cli import decode_parser
 
 import heed
-from decode_cli import decode_parser
 
 
 def main() -> None:

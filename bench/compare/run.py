@@ -42,8 +42,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script folder, not a package
 
-from measure import StepFailed, bench_env, loadavg, machine, run_measured  # noqa: E402
 from corpora import Dates, Multi30k, hypotheses, tokens_per_step  # noqa: E402
+from measure import StepFailed, bench_env, loadavg, machine, run_measured  # noqa: E402
 from systems import SYSTEMS, TRANSFORMER, Bench, NotAvailable, System  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

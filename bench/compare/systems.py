@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-
 from measure import Measured, StepFailed, run_measured
 
 LOG_EVERY = 50  # steps per logged throughput window, in every system

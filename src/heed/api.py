@@ -40,27 +40,18 @@ from heed.checkpoint import load_model_dir
 from heed.config import Config, decode_length_problem
 from heed.data.batching import collate
 from heed.data.codec import Codec
-from heed.data.corpus import normalize, text_problem
+from heed.data.corpus import text_problem
+from heed.data.pharaoh import to_pharaoh
 from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from heed.errors import Abandoned, ConfigError, HeedError
-from heed.explain.align import (
-    Link,
-    hard_alignment,
-    load_dictionary,
-    replace_unknowns,
-    to_pharaoh,
-    word_attention,
-)
-from heed.explain.align_methods import AlignOptions, Units, check_selection, unit_count
-from heed.explain.attention_gap import AttentionGap, attention_gap
-from heed.explain.forced import SweepResult, attention_shape, forced_attention, links_of, sweep
+from heed.explain.align import Link, hard_alignment, load_dictionary, replace_unknowns, word_attention
+from heed.explain.align_methods import AlignOptions, Units
+from heed.explain.attention_gap import AttentionGap
+from heed.explain.forced import SweepResult
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention, intervening
 from heed.nn.protocol import (
-    AttributableModel,
-    HeadsModel,
     OwnSearchModel,
-    SelfAttentionModel,
     TrainableModel,
     TranslationModel,
 )
@@ -539,119 +530,35 @@ class Translator:
 
     def align(self, src_texts: Sequence[str], tgt_texts: Sequence[str], *, options: AlignOptions | None = None,
               batch_size: int = 64, stop: Callable[[], bool] | None = None) -> list[Alignment]:
-        """Word alignments of given translations: `tgt_texts[k]` is fed to the decoder as if it
-        were the model's own output (teacher forcing, one pass per batch), and the attention of
-        that pass, lifted to whitespace words, gives each target word's source word.
+        """Word alignments of given translations, read off the attention while the model reads each
+        as its own output (heed.explain.given_pairs.align_pairs, which says how)."""
+        from heed.explain.given_pairs import align_pairs
 
-        `options` (heed.explain.align_methods.AlignOptions): the method (argmax, or shift-att), the layer
-        and head (default: the model's alignment layer, the mean of its heads) and the target units
-        (words, or characters). A layer or head of its own needs a PyTorch model, not an ensemble
-        or an export. Sentences are batched longest source first and put back in input order. An
-        empty source or target gives an alignment with no links without running the model."""
-        options = options or AlignOptions()
-        self._check_align_inputs(src_texts, tgt_texts, batch_size)
-        heads = not options.default_attention
-        layers, n_heads, default_layer = attention_shape(self.model) if heads else (1, 1, 0)
-        try:
-            check_selection(options, layers, n_heads)
-        except ValueError as e:
-            raise HeedError(str(e)) from None
-        model = self.model if stop is None else _Stoppable(self.model, stop)
-        out: list[Alignment | None] = [None] * len(src_texts)
-        try:
-            for k, pair in forced_attention(model, self.codec, src_texts, tgt_texts, device=self.device,
-                                            batch_size=batch_size, heads=heads, context=self._precision):
-                src_words, tgt_words = normalize(src_texts[k]).split(), normalize(tgt_texts[k]).split()
-                if pair is None:
-                    units = unit_count(tgt_texts[k], options.tgt_units)
-                    out[k] = Alignment(src_words, tgt_words, np.zeros((units, len(src_words)), np.float32), [])
-                    continue
-                maps = pair.unit_maps(self.codec, tgt_texts[k], options.tgt_units)
-                matrix, links = links_of(pair, maps, options, default_layer)
-                out[k] = Alignment(src_words, tgt_words, matrix.astype(np.float32), links)
-        except ValueError as e:  # a selection the model lacks, or tokens that do not spell their characters
-            raise HeedError(str(e)) from None
-        return [a for a in out if a is not None]
+        return align_pairs(self, src_texts, tgt_texts, options=options, batch_size=batch_size, stop=stop)
 
     def align_sweep(self, src_texts: Sequence[str], tgt_texts: Sequence[str], sure: Sequence[set[Link]],
                     possible: Sequence[set[Link]], *, tgt_units: Units = "words", batch_size: int = 64) -> SweepResult:
-        """AER against gold links (`sure[k]`, `possible[k]` for pair k) of every way to read an
-        alignment off this model: argmax and shift-att, for every decoder layer and their mean,
-        every head and their mean (heed.explain.forced.SweepResult), with the diagonal baseline. An
-        ensemble or an exported model has one reading per method: its reported attention."""
-        self._check_align_inputs(src_texts, tgt_texts, batch_size)
-        if not len(sure) == len(possible) == len(src_texts):
-            raise HeedError(f"{len(src_texts)} sentence pairs but {len(sure)} gold alignments; give one per pair")
-        try:
-            return sweep(self.model, self.codec, src_texts, tgt_texts, sure, possible, units=tgt_units,
-                         device=self.device, batch_size=batch_size, context=self._precision)
-        except ValueError as e:
-            raise HeedError(str(e)) from None
+        """AER against gold links of every way to read an alignment off this model
+        (heed.explain.given_pairs.align_sweep)."""
+        from heed.explain.given_pairs import align_sweep
+
+        return align_sweep(self, src_texts, tgt_texts, sure, possible, tgt_units=tgt_units, batch_size=batch_size)
 
     def attention_gap(self, other: "Translator", src_texts: Sequence[str], tgt_texts: Sequence[str], *,
                       batch_size: int = 64) -> AttentionGap:
-        """How far `other`'s attention is from this translator's when both read `tgt_texts[k]` as
-        their output for `src_texts[k]` (heed.explain.attention_gap): e.g. an int8 export's beside the
-        float32 model it was exported from. Each side's reported attention (a Transformer's last
-        decoder layer, heads averaged); the two must share tokenizers and vocabularies."""
-        self._check_align_inputs(src_texts, tgt_texts, batch_size)
-        if not other.model.has_attention:
-            raise HeedError("the other model has no attention to compare; use a model with attention")
-        difference = self.codec.difference(other.codec)
-        if difference is not None:
-            raise HeedError(f"the two models' {difference} differ; their attention can only be compared cell by cell "
-                            "over the same tokens (an export of the same model, another checkpoint of its run)")
-        try:
-            return attention_gap(self._forced_matrices(src_texts, tgt_texts, batch_size),
-                                 other._forced_matrices(src_texts, tgt_texts, batch_size))
-        except ValueError as e:
-            raise HeedError(str(e)) from None
+        """How far `other`'s attention is from this translator's on the same pairs, e.g. an int8
+        export's beside its float32 model (heed.explain.given_pairs.attention_gap_of)."""
+        from heed.explain.given_pairs import attention_gap_of
 
-    def _forced_matrices(self, src_texts: Sequence[str], tgt_texts: Sequence[str],
-                         batch_size: int) -> list[np.ndarray | None]:
-        """Each pair's reported attention (tgt_len + 1, src_len) under teacher forcing, None for an
-        empty side."""
-        out: list[np.ndarray | None] = [None] * len(src_texts)
-        for k, pair in forced_attention(self.model, self.codec, src_texts, tgt_texts, device=self.device,
-                                        batch_size=batch_size, heads=False, context=self._precision):
-            if pair is not None:
-                out[k] = pair.attention[0, 0]
-        return out
+        return attention_gap_of(self, other, src_texts, tgt_texts, batch_size=batch_size)
 
     def attention_layers(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
                          parts: Sequence[str] = ("cross",), batch_size: int = 64) -> list[HeadMaps]:
-        """Every head of every layer while the model reads `tgt_texts[k]` (a text, or its tokens) as
-        its output for `src_texts[k]` (teacher forcing): the cross-attention, and with `parts`
-        naming "encoder" and/or "decoder" a Transformer's self-attention maps too (an RNN has none:
-        None). A PyTorch model only (an ensemble or an export gives its averaged attention alone)."""
-        unknown = [p for p in parts if p not in MAP_PARTS]
-        if unknown:
-            raise HeedError(f"unknown attention part {unknown[0]!r}; choose from {', '.join(MAP_PARTS)}")
-        if not isinstance(self.model, HeadsModel):
-            raise HeedError("this model gives only its averaged attention (an ensemble or an exported model); "
-                            "every layer and head needs a PyTorch model directory")
-        if isinstance(src_texts, str) or isinstance(tgt_texts, str) or len(src_texts) != len(tgt_texts):
-            raise HeedError("attention_layers() takes two lists of the same length: sources and their translations")
-        src_tokens, tgt_tokens, examples = self.forced_pairs(src_texts, tgt_texts, empty="there is no attention to show")
-        selfs = bool({"encoder", "decoder"} & set(parts)) and isinstance(self.model, SelfAttentionModel)
-        out: list[HeadMaps | None] = [None] * len(examples)
-        with torch.inference_mode(), self._precision():
-            for start in range(0, len(examples), batch_size):
-                group = list(range(start, min(start + batch_size, len(examples))))
-                batch = collate([examples[k] for k in group], group).to(self.device)
-                if selfs:
-                    maps = self.model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in)  # type: ignore[attr-defined]
-                    cross, encoder, decoder = (m.transpose(1, 2).float().cpu().numpy() for m in
-                                               (maps.cross, maps.encoder, maps.decoder))  # (L, H, B, ., .)
-                else:
-                    cross = self.model.attention_heads(batch.src, batch.src_lengths, batch.tgt_in).float().cpu().numpy()
-                    encoder = decoder = None
-                for row, k in enumerate(group):
-                    s, t = len(examples[k][0]) + 1, len(examples[k][1]) + 1
-                    out[k] = HeadMaps(src_tokens[k], tgt_tokens[k], cross[:, :, row, :t, :s],
-                                      encoder[:, :, row, :s, :s] if encoder is not None and "encoder" in parts else None,
-                                      decoder[:, :, row, :t, :t] if decoder is not None and "decoder" in parts else None)
-        return [m for m in out if m is not None]
+        """Every head of every layer while the model reads each translation as its own output: the
+        cross-attention, and the self-attention `parts` asked (heed.explain.given_pairs.attention_layers)."""
+        from heed.explain.given_pairs import attention_layers
+
+        return attention_layers(self, src_texts, tgt_texts, parts=parts, batch_size=batch_size)
 
     @contextlib.contextmanager
     def intervening(self, intervention: Intervention | None) -> Iterator[None]:
@@ -670,45 +577,11 @@ class Translator:
 
     def attribute(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
                   method: "AttributionMethod" = "integrated_gradients", steps: int = 50) -> list["Attribution"]:
-        """Attribution of every output token to the source tokens and the output before it
-        (heed.explain.attribution; Captum, `pip install 'heed-nmt[explain]'`), beside the attention.
+        """Attribution of every output token to the source tokens and the output before it, beside
+        the attention (heed.explain.given_pairs.attribute; Captum, `pip install 'heed-nmt[explain]'`)."""
+        from heed.explain.given_pairs import attribute
 
-        `tgt_texts`: the translations to explain (texts, or their tokens), read as the model's own
-        output (teacher forcing); None explains the model's own translations (decoded with its decode config first).
-        `method`: "integrated_gradients" (`steps` Gauss-Legendre points from the zero-embedding
-        baseline; `Attribution.delta` is its completeness gap) or "grad_x_input". One backward pass
-        per output token (times `steps` for integrated gradients), sentence by sentence, in float32:
-        an exported model, an ensemble and a bf16 translator are refused."""
-        from heed.explain.attribution import METHODS, Attribution, attribute_ids
-        from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
-
-        if isinstance(src_texts, str) or isinstance(tgt_texts, str):
-            raise TypeError("attribute() takes lists of sentences; wrap a single one in a list")
-        if method not in METHODS:
-            raise HeedError(f"unknown attribution method {method!r}; choose one of {', '.join(METHODS)}")
-        if not 1 <= steps <= MAX_ATTRIBUTION_STEPS:
-            raise HeedError(f"steps must be 1 to {MAX_ATTRIBUTION_STEPS}, got {steps}")
-        if not isinstance(self.model, AttributableModel):
-            raise HeedError("attribution needs gradients, which an exported model or an ensemble does not give; "
-                            "attribute with a PyTorch model directory")
-        if self.bf16:
-            raise HeedError("attribution runs in float32; load the model without bf16")
-        _check_texts(src_texts, "src_texts")
-        if tgt_texts is None:
-            tgt_texts = [t.tokens for t in self.translate(src_texts)]
-        elif len(tgt_texts) != len(src_texts):
-            raise HeedError(f"{len(src_texts)} source sentences but {len(tgt_texts)} translations; "
-                            "give one translation per source")
-        src_tokens, tgt_tokens, examples = self.forced_pairs(src_texts, tgt_texts,
-                                                             empty="there is nothing to attribute to")
-        out = []
-        for src, tokens, (src_ids, tgt_ids) in zip(src_tokens, tgt_tokens, examples):
-            source, prefix, log_probs, delta, attention = attribute_ids(
-                self.model, src_ids, tgt_ids, method=method, steps=steps, device=self.device)
-            out.append(Attribution(src, tokens, [SPECIALS[BOS], *tokens], method,
-                                   steps if method == "integrated_gradients" else None, source, prefix,
-                                   attention, log_probs, delta))
-        return out
+        return attribute(self, src_texts, tgt_texts, method=method, steps=steps)
 
     def forced_pairs(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
                      empty: str) -> tuple[list[list[str]], list[list[str]], list[tuple[list[int], list[int]]]]:
@@ -731,19 +604,6 @@ class Translator:
         examples = [(self.codec.src_ids(s), self._known_target_ids(t, s, f"tgt_texts[{k}]"))
                     for k, (s, t) in enumerate(zip(src_tokens, tgt_tokens))]
         return src_tokens, tgt_tokens, examples
-
-    def _check_align_inputs(self, src_texts: Sequence[str], tgt_texts: Sequence[str], batch_size: int) -> None:
-        if isinstance(src_texts, str) or isinstance(tgt_texts, str):
-            raise TypeError("align() takes lists of sentences; wrap a single one in a list")
-        if len(src_texts) != len(tgt_texts):
-            raise HeedError(f"{len(src_texts)} source sentences but {len(tgt_texts)} translations; "
-                            "give one translation per source")
-        _check_texts(src_texts, "src_texts")
-        _check_texts(tgt_texts, "tgt_texts")
-        if not self.model.has_attention:
-            raise HeedError("this model has no attention, so it has no alignments; use a model with attention")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
 
     def __call__(self, text: str, **kwargs: Any) -> str:
         """Translate one sentence; returns the text."""

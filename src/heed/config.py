@@ -43,6 +43,7 @@ from heed.errors import ConfigError
 from heed.nn.model_config import ModelConfig
 from heed.plumbing import yamlio
 from heed.plumbing.files import atomic_write_text, open_regular, open_stream
+from heed.plumbing.limits import MAX_THREADS
 
 CORPUS_SPLITS = ("train", "dev", "test")
 OUTPUT_DIR = "output_dir"
@@ -249,7 +250,6 @@ class EarlyStoppingConfig(_Strict):
     target: float | None = Field(None, description="stop as soon as the metric reaches this (e.g. 100 for exact_match)")
 
 
-MAX_THREADS = 1024  # CPU threads at most: far above any machine heed runs on (heed.plumbing.runtime.torch_threads too)
 
 
 class TrainConfig(_Strict):

@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -25,6 +26,10 @@ from heed.data.corpus import Pair
 from heed.data.dates import FIRST_DATE, LAST_DATE
 from heed.errors import HeedError
 from heed.plumbing.files import atomic_write_text
+
+if TYPE_CHECKING:
+    from heed.api import Translation, Translator
+    from heed.evaluate import Scores
 
 DEMO_CONFIG = Path("configs") / "demo.yaml"
 # --quick: a smoke test of every stage, not the real result.
@@ -123,12 +128,7 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
              console: Console | None = None, progress: bool | None = None) -> DemoResult:
     """Run the four steps (see module doc); returns the test exact match and where things went."""
     from heed.api import Translator
-    from heed.data.dates import generate_dates_aligned, write_splits
-    from heed.evaluate import evaluate
-    from heed.explain.align import alignment_error_rate, gold_pharaoh
-    from heed.explain.align_methods import AlignOptions, diagonal_alignment
     from heed.train import train
-    from heed.viz import attention_grid, save_figure
 
     console = console or Console(highlight=False, soft_wrap=True)
     started = time.perf_counter()
@@ -137,10 +137,30 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
     _clear_previous_demo(output_dir, console)
     if cfg.data.task != "dates":
         raise HeedError(f"{find_demo_config()}: the demo needs data.task: dates")
-
-    # 1. data
-    d = cfg.data.dates
     console.rule("[bold]1. data: the dates task")
+    splits, golds, data_dir = _write_data(cfg, output_dir, console)
+    what = (f"{cfg.model.decoder} attention, {cfg.model.attention or 'default'} score" if cfg.model.family == "rnn"
+            else f"transformer, {cfg.model.layers} layers of {cfg.model.heads} heads")
+    console.rule(f"[bold]2. training ({what})")
+    train(cfg, console=console, progress=progress)
+    console.rule("[bold]3. held-out test set")
+    translator = Translator.load(output_dir)
+    outputs, scores = _show_test(translator, splits.test, console)
+    console.rule("[bold]4. where the model looked")
+    heatmap = _show_attention(translator, outputs, splits.test, golds.test, output_dir / "attention.png",
+                              data_dir / "test.align", console)
+    seconds = time.perf_counter() - started
+    _say_what_next(output_dir, data_dir, seconds, console)
+    return DemoResult(output_dir, scores.exact_match, scores.total, seconds, heatmap)
+
+
+def _write_data(cfg: Config, output_dir: Path, console: Console) -> tuple[Any, Any, Path]:
+    """Step 1: the dates task's splits and their gold alignments, written to OUTPUT_DIR/data (with
+    test.src, test.ref and test.align for the commands the demo suggests); returns them and the directory."""
+    from heed.data.dates import generate_dates_aligned, write_splits
+    from heed.data.pharaoh import gold_pharaoh
+
+    d = cfg.data.dates
     splits, golds = generate_dates_aligned(n_train=d.n_train, n_dev=d.n_dev, n_test=d.n_test, seed=d.seed,
                                            languages=tuple(d.languages), verbose_forms=d.verbose_forms)
     data_dir = output_dir / "data"
@@ -152,53 +172,56 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
                   f"{', '.join(d.languages)} (written to {data_dir}), e.g.")
     for pair in splits.train[:4]:
         console.print(f"   {pair.src!r} -> {pair.tgt}")
+    return splits, golds, data_dir
 
-    # 2. training
-    what = (f"{cfg.model.decoder} attention, {cfg.model.attention or 'default'} score" if cfg.model.family == "rnn"
-            else f"transformer, {cfg.model.layers} layers of {cfg.model.heads} heads")
-    console.rule(f"[bold]2. training ({what})")
-    train(cfg, console=console, progress=progress)
 
-    # 3. test translations
-    console.rule("[bold]3. held-out test set")
-    translator = Translator.load(output_dir)
-    outputs = translator.translate([p.src for p in splits.test])
-    scores = evaluate([t.text for t in outputs], [p.tgt for p in splits.test])
+def _show_test(translator: Translator, test: list[Pair], console: Console) -> tuple[list[Translation], Scores]:
+    """Step 3: translate the test set (greedy), show samples in every language, and score it."""
+    from heed.evaluate import evaluate
+
+    outputs = translator.translate([p.src for p in test])
+    scores = evaluate([t.text for t in outputs], [p.tgt for p in test])
     table = Table(title="sample test translations (greedy)")
     for name in ("lang", "input", "output", "reference", ""):
         table.add_column(name)
-    for i in _pick_samples(splits.test):
-        ok = outputs[i].text == splits.test[i].tgt
-        table.add_row(guess_language(splits.test[i].src), splits.test[i].src, outputs[i].text, splits.test[i].tgt,
+    for i in _pick_samples(test):
+        ok = outputs[i].text == test[i].tgt
+        table.add_row(guess_language(test[i].src), test[i].src, outputs[i].text, test[i].tgt,
                       "[green]✓[/]" if ok else "[red]✗[/]")
     console.print(table)
     console.print(f"[bold]test exact match: {scores.exact_match:.2f}%[/] ({scores.exact}/{scores.total})   "
                   f"BLEU {scores.bleu:.2f}   chrF {scores.chrf:.2f}")
+    return outputs, scores
 
-    # 4. attention
-    console.rule("[bold]4. where the model looked")
-    heatmap = None
-    picks = [next((i for i in range(len(splits.test)) if guess_language(splits.test[i].src) == language), None)
+
+def _show_attention(translator: Translator, outputs: list[Translation], test: list[Pair], golds: list[Any],
+                    heatmap_path: Path, gold_path: Path, console: Console) -> Path | None:
+    """Step 4: a heatmap of a Korean and an English date, and the attention's alignment error rate
+    against the gold by construction (each source word is known to write certain characters of the
+    date), beside the diagonal's. Returns the heatmap's path (None without attention)."""
+    from heed.explain.align import alignment_error_rate
+    from heed.explain.align_methods import AlignOptions, diagonal_alignment
+    from heed.viz import attention_grid, save_figure
+
+    picks = [next((i for i in range(len(test)) if guess_language(test[i].src) == language), None)
              for language in ("ko", "en")]
     picks = [i for i in picks if i is not None and outputs[i].attention is not None]
-    if picks:
-        items, titles = [], []
-        for i in picks:
-            src_labels, out_labels = outputs[i].labels()
-            items.append((src_labels, out_labels, outputs[i].attention))
-            titles.append(splits.test[i].src)
-        heatmap = save_figure(attention_grid(items, titles=titles), output_dir / "attention.png")
-        console.print(f"attention heatmap: {heatmap}")
-        # Each source word is known to write certain characters of the date: score the attention's links.
-        sure, possible = [set(s) for s, _ in golds.test], [set(p) for _, p in golds.test]
-        aligned = translator.align([p.src for p in splits.test], [p.tgt for p in splits.test],
-                                   options=AlignOptions(tgt_units="chars"))
-        diagonal = [set(diagonal_alignment(len(p.src.split()), len(p.tgt))) for p in splits.test]
-        console.print(f"alignment error rate against the gold by construction ({data_dir / 'test.align'}): "
-                      f"{100 * alignment_error_rate([set(a.links) for a in aligned], sure, possible):.1f}% "
-                      f"(the diagonal, no model: {100 * alignment_error_rate(diagonal, sure, possible):.1f}%)",
-                      soft_wrap=True)
-    seconds = time.perf_counter() - started
+    if not picks:
+        return None
+    items = [(*outputs[i].labels(), outputs[i].attention) for i in picks]
+    heatmap = save_figure(attention_grid(items, titles=[test[i].src for i in picks]), heatmap_path)
+    console.print(f"attention heatmap: {heatmap}")
+    sure, possible = [set(s) for s, _ in golds], [set(p) for _, p in golds]
+    aligned = translator.align([p.src for p in test], [p.tgt for p in test], options=AlignOptions(tgt_units="chars"))
+    diagonal = [set(diagonal_alignment(len(p.src.split()), len(p.tgt))) for p in test]
+    console.print(f"alignment error rate against the gold by construction ({gold_path}): "
+                  f"{100 * alignment_error_rate([set(a.links) for a in aligned], sure, possible):.1f}% "
+                  f"(the diagonal, no model: {100 * alignment_error_rate(diagonal, sure, possible):.1f}%)",
+                  soft_wrap=True)
+    return heatmap
+
+
+def _say_what_next(output_dir: Path, data_dir: Path, seconds: float, console: Console) -> None:
     first, last = FIRST_DATE.year, LAST_DATE.year
     heed, q = heed_command(), shlex.quote
     # soft_wrap: a command to copy must stay on one line, also when the output is a log 80 columns wide.
@@ -210,4 +233,3 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
                   f"  {heed} align {q(str(output_dir))} --src {q(str(data_dir / 'test.src'))} "
                   f"--tgt {q(str(data_dir / 'test.ref'))} --tgt-units chars --gold {q(str(data_dir / 'test.align'))} "
                   f"-o {q(str(data_dir / 'test.hyp.align'))}", soft_wrap=True, markup=False)
-    return DemoResult(output_dir, scores.exact_match, scores.total, seconds, heatmap)

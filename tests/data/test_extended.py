@@ -48,8 +48,8 @@ def test_a_source_without_unknowns_extends_nothing() -> None:
 @pytest.mark.parametrize("kind", ["word", "char", "bpe", "unigram"])
 def test_a_copy_codec_round_trips_a_sentence_whose_tokens_the_target_vocabulary_lacks(kind: str) -> None:
     from heed.config import DataConfig
-    from heed.data.corpus import Pair
     from heed.data.codec import Codec
+    from heed.data.corpus import Pair
 
     spec = {"kind": kind, "vocab_size": 40}
     data = DataConfig(task="dates", tokenizer={"src": spec, "tgt": spec})

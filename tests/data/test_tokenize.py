@@ -136,8 +136,8 @@ def test_sentencepiece_detokenizes_pieces_it_does_not_know():
 
 def _codec_dir(tmp_path, make_config, src_kind: str, tgt_kind: str = "char", **extra):
     from heed.config import config_from_dict
-    from heed.data.corpus import Pair
     from heed.data.codec import Codec
+    from heed.data.corpus import Pair
 
     cfg = make_config(tmp_path / "run")
     raw = cfg.model_dump(mode="json")
@@ -202,8 +202,8 @@ def test_a_corrupt_sentencepiece_model_without_checksum_is_a_model_dir_error(tmp
 
 def test_a_vocabulary_smaller_than_asked_is_reported(tmp_path, make_config):
     from heed.config import config_from_dict
-    from heed.data.corpus import Pair
     from heed.data.codec import Codec
+    from heed.data.corpus import Pair
 
     raw = make_config(tmp_path / "run").model_dump(mode="json")
     raw["data"]["tokenizer"] = {"src": {"kind": "bpe", "vocab_size": 8000}, "tgt": {"kind": "char"}}

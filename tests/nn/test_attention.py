@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from heed.nn.rnn.attention import FUSABLE_SCORES, SCORES, Attended, Attention, attend
 from heed.nn.masks import lengths_to_mask
+from heed.nn.rnn.attention import FUSABLE_SCORES, SCORES, Attended, Attention, attend
 
 BATCH, SRC_LEN, TGT_LEN = 4, 5, 3
 SIZE = 6  # query size == key size (dot, scaled_dot and cosine need it)

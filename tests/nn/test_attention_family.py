@@ -16,9 +16,9 @@ from torch import Tensor
 
 from heed.config import config_from_dict
 from heed.errors import ConfigError
-from heed.nn.rnn.attention import SCORES, Attention
 from heed.nn.build import ModelConfig, build_model
 from heed.nn.masks import lengths_to_mask
+from heed.nn.rnn.attention import SCORES, Attention
 from heed.nn.rnn.seq2seq import Seq2Seq
 from heed.search import DecodeConfig, greedy_search, search
 

@@ -12,9 +12,9 @@ from step_decoding import assert_alone_equals_in_batch, decode_step_by_step
 
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
 from heed.data.vocab import SPECIALS, Vocab
+from heed.nn.masks import lengths_to_mask
 from heed.nn.rnn.copy import PointerGenerator
 from heed.nn.rnn.coverage import coverage_loss
-from heed.nn.masks import lengths_to_mask
 
 SRC_VOCAB = Vocab([*SPECIALS, "a", "b"])
 TGT_VOCAB = Vocab([*SPECIALS, "a", "q"])
@@ -100,8 +100,8 @@ def test_an_all_padding_row_gives_the_vocabulary_distribution_not_nan(dtype: tor
 
 from heed.config import config_from_dict  # noqa: E402
 from heed.errors import ConfigError  # noqa: E402
-from heed.nn.rnn.attention import SCORES  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
+from heed.nn.rnn.attention import SCORES  # noqa: E402
 from heed.nn.rnn.seq2seq import Seq2Seq  # noqa: E402
 from heed.search import DecodeConfig, Prefix, beam_search, greedy_search, sample, search  # noqa: E402
 

@@ -12,12 +12,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from search_fakes import assert_beam_of_one_equals_greedy, teacher_forced
-
-from heed.nn.rnn.attention import Attention
-from heed.nn.rnn.coverage import coverage_loss
-from heed.nn.masks import lengths_to_mask
-from heed.search import DecodeConfig, beam_search
 from nn.test_attention_family import (
     BATCH,
     CONFIGS,
@@ -32,6 +26,12 @@ from nn.test_attention_family import (
     make_inputs,
     make_model,
 )
+from search_fakes import assert_beam_of_one_equals_greedy, teacher_forced
+
+from heed.nn.masks import lengths_to_mask
+from heed.nn.rnn.attention import Attention
+from heed.nn.rnn.coverage import coverage_loss
+from heed.search import DecodeConfig, beam_search
 
 COVERAGE_CONFIGS = [name for name in CONFIGS if CONFIGS[name].get("coverage")]
 

@@ -3,8 +3,8 @@ attention over the source, and only it, takes them."""
 import pytest
 import torch
 
-from heed.nn.rnn.attention import Attention
 from heed.nn.intervention import Intervention, intervene, intervening
+from heed.nn.rnn.attention import Attention
 
 
 def _weights() -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from heed.scratch.train import batch_rows, encode, char_vocab, main, train
+from heed.scratch.train import batch_rows, char_vocab, encode, main, train
 
 
 class FakePair(NamedTuple):

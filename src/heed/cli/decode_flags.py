@@ -15,7 +15,7 @@ from heed.errors import ConfigError, HeedError
 
 if TYPE_CHECKING:
     from heed.api import Translator
-    from heed.search import DecodeConfig
+    from heed.decode_config import DecodeConfig
 
 
 REPLACE_UNK_HELP = ("Replace each <unk> in the output by the source token it attended to most "

@@ -280,7 +280,7 @@ def _read_golds(gold: Optional[Path], reference: Optional[Path], units: list[tup
     each counts), each None when not given; both checked against the pairs' word counts `units`."""
     if gold is None:
         return None, None
-    from heed.explain.align import read_gold_for
+    from heed.data.pharaoh import read_gold_for
 
     hint = "" if tgt_units == "chars" else ", or characters with --tgt-units chars"
     golden = read_gold_for(gold, units, units=tgt_units, sides=sides, hint=hint)
@@ -471,7 +471,7 @@ def faithfulness_command(
 
 def _pharaoh_line(links: set[tuple[int, int]]) -> str:
     """Links in target order (then source), as `heed align` always wrote them."""
-    from heed.explain.align import to_pharaoh
+    from heed.data.pharaoh import to_pharaoh
 
     return to_pharaoh(sorted(links, key=lambda link: (link[1], link[0])))
 

@@ -20,8 +20,8 @@ from heed.plumbing.files import atomic_open, open_stream
 
 if TYPE_CHECKING:
     from heed.api import Translation, Translator
+    from heed.decode_config import DecodeConfig
     from heed.evaluate import Bucket, BucketScore
-    from heed.search import DecodeConfig
 
 
 

@@ -70,7 +70,7 @@ def load_corpora(data: DataConfig, *, progress: ReadProgress | None = None) -> C
     """Generate (task) or read (corpora) the train/dev/test pairs the config describes.
     `progress(what, pairs)` hears every READ_REPORT_SECONDS of reading a corpus (a quick read says
     nothing); a training corpus of more than MAX_TEXT_PAIRS is a DataError pointing to `heed prepare`."""
-    from heed.explain.align import parse_gold_pharaoh, read_gold_for
+    from heed.data.pharaoh import parse_gold_pharaoh, read_gold_for
 
     if data.task == "dates":
         d = data.dates
@@ -130,7 +130,7 @@ def write_task(data: DataConfig, directory: str | os.PathLike[str]) -> dict[str,
     {train,dev,test}.src / .tgt (a sentence a line) and {train,dev,test}.align, the gold alignments
     by construction (Pharaoh, i-j sure and i?j possible; dates: source words x target characters,
     for `heed align --tgt-units chars`; names: words x words). Returns {file name: path}."""
-    from heed.explain.align import gold_pharaoh
+    from heed.data.pharaoh import gold_pharaoh
 
     if data.task == "dates":
         d = data.dates

@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 from heed.data.batching import collate
+from heed.decode_config import DecodeConfig
 from heed.errors import HeedError
 from heed.evaluate import evaluate
 from heed.nn.intervention import KINDS, Intervention, InterventionKind
-from heed.search import DecodeConfig
 
 
 @dataclass(frozen=True)

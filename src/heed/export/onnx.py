@@ -42,9 +42,9 @@ from torch import Tensor, nn
 
 import heed
 from heed.errors import ConfigError, HeedError, ModelDirError, install_hint
-from heed.plumbing.files import file_digest, open_regular, resolve_dir, verifying
 from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import TrainableModel
+from heed.plumbing.files import file_digest, open_regular, resolve_dir, verifying
 
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -231,9 +231,9 @@ def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) ->
     unchecked). Returns the validated model config; a ModelDirError naming the field otherwise."""
     from pydantic import ValidationError
 
+    from heed.data.codec import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE
     from heed.data.tokenize import spm_model_path
     from heed.data.vocab import BOS, EOS, PAD
-    from heed.data.codec import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE
 
     def bad(field: str, what: str) -> ModelDirError:
         return ModelDirError(f"{file}: {field} {what}; the manifest is damaged, export the model again")

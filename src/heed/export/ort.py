@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from heed.errors import ModelDirError
-from heed.export.onnx import (ENCODER_FILE, STEP_FILE, Manifest, check_graph_io, family_graphs, require)
+from heed.export.onnx import ENCODER_FILE, STEP_FILE, Manifest, check_graph_io, family_graphs, require
 from heed.nn.protocol import Seq2SeqOutput, TensorState
 
 

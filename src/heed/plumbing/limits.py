@@ -10,3 +10,4 @@ MAX_ATTRIBUTION_STEPS = 200
 # Encoder or decoder layers at most: DeepNet (Wang et al. 2022), the deepest published translator,
 # has 1,000. Checked before anything is built, as a million-layer stack takes minutes to count.
 MAX_LAYERS = 1000
+MAX_THREADS = 1024  # CPU threads at most: far above any machine heed runs on (train.threads, --threads)

@@ -16,8 +16,8 @@ from typing import TypeVar
 
 import torch
 
-from heed.config import MAX_THREADS
 from heed.errors import ConfigError, HeedError
+from heed.plumbing.limits import MAX_THREADS
 
 DEVICES = ("auto", "cpu", "cuda")
 _Fn = TypeVar("_Fn", bound=Callable)

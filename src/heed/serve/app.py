@@ -41,12 +41,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from heed.api import Exploration, Translation, Translator, runs_torch
 from heed.checkpoint import METRICS_FILE
 from heed.data.corpus import text_problem
-from heed.nn.ensemble import Ensemble
+from heed.decode_config import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError
-from heed.plumbing.files import open_regular
+from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention
 from heed.nn.protocol import AttributableModel, HeadsModel, OwnSearchModel
-from heed.search import MAX_OUTPUT_TOKENS, DecodeConfig
+from heed.plumbing.files import open_regular
 from heed.serve.batcher import Batcher, QueueFull
 from heed.serve.schemas import (
     DECODE_FIELDS,

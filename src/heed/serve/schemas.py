@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from heed.decode_config import DecodeConfig
 from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
-from heed.search import DecodeConfig
 
 
 class _Strict(BaseModel):

@@ -58,7 +58,6 @@ from heed.checkpoint import (
     WEIGHTS_FILE,
     Checkpoint,
     TrainerState,
-    load_checkpoint,
     load_weights,
     recent_model_dirs,
     resolve_dir,
@@ -70,10 +69,10 @@ from heed.config import (
     Config,
     positions_problem,
 )
-from heed.data.batching import Batch, filter_by_length, token_batches
-from heed.data.codec import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
+from heed.data.batching import Batch, token_batches
 from heed.data.corpus import Pair
 from heed.data.prepared import PreparedCorpus
+from heed.decode_config import DecodeConfig
 from heed.errors import ConfigError, HeedError
 from heed.evaluate import Scores, evaluate
 from heed.explain.forced import corpus_aer
@@ -93,7 +92,6 @@ from heed.plumbing.distributed import (
     run_on_main,
     updates_in,
 )
-from heed.plumbing.lock import RunLock
 from heed.plumbing.runtime import (
     check_bf16,
     compiler_problem,
@@ -102,19 +100,13 @@ from heed.plumbing.runtime import (
     resolve_device,
     torch_threads,
 )
-from heed.search import DecodeConfig
 from heed.train.dev import DevResult, decode_pairs, dev_batches, dev_loss
 from heed.train.log import TrainLog, Window, best_so_far
 from heed.train.resume import (
-    check_resumable,
-    check_same_data,
-    check_same_world,
-    codec_files,
-    codec_from_files,
-    data_fingerprint,
     saved_step,
 )
 from heed.train.schedule import HIGHER_IS_BETTER, LRSchedule, better, reached
+from heed.train.setup import RunData, RunSetup
 
 # ----------------------------------------------------------------------------------- results
 
@@ -139,15 +131,6 @@ class TrainResult:
 # ----------------------------------------------------------------------------------- trainer
 
 
-@dataclass
-class _Data:
-    codec: Codec
-    train: list[Example] | PreparedCorpus  # shards on disk, read by batch, with data.prepared
-    dev_pairs: list[Pair]
-    dev: list[Example]
-    test_pairs: list[Pair]
-    dropped: int
-    corpora: Corpora
 
 
 class _Divergence:
@@ -250,7 +233,8 @@ class Trainer:
             held.enter_context(process_group(self.world, self.device, self.backend))
             held.callback(self._unwrap)  # before the group is left (an ExitStack unwinds last in, first out)
             torch.manual_seed(config.train.seed)
-            checkpoint, fingerprint, self.data = self._open_everywhere(held)
+            checkpoint, fingerprint, self.data = RunSetup(config, resume=resume, allow_data_change=allow_data_change,
+                                                       world=self.world, console=self.console).open(held)
             self.resumed_from = None if checkpoint is None else checkpoint.directory
             self.model, self.optimizer, self.schedule, self.state = self._build(self.data, checkpoint, fingerprint)
             # step of checkpoints/last, once there is one
@@ -299,7 +283,7 @@ class Trainer:
             self.batch_loss = self.batch_loss.module
             gc.collect()  # the wrapper's hooks make reference cycles: free it now, not at exit
 
-    def _build(self, data: _Data, checkpoint: Checkpoint | None,
+    def _build(self, data: RunData, checkpoint: Checkpoint | None,
                fingerprint: dict[str, Any]) -> tuple[TrainableModel, torch.optim.Adam, LRSchedule, TrainerState]:
         """The model, optimizer, schedule and state, fresh (from the seeded global RNG) or restored
         from `checkpoint`."""
@@ -332,109 +316,12 @@ class Trainer:
                                            device_ids=[self.device.index] if self.device.type == "cuda" else None)
         return batch_loss
 
-    # -- setup ----------------------------------------------------------------------------
 
-    def _open_run(self, run: contextlib.ExitStack) -> tuple[Checkpoint | None, dict[str, Any], _Data]:
-        """Check the output directory, load the data, lock the directory for the rest of `run`, and
-        return the checkpoint to resume (None for a fresh run), the data's fingerprint and the data.
-        A fresh run creates the directory only once its data has loaded, so a mistake leaves nothing
-        behind; it refuses a directory that holds a run."""
-        if self.output_dir.exists() and not self.output_dir.is_dir():
-            raise HeedError(f"output_dir {self.output_dir} is a file; choose a directory")
-        if self.resume:
-            if resolve_dir(self.ckpt_dir / "last") is None:
-                raise HeedError(f"{self.output_dir}: no checkpoint to resume from (no {self.ckpt_dir / 'last'}); "
-                                "start without --resume")
-            self._lock(run)
-            checkpoint = load_checkpoint(self.ckpt_dir / "last")
-            check_resumable(checkpoint.config, self.config, checkpoint.directory)
-            check_same_world(checkpoint.trainer.world_size, self.world.size, checkpoint.directory)
-            data = self._load_data(Codec.load(checkpoint.directory, data=checkpoint.config.data,
-                                              copy=checkpoint.config.model.copy))
-            fingerprint = data_fingerprint(self.config.data)
-            if checkpoint.trainer.data is not None and not self.allow_data_change:
-                check_same_data(checkpoint.trainer.data, fingerprint, self.config.data)
-            self._write_heldout(data)
-            return checkpoint, fingerprint, data
-        self._refuse_a_run()  # before the data loads, which may take minutes
-        data = self._load_data(None)
-        fingerprint = data_fingerprint(self.config.data)
-        try:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise HeedError(f"output_dir {self.output_dir}: cannot create it ({e.strerror or e})") from None
-        self._lock(run)
-        self._refuse_a_run()  # again under the lock: another run may have written one meanwhile
-        (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
-        self._write_heldout(data)
-        return None, fingerprint, data
 
-    def _open_everywhere(self, run: contextlib.ExitStack) -> tuple[Checkpoint | None, dict[str, Any], _Data]:
-        """`_open_run` on rank 0 (the one that touches the output directory); under torchrun the
-        other ranks get its checkpoint and tokenizers/vocabularies (so a node without the output
-        directory can join) and read the corpus themselves."""
-        if not self.world.is_distributed:
-            return self._open_run(run)
 
-        opened: list[_Data] = []  # rank 0's data, which stays on rank 0
 
-        def open_on_main() -> tuple[Checkpoint | None, dict[str, Any], dict[str, bytes]]:
-            checkpoint, fingerprint, data = self._open_run(run)
-            opened.append(data)
-            return checkpoint, fingerprint, codec_files(data.codec)
 
-        checkpoint, fingerprint, files = run_on_main(open_on_main, self.world)
-        data = opened[0] if opened else self._load_data(codec_from_files(files, self.config.data))
-        return checkpoint, fingerprint, data
 
-    def _write_heldout(self, data: _Data) -> None:
-        """With `data.split`, the held-out dev and test sentences exist only in memory: write them
-        to OUTPUT_DIR/data/{dev,test}.{src,tgt} so `heed evaluate` and `compare` can use them.
-        The split is deterministic, so a resumed run writes the same files."""
-        if self.config.data.split is None:
-            return
-        written = write_heldout(data.corpora, self.output_dir / "data")
-        if written and self.console is not None:
-            self.console.print(f"held-out sentences: {self.output_dir / 'data'} "
-                               f"({', '.join(sorted(p.name for p in written.values()))})", markup=False)
-
-    def _refuse_a_run(self) -> None:
-        if resolve_dir(self.ckpt_dir / "last") is not None or resolve_dir(self.model_dir) is not None:
-            raise HeedError(f"{self.output_dir}: holds a training run already; resume it with --resume, "
-                            "or choose another --output-dir")
-
-    def _lock(self, run: contextlib.ExitStack) -> None:
-        lock = run.enter_context(RunLock(self.output_dir))
-        if lock.note is not None and self.console is not None:
-            self.console.print(f"[yellow]{escape(lock.note)}[/]")
-
-    def _load_data(self, codec: Codec | None) -> _Data:
-        cfg = self.config.data
-        corpora = load_corpora(cfg, progress=self._reading)
-        train: list[Example] | PreparedCorpus
-        if cfg.prepared is not None:
-            # sha256 of every shard, once per run: seconds for millions of pairs, against a flipped bit
-            # silently training on wrong ids (heed.data.prepared)
-            train, prepared_codec = open_prepared(cfg, verify_hashes=True)
-            codec = codec or prepared_codec
-            dropped = train.dropped
-        else:
-            if codec is None:
-                codec = Codec.build(corpora.train, cfg, warn=self._warn, copy=self.config.model.copy)
-            train, dropped = filter_by_length(codec.encode_pairs(corpora.train), max_src_len=cfg.max_src_len,
-                                              max_tgt_len=cfg.max_tgt_len)
-        if not train:
-            raise ConfigError(f"every training pair is longer than max_src_len={cfg.max_src_len} or "
-                              f"max_tgt_len={cfg.max_tgt_len} tokens; raise them", field="data")
-        return _Data(codec, train, corpora.dev, codec.encode_pairs(corpora.dev), corpora.test, dropped, corpora)
-
-    def _reading(self, what: str, pairs: int) -> None:
-        if self.console is not None:
-            self.console.print(f"reading {escape(what)}: {pairs:,} pairs", highlight=False)
-
-    def _warn(self, message: str) -> None:
-        if self.console is not None:
-            self.console.print(f"[yellow]warning:[/] {escape(message)}")
 
     def _batches(self, epoch: int):
         """The epoch's batches, a sequence (`len`, `[b]`): a list for raw text, a lazy PreparedEpoch
@@ -477,27 +364,38 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------------
 
+    def _say_what_trains(self) -> None:
+        """The run's first lines: device, parameters, data, batches and updates, output directory."""
+        data, world, accumulate = self.data, self.world, self.config.train.accumulate
+        n_params = sum(p.numel() for p in self.model.parameters())
+        resumed = self.resumed_from is not None
+        self.log.say(f"{'resuming at step ' + str(self.state.step) if resumed else 'training'} on {self.device}"
+                     f"{' (bf16 autocast)' if self.bf16 else ''}"
+                     f"{' (torch.compile: each new target length compiles first)' if self._compiled else ''}: "
+                     f"{n_params:,} parameters; "
+                     f"{len(data.train):,} train pairs ({data.dropped:,} over the length limits dropped), "
+                     f"{len(data.dev):,} dev, {len(data.test_pairs):,} test; vocab {len(data.codec.src_vocab):,} "
+                     f"src / {len(data.codec.tgt_vocab):,} tgt; {len(self._first_batches):,} batches per epoch"
+                     + (f", {self.updates_per_epoch:,} updates of {world.size} process{'es' * (world.size > 1)} x "
+                        f"{accumulate} batch{'es' * (accumulate > 1)}" if world.size * accumulate > 1 else ""))
+        self.log.say(f"output: {self.output_dir}")
+
+    def _restored_window(self) -> Window:
+        """The log window as the checkpoint left it (a fresh one for a fresh run)."""
+        window = Window(torch.zeros((), dtype=torch.float64, device=self.device))
+        if self.state.window is not None:
+            window.loss_sum += self.state.window["loss_sum"]
+            window.tokens, window.steps = int(self.state.window["tokens"]), int(self.state.window["steps"])
+        return window
+
     def _loop(self) -> TrainResult:
         cfg, state, data, world, log = self.config, self.state, self.data, self.world, self.log
         accumulate = cfg.train.accumulate
         resumed = self.resumed_from is not None
         first = self._first_batches
-        batches_per_epoch, per_epoch, total = len(first), self.updates_per_epoch, self.total_steps
-        n_params = sum(p.numel() for p in self.model.parameters())
-        log.say(f"{'resuming at step ' + str(state.step) if resumed else 'training'} on {self.device}"
-                f"{' (bf16 autocast)' if self.bf16 else ''}"
-                f"{' (torch.compile: each new target length compiles first)' if self._compiled else ''}: "
-                f"{n_params:,} parameters; "
-                f"{len(data.train):,} train pairs ({data.dropped:,} over the length limits dropped), "
-                f"{len(data.dev):,} dev, {len(data.test_pairs):,} test; vocab {len(data.codec.src_vocab):,} "
-                f"src / {len(data.codec.tgt_vocab):,} tgt; {batches_per_epoch:,} batches per epoch"
-                + (f", {per_epoch:,} updates of {world.size} process{'es' * (world.size > 1)} x {accumulate} "
-                   f"batch{'es' * (accumulate > 1)}" if world.size * accumulate > 1 else ""))
-        log.say(f"output: {self.output_dir}")
-        window = Window(torch.zeros((), dtype=torch.float64, device=self.device))
-        if state.window is not None:
-            window.loss_sum += state.window["loss_sum"]
-            window.tokens, window.steps = int(state.window["tokens"]), int(state.window["steps"])
+        batches_per_epoch, total = len(first), self.total_steps
+        self._say_what_trains()
+        window = self._restored_window()
         if resumed:
             self._on_main(lambda: self._complete_best(window))
         last_dev: DevResult | None = None

@@ -1,0 +1,135 @@
+"""Pharaoh alignment files: one sentence pair a line, links `i-j` separated by spaces, `i` the
+0-based source position and `j` the 0-based target position (source first), as the aligners write
+them (GIZA++ symmetrised output, fast_align, eflomal). Gold standards also mark links that
+annotators judged only *possible*; accepted spellings (Sure S is always a subset of Possible P):
+
+    i-j     sure
+    i-j-S   sure      (explicit)
+    i-j-P   possible
+    i?j     possible
+    ipj     possible
+
+The 1-based "LINE SRC TGT S|P" format of the 2003 NAACL shared task is not read here. Plain
+Python: the corpus readers (a task's gold, data.dev.align) and heed.explain read them alike."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from heed.errors import DataError
+from heed.plumbing.files import open_regular
+
+Link = tuple[int, int]  # (src_i, tgt_j), 0-based
+
+# One link token: `i-j`, `i-j-S`, `i-j-P`, `i?j` or `ipj`.
+_LINK = re.compile(r"(\d+)(?:-(\d+)(?:-([SPsp]))?|[?p](\d+))")
+
+
+def to_pharaoh(pairs: Iterable[Link]) -> str:
+    """`[(0, 0), (1, 2)]` -> `"0-0 1-2"`. Sequences keep their order; sets are sorted."""
+    if isinstance(pairs, (set, frozenset)):
+        pairs = sorted(pairs)
+    out = []
+    for i, j in pairs:
+        if int(i) != i or int(j) != j or i < 0 or j < 0:
+            raise ValueError(f"alignment link ({i}, {j}) must be two non-negative integers")
+        out.append(f"{int(i)}-{int(j)}")
+    return " ".join(out)
+
+
+def _parse_links(line: str, path: str | Path | None, line_no: int | None) -> tuple[set[Link], set[Link]]:
+    """(sure, possible) links of one Pharaoh line; possible includes sure."""
+    sure: set[Link] = set()
+    possible: set[Link] = set()
+    for token in line.split():
+        m = _LINK.fullmatch(token)
+        if m is None:
+            raise DataError(
+                f"malformed alignment link {token!r}: expected 'i-j' (sure), 'i?j' or 'ipj' "
+                "(possible), or 'i-j-S' / 'i-j-P', with 0-based positions",
+                path=path,
+                line=line_no,
+            )
+        src, tgt_dash, kind, tgt_possible = m.groups()
+        if tgt_possible is not None:
+            possible.add((int(src), int(tgt_possible)))
+            continue
+        link = (int(src), int(tgt_dash))
+        possible.add(link)
+        if kind is None or kind in "Ss":
+            sure.add(link)
+    return sure, possible
+
+
+def gold_pharaoh(sure: Iterable[Link], possible: Iterable[Link]) -> str:
+    """One gold line: sure links `i-j`, possible-only links `i?j`, in source-then-target order."""
+    sure_set = set(sure)
+    links = sorted(sure_set | set(possible))
+    return " ".join(f"{i}-{j}" if (i, j) in sure_set else f"{i}?{j}" for i, j in links)
+
+
+def parse_pharaoh(line: str, *, path: str | Path | None = None, line_no: int | None = None) -> set[Link]:
+    """All links of one Pharaoh line as `{(src_i, tgt_j), ...}`, sure and possible alike.
+
+    `path` and `line_no` (1-based) only name the place in a `DataError` for a malformed token.
+    Use `parse_gold_pharaoh` to keep sure and possible links apart.
+    """
+    return _parse_links(line, path, line_no)[1]
+
+
+def parse_gold_pharaoh(
+    line: str, *, path: str | Path | None = None, line_no: int | None = None
+) -> tuple[set[Link], set[Link]]:
+    """`(sure, possible)` links of one gold Pharaoh line; `possible` includes every sure link."""
+    return _parse_links(line, path, line_no)
+
+
+def read_text_lines(path: str | Path) -> list[str]:
+    try:
+        with open_regular(path, "r", encoding="utf-8") as f:
+            return [line.rstrip("\r\n") for line in f]
+    except OSError as e:
+        raise DataError(f"cannot read: {e.strerror or e}", path=path) from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"not UTF-8 text ({e.reason} at byte {e.start})", path=path) from None
+
+
+def read_alignments(path: str | Path) -> list[set[Link]]:
+    """One set of links per line of a Pharaoh file (an empty line is a sentence with no links)."""
+    return [parse_pharaoh(line, path=path, line_no=n) for n, line in enumerate(read_text_lines(path), 1)]
+
+
+def read_gold_alignments(path: str | Path) -> tuple[list[set[Link]], list[set[Link]]]:
+    """`(sure, possible)`, one set per line each, from a gold Pharaoh file; possible includes sure."""
+    sure, possible = [], []
+    for n, line in enumerate(read_text_lines(path), 1):
+        s, p = parse_gold_pharaoh(line, path=path, line_no=n)
+        sure.append(s)
+        possible.append(p)
+    return sure, possible
+
+
+def read_gold_for(path: str | Path, sizes: Sequence[tuple[int, int]], *, units: str = "words",
+                  sides: str = "the source and target", hint: str = "") -> tuple[list[set[Link]], list[set[Link]]]:
+    """(sure, possible) gold links of a file with one line per sentence pair, checked against the
+    pairs' sizes `sizes[k] = (source words, target words or characters)`: a DataError naming the
+    file (and line) for a count that differs or a link outside its pair. Empty lines past the
+    last sentence are ignored. `units`: "words" or "chars", what target positions count; `hint`
+    ends the message for a link outside its pair."""
+    sure, possible = read_gold_alignments(path)
+    while len(sure) > len(sizes) and not possible[-1]:
+        sure.pop()
+        possible.pop()
+    if len(sure) != len(sizes):
+        raise DataError(f"{len(sure)} alignment lines but {sides} have {len(sizes)} sentences; "
+                        "give one line per sentence (an empty line for none)", path=path)
+    unit = "words" if units == "words" else "characters"
+    for number, (links, (n_src, n_tgt)) in enumerate(zip(possible, sizes), start=1):
+        for i, j in sorted(links | sure[number - 1]):
+            if i >= n_src or j >= n_tgt:
+                raise DataError(f"link {i}-{j} is outside the sentence pair ({n_src} source words and {n_tgt} target "
+                                f"{unit}; positions are 0-based whitespace words of the source and {unit} of the "
+                                f"target{hint})",
+                                path=path, line=number)
+    return sure, possible

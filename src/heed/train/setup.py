@@ -1,0 +1,167 @@
+"""Opening a training run: the output directory checked and locked, the data loaded (and its
+tokenizers built or restored), the checkpoint to resume read and checked against the config, the
+world and the data. A fresh run creates nothing until its data has loaded. Under torchrun rank 0
+opens the run and hands the others its checkpoint and tokenizers."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from heed.checkpoint import (
+    METRICS_FILE,
+    Checkpoint,
+    load_checkpoint,
+    resolve_dir,
+)
+from heed.config import (
+    Config,
+)
+from heed.data.batching import filter_by_length
+from heed.data.codec import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
+from heed.data.corpus import Pair
+from heed.data.prepared import PreparedCorpus
+from heed.errors import ConfigError, HeedError
+from heed.plumbing.distributed import (
+    World,
+    run_on_main,
+)
+from heed.plumbing.lock import RunLock
+from heed.train.resume import (
+    check_resumable,
+    check_same_data,
+    check_same_world,
+    codec_files,
+    codec_from_files,
+    data_fingerprint,
+)
+
+
+@dataclass
+class RunData:
+    codec: Codec
+    train: list[Example] | PreparedCorpus  # shards on disk, read by batch, with data.prepared
+    dev_pairs: list[Pair]
+    dev: list[Example]
+    test_pairs: list[Pair]
+    dropped: int
+    corpora: Corpora
+
+
+class RunSetup:
+    """What `Trainer` opens before it trains (see the module doc): `open(run)` -> (the checkpoint to
+    resume or None, the data's fingerprint, the data)."""
+
+    def __init__(self, config: Config, *, resume: bool, allow_data_change: bool, world: World,
+                 console: Console | None) -> None:
+        self.config, self.resume, self.allow_data_change, self.world, self.console = (
+            config, resume, allow_data_change, world, console)
+        self.output_dir = Path(config.output_dir)
+        self.ckpt_dir = self.output_dir / "checkpoints"
+        self.model_dir = self.output_dir / "model"
+
+    def _open_run(self, run: contextlib.ExitStack) -> tuple[Checkpoint | None, dict[str, Any], RunData]:
+        """Check the output directory, load the data, lock the directory for the rest of `run`, and
+        return the checkpoint to resume (None for a fresh run), the data's fingerprint and the data.
+        A fresh run creates the directory only once its data has loaded, so a mistake leaves nothing
+        behind; it refuses a directory that holds a run."""
+        if self.output_dir.exists() and not self.output_dir.is_dir():
+            raise HeedError(f"output_dir {self.output_dir} is a file; choose a directory")
+        if self.resume:
+            if resolve_dir(self.ckpt_dir / "last") is None:
+                raise HeedError(f"{self.output_dir}: no checkpoint to resume from (no {self.ckpt_dir / 'last'}); "
+                                "start without --resume")
+            self._lock(run)
+            checkpoint = load_checkpoint(self.ckpt_dir / "last")
+            check_resumable(checkpoint.config, self.config, checkpoint.directory)
+            check_same_world(checkpoint.trainer.world_size, self.world.size, checkpoint.directory)
+            data = self._load_data(Codec.load(checkpoint.directory, data=checkpoint.config.data,
+                                              copy=checkpoint.config.model.copy))
+            fingerprint = data_fingerprint(self.config.data)
+            if checkpoint.trainer.data is not None and not self.allow_data_change:
+                check_same_data(checkpoint.trainer.data, fingerprint, self.config.data)
+            self._write_heldout(data)
+            return checkpoint, fingerprint, data
+        self._refuse_a_run()  # before the data loads, which may take minutes
+        data = self._load_data(None)
+        fingerprint = data_fingerprint(self.config.data)
+        try:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise HeedError(f"output_dir {self.output_dir}: cannot create it ({e.strerror or e})") from None
+        self._lock(run)
+        self._refuse_a_run()  # again under the lock: another run may have written one meanwhile
+        (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
+        self._write_heldout(data)
+        return None, fingerprint, data
+
+    def open(self, run: contextlib.ExitStack) -> tuple[Checkpoint | None, dict[str, Any], RunData]:
+        """`_open_run` on rank 0 (the one that touches the output directory); under torchrun the
+        other ranks get its checkpoint and tokenizers/vocabularies (so a node without the output
+        directory can join) and read the corpus themselves."""
+        if not self.world.is_distributed:
+            return self._open_run(run)
+
+        opened: list[RunData] = []  # rank 0's data, which stays on rank 0
+
+        def open_on_main() -> tuple[Checkpoint | None, dict[str, Any], dict[str, bytes]]:
+            checkpoint, fingerprint, data = self._open_run(run)
+            opened.append(data)
+            return checkpoint, fingerprint, codec_files(data.codec)
+
+        checkpoint, fingerprint, files = run_on_main(open_on_main, self.world)
+        data = opened[0] if opened else self._load_data(codec_from_files(files, self.config.data))
+        return checkpoint, fingerprint, data
+
+    def _write_heldout(self, data: RunData) -> None:
+        """With `data.split`, the held-out dev and test sentences exist only in memory: write them
+        to OUTPUT_DIR/data/{dev,test}.{src,tgt} so `heed evaluate` and `compare` can use them.
+        The split is deterministic, so a resumed run writes the same files."""
+        if self.config.data.split is None:
+            return
+        written = write_heldout(data.corpora, self.output_dir / "data")
+        if written and self.console is not None:
+            self.console.print(f"held-out sentences: {self.output_dir / 'data'} "
+                               f"({', '.join(sorted(p.name for p in written.values()))})", markup=False)
+
+    def _refuse_a_run(self) -> None:
+        if resolve_dir(self.ckpt_dir / "last") is not None or resolve_dir(self.model_dir) is not None:
+            raise HeedError(f"{self.output_dir}: holds a training run already; resume it with --resume, "
+                            "or choose another --output-dir")
+
+    def _lock(self, run: contextlib.ExitStack) -> None:
+        lock = run.enter_context(RunLock(self.output_dir))
+        if lock.note is not None and self.console is not None:
+            self.console.print(f"[yellow]{escape(lock.note)}[/]")
+
+    def _load_data(self, codec: Codec | None) -> RunData:
+        cfg = self.config.data
+        corpora = load_corpora(cfg, progress=self._reading)
+        train: list[Example] | PreparedCorpus
+        if cfg.prepared is not None:
+            # sha256 of every shard, once per run: seconds for millions of pairs, against a flipped bit
+            # silently training on wrong ids (heed.data.prepared)
+            train, prepared_codec = open_prepared(cfg, verify_hashes=True)
+            codec = codec or prepared_codec
+            dropped = train.dropped
+        else:
+            if codec is None:
+                codec = Codec.build(corpora.train, cfg, warn=self._warn, copy=self.config.model.copy)
+            train, dropped = filter_by_length(codec.encode_pairs(corpora.train), max_src_len=cfg.max_src_len,
+                                              max_tgt_len=cfg.max_tgt_len)
+        if not train:
+            raise ConfigError(f"every training pair is longer than max_src_len={cfg.max_src_len} or "
+                              f"max_tgt_len={cfg.max_tgt_len} tokens; raise them", field="data")
+        return RunData(codec, train, corpora.dev, codec.encode_pairs(corpora.dev), corpora.test, dropped, corpora)
+
+    def _reading(self, what: str, pairs: int) -> None:
+        if self.console is not None:
+            self.console.print(f"reading {escape(what)}: {pairs:,} pairs", highlight=False)
+
+    def _warn(self, message: str) -> None:
+        if self.console is not None:
+            self.console.print(f"[yellow]warning:[/] {escape(message)}")
