@@ -156,7 +156,8 @@ def test_heed_load_of_a_model_twice_translates_as_the_model(trained_run):
     assert pair.align(*pair_text)[0].links == single.align(*pair_text)[0].links
     e, s = pair.explore(SOURCES[:1], beam=3)[0], single.explore(SOURCES[:1], beam=3)[0]
     assert [[tok for tok, _ in step] for step in e.steps] == [[tok for tok, _ in step] for step in s.steps]
-    assert sum(p.numel() for p in pair.model.parameters()) == 2 * sum(p.numel() for p in single.model.parameters())
+    assert pair.model.num_parameters() == 2 * single.model.num_parameters() == 2 * sum(
+        p.numel() for p in single.model.parameters())
 
 
 def test_an_ensemble_of_two_models_scores_by_their_renormalised_mean_log_probabilities(trained_run, tmp_path):

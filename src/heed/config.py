@@ -353,7 +353,7 @@ def positions_problem(config: Config) -> str | None:
 
 
 def decode_length_problem(decode: DecodeConfig) -> str | None:
-    """Why `decode` can never emit a token, or None. max_len = floor(a * src_len + b) (search.py);
+    """Why `decode` can never emit a token, or None. max_len = floor(a * src_len + b) (heed.search.scoring);
     with a = 0 and b = 0 it is 0 for every source, so every translation would be silently empty."""
     if decode.max_len_a == 0 and decode.max_len_b < 1:
         return (f"max_len_b {decode.max_len_b} with max_len_a 0 allows no output token, so every translation "

@@ -139,9 +139,9 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
         raise HeedError(f"{find_demo_config()}: the demo needs data.task: dates")
     console.rule("[bold]1. data: the dates task")
     splits, golds, data_dir = _write_data(cfg, output_dir, console)
-    what = (f"{cfg.model.decoder} attention, {cfg.model.attention or 'default'} score" if cfg.model.family == "rnn"
-            else f"transformer, {cfg.model.layers} layers of {cfg.model.heads} heads")
-    console.rule(f"[bold]2. training ({what})")
+    from heed.nn.build import FAMILIES
+
+    console.rule(f"[bold]2. training ({FAMILIES[cfg.model.family].describe(cfg.model)})")
     train(cfg, console=console, progress=progress)
     console.rule("[bold]3. held-out test set")
     translator = Translator.load(output_dir)

@@ -31,10 +31,10 @@ BF16_HELP = ("Decode in bfloat16: for batches of a large model on a GPU. On the 
              "outputs may differ a little from float32's.")
 
 
-# A flag for every heed.search.DecodeConfig field: (field, flag, type, help). Each help is the
-# field's description with field names written as flags (tests/test_cli_decode.py holds them
-# together); it is written out here, not read from DecodeConfig, because heed.search imports
-# torch, which would make every `heed --help` take seconds.
+# A flag for every heed.decode_config.DecodeConfig field: (field, flag, type, help). Each help holds
+# the field's description with field names written as flags (tests/test_cli_decode.py holds them
+# together), and says more where a command line needs it (which commands write the n-best list,
+# that --sampling without --beam samples with --beam 1).
 DECODE_FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("beam_size", "--beam", int, "Beam size; 1 = greedy."),
     ("n_best", "--n-best", int, "Hypotheses returned per sentence, at most --beam. `heed translate` writes "

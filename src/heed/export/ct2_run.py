@@ -39,7 +39,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from heed.data.vocab import BOS, EOS, PAD
 from heed.decode_config import DecodeConfig
@@ -93,9 +92,9 @@ class CT2Seq2Seq:
             return "default"
         return "int16" if "int16" in self._ct2.get_supported_compute_types("cpu") else "float32"
 
-    def parameters(self) -> list[Tensor]:
-        """For counting only, as heed.export.ort.OrtSeq2Seq."""
-        return [torch.zeros(()).expand(int(self.manifest.data.get("parameters", 0)))]
+    def num_parameters(self) -> int:
+        """The exported PyTorch model's, as its manifest recorded it."""
+        return int(self.manifest.data.get("parameters", 0))
 
     def _translator(self, *, fresh: bool = False) -> Any:
         """CTranslate2's translator for torch's current thread count (`heed translate --threads N`),

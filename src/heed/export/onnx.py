@@ -350,7 +350,7 @@ def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
             "torch_version": torch.__version__,
             "int8": int8,
             "model": loaded.config.model.model_dump(mode="json"),
-            "parameters": sum(p.numel() for p in loaded.model.parameters()),
+            "parameters": loaded.model.num_parameters(),
             "special_ids": {"pad": loaded.model.pad_id, "bos": loaded.model.bos_id, "eos": loaded.model.eos_id},
             "files": {name: sha256(tmp / name) for name in files},
         }

@@ -54,10 +54,9 @@ class OrtSeq2Seq:
 
     # ------------------------------------------------------------------ what Translator expects
 
-    def parameters(self) -> list[Tensor]:
-        """For counting only (`sum(p.numel() ...)`, as the server's model info does): one
-        zero-storage tensor with as many elements as the exported PyTorch model had parameters."""
-        return [torch.zeros(()).expand(int(self.manifest.data.get("parameters", 0)))]
+    def num_parameters(self) -> int:
+        """The exported PyTorch model's, as its manifest recorded it."""
+        return int(self.manifest.data.get("parameters", 0))
 
     @property
     def int8(self) -> bool:

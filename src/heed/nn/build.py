@@ -5,32 +5,58 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from heed.errors import ConfigError
 from heed.nn.model_config import DEFAULT_SCORE, ModelConfig  # noqa: F401  (ModelConfig's home)
-from heed.nn.protocol import TrainableModel
+from heed.nn.protocol import FamilyGraphs, TrainableModel
 from heed.nn.rnn.build import build_rnn
 from heed.nn.rnn.onnx import RNNGraphs
+from heed.nn.transformer.ct2 import transformer_spec
 from heed.nn.transformer.model import build_transformer
 from heed.nn.transformer.onnx import TransformerGraphs
 
 
 @dataclass(frozen=True)
 class Family:
-    """A model family: its builder (a ModelConfig of the family -> a fresh TrainableModel) and its
-    export contract (a ModelConfig -> the graphs' names, modules and runtime mapping, heed.export)."""
+    """A model family, as the rest of heed meets it:
+    - `build`: a ModelConfig of the family -> a fresh TrainableModel;
+    - `graphs`: its ONNX export contract for a ModelConfig (FamilyGraphs, heed.export);
+    - `describe`: the model in a few words, for log lines and the model info ("luong attention,
+      general score");
+    - `sizes`: the config fields that make it large, for a "too large" message;
+    - `ct2`: its CTranslate2 converter (model, config, src_tokens=, tgt_tokens=, max_src_len=) ->
+      a CTranslate2 spec, or None when CTranslate2 cannot run the family."""
 
     build: Callable[..., TrainableModel]
-    graphs: Callable[[ModelConfig], Any]
+    graphs: Callable[[ModelConfig], FamilyGraphs]
+    describe: Callable[[ModelConfig], str]
+    sizes: Callable[[ModelConfig], str]
+    ct2: Callable[..., object] | None = None
+
+
+def _describe_rnn(cfg: ModelConfig) -> str:
+    return f"{cfg.decoder} attention, {cfg.attention or 'default'} score"
+
+
+def _describe_transformer(cfg: ModelConfig) -> str:
+    return f"transformer, {cfg.layers} layers of {cfg.heads} heads"
+
+
+def _rnn_sizes(cfg: ModelConfig) -> str:
+    return f"model.hidden_size {cfg.hidden_size}, model.embed_size {cfg.embed_size}"
+
+
+def _transformer_sizes(cfg: ModelConfig) -> str:
+    return f"model.d_model {cfg.d_model}, model.ff_size {cfg.ff_size}, model.layers {cfg.layers}"
 
 
 # model.family -> the family: a new family is a folder under heed/nn plus one line here.
 FAMILIES: dict[str, Family] = {
-    "rnn": Family(build_rnn, RNNGraphs),
-    "transformer": Family(build_transformer, TransformerGraphs),
+    "rnn": Family(build_rnn, RNNGraphs, _describe_rnn, _rnn_sizes),
+    "transformer": Family(build_transformer, TransformerGraphs, _describe_transformer, _transformer_sizes,
+                          ct2=transformer_spec),
 }
 
 
@@ -67,11 +93,7 @@ def physical_memory() -> int | None:
 def check_size(cfg: ModelConfig, build: Callable[[], torch.nn.Module], *, vocab: tuple[int, int]) -> int:
     """The parameter count of the model `build()` makes, counted on the meta device; a ConfigError
     when its float32 weights alone exceed this machine's memory."""
-    if cfg.family == "rnn":
-        fields = f"model.hidden_size {cfg.hidden_size}, model.embed_size {cfg.embed_size}"
-    else:
-        fields = f"model.d_model {cfg.d_model}, model.ff_size {cfg.ff_size}, model.layers {cfg.layers}"
-    sizes = f"{fields}, vocabularies {vocab[0]:,} and {vocab[1]:,}"
+    sizes = f"{FAMILIES[cfg.family].sizes(cfg)}, vocabularies {vocab[0]:,} and {vocab[1]:,}"
     try:
         with torch.device("meta"):
             count = sum(p.numel() for p in build().parameters())

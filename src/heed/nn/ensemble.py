@@ -28,9 +28,9 @@ ids and takes one token id per row from it, and the mean attention is taken posi
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -135,10 +135,9 @@ class Ensemble:
         attention = mean_attention([o.attention for o in outs]) if need_attention else None
         return Seq2SeqOutput(mean_log_probs([o.logits for o in outs]), attention)
 
-    def parameters(self) -> Iterator[Any]:
-        """Every member's parameters, for counting (the server's model info)."""
-        for m in self.members:
-            yield from m.parameters()  # type: ignore[attr-defined]
+    def num_parameters(self) -> int:
+        """Every member's, summed."""
+        return sum(m.num_parameters() for m in self.members)  # type: ignore[attr-defined]
 
 
 __all__ = ["Ensemble", "EnsembleEncoded", "EnsembleState", "EnsembleStep", "mean_attention", "mean_log_probs"]

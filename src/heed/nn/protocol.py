@@ -106,8 +106,9 @@ class TranslationModel(SearchModel, Protocol):
     @property
     def has_attention(self) -> bool: ...
 
-    def parameters(self) -> Iterator[Tensor]:
-        """For counting (the server's model info)."""
+    def num_parameters(self) -> int:
+        """How many numbers the model holds (an ensemble: all its members'; an export: the model it
+        was exported from), for the model info and the logs."""
         ...
 
     def __call__(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
@@ -125,7 +126,7 @@ class OwnSearchModel(Protocol):
 
     has_attention: bool
 
-    def parameters(self) -> list[Tensor]: ...
+    def num_parameters(self) -> int: ...
 
     def translate_ids(self, src_ids: Sequence[list[int]], cfg: "DecodeConfig", *, batch_size: int = 64,
                       prefixes: Sequence[Sequence[int]] | None = None, trace: bool = False,
@@ -186,6 +187,10 @@ class TrainableModel(TranslationModel, Protocol):
 
     family: str
 
+    def parameters(self) -> Iterator[Tensor]:
+        """Its weights, for the optimizer."""
+        ...
+
     def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0) -> SeqLoss:
         """The teacher-forced loss of `batch`, summed over its real target tokens."""
         ...
@@ -225,5 +230,39 @@ class TensorState:
         return type(self)(tensors, self.batch_axes)
 
 
-__all__ = ["AttentionMaps", "AttributableModel", "SelfAttentionModel", "Encoded", "HeadsModel", "SearchModel", "SearchState", "Seq2SeqOutput", "Step", "TensorState", "TrainableModel",
+
+class FamilyGraphs(Protocol):
+    """A family's export contract for one model config (heed.export): the graphs it exports, the
+    modules to trace for them, and the runtime's side, how ONNX Runtime's outputs become the encoded
+    batch and the state search steps (heed.export.ort.OrtSeq2Seq). heed.nn.rnn.onnx.RNNGraphs and
+    heed.nn.transformer.onnx.TransformerGraphs implement it."""
+
+    has_attention: bool
+
+    def names(self) -> dict[str, tuple[list[str], list[str]]]:
+        """{graph role ("encoder", "step"): (its input names, its output names)}."""
+        ...
+
+    def modules(self, model: TrainableModel) -> dict[str, tuple[nn.Module, tuple[Tensor, ...],
+                                                                dict[str, dict[int, str]]]]:
+        """{graph role: (the module to trace, example inputs, dynamic axes by name)}."""
+        ...
+
+    def check_source(self, src: Tensor) -> None:
+        """Raise a HeedError for a source (batch, src_len) the traced graphs cannot read."""
+        ...
+
+    def encoded(self, named: dict[str, Tensor], src: Tensor, src_lengths: Tensor) -> Encoded:
+        """The encoder graph's outputs by name -> the family's encoded batch."""
+        ...
+
+    def init_state(self, enc: Encoded) -> SearchState:
+        """The decoder's first state for the encoded batch."""
+        ...
+
+    def source_feeds(self, enc: Encoded) -> dict[str, Tensor]:
+        """The step graph's per-source inputs, by name."""
+        ...
+
+__all__ = ["AttentionMaps", "AttributableModel", "FamilyGraphs", "SelfAttentionModel", "Encoded", "HeadsModel", "SearchModel", "SearchState", "Seq2SeqOutput", "Step", "TensorState", "TrainableModel",
            "TranslationModel"]

@@ -189,14 +189,14 @@ class _Key:
 def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
     """GET /v1/models' entry for one model."""
     config = translator.config
-    kind = config.model.kind  # luong, bahdanau, plain or transformer
+    kind = config.model.kind  # the family's word for the model: its RNN decoder, or transformer
     # The model's training corpora are the server's own files: their paths stay on the server.
     private = {"output_dir": True, "data": {"train": True, "dev": True, "test": True, "prepared": True, "root": True}}
     return {
         "name": name,
         "family": config.model.family,
-        "attention": "none" if kind == "plain" else kind,
-        "parameters": sum(p.numel() for p in translator.model.parameters()),
+        "attention": kind if translator.model.has_attention else "none",
+        "parameters": translator.model.num_parameters(),
         "src_vocab": len(translator.codec.src_vocab),
         "tgt_vocab": len(translator.codec.tgt_vocab),
         "max_src_len": translator.max_src_len,

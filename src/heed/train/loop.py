@@ -367,7 +367,7 @@ class Trainer:
     def _say_what_trains(self) -> None:
         """The run's first lines: device, parameters, data, batches and updates, output directory."""
         data, world, accumulate = self.data, self.world, self.config.train.accumulate
-        n_params = sum(p.numel() for p in self.model.parameters())
+        n_params = self.model.num_parameters()
         resumed = self.resumed_from is not None
         self.log.say(f"{'resuming at step ' + str(self.state.step) if resumed else 'training'} on {self.device}"
                      f"{' (bf16 autocast)' if self.bf16 else ''}"

@@ -50,6 +50,9 @@ class Seq2Seq(nn.Module):
     def has_attention(self) -> bool:
         return self.decoder.has_attention
 
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
     def encode(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
         """src (batch, src_len), src_lengths (batch,) -> EncoderOutput with the attention keys
         projected once for the whole decode. A copy model's src may name tokens past the source

@@ -204,6 +204,9 @@ class TransformerSeq2Seq(nn.Module):
     def layers(self) -> int:
         return len(self.decoder.layers)
 
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
     @property
     def head_grid(self) -> tuple[int, int]:
         """(decoder layers, heads per layer) of attention_heads (heed.nn.protocol.HeadsModel)."""
