@@ -40,7 +40,7 @@ def test_search_and_teacher_forcing_intervene_alike(run_name, kind, request):
 @pytest.mark.parametrize("run_name", ["trained_run", "transformer_run"])
 def test_the_report_agrees_with_decoding_under_each_intervention(run_name, request):
     translator = Translator.load(request.getfixturevalue(run_name), device="cpu")
-    decode = translator.resolve_decode(1)
+    decode = translator.resolve_decode({"beam_size": 1})
     report = faithfulness(translator, SOURCES, REFS, decode=decode, seed=5)
     own = [t.text for t in translator.translate(SOURCES, decode=decode)]
     assert report.sentences == 4 and report.tokens == sum(len(t) + 1 for t in own)

@@ -456,3 +456,19 @@ def test_a_sentence_the_constraints_leave_no_hypothesis_has_a_null_score(client:
     assert status == 200
     hypothesis = body["results"][0]["hypotheses"][0]
     assert (hypothesis["text"], hypothesis["score"], hypothesis["log_prob"]) == ("", None, None)
+
+
+def test_the_batching_key_holds_the_frozen_decode_config_itself() -> None:
+    """Requests whose decoding options resolve to equal DecodeConfigs share a key (and so a call);
+    the config is frozen, so a key cannot change under the batcher."""
+    from pydantic import ValidationError
+
+    from heed.decode_config import DecodeConfig
+    from heed.serve.app import _Key
+
+    a = _Key("m", "translate", DecodeConfig(beam_size=3, n_best=2))
+    b = _Key("m", "translate", DecodeConfig.model_validate({"n_best": 2, "beam_size": 3}))
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != _Key("m", "translate", DecodeConfig(beam_size=3, n_best=1))
+    with pytest.raises(ValidationError, match="frozen"):
+        a.decode.beam_size = 4  # type: ignore[union-attr]

@@ -139,7 +139,7 @@ def test_heads_and_attribution_stop_between_sentences_once_no_one_waits(trained_
         asked.append(True)
         return len(asked) > 1
 
-    key = _Key("m", task, "cross" if task == "heads" else "grad_x_input 1")
+    key = _Key("m", task, parts=("cross",)) if task == "heads" else _Key("m", task, method="grad_x_input", steps=1)
     with pytest.raises(Abandoned):
         _run_batch({"m": translator}, key, items, abandoned)
     assert len(asked) == 2  # one sentence done, then it stopped: not all six

@@ -609,11 +609,20 @@ class Translator:
         """Translate one sentence; returns the text."""
         return self.translate([text], **kwargs)[0].text
 
-    def resolve_decode(self, beam: int | None = None, overrides: Mapping[str, Any] | None = None) -> DecodeConfig:
-        """The model's decode config with `beam` and `overrides` (DecodeConfig fields) applied, and,
-        for sampling without a seed, a fresh seed (so the config says how to draw the same again).
-        A bad value is a ConfigError naming `decode.FIELD`."""
-        return self.ready_decode(self._decode_config(beam, dict(overrides or {})))
+    def resolve_decode(self, overrides: Mapping[str, Any] | None = None) -> DecodeConfig:
+        """The model's decode config with `overrides` (DecodeConfig fields, by their names) applied,
+        and, for sampling without a seed, a fresh seed (so the config says how to draw the same
+        again). A bad value is a ConfigError naming `decode.FIELD`."""
+        return self.ready_decode(self._decode_config(dict(overrides or {})))
+
+    def with_beam(self, overrides: Mapping[str, Any], beam: int | None) -> dict[str, Any]:
+        """`overrides` with a beam size asked for by itself (translate()'s `beam=`, the CLI's
+        --beam): beam_size, and n_best at most it unless n_best is given too."""
+        update = dict(overrides)
+        if beam is not None:
+            update["beam_size"] = beam
+            update.setdefault("n_best", min(self.config.decode.n_best, beam))
+        return update
 
     def ready_decode(self, cfg: DecodeConfig) -> DecodeConfig:
         """`cfg` checked against this model (a ConfigError for constraints its vocabulary cannot meet)
@@ -631,16 +640,12 @@ class Translator:
         """What a translating method decodes with: `decode` as given, or the model's config with
         `beam` and `options`; never both."""
         if decode is None:
-            return self.resolve_decode(beam, options)
+            return self.resolve_decode(self.with_beam(options, beam))
         if beam is not None or options:
             raise TypeError("give decode= (a whole DecodeConfig) or beam= and decoding options, not both")
         return self.ready_decode(decode)
 
-    def _decode_config(self, beam: int | None, overrides: dict[str, Any]) -> DecodeConfig:
-        update = dict(overrides)
-        if beam is not None:
-            update["beam_size"] = beam
-            update.setdefault("n_best", min(self.config.decode.n_best, beam))
+    def _decode_config(self, update: dict[str, Any]) -> DecodeConfig:
         if not update:
             return self.config.decode
         try:

@@ -12,9 +12,11 @@ MAX_OUTPUT_TOKENS = 4096  # a model that never emits EOS stops here, whatever ma
 
 
 class DecodeConfig(BaseModel):
-    """How to decode. The one home of search's defaults."""
+    """How to decode. The one home of search's defaults. Frozen: a value that travels whole from the
+    config, the command line or a request to the search (a change is `model_copy(update=...)`), and
+    hashable, so the server batches requests by it."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
     beam_size: int = Field(1, ge=1, le=MAX_BEAM, description="1 = greedy")
     n_best: int = Field(1, ge=1, description="hypotheses returned per sentence, at most beam_size")

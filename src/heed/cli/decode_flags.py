@@ -99,12 +99,12 @@ def resolve_decode(translator: "Translator", decode: dict[str, Any], *, label: s
     """The translator's decode config with the flags given (`decode`, from `decode_options`) applied,
     validated; a bad value is a HeedError naming its flag. Sampling without --seed gets one seed,
     printed on stderr, for all the input (and for the user to draw the same again)."""
-    overrides = dict(decode)
-    beam = overrides.pop("beam_size", None)
+    overrides = {field: value for field, value in decode.items() if field != "beam_size"}
+    beam = decode.get("beam_size")
     if beam is None and overrides.get("sampling"):
         beam = 1  # sampling draws instead of searching: the model's beam size would only clash
     try:
-        cfg = translator.resolve_decode(beam, overrides)
+        cfg = translator.resolve_decode(translator.with_beam(overrides, beam))
     except ConfigError as e:
         raise HeedError(_decode_flag_message(e, decode)) from None
     if cfg.sampling and decode.get("seed") is None:

@@ -26,7 +26,7 @@ import json
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -175,15 +175,19 @@ async def _no_body() -> Message:
 
 @dataclass(frozen=True)
 class _Key:
-    """What jobs must share to be decoded in one call."""
+    """What requests must share to be decoded in one call: the model, the task and the task's
+    options, as values (DecodeConfig is frozen and hashable). Each task has one handler (_TASKS)."""
 
     model: str
     task: str  # "translate", "explore", "align", "attribute" or "heads"
-    decode: str  # the resolved DecodeConfig as JSON; attribute: "method steps"; heads: the parts; align: ""
+    decode: DecodeConfig | None = None  # translate and explore: the request's resolved config
     replace_unk: bool = False
     attention: bool = True
-    alternatives: int = 0
-    intervention: str = ""  # "kind seed" to decode with intervened attention
+    alternatives: int = 0  # explore: each step's top tokens
+    intervention: Intervention | None = None  # decode with intervened attention
+    method: str = ""  # attribute: the attribution method
+    steps: int = 0  # attribute: integration steps
+    parts: tuple[str, ...] = ()  # heads: the attention parts asked
 
 
 def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -283,40 +287,58 @@ def _sentence(translator: Translator, source: str, nbest: Sequence[Translation],
 
 def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any],
                abandoned: Callable[[], bool]) -> list[dict[str, Any]]:
-    """The worker's call for a batch of one key: items are (source, prefix tokens or None) for
-    translating, (source, target) for aligning. Returns one JSON-ready result per item. The
-    search stops (heed.api.Abandoned) once `abandoned()`: every request of the batch timed out."""
+    """The worker's call for a batch of one key: its task's handler, under the key's attention
+    intervention if any. Items are (source, prefix tokens or None) for translating, (source,
+    target) for the others. Returns one JSON-ready result per item. The work stops
+    (heed.api.Abandoned) once `abandoned()`: every request of the batch timed out."""
     translator = translators[key.model]
-    if key.task == "attribute":
-        method, steps = key.decode.split()
-        return [translator.attribute([source], None if target is None else [target], method=method,  # type: ignore[arg-type]
-                                     steps=int(steps))[0].to_dict() for source, target in _until(abandoned, items)]
-    if key.task == "heads":
-        parts = key.decode.split()
-        maps = (translator.attention_layers([source], [target], parts=parts)[0]
-                for source, target in _until(abandoned, items))
-        return [{"src_tokens": m.src_tokens, "tgt_tokens": m.tgt_tokens, "cross": m.cross.tolist(),
-                 "encoder": None if m.encoder is None else m.encoder.tolist(),
-                 "decoder": None if m.decoder is None else m.decoder.tolist()} for m in maps]
-    if key.intervention:
-        kind, seed = key.intervention.split()
-        with translator.intervening(Intervention(kind, int(seed))):  # type: ignore[arg-type]
-            return _run_batch(translators, replace(key, intervention=""), items, abandoned)
-    if key.task == "align":
-        alignments = translator.align([s for s, _ in items], [t for _, t in items], stop=abandoned)
-        return [{"src_words": a.src_words, "tgt_words": a.tgt_words, "attention": _matrix(a.attention),
-                 "links": [list(link) for link in a.links], "pharaoh": a.pharaoh()} for a in alignments]
+    handler = _TASKS[key.task]
+    if key.intervention is None:
+        return handler(translator, key, items, abandoned)
+    with translator.intervening(key.intervention):
+        return handler(translator, key, items, abandoned)
+
+
+def _translated(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
     texts = [source for source, _ in items]
     prefix = [p for _, p in items] if any(p for _, p in items) else None
-    decode = DecodeConfig.model_validate_json(key.decode)  # as resolved for the request: one value, no renaming
-    if key.task == "explore":
-        explored = translator.explore(texts, alternatives=key.alternatives, replace_unk=key.replace_unk,
-                                      prefix=prefix, stop=abandoned, decode=decode)
-        return [_sentence(translator, s, e.hypotheses, attention=key.attention, explored=e)
-                for s, e in zip(texts, explored)]
     nbests = translator.translate_nbest(texts, replace_unk=key.replace_unk, prefix=prefix, stop=abandoned,
-                                        decode=decode)
+                                        decode=key.decode)
     return [_sentence(translator, s, n, attention=key.attention) for s, n in zip(texts, nbests)]
+
+
+def _explored(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
+    texts = [source for source, _ in items]
+    prefix = [p for _, p in items] if any(p for _, p in items) else None
+    explored = translator.explore(texts, alternatives=key.alternatives, replace_unk=key.replace_unk,
+                                  prefix=prefix, stop=abandoned, decode=key.decode)
+    return [_sentence(translator, s, e.hypotheses, attention=key.attention, explored=e)
+            for s, e in zip(texts, explored)]
+
+
+def _aligned(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
+    alignments = translator.align([s for s, _ in items], [t for _, t in items], stop=abandoned)
+    return [{"src_words": a.src_words, "tgt_words": a.tgt_words, "attention": _matrix(a.attention),
+             "links": [list(link) for link in a.links], "pharaoh": a.pharaoh()} for a in alignments]
+
+
+def _attributed(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
+    return [translator.attribute([source], None if target is None else [target], method=key.method,  # type: ignore[arg-type]
+                                 steps=key.steps)[0].to_dict() for source, target in _until(abandoned, items)]
+
+
+def _heads(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
+    maps = (translator.attention_layers([source], [target], parts=key.parts)[0]
+            for source, target in _until(abandoned, items))
+    return [{"src_tokens": m.src_tokens, "tgt_tokens": m.tgt_tokens, "cross": m.cross.tolist(),
+             "encoder": None if m.encoder is None else m.encoder.tolist(),
+             "decoder": None if m.decoder is None else m.decoder.tolist()} for m in maps]
+
+
+# task -> its handler: (translator, key, items, abandoned) -> one JSON-ready result per item
+_TASKS: dict[str, Callable[[Translator, _Key, list[Any], Callable[[], bool]], list[Any]]] = {
+    "translate": _translated, "explore": _explored, "align": _aligned, "attribute": _attributed, "heads": _heads,
+}
 
 
 def _until(abandoned: Callable[[], bool], items: list[Any]) -> Iterator[Any]:
@@ -435,14 +457,14 @@ class _Routes:
                     field, message = "prefix", str(e)
                 raise ApiError(422, message, field) from None
         costs = _check_work(decode, sources, prefix_ids, request, settings)
-        intervention = ""
+        intervention = None
         if request.intervention is not None:
             if not runs_torch(translator.model):
                 raise ApiError(422, f"model {name!r} is exported: its attention is inside its ONNX graph, so it cannot "
                                     "be intervened on", "intervention")
-            intervention = f"{request.intervention} {request.intervention_seed}"
-        key = _Key(name, "explore" if request.trace else "translate", decode.model_dump_json(),
-                   request.replace_unk, request.attention, request.alternatives if request.trace else 0, intervention)
+            intervention = Intervention(request.intervention, request.intervention_seed)
+        key = _Key(name, "explore" if request.trace else "translate", decode, request.replace_unk, request.attention,
+                   request.alternatives if request.trace else 0, intervention)
         prefixes = request.prefix or [None] * len(request.sentences)
         results = await self._decoded(key, list(zip(request.sentences, prefixes)), costs)
         return JSONResponse({"model": name, "decode": decode.model_dump(mode="json"), "results": results})
@@ -456,7 +478,7 @@ class _Routes:
         _one_target_each(request.sources, request.targets, "source")
         # A forced pass: one decoder row a step, a step a target token.
         costs = [len(translator.codec.tgt_tokens(target)) + 1 for target in request.targets]
-        results = await self._decoded(_Key(name, "align", ""), list(zip(request.sources, request.targets)), costs)
+        results = await self._decoded(_Key(name, "align"), list(zip(request.sources, request.targets)), costs)
         return JSONResponse({"model": name, "results": results})
 
     async def attribute(self, request: AttributeRequest) -> JSONResponse:
@@ -469,7 +491,7 @@ class _Routes:
             _one_target_each(request.sentences, request.targets, "sentence")
             _check_known_targets(translator, request.sentences, request.targets)
         targets = request.targets or [None] * len(request.sentences)
-        key = _Key(name, "attribute", f"{request.method} {request.steps}")
+        key = _Key(name, "attribute", method=request.method, steps=request.steps)
         a_turn_each = [self.settings.slice_work] * len(request.sentences)  # explained a sentence at a time
         results = await self._decoded(key, list(zip(request.sentences, targets)), a_turn_each)
         return JSONResponse({"model": name, "attributions": results})
@@ -482,7 +504,7 @@ class _Routes:
         _check_targets(request.targets, self.settings)
         sizes = _check_known_targets(translator, request.sources, request.targets)
         _check_weights(translator, sizes, request.parts, self.settings)
-        key = _Key(name, "heads", " ".join(dict.fromkeys(request.parts)))
+        key = _Key(name, "heads", parts=tuple(dict.fromkeys(request.parts)))
         a_turn_each = [self.settings.slice_work] * len(request.sources)  # read a sentence at a time
         results = await self._decoded(key, list(zip(request.sources, request.targets)), a_turn_each)
         return JSONResponse({"model": name, "results": results})
@@ -577,7 +599,7 @@ def _decode(translator: Translator, request: TranslateRequest, settings: ServeSe
     """The request's decoding options over the model's; a sampling seed is drawn when none is given."""
     given = {name: getattr(request, name) for name in DECODE_FIELDS if getattr(request, name) is not None}
     try:
-        cfg = translator.resolve_decode(None, given)
+        cfg = translator.resolve_decode(given)
     except ConfigError as e:
         field = (e.field or "decode").removeprefix("decode.")
         raise ApiError(422, e.message, field) from None
