@@ -12,13 +12,16 @@ from heed.config_reference import FieldDoc, fields, reference, type_name
 DOC = Path(__file__).resolve().parents[1] / "docs" / "config.md"
 
 
-def _leaves(model: type[BaseModel], prefix: str = "") -> set[str]:
-    from heed.config_reference import _model_of
+def _leaves(model: type[BaseModel], prefix: str = "", section: str = "") -> set[tuple[str, str]]:
+    """(section, dotted name) of every leaf; `model:` is a section per family."""
+    from heed.config_reference import _sections_of
 
     out = set()
     for name, info in model.model_fields.items():
-        inner = _model_of(info.annotation)
-        out |= _leaves(inner, f"{prefix}{name}.") if inner is not None else {f"{prefix}{name}"}
+        opened = _sections_of(info.annotation, f"{prefix}{name}")
+        out |= {(section, f"{prefix}{name}")} if not opened else set()
+        for title, inner in opened:
+            out |= _leaves(inner, f"{prefix}{name}.", title)
     return out
 
 
@@ -28,17 +31,18 @@ def test_the_committed_reference_is_what_heed_generates():
 
 def test_every_field_is_listed_once_with_a_description():
     docs = [item for item in fields() if isinstance(item, FieldDoc)]
-    names = [d.name for d in docs]
+    names = [(d.section, d.name) for d in docs]
     assert len(names) == len(set(names))
     assert set(names) == _leaves(Config)
-    assert {"train.eval_every", "train.log_every", "train.device", "model.hidden_size", "decode.beam_size",
-            "output_dir"} <= set(names)
+    assert {("train", "train.eval_every"), ("model (family: rnn)", "model.hidden_size"),
+            ("model (family: transformer)", "model.d_model"), ("decode", "decode.beam_size"),
+            ("", "output_dir")} <= set(names)
     undocumented = [d.name for d in docs if not d.description]
     assert undocumented == [], undocumented
 
 
 def test_types_defaults_and_limits_read_as_a_config_author_writes_them():
-    by_name = {d.name: d for d in fields() if isinstance(d, FieldDoc)}
+    by_name = {d.name: d for d in fields() if isinstance(d, FieldDoc) and "transformer" not in d.section}
     assert (by_name["model.hidden_size"].type, by_name["model.hidden_size"].default,
             by_name["model.hidden_size"].limits) == ("int", "256", "> 0")
     assert by_name["decode.beam_size"].limits == ">= 1, <= 256"

@@ -24,6 +24,7 @@ from heed.export.onnx import ENCODER_FILE, MANIFEST_FILE, STEP_FILE, export_mode
 from heed.export.ort import OrtSeq2Seq  # noqa: E402
 from heed.nn.build import ModelConfig, build_model  # noqa: E402
 from heed.nn.rnn.attention import SCORES  # noqa: E402
+from heed.nn.rnn.config import RNNConfig  # noqa: E402
 from heed.search import DecodeConfig, search  # noqa: E402
 
 KINDS = {
@@ -49,10 +50,10 @@ KINDS = {
 # as Translator's max_src_len cut guarantees), local-p attends in a window around a predicted p_t.
 if "location" in SCORES:
     KINDS["luong-location"] = dict(decoder="luong", attention="location", attention_positions=12)
-if "attention_window" in ModelConfig.model_fields:
+if "attention_window" in RNNConfig.model_fields:
     KINDS["luong-local-p"] = dict(decoder="luong", attention_window=2)
     KINDS["bahdanau-gru-local-p"] = dict(decoder="bahdanau", rnn="gru", attention_window=3)
-if "coverage" in ModelConfig.model_fields:  # the step graph carries c^t as a state input and output
+if "coverage" in RNNConfig.model_fields:  # the step graph carries c^t as a state input and output
     KINDS["luong-coverage"] = dict(decoder="luong", attention="additive", coverage=True, coverage_loss=1.0)
     KINDS["bahdanau-gru-coverage"] = dict(decoder="bahdanau", rnn="gru", coverage=True)
 # The Transformer: its step graph takes and returns every layer's key/value cache by name.

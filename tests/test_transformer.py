@@ -16,7 +16,7 @@ from tiny_models import TRANSFORMER
 import heed
 from heed.checkpoint import load_weights
 from heed.config import config_from_dict
-from heed.nn.transformer import TransformerSeq2Seq
+from heed.nn.transformer.model import TransformerSeq2Seq
 from heed.train import train
 
 SOURCES = ["3 March 1998", "le 4 mai 2001", "1 janvier 2000", "12 May 1999"]

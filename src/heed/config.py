@@ -37,10 +37,11 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+from pydantic_core import PydanticUndefined
 
 from heed.decode_config import DecodeConfig
 from heed.errors import ConfigError
-from heed.nn.model_config import ModelConfig
+from heed.nn.model_config import FAMILY_CONFIGS, ModelConfig, family_of, without_family_tag
 from heed.plumbing import yamlio
 from heed.plumbing.files import atomic_write_text, open_regular, open_stream
 from heed.plumbing.limits import MAX_THREADS
@@ -295,7 +296,8 @@ class Config(_Strict):
     """A whole run: what to train on, the model, how to train it, how to decode, where to write."""
 
     data: DataConfig = Field(description="the sentence pairs (required)")
-    model: ModelConfig = Field(default_factory=ModelConfig, description="the architecture")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="the architecture: one family's config, "  # type: ignore[arg-type]
+                                                                        "by model.family")
     train: TrainConfig = Field(default_factory=TrainConfig, description="the training loop")
     decode: DecodeConfig = Field(default_factory=DecodeConfig, description="decoding: the dev and test scores, and "
                                  "the model's defaults for translate and serve")
@@ -303,39 +305,20 @@ class Config(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _plain_decoder_ignores_attention(cls, data: Any) -> Any:
-        """`decoder: plain` with an `attention:` score (left over from a config for luong, or set in
-        a base config) means "no attention": drop the score, so the saved config says null and
-        switching the decoder is one edit, not two."""
-        if isinstance(data, dict) and isinstance(data.get("model"), dict):
-            model = data["model"]
-            if model.get("decoder") == "plain" and model.get("attention") is not None:
-                model = {k: v for k, v in model.items() if k != "attention_positions"}  # the location score's
-                data = {**data, "model": {**model, "attention": None}}
-        return data
-
-    @model_validator(mode="before")
-    @classmethod
-    def _location_positions_from_data(cls, data: Any) -> Any:
-        """The location score (Luong et al. 2015, eq. 8) has one weight row per source position, so it
-        needs the longest source: unless `model.attention_positions` is given, take the longest the
-        model trains on and translates, `data.max_src_len`, + 1 for the </s> the encoder reads. The
-        number is saved with the config, so a checkpoint rebuilds the same shape whatever the data
-        section says later."""
+    def _model_completed_from_data(cls, data: Any) -> Any:
+        """The model's family completes `model:` from the `data:` section before validation (e.g.
+        the RNN's location score takes its positions from data.max_src_len):
+        heed.nn.family_config.FamilyConfig.complete."""
         if not (isinstance(data, dict) and isinstance(data.get("model"), dict)):
             return data
-        model = data["model"]
-        if (model.get("attention") != "location" or model.get("decoder") == "plain"
-                or model.get("attention_positions") is not None or model.get("family", "rnn") != "rnn"):
-            return data
+        family = FAMILY_CONFIGS.get(family_of(data["model"]))
+        if family is None:
+            return data  # the union's error names model.family
         section = data.get("data")
-        if isinstance(section, dict):
-            longest = section.get("max_src_len", DataConfig.model_fields["max_src_len"].default)
-        else:
-            longest = getattr(section, "max_src_len", None)
-        if isinstance(longest, bool) or not isinstance(longest, int) or longest < 1:
-            return data  # data.max_src_len's own error says what is wrong
-        return {**data, "model": {**model, "attention_positions": longest + 1}}
+        if isinstance(section, dict):  # with its defaults, as the family reads it
+            section = {**{name: info.default for name, info in DataConfig.model_fields.items()
+                          if info.default is not PydanticUndefined}, **section}
+        return {**data, "model": family.complete(data["model"], section)}
 
 
 def positions_problem(config: Config) -> str | None:
@@ -425,11 +408,11 @@ def config_from_dict(raw: dict[str, Any], *, source: str | os.PathLike[str] | No
                           "train a copy model on raw text (data.train)", field="model.copy",
                           path="--set" if any(k in ("model", "model.copy", "data", "data.prepared") for k in overridden)
                           else source)
-    if config.model.family == "transformer" and config.model.share_embeddings and not config.data.shared_vocab:
-        raise ConfigError("one embedding table for both sides needs one vocabulary for both; set "
-                          "data.shared_vocab: true, or model.share_embeddings: false", field="model.share_embeddings",
-                          path="--set" if any(k in ("model", "model.share_embeddings", "data", "data.shared_vocab")
-                                              for k in overridden) else source)
+    clash = config.model.data_problem(config.data)  # the model's family's rules about the data
+    if clash is not None:
+        field, message = clash
+        raise ConfigError(message, field=field, path="--set" if any(k.split(".")[0] in ("model", "data")
+                                                                   for k in overridden) else source)
     problem = decode_length_problem(config.decode)
     if problem is not None:
         from_override = any(key in ("decode", "decode.max_len_a", "decode.max_len_b") for key in overridden)
@@ -560,8 +543,18 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _model_class(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model inside an annotation such as `X`, `X | None`, `Optional[X]`."""
+class _AnyFamily:
+    """`model:` before its family is known: the fields of every family (heed.nn.model_config), for
+    naming unknown keys and suggesting known ones."""
+
+    model_fields = {name: info for family in FAMILY_CONFIGS.values() for name, info in family.model_fields.items()}
+
+
+def _model_class(annotation: Any) -> Any:
+    """The pydantic model inside an annotation such as `X`, `X | None`, `Optional[X]` (for `model:`,
+    _AnyFamily)."""
+    if annotation is ModelConfig:
+        return _AnyFamily
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
@@ -572,9 +565,9 @@ def _model_class(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _model_at(parts: Sequence[str | int]) -> type[BaseModel] | None:
+def _model_at(parts: Sequence[str | int]) -> Any:
     """The config model class found by walking field names `parts` down from Config."""
-    cls: type[BaseModel] | None = Config
+    cls: Any = Config
     for part in parts:
         if cls is None or not isinstance(part, str) or part not in cls.model_fields:
             return None
@@ -586,7 +579,7 @@ def _homes(name: str) -> list[str]:
     """Dotted sections of the schema that have a field `name` ("" for the top level)."""
     found: list[str] = []
 
-    def walk(cls: type[BaseModel], prefix: str) -> None:
+    def walk(cls: Any, prefix: str) -> None:
         if name in cls.model_fields:
             found.append(prefix)
         for field, info in cls.model_fields.items():
@@ -598,7 +591,7 @@ def _homes(name: str) -> list[str]:
     return found
 
 
-def _unknown_field_message(cls: type[BaseModel], name: str) -> str:
+def _unknown_field_message(cls: Any, name: str) -> str:
     homes = _homes(name)
     if homes:
         # The right key in the wrong section (`train.reverse`, `data.train: {reverse: ...}`): say where
@@ -637,10 +630,14 @@ def _config_error(error: ValidationError, *, source: str | os.PathLike[str] | No
     # A misspelt key also makes the key it meant "missing": name the misspelling first.
     errors.sort(key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
-    loc = list(first["loc"])
+    loc, family = list(first["loc"]), None
+    if loc[:1] == ["model"]:  # validated as one family's config: name the field as the user wrote it
+        loc, family = without_family_tag(loc, at=1)
+    if first["type"] == "unknown_family":
+        loc = [*loc, "family"]
     field = _dotted(loc) or None
     if first["type"] == "extra_forbidden":
-        cls = _model_at(loc[:-1])
+        cls = family if family is not None and len(loc) == 2 else _model_at(loc[:-1])
         message = _unknown_field_message(cls, str(loc[-1])) if cls is not None else "unknown field"
     elif first["type"] == "missing":
         message = "required field is missing"

@@ -17,17 +17,28 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from heed.config import Config
+from heed.nn.model_config import FAMILY_CONFIGS, ModelConfig
 
 
 @dataclass(frozen=True)
 class FieldDoc:
-    """One leaf of the config: `name` dotted (model.hidden_size)."""
+    """One leaf of the config: `name` dotted (model.hidden_size); `section` the table it is listed in
+    (its dotted parent, or "model (family: rnn)" for a family's fields)."""
 
     name: str
     type: str
     default: str
     limits: str
     description: str
+    section: str = ""
+
+
+def _sections_of(annotation: Any, dotted: str) -> list[tuple[str, type[BaseModel]]]:
+    """The sections a field opens: [(title, class)]; `model:` opens one per family."""
+    if annotation is ModelConfig:
+        return [(f"{dotted} (family: {name})", cls) for name, cls in FAMILY_CONFIGS.items()]
+    inner = _model_of(annotation)
+    return [] if inner is None else [(dotted, inner)]
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
@@ -100,21 +111,21 @@ def _limits(info: FieldInfo) -> str:
     return ", ".join(parts)
 
 
-def fields(model: type[BaseModel] = Config, prefix: str = "") -> Iterator[FieldDoc | tuple[str, str]]:
+def fields(model: type[BaseModel] = Config, prefix: str = "",
+           section: str = "") -> Iterator[FieldDoc | tuple[str, str]]:
     """The config's fields, a section's own leaves (FieldDoc, in declaration order) before its
-    subsections; each subsection as (its dotted name, its doc), then its fields."""
+    subsections; each subsection as (its title, its doc), then its fields."""
     subsections = []
     for name, info in model.model_fields.items():
-        inner = _model_of(info.annotation)
-        if inner is None:
+        opened = _sections_of(info.annotation, f"{prefix}{name}")
+        if not opened:
             yield FieldDoc(f"{prefix}{name}", type_name(info.annotation), _default(info), _limits(info),
-                           info.description or "")
-        else:
-            subsections.append((f"{prefix}{name}", info, inner))
-    for dotted, info, inner in subsections:
+                           info.description or "", section)
+        subsections += [(f"{prefix}{name}", title, info, inner) for title, inner in opened]
+    for dotted, title, info, inner in subsections:
         head = " ".join((inner.__doc__ or "").strip().split("\n\n")[0].split())
-        yield dotted, head or (info.description or "")
-        yield from fields(inner, dotted + ".")
+        yield title, head or (info.description or "")
+        yield from fields(inner, dotted + ".", title)
 
 
 def reference() -> str:
@@ -128,7 +139,7 @@ def reference() -> str:
     for item in fields():
         if isinstance(item, tuple):
             continue
-        section = item.name.rpartition(".")[0]
+        section = item.section
         if section != current:  # a section's own fields, or the top level's after the sections
             title = f"`{section}`" if section else "the top level"
             doc = docs.get(section, "")

@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 import heed
 from heed.errors import ConfigError, HeedError, ModelDirError, install_hint
-from heed.nn.model_config import ModelConfig
+from heed.nn.model_config import ModelConfig, without_family_tag
 from heed.nn.protocol import TrainableModel
 from heed.plumbing.files import file_digest, open_regular, resolve_dir, verifying
 
@@ -242,7 +242,10 @@ def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) ->
         model = ModelConfig.model_validate(data.get("model"))
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
-        raise bad(".".join(["model", *map(str, err["loc"])]), err["msg"].lower()) from None
+        loc, _ = without_family_tag(err["loc"])
+        if err["type"] == "unknown_family":
+            loc = ["family"]
+        raise bad(".".join(["model", *map(str, loc)]), err["msg"].lower()) from None
     assert isinstance(model, ModelConfig)
     ids = data.get("special_ids")
     if not isinstance(ids, dict):

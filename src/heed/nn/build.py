@@ -9,10 +9,15 @@ from dataclasses import dataclass
 import torch
 
 from heed.errors import ConfigError
-from heed.nn.model_config import DEFAULT_SCORE, ModelConfig  # noqa: F401  (ModelConfig's home)
+from heed.nn.family_config import FamilyConfig
+from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import FamilyGraphs, TrainableModel
+from heed.nn.rnn import config as rnn_config
 from heed.nn.rnn.build import build_rnn
+from heed.nn.rnn.config import RNNConfig
 from heed.nn.rnn.onnx import RNNGraphs
+from heed.nn.transformer import config as transformer_config
+from heed.nn.transformer.config import TransformerConfig
 from heed.nn.transformer.ct2 import transformer_spec
 from heed.nn.transformer.model import build_transformer
 from heed.nn.transformer.onnx import TransformerGraphs
@@ -21,42 +26,28 @@ from heed.nn.transformer.onnx import TransformerGraphs
 @dataclass(frozen=True)
 class Family:
     """A model family, as the rest of heed meets it:
-    - `build`: a ModelConfig of the family -> a fresh TrainableModel;
-    - `graphs`: its ONNX export contract for a ModelConfig (FamilyGraphs, heed.export);
-    - `describe`: the model in a few words, for log lines and the model info ("luong attention,
-      general score");
+    - `config`: its `model:` class (a FamilyConfig, torch-free; heed.nn.model_config lists it too);
+    - `build`: a config of the family -> a fresh TrainableModel;
+    - `graphs`: its ONNX export contract for a config (FamilyGraphs, heed.export);
+    - `describe`: the model in a few words, for log lines ("luong attention, general score");
     - `sizes`: the config fields that make it large, for a "too large" message;
     - `ct2`: its CTranslate2 converter (model, config, src_tokens=, tgt_tokens=, max_src_len=) ->
       a CTranslate2 spec, or None when CTranslate2 cannot run the family."""
 
+    config: type[FamilyConfig]
     build: Callable[..., TrainableModel]
-    graphs: Callable[[ModelConfig], FamilyGraphs]
-    describe: Callable[[ModelConfig], str]
-    sizes: Callable[[ModelConfig], str]
+    graphs: Callable[..., FamilyGraphs]
+    describe: Callable[..., str]
+    sizes: Callable[..., str]
     ct2: Callable[..., object] | None = None
 
 
-def _describe_rnn(cfg: ModelConfig) -> str:
-    return f"{cfg.decoder} attention, {cfg.attention or 'default'} score"
-
-
-def _describe_transformer(cfg: ModelConfig) -> str:
-    return f"transformer, {cfg.layers} layers of {cfg.heads} heads"
-
-
-def _rnn_sizes(cfg: ModelConfig) -> str:
-    return f"model.hidden_size {cfg.hidden_size}, model.embed_size {cfg.embed_size}"
-
-
-def _transformer_sizes(cfg: ModelConfig) -> str:
-    return f"model.d_model {cfg.d_model}, model.ff_size {cfg.ff_size}, model.layers {cfg.layers}"
-
-
-# model.family -> the family: a new family is a folder under heed/nn plus one line here.
+# model.family -> the family: a new family is a folder under heed/nn plus one line here (and its
+# config class in heed.nn.model_config.FAMILY_CONFIGS, which reading a config needs without torch).
 FAMILIES: dict[str, Family] = {
-    "rnn": Family(build_rnn, RNNGraphs, _describe_rnn, _rnn_sizes),
-    "transformer": Family(build_transformer, TransformerGraphs, _describe_transformer, _transformer_sizes,
-                          ct2=transformer_spec),
+    "rnn": Family(RNNConfig, build_rnn, RNNGraphs, rnn_config.describe, rnn_config.sizes),
+    "transformer": Family(TransformerConfig, build_transformer, TransformerGraphs, transformer_config.describe,
+                          transformer_config.sizes, ct2=transformer_spec),
 }
 
 

@@ -1,5 +1,6 @@
 """The Transformer family (Vaswani et al. 2017): multi-head attention on heed's masked softmax,
-pre- or post-norm layers, sinusoidal or learned positions, tied embeddings, a key/value cache."""
-from heed.nn.transformer.model import AttentionMaps, TransformerEncoded, TransformerSeq2Seq, build_transformer
+pre- or post-norm layers, sinusoidal or learned positions, tied embeddings, a key/value cache.
 
-__all__ = ["AttentionMaps", "TransformerEncoded", "TransformerSeq2Seq", "build_transformer"]
+    config  TransformerConfig (`model:` with family: transformer; torch-free)
+    model   TransformerSeq2Seq and build_transformer; layers, attention; onnx, ct2 (its exports)
+"""

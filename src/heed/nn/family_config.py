@@ -1,0 +1,49 @@
+"""What every family's config shares: strict fields (as heed.config's sections), and a field of
+another family refused in words that name it and its family, rather than pydantic's "extra
+inputs are not permitted". Plain pydantic, no torch."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+
+class FamilyConfig(BaseModel):
+    """The base of nn/<family>/config.py's classes: each declares `family` as a Literal of its name,
+    and heed.nn.model_config.FAMILY_CONFIGS lists them."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fields_of_another_family(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        from heed.nn.model_config import FAMILY_CONFIGS
+
+        mine = cls.model_fields["family"].default
+        owners = {field: name for name, other in FAMILY_CONFIGS.items() if name != mine
+                  for field in other.model_fields if field not in cls.model_fields}
+        foreign = sorted(field for field in data if field in owners)
+        if foreign:
+            owner = owners[foreign[0]]
+            names = ", ".join(f"'{f}'" for f in foreign)
+            raise ValueError(f"{names} {'is a field' if len(foreign) == 1 else 'are fields'} of family {owner}, "
+                             f"not {mine}; remove {'it' if len(foreign) == 1 else 'them'}"
+                             + f" or set model.family: {owner}")
+        return data
+
+    @classmethod
+    def complete(cls, model: dict[str, Any], data: Any) -> dict[str, Any]:
+        """`model:` as written, completed from the `data:` section (a dict or a DataConfig) where the
+        family needs it, before validation. By default, as it is."""
+        return model
+
+    def data_problem(self, data: Any) -> tuple[str, str] | None:
+        """(field, why) when this model cannot train on `data` (a DataConfig), else None."""
+        return None
+
+    @property
+    def position_limit(self) -> int | None:
+        """The longest sequence, in positions, the model can tell apart; None when it reads any length."""
+        return None
