@@ -83,3 +83,16 @@ def test_the_rule_reader_sees_a_forbidden_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from heed.train.loop import Trainer\n    import heed.cli.app\n")
     assert _rooms_imported(bad) == {"train", "cli"}
+
+
+def test_no_room_outside_a_family_names_a_field_only_that_family_has():
+    """A family's own words stay in its folder and the registry (nn/build.py, nn/model_config.py);
+    scratch/ is the NumPy RNN and its bridge to the RNN family, so it speaks the RNN's words."""
+    import re
+
+    own = re.compile(r"\b(luong|bahdanau|input_feeding|hidden_size|d_model|ff_size)\b")
+    allowed = ("nn/rnn/", "nn/transformer/", "scratch/", "nn/build.py", "nn/model_config.py")
+    found = [f"{path.relative_to(SRC)}:{n}" for path in sorted(SRC.rglob("*.py"))
+             if not str(path.relative_to(SRC)).startswith(allowed)
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if own.search(line)]
+    assert found == []

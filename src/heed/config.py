@@ -421,12 +421,12 @@ def config_from_dict(raw: dict[str, Any], *, source: str | os.PathLike[str] | No
 
 
 def parse_override(item: str) -> tuple[str, Any]:
-    """`model.hidden_size=256` -> ("model.hidden_size", 256). The value is a YAML scalar (or flow
+    """`train.epochs=20` -> ("train.epochs", 20). The value is a YAML scalar (or flow
     mapping/list: `data.train={tsv: x.tsv}`). Raises ConfigError for an unknown field."""
     key, sep, text = item.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(f"expected FIELD=VALUE (e.g. model.hidden_size=256), got '{item}'", path="--set")
+        raise ConfigError(f"expected FIELD=VALUE (e.g. train.epochs=20), got '{item}'", path="--set")
     _check_field(key)
     try:
         value = yamlio.parse(text) if text.strip() else None

@@ -22,7 +22,7 @@ from heed.nn.model_config import FAMILY_CONFIGS, ModelConfig
 
 @dataclass(frozen=True)
 class FieldDoc:
-    """One leaf of the config: `name` dotted (model.hidden_size); `section` the table it is listed in
+    """One leaf of the config: `name` dotted (train.epochs); `section` the table it is listed in
     (its dotted parent, or "model (family: rnn)" for a family's fields)."""
 
     name: str

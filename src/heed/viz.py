@@ -453,7 +453,7 @@ def length_plot(table: dict[str, Sequence[tuple[str, float]]], *, metric: str = 
     """Scores by sentence-length bucket, one line with markers per model.
 
     `table`: `{model_name: [(bucket_label, value), ...]}` as `heed.evaluate` makes it, e.g.
-    `{"bahdanau": [("1-10", 31.2), ("11-20", 27.5)], ...}`. Buckets are drawn in the order they
+    `{"model-a": [("1-10", 31.2), ("11-20", 27.5)], ...}`. Buckets are drawn in the order they
     first appear; a model without a score for a bucket leaves a gap there. `unit` names what the
     lengths count, on the x axis ("source length (words)").
     """

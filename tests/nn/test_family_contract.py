@@ -1,7 +1,8 @@
 """The model contract (heed.nn.protocol), one suite run for every family and kind: the RNN decoders
 (Luong with input feeding, Bahdanau, plain, Bahdanau with coverage) and Transformers (pre-norm with
-sinusoidal positions and tied embeddings; post-norm with learned positions). A new family joins by
-joining search_fakes.MODEL_KINDS. The exported graphs' half of the contract is in tests/test_export.py;
+sinusoidal positions and tied embeddings; post-norm with learned positions), and a third family
+made here to show what adding one takes: tests/toy_family/ (a bag of embeddings with attention) and
+the one registry line below. A new family joins by joining search_fakes.MODEL_KINDS. The exported graphs' half of the contract is in tests/test_export.py;
 an all-padding row of the RNNs' attention (every score, fp32/fp16/bf16) is
 tests/nn/test_attention.py::test_all_padding_row_gives_zero_weights_and_context_and_finite_gradient."""
 from __future__ import annotations
@@ -24,11 +25,33 @@ from search_fakes import (
 )
 from step_decoding import decode_step_by_step
 
+from heed.nn.build import FAMILIES, Family, build_model
 from heed.nn.protocol import TensorState, TrainableModel
 from heed.nn.transformer.attention import MultiHeadAttention
 from heed.search import DecodeConfig, beam_search, greedy_search
 
 BOS = 1
+
+from toy_family import config as toy_config  # noqa: E402
+from toy_family.config import ToyConfig  # noqa: E402
+from toy_family.model import build_toy  # noqa: E402
+
+TOY = Family(ToyConfig, build_toy, toy_config.describe, toy_config.sizes)  # the registry line, for this suite
+KINDS = [*MODEL_KINDS, "toy"]
+
+
+@pytest.fixture(autouse=True)
+def _toy_family_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(FAMILIES, "toy", TOY)
+
+
+def model_of(kind: str, **kwargs):
+    """A tiny model of any kind in KINDS, in eval mode."""
+    if kind != "toy":
+        return tiny_model(kind, **kwargs)
+    torch.manual_seed(kwargs.get("seed", 0))
+    return build_model(ToyConfig(embed_size=8), src_vocab_size=kwargs.get("src_vocab", 10),
+                       tgt_vocab_size=kwargs.get("tgt_vocab", 9)).eval()
 
 
 def targets(batch: int, length: int, vocab: int = 9, seed: int = 2) -> torch.Tensor:
@@ -39,16 +62,16 @@ def targets(batch: int, length: int, vocab: int = 9, seed: int = 2) -> torch.Ten
     return tgt
 
 
-@pytest.mark.parametrize("kind", MODEL_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_meets_the_protocol(kind: str) -> None:
-    model = tiny_model(kind)
+    model = model_of(kind)
     assert isinstance(model, TrainableModel)
-    assert model.family == ("transformer" if kind in TRANSFORMERS else "rnn")
+    assert model.family == ("transformer" if kind in TRANSFORMERS else "toy" if kind == "toy" else "rnn")
 
 
-@pytest.mark.parametrize("kind", MODEL_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_step_by_step_decoding_equals_the_teacher_forced_pass(kind: str) -> None:
-    model = tiny_model(kind)
+    model = model_of(kind)
     src, lengths = padded_batch([6, 3, 5])
     tgt_in = targets(3, 5)
     with torch.no_grad():
@@ -64,11 +87,11 @@ def test_step_by_step_decoding_equals_the_teacher_forced_pass(kind: str) -> None
         assert (attention[1, :, 3:] == 0).all()
 
 
-@pytest.mark.parametrize("kind", MODEL_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_decoding_with_the_state_cache_equals_recomputing_every_prefix(kind: str) -> None:
     """Step t with the state (a Transformer's key/value cache) gives what a fresh pass over the
     whole prefix gives at its last position: the cache holds exactly what recomputing would."""
-    model = tiny_model(kind)
+    model = model_of(kind)
     src, lengths = padded_batch([6, 2])
     tgt_in = targets(2, 6)
     with torch.no_grad():
@@ -96,10 +119,10 @@ def test_the_transformer_state_is_its_key_value_cache_by_name() -> None:
     assert enc.repeat(3).memory[0][0] is enc.memory[0][0]
 
 
-@pytest.mark.parametrize("kind", MODEL_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_a_sentence_decodes_the_same_alone_as_in_a_padded_batch(kind: str, beam_size: int) -> None:
-    model = tiny_model(kind)
+    model = model_of(kind)
     src, lengths = padded_batch([7, 2, 5, 4])
     cfg = DecodeConfig(beam_size=beam_size, max_len_a=1.0, max_len_b=3)
     with torch.no_grad():
@@ -111,9 +134,9 @@ def test_a_sentence_decodes_the_same_alone_as_in_a_padded_batch(kind: str, beam_
                 assert x.score == pytest.approx(y.score, rel=1e-5, abs=1e-6)
 
 
-@pytest.mark.parametrize("kind", MODEL_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_beam_one_equals_greedy(kind: str) -> None:
-    model = tiny_model(kind)
+    model = model_of(kind)
     src, lengths = padded_batch([6, 3, 5, 1])
     cfg = DecodeConfig(max_len_a=1.0, max_len_b=2)
     with torch.no_grad():
@@ -124,10 +147,10 @@ def test_beam_one_equals_greedy(kind: str) -> None:
         assert b[0].log_prob == pytest.approx(g.log_prob, rel=1e-5)
 
 
-@pytest.mark.parametrize("kind", MODEL_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_beam_as_wide_as_all_prefixes_equals_brute_force(kind: str) -> None:
     # Real tokens A..D (4), at most 3: 1 + 4 + 16 + 64 = 85 outputs, every one kept by a beam of 85.
-    model = tiny_model(kind, tgt_vocab=7)
+    model = model_of(kind, tgt_vocab=7)
     src, lengths = padded_batch([4])
     cfg = DecodeConfig(beam_size=85, n_best=85, max_len_a=0.0, max_len_b=3, min_len=0, length_penalty=0.6)
     outputs = [list(seq) for n in range(4) for seq in itertools.product([A, B, C, D], repeat=n)]
@@ -176,7 +199,7 @@ def test_the_fused_path_leaves_backends_to_torch_on_the_cpu_and_never_takes_cudn
 
 @pytest.mark.parametrize("kind", [k for k in MODEL_KINDS if k in TRANSFORMERS])
 def test_every_head_of_every_layer_is_there_and_the_step_reports_the_last_layers_mean(kind: str) -> None:
-    model = tiny_model(kind)
+    model = model_of(kind)
     src, lengths = padded_batch([6, 3])
     tgt_in = targets(2, 4)
     with torch.no_grad():
@@ -200,3 +223,22 @@ def test_fused_and_explicit_multi_head_attention_agree() -> None:
             explicit = attention.attend(q, k, v, mask, causal=causal, need_weights=True)
             fused = attention.attend(q, k, v, mask, causal=causal, need_weights=False)
             torch.testing.assert_close(fused.context, explicit.context, rtol=0, atol=1e-6)
+
+
+def test_a_family_is_its_registry_entry_and_the_rest_of_heed_reads_it_from_there() -> None:
+    """The toy family, registered above and nowhere else, is built, described and sized through the
+    registry, and refused in one line by an export it has no graphs for."""
+    from heed.errors import ConfigError
+    from heed.export.onnx import family_graphs
+    from heed.nn.build import check_size
+    from heed.nn.model_config import FAMILY_CONFIGS
+
+    cfg = ToyConfig(embed_size=8)
+    model = model_of("toy")
+    assert model.num_parameters() == sum(p.numel() for p in model.parameters()) == check_size(
+        cfg, lambda: build_toy(cfg, src_vocab_size=10, tgt_vocab_size=9, pad_id=0, bos_id=1, eos_id=2, unk_id=3),
+        vocab=(10, 9))
+    assert FAMILIES["toy"].describe(cfg) == "toy, embeddings of 8"
+    with pytest.raises(ConfigError, match="the toy family has no ONNX graphs"):
+        family_graphs(cfg)
+    assert {name: family.config for name, family in FAMILIES.items() if name != "toy"} == FAMILY_CONFIGS

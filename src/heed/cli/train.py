@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def train(
     config: Path = typer.Argument(..., help="YAML config (see configs/*.yaml)."),
     set_: List[str] = typer.Option([], "--set", metavar="FIELD=VALUE",
-                                   help="Override a config field, e.g. --set model.hidden_size=256 (repeatable)."),
+                                   help="Override a config field, e.g. --set train.epochs=20 (repeatable)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in the output directory exactly."),
     allow_data_change: bool = typer.Option(
         False, "--allow-data-change", help="With --resume: go on even if a corpus file changed since the checkpoint."),

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 import heed
 from heed.errors import ConfigError, HeedError, ModelDirError, install_hint
 from heed.nn.model_config import ModelConfig, without_family_tag
-from heed.nn.protocol import TrainableModel
+from heed.nn.protocol import FamilyGraphs, TrainableModel
 from heed.plumbing.files import file_digest, open_regular, resolve_dir, verifying
 
 FORMAT_VERSION = 1
@@ -68,12 +68,17 @@ def require(module: str) -> Any:
 # ----------------------------------------------------------------------------------- the graphs
 
 
-def family_graphs(cfg: ModelConfig) -> Any:
+def family_graphs(cfg: ModelConfig) -> FamilyGraphs:
     """The model family's export contract (heed.nn.build.FAMILIES): its graphs' names, the modules to
-    trace, and the runtime's mapping of its encoded batch and state onto the graphs."""
+    trace, and the runtime's mapping of its encoded batch and state onto the graphs. A ConfigError
+    naming model.family for a family that does not export."""
     from heed.nn.build import FAMILIES
 
-    return FAMILIES[cfg.family].graphs(cfg)
+    graphs = FAMILIES[cfg.family].graphs
+    if graphs is None:
+        raise ConfigError(f"the {cfg.family} family has no ONNX graphs to export; translate with the model "
+                          "directory itself", field="model.family")
+    return graphs(cfg)
 
 
 def graph_files(cfg: ModelConfig) -> dict[str, tuple[list[str], list[str]]]:

@@ -28,26 +28,27 @@ class Family:
     """A model family, as the rest of heed meets it:
     - `config`: its `model:` class (a FamilyConfig, torch-free; heed.nn.model_config lists it too);
     - `build`: a config of the family -> a fresh TrainableModel;
-    - `graphs`: its ONNX export contract for a config (FamilyGraphs, heed.export);
     - `describe`: the model in a few words, for log lines ("luong attention, general score");
     - `sizes`: the config fields that make it large, for a "too large" message;
+    - `graphs`: its ONNX export contract for a config (FamilyGraphs, heed.export), or None when
+      the family does not export (a research family, say);
     - `ct2`: its CTranslate2 converter (model, config, src_tokens=, tgt_tokens=, max_src_len=) ->
       a CTranslate2 spec, or None when CTranslate2 cannot run the family."""
 
     config: type[FamilyConfig]
     build: Callable[..., TrainableModel]
-    graphs: Callable[..., FamilyGraphs]
     describe: Callable[..., str]
     sizes: Callable[..., str]
+    graphs: Callable[..., FamilyGraphs] | None = None
     ct2: Callable[..., object] | None = None
 
 
 # model.family -> the family: a new family is a folder under heed/nn plus one line here (and its
 # config class in heed.nn.model_config.FAMILY_CONFIGS, which reading a config needs without torch).
 FAMILIES: dict[str, Family] = {
-    "rnn": Family(RNNConfig, build_rnn, RNNGraphs, rnn_config.describe, rnn_config.sizes),
-    "transformer": Family(TransformerConfig, build_transformer, TransformerGraphs, transformer_config.describe,
-                          transformer_config.sizes, ct2=transformer_spec),
+    "rnn": Family(RNNConfig, build_rnn, rnn_config.describe, rnn_config.sizes, graphs=RNNGraphs),
+    "transformer": Family(TransformerConfig, build_transformer, transformer_config.describe, transformer_config.sizes,
+                          graphs=TransformerGraphs, ct2=transformer_spec),
 }
 
 

@@ -191,8 +191,9 @@ class AlignResponse(BaseModel):
 class ModelInfo(BaseModel):
     name: str
     family: str = Field("rnn", description="the model family: rnn or transformer")
-    attention: str = Field(description="luong, bahdanau, none (an RNN's) or transformer (the last decoder "
-                                       "layer's cross-attention, mean over heads)")
+    attention: str = Field(description="the model's attention in its family's word (an RNN's decoder, a "
+                                       "transformer's last decoder layer's cross-attention, mean over heads), or "
+                                       "none")
     parameters: int
     src_vocab: int
     tgt_vocab: int
