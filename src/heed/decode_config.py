@@ -18,29 +18,30 @@ class DecodeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
-    beam_size: int = Field(1, ge=1, le=MAX_BEAM, description="1 = greedy")
+    beam_size: int = Field(1, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy")
     n_best: int = Field(1, ge=1, description="hypotheses returned per sentence, at most beam_size")
-    length_penalty: float = Field(0.0, ge=0.0, le=10.0, description="GNMT alpha; 0 = off")
-    coverage_penalty: float = Field(0.0, ge=0.0, le=10.0, description="GNMT beta; 0 = off; needs attention")
+    length_penalty: float = Field(0.0, ge=0.0, le=10.0, description="length penalty: GNMT alpha; 0 = off")
+    coverage_penalty: float = Field(0.0, ge=0.0, le=10.0, description="coverage penalty: GNMT beta; 0 = off; "
+                                                                      "needs attention")
     # 1, not 0: an empty translation of a non-empty source is never what a user wants, yet a beam
     # can end at step 0 when EOS is each beam's best first token (seen on Multi30k at beam 5).
     min_len: int = Field(1, ge=0, description="output tokens before EOS is allowed (EOS not counted); "
                                                "0 allows an empty output")
     max_len_a: float = Field(2.0, ge=0.0, le=MAX_OUTPUT_TOKENS,
                              description="max output tokens = floor(a * src_len + b), EOS not counted, and at "
-                                         f"most {MAX_OUTPUT_TOKENS}")
+                                         f"most {MAX_OUTPUT_TOKENS}; this sets a")
     max_len_b: int = Field(10, ge=0, le=MAX_OUTPUT_TOKENS, description="b of max_len_a's formula")
     no_repeat_ngram: int = Field(0, ge=0, description="forbid repeating any n-gram of this size; 0 = off")
     forbid_unk: bool = Field(False, description="never emit <unk>: a copy model copies the source word instead, "
                                                 "any other model writes its next most likely token")
     sampling: bool = Field(False, description="draw n_best samples per sentence instead of searching "
                                               "(beam_size must be 1)")
-    temperature: float = Field(1.0, gt=0.0, description="sampling: divide the logits by this; < 1 is sharper")
-    top_k: int = Field(0, ge=0, description="sampling: draw from the k most likely tokens only; 0 = all")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="sampling: draw from the smallest set of tokens "
+    temperature: float = Field(1.0, gt=0.0, description="with sampling: divide the logits by this; < 1 is sharper")
+    top_k: int = Field(0, ge=0, description="with sampling: draw from the k most likely tokens only; 0 = all")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="with sampling: draw from the smallest set of tokens "
                                                           "whose probability reaches p (nucleus); 1 = all")
     seed: int | None = Field(None, ge=0, le=2**63 - 1,
-                             description="sampling: the random seed; the same seed and source give the same "
+                             description="with sampling: the random seed; the same seed and source give the same "
                                          "samples in any batch (None: a fresh seed)")
 
     @model_validator(mode="after")

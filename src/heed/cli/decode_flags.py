@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import typing
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
@@ -31,42 +32,27 @@ BF16_HELP = ("Decode in bfloat16: for batches of a large model on a GPU. On the 
              "outputs may differ a little from float32's.")
 
 
-# A flag for every heed.decode_config.DecodeConfig field: (field, flag, type, help). Each help holds
-# the field's description with field names written as flags (tests/test_cli_decode.py holds them
-# together), and says more where a command line needs it (which commands write the n-best list,
-# that --sampling without --beam samples with --beam 1).
-DECODE_FLAGS: tuple[tuple[str, str, type, str], ...] = (
-    ("beam_size", "--beam", int, "Beam size; 1 = greedy."),
-    ("n_best", "--n-best", int, "Hypotheses returned per sentence, at most --beam. `heed translate` writes "
-     "them all (see its help); the other commands use the best."),
-    ("length_penalty", "--length-penalty", float, "Length penalty: GNMT alpha; 0 = off."),
-    ("coverage_penalty", "--coverage-penalty", float, "Coverage penalty: GNMT beta; 0 = off; needs attention."),
-    ("min_len", "--min-len", int, "Output tokens before EOS is allowed (EOS not counted); 0 allows an empty "
-     "output."),
-    ("max_len_a", "--max-len-a", float, "Max output tokens = floor(a * src_len + b), EOS not counted, and at most "
-     "4096; this sets a."),
-    ("max_len_b", "--max-len-b", int, "B of --max-len-a's formula."),
-    ("no_repeat_ngram", "--no-repeat-ngram", int, "Forbid repeating any n-gram of this size; 0 = off."),
-    ("forbid_unk", "--forbid-unk/--allow-unk", bool, "Never emit <unk>: a copy model copies the source word "
-     "instead, any other model writes its next most likely token."),
-    ("sampling", "--sampling/--no-sampling", bool, "Draw --n-best samples per sentence instead of searching "
-     "(--beam must be 1). --sampling without --beam samples with --beam 1."),
-    ("temperature", "--temperature", float, "With --sampling: divide the logits by this; < 1 is sharper."),
-    ("top_k", "--top-k", int, "With --sampling: draw from the k most likely tokens only; 0 = all."),
-    ("top_p", "--top-p", float, "With --sampling: draw from the smallest set of tokens whose probability reaches p "
-     "(nucleus); 1 = all."),
-    ("seed", "--seed", int, "With --sampling: the random seed; the same seed and source give the same samples in any "
-     "batch (None: a fresh seed). Without --seed the seed drawn is printed on stderr."),
-)
-
-
-DECODE_FLAG = {field: flag.split("/")[0] for field, flag, _, _ in DECODE_FLAGS}
-
+# The one thing written here by hand: each DecodeConfig field's flag (with its --no- form for a switch).
+DECODE_FLAG_NAMES: dict[str, str] = {
+    "beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty",
+    "coverage_penalty": "--coverage-penalty", "min_len": "--min-len", "max_len_a": "--max-len-a",
+    "max_len_b": "--max-len-b", "no_repeat_ngram": "--no-repeat-ngram", "forbid_unk": "--forbid-unk/--allow-unk",
+    "sampling": "--sampling/--no-sampling", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+    "seed": "--seed",
+}
+# What only a command line needs to know besides the field's meaning.
+_COMMAND_LINE_NOTES = {
+    "n_best": "`heed translate` writes them all (see its help); the other commands use the best.",
+    "sampling": "--sampling without --beam samples with --beam 1.",
+    "seed": "Without --seed the seed drawn is printed on stderr.",
+}
+DECODE_FLAG = {field: flag.split("/")[0] for field, flag in DECODE_FLAG_NAMES.items()}
 
 # Field names: those with an underscore anywhere; plain words ("seed") only where they lead the text
-# ("sampling: ...", "sampling draws ..."), as elsewhere they are English ("the random seed").
-_DECODE_FIELD_WORD = re.compile(r"\b(" + "|".join(f for f in DECODE_FLAG if "_" in f) + r")\b|^("
-                                + "|".join(f for f in DECODE_FLAG if "_" not in f) + r")\b")
+# or follow its "with" ("sampling: ...", "with sampling: ..."), as elsewhere they are English ("the random seed").
+_PLAIN = "|".join(f for f in DECODE_FLAG if "_" not in f)
+_DECODE_FIELD_WORD = re.compile(r"\b(" + "|".join(f for f in DECODE_FLAG if "_" in f) + r")\b|^(" + _PLAIN
+                                + r")\b|(?<=^[Ww]ith )(" + _PLAIN + r")\b")
 
 
 def flag_words(text: str) -> str:
@@ -74,14 +60,34 @@ def flag_words(text: str) -> str:
     return _DECODE_FIELD_WORD.sub(lambda m: DECODE_FLAG[m.group(m.lastindex or 0)], text)
 
 
+def _flag_type(annotation: Any) -> type:
+    """int, float or bool: a field's type without its None (seed: int | None)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return args[0] if args else annotation
+
+
+def decode_flags() -> list[tuple[str, str, type, str]]:
+    """(field, flag, type, help) for every DecodeConfig field: the help is the field's description in
+    flag words, as a sentence, with what only a command line needs to know."""
+    from heed.decode_config import DecodeConfig
+
+    flags = []
+    for field, info in DecodeConfig.model_fields.items():
+        words = flag_words(info.description or field)
+        text = words[:1].upper() + words[1:] + "."
+        note = _COMMAND_LINE_NOTES.get(field)
+        flags.append((field, DECODE_FLAG_NAMES[field], _flag_type(info.annotation), f"{text} {note}" if note else text))
+    return flags
+
+
 def decode_options(command: F) -> F:
-    """Give `command` the DECODE_FLAGS, each None (= the model's decode config) unless given. The
+    """Give `command` the decode flags (decode_flags()), each None (= the model's decode config) unless given. The
     command takes a keyword-only `decode`: {DecodeConfig field: value} of the flags given."""
     signature = inspect.signature(command, eval_str=True)
     flags = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
                                default=typer.Option(None, flag, help=f"{help} Default: the model's decode config.",
                                                     show_default=False))
-             for field, flag, kind, help in DECODE_FLAGS]
+             for field, flag, kind, help in decode_flags()]
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
