@@ -1,4 +1,6 @@
-"""Data: corpora, tokenizers, vocabularies, batches, and the generated dates task.
+"""Data: corpora, tokenizers, vocabularies, batches, the Codec (codec.py: tokenizers and vocabularies
+together, and a config's corpora), `heed prepare`'s shards (prepare.py, prepared.py), Pharaoh
+alignment files (pharaoh.py), the downloader, and the generated tasks (dates, names).
 
 text files --corpus--> Pair(src, tgt) --tokenize--> tokens --vocab--> ids --batching--> Batch
 """
