@@ -324,3 +324,57 @@ def test_training_logs_the_entropy_of_every_heads_attention(transformer_run, tin
     np.testing.assert_allclose(best["attention_entropy"], entropy / tokens, rtol=1e-4)
     longest = max(len(m.src_tokens) + 1 for m in maps)
     assert 0 < np.min(best["attention_entropy"]) and np.max(best["attention_entropy"]) <= np.log(longest)
+
+
+# ------------------------------------------------------------------------------ value norms
+
+
+def test_value_norms_are_the_norms_of_what_each_source_position_adds_through_each_head(transformer_run):
+    """Kobayashi et al. 2020: a cross-attention's output is sum_h sum_j weight_ij^h f_h(x_j) + b_o.
+    Rebuilt from head_outputs and the weights, it equals the layer's own output; value_norms are the
+    norms of f_h(x_j), one per (layer, head, sentence, source position)."""
+    import torch
+
+    from heed.api import Translator
+    from heed.nn.protocol import ValueNormModel
+
+    model = Translator.load(transformer_run).model
+    assert isinstance(model, ValueNormModel)
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
+    lengths = torch.tensor([4, 3])
+    with torch.no_grad():
+        enc = model.encode(src, lengths)
+        attention = model.decoder.layers[0].cross_attn
+        k, v = enc.memory[0]
+        query = torch.randn(2, attention.heads, 3, attention.d_k, generator=torch.Generator().manual_seed(0))
+        mask = enc.mask[:, None, None, :]
+        attended = attention.attend(query, k, v, mask, need_weights=True)
+        contributions = attention.head_outputs(v)  # (batch, heads, src_len, d_model)
+        rebuilt = torch.einsum("bhij,bhjd->bid", attended.weights, contributions) + attention.out_proj.bias
+        torch.testing.assert_close(rebuilt, attended.context, rtol=1e-5, atol=1e-5)
+        norms = model.value_norms(src, lengths)
+    layers, heads = model.head_grid
+    assert norms.shape == (layers, heads, 2, 4)
+    torch.testing.assert_close(norms[0], contributions.norm(dim=-1).transpose(0, 1))
+
+
+def test_align_weighs_attention_by_value_norms_on_a_transformer_and_refuses_it_elsewhere(
+        transformer_run, trained_run, gold_files):
+    from heed.api import Translator
+    from heed.explain.align_methods import AlignOptions
+
+    translator = Translator.load(transformer_run)
+    src = (gold_files / "test.src").read_text(encoding="utf-8").splitlines()
+    tgt = (gold_files / "test.tgt").read_text(encoding="utf-8").splitlines()
+    plain = translator.align(src, tgt, options=AlignOptions(tgt_units="chars", head=0))
+    weighed = translator.align(src, tgt, options=AlignOptions(tgt_units="chars", head=0, weights="value_norm"))
+    # one head: each row is scaled column by column, so the links move where the norms differ
+    assert [a.attention.shape for a in weighed] == [a.attention.shape for a in plain]
+    assert any((a.attention != b.attention).any() for a, b in zip(plain, weighed))
+    files = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars",
+             "--gold", gold_files / "test.align"]
+    out = invoke("align", transformer_run, *files, "--weights", "value-norm")
+    assert out.exit_code == 0, out.output
+    assert "weighed by value norms" in out.output and "AER = " in out.output
+    assert_user_error(invoke("align", trained_run, *files, "--weights", "value-norm"), "value norms",
+                      "Transformer model directory")

@@ -155,6 +155,11 @@ class AlignMethod(str, enum.Enum):
     shift = "shift"
 
 
+class AlignWeights(str, enum.Enum):
+    attention = "attention"
+    value_norm = "value-norm"
+
+
 class AlignUnits(str, enum.Enum):
     words = "words"
     chars = "chars"
@@ -166,6 +171,14 @@ class SymmetrizeHow(str, enum.Enum):
     grow_diag_final = "grow-diag-final"
 
 
+METHOD_OPTION = typer.Option(AlignMethod.argmax, "--method", help="argmax: link each target word by the "
+                             "step that predicts it; shift: by the step that reads it as input "
+                             "(shift-att, Chen et al. 2020).")
+WEIGHTS_OPTION = typer.Option(AlignWeights.attention, "--weights", help="attention: the weights as they are; value-norm: "
+                              "each weight times the norm of what its source word adds through its head (Kobayashi et "
+                              "al. 2020), a reading of contributions (a Transformer model directory).")
+
+
 @friendly_errors
 def align(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
@@ -175,13 +188,12 @@ def align(
     gold: Optional[Path] = typer.Option(None, "--gold", help="Optional gold alignments (Pharaoh; i-j or i-j-S sure, i-j-P, "
                                         "i?j or ipj possible): print the alignment error rate, beside the diagonal "
                                         "baseline's."),
-    method: AlignMethod = typer.Option(AlignMethod.argmax, "--method", help="argmax: link each target word by the "
-                                       "step that predicts it; shift: by the step that reads it as input "
-                                       "(shift-att, Chen et al. 2020)."),
+    method: AlignMethod = METHOD_OPTION,
     layer: Optional[str] = typer.Option(None, "--layer", help="Decoder layer to read (0-based) or 'mean' for all "
                                         "layers' average. Default: the last (a Transformer) or the only one (an RNN)."),
     head: Optional[str] = typer.Option(None, "--head", help="Attention head (0-based), or 'mean'. Default: the mean "
                                        "of the layer's heads."),
+    weights: AlignWeights = WEIGHTS_OPTION,
     tgt_units: AlignUnits = typer.Option(AlignUnits.words, "--tgt-units", help="Target positions in whitespace words, "
                                          "or in characters (spaces not counted; the dates task's gold is so)."),
     reverse: Optional[Path] = typer.Option(None, "--reverse", help="A model trained the other way (target -> "
@@ -219,7 +231,7 @@ def align(
     from heed.explain.align_methods import unit_count
     from heed.explain.forced import attention_shape
 
-    options = _align_options(method, layer, head, tgt_units, gold=gold, sweep_all=sweep_all, reference=reference,
+    options = _align_options(method, layer, head, tgt_units, weights, gold=gold, sweep_all=sweep_all, reference=reference,
                              reverse=reverse, output=output, beside=beside, plot=plot)
     pairs = list(read_parallel(src, tgt, streams=True))
     src_texts, tgt_texts = [p.src for p in pairs], [p.tgt for p in pairs]
@@ -248,7 +260,8 @@ def align(
         _print_aer(links, golden, units, what, others, err=output is None)
 
 
-def _align_options(method: AlignMethod, layer: Optional[str], head: Optional[str], tgt_units: AlignUnits, *,
+def _align_options(method: AlignMethod, layer: Optional[str], head: Optional[str], tgt_units: AlignUnits,
+                   weights: AlignWeights, *,
                    gold: Optional[Path], sweep_all: bool, reference: Optional[Path], reverse: Optional[Path],
                    output: Optional[Path], beside: Optional[Path], plot: Path) -> "AlignOptions":
     """`heed align`'s reading of the attention, once its flags are known to go together."""
@@ -256,7 +269,8 @@ def _align_options(method: AlignMethod, layer: Optional[str], head: Optional[str
 
     try:
         options = AlignOptions(method=method.value, layer=parse_index(layer, "--layer"),
-                               head=parse_index(head, "--head"), tgt_units=tgt_units.value)
+                               head=parse_index(head, "--head"), tgt_units=tgt_units.value,
+                               weights="value_norm" if weights is AlignWeights.value_norm else "attention")
     except ValueError as e:
         raise HeedError(str(e)) from None
     if (sweep_all or reference is not None) and gold is None:

@@ -36,6 +36,8 @@ from heed.explain.align import SPACE, Link, source_word_sum, target_word_mean
 
 Method = Literal["argmax", "shift"]
 Units = Literal["words", "chars"]
+Weights = Literal["attention", "value_norm"]
+WEIGHTS: tuple[Weights, ...] = ("attention", "value_norm")
 Symmetrize = Literal["intersect", "union", "grow-diag-final"]
 METHODS: tuple[Method, ...] = ("argmax", "shift")
 SYMMETRIZE: tuple[Symmetrize, ...] = ("intersect", "union", "grow-diag-final")
@@ -46,21 +48,27 @@ MEAN = "mean"  # a layer or head "index" that means the average over all of them
 class AlignOptions:
     """How to read links off attention (see the module doc).
 
-    layer: a decoder layer (0-based), "mean" (all layers' average) or None (the model's own
-           alignment layer: the last for a Transformer, the only one for an RNN)
-    head:  a head (0-based), or None / "mean" for the mean of the layer's heads
+    layer:   a decoder layer (0-based), "mean" (all layers' average) or None (the model's own
+             alignment layer: the last for a Transformer, the only one for an RNN)
+    head:    a head (0-based), or None / "mean" for the mean of the layer's heads
+    weights: "attention" (the weights as they are) or "value_norm": each weight times the norm of
+             what its source position adds through its head (Kobayashi et al. 2020), a reading of
+             contributions, not of weights; the heads' mean then favours the heads that move more
     """
 
     method: Method = "argmax"
     layer: int | Literal["mean"] | None = None
     head: int | Literal["mean"] | None = None
     tgt_units: Units = "words"
+    weights: Weights = "attention"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"alignment method must be one of {', '.join(METHODS)}, got {self.method!r}")
         if self.tgt_units not in ("words", "chars"):
             raise ValueError(f"tgt_units must be 'words' or 'chars', got {self.tgt_units!r}")
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
         for name in ("layer", "head"):
             value = getattr(self, name)
             if value is not None and value != MEAN and (not isinstance(value, int) or value < 0):
@@ -68,17 +76,18 @@ class AlignOptions:
 
     @property
     def default_attention(self) -> bool:
-        """Whether this reads the attention every model gives (its alignment layer, heads averaged)."""
-        return self.layer is None and self.head in (None, MEAN)
+        """Whether this reads the attention every model gives (its alignment layer, heads averaged, as weights)."""
+        return self.layer is None and self.head in (None, MEAN) and self.weights == "attention"
 
     def describe(self, head_grid: tuple[int, int] | None = None) -> str:
         """'shift-att, layer 2, head 0' style, for tables and messages; with a model's (layers,
         heads) of (1, 1) (an RNN) just the method and 'the attention'."""
+        weighed = ", weighed by value norms" if self.weights == "value_norm" else ""
         if head_grid == (1, 1):
-            return f"{'shift-att' if self.method == 'shift' else 'argmax'}, the attention"
+            return f"{'shift-att' if self.method == 'shift' else 'argmax'}, the attention{weighed}"
         layer = "the alignment layer (the last decoder layer)" if self.layer is None else ("all layers" if self.layer == MEAN else f"layer {self.layer}")
         head = "mean of heads" if self.head in (None, MEAN) else f"head {self.head}"
-        return f"{'shift-att' if self.method == 'shift' else 'argmax'}, {layer}, {head}"
+        return f"{'shift-att' if self.method == 'shift' else 'argmax'}, {layer}, {head}{weighed}"
 
 
 def parse_index(text: str | None, name: str) -> int | Literal["mean"] | None:

@@ -32,7 +32,7 @@ from heed.explain.align_methods import (
     method_rows,
     select_attention,
 )
-from heed.nn.protocol import HeadsModel
+from heed.nn.protocol import HeadsModel, ValueNormModel
 
 
 @dataclass(frozen=True)
@@ -56,16 +56,21 @@ def attention_shape(model: Any) -> tuple[int, int, int]:
 
 
 def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_texts: Sequence[str], *,
-                     device: torch.device, batch_size: int, heads: bool,
+                     device: torch.device, batch_size: int, heads: bool, value_norms: bool = False,
                      context: Callable[[], Any] | None = None) -> Iterator[tuple[int, ForcedPair | None]]:
     """(k, ForcedPair) for every pair k, in input order within each batch of longest sources; None
     for a pair with an empty side (nothing to align; the model is not run for it).
 
     heads: every layer's every head (the model must be a heed.nn.protocol.HeadsModel); else the
-    attention the model reports (its alignment layer, heads averaged) as (1, 1, ...)."""
+    attention the model reports (its alignment layer, heads averaged) as (1, 1, ...).
+    value_norms (with heads): each weight times the norm of its source position's value vector
+    through its head (heed.nn.protocol.ValueNormModel; Kobayashi et al. 2020)."""
     if heads and not isinstance(model, HeadsModel):
         raise ValueError("this model gives only its averaged attention (an ensemble or an exported model); "
                          "choosing a layer or a head needs a PyTorch model directory")
+    if value_norms and not (heads and isinstance(model, ValueNormModel)):
+        raise ValueError("weighing attention by value norms needs each head's value vectors, which a Transformer "
+                         "model directory gives (an RNN's attention, an ensemble or an export does not)")
     src_tokens = [codec.src_tokens(t) for t in src_texts]
     tgt_tokens = [codec.tgt_tokens(t) for t in tgt_texts]
     examples = [(codec.src_ids(s), codec.tgt_ids(t, s)) for s, t in zip(src_tokens, tgt_tokens)]
@@ -79,6 +84,8 @@ def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_tex
         with torch.inference_mode(), (context() if context else contextlib.nullcontext()):
             if heads:
                 stack = model.attention_heads(batch.src, batch.src_lengths, batch.tgt_in)  # (L, H, B, T+1, S+1)
+                if value_norms:
+                    stack = stack * model.value_norms(batch.src, batch.src_lengths)[:, :, :, None, :]
             else:
                 weights = model(batch.src, batch.src_lengths, batch.tgt_in).attention  # (B, T+1, S+1)
                 assert weights is not None

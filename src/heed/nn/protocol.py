@@ -154,6 +154,17 @@ class HeadsModel(Protocol):
         ...
 
 
+@runtime_checkable
+class ValueNormModel(Protocol):
+    """A model whose attention can be weighed by what each source position adds (Kobayashi et al.
+    2020): the Transformer, whose heads each project their values through their slice of W_o."""
+
+    def value_norms(self, src: Tensor, src_lengths: Tensor) -> Tensor:
+        """(layers, heads, batch, src_len): the norm of each source position's value vector after
+        each decoder layer's each head's output projection; it scales attention_heads' weights."""
+        ...
+
+
 class AttentionMaps(NamedTuple):
     """Every head of every layer of a teacher-forced pass."""
 
@@ -264,5 +275,5 @@ class FamilyGraphs(Protocol):
         """The step graph's per-source inputs, by name."""
         ...
 
-__all__ = ["AttentionMaps", "AttributableModel", "FamilyGraphs", "SelfAttentionModel", "Encoded", "HeadsModel", "SearchModel", "SearchState", "Seq2SeqOutput", "Step", "TensorState", "TrainableModel",
+__all__ = ["AttentionMaps", "AttributableModel", "FamilyGraphs", "SelfAttentionModel", "Encoded", "HeadsModel", "SearchModel", "SearchState", "Seq2SeqOutput", "Step", "TensorState", "TrainableModel", "ValueNormModel",
            "TranslationModel"]

@@ -74,6 +74,13 @@ class MultiHeadAttention(nn.Module):
         q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
         return self._split(q), self._split(k), self._split(v)
 
+    def head_outputs(self, v: Tensor) -> Tensor:
+        """v (batch, heads, k_len, d_k) -> (batch, heads, k_len, d_model): what each head's value
+        vectors add to the output, f_h(x_j) = v_j^h W_o^h, the head's slice of W_o (the output is
+        sum_h sum_j weight_ij^h f_h(x_j) + b_o). Kobayashi et al. 2020 weigh attention by its norm."""
+        w_o = self.out_proj.weight.view(self.d_model, self.heads, self.d_k).permute(1, 2, 0)  # (heads, d_k, d_model)
+        return torch.einsum("bhjk,hkd->bhjd", v, w_o)
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
                causal: bool = False, need_weights: bool = False, over_source: bool = False) -> HeadsAttended:
         """q (batch, heads, q_len, d_k), k and v (batch, heads, k_len, d_k), mask bool broadcastable

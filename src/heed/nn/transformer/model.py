@@ -296,6 +296,13 @@ class TransformerSeq2Seq(nn.Module):
         (heed.nn.protocol.AttributableModel); one module with share_embeddings."""
         return self.encoder.embed.table(), self.decoder.embed.table()
 
+    def value_norms(self, src: Tensor, src_lengths: Tensor) -> Tensor:
+        """||f_h(x_j)||, the norm of what source position j adds through head h of each decoder
+        layer's cross-attention (MultiHeadAttention.head_outputs): (layers, heads, batch, src_len)."""
+        memory = self.encode(src, src_lengths).memory
+        norms = [layer.cross_attn.head_outputs(v).norm(dim=-1) for layer, (_, v) in zip(self.decoder.layers, memory)]
+        return torch.stack(norms).transpose(1, 2)  # (layers, batch, heads, src_len) -> (layers, heads, batch, src_len)
+
     def attention_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
         """Every decoder layer's cross-attention, head by head: (layers, heads, batch, tgt_len, src_len)."""
         weights: dict[str, list[Tensor]] = {"decoder": [], "cross": []}
