@@ -47,8 +47,8 @@ def study(path: str, src: list[str], ref: list[str], gold: str | None, units: st
         print(f"AER over {result.sentences} pairs ({units}), {time.perf_counter() - started:.1f} s:\n")
         print("| reading | AER % |\n|---|---:|")
         print(f"| default (argmax, layer {result.default_layer}, head mean) | "
-              f"{100 * result.counts[('argmax', result.default_layer, 'mean')].aer:.1f} |")
-        print(f"| shift-att, same layer, head mean | {100 * result.counts[('shift', result.default_layer, 'mean')].aer:.1f} |")
+              f"{100 * result.counts[('attention', 'argmax', result.default_layer, 'mean')].aer:.1f} |")
+        print(f"| shift-att, same layer, head mean | {100 * result.counts[('attention', 'shift', result.default_layer, 'mean')].aer:.1f} |")
         print(f"| best: {best.method}, layer {best.layer}, head {best.head} | {100 * best_aer:.1f} |")
         if result.layers * result.heads > 1:
             grid = result.grid("argmax")[: result.layers, : result.heads]

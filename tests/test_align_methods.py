@@ -203,8 +203,11 @@ def test_sweep_scores_every_layer_and_head_and_the_default_reading_agrees(transf
     result = translator.align_sweep(src, tgt, sure, possible, tgt_units="chars")
     layers, heads = translator.model.head_grid
     assert result.grid("argmax").shape == (layers + 1, heads + 1) and result.sentences == 20
+    assert result.weights == ("attention", "value_norm")  # a Transformer gives value norms too
     for options in (AlignOptions(tgt_units="chars"), AlignOptions(method="shift", layer=0, head=1, tgt_units="chars"),
-                    AlignOptions(layer="mean", tgt_units="chars")):
+                    AlignOptions(layer="mean", tgt_units="chars"),
+                    AlignOptions(head=1, tgt_units="chars", weights="value_norm"),
+                    AlignOptions(method="shift", layer="mean", tgt_units="chars", weights="value_norm")):
         links = [set(a.links) for a in translator.align(src, tgt, options=options)]
         assert result.aer(options) == pytest.approx(alignment_error_rate(links, sure, possible))
     # the default reading is what align() gave before there were options: the reported attention
@@ -217,6 +220,7 @@ def test_sweep_scores_every_layer_and_head_and_the_default_reading_agrees(transf
                  "--tgt-units", "chars", "--gold", gold_files / "test.align", "--sweep", "--plot", plot)
     assert out.exit_code == 0, out.output
     assert "AER % by decoder layer x head (shift-att" in out.stdout and "diagonal baseline: AER = " in out.stdout
+    assert "AER % by decoder layer x head (argmax, value norms" in out.stdout
     assert f"best: AER = {result.best()[1]:.4f}" in out.stdout
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

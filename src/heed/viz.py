@@ -498,7 +498,8 @@ def aer_grid(grids: dict[str, np.ndarray], *, diagonal: float | None = None, tit
     """One heatmap per method of AER by decoder layer (rows) and head (columns), the last row the
     mean of the layers and the last column the mean of the heads (heed.explain.forced.SweepResult.grid).
 
-    `grids`: `{"argmax": (layers + 1, heads + 1), "shift": ...}` in 0-1; cells are printed in %,
+    `grids`: `{reading: (layers + 1, heads + 1)}` in 0-1 ("argmax", "shift-att", "argmax, value
+    norms", ...; "shift" is shown as shift-att); cells are printed in %,
     darker is better (lower). `diagonal`: the no-model baseline's AER, in every panel's title and
     the top of the colour scale (a cell as bright as it reads attention no better than the diagonal)."""
     if not grids:

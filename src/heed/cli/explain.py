@@ -513,18 +513,18 @@ def _print_aer(links: list[set], golden: tuple[list[set], list[set]], units: lis
 
 
 def _print_sweep(result: Any, plot: Path, sentences: int) -> None:
-    """`heed align --sweep`: one AER table per method (layers x heads and their means), the best
-    reading, the diagonal, and the heatmap."""
+    """`heed align --sweep`: one AER table per method and weighting (layers x heads and their
+    means), the best reading, the diagonal, and the heatmap."""
     from rich.table import Table
 
     from heed.explain.align_methods import METHODS, AlignOptions
     from heed.viz import aer_grid, save_figure
 
     console = Console(highlight=False, soft_wrap=True)
-    grids = {method: result.grid(method) for method in METHODS}
+    grids = {("shift-att" if method == "shift" else method) + (", value norms" if weights == "value_norm" else ""):
+             result.grid(method, weights) for weights in result.weights for method in METHODS}
     one = result.layers == result.heads == 1
-    for method, grid in grids.items():
-        name = "shift-att" if method == "shift" else method
+    for name, grid in grids.items():
         if one:  # an RNN's one attention: nothing to tabulate
             console.print(f"{name}: AER = {grid[0, 0]:.4f}   ({sentences} sentences)")
             continue

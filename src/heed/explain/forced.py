@@ -28,6 +28,7 @@ from heed.explain.align_methods import (
     Method,
     UnitMaps,
     Units,
+    Weights,
     diagonal_alignment,
     method_rows,
     select_attention,
@@ -106,72 +107,89 @@ def links_of(pair: ForcedPair, maps: UnitMaps, options: AlignOptions, default_la
 class SweepResult:
     """AER of every way of reading links, over one gold set.
 
-    grids: {method: (layers + 1, heads + 1) AER}, the last row the mean of all layers, the last
-           column the mean of the heads
-    default: AerCounts of the default reading (argmax, alignment layer, mean of heads)
+    counts: AerCounts of every reading, by (weights, method, layer, head); `weights` holds
+            "attention", and "value_norm" for a model that gives value norms (a Transformer)
+    grid(method, weights): (layers + 1, heads + 1) AER, the last row the mean of all layers, the
+            last column the mean of the heads
     diagonal: AerCounts of the diagonal baseline"""
 
     layers: int
     heads: int
     default_layer: int
-    counts: dict[tuple[Method, int | str, int | str], AerCounts] = field(default_factory=dict)
+    weights: tuple[Weights, ...] = ("attention",)
+    counts: dict[tuple[Weights, Method, int | str, int | str], AerCounts] = field(default_factory=dict)
     diagonal: AerCounts = field(default_factory=AerCounts)
     sentences: int = 0
 
-    def readings(self) -> Iterator[tuple[Method, int | str, int | str]]:
-        for method in METHODS:
-            for layer in [*range(self.layers), MEAN]:
-                for head in [*range(self.heads), MEAN]:
-                    yield method, layer, head
+    def readings(self) -> Iterator[tuple[Weights, Method, int | str, int | str]]:
+        for weights in self.weights:
+            for method in METHODS:
+                for layer in [*range(self.layers), MEAN]:
+                    for head in [*range(self.heads), MEAN]:
+                        yield weights, method, layer, head
 
-    def grid(self, method: Method) -> np.ndarray:
-        """(layers + 1, heads + 1) AER for `method`; the last row/column are the means."""
+    def grid(self, method: Method, weights: Weights = "attention") -> np.ndarray:
+        """(layers + 1, heads + 1) AER for `method` on `weights`; the last row/column are the means."""
         out = np.zeros((self.layers + 1, self.heads + 1))
         for r, layer in enumerate([*range(self.layers), MEAN]):
             for c, head in enumerate([*range(self.heads), MEAN]):
-                out[r, c] = self.counts[(method, layer, head)].aer
+                out[r, c] = self.counts[(weights, method, layer, head)].aer
         return out
 
     def best(self) -> tuple[AlignOptions, float]:
         """The reading with the lowest AER (first in sweep order on ties)."""
         key = min(self.readings(), key=lambda k: self.counts[k].aer)
-        method, layer, head = key
-        return AlignOptions(method=method, layer=layer, head=head), self.counts[key].aer  # type: ignore[arg-type]
+        weights, method, layer, head = key
+        return (AlignOptions(method=method, layer=layer, head=head, weights=weights),  # type: ignore[arg-type]
+                self.counts[key].aer)
 
     def aer(self, options: AlignOptions) -> float:
         layer = self.default_layer if options.layer is None else options.layer
         head = MEAN if options.head is None else options.head
-        return self.counts[(options.method, layer, head)].aer
+        return self.counts[(options.weights, options.method, layer, head)].aer
 
 
 def sweep(model: Any, codec: Codec, src_texts: Sequence[str], tgt_texts: Sequence[str],
           sure: Sequence[set[Link]], possible: Sequence[set[Link]], *, units: Units, device: torch.device,
           batch_size: int, context: Callable[[], Any] | None = None) -> SweepResult:
-    """AER for every method x layer (and their mean) x head (and their mean), and the diagonal."""
+    """AER for every weighting (the weights, and value norms where the model gives them) x method x
+    layer (and their mean) x head (and their mean), and the diagonal. Each weighting is one
+    teacher-forced pass over the pairs."""
     layers, heads, default_layer = attention_shape(model)
-    result = SweepResult(layers, heads, default_layer)
+    heads_model = isinstance(model, HeadsModel)
+    weights: tuple[Weights, ...] = ("attention", "value_norm") if heads_model and isinstance(
+        model, ValueNormModel) else ("attention",)
+    result = SweepResult(layers, heads, default_layer, weights)
     for key in result.readings():
         result.counts[key] = AerCounts()
-    for k, pair in forced_attention(model, codec, src_texts, tgt_texts, device=device, batch_size=batch_size,
-                                    heads=isinstance(model, HeadsModel), context=context):
-        result.sentences += 1
-        n_src = len(normalize(src_texts[k]).split())
-        if pair is None:
-            n_tgt = 0
-            for key in result.readings():
-                result.counts[key].add([], sure[k], possible[k])
-        else:
-            maps = pair.unit_maps(codec, tgt_texts[k], units)
-            n_tgt = maps.tgt_mean.shape[0]
-            for method in METHODS:
-                rows = maps.lift(method_rows(pair.attention, method))  # (layers, heads, tgt_units, src_words)
-                by_layer = np.concatenate([rows, rows.mean(axis=0, keepdims=True)])  # + all layers' mean
-                full = np.concatenate([by_layer, by_layer.mean(axis=1, keepdims=True)], axis=1)  # + heads' mean
-                for r, layer in enumerate([*range(layers), MEAN]):
-                    for c, head in enumerate([*range(heads), MEAN]):
-                        result.counts[(method, layer, head)].add(hard_alignment(full[r, c]), sure[k], possible[k])
-        result.diagonal.add(diagonal_alignment(n_src, n_tgt), sure[k], possible[k])
+    for weighting in weights:
+        for k, pair in forced_attention(model, codec, src_texts, tgt_texts, device=device, batch_size=batch_size,
+                                        heads=heads_model, value_norms=weighting == "value_norm", context=context):
+            if weighting == weights[0]:
+                result.sentences += 1
+                n_src = len(normalize(src_texts[k]).split())
+                n_tgt = 0 if pair is None else pair.unit_maps(codec, tgt_texts[k], units).tgt_mean.shape[0]
+                result.diagonal.add(diagonal_alignment(n_src, n_tgt), sure[k], possible[k])
+            _count_readings(result, weighting, pair, codec, tgt_texts[k], units, sure[k], possible[k])
     return result
+
+
+def _count_readings(result: SweepResult, weights: Weights, pair: ForcedPair | None, codec: Codec, tgt_text: str,
+                    units: Units, sure: set[Link], possible: set[Link]) -> None:
+    """Add one pair's links under every method x layer x head of `weights` to the sweep's counts."""
+    if pair is None:
+        for key in result.readings():
+            if key[0] == weights:
+                result.counts[key].add([], sure, possible)
+        return
+    maps = pair.unit_maps(codec, tgt_text, units)
+    for method in METHODS:
+        rows = maps.lift(method_rows(pair.attention, method))  # (layers, heads, tgt_units, src_words)
+        by_layer = np.concatenate([rows, rows.mean(axis=0, keepdims=True)])  # + all layers' mean
+        full = np.concatenate([by_layer, by_layer.mean(axis=1, keepdims=True)], axis=1)  # + heads' mean
+        for r, layer in enumerate([*range(result.layers), MEAN]):
+            for c, head in enumerate([*range(result.heads), MEAN]):
+                result.counts[(weights, method, layer, head)].add(hard_alignment(full[r, c]), sure, possible)
 
 
 def corpus_aer(model: Any, codec: Codec, pairs: Sequence[Pair], gold: DevGold, *, device: torch.device) -> float | None:
