@@ -382,3 +382,39 @@ def test_align_weighs_attention_by_value_norms_on_a_transformer_and_refuses_it_e
     assert "weighed by value norms" in out.output and "AER = " in out.output
     assert_user_error(invoke("align", trained_run, *files, "--weights", "value-norm"), "value norms",
                       "Transformer model directory")
+
+
+def test_training_records_the_best_reading_on_the_dev_gold_and_heed_align_uses_it(tmp_path, tiny_config):
+    """A Transformer trained on a task with gold: heed.json records the sweep's best reading on the
+    dev pairs, beside the default reading's dev AER; `heed align` without reading flags uses it and
+    says so, and a flag reads the model another way."""
+    from heed.api import Translator
+    from heed.checkpoint import read_meta
+    from heed.config import config_from_dict
+    from heed.explain.align_methods import AlignOptions
+    from heed.train import train
+
+    raw = tiny_config(tmp_path / "run", epochs=2)
+    raw["data"] = {**{k: v for k, v in raw["data"].items() if k not in ("train", "dev", "test")}, "task": "dates",
+                   "dates": {"n_train": 200, "n_dev": 20, "n_test": 20, "seed": 7, "languages": ["en", "fr"],
+                             "verbose_forms": False}}
+    raw["model"] = {"family": "transformer", "layers": 2, "d_model": 16, "heads": 2, "ff_size": 32, "dropout": 0.0,
+                    "attention_dropout": 0.0}
+    train(config_from_dict(raw))
+    reading = read_meta(tmp_path / "run" / "model")["alignment"]
+    assert reading["units"] == "chars" and 0.0 <= reading["dev_aer"] <= reading["default_dev_aer"] <= 1.0
+    assert reading["weights"] in ("attention", "value_norm") and reading["method"] in ("argmax", "shift")
+    translator = Translator.load(tmp_path / "run")
+    assert translator.dev_reading == reading
+    src, tgt = ["3 March 1998", "le 4 mai 2001"], ["1998-03-03", "2001-05-04"]
+    (tmp_path / "s").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (tmp_path / "t").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+    files = ["--src", tmp_path / "s", "--tgt", tmp_path / "t", "--tgt-units", "chars"]
+    chosen = AlignOptions(method=reading["method"], layer=reading["layer"], head=reading["head"],
+                          weights=reading["weights"], tgt_units="chars")
+    want = "".join(" ".join(f"{i}-{j}" for i, j in sorted(a.links)) + "\n" for a in translator.align(src, tgt, options=chosen))
+    out = invoke("align", tmp_path / "run", *files)
+    assert out.exit_code == 0, out.output
+    assert out.stdout == want and "the best on the dev gold at training" in out.stderr
+    told = invoke("align", tmp_path / "run", *files, "--method", "argmax")
+    assert told.exit_code == 0 and "the best on the dev gold" not in told.stderr

@@ -199,6 +199,14 @@ def _load_parts(path: str | os.PathLike[str], *, exported: bool, device: torch.d
     return loaded.model, loaded.codec, loaded.config
 
 
+def _dev_reading(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """heed.json's "alignment" entry of a model directory, when training recorded one."""
+    from heed.checkpoint import find_model_dir, read_meta
+
+    reading = read_meta(find_model_dir(path)).get("alignment")
+    return reading if isinstance(reading, dict) else None
+
+
 def _ready(model: "TrainableModel | OrtSeq2Seq", *, device: torch.device, bf16: bool) -> Any:
     """The model as Translator decodes with it: a PyTorch model cast to bf16 (if asked), moved to
     `device`, in eval mode, its decoder's weights column-major on the CPU; an exported model as it
@@ -265,6 +273,10 @@ class Translator:
         self.config = config
         self.device = device
         self.bf16 = bf16
+        # The reading of the attention that aligned best with the dev gold when the model was
+        # trained (heed.json's "alignment", written by heed.train), or None: `heed align` uses it
+        # unless told another (AlignOptions fields and the dev AER beside the default reading's).
+        self.dev_reading: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, device: str = "auto",
@@ -291,7 +303,10 @@ class Translator:
         parts = [_load_parts(p, exported=e, device=torch_device, verify=verify) for p, e in zip(paths, exported)]
         if len(parts) == 1:
             model, codec, config = parts[0]
-            return cls(model, codec, config, device=torch_device, bf16=bf16)
+            translator = cls(model, codec, config, device=torch_device, bf16=bf16)
+            if not exported[0]:
+                translator.dev_reading = _dev_reading(paths[0])
+            return translator
         (_, codec, config), first = parts[0], paths[0]
         for p, (_, other, _) in zip(paths[1:], parts[1:]):
             difference = codec.difference(other)

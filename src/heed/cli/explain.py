@@ -171,12 +171,13 @@ class SymmetrizeHow(str, enum.Enum):
     grow_diag_final = "grow-diag-final"
 
 
-METHOD_OPTION = typer.Option(AlignMethod.argmax, "--method", help="argmax: link each target word by the "
-                             "step that predicts it; shift: by the step that reads it as input "
-                             "(shift-att, Chen et al. 2020).")
-WEIGHTS_OPTION = typer.Option(AlignWeights.attention, "--weights", help="attention: the weights as they are; value-norm: "
-                              "each weight times the norm of what its source word adds through its head (Kobayashi et "
-                              "al. 2020), a reading of contributions (a Transformer model directory).")
+METHOD_OPTION = typer.Option(None, "--method", help="argmax: link each target word by the step that predicts it; "
+                             "shift: by the step that reads it as input (shift-att, Chen et al. 2020). Default: "
+                             "argmax, or the reading training found best on its dev gold.")
+WEIGHTS_OPTION = typer.Option(None, "--weights", help="attention: the weights as they are; value-norm: each weight "
+                              "times the norm of what its source word adds through its head (Kobayashi et al. 2020), "
+                              "a reading of contributions (a Transformer model directory). Default: attention, or the "
+                              "reading training found best on its dev gold.")
 
 
 @friendly_errors
@@ -188,12 +189,12 @@ def align(
     gold: Optional[Path] = typer.Option(None, "--gold", help="Optional gold alignments (Pharaoh; i-j or i-j-S sure, i-j-P, "
                                         "i?j or ipj possible): print the alignment error rate, beside the diagonal "
                                         "baseline's."),
-    method: AlignMethod = METHOD_OPTION,
+    method: Optional[AlignMethod] = METHOD_OPTION,
     layer: Optional[str] = typer.Option(None, "--layer", help="Decoder layer to read (0-based) or 'mean' for all "
                                         "layers' average. Default: the last (a Transformer) or the only one (an RNN)."),
     head: Optional[str] = typer.Option(None, "--head", help="Attention head (0-based), or 'mean'. Default: the mean "
                                        "of the layer's heads."),
-    weights: AlignWeights = WEIGHTS_OPTION,
+    weights: Optional[AlignWeights] = WEIGHTS_OPTION,
     tgt_units: AlignUnits = typer.Option(AlignUnits.words, "--tgt-units", help="Target positions in whitespace words, "
                                          "or in characters (spaces not counted; the dates task's gold is so)."),
     reverse: Optional[Path] = typer.Option(None, "--reverse", help="A model trained the other way (target -> "
@@ -220,12 +221,12 @@ def align(
     words being the whitespace-separated words whatever the model's tokens (subword and character
     attention is summed over each source word's pieces and averaged over each target word's); with
     --tgt-units chars, j counts the target's characters. A Transformer aligns by default with the
-    cross-attention of its last decoder layer, averaged over the heads; --layer, --head and --method
+    cross-attention of its last decoder layer, averaged over the heads, unless training scored every
+    reading on a dev gold and recorded the best (then that one); --layer, --head, --method and --weights
     choose another reading, and --sweep --gold scores them all. With --gold the alignment error rate
     goes to stdout, or to stderr when the alignments do, beside the diagonal baseline (target word j
     -> source word round(j*|src|/|tgt|)), which a useful reading must beat. --beside OTHER reads the
-    same pairs with another model (the int8 export of this one, say) and says how far its attention
-    and links are from this model's."""
+    pairs with another model (its int8 export, say) and says how far its attention and links are."""
     from heed.api import Translator
     from heed.data.corpus import read_parallel
     from heed.explain.align_methods import unit_count
@@ -238,6 +239,7 @@ def align(
     units = [(len(p.src.split()), unit_count(p.tgt, options.tgt_units)) for p in pairs]
     golden, theirs = _read_golds(gold, reference, units, options.tgt_units, sides=f"{src} and {tgt}")
     translator = Translator.load(model, device=device)
+    options = _dev_reading(translator, options, given=(method, layer, head, weights))
     other = Translator.load(beside, device=device) if beside is not None else None
     if sweep_all:
         assert golden is not None
@@ -247,8 +249,8 @@ def align(
     links = _align_all(translator, src_texts, tgt_texts, options, batch_size=batch_size, progress=progress)
     what = options.describe(attention_shape(translator.model)[:2])
     if reverse is not None:
-        backward = Translator.load(reverse, device=device)
-        links = _symmetrized(links, backward, src_texts, tgt_texts, options.method, symmetrize, batch_size)
+        links = _symmetrized(links, Translator.load(reverse, device=device), src_texts, tgt_texts, options.method,
+                             symmetrize, batch_size)
         what += f", {symmetrize.value} with {reverse}"
     _write_lines([_pharaoh_line(link_set) + "\n" for link_set in links], output)
     others = [] if theirs is None else [(str(reference), theirs)]
@@ -260,15 +262,15 @@ def align(
         _print_aer(links, golden, units, what, others, err=output is None)
 
 
-def _align_options(method: AlignMethod, layer: Optional[str], head: Optional[str], tgt_units: AlignUnits,
-                   weights: AlignWeights, *,
+def _align_options(method: Optional[AlignMethod], layer: Optional[str], head: Optional[str], tgt_units: AlignUnits,
+                   weights: Optional[AlignWeights], *,
                    gold: Optional[Path], sweep_all: bool, reference: Optional[Path], reverse: Optional[Path],
                    output: Optional[Path], beside: Optional[Path], plot: Path) -> "AlignOptions":
     """`heed align`'s reading of the attention, once its flags are known to go together."""
     from heed.explain.align_methods import AlignOptions, parse_index
 
     try:
-        options = AlignOptions(method=method.value, layer=parse_index(layer, "--layer"),
+        options = AlignOptions(method=(method or AlignMethod.argmax).value, layer=parse_index(layer, "--layer"),
                                head=parse_index(head, "--head"), tgt_units=tgt_units.value,
                                weights="value_norm" if weights is AlignWeights.value_norm else "attention")
     except ValueError as e:
@@ -313,6 +315,24 @@ def _align_all(translator: "Translator", src_texts: list[str], tgt_texts: list[s
                                                             batch_size=batch_size)]
             bar.advance(len(src_texts[chunk]))
     return links
+
+
+def _dev_reading(translator: "Translator", options: "AlignOptions", *, given: tuple[Any, ...]) -> "AlignOptions":
+    """With no reading flag `given`: the reading training found best on its dev gold (heed.json's
+    "alignment"), with the units asked for, when the model has one (said on stderr). Else `options`."""
+    from dataclasses import replace
+
+    from heed.explain.align_methods import AlignOptions
+
+    reading = translator.dev_reading
+    if reading is None or any(flag is not None for flag in given):
+        return options
+    chosen = replace(AlignOptions(method=reading["method"], layer=reading["layer"], head=reading["head"],
+                                  weights=reading["weights"]), tgt_units=options.tgt_units)
+    stderr().print(f"reading: {chosen.describe(translator.model.head_grid)}, the best on the dev gold at training "
+                   f"(AER {100 * reading['dev_aer']:.1f}% against the default's {100 * reading['default_dev_aer']:.1f}%); "
+                   "--method, --layer, --head or --weights read another way", soft_wrap=True)
+    return chosen
 
 
 def _symmetrized(links: list[set[tuple[int, int]]], backward: "Translator", src_texts: list[str],

@@ -121,6 +121,10 @@ class SweepResult:
     diagonal: AerCounts = field(default_factory=AerCounts)
     sentences: int = 0
 
+    @property
+    def head_grid(self) -> tuple[int, int]:
+        return self.layers, self.heads
+
     def readings(self) -> Iterator[tuple[Weights, Method, int | str, int | str]]:
         for weights in self.weights:
             for method in METHODS:

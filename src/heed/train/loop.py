@@ -75,7 +75,8 @@ from heed.data.prepared import PreparedCorpus
 from heed.decode_config import DecodeConfig
 from heed.errors import ConfigError, HeedError
 from heed.evaluate import Scores, evaluate
-from heed.explain.forced import corpus_aer
+from heed.explain.align_methods import AlignOptions
+from heed.explain.forced import corpus_aer, sweep
 from heed.explain.history import attention_entropy
 from heed.nn.build import build_model
 from heed.nn.protocol import HeadsModel, TrainableModel
@@ -745,10 +746,31 @@ class Trainer:
             self.log.say(f"test (best model, step {self.state.best_step}, beam {self.config.decode.beam_size}): "
                          f"BLEU {test.bleu:.2f}  chrF {test.chrf:.2f}  exact {test.exact_match:.2f}% "
                          f"({test.exact}/{test.total})")
+        reading = self._best_dev_reading()
         save_model_dir(self.model_dir, model=self.model, config=self.config, codec=self.data.codec,
-                       metrics=self.log.path, info={"step": self.state.best_step, "stop_reason": stop})
+                       metrics=self.log.path, info={"step": self.state.best_step, "stop_reason": stop,
+                                                    **({"alignment": reading} if reading else {})})
         self.log.say(f"model: {self.model_dir}  (stopped: {stop.replace('_', ' ')})")
         return test
+
+    def _best_dev_reading(self) -> dict[str, Any] | None:
+        """With a dev gold and a model whose heads can be read: every reading of the best model's
+        attention scored on the dev pairs (explain.forced.sweep), and the best one, to be `heed
+        align`'s default for this model (recorded in heed.json with its dev AER beside the default
+        reading's). None otherwise."""
+        gold = self.data.corpora.dev_gold
+        if gold is None or not self.model.has_attention or not isinstance(self.model, HeadsModel):
+            return None
+        self.model.eval()
+        pairs = self.data.dev_pairs
+        result = sweep(self.model, self.data.codec, [p.src for p in pairs], [p.tgt for p in pairs], gold.sure,
+                       gold.possible, units=gold.units, device=self.device, batch_size=64)
+        best, aer = result.best()
+        default = result.aer(AlignOptions(tgt_units=gold.units))
+        self.log.say(f"alignment: the best reading on the dev gold is {best.describe(result.head_grid)} "
+                     f"(AER {100 * aer:.1f}%, the default reading {100 * default:.1f}%); heed align uses it")
+        return {"method": best.method, "layer": best.layer, "head": best.head, "weights": best.weights,
+                "units": gold.units, "dev_aer": aer, "default_dev_aer": default}
 
 
 
