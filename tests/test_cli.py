@@ -229,7 +229,7 @@ def test_demo_quick_runs_every_stage(tmp_path, write_lines):
     assert re.search(rf"alignment error rate against the gold by construction \({gold}\): \d+\.\d% "
                      r"\(the diagonal, no model: \d+\.\d%\)", result.stdout)
     # the command the demo suggests scores the same gold
-    hint = next(line for line in result.stdout.splitlines() if " align " in line).split()
+    hint = next(line for line in result.stdout.splitlines() if " align " in line and "--gold" in line).split()
     aligned = invoke(*hint[1:])
     assert aligned.exit_code == 0 and "AER = " in aligned.stdout, aligned.output
     other = tmp_path / "mine"
