@@ -299,17 +299,20 @@ def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any
         return handler(translator, key, items, abandoned)
 
 
+def _sources(items: list[Any]) -> tuple[list[str], list[Any] | None]:
+    """Translating items (source, prefix or None) -> the sources, and their prefixes when any has one."""
+    return [source for source, _ in items], ([p for _, p in items] if any(p for _, p in items) else None)
+
+
 def _translated(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
-    texts = [source for source, _ in items]
-    prefix = [p for _, p in items] if any(p for _, p in items) else None
+    texts, prefix = _sources(items)
     nbests = translator.translate_nbest(texts, replace_unk=key.replace_unk, prefix=prefix, stop=abandoned,
                                         decode=key.decode)
     return [_sentence(translator, s, n, attention=key.attention) for s, n in zip(texts, nbests)]
 
 
 def _explored(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
-    texts = [source for source, _ in items]
-    prefix = [p for _, p in items] if any(p for _, p in items) else None
+    texts, prefix = _sources(items)
     explored = translator.explore(texts, alternatives=key.alternatives, replace_unk=key.replace_unk,
                                   prefix=prefix, stop=abandoned, decode=key.decode)
     return [_sentence(translator, s, e.hypotheses, attention=key.attention, explored=e)
@@ -430,7 +433,18 @@ class _Routes:
         return name, translator
 
     async def _decoded(self, key: _Key, items: list[Any], costs: list[int]) -> list[Any]:
-        return await _decoded(self.batcher, key, items, costs, self.settings)
+        """The batcher's results for `items`, its refusals as the API's errors."""
+        settings = self.settings
+        try:
+            return await self.batcher.run(key, items, costs=costs, timeout=settings.timeout)
+        except QueueFull as e:
+            raise ApiError(503, f"{e}; the queue holds {self.batcher.queued} sentences (--max-queue "
+                                f"{settings.max_queue})", None, {"Retry-After": str(e.retry_after)}) from None
+        except asyncio.TimeoutError:
+            raise ApiError(504, f"the request took longer than the server's limit of {settings.timeout:g} s "
+                                "(--timeout); send fewer or shorter sentences", None) from None
+        except HeedError as e:
+            raise ApiError(422, str(e), None) from None
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "models": list(self.models), "queued": self.batcher.queued}
@@ -656,20 +670,6 @@ def _check_work(cfg: DecodeConfig, sources: Sequence[Sequence[str]], prefix_ids:
                             f"{settings.max_work:,} a request (--max-work): send fewer sentences, a smaller beam "
                             "or shorter prefixes", field)
     return costs
-
-
-async def _decoded(batcher: Batcher, key: _Key, items: list[Any], costs: list[int],
-                   settings: ServeSettings) -> list[Any]:
-    try:
-        return await batcher.run(key, items, costs=costs, timeout=settings.timeout)
-    except QueueFull as e:
-        raise ApiError(503, f"{e}; the queue holds {batcher.queued} sentences (--max-queue {settings.max_queue})",
-                       None, {"Retry-After": str(e.retry_after)}) from None
-    except asyncio.TimeoutError:
-        raise ApiError(504, f"the request took longer than the server's limit of {settings.timeout:g} s "
-                            "(--timeout); send fewer or shorter sentences", None) from None
-    except HeedError as e:
-        raise ApiError(422, str(e), None) from None
 
 
 def _add_error_handlers(app: FastAPI) -> None:

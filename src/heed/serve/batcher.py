@@ -51,7 +51,6 @@ class Job:
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     arrived: float = field(default_factory=time.monotonic)
     abandoned: bool = False  # its request timed out: nobody waits for the result any more
-    started: bool = False  # a slice of it has run (its future is running)
     results: list[Any] = field(default_factory=list)
 
 
@@ -234,9 +233,8 @@ class Batcher:
     @staticmethod
     def _start(job: Job) -> bool:
         """Whether the job's slice should run: its first slice marks its future running."""
-        if job.started:
+        if job.future.running():  # a later slice
             return not job.abandoned
-        job.started = True
         return job.future.set_running_or_notify_cancel()
 
     def _done(self, job: Job, results: list[Any]) -> None:
