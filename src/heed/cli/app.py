@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -74,6 +75,24 @@ def friendly_errors(command: F) -> F:
             where = f"{e.filename}: " if e.filename else ""
             raise fail(escape(f"{where}{e.strerror or e}")) from None
 
+    return wrapper  # type: ignore[return-value]
+
+
+def flags_in_place(command: F, name: str, flags: list[inspect.Parameter],
+                   gather: Callable[[dict[str, Any]], Any]) -> F:
+    """`command` with its parameter `name` replaced, where it stands, by the options `flags` (typer
+    reads a command's options from its signature); the command is called with `name` set to
+    `gather({flag's parameter name: value})`. The decode flags and the server's limits come so."""
+    signature = inspect.signature(command, eval_str=True)
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        values = {flag.name: kwargs.pop(flag.name) for flag in flags}
+        return command(*args, **{name: gather(values)}, **kwargs)
+
+    params = [new for own, param in signature.parameters.items() for new in (flags if own == name else [param])]
+    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
     return wrapper  # type: ignore[return-value]
 
 

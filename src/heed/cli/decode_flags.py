@@ -3,7 +3,6 @@ from DecodeConfig's fields to flag names, one decorator that adds them, and the 
 the given flags over a model's decode config, with errors that name the flag."""
 from __future__ import annotations
 
-import functools
 import inspect
 import re
 import typing
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from heed.cli.app import F, stderr
+from heed.cli.app import F, flags_in_place, stderr
 from heed.errors import ConfigError, HeedError
 
 if TYPE_CHECKING:
@@ -83,22 +82,11 @@ def decode_flags() -> list[tuple[str, str, type, str]]:
 def decode_options(command: F) -> F:
     """Give `command` the decode flags (decode_flags()), each None (= the model's decode config) unless given. The
     command takes a keyword-only `decode`: {DecodeConfig field: value} of the flags given."""
-    signature = inspect.signature(command, eval_str=True)
     flags = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
                                default=typer.Option(None, flag, help=f"{help} Default: the model's decode config.",
                                                     show_default=False))
              for field, flag, kind, help in decode_flags()]
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        given = {field: kwargs.pop(field) for field in DECODE_FLAG}
-        return command(*args, decode={k: v for k, v in given.items() if v is not None}, **kwargs)
-
-    # typer reads a command's options from its signature: the command's own, less `decode`, then the flags.
-    own = [p for name, p in signature.parameters.items() if name != "decode"]
-    wrapper.__signature__ = signature.replace(parameters=[*own, *flags])  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in (*own, *flags)}
-    return wrapper  # type: ignore[return-value]
+    return flags_in_place(command, "decode", flags, lambda given: {k: v for k, v in given.items() if v is not None})
 
 
 def resolve_decode(translator: "Translator", decode: dict[str, Any], *, label: str = "") -> "DecodeConfig":

@@ -1,7 +1,6 @@
 """`heed serve`: the models over HTTP (heed.serve), and the explorer."""
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
@@ -9,7 +8,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from heed.cli.app import THREADS_HELP, F, escape, friendly_errors, stderr
+from heed.cli.app import THREADS_HELP, F, escape, flags_in_place, friendly_errors, stderr
 from heed.cli.decode_flags import BF16_HELP
 from heed.cli.io import model_names
 from heed.errors import HeedError, install_hint
@@ -57,21 +56,9 @@ LIMITS: Any = object()  # the place in a command's signature where limit_options
 def limit_options(command: F) -> F:
     """Give `command` the LIMIT_OPTIONS flags where its signature has `limits=LIMITS`; the command
     gets them as `limits`: {ServeSettings field: value}."""
-    signature = inspect.signature(command, eval_str=True)
     flags = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind, default=option)
              for name, (kind, option) in LIMIT_OPTIONS.items()]
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        limits = {name: kwargs.pop(name) for name in LIMIT_OPTIONS}
-        return command(*args, limits=limits, **kwargs)
-
-    params: list[inspect.Parameter] = []
-    for name, param in signature.parameters.items():
-        params += flags if name == "limits" else [param]
-    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in params}
-    return wrapper  # type: ignore[return-value]
+    return flags_in_place(command, "limits", flags, lambda limits: limits)
 
 
 @friendly_errors
