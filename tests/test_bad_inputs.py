@@ -562,6 +562,18 @@ def _(c: Ctx) -> Call:
     return Call(["translate", model], ["model"], stdin="x\n")
 
 
+@case("model-alignment-reading-edited")
+def _(c: Ctx) -> Call:
+    model = c.model()
+    meta = json.loads((model / "heed.json").read_text(encoding="utf-8"))
+    meta["alignment"] = {"method": "sideways", "layer": None, "head": None, "weights": "attention", "units": "words",
+                         "dev_aer": 0.1, "default_dev_aer": 0.2}
+    (model / "heed.json").write_text(json.dumps(meta), encoding="utf-8")
+    src = c.file("a.src", "3 March 1998\n")
+    return Call(["align", model, "--src", src, "--tgt", c.file("a.tgt", "1998-03-03\n")],
+                ["heed.json", '"alignment"', "sideways", "remove the entry"], keep=[model / "heed.json"])
+
+
 @case("model-weights-flipped-byte")
 def _(c: Ctx) -> Call:
     model = c.model()

@@ -30,6 +30,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,9 +44,9 @@ from heed.data.codec import Codec
 from heed.data.corpus import text_problem
 from heed.data.pharaoh import to_pharaoh
 from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
-from heed.errors import Abandoned, ConfigError, HeedError
+from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError
 from heed.explain.align import Link, hard_alignment, load_dictionary, replace_unknowns, word_attention
-from heed.explain.align_methods import AlignOptions, Units
+from heed.explain.align_methods import AlignOptions, Units, recorded_options
 from heed.explain.attention_gap import AttentionGap
 from heed.explain.forced import SweepResult
 from heed.nn.ensemble import Ensemble
@@ -189,22 +190,32 @@ class Exploration:
 
 
 def _load_parts(path: str | os.PathLike[str], *, exported: bool, device: torch.device,
-                verify: bool | None) -> "tuple[TrainableModel | OrtSeq2Seq, Codec, Config]":
-    """(model, codec, config) of a model directory (loaded onto `device`) or an exported directory."""
+                verify: bool | None) -> "tuple[TrainableModel | OrtSeq2Seq, Codec, Config, dict[str, Any] | None]":
+    """(model, codec, config, the reading training recorded) of a model directory (loaded onto
+    `device`; its heed.json's "alignment", or None) or an exported directory (no reading)."""
     if exported:
         from heed.export.load import load_exported
 
-        return load_exported(path, verify=verify)
+        return (*load_exported(path, verify=verify), None)
     loaded = load_model_dir(path, device=device, verify=verify)
-    return loaded.model, loaded.codec, loaded.config
+    return loaded.model, loaded.codec, loaded.config, _recorded_reading(loaded.meta, loaded.directory)
 
 
-def _dev_reading(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """heed.json's "alignment" entry of a model directory, when training recorded one."""
-    from heed.checkpoint import find_model_dir, read_meta
-
-    reading = read_meta(find_model_dir(path)).get("alignment")
-    return reading if isinstance(reading, dict) else None
+def _recorded_reading(meta: dict[str, Any], directory: Path) -> dict[str, Any] | None:
+    """heed.json's "alignment" (heed.train records the best reading on the dev gold), checked: a
+    ModelDirError naming the entry when it is not one heed wrote. None when there is none."""
+    reading = meta.get("alignment")
+    if reading is None:
+        return None
+    try:
+        recorded_options(reading)
+        rates = (reading["dev_aer"], reading["default_dev_aer"])
+        if not all(isinstance(rate, (int, float)) and 0 <= rate <= 1 for rate in rates):
+            raise ValueError("dev_aer and default_dev_aer must be rates in [0, 1]")
+    except (TypeError, KeyError, ValueError) as e:
+        raise ModelDirError(f"{directory / 'heed.json'}: \"alignment\" is not the reading heed records ({e}); "
+                            "remove the entry to align the default way") from None
+    return reading
 
 
 def _ready(model: "TrainableModel | OrtSeq2Seq", *, device: torch.device, bf16: bool) -> Any:
@@ -264,7 +275,7 @@ class Translator:
     models made ready so."""
 
     def __init__(self, model: "TrainableModel | OrtSeq2Seq | Ensemble", codec: Codec, config: Config, *,
-                 device: torch.device, bf16: bool = False) -> None:
+                 device: torch.device, bf16: bool = False, dev_reading: dict[str, Any] | None = None) -> None:
         if isinstance(model, Ensemble):
             self.model: TranslationModel = Ensemble([_ready(m, device=device, bf16=bf16) for m in model.members])
         else:
@@ -276,7 +287,7 @@ class Translator:
         # The reading of the attention that aligned best with the dev gold when the model was
         # trained (heed.json's "alignment", written by heed.train), or None: `heed align` uses it
         # unless told another (AlignOptions fields and the dev AER beside the default reading's).
-        self.dev_reading: dict[str, Any] | None = None
+        self.dev_reading = dev_reading
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, device: str = "auto",
@@ -302,20 +313,17 @@ class Translator:
         torch_device = resolve_device("cpu" if device == "auto" and any(exported) else device, field="device")
         parts = [_load_parts(p, exported=e, device=torch_device, verify=verify) for p, e in zip(paths, exported)]
         if len(parts) == 1:
-            model, codec, config = parts[0]
-            translator = cls(model, codec, config, device=torch_device, bf16=bf16)
-            if not exported[0]:
-                translator.dev_reading = _dev_reading(paths[0])
-            return translator
-        (_, codec, config), first = parts[0], paths[0]
-        for p, (_, other, _) in zip(paths[1:], parts[1:]):
+            model, codec, config, reading = parts[0]
+            return cls(model, codec, config, device=torch_device, bf16=bf16, dev_reading=reading)
+        (_, codec, config, _), first = parts[0], paths[0]
+        for p, (_, other, _, _) in zip(paths[1:], parts[1:]):
             difference = codec.difference(other)
             if difference is not None:
                 raise HeedError(f"{p}: {difference} differs from {first}'s; the models of an ensemble must share "
                                 "their tokenizers and vocabularies (train them on the same data and data settings)")
-        shortest = min(c.data.max_src_len for _, _, c in parts)
+        shortest = min(c.data.max_src_len for _, _, c, _ in parts)
         config = config.model_copy(update={"data": config.data.model_copy(update={"max_src_len": shortest})})
-        return cls(Ensemble([m for m, _, _ in parts]), codec, config, device=torch_device, bf16=bf16)
+        return cls(Ensemble([m for m, _, _, _ in parts]), codec, config, device=torch_device, bf16=bf16)
 
     def _precision(self) -> contextlib.AbstractContextManager:
         """bf16 autocast for a bf16 translator (float32 inputs such as fresh states meet bf16 weights)."""

@@ -320,15 +320,12 @@ def _align_all(translator: "Translator", src_texts: list[str], tgt_texts: list[s
 def _dev_reading(translator: "Translator", options: "AlignOptions", *, given: tuple[Any, ...]) -> "AlignOptions":
     """With no reading flag `given`: the reading training found best on its dev gold (heed.json's
     "alignment"), with the units asked for, when the model has one (said on stderr). Else `options`."""
-    from dataclasses import replace
-
-    from heed.explain.align_methods import AlignOptions
+    from heed.explain.align_methods import recorded_options
 
     reading = translator.dev_reading
     if reading is None or any(flag is not None for flag in given):
         return options
-    chosen = replace(AlignOptions(method=reading["method"], layer=reading["layer"], head=reading["head"],
-                                  weights=reading["weights"]), tgt_units=options.tgt_units)
+    chosen = recorded_options(reading, options.tgt_units)
     stderr().print(f"reading: {chosen.describe(translator.model.head_grid)}, the best on the dev gold at training "
                    f"(AER {100 * reading['dev_aer']:.1f}% against the default's {100 * reading['default_dev_aer']:.1f}%); "
                    "--method, --layer, --head or --weights read another way", soft_wrap=True)

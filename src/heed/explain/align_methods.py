@@ -26,9 +26,9 @@ keeps counts, not matrices.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -88,6 +88,14 @@ class AlignOptions:
         layer = "the alignment layer (the last decoder layer)" if self.layer is None else ("all layers" if self.layer == MEAN else f"layer {self.layer}")
         head = "mean of heads" if self.head in (None, MEAN) else f"head {self.head}"
         return f"{'shift-att' if self.method == 'shift' else 'argmax'}, {layer}, {head}{weighed}"
+
+
+def recorded_options(reading: Mapping[str, Any], tgt_units: Units | None = None) -> AlignOptions:
+    """The AlignOptions of a reading training recorded (heed.json's "alignment": method, layer, head,
+    weights, units), in `tgt_units` (default: the recorded units). ValueError, KeyError or
+    TypeError for an entry heed did not write."""
+    return AlignOptions(method=reading["method"], layer=reading["layer"], head=reading["head"],
+                        weights=reading["weights"], tgt_units=tgt_units or reading["units"])
 
 
 def parse_index(text: str | None, name: str) -> int | Literal["mean"] | None:

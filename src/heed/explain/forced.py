@@ -169,24 +169,24 @@ def sweep(model: Any, codec: Codec, src_texts: Sequence[str], tgt_texts: Sequenc
     for weighting in weights:
         for k, pair in forced_attention(model, codec, src_texts, tgt_texts, device=device, batch_size=batch_size,
                                         heads=heads_model, value_norms=weighting == "value_norm", context=context):
+            maps = None if pair is None else pair.unit_maps(codec, tgt_texts[k], units)
             if weighting == weights[0]:
                 result.sentences += 1
-                n_src = len(normalize(src_texts[k]).split())
-                n_tgt = 0 if pair is None else pair.unit_maps(codec, tgt_texts[k], units).tgt_mean.shape[0]
-                result.diagonal.add(diagonal_alignment(n_src, n_tgt), sure[k], possible[k])
-            _count_readings(result, weighting, pair, codec, tgt_texts[k], units, sure[k], possible[k])
+                n_tgt = 0 if maps is None else maps.tgt_mean.shape[0]
+                result.diagonal.add(diagonal_alignment(len(normalize(src_texts[k]).split()), n_tgt), sure[k],
+                                    possible[k])
+            _count_readings(result, weighting, pair, maps, sure[k], possible[k])
     return result
 
 
-def _count_readings(result: SweepResult, weights: Weights, pair: ForcedPair | None, codec: Codec, tgt_text: str,
-                    units: Units, sure: set[Link], possible: set[Link]) -> None:
+def _count_readings(result: SweepResult, weights: Weights, pair: ForcedPair | None, maps: UnitMaps | None,
+                    sure: set[Link], possible: set[Link]) -> None:
     """Add one pair's links under every method x layer x head of `weights` to the sweep's counts."""
-    if pair is None:
+    if pair is None or maps is None:
         for key in result.readings():
             if key[0] == weights:
                 result.counts[key].add([], sure, possible)
         return
-    maps = pair.unit_maps(codec, tgt_text, units)
     for method in METHODS:
         rows = maps.lift(method_rows(pair.attention, method))  # (layers, heads, tgt_units, src_words)
         by_layer = np.concatenate([rows, rows.mean(axis=0, keepdims=True)])  # + all layers' mean
