@@ -12,11 +12,11 @@ from cli_helpers import assert_user_error, invoke
 from heed.data.dates import generate_dates, generate_dates_aligned
 from heed.data.names import TEMPLATES, generate_names
 from heed.data.pharaoh import gold_pharaoh, parse_gold_pharaoh, read_gold_alignments
+from heed.data.units import char_token_index
 from heed.explain.align import AerCounts, alignment_error_rate, hard_alignment
 from heed.explain.align_methods import (
     AlignOptions,
     UnitMaps,
-    char_token_index,
     diagonal_alignment,
     method_rows,
     parse_index,
@@ -405,7 +405,7 @@ def test_training_records_the_best_reading_on_the_dev_gold_and_heed_align_uses_i
     assert reading["units"] == "chars" and 0.0 <= reading["dev_aer"] <= reading["default_dev_aer"] <= 1.0
     assert reading["weights"] in ("attention", "value_norm") and reading["method"] in ("argmax", "shift")
     translator = Translator.load(tmp_path / "run")
-    assert translator.dev_reading == reading
+    assert translator.recorded_reading == reading
     src, tgt = ["3 March 1998", "le 4 mai 2001"], ["1998-03-03", "2001-05-04"]
     (tmp_path / "s").write_text("\n".join(src) + "\n", encoding="utf-8")
     (tmp_path / "t").write_text("\n".join(tgt) + "\n", encoding="utf-8")

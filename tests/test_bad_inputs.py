@@ -333,6 +333,77 @@ def _(c: Ctx) -> Call:
     return Call(["train", c.yaml_config(), "--output-dir", afile], ["afile"], keep=[afile])
 
 
+# --------------------------------------------------------------------------- guided alignment
+
+
+def _guided(c: Ctx, edit: Callable[[dict], None] | None = None, **alignment: Any) -> tuple[Path, Path]:
+    """A config with train.alignment, and its output directory made empty beforehand (it must stay so)."""
+    def with_alignment(data: dict) -> None:
+        data["train"]["alignment"] = alignment
+        if edit is not None:
+            edit(data)
+
+    out = c.tmp / "out"
+    out.mkdir(exist_ok=True)
+    return c.yaml_config("guided.yaml", with_alignment), out
+
+
+def _links_file(c: Ctx, name: str, bad_line: int | None = None, bad: str = "") -> Path:
+    """One "0-0" line per pair of the tiny training corpus (200), line `bad_line` (1-based) replaced by `bad`."""
+    lines = ["0-0"] * len(c.corpus["train"].read_text(encoding="utf-8").splitlines())
+    if bad_line is not None:
+        lines[bad_line - 1] = bad
+    return c.file(name, "\n".join(lines) + "\n")
+
+
+@case("guided-supervision-too-few-lines")
+def _(c: Ctx) -> Call:
+    config, out = _guided(c, supervision=str(c.file("few.align", "0-0\n0-0\n")))
+    return Call(["train", config], ["few.align", "2 alignment lines", "200 sentence pairs"], keep=[out])
+
+
+@case("guided-supervision-link-outside-its-pair")
+def _(c: Ctx) -> Call:
+    config, out = _guided(c, supervision=str(_links_file(c, "far.align", 7, "0-0 0-99")))
+    return Call(["train", config], ["far.align:7", "link 0-99"], keep=[out])
+
+
+@case("guided-supervision-not-integers")
+def _(c: Ctx) -> Call:
+    config, out = _guided(c, supervision=str(_links_file(c, "words.align", 3, "a-b")))
+    return Call(["train", config], ["words.align:3", "'a-b'"], keep=[out])
+
+
+@case("guided-supervision-task-without-a-task")
+def _(c: Ctx) -> Call:
+    config, out = _guided(c, supervision="task")
+    return Call(["train", config], ["train.alignment.supervision", "generated task"], keep=[out])
+
+
+@case("guided-head-that-does-not-exist")
+def _(c: Ctx) -> Call:
+    config, out = _guided(c, supervision="self", heads=[0, 3])
+    return Call(["train", config], ["train.alignment.heads", "head 3 does not exist", "1 head"], keep=[out])
+
+
+@case("guided-layer-that-does-not-exist")
+def _(c: Ctx) -> Call:
+    config, out = _guided(c, _transformer, supervision="self", layer=2)
+    return Call(["train", config], ["train.alignment.layer", "layer 2 does not exist", "1 decoder layer"], keep=[out])
+
+
+@case("guided-self-starting-after-training")
+def _(c: Ctx) -> Call:
+    config, out = _guided(c, supervision="self", start_step=5000)
+    return Call(["train", config], ["train.alignment.start_step", "start_step 5000", "past the run's end"], keep=[out])
+
+
+@case("guided-a-model-without-attention")
+def _(c: Ctx) -> Call:
+    config, out = _guided(c, lambda d: d["model"].update(decoder="plain"), supervision="self")
+    return Call(["train", config], ["train.alignment", "no attention heads"], keep=[out])
+
+
 # ----------------------------------------------------------------------------------- corpora
 
 

@@ -43,10 +43,11 @@ from heed.data.batching import collate
 from heed.data.codec import Codec
 from heed.data.corpus import text_problem
 from heed.data.pharaoh import to_pharaoh
+from heed.data.units import Units
 from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError
 from heed.explain.align import Link, hard_alignment, load_dictionary, replace_unknowns, word_attention
-from heed.explain.align_methods import AlignOptions, Units, recorded_options
+from heed.explain.align_methods import AlignOptions, recorded_options
 from heed.explain.attention_gap import AttentionGap
 from heed.explain.forced import SweepResult
 from heed.nn.ensemble import Ensemble
@@ -202,14 +203,19 @@ def _load_parts(path: str | os.PathLike[str], *, exported: bool, device: torch.d
 
 
 def _recorded_reading(meta: dict[str, Any], directory: Path) -> dict[str, Any] | None:
-    """heed.json's "alignment" (heed.train records the best reading on the dev gold), checked: a
-    ModelDirError naming the entry when it is not one heed wrote. None when there is none."""
+    """heed.json's "alignment" (heed.train records the heads guided alignment trained, or else the
+    best reading on the dev gold), checked: a ModelDirError naming the entry when it is not one heed
+    wrote. None when there is none."""
     reading = meta.get("alignment")
     if reading is None:
         return None
     try:
         recorded_options(reading)
-        rates = (reading["dev_aer"], reading["default_dev_aer"])
+        if not isinstance(reading.get("trained", False), bool):
+            raise ValueError("trained must be true or false")
+        needed = () if reading.get("trained") else ("dev_aer", "default_dev_aer")
+        rates = [reading[key] for key in needed] + [reading[key] for key in ("dev_aer", "default_dev_aer")
+                                                    if key not in needed and reading.get(key) is not None]
         if not all(isinstance(rate, (int, float)) and 0 <= rate <= 1 for rate in rates):
             raise ValueError("dev_aer and default_dev_aer must be rates in [0, 1]")
     except (TypeError, KeyError, ValueError) as e:
@@ -275,7 +281,7 @@ class Translator:
     models made ready so."""
 
     def __init__(self, model: "TrainableModel | OrtSeq2Seq | Ensemble", codec: Codec, config: Config, *,
-                 device: torch.device, bf16: bool = False, dev_reading: dict[str, Any] | None = None) -> None:
+                 device: torch.device, bf16: bool = False, recorded_reading: dict[str, Any] | None = None) -> None:
         if isinstance(model, Ensemble):
             self.model: TranslationModel = Ensemble([_ready(m, device=device, bf16=bf16) for m in model.members])
         else:
@@ -284,10 +290,11 @@ class Translator:
         self.config = config
         self.device = device
         self.bf16 = bf16
-        # The reading of the attention that aligned best with the dev gold when the model was
-        # trained (heed.json's "alignment", written by heed.train), or None: `heed align` uses it
-        # unless told another (AlignOptions fields and the dev AER beside the default reading's).
-        self.dev_reading = dev_reading
+        # The reading of the attention training recorded (heed.json's "alignment", written by
+        # heed.train), or None: the heads guided alignment trained ("trained": true), or else the
+        # reading that aligned best with the dev gold. `heed align` uses it unless told another
+        # (AlignOptions fields, and the dev AER beside the default reading's where there was a gold).
+        self.recorded_reading = recorded_reading
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, device: str = "auto",
@@ -314,7 +321,7 @@ class Translator:
         parts = [_load_parts(p, exported=e, device=torch_device, verify=verify) for p, e in zip(paths, exported)]
         if len(parts) == 1:
             model, codec, config, reading = parts[0]
-            return cls(model, codec, config, device=torch_device, bf16=bf16, dev_reading=reading)
+            return cls(model, codec, config, device=torch_device, bf16=bf16, recorded_reading=reading)
         (_, codec, config, _), first = parts[0], paths[0]
         for p, (_, other, _, _) in zip(paths[1:], parts[1:]):
             difference = codec.difference(other)

@@ -253,6 +253,49 @@ class EarlyStoppingConfig(_Strict):
 
 
 
+SUPERVISION = "train.alignment.supervision"  # a file of links, resolved like a corpus path
+SUPERVISION_WORDS = ("self", "task")  # the supervisions that are not files
+
+
+class GuidedAlignmentConfig(_Strict):
+    """Guided alignment training (Garg et al. 2019): the cross-entropy between the chosen heads'
+    attention (their mean, at the step that predicts each target token) and links from an aligner,
+    added to the loss with `weight`, normalised per target token like the translation loss. The
+    model then aligns as it translates, and `heed align` reads the trained heads by default.
+
+    supervision:
+    - a Pharaoh file (`i-j` links between 0-based whitespace words, source first), one line per
+      pair of data.train as written (before `reverse` and `split`): any aligner's output, e.g.
+      `heed align --external eflomal`;
+    - `task`: the generated task's own links (dates, names);
+    - `self`: the model's own shift-att from `start_step` on (Chen et al. 2020's Shift-AET): the
+      layer's head mean, read at the step *after* each token, supervises the chosen heads at the
+      step that predicts it, so the alignment is there at decoding time."""
+
+    supervision: Path | Literal["self", "task"] = Field(
+        description="a Pharaoh file of links line-aligned with data.train, 'task' (a generated task's own "
+                    "links) or 'self' (the model's own shift-att)")
+    units: Literal["words", "chars"] = Field("words", description="what the file's target positions count: "
+                                             "whitespace words, or characters without the spaces")
+    layer: int | None = Field(None, ge=0, description="the decoder layer whose heads are trained (0-based); "
+                              "null = the second-to-last of a Transformer (Garg et al.), an RNN's one attention")
+    heads: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1,
+                                                     description="the heads of that layer whose mean attention "
+                                                     "is trained (0-based; an RNN has head 0)")
+    weight: float = Field(0.05, gt=0.0, description="the alignment loss's weight beside the translation loss "
+                          "(lambda; Garg et al. use 0.05)")
+    start_step: int = Field(0, ge=0, description="updates of plain training before the alignment loss starts "
+                            "('self' needs the attention formed first)")
+
+    @model_validator(mode="after")
+    def _heads_once(self) -> "GuidedAlignmentConfig":
+        if len(set(self.heads)) != len(self.heads):
+            raise ValueError(f"heads {self.heads} name a head twice")
+        if self.units == "chars" and not isinstance(self.supervision, Path):
+            raise ValueError("units describes a supervision file; 'task' and 'self' bring their own")
+        return self
+
+
 class TrainConfig(_Strict):
     seed: int = Field(1, ge=0, le=2**63 - 1, description="seeds torch's generators (0 to 2^63 - 1)")
     epochs: int = Field(10, gt=0, description="passes over the training data at most")
@@ -287,6 +330,8 @@ class TrainConfig(_Strict):
                           "the tokens/s with input feeding, 0.89x without, after a compile of 25 s (idle CPU) to "
                           "minutes per target length (bench/RESULTS.md, \"torch.compile for training\"); eager, "
                           "with one line saying so, where no C++ compiler is found")
+    alignment: GuidedAlignmentConfig | None = Field(None, description="guided alignment training: supervise "
+                                                    "chosen attention heads with word links (above); null = none")
 
 
 # ---------------------------------------------------------------------------------------- whole
@@ -319,6 +364,24 @@ class Config(_Strict):
             section = {**{name: info.default for name, info in DataConfig.model_fields.items()
                           if info.default is not PydanticUndefined}, **section}
         return {**data, "model": family.complete(data["model"], section)}
+
+    @model_validator(mode="after")
+    def _supervision_fits_data(self) -> "Config":
+        guided, data = self.train.alignment, self.data
+        if guided is None:
+            return self
+        if guided.supervision == "task" and data.task is None:
+            raise ValueError("train.alignment.supervision 'task' takes a generated task's own links (data.task: "
+                             "dates or names); for a corpus give a Pharaoh file of its links, or 'self'")
+        if isinstance(guided.supervision, Path):
+            if data.task is not None:
+                raise ValueError(f"train.alignment.supervision: task '{data.task}' generates its pairs and their "
+                                 "links; use supervision: task")
+            if data.prepared is not None:
+                raise ValueError("train.alignment.supervision: a file of links is read beside the corpus text "
+                                 "(data.train); prepared shards hold no links, so train from data.train, or use "
+                                 "supervision: self")
+        return self
 
 
 def positions_problem(config: Config) -> str | None:
@@ -434,6 +497,8 @@ def parse_override(item: str) -> tuple[str, Any]:
         raise ConfigError(f"cannot parse value '{text}' ({e.problem})", field=key, path="--set") from None
     if (_is_corpus_path(key) or key in (OUTPUT_DIR, DATA_ROOT, PREPARED)) and isinstance(value, str):
         value = os.path.abspath(value)
+    elif key == SUPERVISION and isinstance(value, str) and value not in SUPERVISION_WORDS:
+        value = os.path.abspath(value)
     elif key.count(".") == 1 and key.split(".")[0] == "data" and key.split(".")[1] in CORPUS_SPLITS \
             and isinstance(value, dict):
         value = {k: os.path.abspath(v) if k in CORPUS_PATH_KEYS and isinstance(v, str) else v
@@ -460,6 +525,10 @@ def config_to_dict(config: Config, *, relative_to: str | os.PathLike[str] | None
                     data["data"]["root"] = "."
         if data["data"].get("prepared") is not None:
             data["data"]["prepared"] = rel(data["data"]["prepared"])
+            data["data"]["root"] = "."
+        guided = data["train"].get("alignment")
+        if guided and guided["supervision"] not in SUPERVISION_WORDS:
+            guided["supervision"] = rel(guided["supervision"])
             data["data"]["root"] = "."
         data[OUTPUT_DIR] = rel(data[OUTPUT_DIR])
     return data
@@ -510,10 +579,17 @@ def data_root(raw: dict[str, Any], base: Path, overrides: dict[str, Any] | None 
 
 
 def _resolve_paths(raw: dict[str, Any], base: Path, root: Path) -> dict[str, Any]:
-    """Relative corpus paths in `raw` made absolute against `root`, and output_dir against `base`."""
+    """Relative corpus paths (and a guided alignment's supervision file) in `raw` made absolute
+    against `root`, and output_dir against `base`."""
     output_dir = raw.get(OUTPUT_DIR)
     if isinstance(output_dir, str) and not os.path.isabs(output_dir):
         raw[OUTPUT_DIR] = os.path.abspath(base / output_dir)
+    train = raw.get("train")
+    guided = train.get("alignment") if isinstance(train, dict) else None
+    if isinstance(guided, dict):
+        supervision = guided.get("supervision")
+        if isinstance(supervision, str) and supervision not in SUPERVISION_WORDS and not os.path.isabs(supervision):
+            guided["supervision"] = os.path.abspath(root / supervision)
     data = raw.get("data")
     if isinstance(data, dict):
         prepared = data.get("prepared")

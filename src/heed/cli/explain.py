@@ -191,9 +191,11 @@ def align(
                                         "baseline's."),
     method: Optional[AlignMethod] = METHOD_OPTION,
     layer: Optional[str] = typer.Option(None, "--layer", help="Decoder layer to read (0-based) or 'mean' for all "
-                                        "layers' average. Default: the last (a Transformer) or the only one (an RNN)."),
-    head: Optional[str] = typer.Option(None, "--head", help="Attention head (0-based), or 'mean'. Default: the mean "
-                                       "of the layer's heads."),
+                                        "layers' average. Default: the last (a Transformer) or the only one (an RNN), or "
+                                        "the reading training recorded."),
+    head: Optional[str] = typer.Option(None, "--head", help="Attention head (0-based), heads joined by commas (0,3: "
+                                       "their mean), or 'mean'. Default: the mean of the layer's heads, or the heads "
+                                       "guided alignment trained."),
     weights: Optional[AlignWeights] = WEIGHTS_OPTION,
     tgt_units: AlignUnits = typer.Option(AlignUnits.words, "--tgt-units", help="Target positions in whitespace words, "
                                          "or in characters (spaces not counted; the dates task's gold is so)."),
@@ -221,15 +223,16 @@ def align(
     words being the whitespace-separated words whatever the model's tokens (subword and character
     attention is summed over each source word's pieces and averaged over each target word's); with
     --tgt-units chars, j counts the target's characters. A Transformer aligns by default with the
-    cross-attention of its last decoder layer, averaged over the heads, unless training scored every
-    reading on a dev gold and recorded the best (then that one); --layer, --head, --method and --weights
-    choose another reading, and --sweep --gold scores them all. With --gold the alignment error rate
+    cross-attention of its last decoder layer, averaged over the heads, unless training recorded a
+    reading: the heads guided alignment trained (train.alignment), or the best of every reading
+    scored on a dev gold. --layer, --head, --method and --weights choose another reading, and
+    --sweep --gold scores them all. With --gold the alignment error rate
     goes to stdout, or to stderr when the alignments do, beside the diagonal baseline (target word j
     -> source word round(j*|src|/|tgt|)), which a useful reading must beat. --beside OTHER reads the
     pairs with another model (its int8 export, say) and says how far its attention and links are."""
     from heed.api import Translator
     from heed.data.corpus import read_parallel
-    from heed.explain.align_methods import unit_count
+    from heed.data.units import unit_count
     from heed.explain.forced import attention_shape
 
     options = _align_options(method, layer, head, tgt_units, weights, gold=gold, sweep_all=sweep_all, reference=reference,
@@ -239,7 +242,7 @@ def align(
     units = [(len(p.src.split()), unit_count(p.tgt, options.tgt_units)) for p in pairs]
     golden, theirs = _read_golds(gold, reference, units, options.tgt_units, sides=f"{src} and {tgt}")
     translator = Translator.load(model, device=device)
-    options = _dev_reading(translator, options, given=(method, layer, head, weights))
+    options = _recorded_reading_of(translator, options, given=(method, layer, head, weights))
     other = Translator.load(beside, device=device) if beside is not None else None
     if sweep_all:
         assert golden is not None
@@ -271,7 +274,7 @@ def _align_options(method: Optional[AlignMethod], layer: Optional[str], head: Op
 
     try:
         options = AlignOptions(method=(method or AlignMethod.argmax).value, layer=parse_index(layer, "--layer"),
-                               head=parse_index(head, "--head"), tgt_units=tgt_units.value,
+                               head=parse_index(head, "--head", several=True), tgt_units=tgt_units.value,
                                weights="value_norm" if weights is AlignWeights.value_norm else "attention")
     except ValueError as e:
         raise HeedError(str(e)) from None
@@ -317,17 +320,21 @@ def _align_all(translator: "Translator", src_texts: list[str], tgt_texts: list[s
     return links
 
 
-def _dev_reading(translator: "Translator", options: "AlignOptions", *, given: tuple[Any, ...]) -> "AlignOptions":
-    """With no reading flag `given`: the reading training found best on its dev gold (heed.json's
-    "alignment"), with the units asked for, when the model has one (said on stderr). Else `options`."""
+def _recorded_reading_of(translator: "Translator", options: "AlignOptions", *, given: tuple[Any, ...]) -> "AlignOptions":
+    """With no reading flag `given`: the reading training recorded (heed.json's "alignment": the heads
+    guided alignment trained, or the best reading on the dev gold), with the units asked for, when
+    the model has one (said on stderr). Else `options`."""
     from heed.explain.align_methods import recorded_options
 
-    reading = translator.dev_reading
+    reading = translator.recorded_reading
     if reading is None or any(flag is not None for flag in given):
         return options
     chosen = recorded_options(reading, options.tgt_units)
-    stderr().print(f"reading: {chosen.describe(translator.model.head_grid)}, the best on the dev gold at training "
-                   f"(AER {100 * reading['dev_aer']:.1f}% against the default's {100 * reading['default_dev_aer']:.1f}%); "
+    scored = (f"AER {100 * reading['dev_aer']:.1f}% against the default's {100 * reading['default_dev_aer']:.1f}%"
+              if reading.get("dev_aer") is not None else "")
+    why = (f"the heads guided alignment trained{' (dev ' + scored + ')' if scored else ''}" if reading.get("trained")
+           else f"the best on the dev gold at training ({scored})")
+    stderr().print(f"reading: {chosen.describe(translator.model.head_grid)}, {why}; "
                    "--method, --layer, --head or --weights read another way", soft_wrap=True)
     return chosen
 

@@ -271,16 +271,16 @@ def padding_fraction(batches: Sequence[Batch | SourceBatch]) -> float:
     return 1.0 - real / total if total else 0.0
 
 
+def kept_indices(examples: Sequence[Example], *, max_src_len: int | None, max_tgt_len: int | None) -> list[int]:
+    """Positions of the examples with len(src_ids) <= max_src_len and len(tgt_ids) <= max_tgt_len
+    (lengths without specials; None means no limit), in order."""
+    return [k for k, (s, t) in enumerate(examples)
+            if (max_src_len is None or len(s) <= max_src_len) and (max_tgt_len is None or len(t) <= max_tgt_len)]
+
+
 def filter_by_length(
     examples: Sequence[Example], *, max_src_len: int | None, max_tgt_len: int | None
 ) -> tuple[list[Example], int]:
-    """(examples with len(src_ids) <= max_src_len and len(tgt_ids) <= max_tgt_len, number dropped).
-
-    Lengths are counted without specials; None means no limit.
-    """
-    kept = [
-        e
-        for e in examples
-        if (max_src_len is None or len(e[0]) <= max_src_len) and (max_tgt_len is None or len(e[1]) <= max_tgt_len)
-    ]
+    """(the examples `kept_indices` keeps, number dropped)."""
+    kept = [examples[k] for k in kept_indices(examples, max_src_len=max_src_len, max_tgt_len=max_tgt_len)]
     return kept, len(examples) - len(kept)

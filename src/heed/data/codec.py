@@ -44,6 +44,9 @@ class Corpora:
     dev: list[Pair]
     test: list[Pair]
     dev_gold: DevGold | None = None  # gold alignments of dev, when the task has them or data.dev.align gives them
+    train_gold: DevGold | None = None  # a generated task's links of its training pairs (guided alignment)
+    train_lines: list[int] | None = None  # with data.split: each training pair's 0-based line in data.train
+    train_read: int | None = None  # with data.split: the pairs read from data.train (its lines)
 
 
 @dataclass(frozen=True)
@@ -77,14 +80,16 @@ def load_corpora(data: DataConfig, *, progress: ReadProgress | None = None) -> C
         splits, golds = generate_dates_aligned(n_train=d.n_train, n_dev=d.n_dev, n_test=d.n_test, seed=d.seed,
                                                languages=tuple(d.languages), verbose_forms=d.verbose_forms)
         gold = DevGold([set(s) for s, _ in golds.dev], [set(p) for _, p in golds.dev], "chars")
-        return Corpora(list(splits.train), list(splits.dev), list(splits.test), gold)
+        train_gold = DevGold([set(s) for s, _ in golds.train], [set(p) for _, p in golds.train], "chars")
+        return Corpora(list(splits.train), list(splits.dev), list(splits.test), gold, train_gold)
     if data.task == "names":
         n = data.names
         names = generate_names(n_train=n.n_train, n_dev=n.n_dev, n_test=n.n_test, seed=n.seed,
                                train_names=n.train_names, heldout_names=n.heldout_names)
         links = [parse_gold_pharaoh(e.gold) for e in names.dev]
+        train_links = [parse_gold_pharaoh(e.gold) for e in names.train]
         return Corpora(*([e.pair for e in split] for split in names), DevGold(*map(list, zip(*links)), "words")
-                       if links else None)
+                       if links else None, DevGold(*map(list, zip(*train_links)), "words"))
     check_corpus_files(data)
 
     def read(corpus: CorpusConfig | None, split: str) -> list[Pair]:
@@ -213,7 +218,8 @@ def split_corpus(pairs: Sequence[Pair], *, dev: int, test: int, seed: int, sourc
 
     test_pairs = take(test)
     dev_pairs = take(dev)
-    return Corpora([p for i, p in enumerate(pairs) if i not in held], dev_pairs, test_pairs)
+    lines = [i for i in range(len(pairs)) if i not in held]
+    return Corpora([pairs[i] for i in lines], dev_pairs, test_pairs, train_lines=lines, train_read=len(pairs))
 
 
 HELDOUT_SPLITS = ("dev", "test")

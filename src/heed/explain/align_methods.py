@@ -32,10 +32,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from heed.explain.align import SPACE, Link, source_word_sum, target_word_mean
+from heed.data.units import Units, char_token_index
+from heed.explain.align import Link, source_word_sum, target_word_mean
 
 Method = Literal["argmax", "shift"]
-Units = Literal["words", "chars"]
 Weights = Literal["attention", "value_norm"]
 WEIGHTS: tuple[Weights, ...] = ("attention", "value_norm")
 Symmetrize = Literal["intersect", "union", "grow-diag-final"]
@@ -50,7 +50,8 @@ class AlignOptions:
 
     layer:   a decoder layer (0-based), "mean" (all layers' average) or None (the model's own
              alignment layer: the last for a Transformer, the only one for an RNN)
-    head:    a head (0-based), or None / "mean" for the mean of the layer's heads
+    head:    a head (0-based), a tuple of heads (their mean: the heads guided alignment trained),
+             or None / "mean" for the mean of the layer's heads
     weights: "attention" (the weights as they are) or "value_norm": each weight times the norm of
              what its source position adds through its head (Kobayashi et al. 2020), a reading of
              contributions, not of weights; the heads' mean then favours the heads that move more
@@ -58,7 +59,7 @@ class AlignOptions:
 
     method: Method = "argmax"
     layer: int | Literal["mean"] | None = None
-    head: int | Literal["mean"] | None = None
+    head: int | tuple[int, ...] | Literal["mean"] | None = None
     tgt_units: Units = "words"
     weights: Weights = "attention"
 
@@ -69,10 +70,13 @@ class AlignOptions:
             raise ValueError(f"tgt_units must be 'words' or 'chars', got {self.tgt_units!r}")
         if self.weights not in WEIGHTS:
             raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
-        for name in ("layer", "head"):
-            value = getattr(self, name)
-            if value is not None and value != MEAN and (not isinstance(value, int) or value < 0):
-                raise ValueError(f"{name} must be a 0-based index or 'mean', got {value!r}")
+        if self.layer not in (None, MEAN) and not _is_index(self.layer):
+            raise ValueError(f"layer must be a 0-based index or 'mean', got {self.layer!r}")
+        if isinstance(self.head, tuple):
+            if not self.head or not all(map(_is_index, self.head)):
+                raise ValueError(f"heads must be 0-based indices, got {self.head!r}")
+        elif self.head not in (None, MEAN) and not _is_index(self.head):
+            raise ValueError(f"head must be a 0-based index or 'mean', got {self.head!r}")
 
     @property
     def default_attention(self) -> bool:
@@ -86,31 +90,41 @@ class AlignOptions:
         if head_grid == (1, 1):
             return f"{'shift-att' if self.method == 'shift' else 'argmax'}, the attention{weighed}"
         layer = "the alignment layer (the last decoder layer)" if self.layer is None else ("all layers" if self.layer == MEAN else f"layer {self.layer}")
-        head = "mean of heads" if self.head in (None, MEAN) else f"head {self.head}"
+        head = ("mean of heads" if self.head in (None, MEAN) else f"head {self.head}" if isinstance(self.head, int)
+                else f"mean of heads {', '.join(map(str, self.head))}")
         return f"{'shift-att' if self.method == 'shift' else 'argmax'}, {layer}, {head}{weighed}"
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def recorded_options(reading: Mapping[str, Any], tgt_units: Units | None = None) -> AlignOptions:
     """The AlignOptions of a reading training recorded (heed.json's "alignment": method, layer, head,
     weights, units), in `tgt_units` (default: the recorded units). ValueError, KeyError or
     TypeError for an entry heed did not write."""
-    return AlignOptions(method=reading["method"], layer=reading["layer"], head=reading["head"],
+    head = reading["head"]
+    return AlignOptions(method=reading["method"], layer=reading["layer"],
+                        head=tuple(head) if isinstance(head, list) else head,
                         weights=reading["weights"], tgt_units=tgt_units or reading["units"])
 
 
-def parse_index(text: str | None, name: str) -> int | Literal["mean"] | None:
-    """A --layer / --head value: None, "mean" or a non-negative integer (ValueError naming `name` otherwise)."""
+def parse_index(text: str | None, name: str, *, several: bool = False) -> int | tuple[int, ...] | Literal["mean"] | None:
+    """A --layer / --head value: None, "mean" or a non-negative integer, and with `several` also
+    indices joined by commas ("0,3": their mean); ValueError naming `name` otherwise."""
     if text is None:
         return None
     if text.strip().lower() == MEAN:
         return MEAN
+    expected = "a 0-based index" + (", indices joined by commas (0,3)" if several else "") + " or 'mean'"
+    parts = text.split(",") if several else [text]
     try:
-        value = int(text)
+        values = tuple(int(part) for part in parts)
     except ValueError:
-        raise ValueError(f"{name} must be a 0-based index or 'mean', got {text!r}") from None
-    if value < 0:
-        raise ValueError(f"{name} must be a 0-based index or 'mean', got {text!r}")
-    return value
+        raise ValueError(f"{name} must be {expected}, got {text!r}") from None
+    if any(v < 0 for v in values) or len(set(values)) != len(values):
+        raise ValueError(f"{name} must be {expected}, got {text!r}")
+    return values[0] if len(values) == 1 else values
 
 
 def check_selection(options: AlignOptions, layers: int, heads: int) -> None:
@@ -118,9 +132,10 @@ def check_selection(options: AlignOptions, layers: int, heads: int) -> None:
     if isinstance(options.layer, int) and options.layer >= layers:
         raise ValueError(f"--layer {options.layer} does not exist: the model has {layers} decoder "
                          f"layer{'s' if layers != 1 else ''} with attention (0..{layers - 1}, or 'mean')")
-    if isinstance(options.head, int) and options.head >= heads:
-        raise ValueError(f"--head {options.head} does not exist: the model has {heads} head"
-                         f"{'s' if heads != 1 else ''} per layer (0..{heads - 1}, or 'mean')")
+    for head in options.head if isinstance(options.head, tuple) else (options.head,):
+        if isinstance(head, int) and head >= heads:
+            raise ValueError(f"--head {head} does not exist: the model has {heads} head"
+                             f"{'s' if heads != 1 else ''} per layer (0..{heads - 1}, or 'mean')")
 
 
 def select_attention(stack: np.ndarray, options: AlignOptions, default_layer: int) -> np.ndarray:
@@ -128,6 +143,8 @@ def select_attention(stack: np.ndarray, options: AlignOptions, default_layer: in
     check_selection(options, stack.shape[0], stack.shape[1])
     layer = default_layer if options.layer is None else options.layer
     by_layer = stack.mean(axis=0) if layer == MEAN else stack[layer]  # (heads, rows, src_len)
+    if isinstance(options.head, tuple):
+        return by_layer[list(options.head)].mean(axis=0)
     return by_layer.mean(axis=0) if options.head in (None, MEAN) else by_layer[options.head]
 
 
@@ -135,28 +152,6 @@ def method_rows(token_attention: np.ndarray, method: Method) -> np.ndarray:
     """(..., tgt_len + 1, src_len) with the </s> row -> (..., tgt_len, src_len): row k for token k
     (argmax: the row predicting it) or row k + 1 (shift: the row reading it)."""
     return token_attention[..., :-1, :] if method == "argmax" else token_attention[..., 1:, :]
-
-
-def unit_count(text: str, units: Units) -> int:
-    """How many target units `text` has: whitespace words, or characters without the spaces."""
-    words = text.split()
-    return len(words) if units == "words" else len("".join(words))
-
-
-def char_token_index(tgt_tokens: Sequence[str], tgt_text: str) -> list[int]:
-    """For each non-space character of `tgt_text`, the index of the target token that writes it.
-
-    A token's characters are its text without the word-start mark "▁" (the char tokenizer's space
-    token has none). ValueError when the tokens do not spell the text (a token the tokenizer made
-    up, such as "<unk>")."""
-    index: list[int] = []
-    for k, token in enumerate(tgt_tokens):
-        index.extend([k] * len(token.replace(SPACE, "")))
-    spelled = "".join(t.replace(SPACE, "") for t in tgt_tokens)
-    if spelled != tgt_text.replace(" ", ""):
-        raise ValueError(f"the target tokens {list(tgt_tokens)[:8]}... do not spell {tgt_text!r} character "
-                         "for character, so they cannot be aligned in characters; use words")
-    return index
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ import torch
 from heed.data.batching import collate
 from heed.data.codec import Codec, DevGold
 from heed.data.corpus import Pair, normalize
+from heed.data.units import Units
 from heed.explain.align import AerCounts, Link, hard_alignment
 from heed.explain.align_methods import (
     MEAN,
@@ -27,7 +28,6 @@ from heed.explain.align_methods import (
     AlignOptions,
     Method,
     UnitMaps,
-    Units,
     Weights,
     diagonal_alignment,
     method_rows,
@@ -196,15 +196,19 @@ def _count_readings(result: SweepResult, weights: Weights, pair: ForcedPair | No
                 result.counts[(weights, method, layer, head)].add(hard_alignment(full[r, c]), sure, possible)
 
 
-def corpus_aer(model: Any, codec: Codec, pairs: Sequence[Pair], gold: DevGold, *, device: torch.device) -> float | None:
+def corpus_aer(model: Any, codec: Codec, pairs: Sequence[Pair], gold: DevGold, *, device: torch.device,
+               options: AlignOptions | None = None) -> float | None:
     """The alignment error rate of `pairs` against `gold` (its sure and possible links, one set per
-    pair, in `gold.units`), read the default way (heed align's: argmax of the reported attention).
-    What training records at each evaluation; None with nothing to score."""
+    pair, in `gold.units`), read as `options` say (default: heed align's default way, argmax of the
+    reported attention). What training records at each evaluation; None with nothing to score."""
     model.eval()
-    options = AlignOptions(tgt_units=gold.units)
+    options = AlignOptions(tgt_units=gold.units) if options is None else replace(options, tgt_units=gold.units)
+    heads = not options.default_attention
+    default_layer = attention_shape(model)[2] if heads else 0
     counts = AerCounts()
-    for k, pair in forced_attention(model, codec, [p.src for p in pairs], [p.tgt for p in pairs],
-                                    device=device, batch_size=64, heads=False):
-        links = [] if pair is None else links_of(pair, pair.unit_maps(codec, pairs[k].tgt, gold.units), options, 0)[1]
+    for k, pair in forced_attention(model, codec, [p.src for p in pairs], [p.tgt for p in pairs], device=device,
+                                    batch_size=64, heads=heads, value_norms=options.weights == "value_norm"):
+        links = [] if pair is None else links_of(pair, pair.unit_maps(codec, pairs[k].tgt, gold.units), options,
+                                                 default_layer)[1]
         counts.add(links, gold.sure[k], gold.possible[k])
     return counts.aer if counts.n_a + counts.n_s else None

@@ -15,10 +15,11 @@ import torch
 from heed.api import MAP_PARTS, Alignment, HeadMaps, Translator, _check_texts, _Stoppable
 from heed.data.batching import collate
 from heed.data.corpus import normalize
+from heed.data.units import Units, unit_count
 from heed.data.vocab import BOS, SPECIALS
 from heed.errors import HeedError
 from heed.explain.align import Link
-from heed.explain.align_methods import AlignOptions, Units, check_selection, unit_count
+from heed.explain.align_methods import AlignOptions, check_selection
 from heed.explain.attention_gap import AttentionGap, attention_gap
 from heed.explain.forced import SweepResult, attention_shape, forced_attention, links_of, sweep
 from heed.nn.protocol import AttributableModel, HeadsModel, SelfAttentionModel

@@ -47,3 +47,10 @@ class FamilyConfig(BaseModel):
     def position_limit(self) -> int | None:
         """The longest sequence, in positions, the model can tell apart; None when it reads any length."""
         return None
+
+    @property
+    def attention_grid(self) -> tuple[int, int] | None:
+        """(decoder layers with attention over the source, heads per layer) of the model this config
+        builds, as heed.nn.protocol.HeadsModel.head_grid gives them; None when its heads cannot be
+        read or trained one by one (guided alignment training needs them)."""
+        return None

@@ -53,11 +53,15 @@ class SeqLoss(NamedTuple):
     total:         what is backpropagated: cross_entropy, plus coverage where the model has one
     cross_entropy: the (label-smoothed, as asked) cross-entropy; with label_smoothing 0, the NLL
     coverage:      the lambda-weighted coverage loss (See et al. 2017, eq. 13), None without coverage
+    attention:     with `loss(..., attention_layer=L)`: layer L's every head's attention over the source
+                   in the same pass, (batch, heads, tgt_len, src_len), row t the step predicting
+                   tgt_out[t] (what guided alignment training supervises, heed.train.alignment); else None
     """
 
     total: Tensor
     cross_entropy: Tensor
     coverage: Tensor | None
+    attention: Tensor | None = None
 
 
 class _GeneratorCrossEntropy(torch.autograd.Function):

@@ -153,6 +153,12 @@ class HeadsModel(Protocol):
         (layers, heads, batch, tgt_len, src_len); an RNN's one attention is (1, 1, ...)."""
         ...
 
+    def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0, attention_layer: int | None = None) -> SeqLoss:
+        """The training loss (TrainableModel.loss); with `attention_layer`, that layer's every head's
+        attention of the same pass in SeqLoss.attention (batch, heads, tgt_len, src_len): what
+        guided alignment training supervises."""
+        ...
+
 
 @runtime_checkable
 class ValueNormModel(Protocol):

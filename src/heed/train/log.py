@@ -93,12 +93,14 @@ class TrainLog:
             self.progress.update(self.task, loss=f"{float(window.loss_sum) / window.tokens:.3f}",
                                  speed=f"{window.speed():,.0f}")
 
-    def train_line(self, step: int, epoch: float, loss: float, lr: float, speed: float, eta: float | None) -> None:
+    def train_line(self, step: int, epoch: float, loss: float, lr: float, speed: float, eta: float | None, *,
+                   align: float | None = None) -> None:
         if self.progress is not None:
             self.progress.update(self.task, loss=f"{loss:.3f}", speed=f"{speed:,.0f}")
         else:
             eta_text = "" if eta is None else f" | eta {_duration(eta)}"
-            self.say(f"step {step}/{self.total_steps} | epoch {epoch:.2f} | loss {loss:.4f} | lr {lr:.2e} "
+            align_text = "" if align is None else f" | align {align:.4f}"
+            self.say(f"step {step}/{self.total_steps} | epoch {epoch:.2f} | loss {loss:.4f}{align_text} | lr {lr:.2e} "
                      f"| {speed:,.0f} tok/s{eta_text}")
 
     def restore(self, saved: Path) -> None:
@@ -139,6 +141,8 @@ class Window:
     seconds (it read 10x the real figure)."""
 
     loss_sum: torch.Tensor
+    # guided alignment training's loss (before its weight; heed.train.alignment); stays 0 without it
+    align_sum: torch.Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
     tokens: int = 0
     steps: int = 0
     started: float = field(default_factory=time.perf_counter)
@@ -150,7 +154,8 @@ class Window:
         return self.timed_tokens / seconds if seconds > 0 else 0.0
 
     def to_json(self) -> dict[str, float]:
-        return {"loss_sum": float(self.loss_sum), "tokens": self.tokens, "steps": self.steps}
+        return {"loss_sum": float(self.loss_sum), "align_sum": float(self.align_sum), "tokens": self.tokens,
+                "steps": self.steps}
 
 
 def best_so_far(value: float | None, step: int | None) -> str:

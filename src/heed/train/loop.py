@@ -65,18 +65,14 @@ from heed.checkpoint import (
     save_checkpoint,
     save_model_dir,
 )
-from heed.config import (
-    Config,
-    positions_problem,
-)
+from heed.config import Config, positions_problem
 from heed.data.batching import Batch, token_batches
 from heed.data.corpus import Pair
 from heed.data.prepared import PreparedCorpus
 from heed.decode_config import DecodeConfig
 from heed.errors import ConfigError, HeedError
 from heed.evaluate import Scores, evaluate
-from heed.explain.align_methods import AlignOptions
-from heed.explain.forced import corpus_aer, sweep
+from heed.explain.forced import corpus_aer
 from heed.explain.history import attention_entropy
 from heed.nn.build import build_model
 from heed.nn.protocol import HeadsModel, TrainableModel
@@ -101,11 +97,17 @@ from heed.plumbing.runtime import (
     resolve_device,
     torch_threads,
 )
+from heed.train.alignment import (
+    GuidedAlignment,
+    alignment_loss,
+    alignment_reading,
+    alignment_target,
+    guided_alignment,
+    shift_att_target,
+)
 from heed.train.dev import DevResult, decode_pairs, dev_batches, dev_loss
 from heed.train.log import TrainLog, Window, best_so_far
-from heed.train.resume import (
-    saved_step,
-)
+from heed.train.resume import saved_step
 from heed.train.schedule import HIGHER_IS_BETTER, LRSchedule, better, reached
 from heed.train.setup import RunData, RunSetup
 
@@ -130,8 +132,6 @@ class TrainResult:
 
 
 # ----------------------------------------------------------------------------------- trainer
-
-
 
 
 class _Divergence:
@@ -163,20 +163,36 @@ class _Targets(NamedTuple):
 
 
 class _BatchLoss(nn.Module):
-    """The model's summed, label-smoothed training loss of one batch, as a module whose `forward`
-    does it all: DistributedDataParallel syncs gradients only for work done inside the `forward`
-    of the module it wraps."""
+    """The model's summed, label-smoothed training loss of one batch, with the guided alignment loss
+    (heed.train.alignment) when asked, as a module whose `forward` does it all:
+    DistributedDataParallel syncs gradients only for work done inside the `forward` of the module it
+    wraps."""
 
-    def __init__(self, model: TrainableModel, *, label_smoothing: float) -> None:
+    def __init__(self, model: TrainableModel, *, label_smoothing: float, guide: GuidedAlignment | None) -> None:
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
+        self.guide = guide
 
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
-        """src (batch, src_len), src_lengths (batch,), tgt_in and tgt_out (batch, tgt_len) -> the
-        model's loss (`Seq2Seq.loss(...).total`) summed over the target tokens, a scalar. Tensors,
-        not the Batch, go in, so DDP moves and scans them as it does any module's inputs."""
-        return self.model.loss(_Targets(src, src_lengths, tgt_in, tgt_out), label_smoothing=self.label_smoothing).total
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor, guided: bool = False,
+                target: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """src (batch, src_len), src_lengths (batch,), tgt_in and tgt_out (batch, tgt_len) -> (what is
+        backpropagated: the model's loss (`Seq2Seq.loss(...).total`) summed over the target tokens,
+        plus with `guided` the weighted alignment loss; the alignment loss alone, or None). `target`
+        (batch, tgt_len, src_len): the supervision of links; None with `guided` reads the model's
+        own shift-att. Tensors, not the Batch, go in, so DDP moves and scans them as it does any
+        module's inputs."""
+        targets = _Targets(src, src_lengths, tgt_in, tgt_out)
+        guide = self.guide
+        if not guided or guide is None:
+            return self.model.loss(targets, label_smoothing=self.label_smoothing).total, None
+        out = self.model.loss(targets, label_smoothing=self.label_smoothing,  # type: ignore[call-arg]
+                              attention_layer=guide.layer)
+        assert out.attention is not None
+        if target is None:
+            target = shift_att_target(out.attention, src_lengths, (tgt_out != self.model.pad_id).sum(1))
+        align = alignment_loss(out.attention, guide.heads, target)
+        return out.total + guide.weight * align.to(out.total.dtype), align.detach()
 
 
 class Trainer:
@@ -238,6 +254,7 @@ class Trainer:
                                                        world=self.world, console=self.console).open(held)
             self.resumed_from = None if checkpoint is None else checkpoint.directory
             self.model, self.optimizer, self.schedule, self.state = self._build(self.data, checkpoint, fingerprint)
+            self.guide = guided_alignment(config, self.data.train_links, self.data.corpora)
             # step of checkpoints/last, once there is one
             self._last_saved: int | None = self.state.step if checkpoint is not None else None
             # the forward pass runs under torch.compile (train.compile, and a compiler)
@@ -311,17 +328,11 @@ class Trainer:
 
     def _batch_loss(self, model: TrainableModel) -> nn.Module:
         """The model's loss of a batch as one module; under torchrun wrapped in DistributedDataParallel."""
-        batch_loss: nn.Module = _BatchLoss(model, label_smoothing=self.config.train.label_smoothing)
+        batch_loss: nn.Module = _BatchLoss(model, label_smoothing=self.config.train.label_smoothing, guide=self.guide)
         if self.world.is_distributed:
             return DistributedDataParallel(batch_loss,
                                            device_ids=[self.device.index] if self.device.type == "cuda" else None)
         return batch_loss
-
-
-
-
-
-
 
 
     def _batches(self, epoch: int):
@@ -383,9 +394,11 @@ class Trainer:
 
     def _restored_window(self) -> Window:
         """The log window as the checkpoint left it (a fresh one for a fresh run)."""
-        window = Window(torch.zeros((), dtype=torch.float64, device=self.device))
+        window = Window(torch.zeros((), dtype=torch.float64, device=self.device),
+                        torch.zeros((), dtype=torch.float64, device=self.device))
         if self.state.window is not None:
             window.loss_sum += self.state.window["loss_sum"]
+            window.align_sum += self.state.window.get("align_sum", 0.0)
             window.tokens, window.steps = int(self.state.window["tokens"]), int(self.state.window["steps"])
         return window
 
@@ -515,27 +528,39 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         per_token = tokens / world.size  # == tokens for one process
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        align_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        guide = self.guide
+        guided = guide is not None and self.state.step >= guide.start_step
         for i, batch in enumerate(share.batches):
+            target = None
+            if guided and guide is not None and guide.links is not None:  # the supervision of links, on the host
+                target = self._to_device(alignment_target(guide.links, batch.indices, batch.tgt_out.size(1),
+                                                          batch.src.size(1)))
             batch = self._to_device(batch)
             last = i == len(share.batches) - 1
             accumulating = world.is_distributed and not last
             with self.batch_loss.no_sync() if accumulating else contextlib.nullcontext():  # type: ignore[operator]
                 with self._autocast():
-                    loss = self.batch_loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
+                    loss, align = self.batch_loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, guided,
+                                                  target)
                 # weight 0 on an idle rank: its backward is there only so the all-reduce meets every rank
                 weighted = loss * 0.0 if share.idle else loss / per_token
                 # The last backward all-reduces the gradients: a failure there is another rank gone.
                 with collective_errors(world) if last else contextlib.nullcontext():
                     weighted.backward()
             if not share.idle:
-                loss_sum += loss.detach().double()
+                if align is not None and guide is not None:  # the log shows the translation loss, and this apart
+                    align_sum += align.double()
+                    loss_sum += (loss.detach() - guide.weight * align.to(loss.dtype)).double()
+                else:
+                    loss_sum += loss.detach().double()
         if world.is_distributed:
             # The update's loss (for the log and the divergence check) and the stop flags, agreed by all.
             out_of_time = self._out_of_time()
             flags = torch.tensor([self._stop_requested, out_of_time], dtype=torch.float64, device=self.device)
-            agreed = all_reduce_sum(torch.cat([loss_sum.reshape(1), flags]), world)
-            loss_sum = agreed[0]
-            self._agreed = (bool(agreed[1] > 0), bool(agreed[2] > 0))
+            agreed = all_reduce_sum(torch.cat([loss_sum.reshape(1), align_sum.reshape(1), flags]), world)
+            loss_sum, align_sum = agreed[0], agreed[1]
+            self._agreed = (bool(agreed[2] > 0), bool(agreed[3] > 0))
         if cfg.clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
         self.optimizer.step()
@@ -546,6 +571,7 @@ class Trainer:
         else:  # queue the check on the device; read at the next log line or save
             self._divergence.note(loss_sum, self.state.step + 1)
         window.loss_sum += loss_sum
+        window.align_sum += align_sum
         window.tokens += tokens
         window.timed_tokens += tokens
         window.steps += 1
@@ -580,10 +606,13 @@ class Trainer:
         per_step = (time.perf_counter() - run_start_time) / done if done else 0.0
         eta = per_step * max(total - state.step, 0) if done else None
         lr = self.optimizer.param_groups[0]["lr"]
+        # the alignment loss per target token, as the loss is (after start_step, and before the weight)
+        align = float(window.align_sum) / max(window.tokens, 1) if self.guide is not None else None
         self.log.record({"kind": "train", "step": state.step, "epoch": round(epoch, 4), "loss": loss, "lr": lr,
-                         "tok_per_s": round(speed, 1)})
-        self.log.train_line(state.step, epoch, loss, lr, speed, eta)
+                         "tok_per_s": round(speed, 1), **({"align_loss": align} if align is not None else {})})
+        self.log.train_line(state.step, epoch, loss, lr, speed, eta, align=align)
         window.loss_sum.zero_()
+        window.align_sum.zero_()
         window.tokens = window.steps = window.timed_tokens = 0
         window.started = time.perf_counter()
 
@@ -623,7 +652,8 @@ class Trainer:
         gold = self.data.corpora.dev_gold
         if gold is None or not self.model.has_attention:
             return None
-        return corpus_aer(self.model, self.data.codec, self.data.dev_pairs, gold, device=self.device)
+        return corpus_aer(self.model, self.data.codec, self.data.dev_pairs, gold, device=self.device,
+                          options=None if self.guide is None else self.guide.options)  # the trained heads
 
     def _dev_entropy(self) -> list[list[float]] | None:
         if not isinstance(self.model, HeadsModel):
@@ -746,34 +776,13 @@ class Trainer:
             self.log.say(f"test (best model, step {self.state.best_step}, beam {self.config.decode.beam_size}): "
                          f"BLEU {test.bleu:.2f}  chrF {test.chrf:.2f}  exact {test.exact_match:.2f}% "
                          f"({test.exact}/{test.total})")
-        reading = self._best_dev_reading()
+        reading = alignment_reading(self.model, self.data.codec, self.data.dev_pairs, self.data.corpora.dev_gold,
+                                    self.guide, device=self.device, say=self.log.say)
         save_model_dir(self.model_dir, model=self.model, config=self.config, codec=self.data.codec,
                        metrics=self.log.path, info={"step": self.state.best_step, "stop_reason": stop,
                                                     **({"alignment": reading} if reading else {})})
         self.log.say(f"model: {self.model_dir}  (stopped: {stop.replace('_', ' ')})")
         return test
-
-    def _best_dev_reading(self) -> dict[str, Any] | None:
-        """With a dev gold and a model whose heads can be read: every reading of the best model's
-        attention scored on the dev pairs (explain.forced.sweep), and the best one, to be `heed
-        align`'s default for this model (recorded in heed.json with its dev AER beside the default
-        reading's). None otherwise."""
-        gold = self.data.corpora.dev_gold
-        if gold is None or not self.model.has_attention or not isinstance(self.model, HeadsModel):
-            return None
-        self.model.eval()
-        pairs = self.data.dev_pairs
-        result = sweep(self.model, self.data.codec, [p.src for p in pairs], [p.tgt for p in pairs], gold.sure,
-                       gold.possible, units=gold.units, device=self.device, batch_size=64)
-        best, aer = result.best()
-        default = result.aer(AlignOptions(tgt_units=gold.units))
-        self.log.say(f"alignment: the best reading on the dev gold is {best.describe(result.head_grid)} "
-                     f"(AER {100 * aer:.1f}%, the default reading {100 * default:.1f}%); heed align uses it")
-        return {"method": best.method, "layer": best.layer, "head": best.head, "weights": best.weights,
-                "units": gold.units, "dev_aer": aer, "default_dev_aer": default}
-
-
-
 
 def train(config: Config, *, resume: bool = False, allow_data_change: bool = False, console: Console | None = None,
           progress: bool | None = None, world: World | None = None) -> TrainResult:

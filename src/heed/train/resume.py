@@ -15,6 +15,7 @@ from heed.checkpoint import (
 from heed.config import (
     CORPUS_PATH_KEYS,
     CORPUS_SPLITS,
+    SUPERVISION,
     Config,
     DataConfig,
     config_to_dict,
@@ -104,6 +105,15 @@ def data_fingerprint(data: DataConfig) -> dict[str, Any]:
             path = None if corpus is None else getattr(corpus, key)
             if path is not None:
                 fingerprint[f"data.{split}.{key}"] = _file_fingerprint(path)
+    return fingerprint
+
+
+def run_fingerprint(config: Config) -> dict[str, Any]:
+    """data_fingerprint, and the guided alignment's supervision file when there is one."""
+    fingerprint = data_fingerprint(config.data)
+    guided = config.train.alignment
+    if guided is not None and isinstance(guided.supervision, Path):
+        fingerprint[SUPERVISION] = _file_fingerprint(guided.supervision)
     return fingerprint
 
 

@@ -21,23 +21,26 @@ from heed.checkpoint import (
 from heed.config import (
     Config,
 )
-from heed.data.batching import filter_by_length
+from heed.data.batching import epoch_rng, kept_indices, plan_batches
 from heed.data.codec import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
 from heed.data.corpus import Pair
 from heed.data.prepared import PreparedCorpus
+from heed.data.supervision import TokenLinks, training_links
 from heed.errors import ConfigError, HeedError
 from heed.plumbing.distributed import (
     World,
     run_on_main,
+    updates_in,
 )
 from heed.plumbing.lock import RunLock
+from heed.train.alignment import check_guided
 from heed.train.resume import (
     check_resumable,
     check_same_data,
     check_same_world,
     codec_files,
     codec_from_files,
-    data_fingerprint,
+    run_fingerprint,
 )
 
 
@@ -50,6 +53,7 @@ class RunData:
     test_pairs: list[Pair]
     dropped: int
     corpora: Corpora
+    train_links: TokenLinks | None = None  # guided alignment's links of each `train` example, in its order
 
 
 class RunSetup:
@@ -81,14 +85,16 @@ class RunSetup:
             check_same_world(checkpoint.trainer.world_size, self.world.size, checkpoint.directory)
             data = self._load_data(Codec.load(checkpoint.directory, data=checkpoint.config.data,
                                               copy=checkpoint.config.model.copy))
-            fingerprint = data_fingerprint(self.config.data)
+            fingerprint = run_fingerprint(self.config)
             if checkpoint.trainer.data is not None and not self.allow_data_change:
                 check_same_data(checkpoint.trainer.data, fingerprint, self.config.data)
             self._write_heldout(data)
             return checkpoint, fingerprint, data
         self._refuse_a_run()  # before the data loads, which may take minutes
+        check_guided(self.config, planned_updates=None)
         data = self._load_data(None)
-        fingerprint = data_fingerprint(self.config.data)
+        check_guided(self.config, planned_updates=self._planned_updates(data))
+        fingerprint = run_fingerprint(self.config)
         try:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -142,6 +148,7 @@ class RunSetup:
         cfg = self.config.data
         corpora = load_corpora(cfg, progress=self._reading)
         train: list[Example] | PreparedCorpus
+        links: TokenLinks | None = None
         if cfg.prepared is not None:
             # sha256 of every shard, once per run: seconds for millions of pairs, against a flipped bit
             # silently training on wrong ids (heed.data.prepared)
@@ -151,12 +158,28 @@ class RunSetup:
         else:
             if codec is None:
                 codec = Codec.build(corpora.train, cfg, warn=self._warn, copy=self.config.model.copy)
-            train, dropped = filter_by_length(codec.encode_pairs(corpora.train), max_src_len=cfg.max_src_len,
-                                              max_tgt_len=cfg.max_tgt_len)
+            examples = codec.encode_pairs(corpora.train)
+            keep = kept_indices(examples, max_src_len=cfg.max_src_len, max_tgt_len=cfg.max_tgt_len)
+            train, dropped = [examples[k] for k in keep], len(examples) - len(keep)
+            links = training_links(cfg, self.config.train.alignment, corpora, codec, keep)
         if not train:
             raise ConfigError(f"every training pair is longer than max_src_len={cfg.max_src_len} or "
                               f"max_tgt_len={cfg.max_tgt_len} tokens; raise them", field="data")
-        return RunData(codec, train, corpora.dev, codec.encode_pairs(corpora.dev), corpora.test, dropped, corpora)
+        return RunData(codec, train, corpora.dev, codec.encode_pairs(corpora.dev), corpora.test, dropped, corpora,
+                       links)
+
+    def _planned_updates(self, data: RunData) -> int:
+        """The updates the run will make, as the trainer counts them (the first epoch's batches)."""
+        t, d = self.config.train, self.config.data
+        if isinstance(data.train, PreparedCorpus):
+            batches = len(data.train.batches(batch_tokens=d.batch_tokens, max_sentences=d.max_sentences, seed=t.seed,
+                                             epoch=0, pool_sentences=d.pool_sentences))
+        else:
+            batches = len(plan_batches([len(s) for s, _ in data.train], [len(t_) for _, t_ in data.train],
+                                       batch_tokens=d.batch_tokens, max_sentences=d.max_sentences, shuffle=True,
+                                       rng=epoch_rng(t.seed, 0)))
+        updates = t.epochs * updates_in(batches, world=self.world, accumulate=t.accumulate)
+        return updates if t.max_steps is None else min(updates, t.max_steps)
 
     def _reading(self, what: str, pairs: int) -> None:
         if self.console is not None:

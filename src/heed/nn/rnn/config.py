@@ -150,6 +150,11 @@ with warnings.catch_warnings():
             """What the model is, in words a log line or a page shows: its decoder."""
             return self.decoder
 
+        @property
+        def attention_grid(self) -> tuple[int, int] | None:
+            """One attention, as one layer of one head; none for the plain decoder."""
+            return None if self.decoder == "plain" else (1, 1)
+
 
 def describe(cfg: RNNConfig) -> str:
     return f"{cfg.decoder} attention, {cfg.attention or 'default'} score"

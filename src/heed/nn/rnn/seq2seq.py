@@ -100,33 +100,40 @@ class Seq2Seq(nn.Module):
         enc = self.encode(src, src_lengths)
         return self.decoder.forward_features(tgt_in, self.init_state(enc), enc, need_attention=need_attention)
 
-    def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0) -> SeqLoss:
+    def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0, attention_layer: int | None = None) -> SeqLoss:
         """The teacher-forced training loss of `batch`, summed over its target tokens (tgt_out !=
         pad_id): the cross-entropy, plus lambda times the coverage loss (See et al. 2017, eq. 13)
         when `coverage_loss` > 0. The generator and cross-entropy run through
         heed.nn.loss.generator_loss, which never materialises the logits; attention weights are
-        kept only for the coverage loss. A copy model's is the NLL of See et al.'s mixture over the
+        kept only for the coverage loss, or with `attention_layer` (0, the one attention: returned
+        as SeqLoss.attention (batch, 1, tgt_len, src_len), for guided alignment training). A copy
+        model's is the NLL of See et al.'s mixture over the
         extended vocabulary (heed.nn.rnn.copy.mixture_loss); its tgt_out names a copied unknown word by
         its temporary id (heed.data.extended). Copy with coverage is See et al.'s full model: the
         mixture's NLL plus the same coverage term."""
+        if attention_layer is not None and (attention_layer != 0 or not self.has_attention):
+            raise ValueError(f"attention_layer {attention_layer}: this RNN has "
+                             f"{'one attention, layer 0' if self.has_attention else 'no attention'}")
         weighted = self.coverage_loss > 0
+        need_attention = weighted or attention_layer is not None
         if self.decoder.copy is not None:
             enc = self.encode(batch.src, batch.src_lengths)
             # a copy decoder returns the attention whatever need_attention says: its mixture needs it
-            out = self.decoder(batch.tgt_in, self.init_state(enc), enc, need_attention=weighted)
+            out = self.decoder(batch.tgt_in, self.init_state(enc), enc, need_attention=need_attention)
             cross_entropy = mixture_loss(out.logits, batch.tgt_out, ignore_index=self.pad_id,
                                          label_smoothing=label_smoothing, vocab_size=self.decoder.copy.target_size)
             attention = out.attention
         else:
-            features = self.forward_features(batch.src, batch.src_lengths, batch.tgt_in, need_attention=weighted)
+            features = self.forward_features(batch.src, batch.src_lengths, batch.tgt_in, need_attention=need_attention)
             cross_entropy = generator_loss(features.features, self.decoder.generator, batch.tgt_out,
                                            ignore_index=self.pad_id, label_smoothing=label_smoothing)
             attention = features.attention
+        heads = None if attention_layer is None else attention[:, None]  # type: ignore[index]
         if not weighted:
-            return SeqLoss(cross_entropy, cross_entropy, None)
+            return SeqLoss(cross_entropy, cross_entropy, None, heads)
         assert attention is not None
         coverage = self.coverage_loss * coverage_loss(attention, batch.tgt_out != self.pad_id)  # eq. 13
-        return SeqLoss(cross_entropy + coverage.to(cross_entropy.dtype), cross_entropy, coverage)
+        return SeqLoss(cross_entropy + coverage.to(cross_entropy.dtype), cross_entropy, coverage, heads)
 
     def compile_teacher_forced(self) -> None:
         """From now on, `forward_features` in training mode (and so `loss`) runs the decoder's

@@ -79,6 +79,10 @@ with warnings.catch_warnings():
             return None
 
         @property
+        def attention_grid(self) -> tuple[int, int]:
+            return self.layers, self.heads
+
+        @property
         def position_limit(self) -> int | None:
             """Learned positions: `max_positions` (a later position would reuse the last row); None for
             sinusoidal ones, computed for any position."""

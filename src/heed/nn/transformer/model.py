@@ -75,6 +75,7 @@ class TransformerStep(NamedTuple):
 class TransformerFeatures(NamedTuple):
     features: Tensor  # (batch, tgt_len, d_model) the generator's input
     attention: Tensor | None  # (batch, tgt_len, src_len) when asked for
+    layer_heads: Tensor | None = None  # (batch, heads, tgt_len, src_len): one layer's every head, when asked for
 
 
 def cache_names(layers: int) -> list[str]:
@@ -251,14 +252,16 @@ class TransformerSeq2Seq(nn.Module):
     # ------------------------------------------------------------------ teacher forcing
 
     def _decode_all(self, tgt_in: Tensor, enc: TransformerEncoded, *, need_attention: bool,
-                    weights: dict[str, list[Tensor]] | None = None) -> TransformerFeatures:
-        """tgt_in (batch, tgt_len) -> features (batch, tgt_len, d_model) after the final norm, and
-        the alignment layer's head-mean cross-attention (batch, tgt_len, src_len) when asked for."""
+                    weights: dict[str, list[Tensor]] | None = None,
+                    heads_of_layer: int | None = None) -> TransformerFeatures:
+        """tgt_in (batch, tgt_len) -> features (batch, tgt_len, d_model) after the final norm, the
+        alignment layer's head-mean cross-attention (batch, tgt_len, src_len) when asked for, and
+        layer `heads_of_layer`'s every head (batch, heads, tgt_len, src_len) when one is named."""
         dec = self.decoder
         x = dec.embed(tgt_in, torch.arange(tgt_in.size(1), device=tgt_in.device))
-        attention = None
+        attention = layer_heads = None
         for i, layer in enumerate(dec.layers):
-            need = weights is not None or (need_attention and i == self.alignment_layer)
+            need = weights is not None or (need_attention and i == self.alignment_layer) or i == heads_of_layer
             out = layer(x, enc.memory[i], enc.memory_mask, need_weights=need)
             x = out.states
             if weights is not None:
@@ -266,7 +269,9 @@ class TransformerSeq2Seq(nn.Module):
                 weights["cross"].append(out.cross_weights)
             if need_attention and i == self.alignment_layer:
                 attention = out.cross_weights.mean(1)  # (batch, tgt_len, src_len)
-        return TransformerFeatures(dec.norm(x), attention)
+            if i == heads_of_layer:
+                layer_heads = out.cross_weights  # (batch, heads, tgt_len, src_len)
+        return TransformerFeatures(dec.norm(x), attention, layer_heads)
 
     def forward_features(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *,
                          need_attention: bool = False) -> TransformerFeatures:
@@ -309,12 +314,20 @@ class TransformerSeq2Seq(nn.Module):
         self._decode_all(tgt_in, self.encode(src, src_lengths), need_attention=False, weights=weights)
         return torch.stack(weights["cross"]).transpose(1, 2)
 
-    def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0) -> SeqLoss:
-        """The label-smoothed cross-entropy summed over the real target tokens (heed.nn.loss)."""
-        features = self.forward_features(batch.src, batch.src_lengths, batch.tgt_in)
+    def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0, attention_layer: int | None = None) -> SeqLoss:
+        """The label-smoothed cross-entropy summed over the real target tokens (heed.nn.loss); with
+        `attention_layer`, that decoder layer's every head's cross-attention of the same pass too
+        (SeqLoss.attention, for guided alignment training; the eager pass, not the compiled one)."""
+        if attention_layer is None:
+            features = self.forward_features(batch.src, batch.src_lengths, batch.tgt_in)
+        else:
+            if not 0 <= attention_layer < self.layers:
+                raise ValueError(f"attention_layer {attention_layer}: the decoder has layers 0..{self.layers - 1}")
+            features = self._decode_all(batch.tgt_in, self.encode(batch.src, batch.src_lengths), need_attention=False,
+                                        heads_of_layer=attention_layer)
         cross_entropy = generator_loss(features.features, self.decoder.generator, batch.tgt_out,  # type: ignore[arg-type]
                                        ignore_index=self.pad_id, label_smoothing=label_smoothing)
-        return SeqLoss(cross_entropy, cross_entropy, None)
+        return SeqLoss(cross_entropy, cross_entropy, None, features.layer_heads)
 
     def compile_teacher_forced(self) -> None:
         """From now on the training pass (encoder and decoder stacks, forward and backward) runs
