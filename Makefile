@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.heed-installed
 $(STAMP): pyproject.toml tools/make_venv.py
 	$(PYTHON) tools/make_venv.py $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install torch==2.13.0
-	$(BIN)/python -m pip install -e '.[dev,serve,onnx,ct2,explain]'
+	$(BIN)/python -m pip install -e '.[dev,serve,onnx,ct2,explain,align]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -11,6 +11,7 @@ import torch
 import yaml
 from cli_helpers import invoke
 
+from heed.api import Translator
 from heed.config import GuidedAlignmentConfig, config_from_dict, load_config, save_config
 from heed.data.codec import Codec, Corpora, load_corpora, split_corpus
 from heed.data.corpus import Pair, normalize
@@ -21,7 +22,13 @@ from heed.explain.align import hard_alignment
 from heed.explain.align_methods import AlignOptions, UnitMaps, recorded_options, select_attention
 from heed.nn.build import build_model
 from heed.train import train
-from heed.train.alignment import alignment_loss, alignment_target, shift_att_target
+from heed.train.alignment import (
+    GuidedAlignment,
+    alignment_loss,
+    alignment_reading,
+    alignment_target,
+    shift_att_target,
+)
 
 # ------------------------------------------------------------------------------ words and pieces
 
@@ -213,6 +220,15 @@ def test_guided_heads_align_better_than_unguided_ones_and_heed_json_records_them
     assert reading["dev_aer"] == pytest.approx(_dev_aers(tmp_path / "guided", step=meta["step"]), abs=1e-9)
     assert recorded_options(reading) == AlignOptions(layer=0, head=1, tgt_units="chars")
     assert plain.test is not None and guided.test is not None
+    # heads that align worse than another reading (the unguided model's head 1, taken as trained) give way to it
+    translator = Translator.load(plain.model_dir)
+    corpora = load_corpora(_dates(tmp_path, "x").data)
+    said = []
+    worse = alignment_reading(translator.model, translator.codec, corpora.dev, corpora.dev_gold,
+                              GuidedAlignment(0, [1], 0.05, 0, None, "chars"), device=torch.device("cpu"),
+                              say=said.append)
+    assert "trained" not in worse and worse["dev_aer"] < worse["default_dev_aer"] + 1e-9, said
+    assert "heed align uses the sweep's best" in said[0], said
 
 
 def test_self_supervision_starts_at_its_step(tmp_path):

@@ -1,4 +1,5 @@
-"""`heed data list | get | task`: the recipes' corpora (heed.data.download) and generated tasks."""
+"""`heed data list | get | task | align`: the recipes' corpora (heed.data.download), generated tasks,
+and a corpus's word links from a statistical aligner (heed.explain.external)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +12,7 @@ from heed.cli.progress import Progress
 from heed.errors import HeedError
 
 data_app = typer.Typer(name="data", help="The recipes' corpora: list them, or download one (checked by sha256); "
-                       "or write a generated task with its gold alignments.",
+                       "write a generated task with its gold alignments; or word-align a corpus (eflomal).",
                        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                        rich_markup_mode=None)
 
@@ -93,6 +94,42 @@ def data_task(
     units = "--tgt-units chars " if name == "dates" else ""
     typer.echo(f"score a model's alignments: heed align MODEL --src {directory / 'test.src'} --tgt {directory / 'test.tgt'} "
                f"{units}--gold {directory / 'test.align'}")
+
+
+@data_app.command("align")
+@friendly_errors
+def data_align(
+    output: Path = typer.Option(..., "--output", "-o", help="The Pharaoh file to write, one line per pair."),
+    tsv: Optional[Path] = typer.Option(None, "--tsv", help="A corpus as source<TAB>target lines."),
+    src: Optional[Path] = typer.Option(None, "--src", help="The source side, one sentence a line."),
+    tgt: Optional[Path] = typer.Option(None, "--tgt", help="The target side, line-aligned with --src."),
+    symmetrize: str = typer.Option("grow-diag-final", "--symmetrize", help="How the two directions join: "
+                                   "grow-diag-final (and; Koehn et al. 2005), intersect or union."),
+) -> None:
+    """Word-align a corpus with eflomal, a statistical aligner (`pip install 'heed[align]'`), in both
+    directions, joined by --symmetrize: one Pharaoh line per pair ("i-j", 0-based whitespace words,
+    source first), written whole. Give the corpus exactly as data.train names it (not reversed), and
+    the file is the links guided alignment trains on (train.alignment.supervision: FILE), or a silver
+    reference for `heed align --reference` on text without a gold."""
+    import time
+
+    from heed.data.corpus import read_parallel, read_tsv
+    from heed.data.pharaoh import to_pharaoh
+    from heed.explain.align_methods import SYMMETRIZE
+    from heed.explain.external import eflomal_links
+    from heed.plumbing.files import atomic_open
+
+    if symmetrize not in SYMMETRIZE:
+        raise HeedError(f"--symmetrize must be one of {', '.join(SYMMETRIZE)}, got {symmetrize!r}")
+    if (tsv is None) == (src is None and tgt is None) or (src is None) != (tgt is None):
+        raise HeedError("give the corpus as --tsv FILE, or as --src FILE --tgt FILE")
+    started = time.perf_counter()
+    pairs = list(read_tsv(tsv) if tsv is not None else read_parallel(src, tgt))  # type: ignore[arg-type]
+    links = eflomal_links(pairs, how=symmetrize)  # type: ignore[arg-type]
+    with atomic_open(output) as sink:
+        sink.writelines(to_pharaoh(sorted(pair_links)) + "\n" for pair_links in links)
+    typer.echo(f"{len(pairs):,} pairs aligned by eflomal ({symmetrize}; {sum(map(len, links)):,} links) in "
+               f"{time.perf_counter() - started:.1f} s -> {output}")
 
 
 def _scheme(url: str) -> str:

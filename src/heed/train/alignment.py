@@ -39,6 +39,7 @@ from heed.explain.align_methods import AlignOptions
 from heed.explain.forced import corpus_aer, sweep
 from heed.nn.protocol import HeadsModel
 
+TRAINED_MARGIN = 0.001  # the trained heads stay heed align's reading unless a reading beats them by this AER on the dev gold
 LOG_FLOOR = 1e-9  # attention below this counts as this in the log: a masked-out or underflowed weight stays finite
 
 
@@ -158,8 +159,9 @@ def alignment_reading(model: Any, codec: Codec, dev_pairs: Sequence[Pair], gold:
                       say: Callable[[str], None]) -> dict[str, Any] | None:
     """heed.json's "alignment": the reading `heed align` makes of the trained model by default.
 
-    - With guided alignment: the trained heads (and, with a dev gold, their dev AER beside the
-      default reading's and the sweep's best, said in one line).
+    - With guided alignment: the trained heads; with a dev gold, scored beside the default reading
+      and the sweep's best (one line says all three), and replaced by the sweep's best when that
+      aligns better by more than TRAINED_MARGIN.
     - Else, with a dev gold and a model whose heads can be read: every reading of the best model's
       attention scored on the dev pairs (explain.forced.sweep), and the best one.
     None otherwise."""
@@ -177,11 +179,17 @@ def alignment_reading(model: Any, codec: Codec, dev_pairs: Sequence[Pair], gold:
         say(f"alignment: the best reading on the dev gold is {best.describe(result.head_grid)} "
             f"(AER {100 * aer:.1f}%, the default reading {100 * default:.1f}%); heed align uses it")
         return {**_fields(replace(best, tgt_units=gold.units)), "dev_aer": aer, "default_dev_aer": default}
-    trained_aer = corpus_aer(model, codec, dev_pairs, gold, device=device, options=guide.options)
+    trained_aer = corpus_aer(model, codec, dev_pairs, gold, device=device, options=guide.options) or 0.0
+    # The evidence decides: the trained heads, unless another reading aligns the dev gold better
+    # (`self` teaches the heads shift-att's links, which can be worse than the plain reading's).
+    use_trained = trained_aer <= aer + TRAINED_MARGIN
     say(f"alignment: the trained heads ({guide.options.describe(result.head_grid)}) align the dev gold at AER "
-        f"{100 * (trained_aer or 0.0):.1f}% (the default reading {100 * default:.1f}%, the best of the sweep "
-        f"{100 * aer:.1f}%: {best.describe(result.head_grid)}); heed align uses the trained heads")
-    return {**(trained or {}), "units": gold.units, "dev_aer": trained_aer or 0.0, "default_dev_aer": default}
+        f"{100 * trained_aer:.1f}% (the default reading {100 * default:.1f}%, the best of the sweep "
+        f"{100 * aer:.1f}%: {best.describe(result.head_grid)}); heed align uses "
+        + ("the trained heads" if use_trained else "the sweep's best"))
+    if use_trained:
+        return {**(trained or {}), "units": gold.units, "dev_aer": trained_aer, "default_dev_aer": default}
+    return {**_fields(replace(best, tgt_units=gold.units)), "dev_aer": aer, "default_dev_aer": default}
 
 
 def _fields(options: AlignOptions) -> dict[str, Any]:
