@@ -65,7 +65,7 @@ def test_without_eflomal_the_command_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "eflomal", None)  # import eflomal raises ImportError
     (tmp_path / "a.tsv").write_text("a b\tc d\n", encoding="utf-8")
     result = invoke("data", "align", "--tsv", tmp_path / "a.tsv", "-o", tmp_path / "out.align")
-    assert_user_error(result, "eflomal", "pip install 'heed[align]'")
+    assert_user_error(result, "eflomal", "pip install 'heed-nmt[align]'")
     assert not (tmp_path / "out.align").exists()
 
 

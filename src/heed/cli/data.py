@@ -106,7 +106,7 @@ def data_align(
     symmetrize: str = typer.Option("grow-diag-final", "--symmetrize", help="How the two directions join: "
                                    "grow-diag-final (and; Koehn et al. 2005), intersect or union."),
 ) -> None:
-    """Word-align a corpus with eflomal, a statistical aligner (`pip install 'heed[align]'`), in both
+    """Word-align a corpus with eflomal, a statistical aligner (`pip install 'heed-nmt[align]'`), in both
     directions, joined by --symmetrize: one Pharaoh line per pair ("i-j", 0-based whitespace words,
     source first), written whole. Give the corpus exactly as data.train names it (not reversed), and
     the file is the links guided alignment trains on (train.alignment.supervision: FILE), or a silver

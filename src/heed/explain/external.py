@@ -1,5 +1,5 @@
 """A statistical aligner beside the model: eflomal (Östling and Tiedemann 2016, an IBM1 + HMM +
-fertility model sampled with Gibbs; on PyPI, the `heed[align]` extra).
+fertility model sampled with Gibbs; on PyPI, the `heed-nmt[align]` extra).
 
 It aligns a corpus in both directions and the two are joined (heed.explain.align_methods.symmetrize,
 grow-diag-final-and by default): the links guided alignment training learns from
@@ -19,7 +19,7 @@ from heed.data.pharaoh import Link, read_alignments
 from heed.errors import HeedError
 from heed.explain.align_methods import Symmetrize, symmetrize
 
-INSTALL = "pip install 'heed[align]'"
+INSTALL = "pip install 'heed-nmt[align]'"
 
 
 def eflomal_links(pairs: Sequence[Pair], *, how: Symmetrize = "grow-diag-final") -> list[set[Link]]:
