@@ -13,7 +13,7 @@ from heed.data.dates import generate_dates, generate_dates_aligned
 from heed.data.names import TEMPLATES, generate_names
 from heed.data.pharaoh import gold_pharaoh, parse_gold_pharaoh, read_gold_alignments
 from heed.data.units import char_token_index
-from heed.explain.align import AerCounts, alignment_error_rate, hard_alignment
+from heed.explain.align import AerCounts, agreement, alignment_error_rate, hard_alignment
 from heed.explain.align_methods import (
     AlignOptions,
     UnitMaps,
@@ -308,6 +308,27 @@ def test_a_reference_file_is_scored_beside_the_model_and_checked_before_the_work
     assert_user_error(invoke("align", trained_run, *args, "--reference", short, "-o", out), "short.align",
                       "5 alignment lines", "20 sentences")
     assert out.read_text(encoding="utf-8") == "keep me\n"  # refused before anything was written
+
+
+def test_without_a_gold_a_reference_gives_precision_recall_and_f1(trained_run, gold_files, tmp_path):
+    args = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars"]
+    hyp = tmp_path / "hyp.align"
+    assert invoke("align", trained_run, *args, "-o", hyp).exit_code == 0
+    same = invoke("align", trained_run, *args, "--reference", hyp)  # the model's own links: full agreement
+    assert same.exit_code == 0, same.output
+    assert f"against {hyp}: precision 1.0000  recall 1.0000  F1 1.0000" in same.stderr
+    other = tmp_path / "other.align"  # every line but its first link: recall drops, precision does not
+    other.write_text("".join(" ".join(line.split()[1:]) + "\n" for line in hyp.read_text().splitlines()))
+    links = sum(len(line.split()) for line in hyp.read_text().splitlines())
+    found = invoke("align", trained_run, *args, "--reference", other, "-o", tmp_path / "again.align")
+    assert f"precision {(links - 20) / links:.4f}  recall 1.0000" in found.stdout, found.output  # -o: scores on stdout
+
+
+def test_agreement_by_hand():
+    found = agreement([{(0, 0), (1, 1)}, {(0, 1)}], [{(0, 0)}, {(0, 1), (1, 0)}])
+    assert (found.precision, found.recall, found.links, found.reference) == (2 / 3, 2 / 3, 3, 3)
+    assert found.f1 == pytest.approx(2 / 3)
+    assert agreement([set()], [set()]).f1 == 0.0
 
 
 def test_training_logs_the_entropy_of_every_heads_attention(transformer_run, tiny_corpus):

@@ -1021,7 +1021,7 @@ def _(c: Ctx) -> Call:
 @case("align-head-not-a-number")
 def _(c: Ctx) -> Call:
     return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--head", "top"],
-                ["--head must be a 0-based index or 'mean'"])
+                ["--head must be a 0-based index", "got 'top'"])
 
 
 @case("align-gold-chars-outside")

@@ -204,8 +204,10 @@ def align(
     symmetrize: SymmetrizeHow = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="With --reverse: "
                                              "keep links both agree on (intersect), either has (union), or "
                                              "grow-diag-final-and (Koehn et al. 2005)."),
-    reference: Optional[Path] = typer.Option(None, "--reference", help="With --gold: another aligner's Pharaoh file "
-                                             "(e.g. fast_align's), scored beside the model."),
+    reference: Optional[Path] = typer.Option(None, "--reference", help="Another aligner's Pharaoh file (eflomal's from "
+                                             "`heed data align`, fast_align's): the model's precision, recall and F1 "
+                                             "against it (a silver measure without a gold), and with --gold its AER "
+                                             "beside the model's."),
     beside: Optional[Path] = typer.Option(None, "--beside", help="Another model on the same vocabularies (e.g. the "
                                           "int8 export of this one): its attention read on the same pairs, the mean "
                                           "|difference| per cell and the links that differ (and its AER with --gold)."),
@@ -263,6 +265,8 @@ def align(
         others.append((f"{beside} (--beside)", besides))
     if golden is not None:
         _print_aer(links, golden, units, what, others, err=output is None)
+    if theirs is not None:
+        _print_agreement(links, theirs, str(reference), what, err=output is None)
 
 
 def _align_options(method: Optional[AlignMethod], layer: Optional[str], head: Optional[str], tgt_units: AlignUnits,
@@ -278,8 +282,8 @@ def _align_options(method: Optional[AlignMethod], layer: Optional[str], head: Op
                                weights="value_norm" if weights is AlignWeights.value_norm else "attention")
     except ValueError as e:
         raise HeedError(str(e)) from None
-    if (sweep_all or reference is not None) and gold is None:
-        raise HeedError(f"{'--sweep' if sweep_all else '--reference'} scores against gold alignments: give --gold FILE")
+    if sweep_all and gold is None:
+        raise HeedError("--sweep scores against gold alignments: give --gold FILE")
     if sweep_all and (reverse is not None or output is not None):
         raise HeedError("--sweep prints AER and writes no alignments: leave out --reverse and --output")
     if reverse is not None and options.tgt_units != "words":
@@ -297,12 +301,10 @@ def _read_golds(gold: Optional[Path], reference: Optional[Path], units: list[tup
                 sides: str) -> tuple[Any, Any]:
     """(sure, possible) of --gold, and every link of --reference (another aligner's: sure or not,
     each counts), each None when not given; both checked against the pairs' word counts `units`."""
-    if gold is None:
-        return None, None
     from heed.data.pharaoh import read_gold_for
 
     hint = "" if tgt_units == "chars" else ", or characters with --tgt-units chars"
-    golden = read_gold_for(gold, units, units=tgt_units, sides=sides, hint=hint)
+    golden = None if gold is None else read_gold_for(gold, units, units=tgt_units, sides=sides, hint=hint)
     theirs = None if reference is None else read_gold_for(reference, units, units=tgt_units, sides=sides, hint=hint)[1]
     return golden, theirs
 
@@ -534,6 +536,15 @@ def _print_aer(links: list[set], golden: tuple[list[set], list[set]], units: lis
     if aer >= diagonal:
         typer.echo("warning: this reading of the attention does not beat the diagonal baseline; try --method shift, "
                    "another --layer/--head, or --sweep to score them all", err=True)
+
+
+def _print_agreement(links: list[set], theirs: list[set], name: str, what: str, *, err: bool) -> None:
+    """The model's links against another aligner's: precision, recall, F1 (a silver measure)."""
+    from heed.explain.align import agreement
+
+    found = agreement(links, theirs)
+    typer.echo(f"against {name}: precision {found.precision:.4f}  recall {found.recall:.4f}  F1 {found.f1:.4f}   "
+               f"({found.links} links against its {found.reference}; {what})", err=err)
 
 
 def _print_sweep(result: Any, plot: Path, sentences: int) -> None:

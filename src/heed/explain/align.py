@@ -160,6 +160,32 @@ class AerCounts:
         return 1.0 - (self.a_and_s + self.a_and_p) / (self.n_a + self.n_s)
 
 
+@dataclass(frozen=True)
+class Agreement:
+    """How one aligner's links agree with another's taken as reference (a silver measure where there
+    is no gold, e.g. a model's reading against eflomal's links): precision |A & R| / |A|, recall
+    |A & R| / |R| and their harmonic mean F1, over a whole corpus."""
+
+    precision: float
+    recall: float
+    f1: float
+    links: int  # |A|
+    reference: int  # |R|
+
+
+def agreement(hyp: Sequence[set[Link]], reference: Sequence[set[Link]]) -> Agreement:
+    """The Agreement of `hyp` with `reference`, one link set per sentence each (0 where a side has
+    no links)."""
+    if len(hyp) != len(reference):
+        raise ValueError(f"agreement needs one link set per sentence in each: got {len(hyp)} and {len(reference)}")
+    common = sum(len(set(a) & set(r)) for a, r in zip(hyp, reference))
+    n_a, n_r = sum(map(len, hyp)), sum(map(len, reference))
+    precision = common / n_a if n_a else 0.0
+    recall = common / n_r if n_r else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return Agreement(precision, recall, f1, n_a, n_r)
+
+
 def alignment_error_rate(
     hyp: Sequence[set[Link]], sure: Sequence[set[Link]], possible: Sequence[set[Link]]
 ) -> float:
