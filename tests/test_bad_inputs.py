@@ -359,7 +359,7 @@ def _links_file(c: Ctx, name: str, bad_line: int | None = None, bad: str = "") -
 @case("guided-supervision-too-few-lines")
 def _(c: Ctx) -> Call:
     config, out = _guided(c, supervision=str(c.file("few.align", "0-0\n0-0\n")))
-    return Call(["train", config], ["few.align", "2 alignment lines", "200 sentence pairs"], keep=[out])
+    return Call(["train", config], ["few.align", "2 alignment lines", "data.train have 200 sentences"], keep=[out])
 
 
 @case("guided-supervision-link-outside-its-pair")

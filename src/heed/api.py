@@ -211,12 +211,12 @@ def _recorded_reading(meta: dict[str, Any], directory: Path) -> dict[str, Any] |
         return None
     try:
         recorded_options(reading)
-        if not isinstance(reading.get("trained", False), bool):
+        trained = reading.get("trained", False)
+        if not isinstance(trained, bool):
             raise ValueError("trained must be true or false")
-        needed = () if reading.get("trained") else ("dev_aer", "default_dev_aer")
-        rates = [reading[key] for key in needed] + [reading[key] for key in ("dev_aer", "default_dev_aer")
-                                                    if key not in needed and reading.get(key) is not None]
-        if not all(isinstance(rate, (int, float)) and 0 <= rate <= 1 for rate in rates):
+        # a dev sweep's reading always has its rates; trained heads have them only where there was a gold
+        rates = [reading[key] if not trained else reading.get(key) for key in ("dev_aer", "default_dev_aer")]
+        if not all((trained and rate is None) or (isinstance(rate, (int, float)) and 0 <= rate <= 1) for rate in rates):
             raise ValueError("dev_aer and default_dev_aer must be rates in [0, 1]")
     except (TypeError, KeyError, ValueError) as e:
         raise ModelDirError(f"{directory / 'heed.json'}: \"alignment\" is not the reading heed records ({e}); "

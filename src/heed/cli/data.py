@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from heed.cli.app import friendly_errors
+from heed.cli.explain import SymmetrizeHow
 from heed.cli.progress import Progress
 from heed.errors import HeedError
 
@@ -103,8 +104,9 @@ def data_align(
     tsv: Optional[Path] = typer.Option(None, "--tsv", help="A corpus as source<TAB>target lines."),
     src: Optional[Path] = typer.Option(None, "--src", help="The source side, one sentence a line."),
     tgt: Optional[Path] = typer.Option(None, "--tgt", help="The target side, line-aligned with --src."),
-    symmetrize: str = typer.Option("grow-diag-final", "--symmetrize", help="How the two directions join: "
-                                   "grow-diag-final (and; Koehn et al. 2005), intersect or union."),
+    symmetrize: SymmetrizeHow = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="How the two "
+                                             "directions join: grow-diag-final (and; Koehn et al. 2005), intersect "
+                                             "or union."),
 ) -> None:
     """Word-align a corpus with eflomal, a statistical aligner (`pip install 'heed-nmt[align]'`), in both
     directions, joined by --symmetrize: one Pharaoh line per pair ("i-j", 0-based whitespace words,
@@ -115,20 +117,17 @@ def data_align(
 
     from heed.data.corpus import read_parallel, read_tsv
     from heed.data.pharaoh import to_pharaoh
-    from heed.explain.align_methods import SYMMETRIZE
     from heed.explain.external import eflomal_links
     from heed.plumbing.files import atomic_open
 
-    if symmetrize not in SYMMETRIZE:
-        raise HeedError(f"--symmetrize must be one of {', '.join(SYMMETRIZE)}, got {symmetrize!r}")
     if (tsv is None) == (src is None and tgt is None) or (src is None) != (tgt is None):
         raise HeedError("give the corpus as --tsv FILE, or as --src FILE --tgt FILE")
     started = time.perf_counter()
     pairs = list(read_tsv(tsv) if tsv is not None else read_parallel(src, tgt))  # type: ignore[arg-type]
-    links = eflomal_links(pairs, how=symmetrize)  # type: ignore[arg-type]
+    links = eflomal_links(pairs, how=symmetrize.value)  # type: ignore[arg-type]
     with atomic_open(output) as sink:
         sink.writelines(to_pharaoh(sorted(pair_links)) + "\n" for pair_links in links)
-    typer.echo(f"{len(pairs):,} pairs aligned by eflomal ({symmetrize}; {sum(map(len, links)):,} links) in "
+    typer.echo(f"{len(pairs):,} pairs aligned by eflomal ({symmetrize.value}; {sum(map(len, links)):,} links) in "
                f"{time.perf_counter() - started:.1f} s -> {output}")
 
 

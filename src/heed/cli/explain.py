@@ -228,10 +228,10 @@ def align(
     cross-attention of its last decoder layer, averaged over the heads, unless training recorded a
     reading: the heads guided alignment trained (train.alignment), or the best of every reading
     scored on a dev gold. --layer, --head, --method and --weights choose another reading, and
-    --sweep --gold scores them all. With --gold the alignment error rate
-    goes to stdout, or to stderr when the alignments do, beside the diagonal baseline (target word j
-    -> source word round(j*|src|/|tgt|)), which a useful reading must beat. --beside OTHER reads the
-    pairs with another model (its int8 export, say) and says how far its attention and links are."""
+    --sweep --gold scores them all. With --gold the alignment error rate goes to stdout, or to
+    stderr when the alignments do, beside the diagonal baseline (target word j -> source word
+    round(j*|src|/|tgt|)), which a useful reading must beat. --beside OTHER reads the pairs with
+    another model (its int8 export, say) and says how far its attention and links are."""
     from heed.api import Translator
     from heed.data.corpus import read_parallel
     from heed.data.units import unit_count
@@ -258,15 +258,9 @@ def align(
                              symmetrize, batch_size)
         what += f", {symmetrize.value} with {reverse}"
     _write_lines([_pharaoh_line(link_set) + "\n" for link_set in links], output)
-    others = [] if theirs is None else [(str(reference), theirs)]
-    if other is not None:
-        besides = _beside(translator, other, links, src_texts, tgt_texts, options,
-                          batch_size=batch_size, name=str(beside), err=output is None)
-        others.append((f"{beside} (--beside)", besides))
-    if golden is not None:
-        _print_aer(links, golden, units, what, others, err=output is None)
-    if theirs is not None:
-        _print_agreement(links, theirs, str(reference), what, err=output is None)
+    besides = None if other is None else _beside(translator, other, links, src_texts, tgt_texts, options,
+                                                 batch_size=batch_size, name=str(beside), err=output is None)
+    _print_scores(links, units, what, golden, (reference, theirs), (beside, besides), err=output is None)
 
 
 def _align_options(method: Optional[AlignMethod], layer: Optional[str], head: Optional[str], tgt_units: AlignUnits,
@@ -538,13 +532,23 @@ def _print_aer(links: list[set], golden: tuple[list[set], list[set]], units: lis
                    "another --layer/--head, or --sweep to score them all", err=True)
 
 
-def _print_agreement(links: list[set], theirs: list[set], name: str, what: str, *, err: bool) -> None:
-    """The model's links against another aligner's: precision, recall, F1 (a silver measure)."""
+def _print_scores(links: list[set], units: list[tuple[int, int]], what: str, golden: Any,
+                  reference: tuple[Optional[Path], Optional[list[set]]], beside: tuple[Optional[Path], Optional[list[set]]],
+                  *, err: bool) -> None:
+    """With a gold, the AER of the model and of the others, each (file, its links or None) of
+    --reference and --beside; with a reference, the model's precision, recall and F1 against it
+    (a silver measure)."""
     from heed.explain.align import agreement
 
-    found = agreement(links, theirs)
-    typer.echo(f"against {name}: precision {found.precision:.4f}  recall {found.recall:.4f}  F1 {found.f1:.4f}   "
-               f"({found.links} links against its {found.reference}; {what})", err=err)
+    (reference_file, theirs), (beside_dir, besides) = reference, beside
+    others = ([] if theirs is None else [(str(reference_file), theirs)]) + (
+        [] if besides is None else [(f"{beside_dir} (--beside)", besides)])
+    if golden is not None:
+        _print_aer(links, golden, units, what, others, err=err)
+    if theirs is not None:
+        found = agreement(links, theirs)
+        typer.echo(f"against {reference_file}: precision {found.precision:.4f}  recall {found.recall:.4f}  "
+                   f"F1 {found.f1:.4f}   ({found.links} links against its {found.reference}; {what})", err=err)
 
 
 def _print_sweep(result: Any, plot: Path, sentences: int) -> None:

@@ -110,13 +110,14 @@ def read_gold_alignments(path: str | Path) -> tuple[list[set[Link]], list[set[Li
     return sure, possible
 
 
-def read_gold_for(path: str | Path, sizes: Sequence[tuple[int, int]], *, units: str = "words",
+def read_gold_for(path: str | Path, sizes: Sequence[tuple[int, int] | None], *, units: str = "words",
                   sides: str = "the source and target", hint: str = "") -> tuple[list[set[Link]], list[set[Link]]]:
     """(sure, possible) gold links of a file with one line per sentence pair, checked against the
-    pairs' sizes `sizes[k] = (source words, target words or characters)`: a DataError naming the
-    file (and line) for a count that differs or a link outside its pair. Empty lines past the
-    last sentence are ignored. `units`: "words" or "chars", what target positions count; `hint`
-    ends the message for a link outside its pair."""
+    pairs' sizes `sizes[k] = (source words, target words or characters)` (None: a line counted but
+    not checked, a pair the caller does not use): a DataError naming the file (and line) for a
+    count that differs or a link outside its pair. Empty lines past the last sentence are ignored.
+    `units`: "words" or "chars", what target positions count; `hint` ends the message for a link
+    outside its pair."""
     sure, possible = read_gold_alignments(path)
     while len(sure) > len(sizes) and not possible[-1]:
         sure.pop()
@@ -125,7 +126,10 @@ def read_gold_for(path: str | Path, sizes: Sequence[tuple[int, int]], *, units: 
         raise DataError(f"{len(sure)} alignment lines but {sides} have {len(sizes)} sentences; "
                         "give one line per sentence (an empty line for none)", path=path)
     unit = "words" if units == "words" else "characters"
-    for number, (links, (n_src, n_tgt)) in enumerate(zip(possible, sizes), start=1):
+    for number, (links, size) in enumerate(zip(possible, sizes), start=1):
+        if size is None:
+            continue
+        n_src, n_tgt = size
         for i, j in sorted(links | sure[number - 1]):
             if i >= n_src or j >= n_tgt:
                 raise DataError(f"link {i}-{j} is outside the sentence pair ({n_src} source words and {n_tgt} target "

@@ -27,7 +27,7 @@ import numpy as np
 from heed.config import DataConfig, GuidedAlignmentConfig
 from heed.data.codec import Codec, Corpora
 from heed.data.corpus import Pair
-from heed.data.pharaoh import Link, read_gold_alignments
+from heed.data.pharaoh import Link, read_gold_for
 from heed.data.units import Units, char_token_index, unit_count
 from heed.errors import DataError
 
@@ -45,10 +45,6 @@ class TokenLinks:
     def __getitem__(self, k: int) -> np.ndarray:
         """Pair k's links, (n, 2) int32 (target position, source position)."""
         return self.links[self.offsets[k] : self.offsets[k + 1]]
-
-    def take(self, keep: Sequence[int]) -> TokenLinks:
-        """The links of pairs `keep`, in that order."""
-        return TokenLinks.of(self[k] for k in keep)
 
     @staticmethod
     def of(per_pair: Iterable[np.ndarray]) -> TokenLinks:
@@ -87,31 +83,20 @@ def read_supervision(path: Path, pairs: Sequence[Pair], *, lines: Sequence[int] 
                      reverse: bool, units: Units) -> list[set[Link]]:
     """The links of training pairs `pairs` from Pharaoh file `path`, one line per pair of
     data.train as written: `total` lines, pair k on line `lines[k]` (0-based; None: line k). Each
-    line's links (sure and possible alike: a possible link is one an annotator accepts) are checked
-    against its pair; with `reverse` the file aligns the corpus as written, so its links are turned
-    round to the model's (source, target). A DataError names the file and line for a line count that
-    differs, a link outside its pair, or a token that is not a link."""
+    pair's line (sure and possible links alike: a possible link is one an annotator accepts) is
+    checked against it by heed.data.pharaoh.read_gold_for; with `reverse` the file aligns the corpus
+    as written, so its links are turned round to the model's (source, target). A DataError names the
+    file and line for a line count that differs, a link outside its pair, or a token that is not a link."""
     if reverse and units == "chars":
         raise DataError("units: chars counts the characters of the file's target side, which data.reverse "
                         "makes the model's source; give links between words", path=path)
-    _, possible = read_gold_alignments(path)
-    while len(possible) > total and not possible[-1]:
-        possible.pop()
-    if len(possible) != total:
-        raise DataError(f"{len(possible)} alignment lines but data.train has {total} sentence pairs; give one "
-                        "line per pair, in the corpus's order (an empty line for none)", path=path)
-    out: list[set[Link]] = []
-    unit = "words" if units == "words" else "characters"
-    for k, pair in enumerate(pairs):
-        line = k if lines is None else lines[k]
+    at = range(len(pairs)) if lines is None else lines
+    sizes: list[tuple[int, int] | None] = [None] * total
+    for line, pair in zip(at, pairs):
         written_src, written_tgt = (pair.tgt, pair.src) if reverse else (pair.src, pair.tgt)
-        n_src, n_tgt = len(written_src.split()), unit_count(written_tgt, units)
-        for i, j in sorted(possible[line]):
-            if i >= n_src or j >= n_tgt:
-                raise DataError(f"link {i}-{j} is outside its sentence pair ({n_src} source words and {n_tgt} "
-                                f"target {unit}; positions are 0-based, source first)", path=path, line=line + 1)
-        out.append({(j, i) for i, j in possible[line]} if reverse else set(possible[line]))
-    return out
+        sizes[line] = (len(written_src.split()), unit_count(written_tgt, units))
+    _, possible = read_gold_for(path, sizes, units=units, sides="data.train")
+    return [{(j, i) for i, j in possible[line]} if reverse else possible[line] for line in at]
 
 
 def training_links(data: DataConfig, guided: GuidedAlignmentConfig | None, corpora: Corpora, codec: Codec,
@@ -133,7 +118,7 @@ def training_links(data: DataConfig, guided: GuidedAlignmentConfig | None, corpo
         every = read_supervision(guided.supervision, corpora.train, lines=lines, total=total, reverse=data.reverse,
                                  units=guided.units)
         links, units = [every[k] for k in keep], guided.units
-    src_ids, tgt_ids = codec.src_tokenizer.word_ids, codec.tgt_tokenizer.word_ids
     return TokenLinks.of(token_links(pair_links, codec.src_tokens(pair.src), codec.tgt_tokens(pair.tgt), pair.tgt,
-                                     src_word_ids=src_ids, tgt_word_ids=tgt_ids, units=units)
+                                     src_word_ids=codec.src_tokenizer.word_ids,
+                                     tgt_word_ids=codec.tgt_tokenizer.word_ids, units=units)
                          for pair_links, pair in zip(links, pairs))

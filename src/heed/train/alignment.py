@@ -97,10 +97,6 @@ class GuidedAlignment:
     units: Units  # what the supervision's target positions counted (the reading's default units)
 
     @property
-    def self_supervised(self) -> bool:
-        return self.links is None
-
-    @property
     def options(self) -> AlignOptions:
         """The reading of the trained heads: argmax (the step that predicts each token, which they were
         trained at) of their mean attention."""
@@ -167,29 +163,30 @@ def alignment_reading(model: Any, codec: Codec, dev_pairs: Sequence[Pair], gold:
     None otherwise."""
     if not getattr(model, "has_attention", False) or not isinstance(model, HeadsModel):
         return None
-    trained = None if guide is None else {**_fields(guide.options), "trained": True}
     if gold is None:
-        return trained
+        return None if guide is None else {**_fields(guide.options), "trained": True}
     model.eval()
     result = sweep(model, codec, [p.src for p in dev_pairs], [p.tgt for p in dev_pairs], gold.sure, gold.possible,
                    units=gold.units, device=device, batch_size=64)
     best, aer = result.best()
     default = result.aer(AlignOptions(tgt_units=gold.units))
+    best_reading = {**_fields(replace(best, tgt_units=gold.units)), "dev_aer": aer, "default_dev_aer": default}
     if guide is None:
         say(f"alignment: the best reading on the dev gold is {best.describe(result.head_grid)} "
             f"(AER {100 * aer:.1f}%, the default reading {100 * default:.1f}%); heed align uses it")
-        return {**_fields(replace(best, tgt_units=gold.units)), "dev_aer": aer, "default_dev_aer": default}
-    trained_aer = corpus_aer(model, codec, dev_pairs, gold, device=device, options=guide.options) or 0.0
+        return best_reading
+    trained = replace(guide.options, tgt_units=gold.units)
+    trained_aer = corpus_aer(model, codec, dev_pairs, gold, device=device, options=trained) or 0.0
     # The evidence decides: the trained heads, unless another reading aligns the dev gold better
     # (`self` teaches the heads shift-att's links, which can be worse than the plain reading's).
     use_trained = trained_aer <= aer + TRAINED_MARGIN
-    say(f"alignment: the trained heads ({guide.options.describe(result.head_grid)}) align the dev gold at AER "
+    say(f"alignment: the trained heads ({trained.describe(result.head_grid)}) align the dev gold at AER "
         f"{100 * trained_aer:.1f}% (the default reading {100 * default:.1f}%, the best of the sweep "
         f"{100 * aer:.1f}%: {best.describe(result.head_grid)}); heed align uses "
         + ("the trained heads" if use_trained else "the sweep's best"))
-    if use_trained:
-        return {**(trained or {}), "units": gold.units, "dev_aer": trained_aer, "default_dev_aer": default}
-    return {**_fields(replace(best, tgt_units=gold.units)), "dev_aer": aer, "default_dev_aer": default}
+    if not use_trained:
+        return best_reading
+    return {**_fields(trained), "trained": True, "dev_aer": trained_aer, "default_dev_aer": default}
 
 
 def _fields(options: AlignOptions) -> dict[str, Any]:

@@ -109,7 +109,7 @@ from heed.train.dev import DevResult, decode_pairs, dev_batches, dev_loss
 from heed.train.log import TrainLog, Window, best_so_far
 from heed.train.resume import saved_step
 from heed.train.schedule import HIGHER_IS_BETTER, LRSchedule, better, reached
-from heed.train.setup import RunData, RunSetup
+from heed.train.setup import RunData, RunSetup, run_updates
 
 # ----------------------------------------------------------------------------------- results
 
@@ -263,8 +263,7 @@ class Trainer:
             self._first_batches = self._batches(self.state.epoch)
             self.updates_per_epoch = updates_in(len(self._first_batches), world=self.world,
                                                 accumulate=config.train.accumulate)
-            total = config.train.epochs * self.updates_per_epoch
-            self.total_steps = total if config.train.max_steps is None else min(total, config.train.max_steps)
+            self.total_steps = run_updates(len(self._first_batches), config.train, self.world)
             self.log = TrainLog(self.output_dir, self.console, total_steps=max(self.total_steps, self.state.step),
                             start_step=self.state.step, progress=self.progress, writes=self.world.is_main)
             if self.resumed_from is not None:

@@ -18,9 +18,7 @@ from heed.checkpoint import (
     load_checkpoint,
     resolve_dir,
 )
-from heed.config import (
-    Config,
-)
+from heed.config import Config, TrainConfig
 from heed.data.batching import epoch_rng, kept_indices, plan_batches
 from heed.data.codec import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
 from heed.data.corpus import Pair
@@ -42,6 +40,13 @@ from heed.train.resume import (
     codec_from_files,
     run_fingerprint,
 )
+
+
+def run_updates(batches_per_epoch: int, train: TrainConfig, world: World) -> int:
+    """The updates a run of `train.epochs` epochs of `batches_per_epoch` global batches makes, at
+    most `train.max_steps`."""
+    updates = train.epochs * updates_in(batches_per_epoch, world=world, accumulate=train.accumulate)
+    return updates if train.max_steps is None else min(updates, train.max_steps)
 
 
 @dataclass
@@ -178,8 +183,7 @@ class RunSetup:
             batches = len(plan_batches([len(s) for s, _ in data.train], [len(t_) for _, t_ in data.train],
                                        batch_tokens=d.batch_tokens, max_sentences=d.max_sentences, shuffle=True,
                                        rng=epoch_rng(t.seed, 0)))
-        updates = t.epochs * updates_in(batches, world=self.world, accumulate=t.accumulate)
-        return updates if t.max_steps is None else min(updates, t.max_steps)
+        return run_updates(batches, t, self.world)
 
     def _reading(self, what: str, pairs: int) -> None:
         if self.console is not None:
