@@ -398,6 +398,23 @@ def _(c: Ctx) -> Call:
     return Call(["train", config], ["train.alignment.start_step", "start_step 5000", "past the run's end"], keep=[out])
 
 
+@case("data-align-half-a-corpus")
+def _(c: Ctx) -> Call:
+    out = c.tmp / "half.align"
+    return Call(["data", "align", "--src", c.corpus["test_src"], "-o", out], ["--src FILE --tgt FILE"])
+
+
+@case("data-align-corpus-missing")
+def _(c: Ctx) -> Call:
+    return Call(["data", "align", "--tsv", c.tmp / "nope.tsv", "-o", c.tmp / "nope.align"], ["nope.tsv"])
+
+
+@case("align-head-twice")
+def _(c: Ctx) -> Call:
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--head", "1,1"],
+                ["--head must be a 0-based index", "got '1,1'"])
+
+
 @case("guided-a-model-without-attention")
 def _(c: Ctx) -> Call:
     config, out = _guided(c, lambda d: d["model"].update(decoder="plain"), supervision="self")

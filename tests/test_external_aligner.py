@@ -82,3 +82,14 @@ def test_an_unknown_symmetrization_is_refused_with_the_choices(tmp_path):
     assert "Invalid value for '--symmetrize'" in result.output and "'both'" in result.output
     assert "grow-diag-final" in result.output  # the choices
     assert not (tmp_path / "out.align").exists()
+
+
+def test_a_corpus_over_the_size_limit_is_refused_before_eflomal_runs(tmp_path, monkeypatch):
+    import heed.data.codec
+
+    monkeypatch.setattr(heed.data.codec, "MAX_TEXT_PAIRS", 3)
+    (tmp_path / "a.tsv").write_text("".join(f"a{k} b\tc d{k}\n" for k in range(5)), encoding="utf-8")
+    (tmp_path / "kept.align").write_text("keep me\n", encoding="utf-8")
+    result = invoke("data", "align", "--tsv", tmp_path / "a.tsv", "-o", tmp_path / "kept.align")
+    assert_user_error(result, "a.tsv", "more than 3 pairs")
+    assert (tmp_path / "kept.align").read_text(encoding="utf-8") == "keep me\n"
