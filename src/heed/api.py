@@ -39,12 +39,12 @@ from pydantic import ValidationError
 
 from heed.checkpoint import load_model_dir
 from heed.config import Config, decode_length_problem
-from heed.data.batching import collate
+from heed.data.batching import collate, specials_of
 from heed.data.codec import Codec
 from heed.data.corpus import text_problem
 from heed.data.pharaoh import to_pharaoh
 from heed.data.units import Units
-from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
+from heed.data.vocab import BOS, EOS, SPECIALS, UNK
 from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError
 from heed.explain.align import Link, hard_alignment, load_dictionary, replace_unknowns, word_attention
 from heed.explain.align_methods import AlignOptions, recorded_options
@@ -521,10 +521,10 @@ class Translator:
         with torch.inference_mode(), self._precision():
             for start in range(0, len(todo), batch_size):
                 group = todo[start : start + batch_size]
-                batch = collate([examples[i] for i in group], group).to(self.device)
+                batch = collate([examples[i] for i in group], group, specials_of(self.model)).to(self.device)
                 logits = model(batch.src, batch.src_lengths, batch.tgt_in).logits  # (batch, tgt_len, vocab)
                 logp = torch.log_softmax(logits.float(), dim=-1)
-                logp[..., [PAD, BOS]] = float("-inf")
+                logp[..., [self.model.pad_id, self.model.bos_id]] = float("-inf")
                 values, ids = (x.cpu().tolist() for x in logp.topk(k, dim=-1))  # (batch, tgt_len, k)
                 for row, i in enumerate(group):
                     # a copy model's temporary ids past this sentence's own have log-prob -inf: left out

@@ -14,7 +14,7 @@ from heed.data.batching import (
     sentence_batches,
     token_batches,
 )
-from heed.data.vocab import BOS, EOS, PAD
+from heed.data.vocab import BOS, EOS, PAD, Specials
 
 
 def corpus(n: int = 2000, seed: int = 0) -> list[tuple[list[int], list[int]]]:
@@ -156,3 +156,16 @@ def test_bad_arguments_are_rejected():
     with pytest.raises(ValueError):
         collate([], [])
     assert token_batches([], batch_tokens=10, shuffle=True) == []
+
+
+def test_batches_use_the_vocabulary_special_ids():
+    # OPUS-MT's ids: </s> = 0, <pad> = 9 and the decoder starts from <pad>.
+    specials = Specials(pad=9, bos=9, eos=0, unk=1)
+    batch = collate([([4, 5], [6]), ([4], [6, 7, 8])], [0, 1], specials)
+    assert batch.src.tolist() == [[4, 5, 0], [4, 0, 9]]
+    assert batch.tgt_in.tolist() == [[9, 6, 9, 9], [9, 6, 7, 8]]
+    assert batch.tgt_out.tolist() == [[6, 0, 9, 9], [6, 7, 8, 0]]
+    assert batch.src_mask.tolist() == [[True, True, True], [True, True, False]]
+    assert batch.tgt_mask.tolist() == [[True, True, False, False], [True] * 4]
+    (only,) = sentence_batches([[4, 5], [3]], batch_size=2, specials=specials)
+    assert only.src.tolist() == [[4, 5, 0], [3, 0, 9]] and only.src_mask.tolist()[1] == [True, True, False]

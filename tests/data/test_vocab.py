@@ -1,6 +1,6 @@
 import pytest
 
-from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+from heed.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Specials, Vocab
 from heed.errors import DataError
 
 DATA = [["b", "a", "c"], ["a", "b"], ["a", "d"]]  # a: 3, b: 2, c: 1, d: 1
@@ -60,3 +60,34 @@ def test_loading_a_broken_vocab_names_the_file(tmp_path):
         Vocab.load(path)
     with pytest.raises(DataError, match=r"missing\.json: vocabulary file not found"):
         Vocab.load(tmp_path / "missing.json")
+
+
+# A pretrained model's vocabulary keeps its own ids: OPUS-MT's has </s> = 0, <unk> = 1 and <pad>
+# last, which is also the decoder's first input.
+MARIAN_LIKE = ["</s>", "<unk>", "▁a", "▁cat", "s", "<pad>"]
+MARIAN_SPECIALS = Specials(pad=5, bos=5, eos=0, unk=1)
+
+
+def test_a_pretrained_vocabulary_keeps_its_special_ids():
+    vocab = Vocab(MARIAN_LIKE, MARIAN_SPECIALS)
+    assert vocab.encode(["▁a", "▁cat", "s", "▁dog", "<pad>"], add_eos=True) == [2, 3, 4, 1, 1, 0]
+    assert vocab.encode(["▁a"], add_bos=True) == [5, 2]
+    assert vocab.decode([5, 2, 3, 1, 0, 4]) == ["▁a", "▁cat", "<unk>"]  # start dropped, stops at </s>
+    assert vocab.ordinary == ["▁a", "▁cat", "s"]
+    assert vocab.control_ids == {5, 0}
+
+
+def test_a_pretrained_vocabulary_round_trips_with_its_specials(tmp_path):
+    vocab = Vocab(MARIAN_LIKE, MARIAN_SPECIALS)
+    vocab.save(tmp_path / "v.json")
+    back = Vocab.load(tmp_path / "v.json")
+    assert back == vocab and back.specials == MARIAN_SPECIALS and back.tokens == MARIAN_LIKE
+    assert back != Vocab(MARIAN_LIKE, MARIAN_SPECIALS._replace(unk=4))
+
+
+def test_special_ids_outside_the_vocabulary_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="outside a vocabulary of 6 tokens"):
+        Vocab(MARIAN_LIKE, MARIAN_SPECIALS._replace(pad=6))
+    (tmp_path / "v.json").write_text('{"tokens": ["a"], "specials": {"pad": 0}}')
+    with pytest.raises(DataError, match="pad, bos, eos, unk"):
+        Vocab.load(tmp_path / "v.json")

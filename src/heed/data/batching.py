@@ -7,8 +7,9 @@ An example is `(src_ids, tgt_ids)`: vocabulary ids without specials. `collate` a
     tgt_in  = [BOS] + tgt_ids          decoder inputs (teacher forcing)
     tgt_out = tgt_ids + [EOS]          what the decoder must predict at each step
 
-so src_len and tgt_len below count those specials. Padding id is 0 (`vocab.PAD`); masks are
-bool, True = real token. Lengths for batching are these padded widths (len + 1).
+so src_len and tgt_len below count those specials. The ids of BOS, EOS and padding are the
+vocabulary's `Specials` (heed's own: 1, 2 and 0; a pretrained model's may differ); masks are bool,
+True = real token, and come from the lengths. Lengths for batching are these padded widths (len + 1).
 
 Randomness comes only from `random.Random(seed * 1_000_003 + epoch)`: the same seed and epoch give
 the same batches, another epoch gives another order, and the global RNG is never touched.
@@ -19,20 +20,31 @@ import random
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from heed.data.vocab import BOS, EOS, PAD
+from heed.data.vocab import HEED_SPECIALS, Specials
 
 Example = tuple[list[int], list[int]]
 
 
-def _pad(rows: Sequence[Sequence[int]], width: int) -> Tensor:
-    """Rows of ids -> long (len(rows), width), right-padded with PAD."""
-    return torch.tensor([list(r) + [PAD] * (width - len(r)) for r in rows], dtype=torch.long)
+def _pad(rows: Sequence[Sequence[int]], width: int, pad: int) -> Tensor:
+    """Rows of ids -> long (len(rows), width), right-padded with `pad`."""
+    return torch.tensor([list(r) + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
+
+
+def specials_of(model: Any) -> Specials:
+    """The special ids a model reads and writes (its pad_id, bos_id and eos_id; a pretrained
+    model's are its own), as batching needs them."""
+    return Specials(pad=model.pad_id, bos=model.bos_id, eos=model.eos_id)
+
+
+def _mask(lengths: Tensor, width: int) -> Tensor:
+    """lengths (batch,) -> bool (batch, width), True = real position."""
+    return torch.arange(width, device=lengths.device) < lengths.unsqueeze(1)
 
 
 B = TypeVar("B", bound="_Tensors")
@@ -42,6 +54,7 @@ class _Tensors:
     """What both batch kinds share: moving all tensor fields together, and the source mask."""
 
     src: Tensor
+    src_lengths: Tensor
 
     @property
     def size(self) -> int:
@@ -51,7 +64,7 @@ class _Tensors:
     @property
     def src_mask(self) -> Tensor:
         """bool (batch, src_len), True = real token."""
-        return self.src != PAD
+        return _mask(self.src_lengths, self.src.size(1))
 
     def to(self: B, device: torch.device | str, non_blocking: bool = False) -> B:
         """A copy with every tensor on `device`."""
@@ -66,10 +79,10 @@ class _Tensors:
 class Batch(_Tensors):
     """Sources and targets, for training and scoring.
 
-    src          long (batch, src_len)   ids + EOS, right-padded with 0
+    src          long (batch, src_len)   ids + EOS, right-padded with the padding id
     src_lengths  long (batch,)           real tokens per row (EOS included, so >= 1)
-    tgt_in       long (batch, tgt_len)   BOS + ids, right-padded with 0
-    tgt_out      long (batch, tgt_len)   ids + EOS, right-padded with 0
+    tgt_in       long (batch, tgt_len)   BOS + ids, right-padded
+    tgt_out      long (batch, tgt_len)   ids + EOS, right-padded
     tgt_lengths  long (batch,)           len(ids) + 1, the real positions of tgt_in and tgt_out
     indices      long (batch,)           position of each example in the caller's list
     """
@@ -84,7 +97,7 @@ class Batch(_Tensors):
     @property
     def tgt_mask(self) -> Tensor:
         """bool (batch, tgt_len), True = real position of tgt_in / tgt_out."""
-        return self.tgt_out != PAD
+        return _mask(self.tgt_lengths, self.tgt_out.size(1))
 
     @property
     def num_tgt_tokens(self) -> int:
@@ -96,7 +109,7 @@ class Batch(_Tensors):
 class SourceBatch(_Tensors):
     """Sources only, for translation (`sentence_batches`).
 
-    src          long (batch, src_len)   ids + EOS, right-padded with 0
+    src          long (batch, src_len)   ids + EOS, right-padded with the padding id
     src_lengths  long (batch,)           >= 1
     indices      long (batch,)           position of each row in the caller's input list
     """
@@ -106,23 +119,24 @@ class SourceBatch(_Tensors):
     indices: Tensor
 
 
-def collate(examples: Sequence[Example], indices: Sequence[int]) -> Batch:
+def collate(examples: Sequence[Example], indices: Sequence[int], specials: Specials = HEED_SPECIALS) -> Batch:
     """Pad examples `(src_ids, tgt_ids)` (no specials) into a Batch; `indices` are their positions
-    in the caller's list, kept in `Batch.indices`."""
+    in the caller's list, kept in `Batch.indices`; `specials`: the vocabulary's (Codec.specials)."""
     if len(examples) != len(indices):
         raise ValueError(f"{len(examples)} examples but {len(indices)} indices")
     if not examples:
         raise ValueError("cannot collate an empty batch")
-    srcs = [[*s, EOS] for s, _ in examples]
-    tgt_in = [[BOS, *t] for _, t in examples]
-    tgt_out = [[*t, EOS] for _, t in examples]
+    pad, bos, eos = specials.pad, specials.bos, specials.eos
+    srcs = [[*s, eos] for s, _ in examples]
+    tgt_in = [[bos, *t] for _, t in examples]
+    tgt_out = [[*t, eos] for _, t in examples]
     src_len = max(map(len, srcs))
     tgt_len = max(map(len, tgt_out))
     return Batch(
-        src=_pad(srcs, src_len),
+        src=_pad(srcs, src_len, pad),
         src_lengths=torch.tensor([len(s) for s in srcs], dtype=torch.long),
-        tgt_in=_pad(tgt_in, tgt_len),
-        tgt_out=_pad(tgt_out, tgt_len),
+        tgt_in=_pad(tgt_in, tgt_len, pad),
+        tgt_out=_pad(tgt_out, tgt_len, pad),
         tgt_lengths=torch.tensor([len(t) for t in tgt_out], dtype=torch.long),
         indices=torch.tensor(list(indices), dtype=torch.long),
     )
@@ -215,6 +229,7 @@ def token_batches(
     seed: int = 0,
     epoch: int = 0,
     pool_size: int = 100,
+    specials: Specials = HEED_SPECIALS,
 ) -> list[Batch]:
     """Token-bucketed training batches, each costing at most `batch_tokens` padded positions.
 
@@ -234,11 +249,12 @@ def token_batches(
     batches = []
     for group in groups:
         positions = group.tolist()
-        batches.append(collate([examples[i] for i in positions], positions))
+        batches.append(collate([examples[i] for i in positions], positions, specials))
     return batches
 
 
-def sentence_batches(src_ids: Sequence[list[int]], *, batch_size: int) -> list[SourceBatch]:
+def sentence_batches(src_ids: Sequence[list[int]], *, batch_size: int,
+                     specials: Specials = HEED_SPECIALS) -> list[SourceBatch]:
     """Inference batches of at most `batch_size` sources, longest first, sorted by length inside
     each batch (descending, as `pack_padded_sequence` likes). Put outputs back in input order with
     `results[batch.indices[k]] = output[k]`."""
@@ -248,10 +264,10 @@ def sentence_batches(src_ids: Sequence[list[int]], *, batch_size: int) -> list[S
     batches = []
     for start in range(0, len(order), batch_size):
         group = order[start : start + batch_size]
-        srcs = [[*src_ids[i], EOS] for i in group]
+        srcs = [[*src_ids[i], specials.eos] for i in group]
         batches.append(
             SourceBatch(
-                src=_pad(srcs, max(map(len, srcs))),
+                src=_pad(srcs, max(map(len, srcs)), specials.pad),
                 src_lengths=torch.tensor([len(s) for s in srcs], dtype=torch.long),
                 indices=torch.tensor(group, dtype=torch.long),
             )

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from heed.data.batching import collate
+from heed.data.batching import collate, specials_of
 from heed.nn.protocol import AttributableModel
 
 AttributionMethod = Literal["integrated_gradients", "grad_x_input"]
@@ -175,7 +175,7 @@ def attribute_ids(model: Any, src_ids: list[int], tgt_ids: list[int], *, method:
     attention (T+1, S+1) or None), S = len(src_ids), T = len(tgt_ids). `model` is an
     AttributableModel in eval mode."""
     attr = captum()
-    batch = collate([(src_ids, tgt_ids)], [0]).to(device)
+    batch = collate([(src_ids, tgt_ids)], [0], specials_of(model)).to(device)
     src, lengths, tgt_in, tgt_out = batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out
     swap = EmbeddingSwap(model)
     with torch.no_grad(), swap.run() as read:

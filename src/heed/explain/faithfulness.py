@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from heed.data.batching import collate
+from heed.data.batching import collate, specials_of
 from heed.decode_config import DecodeConfig
 from heed.errors import HeedError
 from heed.evaluate import evaluate
@@ -61,7 +61,7 @@ def _read_with(translator: Any, examples: Sequence[tuple[list[int], list[int]]],
     with torch.inference_mode(), translator.intervening(intervention):
         for start in range(0, len(order), batch_size):
             group = order[start : start + batch_size]
-            batch = collate([examples[k] for k in group], group).to(translator.device)
+            batch = collate([examples[k] for k in group], group, specials_of(translator.model)).to(translator.device)
             logits = translator.model(batch.src, batch.src_lengths, batch.tgt_in, need_attention=False).logits
             probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()  # (batch, T+1, vocab)
             for row, k in enumerate(group):

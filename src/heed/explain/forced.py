@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from heed.data.batching import collate
+from heed.data.batching import collate, specials_of
 from heed.data.codec import Codec, DevGold
 from heed.data.corpus import Pair, normalize
 from heed.data.units import Units
@@ -81,7 +81,7 @@ def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_tex
     todo = sorted((k for k, (s, t) in enumerate(examples) if s and t), key=lambda k: -len(examples[k][0]))
     for start in range(0, len(todo), batch_size):
         group = todo[start : start + batch_size]
-        batch = collate([examples[k] for k in group], group).to(device)
+        batch = collate([examples[k] for k in group], group, specials_of(model)).to(device)
         with torch.inference_mode(), (context() if context else contextlib.nullcontext()):
             if heads:
                 stack = model.attention_heads(batch.src, batch.src_lengths, batch.tgt_in)  # (L, H, B, T+1, S+1)

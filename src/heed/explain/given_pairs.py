@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from heed.api import MAP_PARTS, Alignment, HeadMaps, Translator, _check_texts, _Stoppable
-from heed.data.batching import collate
+from heed.data.batching import collate, specials_of
 from heed.data.corpus import normalize
 from heed.data.units import Units, unit_count
 from heed.data.vocab import BOS, SPECIALS
@@ -196,7 +196,7 @@ def attention_layers(
     with torch.inference_mode(), translator._precision():
         for start in range(0, len(examples), batch_size):
             group = list(range(start, min(start + batch_size, len(examples))))
-            batch = collate([examples[k] for k in group], group).to(translator.device)
+            batch = collate([examples[k] for k in group], group, specials_of(translator.model)).to(translator.device)
             if selfs:
                 maps = translator.model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in)  # type: ignore[attr-defined]
                 cross, encoder, decoder = (

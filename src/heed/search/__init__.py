@@ -32,7 +32,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from heed.data.batching import sentence_batches
+from heed.data.batching import sentence_batches, specials_of
 from heed.decode_config import MAX_BEAM, MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.nn.protocol import Encoded, SearchModel, SearchState, Step
 from heed.search.beam import beam_search, beam_search_one
@@ -91,7 +91,7 @@ def translate_ids(model: SearchModel, src_ids: Sequence[list[int]], cfg: DecodeC
     batched together. `prefixes`: per source, output ids to force at the start ([] for none);
     `trace`: also return beam search trees."""
     results: list[Decoded] = [Decoded([]) for _ in src_ids]
-    for batch in sentence_batches(src_ids, batch_size=batch_size):
+    for batch in sentence_batches(src_ids, batch_size=batch_size, specials=specials_of(model)):
         batch = batch.to(device)
         order = batch.indices.tolist()
         prefix = None if prefixes is None else Prefix.of([prefixes[k] for k in order], pad_id=model.pad_id,
