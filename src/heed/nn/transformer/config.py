@@ -43,6 +43,14 @@ with warnings.catch_warnings():
         share_embeddings: bool = Field(False, description="the encoder reads the target embedding too, one table "
                                                           "for both sides (needs data.shared_vocab)")
         attention_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on the attention weights")
+        activation: Literal["relu", "gelu", "gelu_tanh", "swish"] = Field(
+            "relu", description="the feed-forward network's nonlinearity: relu (Vaswani et al. 2017), gelu, gelu_tanh "
+                                "(its tanh approximation) or swish (x sigmoid(x), OPUS-MT's)")
+        scale_embeddings: bool = Field(True, description="token embeddings times sqrt(d_model) before the positions "
+                                                         "are added (Vaswani et al. 2017, 3.4)")
+        sinusoid_layout: Literal["interleaved", "halves"] = Field(
+            "interleaved", description="sinusoidal positions: sin and cos interleaved (Vaswani et al. 2017) or all "
+                                       "sines then all cosines (Marian's and fairseq's layout)")
 
         @field_validator("heads")
         @classmethod

@@ -11,28 +11,43 @@ import math
 from typing import Literal, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from heed.nn.transformer.attention import MultiHeadAttention
 
 NormPlace = Literal["pre", "post"]
 PositionKind = Literal["sinusoidal", "learned"]
+SinusoidLayout = Literal["interleaved", "halves"]
+Activation = Literal["relu", "gelu", "gelu_tanh", "swish"]
+
+ACTIVATIONS = {
+    "relu": torch.relu,
+    "gelu": F.gelu,  # the exact one, erf (Hendrycks & Gimpel 2016)
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "swish": F.silu,  # x sigmoid(x) (Ramachandran et al. 2017): Marian's "swish", OPUS-MT's
+}
 
 
 class SinusoidalPositions(nn.Module):
     """PE(pos, 2i) = sin(pos / 10000^(2i / d)), PE(pos, 2i + 1) = cos(pos / 10000^(2i / d))
-    (Vaswani et al. 2017, 3.5), computed for the positions asked: no table, no longest length."""
+    (Vaswani et al. 2017, 3.5), computed for the positions asked: no table, no longest length.
+    `layout` "halves" puts the same values as all sines, then all cosines (Marian's layout:
+    PE(pos, i) = sin, PE(pos, d/2 + i) = cos)."""
 
-    def __init__(self, d_model: int) -> None:
+    def __init__(self, d_model: int, layout: SinusoidLayout = "interleaved") -> None:
         super().__init__()
         if d_model % 2:
             raise ValueError(f"sinusoidal positions need an even d_model, not {d_model}")
         inverse = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
         self.register_buffer("inverse_frequency", inverse.float(), persistent=False)  # (d_model / 2,)
+        self.halves = layout == "halves"
 
     def forward(self, positions: Tensor) -> Tensor:
         """positions (...) long -> (..., d_model) float32."""
         angles = positions.unsqueeze(-1).float() * self.inverse_frequency  # (..., d_model / 2)
+        if self.halves:
+            return torch.cat([angles.sin(), angles.cos()], dim=-1)
         return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # sin, cos interleaved
 
 
@@ -50,21 +65,25 @@ class LearnedPositions(nn.Module):
         return self.table(positions.clamp(max=self.table.num_embeddings - 1))
 
 
-def make_positions(kind: PositionKind, d_model: int, max_positions: int) -> nn.Module:
-    return SinusoidalPositions(d_model) if kind == "sinusoidal" else LearnedPositions(d_model, max_positions)
+def make_positions(kind: PositionKind, d_model: int, max_positions: int,
+                   layout: SinusoidLayout = "interleaved") -> nn.Module:
+    return SinusoidalPositions(d_model, layout) if kind == "sinusoidal" else LearnedPositions(d_model, max_positions)
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (Vaswani et al. 2017, eq. 2): (..., d_model) -> (..., d_model)."""
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, act = max(0, .) in Vaswani et al. 2017, eq. 2:
+    (..., d_model) -> (..., d_model)."""
 
-    def __init__(self, d_model: int, ff_size: int, dropout: float) -> None:
+    def __init__(self, d_model: int, ff_size: int, dropout: float, activation: Activation = "relu") -> None:
         super().__init__()
         self.inner = nn.Linear(d_model, ff_size)
         self.outer = nn.Linear(ff_size, d_model)
         self.dropout = nn.Dropout(dropout)
+        self.activation = activation
+        self._act = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.outer(self.dropout(torch.relu(self.inner(x))))
+        return self.outer(self.dropout(self._act(self.inner(x))))
 
 
 class _Residual(nn.Module):
@@ -103,11 +122,11 @@ class EncoderLayer(_Residual):
     """Self-attention over the source, then the feed-forward network."""
 
     def __init__(self, d_model: int, heads: int, ff_size: int, *, dropout: float, attention_dropout: float,
-                 norm: NormPlace) -> None:
+                 norm: NormPlace, activation: Activation = "relu") -> None:
         super().__init__(norm, dropout)
         self.self_attn = MultiHeadAttention(d_model, heads, dropout=attention_dropout)
         self.self_attn_norm = nn.LayerNorm(d_model)
-        self.feed_forward = FeedForward(d_model, ff_size, dropout)
+        self.feed_forward = FeedForward(d_model, ff_size, dropout, activation)
         self.feed_forward_norm = nn.LayerNorm(d_model)
 
     def forward(self, x: Tensor, mask: Tensor, *, need_weights: bool = False) -> EncoderLayerOutput:
@@ -130,13 +149,13 @@ class DecoderLayer(_Residual):
     feed-forward network."""
 
     def __init__(self, d_model: int, heads: int, ff_size: int, *, dropout: float, attention_dropout: float,
-                 norm: NormPlace) -> None:
+                 norm: NormPlace, activation: Activation = "relu") -> None:
         super().__init__(norm, dropout)
         self.self_attn = MultiHeadAttention(d_model, heads, dropout=attention_dropout)
         self.self_attn_norm = nn.LayerNorm(d_model)
         self.cross_attn = MultiHeadAttention(d_model, heads, dropout=attention_dropout)
         self.cross_attn_norm = nn.LayerNorm(d_model)
-        self.feed_forward = FeedForward(d_model, ff_size, dropout)
+        self.feed_forward = FeedForward(d_model, ff_size, dropout, activation)
         self.feed_forward_norm = nn.LayerNorm(d_model)
 
     def forward(self, x: Tensor, memory: tuple[Tensor, Tensor], memory_mask: Tensor, *,

@@ -29,7 +29,15 @@ from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.masks import lengths_to_mask
 from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import AttentionMaps, Seq2SeqOutput, TensorState
-from heed.nn.transformer.layers import DecoderLayer, EncoderLayer, NormPlace, PositionKind, make_positions
+from heed.nn.transformer.layers import (
+    Activation,
+    DecoderLayer,
+    EncoderLayer,
+    NormPlace,
+    PositionKind,
+    SinusoidLayout,
+    make_positions,
+)
 from heed.plumbing.runtime import compile_function
 
 
@@ -113,17 +121,19 @@ class TiedGenerator(nn.Module):
 
 
 class _Embed(nn.Module):
-    """Token embedding times sqrt(d_model), plus positions, then dropout (Vaswani et al. 2017, 3.4-3.5)."""
+    """Token embedding times sqrt(d_model) (or 1 without `scale`), plus positions, then dropout
+    (Vaswani et al. 2017, 3.4-3.5)."""
 
     def __init__(self, vocab_size: int, d_model: int, *, pad_id: int, positions: PositionKind,
-                 max_positions: int, dropout: float) -> None:
+                 max_positions: int, dropout: float, scale: bool = True,
+                 sinusoid_layout: SinusoidLayout = "interleaved") -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         nn.init.normal_(self.tokens.weight, std=d_model ** -0.5)  # as fairseq: the scale then makes them ~1
         with torch.no_grad():
             self.tokens.weight[pad_id].zero_()
-        self.positions = make_positions(positions, d_model, max_positions)
-        self.scale = math.sqrt(d_model)
+        self.positions = make_positions(positions, d_model, max_positions, sinusoid_layout)
+        self.scale = math.sqrt(d_model) if scale else 1.0
         self.dropout = nn.Dropout(dropout)
         self._shared: list[nn.Embedding] = []  # a list, not a submodule: a shared table is saved by its owner
 
@@ -149,12 +159,13 @@ class _Stack(nn.Module):
 
     def __init__(self, layer_class: type[EncoderLayer] | type[DecoderLayer], *, vocab_size: int, d_model: int,
                  heads: int, layers: int, ff_size: int, dropout: float, attention_dropout: float, norm: NormPlace,
-                 positions: PositionKind, max_positions: int, pad_id: int) -> None:
+                 positions: PositionKind, max_positions: int, pad_id: int, activation: Activation = "relu",
+                 scale_embeddings: bool = True, sinusoid_layout: SinusoidLayout = "interleaved") -> None:
         super().__init__()
         self.embed = _Embed(vocab_size, d_model, pad_id=pad_id, positions=positions, max_positions=max_positions,
-                            dropout=dropout)
+                            dropout=dropout, scale=scale_embeddings, sinusoid_layout=sinusoid_layout)
         self.layers = nn.ModuleList(layer_class(d_model, heads, ff_size, dropout=dropout,
-                                                attention_dropout=attention_dropout, norm=norm)
+                                                attention_dropout=attention_dropout, norm=norm, activation=activation)
                                     for _ in range(layers))
         self.norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
 
@@ -352,7 +363,8 @@ def build_transformer(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: 
     `tie_embeddings` the output layer too: one table, three uses)."""
     common = dict(d_model=cfg.d_model, heads=cfg.heads, layers=cfg.layers, ff_size=cfg.ff_size, dropout=cfg.dropout,
                   attention_dropout=cfg.attention_dropout, norm=cfg.norm, positions=cfg.positions,
-                  max_positions=cfg.max_positions, pad_id=pad_id)
+                  max_positions=cfg.max_positions, pad_id=pad_id, activation=cfg.activation,
+                  scale_embeddings=cfg.scale_embeddings, sinusoid_layout=cfg.sinusoid_layout)
     encoder = TransformerEncoder(vocab_size=src_vocab_size, **common)
     decoder = TransformerDecoder(vocab_size=tgt_vocab_size, tie_embeddings=cfg.tie_embeddings, **common)
     if cfg.share_embeddings:
