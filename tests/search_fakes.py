@@ -105,6 +105,7 @@ class ScriptedModel:
     pad_id: int = PAD
     bos_id: int = BOS
     eos_id: int = EOS
+    unk_id: int = 3  # heed's <unk> (the id A stands for)
     steps: int = field(default=0, init=False)
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> FakeEnc:

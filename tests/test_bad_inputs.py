@@ -17,6 +17,7 @@ import signal
 import stat
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +158,21 @@ class Ctx:
             data["data"]["prepared"] = str(directory)
 
         return self.yaml_config("prepared.yaml", edit)
+
+    def empty_dir(self, name: str) -> Path:
+        """An empty directory (a command may fill it; a refused one must leave it empty)."""
+        path = self.tmp / name
+        path.mkdir(parents=True)
+        return path
+
+    def marian(self, name: str = "marian") -> Path:
+        """A tiny random Hugging Face Marian directory (transformers builds it; skipped without)."""
+        from pretrained_models import make_marian
+
+        pytest.importorskip("transformers", reason="transformers (heed-nmt[dev]) is not installed")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return make_marian(self.tmp / name)
 
     def fifo(self, name: str = "fifo") -> Path:
         path = self.tmp / name
@@ -413,6 +429,43 @@ def _(c: Ctx) -> Call:
 def _(c: Ctx) -> Call:
     return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--head", "1,1"],
                 ["--head must be a 0-based index", "got '1,1'"])
+
+
+@case("import-an-architecture-heed-does-not-convert")
+def _(c: Ctx) -> Call:
+    source = c.file("bert/config.json", json.dumps({"model_type": "bert", "architectures": ["BertModel"]})).parent
+    out = c.empty_dir("imported")
+    return Call(["import", source, "-o", out], ["config.json", "'bert'", "BertModel", "heed imports marian"],
+                keep=[out])
+
+
+@case("import-a-marian-release-without-its-source-spm")
+def _(c: Ctx) -> Call:
+    source = c.marian()
+    (source / "source.spm").unlink()
+    out = c.empty_dir("imported")
+    return Call(["import", source, "-o", out], ["source.spm", "missing"], keep=[out])
+
+
+@case("import-truncated-weights")
+def _(c: Ctx) -> Call:
+    source = c.marian()
+    weights = source / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    out = c.empty_dir("imported")
+    return Call(["import", source, "-o", out], ["model.safetensors", "truncated or damaged"], keep=[out])
+
+
+@case("import-over-a-directory-that-is-not-a-model")
+def _(c: Ctx) -> Call:
+    out = c.file("notes/todo.txt", "mine").parent
+    return Call(["import", c.tmp / "anything", "-o", out], ["notes", "not a heed model directory"], keep=[out])
+
+
+@case("import-a-revision-of-a-local-directory")
+def _(c: Ctx) -> Call:
+    out = c.empty_dir("imported")
+    return Call(["import", c.marian(), "-o", out, "--revision", "main"], ["--revision", "hf:ORG/NAME"], keep=[out])
 
 
 @case("guided-a-model-without-attention")

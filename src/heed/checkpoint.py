@@ -260,7 +260,8 @@ def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str =
         raise ModelDirError(f"{e}{hint}") from None
     codec = Codec.load(directory, data=config.data, copy=config.model.copy)
     model = build_model(config.model, src_vocab_size=len(codec.src_vocab), tgt_vocab_size=len(codec.tgt_vocab),
-                        source_to_target=codec.source_to_target())
+                        source_to_target=codec.source_to_target() if config.model.copy else None,
+                        **codec.special_ids())
     state = load_weights(directory / WEIGHTS_FILE)
     check_finite(state, directory / WEIGHTS_FILE)
     try:

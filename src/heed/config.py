@@ -121,8 +121,9 @@ class NamesConfig(_Strict):
 class TokenizerConfig(_Strict):
     """How one side is split into tokens."""
 
-    kind: Literal["char", "word", "bpe", "unigram"] = Field("char", description="characters, whitespace words, "
-                                                            "or a SentencePiece model trained on the corpus")
+    kind: Literal["char", "word", "bpe", "unigram", "sentencepiece"] = Field(
+        "char", description="characters, whitespace words, a SentencePiece model trained on the corpus (bpe, "
+                            "unigram), or an imported model's own (sentencepiece: heed import writes it)")
     vocab_size: int = Field(8000, gt=0, description="sentencepiece vocabulary size (bpe and unigram)")
 
 
@@ -172,6 +173,12 @@ class DataConfig(_Strict):
     pool_sentences: int = Field(1_000_000, gt=0, description="with 'prepared': pairs read, shuffled and bucketed "
                                 "together; at least the corpus size gives exactly the batches of raw text")
 
+    @property
+    def describes_pretrained(self) -> bool:
+        """An imported model's data section: its own tokenizers and no corpus (heed import)."""
+        return self.tokenizer.src.kind == self.tokenizer.tgt.kind == "sentencepiece" and self.task is None \
+            and self.train is None and self.prepared is None
+
     @model_validator(mode="after")
     def _one_source(self) -> "DataConfig":
         if self.task is not None:
@@ -187,7 +194,7 @@ class DataConfig(_Strict):
             if self.split is not None:
                 raise ValueError("'split' holds dev and test out of 'train' in memory; with 'prepared', give 'dev' "
                                  "and 'test' corpora instead")
-        elif self.train is None:
+        elif self.train is None and not self.describes_pretrained:
             raise ValueError("no data: set 'task: dates', or give a 'train:' corpus ({tsv: FILE} or {src:, tgt:}), "
                              "or a 'prepared:' directory")
         for name in ("train", "test"):

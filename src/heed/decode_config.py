@@ -5,6 +5,8 @@ loading the model code. heed.search runs it.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_BEAM = 256  # rows = batch * beam: 1,000,000 reached 7.4 GB before its first step
@@ -20,7 +22,11 @@ class DecodeConfig(BaseModel):
 
     beam_size: int = Field(1, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy")
     n_best: int = Field(1, ge=1, description="hypotheses returned per sentence, at most beam_size")
-    length_penalty: float = Field(0.0, ge=0.0, le=10.0, description="length penalty: GNMT alpha; 0 = off")
+    length_penalty: float = Field(0.0, ge=0.0, le=10.0, description="length penalty alpha (the form: length_norm); "
+                                                                    "0 = off")
+    length_norm: Literal["gnmt", "power"] = Field(
+        "gnmt", description="what length_penalty divides a hypothesis' log-probability by: gnmt ((5 + |Y|) / 6)^alpha "
+                            "(Wu et al. 2016), or power |Y|^alpha (fairseq's and Hugging Face's); |Y| counts </s>")
     coverage_penalty: float = Field(0.0, ge=0.0, le=10.0, description="coverage penalty: GNMT beta; 0 = off; "
                                                                       "needs attention")
     # 1, not 0: an empty translation of a non-empty source is never what a user wants, yet a beam

@@ -48,7 +48,7 @@ class ToySeq2Seq(nn.Module):
         self.src_embed = nn.Embedding(src_vocab_size, embed_size, padding_idx=pad_id)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, embed_size, padding_idx=pad_id)
         self.generator = nn.Linear(2 * embed_size, tgt_vocab_size)
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = pad_id, bos_id, eos_id, 3
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -33,7 +33,7 @@ BF16_HELP = ("Decode in bfloat16: for batches of a large model on a GPU. On the 
 
 # The one thing written here by hand: each DecodeConfig field's flag (with its --no- form for a switch).
 DECODE_FLAG_NAMES: dict[str, str] = {
-    "beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty",
+    "beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty", "length_norm": "--length-norm",
     "coverage_penalty": "--coverage-penalty", "min_len": "--min-len", "max_len_a": "--max-len-a",
     "max_len_b": "--max-len-b", "no_repeat_ngram": "--no-repeat-ngram", "forbid_unk": "--forbid-unk/--allow-unk",
     "sampling": "--sampling/--no-sampling", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
@@ -59,8 +59,10 @@ def flag_words(text: str) -> str:
     return _DECODE_FIELD_WORD.sub(lambda m: DECODE_FLAG[m.group(m.lastindex or 0)], text)
 
 
-def _flag_type(annotation: Any) -> type:
-    """int, float or bool: a field's type without its None (seed: int | None)."""
+def _flag_type(annotation: Any) -> Any:
+    """int, float, bool or a Literal of choices: a field's type without its None (seed: int | None)."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return annotation
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     return args[0] if args else annotation
 

@@ -340,6 +340,12 @@ class Codec:
             out.append((self.src_ids(src), self.tgt_ids(self.tgt_tokenizer.tokenize(p.tgt), src)))
         return out
 
+    def special_ids(self) -> dict[str, int]:
+        """The target vocabulary's special ids, as heed.nn.build.build_model takes them (a pretrained
+        model's source side has the same ones: heed.nn.transformer.convert checks it)."""
+        s = self.tgt_vocab.specials
+        return {"pad_id": s.pad, "bos_id": s.bos, "eos_id": s.eos, "unk_id": s.unk}
+
     def source_to_target(self) -> list[int]:
         """For each source vocabulary id, the target id of the same token or -1: what a copy
         model's build_model needs (heed.data.extended.source_to_target)."""

@@ -85,7 +85,8 @@ class ExtendedVocab:
         """Target tokens -> extended ids: an unknown token that the source holds gets its
         temporary id, any other unknown <unk>."""
         index = {token: len(self.target) + k for k, token in enumerate(self.unknowns)}
-        return [index.get(token, UNK) if token_id == UNK else token_id
+        unk = self.target.unk_id
+        return [index.get(token, unk) if token_id == unk else token_id
                 for token, token_id in ((t, self.target.encode([t])[0]) for t in tokens)]
 
     def lookup(self, token_id: int) -> str:
@@ -100,10 +101,11 @@ class ExtendedVocab:
     def decode(self, ids: Iterable[int]) -> list[str]:
         """Extended ids -> tokens, as Vocab.decode: stop at the first EOS, drop PAD and BOS."""
         tokens = []
+        eos, skipped = self.target.eos_id, {self.target.pad_id, self.target.bos_id}
         for i in ids:
             i = int(i)
-            if i == EOS:
+            if i == eos:
                 break
-            if i not in (PAD, BOS):
+            if i not in skipped:
                 tokens.append(self.lookup(i))
         return tokens

@@ -1,10 +1,13 @@
 """Tokenizers: text <-> token strings. Ids are the Vocab's business (`heed.data.vocab`).
 
-Four kinds, one interface:
+Five kinds, one interface:
 
 - "char":    every character is a token; a space becomes "▁" so `detokenize` restores the text.
 - "word":    whitespace split, joined back with single spaces.
 - "bpe", "unigram": SentencePiece subwords, trained in memory on the training side.
+- "sentencepiece": a pretrained model's own SentencePiece model, used as it came (`heed import`),
+             with its normalisation; a leading language code `>>fr<<` (OPUS-MT's multilingual
+             models) is a token of its own, as MarianTokenizer makes it.
 
 Text is expected to be `heed.data.corpus.normalize`d already (single spaces, NFC); round trips are
 exact for such text. A tokenizer is persisted as `to_spec()` (a small JSON-able dict the caller keeps,
@@ -25,7 +28,7 @@ import sentencepiece as spm
 from heed.errors import ModelDirError
 from heed.plumbing.files import atomic_write_bytes, open_regular, reason
 
-TokenizerKind = Literal["char", "word", "bpe", "unigram"]
+TokenizerKind = Literal["char", "word", "bpe", "unigram", "sentencepiece"]
 TOKENIZER_KINDS: tuple[str, ...] = get_args(TokenizerKind)
 
 SPACE = "▁"  # U+2581, SentencePiece's meta symbol for a space; the char tokenizer uses it too
@@ -150,16 +153,7 @@ class SentencePieceTokenizer(Tokenizer):
     @classmethod
     def load(cls, directory: Path, name: str, spec: dict[str, Any]) -> SentencePieceTokenizer:
         path = spm_model_path(directory, name)
-        try:
-            with open_regular(path) as f:
-                model = f.read()
-        except FileNotFoundError:
-            raise ModelDirError(f"{path}: SentencePiece model missing ({spec['kind']} tokenizer '{name}')") from None
-        except OSError as e:
-            raise ModelDirError(f"{path}: cannot read: {reason(e)}") from None
-        expected = spec.get("sha256")
-        if expected is not None and hashlib.sha256(model).hexdigest() != expected:
-            raise ModelDirError(f"{path}: SentencePiece model does not match the one this model was trained with")
+        model = read_spm_model(directory, name, spec)
         vocab_size = spec.get("vocab_size")
         try:
             return cls(spec["kind"], model, vocab_size=None if vocab_size is None else int(vocab_size))
@@ -204,6 +198,51 @@ class SentencePieceTokenizer(Tokenizer):
         return {"kind": self.kind, "vocab_size": self.vocab_size, "sha256": hashlib.sha256(self.model).hexdigest()}
 
 
+class PretrainedPieces(SentencePieceTokenizer):
+    """A pretrained model's SentencePiece model (OPUS-MT's source.spm or target.spm), as it came:
+    its own normalisation rules, no vocab_size of heed's. A leading language code (">>fr<<", in
+    OPUS-MT's multi-target models) is split off as one token, as MarianTokenizer does."""
+
+    def __init__(self, model: bytes) -> None:
+        self.kind = "sentencepiece"
+        self.model = model
+        self._sp = spm.SentencePieceProcessor(model_proto=model)
+        self.vocab_size = self._sp.get_piece_size()
+
+    @classmethod
+    def load(cls, directory: Path, name: str, spec: dict[str, Any]) -> "PretrainedPieces":
+        model = read_spm_model(directory, name, spec)
+        try:
+            return cls(model)
+        except RuntimeError as e:
+            raise ModelDirError(f"{spm_model_path(directory, name)}: cannot load the SentencePiece model ({e})") from None
+
+    def tokenize(self, text: str) -> list[str]:
+        code = []
+        if text.startswith(">>") and (end := text.find("<<")) != -1:  # MarianTokenizer.remove_language_code
+            code, text = [text[: end + 2]], text[end + 2:]
+        return code + self._sp.encode(text, out_type=str)
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"kind": self.kind, "sha256": hashlib.sha256(self.model).hexdigest()}
+
+
+def read_spm_model(directory: Path, name: str, spec: dict[str, Any]) -> bytes:
+    """The bytes of `<directory>/<name>.spm.model`, checked against the spec's sha256."""
+    path = spm_model_path(directory, name)
+    try:
+        with open_regular(path) as f:
+            model = f.read()
+    except FileNotFoundError:
+        raise ModelDirError(f"{path}: SentencePiece model missing ({spec['kind']} tokenizer '{name}')") from None
+    except OSError as e:
+        raise ModelDirError(f"{path}: cannot read: {reason(e)}") from None
+    expected = spec.get("sha256")
+    if expected is not None and hashlib.sha256(model).hexdigest() != expected:
+        raise ModelDirError(f"{path}: SentencePiece model does not match the one this model was trained with")
+    return model
+
+
 def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], *, vocab_size: int = 8000) -> Tokenizer:
     """A tokenizer of `kind`, trained on `texts` where training means something (bpe, unigram).
 
@@ -216,6 +255,9 @@ def train_tokenizer(kind: TokenizerKind, texts: Iterable[str], *, vocab_size: in
         return WordTokenizer()
     if kind in ("bpe", "unigram"):
         return SentencePieceTokenizer.train(kind, texts, vocab_size=vocab_size)
+    if kind == "sentencepiece":
+        raise ValueError("kind 'sentencepiece' is a pretrained model's own tokenizer: it comes with the model "
+                         "(heed import), it is not trained; choose char, word, bpe or unigram")
     raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(TOKENIZER_KINDS)}")
 
 
@@ -228,4 +270,6 @@ def load_tokenizer(directory: Path, name: str, spec: dict[str, Any]) -> Tokenize
         return WordTokenizer()
     if kind in ("bpe", "unigram"):
         return SentencePieceTokenizer.load(Path(directory), name, spec)
+    if kind == "sentencepiece":
+        return PretrainedPieces.load(Path(directory), name, spec)
     raise ModelDirError(f"{directory}: unknown tokenizer kind {kind!r} for '{name}'; expected one of {', '.join(TOKENIZER_KINDS)}")

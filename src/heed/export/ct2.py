@@ -76,7 +76,7 @@ def write_ct2(model: nn.Module, cfg: Any, codec: Any, directory: Path, *, max_sr
     assert convert is not None, "check_exportable refuses a family without a converter"
     model = model.float().cpu().eval()
     spec = convert(model, cfg, src_tokens=list(codec.src_vocab.tokens), tgt_tokens=list(codec.tgt_vocab.tokens),
-                            max_src_len=max_src_len)
+                   max_src_len=max_src_len, unk_id=codec.tgt_vocab.unk_id)
     spec.validate()
     spec.optimize(quantization="int8" if int8 else "float32")
     spec.save(str(directory))

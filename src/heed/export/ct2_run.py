@@ -40,7 +40,6 @@ from typing import Any
 
 import torch
 
-from heed.data.vocab import BOS, EOS, PAD
 from heed.decode_config import DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError
 from heed.export.ct2 import require_ctranslate2
@@ -69,7 +68,8 @@ class CT2Seq2Seq:
         self._ct2 = require_ctranslate2()
         self.manifest = manifest
         self.family = manifest.model.family
-        self.pad_id, self.bos_id, self.eos_id = PAD, BOS, EOS
+        ids = manifest.data["special_ids"]
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = (int(ids[name]) for name in ("pad", "bos", "eos", "unk"))
         self.src_tokens = list(src_tokens)
         self.tgt_tokens = list(tgt_tokens)
         self._tgt_ids = {t: i for i, t in enumerate(self.tgt_tokens)}
@@ -166,10 +166,10 @@ class CT2Seq2Seq:
         out = self._translate_batch(translator, src_ids, longest, prefixes, cfg, suppress=False)
         for i, (decoded, limit) in enumerate(zip(out, limits)):
             too_long = limit < longest and decoded.hypotheses and len(decoded.hypotheses[0].tokens) > limit
-            if too_long or _emits_specials(decoded):
+            if too_long or self._emits_specials(decoded):
                 prefix = None if prefixes is None else [prefixes[i]]
                 alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, suppress=False)[0]
-                if _emits_specials(alone):
+                if self._emits_specials(alone):
                     alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, suppress=True)[0]
                 out[i] = alone
         return out
@@ -177,7 +177,7 @@ class CT2Seq2Seq:
     def _translate_batch(self, translator: Any, src_ids: list[list[int]], limit: int,
                          prefixes: list[Sequence[int]] | None,
                          cfg: DecodeConfig, *, suppress: bool) -> list[Decoded]:
-        source = [[self.src_tokens[i] for i in ids] + [self.src_tokens[EOS]] for ids in src_ids]
+        source = [[self.src_tokens[i] for i in ids] + [self.src_tokens[self.eos_id]] for ids in src_ids]
         target_prefix = None
         if prefixes is not None and any(prefixes):
             target_prefix = [[self.tgt_tokens[i] for i in p] or None for p in prefixes]
@@ -189,7 +189,7 @@ class CT2Seq2Seq:
         options: dict[str, Any] = dict(
             max_decoding_length=max(limit, 1), min_decoding_length=min(cfg.min_len, limit),
             no_repeat_ngram_size=cfg.no_repeat_ngram, disable_unk=cfg.forbid_unk,
-            suppress_sequences=[[self.tgt_tokens[PAD]], [self.tgt_tokens[BOS]]] if suppress else None,
+            suppress_sequences=[[self.tgt_tokens[self.pad_id]], [self.tgt_tokens[self.bos_id]]] if suppress else None,
             max_input_length=0, return_scores=True, return_attention=True, return_end_token=True,
             num_hypotheses=kept)
         if cfg.sampling:
@@ -199,7 +199,7 @@ class CT2Seq2Seq:
             options.update(beam_size=cfg.beam_size, length_penalty=RAW_SCORES if ranked_by_heed else 0.0,
                            patience=PATIENCE if ranked_by_heed else 1)
         results = translator.translate_batch(source, target_prefix=target_prefix, **options)
-        eos = self.tgt_tokens[EOS]
+        eos = self.tgt_tokens[self.eos_id]
         # A hypothesis CTranslate2 cut at the limit has no EOS; heed's search forces one there and
         # charges its log-probability: score it (one teacher-forced pass for all of them).
         cut = [(i, j) for i, r in enumerate(results) for j, h in enumerate(r.hypotheses) if not h or h[-1] != eos]
@@ -224,11 +224,11 @@ class CT2Seq2Seq:
         forced EOS's log-probability to add to each hypothesis cut at the limit (0 for the rest);
         `first_row`: the first step's attention, where the beam search's own is wrong."""
         hypotheses = []
-        eos = self.tgt_tokens[EOS]
+        eos = self.tgt_tokens[self.eos_id]
         for tokens, raw, attention, charge in zip(result.hypotheses, result.scores, result.attention, eos_charge):
             ids = [self._tgt_ids[t] for t in (tokens[:-1] if tokens and tokens[-1] == eos else tokens)]
             log_prob = raw + charge
-            score = log_prob / float(length_penalty(torch.tensor(len(ids) + 1), cfg.length_penalty))
+            score = log_prob / float(length_penalty(torch.tensor(len(ids) + 1), cfg.length_penalty, cfg.length_norm))
             weights = torch.zeros(len(ids) + 1, src_len)  # (tokens + EOS, src_len); a forced EOS's row stays zeros
             if attention:
                 weights[: len(attention)] = torch.tensor(attention, dtype=torch.float32)[:, :src_len]
@@ -238,7 +238,6 @@ class CT2Seq2Seq:
         hypotheses.sort(key=lambda h: -h.score)
         return Decoded(hypotheses[: cfg.n_best])
 
-
-def _emits_specials(decoded: Decoded) -> bool:
-    return any(PAD in h.tokens or BOS in h.tokens for h in decoded.hypotheses)
+    def _emits_specials(self, decoded: Decoded) -> bool:
+        return any(self.pad_id in h.tokens or self.bos_id in h.tokens for h in decoded.hypotheses)
 

@@ -238,7 +238,6 @@ def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) ->
 
     from heed.data.codec import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE
     from heed.data.tokenize import spm_model_path
-    from heed.data.vocab import BOS, EOS, PAD
 
     def bad(field: str, what: str) -> ModelDirError:
         return ModelDirError(f"{file}: {field} {what}; the manifest is damaged, export the model again")
@@ -255,9 +254,9 @@ def _check_manifest_schema(data: dict[str, Any], file: Path, directory: Path) ->
     ids = data.get("special_ids")
     if not isinstance(ids, dict):
         raise bad("special_ids", "is missing")
-    for name, expected in (("pad", PAD), ("bos", BOS), ("eos", EOS)):
-        if type(ids.get(name)) is not int or ids[name] != expected:
-            raise bad(f"special_ids.{name}", f"is {ids.get(name)!r}, but heed's vocabularies have {name} = {expected}")
+    for name in ("pad", "bos", "eos", "unk"):
+        if type(ids.get(name)) is not int or ids[name] < 0:
+            raise bad(f"special_ids.{name}", f"is {ids.get(name)!r}, not a token id")
     if not isinstance(data.get("int8", False), bool):
         raise bad("int8", f"is {data['int8']!r}, not true or false")
     if type(data.get("parameters", 0)) is not int or data.get("parameters", 0) < 0:
@@ -359,7 +358,8 @@ def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
             "int8": int8,
             "model": loaded.config.model.model_dump(mode="json"),
             "parameters": loaded.model.num_parameters(),
-            "special_ids": {"pad": loaded.model.pad_id, "bos": loaded.model.bos_id, "eos": loaded.model.eos_id},
+            "special_ids": {"pad": loaded.model.pad_id, "bos": loaded.model.bos_id, "eos": loaded.model.eos_id,
+                            "unk": loaded.model.unk_id},
             "files": {name: sha256(tmp / name) for name in files},
         }
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

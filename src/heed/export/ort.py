@@ -41,7 +41,7 @@ class OrtSeq2Seq:
         self._ort = require("onnxruntime")
         self.manifest = manifest
         ids = manifest.data["special_ids"]
-        self.pad_id, self.bos_id, self.eos_id = int(ids["pad"]), int(ids["bos"]), int(ids["eos"])
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = (int(ids[name]) for name in ("pad", "bos", "eos", "unk"))
         self.family = manifest.model.family
         self.graphs = family_graphs(manifest.model)
         self.has_attention: bool = self.graphs.has_attention

@@ -3,8 +3,9 @@ families keyed by `model.family`, each a folder under heed/nn with one builder h
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -18,6 +19,7 @@ from heed.nn.rnn.config import RNNConfig
 from heed.nn.rnn.onnx import RNNGraphs
 from heed.nn.transformer import config as transformer_config
 from heed.nn.transformer.config import TransformerConfig
+from heed.nn.transformer.convert import CONVERTERS
 from heed.nn.transformer.ct2 import transformer_spec
 from heed.nn.transformer.model import build_transformer
 from heed.nn.transformer.onnx import TransformerGraphs
@@ -32,8 +34,10 @@ class Family:
     - `sizes`: the config fields that make it large, for a "too large" message;
     - `graphs`: its ONNX export contract for a config (FamilyGraphs, heed.export), or None when
       the family does not export (a research family, say);
-    - `ct2`: its CTranslate2 converter (model, config, src_tokens=, tgt_tokens=, max_src_len=) ->
-      a CTranslate2 spec, or None when CTranslate2 cannot run the family."""
+    - `ct2`: its CTranslate2 converter (model, config, src_tokens=, tgt_tokens=, max_src_len=, unk_id=) ->
+      a CTranslate2 spec, or None when CTranslate2 cannot run the family;
+    - `converters`: pretrained checkpoints it holds, by Hugging Face `model_type` (heed.pretrained):
+      (directory, config.json) -> heed.nn.transformer.convert.Converted."""
 
     config: type[FamilyConfig]
     build: Callable[..., TrainableModel]
@@ -41,6 +45,7 @@ class Family:
     sizes: Callable[..., str]
     graphs: Callable[..., FamilyGraphs] | None = None
     ct2: Callable[..., object] | None = None
+    converters: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
 
 
 # model.family -> the family: a new family is a folder under heed/nn plus one line here (and its
@@ -48,7 +53,7 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "rnn": Family(RNNConfig, build_rnn, rnn_config.describe, rnn_config.sizes, graphs=RNNGraphs),
     "transformer": Family(TransformerConfig, build_transformer, transformer_config.describe, transformer_config.sizes,
-                          graphs=TransformerGraphs, ct2=transformer_spec),
+                          graphs=TransformerGraphs, ct2=transformer_spec, converters=CONVERTERS),
 }
 
 

@@ -97,11 +97,11 @@ class Ensemble:
     def __init__(self, members: Sequence[SearchModel]) -> None:
         if not members:
             raise ValueError("an ensemble needs at least one model")
-        ids = {(m.pad_id, m.bos_id, m.eos_id) for m in members}
+        ids = {(m.pad_id, m.bos_id, m.eos_id, m.unk_id) for m in members}
         if len(ids) != 1:
-            raise ValueError(f"the ensemble's models disagree on their (pad, bos, eos) ids: {sorted(ids)}")
+            raise ValueError(f"the ensemble's models disagree on their (pad, bos, eos, unk) ids: {sorted(ids)}")
         self.members: tuple[SearchModel, ...] = tuple(members)
-        self.pad_id, self.bos_id, self.eos_id = ids.pop()
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids.pop()
 
     @property
     def has_attention(self) -> bool:

@@ -75,8 +75,9 @@ class SearchModel(Protocol):
     `enc` and `state` are what this model's own `encode` and `init_state`/`step` returned."""
 
     pad_id: int
-    bos_id: int
+    bos_id: int  # the decoder's first input
     eos_id: int
+    unk_id: int
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> Encoded:
         """src (batch, src_len) ids + EOS right-padded, src_lengths (batch,) -> the encoded batch."""

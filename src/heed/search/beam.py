@@ -154,7 +154,7 @@ def _is_done(fin: _Finished, cum_log_prob: Tensor, max_len: Tensor, cfg: DecodeC
     with beta > 0 the bound (cp <= 0) is loose and search tends to run longer.
     cum_log_prob (batch, beam); max_len (batch,)."""
     best_live = cum_log_prob.max(dim=1).values  # (batch,)
-    bound = best_live / length_penalty(max_len + 1, cfg.length_penalty) if cfg.length_penalty else best_live
+    bound = best_live / length_penalty(max_len + 1, cfg.length_penalty, cfg.length_norm) if cfg.length_penalty else best_live
     return (fin.score[:, -1] >= bound) | torch.isneginf(best_live)
 
 
@@ -389,7 +389,7 @@ def beam_search_one(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: D
     src_mask, src_len = enc.mask, int(src_lengths[0])
     max_len_t = _with_prefix(max_output_lengths(src_lengths, cfg).to(device), prefix)  # (1,) broadcasts over rows
     max_len = int(max_len_t[0])
-    bound_lp = np.float32(length_penalty(max_len_t + 1, cfg.length_penalty)[0]) if cfg.length_penalty else None
+    bound_lp = np.float32(length_penalty(max_len_t + 1, cfg.length_penalty, cfg.length_norm)[0]) if cfg.length_penalty else None
     row_prefix = None if prefix is None else prefix.repeat(beam)
 
     # The first step runs on the sentence's one row; its candidates are ranked as beam_search ranks

@@ -9,7 +9,6 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from heed.data.vocab import UNK
 from heed.decode_config import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.errors import ConfigError
 
@@ -45,10 +44,14 @@ class Hypothesis:
 # Penalties: pure functions, shared by greedy and beam search and by the tests.
 
 
-def length_penalty(lengths: Tensor, alpha: float) -> Tensor:
-    """Wu et al. 2016, eq. 14: lp(Y) = ((5 + |Y|) / (5 + 1))^alpha.
+def length_penalty(lengths: Tensor, alpha: float, norm: str = "gnmt") -> Tensor:
+    """Wu et al. 2016, eq. 14: lp(Y) = ((5 + |Y|) / (5 + 1))^alpha; with norm "power",
+    lp(Y) = |Y|^alpha (fairseq's lenpen and Hugging Face's length_penalty).
 
-    lengths: (...) |Y|, output length with EOS. Returns float (...); all ones when alpha = 0."""
+    lengths: (...) |Y|, output length with EOS. Returns float (...); all ones when alpha = 0.
+    Both grow with |Y| for alpha >= 0, which beam search's exact stopping bound relies on."""
+    if norm == "power":
+        return lengths.float() ** alpha
     return ((5.0 + lengths.float()) / 6.0) ** alpha
 
 
@@ -72,7 +75,7 @@ def hypothesis_score(log_prob: Tensor, lengths: Tensor, coverage: Tensor | None,
     """Wu et al. 2016, eq. 14: s(Y, X) = log P(Y|X) / lp(Y) + cp(X; Y).
 
     log_prob (...), lengths (...) with EOS, coverage (..., src_len) or None when beta = 0."""
-    score = log_prob / length_penalty(lengths, cfg.length_penalty)
+    score = log_prob / length_penalty(lengths, cfg.length_penalty, cfg.length_norm)
     if cfg.coverage_penalty:
         score = score + coverage_penalty(coverage, mask, cfg.coverage_penalty)
     return score
@@ -128,7 +131,7 @@ def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Ten
     for banned in {model.pad_id, model.bos_id} - {eos}:
         logp[:, banned] = NEG_INF
     if cfg.forbid_unk:
-        logp[:, UNK] = NEG_INF  # a copy model's copied words have ids of their own (heed.data.extended)
+        logp[:, model.unk_id] = NEG_INF  # a copy model's copied words have ids of their own (heed.data.extended)
     if t < cfg.min_len:
         logp[:, eos] = NEG_INF
     if cfg.no_repeat_ngram and seq is not None:

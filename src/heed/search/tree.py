@@ -71,7 +71,7 @@ def _build_trees(recorded: Sequence[_TraceStep], batch: int, beam: int, eos_id: 
                     # Only an EOS among the best `beam` finishes (_finish); one below can still fill
                     # a spare beam slot when too few candidates are finite, as a dead beam: pruned.
                     status = "finished" if c < beam else "pruned"
-                    score = lp[i][c] / float(length_penalty(torch.tensor(t + 1), cfg.length_penalty))
+                    score = lp[i][c] / float(length_penalty(torch.tensor(t + 1), cfg.length_penalty, cfg.length_norm))
                 elif c in kept:
                     status, score = "kept", lp[i][c]
                 else:

@@ -307,7 +307,7 @@ class Trainer:
         cfg, world = self.config, self.world
         model = build_model(cfg.model, src_vocab_size=len(data.codec.src_vocab),
                             tgt_vocab_size=len(data.codec.tgt_vocab),
-                            source_to_target=data.codec.source_to_target()).to(self.device)
+                            source_to_target=data.codec.source_to_target(), **data.codec.special_ids()).to(self.device)
         # fused: one kernel for every parameter (0.8 vs 1.5 ms a step for the 286k-parameter
         # dates model on one CPU thread; same update up to rounding)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,

@@ -30,5 +30,5 @@ def build_rnn(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad
         decoder = BahdanauDecoder(score=cfg.score, **copy, **attention, **common)
     else:
         decoder = PlainDecoder(**common)
-    return Seq2Seq(encoder, bridge, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id,
+    return Seq2Seq(encoder, bridge, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, unk_id=unk_id,
                    coverage_loss=cfg.coverage_loss)

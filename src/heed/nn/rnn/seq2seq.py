@@ -28,14 +28,14 @@ class Seq2Seq(nn.Module):
     needs a decoder with coverage (0 = no coverage loss)."""
 
     def __init__(self, encoder: RNNEncoder, bridge: Bridge, decoder: _RNNDecoder, *,
-                 pad_id: int = 0, bos_id: int = 1, eos_id: int = 2, coverage_loss: float = 0.0) -> None:
+                 pad_id: int = 0, bos_id: int = 1, eos_id: int = 2, unk_id: int = 3, coverage_loss: float = 0.0) -> None:
         super().__init__()
         if coverage_loss < 0 or (coverage_loss > 0 and not decoder.coverage):
             raise ValueError(f"coverage_loss {coverage_loss} needs to be >= 0, and > 0 only with a coverage decoder")
         self.encoder = encoder
         self.bridge = bridge
         self.decoder = decoder
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = pad_id, bos_id, eos_id, unk_id
         # the training-mode teacher-forced pass under torch.compile, once `compile_teacher_forced` ran
         self._compiled_features: Callable[..., DecoderFeatures] | None = None
         self.coverage_loss = coverage_loss

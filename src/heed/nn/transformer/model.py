@@ -204,11 +204,11 @@ class TransformerSeq2Seq(nn.Module):
     has_attention = True
 
     def __init__(self, encoder: TransformerEncoder, decoder: TransformerDecoder, *, pad_id: int = 0, bos_id: int = 1,
-                 eos_id: int = 2) -> None:
+                 eos_id: int = 2, unk_id: int = 3) -> None:
         super().__init__()
         self.encoder = encoder
         self.decoder = decoder
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = pad_id, bos_id, eos_id, unk_id
         self.alignment_layer = len(decoder.layers) - 1  # whose cross-attention a step reports
         self._compiled_features: Callable[..., TransformerFeatures] | None = None
 
@@ -358,8 +358,8 @@ def build_transformer(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: 
                       bos_id: int = 1, eos_id: int = 2, unk_id: int = 3,
                       source_to_target: Sequence[int] | None = None) -> TransformerSeq2Seq:
     """The family's builder (heed.nn.build.FAMILIES): a fresh model for a `family: transformer`
-    config. `unk_id` and `source_to_target` serve the RNN's copy attention, which the config refuses
-    for a Transformer. With `share_embeddings` the encoder reads the decoder's embedding (and with
+    config. `source_to_target` serves the RNN's copy attention, which the config refuses for a
+    Transformer. With `share_embeddings` the encoder reads the decoder's embedding (and with
     `tie_embeddings` the output layer too: one table, three uses)."""
     common = dict(d_model=cfg.d_model, heads=cfg.heads, layers=cfg.layers, ff_size=cfg.ff_size, dropout=cfg.dropout,
                   attention_dropout=cfg.attention_dropout, norm=cfg.norm, positions=cfg.positions,
@@ -372,4 +372,4 @@ def build_transformer(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: 
             raise ValueError(f"model.share_embeddings needs one vocabulary for both sides (data.shared_vocab), but "
                              f"the source has {src_vocab_size} ids and the target {tgt_vocab_size}")
         encoder.embed.read_from(decoder.embed.tokens)
-    return TransformerSeq2Seq(encoder, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
+    return TransformerSeq2Seq(encoder, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, unk_id=unk_id)

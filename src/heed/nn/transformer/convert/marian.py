@@ -1,0 +1,139 @@
+"""OPUS-MT and other Marian models in Hugging Face's layout (`MarianMTModel`, model_type "marian")
+-> heed's Transformer, with the same numbers (tests/test_pretrained_marian.py checks them against
+transformers).
+
+What Marian is, in the family's terms (transformers' modeling_marian.py):
+- post-norm layers, LayerNorm(x + Sublayer(x)), and no norm after either stack: `norm: post`;
+- the feed-forward activation of config.json (`swish` for OPUS-MT);
+- token embeddings times sqrt(d_model) when `scale_embedding`;
+- sinusoidal positions from 0, all sines then all cosines: `sinusoid_layout: halves`;
+- one table for source, target and output (`share_encoder_decoder_embeddings`,
+  `tie_word_embeddings`), or one per side;
+- `final_logits_bias` added to the logits: the generator's bias;
+- the decoder starts from <pad> (`decoder_start_token_id`), </s> = 0 and <unk> = 1 ends and
+  stands in; the vocabulary keeps these ids (heed.data.vocab.Specials), so heed's ids are
+  MarianTokenizer's.
+
+The tokenizers are the release's two SentencePiece models, source.spm and target.spm, with the
+joint vocab.json (or, with `separate_vocabs`, target_vocab.json for the target side).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from heed.data.codec import Codec
+from heed.data.tokenize import PretrainedPieces
+from heed.data.vocab import Specials, Vocab
+from heed.errors import ModelDirError
+from heed.nn.transformer.convert.common import (
+    Converted,
+    Tensors,
+    activation_of,
+    bart_layers,
+    generation_defaults,
+    read_json,
+    read_weights,
+    same_sizes,
+)
+from heed.plumbing.files import check_regular, reason
+
+ARCHITECTURE = "MarianMTModel"
+
+
+def model_fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The Transformer family's `model:` fields for a Marian config.json."""
+    return {
+        "family": "transformer", **same_sizes(config, path), "d_model": config["d_model"],
+        "norm": "post", "activation": activation_of(config, path),
+        "scale_embeddings": bool(config.get("scale_embedding", False)),
+        "positions": "sinusoidal", "sinusoid_layout": "halves",
+        "share_embeddings": bool(config.get("share_encoder_decoder_embeddings", True)),
+        "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
+        "dropout": float(config.get("dropout", 0.1)), "attention_dropout": float(config.get("attention_dropout", 0.0)),
+    }
+
+
+def weights(hf: Tensors, model: dict[str, Any], layers: int) -> dict[str, Any]:
+    """heed's state dict from a MarianMTModel's tensors."""
+    out = {**bart_layers(hf, "model.encoder", "encoder", layers, decoder=False),
+           **bart_layers(hf, "model.decoder", "decoder", layers, decoder=True)}
+    if model["share_embeddings"]:
+        out["decoder.embed.tokens.weight"] = hf.first("model.shared.weight", "model.decoder.embed_tokens.weight",
+                                                      "model.encoder.embed_tokens.weight", "lm_head.weight")
+    else:
+        out["encoder.embed.tokens.weight"] = hf["model.encoder.embed_tokens.weight"]
+        out["decoder.embed.tokens.weight"] = hf.first("model.decoder.embed_tokens.weight", "lm_head.weight")
+    table = out["decoder.embed.tokens.weight"]
+    if not model["tie_embeddings"]:
+        out["decoder.generator.weight"] = hf["lm_head.weight"]
+    elif "lm_head.weight" in hf and not hf["lm_head.weight"].equal(table):
+        raise ModelDirError(f"{hf.where}: lm_head.weight differs from the target embedding, but config.json ties "
+                            "them (tie_word_embeddings); the checkpoint and its config disagree")
+    bias = hf["final_logits_bias"].reshape(-1) if "final_logits_bias" in hf else table.new_zeros(table.size(0))
+    out["decoder.generator.bias"] = bias
+    return out
+
+
+def _spm(directory: Path, name: str) -> PretrainedPieces:
+    path = directory / name
+    try:
+        check_regular(path)
+        model = path.read_bytes()
+    except FileNotFoundError:
+        raise ModelDirError(f"{path}: missing; a Marian model's tokenizer is its source.spm and target.spm "
+                            "SentencePiece models") from None
+    except OSError as e:
+        raise ModelDirError(f"{path}: cannot read: {reason(e)}") from None
+    try:
+        return PretrainedPieces(model)
+    except RuntimeError:
+        raise ModelDirError(f"{path}: not a SentencePiece model") from None
+
+
+def _vocab(path: Path, size: int, config: dict[str, Any]) -> Vocab:
+    """vocab.json {piece: id} -> a Vocab with the model's ids; ids past the file's up to `size`
+    (the embedding's rows) get placeholder names no text produces."""
+    entries = read_json(path)
+    by_id: dict[int, str] = {}
+    for piece, i in entries.items():
+        if not isinstance(i, int) or not 0 <= i < size or i in by_id:
+            raise ModelDirError(f"{path}: {piece!r} has id {i!r}: ids must be distinct and below the model's "
+                                f"vocabulary size {size}")
+        by_id[i] = piece
+    tokens = [by_id.get(i, f"<unused {i}>") for i in range(size)]
+    if "<unk>" not in entries:
+        raise ModelDirError(f"{path}: has no <unk>; not a Marian vocabulary")
+    ids = {name: config.get(key) for name, key in (("pad", "pad_token_id"), ("bos", "decoder_start_token_id"),
+                                                    ("eos", "eos_token_id"))}
+    for name, i in ids.items():
+        if not isinstance(i, int) or not 0 <= i < size:
+            raise ModelDirError(f"{path.parent / 'config.json'}: {name} id {i!r} is not an id of the vocabulary")
+    return Vocab(tokens, Specials(unk=entries["<unk>"], **ids))
+
+
+def codec(directory: Path, config: dict[str, Any], model: dict[str, Any]) -> Codec:
+    settings = read_json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").exists() else {}
+    src_size = config["vocab_size"]
+    tgt_size = src_size if model["share_embeddings"] else config.get("decoder_vocab_size") or src_size
+    src_vocab = _vocab(directory / "vocab.json", src_size, config)
+    tgt_vocab = src_vocab
+    if settings.get("separate_vocabs"):
+        tgt_vocab = _vocab(directory / "target_vocab.json", tgt_size, config)
+    elif tgt_size != src_size:
+        raise ModelDirError(f"{directory / 'config.json'}: decoder_vocab_size {tgt_size} but one vocab.json of "
+                            f"{src_size} for both sides")
+    if (src_vocab.specials.pad, src_vocab.specials.eos) != (tgt_vocab.specials.pad, tgt_vocab.specials.eos):
+        raise ModelDirError(f"{directory}: the source and target vocabularies give <pad> or </s> different ids")
+    return Codec(_spm(directory, "source.spm"), _spm(directory, "target.spm"), src_vocab, tgt_vocab)
+
+
+def convert(directory: Path, config: dict[str, Any]) -> Converted:
+    """A Hugging Face Marian directory (config.json, model.safetensors or pytorch_model.bin,
+    source.spm, target.spm, vocab.json) -> heed's Transformer."""
+    path = directory / "config.json"
+    model = model_fields(config, path)
+    text = codec(directory, config, model)  # first: a missing tokenizer file fails before the weights load
+    hf = Tensors(read_weights(directory), directory)
+    return Converted(model, weights(hf, model, model["layers"]), text, generation_defaults(directory, config),
+                     {"architecture": ARCHITECTURE})

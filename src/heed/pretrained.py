@@ -1,0 +1,130 @@
+"""`heed import`: a pretrained translator (a Hugging Face model directory, or a hub id `hf:ORG/NAME`)
+becomes an ordinary heed model directory, which every heed command takes.
+
+    hf:ORG/NAME --huggingface_hub--> the user's hub cache (token, HF_HUB_OFFLINE, HF_ENDPOINT)
+    DIR: config.json --model_type--> the family's converter (heed.nn.transformer.convert)
+        --> Converted(model fields, weights, codec) --> a built model with those weights
+        --> heed.checkpoint.save_model_dir: safetensors, config.yaml, tokenizers, heed.json
+            (sha256 of every file, and "pretrained": where it came from and at which revision)
+
+Nothing is written before the whole model converted and loaded into heed's Transformer, and the
+output directory is swapped in whole: a failed import leaves no half-written directory.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from heed.errors import HeedError, ModelDirError, OutputError
+
+HUB_PREFIX = "hf:"
+# What an import reads from a hub repository: the config, the weights (safetensors first) and the
+# tokenizer's files; not the TensorFlow, Flax or Rust weights that many repositories also hold.
+HUB_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
+             "vocab.json", "target_vocab.json", "source.spm", "target.spm", "sentencepiece.bpe.model",
+             "model.safetensors", "pytorch_model.bin")
+
+
+def is_hub_id(source: str) -> bool:
+    return source.startswith(HUB_PREFIX)
+
+
+def hub_download(repo: str, *, revision: str | None = None) -> tuple[Path, str]:
+    """(local directory, commit) of hub repository `repo` ("ORG/NAME") at `revision` (a branch, tag
+    or commit; the default branch when None), through huggingface_hub: the user's cache (a second
+    import reads it), token and offline mode (HF_HUB_OFFLINE=1: the cache only). Only HUB_FILES
+    are fetched, safetensors weights rather than pytorch_model.bin when the repository has both."""
+    try:
+        import huggingface_hub as hub
+        from huggingface_hub import errors as hub_errors
+    except ImportError:
+        raise HeedError("importing from the Hugging Face hub needs huggingface_hub: pip install "
+                        "'heed-nmt[hub]'") from None
+    where = f"{HUB_PREFIX}{repo}" + (f"@{revision}" if revision else "")
+    try:
+        info = None if _offline() else hub.model_info(repo, revision=revision, files_metadata=False)
+        files = None if info is None else {s.rfilename for s in info.siblings or ()}
+        wanted = [name for name in HUB_FILES if files is None or name in files]
+        if files is not None and "model.safetensors" in files:
+            wanted.remove("pytorch_model.bin") if "pytorch_model.bin" in wanted else None
+        local = hub.snapshot_download(repo, revision=info.sha if info is not None else revision,
+                                      allow_patterns=wanted)
+    except hub_errors.RepositoryNotFoundError:
+        raise ModelDirError(f"{where}: no such model on the hub (or it is private: log in with `hf auth login` "
+                            "or set HF_TOKEN)") from None
+    except hub_errors.RevisionNotFoundError:
+        raise ModelDirError(f"{where}: the model has no revision {revision!r}") from None
+    except hub_errors.LocalEntryNotFoundError:
+        raise ModelDirError(f"{where}: not in the hub cache, and offline (HF_HUB_OFFLINE) or the hub is out of "
+                            "reach; import it once online") from None
+    except (hub_errors.HfHubHTTPError, OSError, ValueError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelDirError(f"{where}: cannot download: {first}") from None
+    directory = Path(local)
+    return directory, (info.sha if info is not None else directory.name) or ""
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def convert_directory(directory: Path) -> Any:
+    """A Hugging Face model directory -> heed.nn.transformer.convert.Converted, by config.json's
+    model_type; a ModelDirError in one line for an architecture no family converts."""
+    from heed.nn.build import FAMILIES
+    from heed.nn.transformer.convert.common import read_json
+
+    if not directory.is_dir():
+        raise ModelDirError(f"{directory}: no such directory; give a Hugging Face model directory (with "
+                            "config.json) or a hub id hf:ORG/NAME")
+    config = read_json(directory / "config.json")
+    kind = config.get("model_type")
+    converters = {name: convert for family in FAMILIES.values() for name, convert in family.converters.items()}
+    if kind not in converters:
+        named = ", ".join(config.get("architectures") or []) or "unnamed"
+        raise ModelDirError(f"{directory / 'config.json'}: model_type {kind!r} ({named}) is not an architecture heed "
+                            f"converts; heed imports {', '.join(sorted(converters))}")
+    return converters[kind](directory, config)
+
+
+def import_model(source: str | os.PathLike[str], output: str | os.PathLike[str], *,
+                 revision: str | None = None) -> Path:
+    """`heed import`: write the heed model directory `output` for `source`, a local Hugging Face
+    directory or `hf:ORG/NAME` (at `revision`). Returns `output`. `output` may be a new path, an
+    empty directory or an earlier heed model directory (replaced whole); anything else is refused."""
+    from heed.checkpoint import META_FILE, save_model_dir
+    from heed.config import Config
+    from heed.nn.build import build_model
+
+    out = Path(output)
+    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / META_FILE).exists())):
+        raise OutputError("exists and is not a heed model directory; choose another -o or remove it", path=out)
+    source = str(source)
+    if is_hub_id(source):
+        repo = source[len(HUB_PREFIX):]
+        if revision is None and "@" in repo:
+            repo, revision = repo.split("@", 1)
+        directory, commit = hub_download(repo, revision=revision)
+        origin = {"source": f"{HUB_PREFIX}{repo}", "revision": commit}
+    else:
+        if revision is not None:
+            raise HeedError("--revision chooses a commit of a hub model (hf:ORG/NAME); a local directory has none")
+        directory = Path(source)
+        origin = {"source": str(directory.resolve())}
+    converted = convert_directory(directory)
+    data = {"tokenizer": {"src": {"kind": "sentencepiece"}, "tgt": {"kind": "sentencepiece"}},
+            "shared_vocab": converted.codec.src_vocab is converted.codec.tgt_vocab}
+    config = Config.model_validate({"data": data, "model": converted.model, "decode": converted.decode,
+                                    "output_dir": str(out)})
+    codec = converted.codec
+    model = build_model(config.model, src_vocab_size=len(codec.src_vocab), tgt_vocab_size=len(codec.tgt_vocab),
+                        **codec.special_ids())
+    try:
+        model.load_state_dict(converted.weights, strict=True)
+    except RuntimeError as e:
+        lines = str(e).splitlines()
+        raise ModelDirError(f"{directory}: the weights do not fit the model config.json describes "
+                            f"({(lines[1] if len(lines) > 1 else lines[0]).strip()})") from None
+    info = {"pretrained": {**origin, **converted.source}}
+    return save_model_dir(out, model=model, config=config, codec=codec, info=info)

@@ -1,0 +1,106 @@
+"""Tiny pretrained models that `transformers` builds, with random weights, for the import tests:
+a Marian directory as Hugging Face writes it (config.json, model.safetensors, source.spm,
+target.spm, vocab.json, tokenizer_config.json), and the real sentences they translate.
+
+The SentencePiece models are trained here on real text (Tatoeba, where the shared data is on this
+machine; else the dates task's sentences), with SentencePiece's defaults as Marian's are (nmt_nfkc
+normalisation, <unk> <s> </s> as ids 0-2), and the joint vocab.json is built as OPUS-MT's are:
+</s> = 0, <unk> = 1, the pieces of both models, <pad> last."""
+from __future__ import annotations
+
+import io
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+
+def shared_data() -> Path | None:
+    """The shared corpora's folder: $HEED_DATA_ROOT, or ../shared/data beside the checkout, or /work/shared/data."""
+    for candidate in (os.environ.get("HEED_DATA_ROOT"), Path(__file__).resolve().parents[2] / "shared" / "data",
+                      "/work/shared/data"):
+        if candidate and (Path(candidate) / "tatoeba-fra-eng" / "fra.txt").is_file():
+            return Path(candidate)
+    return None
+
+
+@lru_cache(maxsize=None)
+def tatoeba(start: int, count: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(French, English) sentences start .. start + count of Tatoeba, or of the dates task where the
+    shared data is not on this machine."""
+    root = shared_data()
+    if root is None:
+        from heed.data.dates import generate_dates_aligned
+
+        splits, _ = generate_dates_aligned(n_train=start + count, n_dev=1, n_test=1, seed=0, languages=("fr",),
+                                           verbose_forms=True)
+        pairs = splits.train[start:start + count]
+        return tuple(p.src for p in pairs), tuple(p.tgt for p in pairs)
+    with open(root / "tatoeba-fra-eng" / "fra.txt", encoding="utf-8") as f:
+        lines = [line.rstrip("\n").split("\t") for _, line in zip(range(start + count), f)][start:]
+    return tuple(line[1] for line in lines), tuple(line[0] for line in lines)
+
+
+def multi30k(count: int) -> tuple[list[str], list[str]] | None:
+    """(German, English) sentences of Multi30k's training set, or None without the shared data."""
+    root = shared_data()
+    if root is None or not (root / "multi30k" / "train.de").is_file():
+        return None
+    sides = []
+    for lang in ("de", "en"):
+        with open(root / "multi30k" / f"train.{lang}", encoding="utf-8") as f:
+            sides.append([line.rstrip("\n") for _, line in zip(range(count), f)])
+    return sides[0], sides[1]
+
+
+def train_spm(texts: list[str], path: Path, vocab_size: int) -> list[str]:
+    """A unigram SentencePiece model with SentencePiece's defaults, written to `path`; its pieces."""
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size,
+                                   model_type="unigram", num_threads=1, minloglevel=2)
+    path.write_bytes(model.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+
+def marian_tokenizer_files(directory: Path, src_texts: list[str], tgt_texts: list[str], *,
+                           vocab_size: int = 300) -> dict[str, int]:
+    """source.spm, target.spm and the joint vocab.json ({piece: id}) in `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    src = train_spm(src_texts, directory / "source.spm", vocab_size)
+    tgt = train_spm(tgt_texts, directory / "target.spm", vocab_size)
+    pieces = ["</s>", "<unk>", *dict.fromkeys(src[3:] + tgt[3:]), "<pad>"]
+    vocab = {piece: i for i, piece in enumerate(pieces)}
+    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    return vocab
+
+
+def make_marian(directory: Path, *, activation: str = "swish", shared: bool = True, eos_bias: float = 4.5,
+                seed: int = 0) -> Path:
+    """A tiny random MarianMTModel (2 + 2 layers of 32, 4 heads) with its tokenizer, saved by
+    transformers into `directory`. The logits bias is random and favours </s> by `eos_bias`, so
+    that outputs end at many lengths (a random model's otherwise run to the limit)."""
+    import torch
+
+    transformers = pytest.importorskip("transformers")
+    fr, en = tatoeba(0, 3000)
+    vocab = marian_tokenizer_files(directory, list(fr), list(en))
+    transformers.MarianTokenizer(str(directory / "source.spm"), str(directory / "target.spm"),
+                                 str(directory / "vocab.json")).save_pretrained(directory)
+    pad = len(vocab) - 1
+    config = transformers.MarianConfig(
+        vocab_size=len(vocab), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function=activation,
+        scale_embedding=True, pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
+        max_position_embeddings=256, share_encoder_decoder_embeddings=shared, init_std=0.2, dropout=0.0)
+    torch.manual_seed(seed)
+    model = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0.0, 1.0)
+        model.final_logits_bias[0, 0] = eos_bias
+    model.save_pretrained(directory)
+    return directory
