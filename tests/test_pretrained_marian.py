@@ -112,7 +112,6 @@ def test_beam_5_best_is_hugging_faces_with_its_length_penalty(pair):
                                  length_norm="power")
     got = [t.tokens for t in found]
     below_limit = [i for i in range(len(texts)) if len(got[i]) < MAX_TOKENS and len(expected[i]) < MAX_TOKENS]
-    print("beam below the limit:", len(below_limit), "same:", sum(got[i] == expected[i] for i in range(len(texts))))
     assert len(below_limit) >= 60
     assert [got[i] for i in below_limit] == [expected[i] for i in below_limit]
     for i in set(range(len(texts))) - set(below_limit):
@@ -164,3 +163,25 @@ def test_tokenizer_ids_equal_marian_tokenizers_on_real_sentences(tmp_path):
                 assert codec.decode_tgt(ids)[1] == text, (name, t)
                 decoded += 1
         assert decoded >= 900
+
+
+def test_translate_and_align_take_an_imported_directory(pair, tmp_path):
+    from typer.testing import CliRunner
+
+    from heed.cli import app
+
+    hf, tokenizer, translator, directory = pair
+    fr, en = tatoeba(5000, 3)
+    (tmp_path / "s.txt").write_text("".join(s + "\n" for s in fr), encoding="utf-8")
+    (tmp_path / "t.txt").write_text("".join(t + "\n" for t in en), encoding="utf-8")
+    runner = CliRunner()
+    done = runner.invoke(app, ["translate", str(directory), "--beam", "1", "--max-len-a", "0", "--max-len-b",
+                               str(MAX_TOKENS), "--min-len", "0"], input="".join(s + "\n" for s in fr))
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines() == [t.text for t in translator.translate(list(fr), beam=1, max_len_a=0,
+                                                                             max_len_b=MAX_TOKENS, min_len=0)]
+    aligned = runner.invoke(app, ["align", str(directory), "--src", str(tmp_path / "s.txt"), "--tgt",
+                                  str(tmp_path / "t.txt"), "--layer", "1", "--head", "3"])
+    assert aligned.exit_code == 0, aligned.output
+    lines = aligned.stdout.splitlines()
+    assert len(lines) == 3 and all(link.count("-") == 1 for line in lines for link in line.split())

@@ -300,7 +300,9 @@ class Translator:
     def load(cls, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, device: str = "auto",
              bf16: bool = False, verify: bool | None = None) -> "Translator":
         """Load a model directory, or the `model/` inside a training output directory, or a directory
-        `heed export` wrote (run by ONNX Runtime on the CPU; `device` "auto" means the CPU there).
+        `heed export` wrote (run by ONNX Runtime on the CPU; `device` "auto" means the CPU there), or
+        a pretrained model on the Hugging Face hub, "hf:ORG/NAME[@REVISION]" (imported once into
+        heed's cache, as `heed import` would: heed.pretrained.imported).
         `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16;
         `verify`: check every file's sha256 first (default: yes, unless HEED_VERIFY=0).
 
@@ -314,6 +316,9 @@ class Translator:
         if not paths:
             raise HeedError("no model given; give a model directory (or several, for an ensemble)")
         from heed.export.onnx import is_exported_dir
+        from heed.pretrained import imported, is_hub_id
+
+        paths = [imported(str(p)) if is_hub_id(str(p)) else p for p in paths]
 
         exported = [is_exported_dir(p) for p in paths]
         # An exported model runs on the CPU, so "auto" means the CPU for an ensemble holding one.

@@ -48,8 +48,9 @@ def hub_download(repo: str, *, revision: str | None = None) -> tuple[Path, str]:
         wanted = [name for name in HUB_FILES if files is None or name in files]
         if files is not None and "model.safetensors" in files:
             wanted.remove("pytorch_model.bin") if "pytorch_model.bin" in wanted else None
-        local = hub.snapshot_download(repo, revision=info.sha if info is not None else revision,
-                                      allow_patterns=wanted)
+        # By the name asked for (not the commit model_info saw), so that the cache learns what
+        # the name points to and an offline import of the same name finds it.
+        local = hub.snapshot_download(repo, revision=revision, allow_patterns=wanted)
     except hub_errors.RepositoryNotFoundError:
         raise ModelDirError(f"{where}: no such model on the hub (or it is private: log in with `hf auth login` "
                             "or set HF_TOKEN)") from None
@@ -61,8 +62,8 @@ def hub_download(repo: str, *, revision: str | None = None) -> tuple[Path, str]:
     except (hub_errors.HfHubHTTPError, OSError, ValueError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ModelDirError(f"{where}: cannot download: {first}") from None
-    directory = Path(local)
-    return directory, (info.sha if info is not None else directory.name) or ""
+    directory = Path(local)  # .../snapshots/COMMIT
+    return directory, directory.name
 
 
 def _offline() -> bool:
@@ -89,10 +90,11 @@ def convert_directory(directory: Path) -> Any:
 
 
 def import_model(source: str | os.PathLike[str], output: str | os.PathLike[str], *,
-                 revision: str | None = None) -> Path:
+                 revision: str | None = None, origin: dict[str, str] | None = None) -> Path:
     """`heed import`: write the heed model directory `output` for `source`, a local Hugging Face
     directory or `hf:ORG/NAME` (at `revision`). Returns `output`. `output` may be a new path, an
-    empty directory or an earlier heed model directory (replaced whole); anything else is refused."""
+    empty directory or an earlier heed model directory (replaced whole); anything else is refused.
+    `origin`: what heed.json records as the source, when `source` is a download already made."""
     from heed.checkpoint import META_FILE, save_model_dir
     from heed.config import Config
     from heed.nn.build import build_model
@@ -111,7 +113,7 @@ def import_model(source: str | os.PathLike[str], output: str | os.PathLike[str],
         if revision is not None:
             raise HeedError("--revision chooses a commit of a hub model (hf:ORG/NAME); a local directory has none")
         directory = Path(source)
-        origin = {"source": str(directory.resolve())}
+        origin = origin or {"source": str(directory.resolve())}
     converted = convert_directory(directory)
     data = {"tokenizer": {"src": {"kind": "sentencepiece"}, "tgt": {"kind": "sentencepiece"}},
             "shared_vocab": converted.codec.src_vocab is converted.codec.tgt_vocab}
@@ -128,3 +130,22 @@ def import_model(source: str | os.PathLike[str], output: str | os.PathLike[str],
                             f"({(lines[1] if len(lines) > 1 else lines[0]).strip()})") from None
     info = {"pretrained": {**origin, **converted.source}}
     return save_model_dir(out, model=model, config=config, codec=codec, info=info)
+
+
+def cache_dir() -> Path:
+    """Where `imported` keeps hub models converted for heed: $HEED_CACHE, else ~/.cache/heed."""
+    root = os.environ.get("HEED_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "heed")
+    return Path(root) / "pretrained"
+
+
+def imported(source: str) -> Path:
+    """The heed model directory of hub model `source` ("hf:ORG/NAME[@REVISION]"), converted once
+    per commit into cache_dir() and read from there afterwards (heed.load("hf:...") uses it)."""
+    repo = source[len(HUB_PREFIX):]
+    repo, _, revision = repo.partition("@")
+    directory, commit = hub_download(repo, revision=revision or None)
+    target = cache_dir() / repo.replace("/", "--") / commit
+    if (target / "heed.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return import_model(directory, target, origin={"source": f"{HUB_PREFIX}{repo}", "revision": commit})

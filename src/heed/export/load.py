@@ -23,6 +23,12 @@ def load_exported(path: str | os.PathLike[str], *, verify: bool | None = None) -
     except ConfigError as e:
         raise ModelDirError(f"{e}; the exported directory's config does not match this heed") from None
     codec = Codec.load(directory, data=config.data)
+    ids = manifest.data["special_ids"]
+    for name, expected in codec.special_ids().items():  # {"pad_id": 0, ...}: the vocabulary's own
+        key = name.removesuffix("_id")
+        if ids[key] != expected:
+            raise ModelDirError(f"{directory / 'manifest.json'}: special_ids.{key} is {ids[key]}, but the target "
+                                f"vocabulary's is {expected}; the manifest is damaged, export the model again")
     if manifest.kind == "ctranslate2":
         from heed.export.ct2_run import CT2Seq2Seq
 
