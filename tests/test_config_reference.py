@@ -48,7 +48,7 @@ def test_types_defaults_and_limits_read_as_a_config_author_writes_them():
     assert by_name["decode.beam_size"].limits == ">= 1, <= 256"
     assert by_name["train.betas"].type == "[float, float]" and by_name["train.betas"].limits == "each >= 0.0, < 1.0"
     assert by_name["train.eval_every"].type == "int or null" and by_name["train.eval_every"].default == "null"
-    assert by_name["data.tokenizer.src.kind"].type == '"char" | "word" | "bpe" | "unigram"'
+    assert by_name["data.tokenizer.src.kind"].type == '"char" | "word" | "bpe" | "unigram" | "sentencepiece"'
     assert type_name(Path) == "path"
 
 

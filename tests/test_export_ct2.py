@@ -51,7 +51,7 @@ def test_every_transformer_variant_scores_each_token_as_pytorch_does(tmp_path, n
     with torch.no_grad():  # untrained biases and norms are zeros and ones: make them matter
         for p in model.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    codec = SimpleNamespace(src_vocab=SimpleNamespace(tokens=src_vocab), tgt_vocab=SimpleNamespace(tokens=tgt_vocab))
+    codec = SimpleNamespace(src_vocab=SimpleNamespace(tokens=src_vocab), tgt_vocab=SimpleNamespace(tokens=tgt_vocab, unk_id=3))
     write_ct2(model, cfg, codec, tmp_path, max_src_len=20, int8=False)
     written = {p.name for p in tmp_path.iterdir()}
     assert written == set(model_files(written)) and ("shared_vocabulary.json" in written) == (src_vocab == tgt_vocab)
