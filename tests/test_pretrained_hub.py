@@ -28,12 +28,17 @@ def hub(tmp_path_factory):
         yield fake
 
 
-def heed_import(hub: FakeHub, cache: Path, *args: str, offline: bool = False) -> subprocess.CompletedProcess:
+def hub_env(hub: FakeHub, cache: Path, *, offline: bool = False) -> dict[str, str]:
+    """The environment of a process that talks to `hub`, with its hub cache in `cache`."""
     env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(cache), "HF_HUB_DISABLE_TELEMETRY": "1",
            "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "1" if offline else "0", "NO_PROXY": "127.0.0.1"}
     env.pop("HF_TOKEN", None)
-    return subprocess.run([sys.executable, "-m", "heed", "import", *args], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return env
+
+
+def heed_import(hub: FakeHub, cache: Path, *args: str, offline: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "heed", "import", *args], env=hub_env(hub, cache, offline=offline),
+                          capture_output=True, text=True, timeout=120)
 
 
 def test_a_hub_import_records_its_revision_and_a_second_reads_the_cache(hub, tmp_path):
@@ -81,8 +86,7 @@ def test_offline_without_the_model_in_the_cache_says_so(hub, tmp_path):
 def test_heed_load_of_a_hub_id_imports_once_into_heeds_cache(hub, tmp_path):
     script = ("import heed, sys; t = heed.load('hf:heed-tests/opus-mt-tiny'); "
               "print(len(t.translate(['Je suis là.'])), t.codec.tgt_vocab.eos_id)")
-    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf"), "HEED_CACHE": str(tmp_path / "heed"),
-           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0"}
+    env = {**hub_env(hub, tmp_path / "hf"), "HEED_CACHE": str(tmp_path / "heed")}
     for _ in range(2):
         done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0 and done.stdout.split() == ["1", "0"], done.stderr

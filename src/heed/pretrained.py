@@ -30,6 +30,12 @@ def is_hub_id(source: str) -> bool:
     return source.startswith(HUB_PREFIX)
 
 
+def parse_hub_id(source: str, revision: str | None = None) -> tuple[str, str | None]:
+    """"hf:ORG/NAME[@REVISION]" -> (ORG/NAME, the revision: `revision` if given, else the one after @)."""
+    repo, _, named = source[len(HUB_PREFIX):].partition("@")
+    return repo, revision or named or None
+
+
 def hub_download(repo: str, *, revision: str | None = None) -> tuple[Path, str]:
     """(local directory, commit) of hub repository `repo` ("ORG/NAME") at `revision` (a branch, tag
     or commit; the default branch when None), through huggingface_hub: the user's cache (a second
@@ -37,17 +43,18 @@ def hub_download(repo: str, *, revision: str | None = None) -> tuple[Path, str]:
     are fetched, safetensors weights rather than pytorch_model.bin when the repository has both."""
     try:
         import huggingface_hub as hub
+        from huggingface_hub import constants as hub_constants
         from huggingface_hub import errors as hub_errors
     except ImportError:
         raise HeedError("importing from the Hugging Face hub needs huggingface_hub: pip install "
                         "'heed-nmt[hub]'") from None
     where = f"{HUB_PREFIX}{repo}" + (f"@{revision}" if revision else "")
     try:
-        info = None if _offline() else hub.model_info(repo, revision=revision, files_metadata=False)
-        files = None if info is None else {s.rfilename for s in info.siblings or ()}
-        wanted = [name for name in HUB_FILES if files is None or name in files]
-        if files is not None and "model.safetensors" in files:
-            wanted.remove("pytorch_model.bin") if "pytorch_model.bin" in wanted else None
+        wanted = list(HUB_FILES)
+        if not hub_constants.HF_HUB_OFFLINE:  # offline, the cached snapshot is all there is to read
+            files = {s.rfilename for s in hub.model_info(repo, revision=revision).siblings or ()}
+            wanted = [name for name in HUB_FILES if name in files
+                      and not (name == "pytorch_model.bin" and "model.safetensors" in files)]
         # By the name asked for (not the commit model_info saw), so that the cache learns what
         # the name points to and an offline import of the same name finds it.
         local = hub.snapshot_download(repo, revision=revision, allow_patterns=wanted)
@@ -64,10 +71,6 @@ def hub_download(repo: str, *, revision: str | None = None) -> tuple[Path, str]:
         raise ModelDirError(f"{where}: cannot download: {first}") from None
     directory = Path(local)  # .../snapshots/COMMIT
     return directory, directory.name
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def convert_directory(directory: Path) -> Any:
@@ -90,30 +93,32 @@ def convert_directory(directory: Path) -> Any:
 
 
 def import_model(source: str | os.PathLike[str], output: str | os.PathLike[str], *,
-                 revision: str | None = None, origin: dict[str, str] | None = None) -> Path:
+                 revision: str | None = None) -> Path:
     """`heed import`: write the heed model directory `output` for `source`, a local Hugging Face
     directory or `hf:ORG/NAME` (at `revision`). Returns `output`. `output` may be a new path, an
-    empty directory or an earlier heed model directory (replaced whole); anything else is refused.
-    `origin`: what heed.json records as the source, when `source` is a download already made."""
-    from heed.checkpoint import META_FILE, save_model_dir
-    from heed.config import Config
-    from heed.nn.build import build_model
+    empty directory or an earlier heed model directory (replaced whole); anything else is refused."""
+    from heed.checkpoint import META_FILE
 
     out = Path(output)
     if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / META_FILE).exists())):
         raise OutputError("exists and is not a heed model directory; choose another -o or remove it", path=out)
     source = str(source)
     if is_hub_id(source):
-        repo = source[len(HUB_PREFIX):]
-        if revision is None and "@" in repo:
-            repo, revision = repo.split("@", 1)
+        repo, revision = parse_hub_id(source, revision)
         directory, commit = hub_download(repo, revision=revision)
-        origin = {"source": f"{HUB_PREFIX}{repo}", "revision": commit}
-    else:
-        if revision is not None:
-            raise HeedError("--revision chooses a commit of a hub model (hf:ORG/NAME); a local directory has none")
-        directory = Path(source)
-        origin = origin or {"source": str(directory.resolve())}
+        return write_imported(directory, out, {"source": f"{HUB_PREFIX}{repo}", "revision": commit})
+    if revision is not None:
+        raise HeedError("--revision chooses a commit of a hub model (hf:ORG/NAME); a local directory has none")
+    return write_imported(Path(source), out, {"source": str(Path(source).resolve())})
+
+
+def write_imported(directory: Path, out: Path, origin: dict[str, str]) -> Path:
+    """Convert the Hugging Face directory `directory` and write it as the heed model directory
+    `out`, swapped in whole once the weights have loaded; heed.json's "pretrained" records `origin`."""
+    from heed.checkpoint import save_model_dir
+    from heed.config import Config
+    from heed.nn.build import build_model
+
     converted = convert_directory(directory)
     data = {"tokenizer": {"src": {"kind": "sentencepiece"}, "tgt": {"kind": "sentencepiece"}},
             "shared_vocab": converted.codec.src_vocab is converted.codec.tgt_vocab}
@@ -141,11 +146,10 @@ def cache_dir() -> Path:
 def imported(source: str) -> Path:
     """The heed model directory of hub model `source` ("hf:ORG/NAME[@REVISION]"), converted once
     per commit into cache_dir() and read from there afterwards (heed.load("hf:...") uses it)."""
-    repo = source[len(HUB_PREFIX):]
-    repo, _, revision = repo.partition("@")
-    directory, commit = hub_download(repo, revision=revision or None)
+    repo, revision = parse_hub_id(source)
+    directory, commit = hub_download(repo, revision=revision)
     target = cache_dir() / repo.replace("/", "--") / commit
     if (target / "heed.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    return import_model(directory, target, origin={"source": f"{HUB_PREFIX}{repo}", "revision": commit})
+    return write_imported(directory, target, {"source": f"{HUB_PREFIX}{repo}", "revision": commit})

@@ -100,12 +100,4 @@ class ExtendedVocab:
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         """Extended ids -> tokens, as Vocab.decode: stop at the first EOS, drop PAD and BOS."""
-        tokens = []
-        eos, skipped = self.target.eos_id, {self.target.pad_id, self.target.bos_id}
-        for i in ids:
-            i = int(i)
-            if i == eos:
-                break
-            if i not in skipped:
-                tokens.append(self.lookup(i))
-        return tokens
+        return [self.lookup(i) for i in self.target.text_ids(ids)]

@@ -97,17 +97,18 @@ class Vocab:
     def decode(self, ids: Iterable[int], *, strip_specials: bool = True) -> list[str]:
         """Ids -> tokens. With `strip_specials`, stop at the first EOS and drop PAD and BOS
         (UNK stays, shown as "<unk>")."""
-        tokens = []
+        return [self.lookup(i) for i in (self.text_ids(ids) if strip_specials else map(int, ids))]
+
+    def text_ids(self, ids: Iterable[int]) -> list[int]:
+        """The ids before the first EOS, without PAD and BOS: those that write text (<unk> included)."""
+        out = []
         eos, skipped = self.specials.eos, {self.specials.pad, self.specials.bos}
-        for i in ids:
-            i = int(i)
-            if strip_specials:
-                if i == eos:
-                    break
-                if i in skipped:
-                    continue
-            tokens.append(self.lookup(i))
-        return tokens
+        for i in map(int, ids):
+            if i == eos:
+                break
+            if i not in skipped:
+                out.append(i)
+        return out
 
     def lookup(self, token_id: int) -> str:
         """The token with this id."""
