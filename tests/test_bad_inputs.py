@@ -456,6 +456,29 @@ def _(c: Ctx) -> Call:
     return Call(["import", source, "-o", out], ["model.safetensors", "truncated or damaged"], keep=[out])
 
 
+def _edit_marian_config(c: Ctx, edit: Callable[[dict], None]) -> Path:
+    source = c.marian()
+    config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    edit(config)
+    (source / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return source
+
+
+@case("import-a-config-without-d-model")
+def _(c: Ctx) -> Call:
+    source = _edit_marian_config(c, lambda config: config.pop("d_model"))
+    out = c.empty_dir("imported")
+    return Call(["import", source, "-o", out], ["config.json", "lacks d_model"], keep=[out])
+
+
+@case("import-heads-that-do-not-divide-d-model")
+def _(c: Ctx) -> Call:
+    source = _edit_marian_config(c, lambda config: config.update(d_model=30))
+    out = c.empty_dir("imported")
+    return Call(["import", source, "-o", out], ["config.json", "model heed cannot build", "not divisible by heads"],
+                keep=[out])
+
+
 @case("import-over-a-directory-that-is-not-a-model")
 def _(c: Ctx) -> Call:
     out = c.file("notes/todo.txt", "mine").parent

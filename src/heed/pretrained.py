@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from heed.errors import HeedError, ModelDirError, OutputError
+from heed.errors import ConfigError, HeedError, ModelDirError, OutputError
 
 HUB_PREFIX = "hf:"
 # What an import reads from a hub repository: the config, the weights (safetensors first) and the
@@ -116,14 +116,17 @@ def write_imported(directory: Path, out: Path, origin: dict[str, str]) -> Path:
     """Convert the Hugging Face directory `directory` and write it as the heed model directory
     `out`, swapped in whole once the weights have loaded; heed.json's "pretrained" records `origin`."""
     from heed.checkpoint import save_model_dir
-    from heed.config import Config
+    from heed.config import config_from_dict
     from heed.nn.build import build_model
 
     converted = convert_directory(directory)
     data = {"tokenizer": {"src": {"kind": "sentencepiece"}, "tgt": {"kind": "sentencepiece"}},
             "shared_vocab": converted.codec.src_vocab is converted.codec.tgt_vocab}
-    config = Config.model_validate({"data": data, "model": converted.model, "decode": converted.decode,
-                                    "output_dir": str(out)})
+    try:
+        config = config_from_dict({"data": data, "model": converted.model, "decode": converted.decode,
+                                   "output_dir": str(out)}, environment=False)
+    except ConfigError as e:  # sizes heed's Transformer refuses (d_model not divisible by the heads, say)
+        raise ModelDirError(f"{directory / 'config.json'}: describes a model heed cannot build: {e}") from None
     codec = converted.codec
     model = build_model(config.model, src_vocab_size=len(codec.src_vocab), tgt_vocab_size=len(codec.tgt_vocab),
                         **codec.special_ids())

@@ -134,13 +134,22 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_py
                "gelu_fast": "gelu_tanh", "swish": "swish", "silu": "swish"}
 
 
+def count(config: dict[str, Any], key: str, path: Path) -> int:
+    """config.json's `key`, a positive integer; a ModelDirError naming it otherwise."""
+    value = config.get(key)
+    if type(value) is not int or value < 1:
+        raise ModelDirError(f"{path}: {key} is {value!r}, not a positive whole number"
+                            if key in config else f"{path}: lacks {key}; not a complete config of this architecture")
+    return value
+
+
 def same_sizes(config: dict[str, Any], path: Path) -> dict[str, int]:
     """layers, heads and ff_size, which heed's Transformer has once for both stacks; a
     ModelDirError naming the field where the encoder's and the decoder's differ."""
     sizes = {}
     for heed_name, hf_name in (("layers", "layers"), ("heads", "attention_heads"), ("ff_size", "ffn_dim")):
-        enc, dec = config.get(f"encoder_{hf_name}"), config.get(f"decoder_{hf_name}")
-        if not isinstance(enc, int) or enc != dec:
+        enc, dec = count(config, f"encoder_{hf_name}", path), count(config, f"decoder_{hf_name}", path)
+        if enc != dec:
             raise ModelDirError(f"{path}: encoder_{hf_name} {enc} and decoder_{hf_name} {dec}: heed's Transformer has "
                                 f"the same {heed_name} on both sides, so it cannot hold this model")
         sizes[heed_name] = enc

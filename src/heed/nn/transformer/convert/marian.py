@@ -31,6 +31,7 @@ from heed.nn.transformer.convert.common import (
     Tensors,
     activation_of,
     bart_layers,
+    count,
     generation_defaults,
     read_json,
     read_weights,
@@ -44,7 +45,7 @@ ARCHITECTURE = "MarianMTModel"
 def model_fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """The Transformer family's `model:` fields for a Marian config.json."""
     return {
-        "family": "transformer", **same_sizes(config, path), "d_model": config["d_model"],
+        "family": "transformer", **same_sizes(config, path), "d_model": count(config, "d_model", path),
         "norm": "post", "activation": activation_of(config, path),
         "scale_embeddings": bool(config.get("scale_embedding", False)),
         "positions": "sinusoidal", "sinusoid_layout": "halves",
@@ -114,7 +115,7 @@ def _vocab(path: Path, size: int, config: dict[str, Any]) -> Vocab:
 
 def codec(directory: Path, config: dict[str, Any], model: dict[str, Any]) -> Codec:
     settings = read_json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").exists() else {}
-    src_size = config["vocab_size"]
+    src_size = count(config, "vocab_size", directory / "config.json")
     tgt_size = src_size if model["share_embeddings"] else config.get("decoder_vocab_size") or src_size
     src_vocab = _vocab(directory / "vocab.json", src_size, config)
     tgt_vocab = src_vocab
