@@ -125,7 +125,7 @@ def write_imported(directory: Path, out: Path, origin: dict[str, str]) -> Path:
     try:
         config = config_from_dict({"data": data, "model": converted.model, "decode": converted.decode,
                                    "output_dir": str(out)}, environment=False)
-    except ConfigError as e:  # sizes heed's Transformer refuses (d_model not divisible by the heads, say)
+    except ConfigError as e:  # sizes the family refuses (its width not divisible by the heads, say)
         raise ModelDirError(f"{directory / 'config.json'}: describes a model heed cannot build: {e}") from None
     codec = converted.codec
     model = build_model(config.model, src_vocab_size=len(codec.src_vocab), tgt_vocab_size=len(codec.tgt_vocab),
