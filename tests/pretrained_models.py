@@ -104,3 +104,65 @@ def make_marian(directory: Path, *, activation: str = "swish", shared: bool = Tr
         model.final_logits_bias[0, 0] = eos_bias
     model.save_pretrained(directory)
     return directory
+
+
+def train_bpe_spm(texts: list[str], path: Path, vocab_size: int) -> list[str]:
+    """A BPE SentencePiece model (as M2M-100's and NLLB's sentencepiece.bpe.model are) written to `path`; its pieces."""
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size,
+                                   model_type="bpe", num_threads=1, minloglevel=2)
+    path.write_bytes(model.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+
+def m2m100_tokenizer(directory: Path, kind: str, texts: list[str], *, vocab_size: int = 400):
+    """The tokenizer files of an M2M-100 (vocab.json, `__fr__` language tokens) or an NLLB (tokenizer.json,
+    `fra_Latn` language tokens) model in `directory`, over a BPE model trained on `texts`; transformers'
+    tokenizer of them, set to French -> English."""
+    transformers = pytest.importorskip("transformers")
+    directory.mkdir(parents=True, exist_ok=True)
+    pieces = train_bpe_spm(texts, directory / "sentencepiece.bpe.model", vocab_size)
+    if kind == "m2m100":
+        vocab = {piece: i for i, piece in enumerate(["<s>", "<pad>", "</s>", "<unk>", *pieces[3:]])}
+        (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        tokenizer = transformers.M2M100Tokenizer(str(directory / "vocab.json"),
+                                                 str(directory / "sentencepiece.bpe.model"), src_lang="fr",
+                                                 tgt_lang="en")
+    else:
+        from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+        tokenizer = transformers.NllbTokenizer.from_pretrained(str(directory), src_lang="fra_Latn",
+                                                               tgt_lang="eng_Latn",
+                                                               additional_special_tokens=FAIRSEQ_LANGUAGE_CODES)
+    tokenizer.save_pretrained(directory)
+    return tokenizer
+
+
+def make_m2m100(directory: Path, kind: str = "m2m100", *, seed: int = 0, eos_bias: float = 4.5,
+                init_std: float = 0.5) -> Path:
+    """A tiny random M2M100ForConditionalGeneration (2 + 2 pre-norm layers of 32, 4 heads, one tied
+    table) with an M2M-100 or NLLB tokenizer (`kind`), saved by transformers into `directory`. The
+    decoder's last norm is biased towards the </s> embedding by `eos_bias`, so that outputs end at
+    many lengths."""
+    import torch
+
+    transformers = pytest.importorskip("transformers")
+    fr, en = tatoeba(0, 3000)
+    tokenizer = m2m100_tokenizer(directory, kind, list(fr) + list(en))
+    size = max(tokenizer.convert_tokens_to_ids(["__zu__" if kind == "m2m100" else "zul_Latn"]) +
+               [len(tokenizer)]) + (9 if kind == "m2m100" else 0)  # M2M-100 keeps 8 made-up words after its languages
+    config = transformers.M2M100Config(
+        vocab_size=size, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="relu",
+        scale_embedding=True, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+        max_position_embeddings=256, init_std=init_std, dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0)
+    torch.manual_seed(seed)
+    model = transformers.M2M100ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        eos = model.model.shared.weight[2]
+        model.model.decoder.layer_norm.bias.add_(eos_bias * eos / eos.norm())
+    model.save_pretrained(directory)
+    return directory

@@ -435,7 +435,7 @@ def _(c: Ctx) -> Call:
 def _(c: Ctx) -> Call:
     source = c.file("bert/config.json", json.dumps({"model_type": "bert", "architectures": ["BertModel"]})).parent
     out = c.empty_dir("imported")
-    return Call(["import", source, "-o", out], ["config.json", "'bert'", "BertModel", "heed imports marian"],
+    return Call(["import", source, "-o", out], ["config.json", "'bert'", "BertModel", "heed imports m2m_100, marian"],
                 keep=[out])
 
 

@@ -185,3 +185,6 @@ def test_translate_and_align_take_an_imported_directory(pair, tmp_path):
     assert aligned.exit_code == 0, aligned.output
     lines = aligned.stdout.splitlines()
     assert len(lines) == 3 and all(link.count("-") == 1 for line in lines for link in line.split())
+    refused = runner.invoke(app, ["translate", str(directory), "--tgt-lang", "fr"], input=fr[0] + "\n")
+    assert refused.exit_code == 2 and "this model has no language tokens" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1 and refused.stdout == ""

@@ -27,6 +27,7 @@ never learnt to translate them anyway.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -298,13 +299,15 @@ class Translator:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, device: str = "auto",
-             bf16: bool = False, verify: bool | None = None) -> "Translator":
+             bf16: bool = False, verify: bool | None = None, src_lang: str | None = None,
+             tgt_lang: str | None = None) -> "Translator":
         """Load a model directory, or the `model/` inside a training output directory, or a directory
         `heed export` wrote (run by ONNX Runtime on the CPU; `device` "auto" means the CPU there), or
         a pretrained model on the Hugging Face hub, "hf:ORG/NAME[@REVISION]" (imported once into
         heed's cache, as `heed import` would: heed.pretrained.imported).
         `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16;
-        `verify`: check every file's sha256 first (default: yes, unless HEED_VERIFY=0).
+        `verify`: check every file's sha256 first (default: yes, unless HEED_VERIFY=0);
+        `src_lang`, `tgt_lang`: a many-language model's pair (`with_languages`).
 
         Several paths (a list) make an ensemble (heed.nn.ensemble): every step decodes with the mean of
         the models' log-probabilities, and its attention is their mean attention. The models must
@@ -326,7 +329,8 @@ class Translator:
         parts = [_load_parts(p, exported=e, device=torch_device, verify=verify) for p, e in zip(paths, exported)]
         if len(parts) == 1:
             model, codec, config, reading = parts[0]
-            return cls(model, codec, config, device=torch_device, bf16=bf16, recorded_reading=reading)
+            translator = cls(model, codec, config, device=torch_device, bf16=bf16, recorded_reading=reading)
+            return translator.with_languages(src_lang, tgt_lang)
         (_, codec, config, _), first = parts[0], paths[0]
         for p, (_, other, _, _) in zip(paths[1:], parts[1:]):
             difference = codec.difference(other)
@@ -335,7 +339,28 @@ class Translator:
                                 "their tokenizers and vocabularies (train them on the same data and data settings)")
         shortest = min(c.data.max_src_len for _, _, c, _ in parts)
         config = config.model_copy(update={"data": config.data.model_copy(update={"max_src_len": shortest})})
-        return cls(Ensemble([m for m, _, _, _ in parts]), codec, config, device=torch_device, bf16=bf16)
+        ensemble = cls(Ensemble([m for m, _, _, _ in parts]), codec, config, device=torch_device, bf16=bf16)
+        return ensemble.with_languages(src_lang, tgt_lang)
+
+    def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> "Translator":
+        """This translator (the same model, not copied) reading `src_lang` and writing `tgt_lang`,
+        codes of a many-language model's `languages` (an imported M2M-100 or NLLB model: "fr",
+        "fra_Latn"); None keeps the model's own (its config's data.src_lang, data.tgt_lang). Its
+        sources then start with their language's token, and every output with the target's,
+        forced and scored 0, as Hugging Face's forced_bos_token_id does. A HeedError names a code
+        the model lacks, and any code given to a model without language tokens (OPUS-MT)."""
+        if src_lang is None and tgt_lang is None:
+            return self
+        other = copy.copy(self)
+        other.codec = self.codec.with_languages(src_lang, tgt_lang)
+        pair = {k: v for k, v in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if v is not None}
+        other.config = self.config.model_copy(update={"data": self.config.data.model_copy(update=pair)})
+        return other
+
+    @property
+    def languages(self) -> list[str]:
+        """The language codes of a many-language model; empty for a model of one pair."""
+        return self.codec.languages
 
     def _precision(self) -> contextlib.AbstractContextManager:
         """bf16 autocast for a bf16 translator (float32 inputs such as fresh states meet bf16 weights)."""
@@ -442,7 +467,10 @@ class Translator:
         full = [self.codec.src_tokens(t) for t in texts]
         src_tokens = [toks[: self.max_src_len] for toks in full]
         prefix_ids = self.prefix_ids(prefix, len(texts), sources=src_tokens)
-        todo = [i for i, toks in enumerate(src_tokens) if toks]
+        frame = self.codec.target_frame()  # a many-language model's target language token, forced first
+        if frame:
+            prefix_ids = [_framed(frame, ids) for ids in (prefix_ids or [[] for _ in texts])]
+        todo = [i for i, toks in enumerate(src_tokens) if toks[len(self.codec.source_frame):]]
         sources = [self.codec.src_ids(src_tokens[i]) for i in todo]
         prefixes = None if prefix_ids is None else [prefix_ids[i] for i in todo]
         if isinstance(self.model, OwnSearchModel):  # a CTranslate2 export: its own search, in C++
@@ -452,7 +480,7 @@ class Translator:
             model = self.model if stop is None else _Stoppable(self.model, stop)
             with self._precision():
                 decoded = translate_ids(model, sources, cfg, device=self.device, batch_size=batch_size,
-                                        prefixes=prefixes, trace=trace)
+                                        prefixes=prefixes, free_prefix=len(frame), trace=trace)
         no_attention = None if not self.model.has_attention else np.zeros((1, 1), np.float32)
         empty = Translation("", [], [], 0.0, no_attention)
         out: list[tuple[list[Translation], Decoded | None]] = [([empty], None) for _ in texts]
@@ -714,6 +742,12 @@ def runs_torch(model: Any) -> bool:
     if isinstance(model, Ensemble):
         return all(isinstance(m, torch.nn.Module) for m in model.members)
     return isinstance(model, torch.nn.Module)
+
+
+def _framed(frame: list[int], ids: list[int]) -> list[int]:
+    """A forced prefix starting with the target language's token `frame`: added unless the prefix
+    (an explorer's, made of a translation's tokens) already starts with it."""
+    return ids if ids[:len(frame)] == frame else frame + ids
 
 
 def _words(tokenizer: Any, tokens: list[str], word_ids: list[int | None]) -> list[str]:

@@ -22,7 +22,7 @@ HUB_PREFIX = "hf:"
 # What an import reads from a hub repository: the config, the weights (safetensors first) and the
 # tokenizer's files; not the TensorFlow, Flax or Rust weights that many repositories also hold.
 HUB_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
-             "vocab.json", "target_vocab.json", "source.spm", "target.spm", "sentencepiece.bpe.model",
+             "vocab.json", "target_vocab.json", "source.spm", "target.spm", "sentencepiece.bpe.model", "tokenizer.json",
              "model.safetensors", "pytorch_model.bin")
 
 
@@ -93,10 +93,13 @@ def convert_directory(directory: Path) -> Any:
 
 
 def import_model(source: str | os.PathLike[str], output: str | os.PathLike[str], *,
-                 revision: str | None = None) -> Path:
+                 revision: str | None = None, src_lang: str | None = None, tgt_lang: str | None = None) -> Path:
     """`heed import`: write the heed model directory `output` for `source`, a local Hugging Face
     directory or `hf:ORG/NAME` (at `revision`). Returns `output`. `output` may be a new path, an
-    empty directory or an earlier heed model directory (replaced whole); anything else is refused."""
+    empty directory or an earlier heed model directory (replaced whole); anything else is refused.
+    `src_lang`, `tgt_lang`: a many-language model's default pair (its config's data.src_lang and
+    data.tgt_lang), checked against its languages before anything is written."""
+    pair = {"src_lang": src_lang, "tgt_lang": tgt_lang}
     from heed.checkpoint import META_FILE
 
     out = Path(output)
@@ -106,22 +109,26 @@ def import_model(source: str | os.PathLike[str], output: str | os.PathLike[str],
     if is_hub_id(source):
         repo, revision = parse_hub_id(source, revision)
         directory, commit = hub_download(repo, revision=revision)
-        return write_imported(directory, out, {"source": f"{HUB_PREFIX}{repo}", "revision": commit})
+        return write_imported(directory, out, {"source": f"{HUB_PREFIX}{repo}", "revision": commit}, **pair)
     if revision is not None:
         raise HeedError("--revision chooses a commit of a hub model (hf:ORG/NAME); a local directory has none")
-    return write_imported(Path(source), out, {"source": str(Path(source).resolve())})
+    return write_imported(Path(source), out, {"source": str(Path(source).resolve())}, **pair)
 
 
-def write_imported(directory: Path, out: Path, origin: dict[str, str]) -> Path:
+def write_imported(directory: Path, out: Path, origin: dict[str, str], *, src_lang: str | None = None,
+                   tgt_lang: str | None = None) -> Path:
     """Convert the Hugging Face directory `directory` and write it as the heed model directory
-    `out`, swapped in whole once the weights have loaded; heed.json's "pretrained" records `origin`."""
+    `out`, swapped in whole once the weights have loaded; heed.json's "pretrained" records `origin`,
+    the config a many-language model's default pair."""
     from heed.checkpoint import save_model_dir
     from heed.config import config_from_dict
     from heed.nn.build import build_model
 
     converted = convert_directory(directory)
+    converted.codec.with_languages(src_lang, tgt_lang)  # a code the model lacks is refused before any work
     data = {"tokenizer": {"src": {"kind": "sentencepiece"}, "tgt": {"kind": "sentencepiece"}},
-            "shared_vocab": converted.codec.src_vocab is converted.codec.tgt_vocab}
+            "shared_vocab": converted.codec.src_vocab is converted.codec.tgt_vocab,
+            "src_lang": src_lang, "tgt_lang": tgt_lang}
     try:
         config = config_from_dict({"data": data, "model": converted.model, "decode": converted.decode,
                                    "output_dir": str(out)}, environment=False)

@@ -7,7 +7,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -94,6 +94,17 @@ def flags_in_place(command: F, name: str, flags: list[inspect.Parameter],
     wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     return wrapper  # type: ignore[return-value]
+
+
+def language_options(command: F) -> F:
+    """Give `command` --src-lang and --tgt-lang, a many-language model's pair; the command takes a
+    keyword-only `languages`: {"src_lang": ..., "tgt_lang": ...}, as Translator.load takes them."""
+    flags = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                               default=typer.Option(None, flag, show_default=False, help=(
+                                   f"A many-language model's {side} language: an imported M2M-100 or NLLB model's "
+                                   f"code (fr, fra_Latn). Default: the model's data.{field}.")))
+             for field, flag, side in (("src_lang", "--src-lang", "source"), ("tgt_lang", "--tgt-lang", "target"))]
+    return flags_in_place(command, "languages", flags, dict)
 
 
 def escape(text: str) -> str:

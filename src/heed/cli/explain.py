@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import typer
 from rich.console import Console
 
-from heed.cli.app import escape, friendly_errors, stderr
+from heed.cli.app import escape, friendly_errors, language_options, stderr
 from heed.cli.decode_flags import decode_options, resolve_decode
 from heed.cli.io import check_figure_path, print_table, read_lines, truncation_message, warn_long_sources
 from heed.cli.progress import Progress, progress_option
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 @friendly_errors
 @decode_options
+@language_options
 def attention(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory; with --checkpoints "
                                  "or --entropy, the training output directory)."),
@@ -43,6 +44,7 @@ def attention(
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     *,
     decode: dict[str, Any],
+    languages: dict[str, Any],
 ) -> None:
     """Translate sentences and draw where the model looked: one attention heatmap per sentence.
 
@@ -74,7 +76,7 @@ def attention(
         raise HeedError("give one or more source sentences to translate and draw")
     from heed.api import Translator
 
-    translator = Translator.load(model, device=device)
+    translator = Translator.load(model, device=device, **languages)
     cfg = resolve_decode(translator, decode)
     for number, sentence in enumerate(sentences, start=1):  # before translating: the source bounds the cost
         length = min(len(translator.codec.src_tokens(sentence)), translator.max_src_len)
@@ -181,6 +183,7 @@ WEIGHTS_OPTION = typer.Option(None, "--weights", help="attention: the weights as
 
 
 @friendly_errors
+@language_options
 def align(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
@@ -217,6 +220,8 @@ def align(
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     progress: Optional[bool] = progress_option(),
+    *,
+    languages: dict[str, Any],
 ) -> None:
     """Word-align --src with --tgt by the model's attention: each target word is linked to the source
     word it attends to most while the model reads --tgt as its own output (forced decoding).
@@ -243,9 +248,9 @@ def align(
     src_texts, tgt_texts = [p.src for p in pairs], [p.tgt for p in pairs]
     units = [(len(p.src.split()), unit_count(p.tgt, options.tgt_units)) for p in pairs]
     golden, theirs = _read_golds(gold, reference, units, options.tgt_units, sides=f"{src} and {tgt}")
-    translator = Translator.load(model, device=device)
+    translator = Translator.load(model, device=device, **languages)
     options = _recorded_reading_of(translator, options, given=(method, layer, head, weights))
-    other = Translator.load(beside, device=device) if beside is not None else None
+    other = None if beside is None else _same_pair(Translator.load(beside, device=device), languages)
     if sweep_all:
         assert golden is not None
         _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
@@ -254,7 +259,9 @@ def align(
     links = _align_all(translator, src_texts, tgt_texts, options, batch_size=batch_size, progress=progress)
     what = options.describe(attention_shape(translator.model)[:2])
     if reverse is not None:
-        links = _symmetrized(links, Translator.load(reverse, device=device), src_texts, tgt_texts, options.method,
+        backward = _same_pair(Translator.load(reverse, device=device), {"src_lang": languages["tgt_lang"],
+                                                                         "tgt_lang": languages["src_lang"]})
+        links = _symmetrized(links, backward, src_texts, tgt_texts, options.method,
                              symmetrize, batch_size)
         what += f", {symmetrize.value} with {reverse}"
     _write_lines([_pharaoh_line(link_set) + "\n" for link_set in links], output)
@@ -335,6 +342,11 @@ def _recorded_reading_of(translator: "Translator", options: "AlignOptions", *, g
     return chosen
 
 
+def _same_pair(translator: "Translator", languages: dict[str, Any]) -> "Translator":
+    """A second model read beside the first, with the language pair where it has languages."""
+    return translator.with_languages(**languages) if translator.languages else translator
+
+
 def _symmetrized(links: list[set[tuple[int, int]]], backward: "Translator", src_texts: list[str],
                  tgt_texts: list[str], method: str, how: SymmetrizeHow, batch_size: int) -> list[set[tuple[int, int]]]:
     """`links` joined with those of `backward` (a model trained target -> source) reading the pairs the other way."""
@@ -377,6 +389,7 @@ MAX_ATTRIBUTION_PLOTS = 8
 
 
 @friendly_errors
+@language_options
 def attribute(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory); not an export."),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
@@ -391,6 +404,8 @@ def attribute(
                               help=f"Integrated gradients' integration points (1 to {MAX_ATTRIBUTION_STEPS})."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     progress: Optional[bool] = progress_option(),
+    *,
+    languages: dict[str, Any],
 ) -> None:
     """Attribute every output token to the source tokens and the output before it (Captum:
     pip install 'heed-nmt[explain]'), and put it beside the attention.
@@ -416,7 +431,7 @@ def attribute(
     for number, line in enumerate(sources, start=1):
         if not line.strip():
             raise HeedError(f"{src}: line {number} is empty: there is nothing to attribute to")
-    translator = Translator.load(model, device=device)
+    translator = Translator.load(model, device=device, **languages)
     warn_long_sources(translator, sources, str(src))
     results = []
     with Progress("sentences attributed", total=len(sources), enabled=progress) as bar:
@@ -456,6 +471,7 @@ def attribute(
 
 @friendly_errors
 @decode_options
+@language_options
 def faithfulness_command(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory); not an export."),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
@@ -467,6 +483,7 @@ def faithfulness_command(
     progress: Optional[bool] = progress_option(),
     *,
     decode: dict[str, Any],
+    languages: dict[str, Any],
 ) -> None:
     """Does attention explain the output? Replaces every attention over the source by uniform weights,
     by its own weights permuted, and with its top-weighted source token dropped, and reports for each
@@ -480,7 +497,7 @@ def faithfulness_command(
     from heed.explain.faithfulness import KINDS, faithfulness, passes
 
     pairs = list(read_parallel(src, ref, streams=True))
-    translator = Translator.load(model, device=device)
+    translator = Translator.load(model, device=device, **languages)
     warn_long_sources(translator, [p.src for p in pairs], str(src))
     cfg = resolve_decode(translator, decode)
     with Progress("sentence passes (decoding, or reading as forced)", total=passes(len(pairs), KINDS),

@@ -16,12 +16,17 @@ def import_command(
                                 "holds an earlier model)."),
     revision: str | None = typer.Option(None, "--revision", help="With hf:ORG/NAME: the branch, tag or commit to "
                                         "import (default: the main branch); heed.json records the commit."),
+    src_lang: str | None = typer.Option(None, "--src-lang", help="A many-language model's (M2M-100, NLLB) default "
+                                        "source language, e.g. fra_Latn; other commands may still give another."),
+    tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="Its default target language, e.g. eng_Latn."),
 ) -> None:
-    """Import a pretrained translator (OPUS-MT/Marian) as a heed model directory, which every heed
-    command takes: translate, evaluate, attention, align, attribute, serve, export. A hub id
-    downloads through huggingface_hub, with your hub cache, token and offline mode
-    (HF_HUB_OFFLINE=1)."""
+    """Import a pretrained translator (OPUS-MT/Marian, M2M-100, NLLB) as a heed model directory,
+    which every heed command takes: translate, evaluate, attention, align, attribute, serve, export.
+    A hub id downloads through huggingface_hub, with your hub cache, token and offline mode
+    (HF_HUB_OFFLINE=1). A many-language model reads --src-lang and writes --tgt-lang: here its
+    default pair, or on each command."""
     from heed.pretrained import import_model
 
-    out = import_model(source, output, revision=revision)
-    typer.echo(f"imported {source} -> {out}")
+    out = import_model(source, output, revision=revision, src_lang=src_lang, tgt_lang=tgt_lang)
+    languages = f" ({src_lang or '?'} -> {tgt_lang or '?'})" if src_lang or tgt_lang else ""
+    typer.echo(f"imported {source} -> {out}{languages}")

@@ -8,7 +8,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from heed.cli.app import THREADS_HELP, F, escape, flags_in_place, friendly_errors, stderr
+from heed.cli.app import THREADS_HELP, F, escape, flags_in_place, friendly_errors, language_options, stderr
 from heed.cli.decode_flags import BF16_HELP
 from heed.cli.io import model_names
 from heed.errors import HeedError, install_hint
@@ -63,6 +63,7 @@ def limit_options(command: F) -> F:
 
 @friendly_errors
 @limit_options
+@language_options
 def serve(
     models: Optional[List[Path]] = typer.Argument(None, help="Model directories (or training output directories, "
                                                   "or `heed export` directories) to serve."),
@@ -80,6 +81,8 @@ def serve(
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
     limits: dict[str, Any] = LIMITS,  # the LIMIT_OPTIONS flags, here (limit_options)
     log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level: debug, info, warning, error."),
+    *,
+    languages: dict[str, Any],
 ) -> None:
     """Serve models over HTTP: a JSON API (POST /v1/translate, /v1/align; GET /v1/models, /health; the
     OpenAPI page at /docs) and the attention explorer at /.
@@ -122,6 +125,8 @@ def serve(
         for name, members in groups.items():
             translators[name] = Translator.load(members, device=device, bf16=bf16)
             metrics[name] = None
+        # The pair is the default of the many-language models among those served; a request may give another.
+        translators = {name: t.with_languages(**languages) if t.languages else t for name, t in translators.items()}
         app_ = create_app(translators, settings, metrics=metrics)
         uvicorn.run(app_, host=host, port=port, log_level=log_level, http=read_timeout_protocol(settings.read_timeout))
 

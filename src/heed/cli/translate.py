@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, TextIO
 
 import typer
 
-from heed.cli.app import ENSEMBLE_HELP, THREADS_HELP, friendly_errors
+from heed.cli.app import ENSEMBLE_HELP, THREADS_HELP, friendly_errors, language_options
 from heed.cli.decode_flags import BF16_HELP, DICTIONARY_HELP, REPLACE_UNK_HELP, decode_options, resolve_decode
 from heed.cli.io import check_figure_path, chunks, model_names, print_table, read_lines, truncation_message
 from heed.cli.progress import Progress, progress_option
@@ -60,6 +60,7 @@ def nbest_lines(first_id: int, chunk: "Sequence[list[Translation]]") -> Iterator
 
 @friendly_errors
 @decode_options
+@language_options
 def translate(
     models: List[Path] = typer.Argument(..., metavar="MODEL...", help=ENSEMBLE_HELP),
     input: Optional[Path] = typer.Option(None, "--input", "-i", help="Source sentences, one per line (default: stdin)."),
@@ -73,6 +74,7 @@ def translate(
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
     *,
     decode: dict[str, Any],
+    languages: dict[str, Any],
 ) -> None:
     """Translate sentences, one per line: stdin -> stdout, or --input/--output files.
 
@@ -98,7 +100,7 @@ def translate(
     if output is None and (sys.stdout is None or sys.stdout.closed):
         raise HeedError("no output: stdout is closed; give --output FILE")
     table = load_dictionary(dictionary) if dictionary is not None else None
-    translator = Translator.load(models, device=device, bf16=bf16)
+    translator = Translator.load(models, device=device, bf16=bf16, **languages)
     cfg = resolve_decode(translator, decode)  # before reading: a bad flag fails before any input is typed
     name = str(input) if input is not None else "<stdin>"
     interactive = input is None and sys.stdin.isatty()
@@ -169,6 +171,7 @@ PLOT_METRIC_HELP = "The score the plot shows."
 
 @friendly_errors
 @decode_options
+@language_options
 def evaluate(
     models: List[Path] = typer.Argument(..., metavar="MODEL...", help=ENSEMBLE_HELP),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
@@ -189,6 +192,7 @@ def evaluate(
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
     *,
     decode: dict[str, Any],
+    languages: dict[str, Any],
 ) -> None:
     """Translate --src and score against --ref: BLEU and chrF (with sacrebleu signatures), exact match;
     with --by-length, also per source-length bucket. With --n-best or --sampling, the best
@@ -208,7 +212,7 @@ def evaluate(
     check_figure_path(plot)
     table = load_dictionary(dictionary) if dictionary is not None else None
     pairs = list(read_parallel(src, ref, streams=True))
-    translator = Translator.load(models, device=device, bf16=bf16)
+    translator = Translator.load(models, device=device, bf16=bf16, **languages)
     cfg = resolve_decode(translator, decode)
     # In chunks, as `heed translate` does, so both give the same outputs for the same file.
     with torch_threads(threads), Progress("translating", total=len(pairs), enabled=progress) as bar:
@@ -286,6 +290,7 @@ def _show_by_length(results: "dict[str, list[BucketScore]]", unit: str, total: i
 
 @friendly_errors
 @decode_options
+@language_options
 def compare(
     models: List[Path] = typer.Argument(..., help="Model directories (or training output directories) to compare."),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
@@ -304,6 +309,7 @@ def compare(
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     *,
     decode: dict[str, Any],
+    languages: dict[str, Any],
 ) -> None:
     """Translate the same test set with several models and compare them: BLEU, chrF and exact match
     per model, then scores by source length side by side (and, with --plot, one line per model):
@@ -326,6 +332,8 @@ def compare(
     first_model: list[Translation] = []  # its source tokens are what --length-unit tokens counts
     for label, path in zip(labels, models):
         translator = Translator.load(path, device=device)
+        if translator.languages:  # the pair is for the many-language models among those compared
+            translator = translator.with_languages(**languages)
         cfg = resolve_decode(translator, decode, label=label)
         with Progress(f"{label}: translating", total=len(srcs)) as progress:
             translations = [nbest[0] for chunk in _translate_chunks(translator, srcs, name=f"{src} ({label})",

@@ -17,7 +17,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -27,7 +27,15 @@ from heed.data.dates import generate_dates_aligned
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
 from heed.data.names import generate_names
 from heed.data.prepared import PreparedCorpus, verify_ids
-from heed.data.tokenize import SentencePieceTokenizer, Tokenizer, load_tokenizer, spm_model_path, train_tokenizer
+from heed.data.tokenize import (
+    PretrainedPieces,
+    SentencePieceTokenizer,
+    Tokenizer,
+    for_language,
+    load_tokenizer,
+    spm_model_path,
+    train_tokenizer,
+)
 from heed.data.vocab import SPECIALS, Vocab
 from heed.errors import ConfigError, DataError, ModelDirError
 from heed.plumbing.files import atomic_open, atomic_write_text, read_model_json
@@ -309,6 +317,34 @@ class Codec:
         (src_tok, src_vocab), (tgt_tok, tgt_vocab) = built["src"], built["tgt"]
         return cls(src_tok, tgt_tok, src_vocab, tgt_vocab, copy)
 
+    def with_languages(self, src: str | None, tgt: str | None) -> "Codec":
+        """This codec with a many-language model's source language `src` and target language `tgt`
+        (codes of `languages`; None keeps a side as it is): sources then start with `src`'s token,
+        targets with `tgt`'s (heed.data.tokenize.PretrainedPieces). A HeedError names a code the
+        model does not have, or any code for a model without language tokens."""
+        sides = {}
+        for side, code in (("src", src), ("tgt", tgt)):
+            if code is None:
+                continue
+            sides[f"{side}_tokenizer"] = for_language(getattr(self, f"{side}_tokenizer"), code)
+        return replace(self, **sides) if sides else self
+
+    @property
+    def languages(self) -> list[str]:
+        """The codes of the languages a many-language model reads and writes (none for others)."""
+        return sorted(getattr(self.tgt_tokenizer, "languages", {}))
+
+    @property
+    def source_frame(self) -> list[str]:
+        """The tokens every source starts with (a many-language model's source language token)."""
+        return self.src_tokenizer.frame if isinstance(self.src_tokenizer, PretrainedPieces) else []
+
+    def target_frame(self) -> list[int]:
+        """The ids every output starts with, forced before the search chooses (a many-language
+        model's target language token; none for other models)."""
+        frame = self.tgt_tokenizer.frame if isinstance(self.tgt_tokenizer, PretrainedPieces) else []
+        return self.tgt_vocab.encode(frame)
+
     def src_tokens(self, text: str) -> list[str]:
         return self.src_tokenizer.tokenize(normalize(text))
 
@@ -395,7 +431,8 @@ class Codec:
         the files beside it (a SentencePiece model for bpe/unigram and only then; single
         characters in a char vocabulary) and, given `data` (the model's resolved config), against
         `data.tokenizer`: an edited kind would tokenize differently from training, so a mismatch
-        is a ModelDirError naming the file, never silently honoured. `copy`: the model's model.copy."""
+        is a ModelDirError naming the file, never silently honoured. `copy`: the model's model.copy.
+        A many-language model reads and writes `data.src_lang` and `data.tgt_lang` (with_languages)."""
         directory = Path(directory)
         path = directory / TOKENIZERS_FILE
         specs = read_model_json(path)
@@ -410,8 +447,9 @@ class Codec:
         for side, vocab in (("src", src_vocab), ("tgt", tgt_vocab)):
             expected = None if data is None else getattr(data.tokenizer, side).kind
             _check_kind(directory, side, specs[side], vocab, expected)
-        return cls(load_tokenizer(directory, "src", specs["src"]), load_tokenizer(directory, "tgt", specs["tgt"]),
-                   src_vocab, tgt_vocab, copy)
+        codec = cls(load_tokenizer(directory, "src", specs["src"]), load_tokenizer(directory, "tgt", specs["tgt"]),
+                    src_vocab, tgt_vocab, copy)
+        return codec if data is None else codec.with_languages(data.src_lang, data.tgt_lang)
 
 
 def _check_kind(directory: Path, side: str, spec: dict, vocab: Vocab, expected: str | None) -> None:

@@ -16,6 +16,8 @@ e.g. in a checkpoint) plus, for SentencePiece, the model file `<name>.spm.model`
 """
 from __future__ import annotations
 
+import copy
+import difflib
 import hashlib
 import io
 from abc import ABC, abstractmethod
@@ -25,7 +27,7 @@ from typing import Any, Literal, get_args
 
 import sentencepiece as spm
 
-from heed.errors import ModelDirError
+from heed.errors import HeedError, ModelDirError
 from heed.plumbing.files import atomic_write_bytes, open_regular, reason
 
 TokenizerKind = Literal["char", "word", "bpe", "unigram", "sentencepiece"]
@@ -199,32 +201,99 @@ class SentencePieceTokenizer(Tokenizer):
 
 
 class PretrainedPieces(SentencePieceTokenizer):
-    """A pretrained model's SentencePiece model (OPUS-MT's source.spm or target.spm), as it came:
-    its own normalisation rules, no vocab_size of heed's. A leading language code (">>fr<<", in
-    OPUS-MT's multi-target models) is split off as one token, as MarianTokenizer does."""
+    """A pretrained model's SentencePiece model (OPUS-MT's source.spm or target.spm, M2M-100's and
+    NLLB's sentencepiece.bpe.model), as it came: its own normalisation rules, no vocab_size of heed's.
+    A leading language code (">>fr<<", in OPUS-MT's multi-target models) is split off as one token,
+    as MarianTokenizer does.
 
-    def __init__(self, model: bytes) -> None:
+    A many-language model (M2M-100, NLLB) also has `languages`, {code: its token} ("fr": "__fr__",
+    "fra_Latn": "fra_Latn"), and reads every text after the token of its language: `for_language`
+    gives the tokenizer of one, whose `tokenize` starts with that token (its `frame`). A language
+    token is no part of the text: `detokenize` drops it and `word_ids` gives it no word."""
+
+    def __init__(self, model: bytes, languages: dict[str, str] | None = None) -> None:
         self.kind = "sentencepiece"
         self.model = model
         self._sp = spm.SentencePieceProcessor(model_proto=model)
         self.vocab_size = self._sp.get_piece_size()
+        self.languages = dict(languages or {})
+        self.language: str | None = None
+        self._language_tokens = frozenset(self.languages.values())
 
     @classmethod
     def load(cls, directory: Path, name: str, spec: dict[str, Any]) -> "PretrainedPieces":
         model = read_spm_model(directory, name, spec)
+        languages = spec.get("languages", {})
+        if not isinstance(languages, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in languages.items()):
+            raise ModelDirError(f"{directory / 'tokenizers.json'}: '{name}' languages must map each language code to "
+                                "its token")
         try:
-            return cls(model)
+            return cls(model, languages)
         except RuntimeError as e:
             raise ModelDirError(f"{spm_model_path(directory, name)}: cannot load the SentencePiece model ({e})") from None
+
+    def for_language(self, code: str | None) -> "PretrainedPieces":
+        """This tokenizer, its texts starting with language `code`'s token (None: no language token);
+        a HeedError naming the code when the model has no such language, or none at all."""
+        if code is not None and code not in self.languages:
+            if not self.languages:
+                raise HeedError(no_languages(code))
+            close = difflib.get_close_matches(code, list(self.languages), n=3)
+            raise HeedError(f"language {code!r} is not one of this model's {len(self.languages)}"
+                            + (f"; did you mean {', '.join(close)}?" if close else
+                               f" ({', '.join(sorted(self.languages)[:8])}, ...)"))
+        framed = copy.copy(self)
+        framed.language = code
+        return framed
+
+    @property
+    def frame(self) -> list[str]:
+        """The tokens every text starts with: its language's token, or none."""
+        if self.language is None:
+            if self.languages:
+                raise HeedError(f"this model translates between {len(self.languages)} languages; say which: "
+                                "--src-lang and --tgt-lang (heed.load(..., src_lang=, tgt_lang=), or data.src_lang "
+                                f"and data.tgt_lang in a config), e.g. {', '.join(sorted(self.languages)[:3])}")
+            return []
+        return [self.languages[self.language]]
 
     def tokenize(self, text: str) -> list[str]:
         code = []
         if text.startswith(">>") and (end := text.find("<<")) != -1:  # MarianTokenizer.remove_language_code
             code, text = [text[: end + 2]], text[end + 2:]
-        return code + self._sp.encode(text, out_type=str)
+        return self.frame + code + self._sp.encode(text, out_type=str)
+
+    def _is_language(self, token: str) -> bool:
+        return token in self._language_tokens or (token.startswith(">>") and token.endswith("<<"))
+
+    def detokenize(self, tokens: list[str]) -> str:
+        return super().detokenize([t for t in tokens if not self._is_language(t)])
+
+    def word_ids(self, tokens: list[str]) -> list[int | None]:
+        """SentencePieceTokenizer's words, language tokens in none."""
+        text = [t for t in tokens if not self._is_language(t)]
+        words = iter(super().word_ids(text))
+        return [None if self._is_language(t) else next(words) for t in tokens]
 
     def to_spec(self) -> dict[str, Any]:
-        return {"kind": self.kind, "sha256": hashlib.sha256(self.model).hexdigest()}
+        spec = {"kind": self.kind, "sha256": hashlib.sha256(self.model).hexdigest()}
+        return {**spec, "languages": self.languages} if self.languages else spec
+
+
+def no_languages(code: str) -> str:
+    return (f"language {code!r}: this model has no language tokens; it translates the one pair it was trained on "
+            "(an OPUS-MT model with several target languages takes >>xx<< at the start of the source text instead)")
+
+
+def for_language(tokenizer: Tokenizer, code: str | None) -> Tokenizer:
+    """`tokenizer` for language `code` (PretrainedPieces.for_language); a HeedError for a code given
+    to a tokenizer of a model without language tokens."""
+    if isinstance(tokenizer, PretrainedPieces):
+        return tokenizer.for_language(code)
+    if code is not None:
+        raise HeedError(no_languages(code))
+    return tokenizer
 
 
 def read_spm_model(directory: Path, name: str, spec: dict[str, Any]) -> bytes:

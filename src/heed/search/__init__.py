@@ -85,17 +85,17 @@ class Decoded(NamedTuple):
 
 
 def translate_ids(model: SearchModel, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, device: torch.device,
-                  batch_size: int = 64, prefixes: Sequence[Sequence[int]] | None = None,
+                  batch_size: int = 64, prefixes: Sequence[Sequence[int]] | None = None, free_prefix: int = 0,
                   trace: bool = False) -> list[Decoded]:
     """Decode every source (ids without specials), in input order; sentences of similar length are
-    batched together. `prefixes`: per source, output ids to force at the start ([] for none);
-    `trace`: also return beam search trees."""
+    batched together. `prefixes`: per source, output ids to force at the start ([] for none), the
+    first `free_prefix` of each scored 0 (Prefix.free); `trace`: also return beam search trees."""
     results: list[Decoded] = [Decoded([]) for _ in src_ids]
     for batch in sentence_batches(src_ids, batch_size=batch_size, specials=specials_of(model)):
         batch = batch.to(device)
         order = batch.indices.tolist()
         prefix = None if prefixes is None else Prefix.of([prefixes[k] for k in order], pad_id=model.pad_id,
-                                                         device=device)
+                                                         device=device, free=free_prefix)
         trees: list[BeamTree | None] | None = [] if trace else None
         hyps = search(model, batch.src, batch.src_lengths, cfg, prefix=prefix, trees=trees)
         for i, (k, nbest) in enumerate(zip(order, hyps)):

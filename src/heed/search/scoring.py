@@ -118,7 +118,7 @@ def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Ten
     n-gram repeats, and for everything but EOS once a row has max_len tokens (forced EOS keeps its
     model log-prob);
     a row still inside its forced prefix gets -inf for every token but the forced one, which
-    keeps its model log-prob whatever the constraints say."""
+    keeps its model log-prob whatever the constraints say (0 within the prefix's `free` tokens)."""
     logp = torch.log_softmax(logits.float(), dim=-1)  # (rows, vocab) a fresh tensor: edited in place
     eos = model.eos_id
     raw_eos = logp[:, eos].clone() if may_be_full else None  # (rows,)
@@ -127,6 +127,8 @@ def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Ten
         forced_token = prefix.tokens[:, t:t + 1]  # (rows, 1)
         # A forced token the model gives probability 0 stays forced, at a finite, hopeless log-prob.
         raw = logp.gather(1, forced_token).clamp(min=FORCED_FLOOR)
+        if t < prefix.free:  # a token the model is told, not asked: it costs nothing
+            raw = torch.zeros_like(raw)
         forced = (prefix.lengths > t, forced_token, raw)  # (rows,), (rows, 1), (rows, 1)
     for banned in {model.pad_id, model.bos_id} - {eos}:
         logp[:, banned] = NEG_INF
@@ -152,27 +154,32 @@ class Prefix(NamedTuple):
 
     tokens (rows, prefix_len) long, right-padded with PAD; lengths (rows,) long, 0 = no prefix.
     The search continues after the prefix; its tokens keep their model log-probabilities, so a
-    hypothesis' score is the model's score of the whole output, prefix included."""
+    hypothesis' score is the model's score of the whole output, prefix included; but the first
+    `free` tokens of every row (a many-language model's target language token: heed.data.codec
+    .Codec.target_frame) score 0, as Hugging Face's forced_bos_token_id and fairseq's prefix do:
+    the model is told them, it does not choose them. They count in the output's length."""
 
     tokens: Tensor
     lengths: Tensor
+    free: int = 0
 
     def select(self, rows: Tensor) -> "Prefix":
-        return Prefix(self.tokens.index_select(0, rows), self.lengths.index_select(0, rows))
+        return Prefix(self.tokens.index_select(0, rows), self.lengths.index_select(0, rows), self.free)
 
     def repeat(self, times: int) -> "Prefix":
         """Each row `times` times in a row (one per beam or sample)."""
-        return Prefix(self.tokens.repeat_interleave(times, 0), self.lengths.repeat_interleave(times, 0))
+        return Prefix(self.tokens.repeat_interleave(times, 0), self.lengths.repeat_interleave(times, 0), self.free)
 
     @staticmethod
-    def of(prefixes: Sequence[Sequence[int]], *, pad_id: int, device: torch.device | str = "cpu") -> "Prefix":
-        """From one list of ids per row (an empty list: no prefix)."""
+    def of(prefixes: Sequence[Sequence[int]], *, pad_id: int, device: torch.device | str = "cpu",
+           free: int = 0) -> "Prefix":
+        """From one list of ids per row (an empty list: no prefix); each row's first `free` ids score 0."""
         width = max(1, max(map(len, prefixes), default=0))
         tokens = torch.full((len(prefixes), width), pad_id, dtype=torch.long)
         for r, ids in enumerate(prefixes):
             tokens[r, :len(ids)] = torch.tensor(list(ids), dtype=torch.long)
         lengths = torch.tensor([len(ids) for ids in prefixes], dtype=torch.long)
-        return Prefix(tokens.to(device), lengths.to(device))
+        return Prefix(tokens.to(device), lengths.to(device), free)
 
 
 def _with_prefix(max_len: Tensor, prefix: Prefix | None) -> Tensor:

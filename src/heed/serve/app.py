@@ -188,6 +188,7 @@ class _Key:
     method: str = ""  # attribute: the attribution method
     steps: int = 0  # attribute: integration steps
     parts: tuple[str, ...] = ()  # heads: the attention parts asked
+    languages: tuple[str | None, str | None] = (None, None)  # a many-language model's (src_lang, tgt_lang)
 
 
 def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -204,6 +205,7 @@ def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | N
         "src_vocab": len(translator.codec.src_vocab),
         "tgt_vocab": len(translator.codec.tgt_vocab),
         "max_src_len": translator.max_src_len,
+        "languages": translator.languages,
         "decode": translator.decode_config.model_dump(mode="json"),
         "config": config.model_dump(mode="json", exclude=private),
         "metrics": dict(metrics) if metrics else None,
@@ -291,7 +293,7 @@ def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any
     intervention if any. Items are (source, prefix tokens or None) for translating, (source,
     target) for the others. Returns one JSON-ready result per item. The work stops
     (heed.api.Abandoned) once `abandoned()`: every request of the batch timed out."""
-    translator = translators[key.model]
+    translator = translators[key.model].with_languages(*key.languages)
     handler = _TASKS[key.task]
     if key.intervention is None:
         return handler(translator, key, items, abandoned)
@@ -423,14 +425,15 @@ class _Routes:
             router.add_api_route(path, handler, methods=["POST"], response_model=response, responses=WORK_ERRORS)
         return router
 
-    def _model(self, requested: str | None, needs: type | None = None, why: str = "") -> tuple[str, Translator]:
-        """The request's model by name (the only one when there is one); a 422 on field "model"
-        saying `why` when it is not a `needs` (an attention model, a gradient model, ...)."""
-        name = _model_name(requested, self.models)
+    def _model(self, request: Any, needs: type | None = None, why: str = "") -> tuple[str, Translator]:
+        """The request's model by name (the only one when there is one), for the request's language
+        pair; a 422 on field "model" saying `why` when it is not a `needs` (an attention model, a
+        gradient model, ...), on src_lang or tgt_lang for a pair the model does not have or needs."""
+        name = _model_name(request.model, self.models)
         translator = self.models[name]
         if needs is not None and not isinstance(translator.model, needs):
             raise ApiError(422, f"model {name!r} {why}", "model")
-        return name, translator
+        return name, _paired(translator, request.src_lang, request.tgt_lang)
 
     async def _decoded(self, key: _Key, items: list[Any], costs: list[int]) -> list[Any]:
         """The batcher's results for `items`, its refusals as the API's errors."""
@@ -453,7 +456,7 @@ class _Routes:
         return {"models": list(self.infos.values())}
 
     async def translate(self, request: TranslateRequest) -> JSONResponse:
-        name, translator = self._model(request.model)
+        name, translator = self._model(request)
         settings = self.settings
         _check_sentences(request.sentences, "sentences", settings)
         decode = _decode(translator, request, settings)
@@ -478,13 +481,14 @@ class _Routes:
                                     "be intervened on", "intervention")
             intervention = Intervention(request.intervention, request.intervention_seed)
         key = _Key(name, "explore" if request.trace else "translate", decode, request.replace_unk, request.attention,
-                   request.alternatives if request.trace else 0, intervention)
+                   request.alternatives if request.trace else 0, intervention,
+                   languages=(request.src_lang, request.tgt_lang))
         prefixes = request.prefix or [None] * len(request.sentences)
         results = await self._decoded(key, list(zip(request.sentences, prefixes)), costs)
         return JSONResponse({"model": name, "decode": decode.model_dump(mode="json"), "results": results})
 
     async def align(self, request: AlignRequest) -> JSONResponse:
-        name, translator = self._model(request.model)
+        name, translator = self._model(request)
         if not translator.model.has_attention:
             raise ApiError(422, f"model {name!r} has no attention, so it has no alignments", "model")
         _check_sentences(request.sources, "sources", self.settings)
@@ -492,11 +496,11 @@ class _Routes:
         _one_target_each(request.sources, request.targets, "source")
         # A forced pass: one decoder row a step, a step a target token.
         costs = [len(translator.codec.tgt_tokens(target)) + 1 for target in request.targets]
-        results = await self._decoded(_Key(name, "align"), list(zip(request.sources, request.targets)), costs)
+        results = await self._decoded(_Key(name, "align", languages=(request.src_lang, request.tgt_lang)), list(zip(request.sources, request.targets)), costs)
         return JSONResponse({"model": name, "results": results})
 
     async def attribute(self, request: AttributeRequest) -> JSONResponse:
-        name, translator = self._model(request.model, AttributableModel,
+        name, translator = self._model(request, AttributableModel,
                                        "gives no gradients (an exported model or an ensemble); attribution needs a "
                                        "PyTorch model directory")
         _check_sentences(request.sentences, "sentences", self.settings)
@@ -505,23 +509,41 @@ class _Routes:
             _one_target_each(request.sentences, request.targets, "sentence")
             _check_known_targets(translator, request.sentences, request.targets)
         targets = request.targets or [None] * len(request.sentences)
-        key = _Key(name, "attribute", method=request.method, steps=request.steps)
+        key = _Key(name, "attribute", method=request.method, steps=request.steps,
+                   languages=(request.src_lang, request.tgt_lang))
         a_turn_each = [self.settings.slice_work] * len(request.sentences)  # explained a sentence at a time
         results = await self._decoded(key, list(zip(request.sentences, targets)), a_turn_each)
         return JSONResponse({"model": name, "attributions": results})
 
     async def heads(self, request: HeadsRequest) -> JSONResponse:
-        name, translator = self._model(request.model, HeadsModel,
+        name, translator = self._model(request, HeadsModel,
                                        "gives only its averaged attention (an exported model or an ensemble)")
         _check_sentences(request.sources, "sources", self.settings)
         _one_target_each(request.sources, request.targets, "source")
         _check_targets(request.targets, self.settings)
         sizes = _check_known_targets(translator, request.sources, request.targets)
         _check_weights(translator, sizes, request.parts, self.settings)
-        key = _Key(name, "heads", parts=tuple(dict.fromkeys(request.parts)))
+        key = _Key(name, "heads", parts=tuple(dict.fromkeys(request.parts)),
+                   languages=(request.src_lang, request.tgt_lang))
         a_turn_each = [self.settings.slice_work] * len(request.sources)  # read a sentence at a time
         results = await self._decoded(key, list(zip(request.sources, request.targets)), a_turn_each)
         return JSONResponse({"model": name, "results": results})
+
+
+def _paired(translator: Translator, src_lang: str | None, tgt_lang: str | None) -> Translator:
+    """`translator` for the pair a request gives (heed.api.Translator.with_languages); a 422 naming
+    the field whose code the model lacks, or that a many-language model needs and has no default for."""
+    try:
+        paired = translator.with_languages(src_lang, None)
+        paired.codec.source_frame  # noqa: B018 (a many-language model without a source language refuses)
+    except HeedError as e:
+        raise ApiError(422, str(e), "src_lang") from None
+    try:
+        paired = paired.with_languages(None, tgt_lang)
+        paired.codec.target_frame()
+    except HeedError as e:
+        raise ApiError(422, str(e), "tgt_lang") from None
+    return paired
 
 
 def _version() -> str:

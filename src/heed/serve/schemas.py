@@ -28,7 +28,14 @@ def _optional_decode_fields() -> dict[str, Any]:
     return fields
 
 
-DecodeOptions = create_model("DecodeOptions", __base__=_Strict, **_optional_decode_fields())
+class _Pair(_Strict):
+    src_lang: Optional[str] = Field(None, description="a many-language model's source language (an imported M2M-100 "
+                                                      "or NLLB model's code: fr, fra_Latn; default: the model's)")
+    tgt_lang: Optional[str] = Field(None, description="a many-language model's target language (default: the "
+                                                      "model's)")
+
+
+DecodeOptions = create_model("DecodeOptions", __base__=_Pair, **_optional_decode_fields())
 DECODE_FIELDS = tuple(DecodeConfig.model_fields)
 
 
@@ -55,7 +62,7 @@ class TranslateRequest(DecodeOptions):  # type: ignore[misc, valid-type]
     intervention_seed: int = Field(0, ge=0, description="with intervention permute: the seed of the orders")
 
 
-class AlignRequest(_Strict):
+class AlignRequest(_Pair):
     """Given translations to align with their sources (forced decoding)."""
 
     model: Optional[str] = None
@@ -63,7 +70,7 @@ class AlignRequest(_Strict):
     targets: list[str]
 
 
-class AttributeRequest(_Strict):
+class AttributeRequest(_Pair):
     """Sentences whose outputs to attribute to their inputs (Captum; heed[explain] on the server)."""
 
     model: Optional[str] = None
@@ -95,7 +102,7 @@ class AttributeResponse(BaseModel):
     attributions: list[AttributionOut]
 
 
-class HeadsRequest(_Strict):
+class HeadsRequest(_Pair):
     """Every head of every layer while the model reads given translations (teacher forcing)."""
 
     model: Optional[str] = None
@@ -198,6 +205,8 @@ class ModelInfo(BaseModel):
     src_vocab: int
     tgt_vocab: int
     max_src_len: int
+    languages: list[str] = Field(description="a many-language model's language codes (for src_lang and tgt_lang); "
+                                             "empty for others")
     decode: dict[str, Any]
     config: dict[str, Any] = Field(description="the resolved training config saved with the model")
     metrics: Optional[dict[str, Any]] = Field(None, description="the last dev and test lines of its training log")

@@ -48,9 +48,10 @@ with warnings.catch_warnings():
                                 "(its tanh approximation) or swish (x sigmoid(x), OPUS-MT's)")
         scale_embeddings: bool = Field(True, description="token embeddings times sqrt(d_model) before the positions "
                                                          "are added (Vaswani et al. 2017, 3.4)")
-        sinusoid_layout: Literal["interleaved", "halves"] = Field(
-            "interleaved", description="sinusoidal positions: sin and cos interleaved (Vaswani et al. 2017) or all "
-                                       "sines then all cosines (Marian's and fairseq's layout)")
+        sinusoid_layout: Literal["interleaved", "halves", "fairseq"] = Field(
+            "interleaved", description="sinusoidal positions: sin and cos interleaved (Vaswani et al. 2017), all "
+                                       "sines then all cosines (halves: Marian's), or fairseq's (M2M-100's, NLLB's: "
+                                       "halves with frequencies 10000^(-i/(d/2-1)), positions from 2)")
 
         @field_validator("heads")
         @classmethod
@@ -67,8 +68,8 @@ with warnings.catch_warnings():
                 if getattr(self, field):
                     raise ValueError(f"'{field}' is not supported by the transformer family yet; remove "
                                      f"model.{field} or use family: rnn")
-            if self.positions == "sinusoidal" and self.d_model % 2:
-                raise ValueError(f"sinusoidal positions need an even d_model, not {self.d_model}")
+            if self.positions == "sinusoidal" and (self.d_model % 2 or self.d_model < 4):
+                raise ValueError(f"sinusoidal positions need an even d_model of 4 or more, not {self.d_model}")
             return self
 
         def data_problem(self, data: Any) -> tuple[str, str] | None:

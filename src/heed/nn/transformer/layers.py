@@ -18,7 +18,8 @@ from heed.nn.transformer.attention import MultiHeadAttention
 
 NormPlace = Literal["pre", "post"]
 PositionKind = Literal["sinusoidal", "learned"]
-SinusoidLayout = Literal["interleaved", "halves"]
+SinusoidLayout = Literal["interleaved", "halves", "fairseq"]
+FAIRSEQ_FIRST_POSITION = 2  # fairseq counts positions from its padding index (1) + 1
 Activation = Literal["relu", "gelu", "gelu_tanh", "swish"]
 
 ACTIVATIONS = {
@@ -33,19 +34,24 @@ class SinusoidalPositions(nn.Module):
     """PE(pos, 2i) = sin(pos / 10000^(2i / d)), PE(pos, 2i + 1) = cos(pos / 10000^(2i / d))
     (Vaswani et al. 2017, 3.5), computed for the positions asked: no table, no longest length.
     `layout` "halves" puts the same values as all sines, then all cosines (Marian's layout:
-    PE(pos, i) = sin, PE(pos, d/2 + i) = cos)."""
+    PE(pos, i) = sin, PE(pos, d/2 + i) = cos). "fairseq" is tensor2tensor's as fairseq and M2M-100
+    /NLLB have it: halves, frequencies 10000^(-i / (d/2 - 1)), and the first token at position 2
+    (after fairseq's padding index, 1)."""
 
     def __init__(self, d_model: int, layout: SinusoidLayout = "interleaved") -> None:
         super().__init__()
-        if d_model % 2:
-            raise ValueError(f"sinusoidal positions need an even d_model, not {d_model}")
-        inverse = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+        if d_model % 2 or (layout == "fairseq" and d_model < 4):
+            raise ValueError(f"sinusoidal positions need an even d_model (4 or more for fairseq's), not {d_model}")
+        half = d_model // 2
+        step = math.log(10000.0) / (half - 1 if layout == "fairseq" else half)
+        inverse = torch.exp(torch.arange(half, dtype=torch.float64) * -step)
         self.register_buffer("inverse_frequency", inverse.float(), persistent=False)  # (d_model / 2,)
-        self.halves = layout == "halves"
+        self.halves = layout != "interleaved"
+        self.first = FAIRSEQ_FIRST_POSITION if layout == "fairseq" else 0
 
     def forward(self, positions: Tensor) -> Tensor:
-        """positions (...) long -> (..., d_model) float32."""
-        angles = positions.unsqueeze(-1).float() * self.inverse_frequency  # (..., d_model / 2)
+        """positions (...) long, 0 = the first token -> (..., d_model) float32."""
+        angles = (positions + self.first).unsqueeze(-1).float() * self.inverse_frequency  # (..., d_model / 2)
         if self.halves:
             return torch.cat([angles.sin(), angles.cos()], dim=-1)
         return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # sin, cos interleaved

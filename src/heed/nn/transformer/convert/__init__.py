@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from heed.nn.transformer.convert import marian
+from heed.nn.transformer.convert import m2m100, marian
 from heed.nn.transformer.convert.common import Converted
 
 CONVERTERS: dict[str, Callable[..., Converted]] = {
     "marian": marian.convert,
+    "m2m_100": m2m100.convert,
 }
 
 __all__ = ["CONVERTERS", "Converted"]

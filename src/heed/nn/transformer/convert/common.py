@@ -16,6 +16,8 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from heed.data.codec import Codec
+from heed.data.tokenize import PretrainedPieces
+from heed.data.vocab import Specials, Vocab
 from heed.errors import ModelDirError
 from heed.plumbing.files import check_regular, reason
 
@@ -74,6 +76,60 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
             raise ModelDirError(f"{path}: not a state dict of tensors")
         return state
     raise ModelDirError(f"{directory}: no weights ({' or '.join(WEIGHT_FILES)})")
+
+
+def read_spm(directory: Path, name: str, what: str, languages: dict[str, str] | None = None) -> PretrainedPieces:
+    """The SentencePiece model `directory/name` as a PretrainedPieces tokenizer (with a
+    many-language model's `languages`); a ModelDirError naming the file, and saying `what` the
+    model's tokenizer is, when it is missing or not a SentencePiece model."""
+    path = directory / name
+    try:
+        check_regular(path)
+        model = path.read_bytes()
+    except FileNotFoundError:
+        raise ModelDirError(f"{path}: missing; {what}") from None
+    except OSError as e:
+        raise ModelDirError(f"{path}: cannot read: {reason(e)}") from None
+    try:
+        return PretrainedPieces(model, languages)
+    except RuntimeError:
+        raise ModelDirError(f"{path}: not a SentencePiece model") from None
+
+
+def special_ids(config: dict[str, Any], size: int, unk: int, path: Path) -> Specials:
+    """The model's special ids: config.json's pad, decoder start (heed's bos) and eos, and `unk`;
+    a ModelDirError naming config.json for one that is not an id below `size`."""
+    ids = {name: config.get(key) for name, key in (("pad", "pad_token_id"), ("bos", "decoder_start_token_id"),
+                                                    ("eos", "eos_token_id"))}
+    for name, i in ids.items():
+        if not isinstance(i, int) or not 0 <= i < size:
+            raise ModelDirError(f"{path}: {name} id {i!r} is not an id of the vocabulary")
+    return Specials(unk=unk, **ids)
+
+
+def read_piece_ids(path: Path, size: int) -> dict[int, str]:
+    """A vocab.json, {piece: id}, as {id: piece}; a ModelDirError naming it for an id that is not a
+    distinct whole number below `size` (the embedding's rows)."""
+    by_id: dict[int, str] = {}
+    for piece, i in read_json(path).items():
+        if type(i) is not int or not 0 <= i < size or i in by_id:
+            raise ModelDirError(f"{path}: {piece!r} has id {i!r}: ids must be distinct and below the model's "
+                                f"vocabulary size {size}")
+        by_id[i] = piece
+    return by_id
+
+
+def full_vocab(by_id: dict[int, str], size: int, specials: Specials, path: Path) -> Vocab:
+    """A Vocab of `size` ids from {id: token}; ids the files leave out (the embedding has rows no
+    token uses) get placeholder names no text produces."""
+    for i in by_id:
+        if not 0 <= i < size:
+            raise ModelDirError(f"{path}: token {by_id[i]!r} has id {i}, past the model's vocabulary of {size}")
+    tokens = [by_id.get(i, f"<unused {i}>") for i in range(size)]
+    try:
+        return Vocab(tokens, specials)
+    except ValueError as e:
+        raise ModelDirError(f"{path}: {e}") from None
 
 
 class Tensors:

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from heed.data.codec import Codec
-from heed.data.tokenize import PretrainedPieces
-from heed.data.vocab import Specials, Vocab
+from heed.data.vocab import Vocab
 from heed.errors import ModelDirError
 from heed.nn.transformer.convert.common import (
     Converted,
@@ -32,12 +31,15 @@ from heed.nn.transformer.convert.common import (
     activation_of,
     bart_layers,
     count,
+    full_vocab,
     generation_defaults,
     read_json,
+    read_piece_ids,
+    read_spm,
     read_weights,
     same_sizes,
+    special_ids,
 )
-from heed.plumbing.files import check_regular, reason
 
 ARCHITECTURE = "MarianMTModel"
 
@@ -76,41 +78,13 @@ def weights(hf: Tensors, model: dict[str, Any], layers: int) -> dict[str, Any]:
     return out
 
 
-def _spm(directory: Path, name: str) -> PretrainedPieces:
-    path = directory / name
-    try:
-        check_regular(path)
-        model = path.read_bytes()
-    except FileNotFoundError:
-        raise ModelDirError(f"{path}: missing; a Marian model's tokenizer is its source.spm and target.spm "
-                            "SentencePiece models") from None
-    except OSError as e:
-        raise ModelDirError(f"{path}: cannot read: {reason(e)}") from None
-    try:
-        return PretrainedPieces(model)
-    except RuntimeError:
-        raise ModelDirError(f"{path}: not a SentencePiece model") from None
-
-
 def _vocab(path: Path, size: int, config: dict[str, Any]) -> Vocab:
-    """vocab.json {piece: id} -> a Vocab with the model's ids; ids past the file's up to `size`
-    (the embedding's rows) get placeholder names no text produces."""
-    entries = read_json(path)
-    by_id: dict[int, str] = {}
-    for piece, i in entries.items():
-        if not isinstance(i, int) or not 0 <= i < size or i in by_id:
-            raise ModelDirError(f"{path}: {piece!r} has id {i!r}: ids must be distinct and below the model's "
-                                f"vocabulary size {size}")
-        by_id[i] = piece
-    tokens = [by_id.get(i, f"<unused {i}>") for i in range(size)]
-    if "<unk>" not in entries:
+    """vocab.json {piece: id} -> a Vocab with the model's ids, `size` of them (the embedding's rows)."""
+    by_id = read_piece_ids(path, size)
+    unk = next((i for i, piece in by_id.items() if piece == "<unk>"), None)
+    if unk is None:
         raise ModelDirError(f"{path}: has no <unk>; not a Marian vocabulary")
-    ids = {name: config.get(key) for name, key in (("pad", "pad_token_id"), ("bos", "decoder_start_token_id"),
-                                                    ("eos", "eos_token_id"))}
-    for name, i in ids.items():
-        if not isinstance(i, int) or not 0 <= i < size:
-            raise ModelDirError(f"{path.parent / 'config.json'}: {name} id {i!r} is not an id of the vocabulary")
-    return Vocab(tokens, Specials(unk=entries["<unk>"], **ids))
+    return full_vocab(by_id, size, special_ids(config, size, unk, path.parent / "config.json"), path)
 
 
 def codec(directory: Path, config: dict[str, Any], model: dict[str, Any]) -> Codec:
@@ -126,7 +100,9 @@ def codec(directory: Path, config: dict[str, Any], model: dict[str, Any]) -> Cod
                             f"{src_size} for both sides")
     if (src_vocab.specials.pad, src_vocab.specials.eos) != (tgt_vocab.specials.pad, tgt_vocab.specials.eos):
         raise ModelDirError(f"{directory}: the source and target vocabularies give <pad> or </s> different ids")
-    return Codec(_spm(directory, "source.spm"), _spm(directory, "target.spm"), src_vocab, tgt_vocab)
+    return Codec(read_spm(directory, "source.spm", "a Marian model's tokenizer is its source.spm and target.spm"),
+                 read_spm(directory, "target.spm", "a Marian model's tokenizer is its source.spm and target.spm"),
+                 src_vocab, tgt_vocab)
 
 
 def convert(directory: Path, config: dict[str, Any]) -> Converted:
