@@ -159,6 +159,11 @@ class DataConfig(_Strict):
     test: CorpusConfig | None = Field(None, description="the test corpus: scored once, by the best model, at the end")
     split: SplitConfig | None = Field(None, description="hold dev and test out of 'train' instead")
     reverse: bool = Field(False, description="swap source and target of every corpus")
+    src_lang: str | None = Field(None, description="a many-language model's source language (an imported M2M-100 "
+                                                   "or NLLB model's code, e.g. eng_Latn): every source starts with "
+                                                   "its token")
+    tgt_lang: str | None = Field(None, description="a many-language model's target language: every output starts "
+                                                   "with its token")
     tokenizer: TokenizersConfig = Field(default_factory=TokenizersConfig, description="how sentences become tokens")
     vocab: VocabConfig = Field(default_factory=VocabConfig, description="which tokens get ids")
     shared_vocab: bool = Field(False, description="one tokenizer and one vocabulary for both sides, trained on "
@@ -309,6 +314,9 @@ class TrainConfig(_Strict):
     max_steps: int | None = Field(None, gt=0, description="stop after this many updates (whichever comes first)")
     max_minutes: float | None = Field(None, gt=0, description="stop once this run has trained this long "
                                       "(wall clock, evaluations included; counted afresh on resume)")
+    init: Path | None = Field(None, description="fine-tune: start from this model directory (an imported pretrained "
+                                                "translator, or any heed model) with its weights, architecture, "
+                                                "tokenizers and vocabularies")
     optimizer: Literal["adam"] = Field("adam", description="the optimizer (Adam, fused where torch has it)")
     lr: float = Field(1e-3, gt=0.0, description="the learning rate (the peak, with a warmup schedule)")
     betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = Field(
@@ -459,13 +467,22 @@ def config_from_dict(raw: dict[str, Any], *, source: str | os.PathLike[str] | No
                      environment: bool = True) -> Config:
     """Validate a config mapping. Relative corpus paths in `raw` resolve against its data root
     (`data_root`), output_dir against `base_dir`; paths in `overrides` against the current directory.
-    The config returned holds absolute corpus paths and `data.root` None: the root has done its work."""
+    The config returned holds absolute corpus paths and `data.root` None: the root has done its work.
+    A user's config (`environment`) with train.init takes that model's sections (heed.train.init)."""
     parsed = [parse_override(item) for item in overrides]
     base = Path(base_dir)
     raw = _resolve_paths(_deep_copy(raw), base, data_root(raw, base, dict(parsed), environment=environment))
     for key, value in parsed:
         _set_dotted(raw, key, value)
     overridden = [key for key, _ in parsed]
+    if environment and isinstance(raw.get("train"), dict) and raw["train"].get("init"):
+        from heed.train.init import merge_init  # a fine-tuning run: its init model's architecture and tokenizers
+
+        try:
+            raw = merge_init(raw)
+        except ConfigError as e:
+            raise ConfigError(e.message, field=e.field, path="--set" if "train.init" in overridden and
+                              e.field == "train.init" else source) from None
     try:
         config = Config.model_validate(raw)
     except ValidationError as e:
@@ -587,11 +604,14 @@ def data_root(raw: dict[str, Any], base: Path, overrides: dict[str, Any] | None 
 
 def _resolve_paths(raw: dict[str, Any], base: Path, root: Path) -> dict[str, Any]:
     """Relative corpus paths (and a guided alignment's supervision file) in `raw` made absolute
-    against `root`, and output_dir against `base`."""
+    against `root`, and output_dir and train.init against `base`."""
     output_dir = raw.get(OUTPUT_DIR)
     if isinstance(output_dir, str) and not os.path.isabs(output_dir):
         raw[OUTPUT_DIR] = os.path.abspath(base / output_dir)
     train = raw.get("train")
+    init = train.get("init") if isinstance(train, dict) else None
+    if isinstance(init, str) and not os.path.isabs(init):  # a model directory, beside the config like output_dir
+        train["init"] = os.path.abspath(base / init)
     guided = train.get("alignment") if isinstance(train, dict) else None
     if isinstance(guided, dict):
         supervision = guided.get("supervision")

@@ -26,6 +26,9 @@ def train(
     allow_data_change: bool = typer.Option(
         False, "--allow-data-change", help="With --resume: go on even if a corpus file changed since the checkpoint."),
     output_dir: Optional[Path] = typer.Option(None, "--output-dir", help="Where to write (overrides output_dir)."),
+    init: Optional[Path] = typer.Option(None, "--init", help="Fine-tune: start from this model directory (an "
+                                        "imported pretrained translator, or any heed model), with its architecture, "
+                                        "tokenizers and vocabularies (overrides train.init)."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                             help="Progress bar (default: on a terminal; else a line per log_every)."),
     processes: int = typer.Option(1, "--processes", min=1, max=1024, help="Train data-parallel in this many "
@@ -47,7 +50,8 @@ def train(
     from heed.train import score_command
     from heed.train import train as run_training
 
-    overrides = list(set_) + ([f"output_dir={output_dir.absolute()}"] if output_dir is not None else [])
+    overrides = list(set_) + ([f"output_dir={output_dir.absolute()}"] if output_dir is not None else []) \
+        + ([f"train.init={init.absolute()}"] if init is not None else [])
     cfg = load_config(config, overrides)
     world = World.from_env()
     if processes > 1 and world.is_distributed and world.size != processes:
@@ -57,6 +61,7 @@ def train(
     # same number of processes.
     own = [str(config), *(arg for item in set_ for arg in ("--set", item)),
            *(["--output-dir", str(output_dir)] if output_dir is not None else []),
+           *(["--init", str(init)] if init is not None else []),
            *(["--allow-data-change"] if allow_data_change else []),
            *([] if progress is None else ["--progress" if progress else "--no-progress"]),
            *(["--processes", str(processes)] if processes > 1 else [])]

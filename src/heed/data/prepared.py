@@ -65,6 +65,7 @@ from typing import Any, BinaryIO, overload
 import numpy as np
 
 from heed.data.batching import Batch, Example, check_batching, collate, epoch_rng, plan_batches
+from heed.data.vocab import HEED_SPECIALS, Specials
 from heed.errors import DataError
 from heed.plumbing.files import atomic_write_text, file_digest, open_regular
 
@@ -487,10 +488,11 @@ class PreparedCorpus:
                 yield self.example(s, int(row))
 
     def batches(self, *, batch_tokens: int, max_sentences: int | None, seed: int, epoch: int,
-                pool_sentences: int, pool_size: int = 100) -> "PreparedEpoch":
-        """The training batches of `epoch` (see the module doc), built lazily as they are read."""
+                pool_sentences: int, pool_size: int = 100, specials: Specials = HEED_SPECIALS) -> "PreparedEpoch":
+        """The training batches of `epoch` (see the module doc), built lazily as they are read, with
+        the vocabulary's special ids (`specials`)."""
         return PreparedEpoch(self, batch_tokens=batch_tokens, max_sentences=max_sentences, seed=seed, epoch=epoch,
-                             pool_sentences=pool_sentences, pool_size=pool_size)
+                             pool_sentences=pool_sentences, pool_size=pool_size, specials=specials)
 
 
 @dataclass(frozen=True)
@@ -534,11 +536,12 @@ class PreparedEpoch(Sequence[Batch]):
     plans each window once more; the plan of one window is held at a time."""
 
     def __init__(self, corpus: PreparedCorpus, *, batch_tokens: int, max_sentences: int | None, seed: int,
-                 epoch: int, pool_sentences: int, pool_size: int = 100) -> None:
+                 epoch: int, pool_sentences: int, pool_size: int = 100, specials: Specials = HEED_SPECIALS) -> None:
         check_batching(batch_tokens=batch_tokens, max_sentences=max_sentences, pool_size=pool_size)
         if pool_sentences < 1:
             raise ValueError(f"pool_sentences must be >= 1, got {pool_sentences}")
         self.corpus = corpus
+        self.specials = specials
         self._options = {"batch_tokens": batch_tokens, "max_sentences": max_sentences, "pool_size": pool_size}
         self.pool_sentences = pool_sentences
         rng = epoch_rng(seed, epoch)
@@ -591,4 +594,4 @@ class PreparedEpoch(Sequence[Batch]):
             self._current = (k, *self._plan(w, rng))
         _, window, plan = self._current
         group = plan[index - self._firsts[k]].tolist()
-        return collate([window.example(i) for i in group], [window.start + i for i in group])
+        return collate([window.example(i) for i in group], [window.start + i for i in group], self.specials)

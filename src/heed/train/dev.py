@@ -12,6 +12,7 @@ from heed.config import DataConfig
 from heed.data.batching import Batch, token_batches
 from heed.data.codec import Codec, Example
 from heed.data.corpus import Pair
+from heed.data.vocab import Specials
 from heed.decode_config import DecodeConfig
 from heed.evaluate import Scores
 from heed.nn.protocol import TrainableModel
@@ -27,9 +28,11 @@ class DevResult:
         return self.loss if name == "loss" else getattr(self.scores, name)
 
 
-def dev_batches(examples: Sequence[Example], data: DataConfig) -> list[Batch]:
-    """The dev examples in the training's batch sizes, in order (no shuffling)."""
-    return token_batches(examples, batch_tokens=data.batch_tokens, max_sentences=data.max_sentences, shuffle=False)
+def dev_batches(examples: Sequence[Example], data: DataConfig, specials: Specials) -> list[Batch]:
+    """The dev examples in the training's batch sizes, in order (no shuffling), with the
+    vocabulary's special ids."""
+    return token_batches(examples, batch_tokens=data.batch_tokens, max_sentences=data.max_sentences, shuffle=False,
+                         specials=specials)
 
 
 def dev_loss(model: TrainableModel, batches: Iterable[Batch]) -> float:
@@ -52,5 +55,7 @@ def decode_pairs(model: TrainableModel, codec: Codec, pairs: Sequence[Pair], cfg
     if cfg.sampling and cfg.seed is None:
         cfg = cfg.model_copy(update={"seed": seed})
     sources = [codec.src_tokens(p.src) for p in pairs]
-    decoded = translate_ids(model, [codec.src_ids(s) for s in sources], cfg, device=device)
+    frame = codec.target_frame()  # a many-language model's target language token, forced first
+    decoded = translate_ids(model, [codec.src_ids(s) for s in sources], cfg, device=device,
+                            prefixes=[frame] * len(sources) if frame else None, free_prefix=len(frame))
     return [codec.decode_tgt(d.hypotheses[0].tokens, s)[1] if d.hypotheses else "" for d, s in zip(decoded, sources)]

@@ -319,9 +319,12 @@ class Trainer:
             state = checkpoint.trainer
             if state.schedule is not None:
                 schedule.load_state_dict(state.schedule)
-        elif world.rank > 0:
-            # Same initial weights on every rank (seeded above), but each rank its own dropout masks.
-            torch.manual_seed(cfg.train.seed + 1_000_003 * world.rank)
+        else:
+            if data.init is not None:  # fine-tuning (under torchrun rank 0's, which DistributedDataParallel hands on)
+                model.load_state_dict(data.init.weights, strict=True)
+            if world.rank > 0:
+                # Same initial weights on every rank (seeded above), but each rank its own dropout masks.
+                torch.manual_seed(cfg.train.seed + 1_000_003 * world.rank)
         state.data = fingerprint
         return model, optimizer, schedule, state
 
@@ -340,9 +343,11 @@ class Trainer:
         d = self.config.data
         if isinstance(self.data.train, PreparedCorpus):
             return self.data.train.batches(batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
-                                           seed=self.config.train.seed, epoch=epoch, pool_sentences=d.pool_sentences)
+                                           seed=self.config.train.seed, epoch=epoch, pool_sentences=d.pool_sentences,
+                                           specials=self.data.codec.tgt_vocab.specials)
         return token_batches(self.data.train, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
-                             shuffle=True, seed=self.config.train.seed, epoch=epoch)
+                             shuffle=True, seed=self.config.train.seed, epoch=epoch,
+                             specials=self.data.codec.tgt_vocab.specials)
 
     @contextlib.contextmanager
     def _stop_signals(self) -> Iterator[None]:
@@ -642,7 +647,8 @@ class Trainer:
     # -- evaluation and checkpoints ---------------------------------------------------------
 
     def _dev_batches(self) -> Iterator[Batch]:
-        return (self._to_device(b) for b in dev_batches(self.data.dev, self.config.data))
+        return (self._to_device(b) for b in dev_batches(self.data.dev, self.config.data,
+                                                        self.data.codec.tgt_vocab.specials))
 
     def _decode(self, pairs: Sequence[Pair], cfg: DecodeConfig) -> list[str]:
         return decode_pairs(self.model, self.data.codec, pairs, cfg, device=self.device, seed=self.config.train.seed)

@@ -32,6 +32,7 @@ from heed.plumbing.distributed import (
 )
 from heed.plumbing.lock import RunLock
 from heed.train.alignment import check_guided
+from heed.train.init import InitModel, init_model
 from heed.train.resume import (
     check_resumable,
     check_same_data,
@@ -59,6 +60,7 @@ class RunData:
     dropped: int
     corpora: Corpora
     train_links: TokenLinks | None = None  # guided alignment's links of each `train` example, in its order
+    init: InitModel | None = None  # a fresh fine-tuning run's start (train.init): its weights
 
 
 class RunSetup:
@@ -97,7 +99,9 @@ class RunSetup:
             return checkpoint, fingerprint, data
         self._refuse_a_run()  # before the data loads, which may take minutes
         check_guided(self.config, planned_updates=None)
-        data = self._load_data(None)
+        init = init_model(self.config)
+        data = self._load_data(None if init is None else init.codec)
+        data.init = init
         check_guided(self.config, planned_updates=self._planned_updates(data))
         fingerprint = run_fingerprint(self.config)
         try:
@@ -158,6 +162,9 @@ class RunSetup:
             # sha256 of every shard, once per run: seconds for millions of pairs, against a flipped bit
             # silently training on wrong ids (heed.data.prepared)
             train, prepared_codec = open_prepared(cfg, verify_hashes=True)
+            if codec is not None and (difference := codec.difference(prepared_codec)) is not None:
+                raise ConfigError(f"its {difference} differs from train.init's model ({self.config.train.init}); "
+                                  "prepare the corpus with that model's tokenizers", field="data.prepared")
             codec = codec or prepared_codec
             dropped = train.dropped
         else:
