@@ -184,3 +184,24 @@ def test_import_records_a_default_pair_and_refuses_one_the_model_lacks(pair, tmp
     refused = runner.invoke(app, ["import", str(hf_dir), "-o", str(tmp_path / "never"), "--tgt-lang", "xx_Yyyy"])
     assert refused.exit_code == 2 and "'xx_Yyyy' is not one of this model's" in refused.output
     assert len(refused.output.strip().splitlines()) == 1 and not (tmp_path / "never").exists()
+
+
+def test_the_server_takes_the_pair_per_request(pair):
+    from fastapi.testclient import TestClient
+
+    from heed.serve.app import ServeSettings, create_app
+
+    hf, tokenizer, translator, directory, kind = pair
+    src, tgt = PAIRS[kind]
+    fr = list(tatoeba(5000, 2)[0])
+    with TestClient(create_app({"m": heed.load(directory)}, ServeSettings())) as client:
+        assert {src, tgt} <= set(client.get("/v1/models").json()["models"][0]["languages"])
+        done = client.post("/v1/translate", json={"sentences": fr, "src_lang": src, "tgt_lang": tgt, "beam_size": 1,
+                                                  "max_len_a": 0, "max_len_b": MAX_TOKENS, "min_len": 0})
+        assert done.status_code == 200, done.text
+        expected = translator.translate(fr, beam=1, max_len_a=0, max_len_b=MAX_TOKENS, min_len=0)
+        assert [r["hypotheses"][0]["text"] for r in done.json()["results"]] == [t.text for t in expected]
+        missing = client.post("/v1/translate", json={"sentences": fr, "tgt_lang": tgt})
+        assert missing.status_code == 422 and missing.json()["error"]["field"] == "src_lang"
+        wrong = client.post("/v1/align", json={"sources": fr, "targets": fr, "src_lang": src, "tgt_lang": "xx"})
+        assert wrong.status_code == 422 and wrong.json()["error"]["field"] == "tgt_lang"

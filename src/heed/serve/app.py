@@ -293,7 +293,9 @@ def _run_batch(translators: Mapping[str, Translator], key: _Key, items: list[Any
     intervention if any. Items are (source, prefix tokens or None) for translating, (source,
     target) for the others. Returns one JSON-ready result per item. The work stops
     (heed.api.Abandoned) once `abandoned()`: every request of the batch timed out."""
-    translator = translators[key.model].with_languages(*key.languages)
+    translator = translators[key.model]
+    if key.languages != (None, None):
+        translator = translator.with_languages(*key.languages)
     handler = _TASKS[key.task]
     if key.intervention is None:
         return handler(translator, key, items, abandoned)
@@ -531,15 +533,19 @@ class _Routes:
 
 
 def _paired(translator: Translator, src_lang: str | None, tgt_lang: str | None) -> Translator:
-    """`translator` for the pair a request gives (heed.api.Translator.with_languages); a 422 naming
-    the field whose code the model lacks, or that a many-language model needs and has no default for."""
+    """`translator` for the pair a request gives (heed.api.Translator.with_languages; itself when
+    it gives none); a 422 naming the field whose code the model lacks, or that a many-language
+    model needs and has no default for."""
+    paired = translator
     try:
-        paired = translator.with_languages(src_lang, None)
+        if src_lang is not None:
+            paired = paired.with_languages(src_lang, None)
         paired.codec.source_frame  # noqa: B018 (a many-language model without a source language refuses)
     except HeedError as e:
         raise ApiError(422, str(e), "src_lang") from None
     try:
-        paired = paired.with_languages(None, tgt_lang)
+        if tgt_lang is not None:
+            paired = paired.with_languages(None, tgt_lang)
         paired.codec.target_frame()
     except HeedError as e:
         raise ApiError(422, str(e), "tgt_lang") from None
