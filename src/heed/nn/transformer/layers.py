@@ -43,9 +43,11 @@ class SinusoidalPositions(nn.Module):
         if d_model % 2 or (layout == "fairseq" and d_model < 4):
             raise ValueError(f"sinusoidal positions need an even d_model (4 or more for fairseq's), not {d_model}")
         half = d_model // 2
-        step = math.log(10000.0) / (half - 1 if layout == "fairseq" else half)
-        inverse = torch.exp(torch.arange(half, dtype=torch.float64) * -step)
-        self.register_buffer("inverse_frequency", inverse.float(), persistent=False)  # (d_model / 2,)
+        if layout == "fairseq":  # in float32, as fairseq computes it: the same numbers to the last bit
+            inverse = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / (half - 1)))
+        else:
+            inverse = torch.exp(torch.arange(half, dtype=torch.float64) * -(math.log(10000.0) / half)).float()
+        self.register_buffer("inverse_frequency", inverse, persistent=False)  # (d_model / 2,)
         self.halves = layout != "interleaved"
         self.first = FAIRSEQ_FIRST_POSITION if layout == "fairseq" else 0
 
