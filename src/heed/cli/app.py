@@ -107,6 +107,12 @@ def language_options(command: F) -> F:
     return flags_in_place(command, "languages", flags, dict)
 
 
+def with_pair(translator: Any, languages: dict[str, Any]) -> Any:
+    """`translator` with the pair `languages` (language_options') where it is a many-language model,
+    as it is: one of several compared or served, or a model read beside another, that has none."""
+    return translator.with_languages(**languages) if translator.languages else translator
+
+
 def escape(text: str) -> str:
     from rich.markup import escape
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import typer
 from rich.console import Console
 
-from heed.cli.app import escape, friendly_errors, language_options, stderr
+from heed.cli.app import escape, friendly_errors, language_options, stderr, with_pair
 from heed.cli.decode_flags import decode_options, resolve_decode
 from heed.cli.io import check_figure_path, print_table, read_lines, truncation_message, warn_long_sources
 from heed.cli.progress import Progress, progress_option
@@ -180,6 +180,8 @@ WEIGHTS_OPTION = typer.Option(None, "--weights", help="attention: the weights as
                               "times the norm of what its source word adds through its head (Kobayashi et al. 2020), "
                               "a reading of contributions (a Transformer model directory). Default: attention, or the "
                               "reading training found best on its dev gold.")
+SYMMETRIZE_OPTION = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="With --reverse: keep links both "
+                                 "agree on (intersect), either has (union), or grow-diag-final-and (Koehn et al. 2005).")
 
 
 @friendly_errors
@@ -204,9 +206,7 @@ def align(
                                          "or in characters (spaces not counted; the dates task's gold is so)."),
     reverse: Optional[Path] = typer.Option(None, "--reverse", help="A model trained the other way (target -> "
                                            "source): its alignments are joined with this model's by --symmetrize."),
-    symmetrize: SymmetrizeHow = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="With --reverse: "
-                                             "keep links both agree on (intersect), either has (union), or "
-                                             "grow-diag-final-and (Koehn et al. 2005)."),
+    symmetrize: SymmetrizeHow = SYMMETRIZE_OPTION,
     reference: Optional[Path] = typer.Option(None, "--reference", help="Another aligner's Pharaoh file (eflomal's from "
                                              "`heed data align`, fast_align's): the model's precision, recall and F1 "
                                              "against it (a silver measure without a gold), and with --gold its AER "
@@ -250,7 +250,7 @@ def align(
     golden, theirs = _read_golds(gold, reference, units, options.tgt_units, sides=f"{src} and {tgt}")
     translator = Translator.load(model, device=device, **languages)
     options = _recorded_reading_of(translator, options, given=(method, layer, head, weights))
-    other = None if beside is None else _same_pair(Translator.load(beside, device=device), languages)
+    other = None if beside is None else with_pair(Translator.load(beside, device=device), languages)
     if sweep_all:
         assert golden is not None
         _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
@@ -259,10 +259,8 @@ def align(
     links = _align_all(translator, src_texts, tgt_texts, options, batch_size=batch_size, progress=progress)
     what = options.describe(attention_shape(translator.model)[:2])
     if reverse is not None:
-        backward = _same_pair(Translator.load(reverse, device=device), {"src_lang": languages["tgt_lang"],
-                                                                         "tgt_lang": languages["src_lang"]})
-        links = _symmetrized(links, backward, src_texts, tgt_texts, options.method,
-                             symmetrize, batch_size)
+        links = _symmetrized(links, reverse, src_texts, tgt_texts, options.method, symmetrize, batch_size,
+                             device=device, languages=languages)
         what += f", {symmetrize.value} with {reverse}"
     _write_lines([_pharaoh_line(link_set) + "\n" for link_set in links], output)
     besides = None if other is None else _beside(translator, other, links, src_texts, tgt_texts, options,
@@ -342,17 +340,17 @@ def _recorded_reading_of(translator: "Translator", options: "AlignOptions", *, g
     return chosen
 
 
-def _same_pair(translator: "Translator", languages: dict[str, Any]) -> "Translator":
-    """A second model read beside the first, with the language pair where it has languages."""
-    return translator.with_languages(**languages) if translator.languages else translator
-
-
-def _symmetrized(links: list[set[tuple[int, int]]], backward: "Translator", src_texts: list[str],
-                 tgt_texts: list[str], method: str, how: SymmetrizeHow, batch_size: int) -> list[set[tuple[int, int]]]:
-    """`links` joined with those of `backward` (a model trained target -> source) reading the pairs the other way."""
+def _symmetrized(links: list[set[tuple[int, int]]], reverse: Path, src_texts: list[str], tgt_texts: list[str],
+                 method: str, how: SymmetrizeHow, batch_size: int, *, device: str,
+                 languages: dict[str, Any]) -> list[set[tuple[int, int]]]:
+    """`links` joined with those of the model `reverse` (trained target -> source; a many-language
+    one reads the pair the other way round) reading the pairs the other way."""
+    from heed.api import Translator
     from heed.explain.align_methods import AlignOptions
     from heed.explain.align_methods import symmetrize as join
 
+    backward = with_pair(Translator.load(reverse, device=device), {"src_lang": languages["tgt_lang"],
+                                                                    "tgt_lang": languages["src_lang"]})
     other = backward.align(tgt_texts, src_texts, options=AlignOptions(method=method), batch_size=batch_size)
     return [join(f, {(i, j) for j, i in b.links}, how.value) for f, b in zip(links, other)]
 

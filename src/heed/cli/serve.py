@@ -8,7 +8,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from heed.cli.app import THREADS_HELP, F, escape, flags_in_place, friendly_errors, language_options, stderr
+from heed.cli.app import THREADS_HELP, F, escape, flags_in_place, friendly_errors, language_options, stderr, with_pair
 from heed.cli.decode_flags import BF16_HELP
 from heed.cli.io import model_names
 from heed.errors import HeedError, install_hint
@@ -126,7 +126,7 @@ def serve(
             translators[name] = Translator.load(members, device=device, bf16=bf16)
             metrics[name] = None
         # The pair is the default of the many-language models among those served; a request may give another.
-        translators = {name: t.with_languages(**languages) if t.languages else t for name, t in translators.items()}
+        translators = {name: with_pair(t, languages) for name, t in translators.items()}
         app_ = create_app(translators, settings, metrics=metrics)
         uvicorn.run(app_, host=host, port=port, log_level=log_level, http=read_timeout_protocol(settings.read_timeout))
 

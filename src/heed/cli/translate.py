@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, TextIO
 
 import typer
 
-from heed.cli.app import ENSEMBLE_HELP, THREADS_HELP, friendly_errors, language_options
+from heed.cli.app import ENSEMBLE_HELP, THREADS_HELP, friendly_errors, language_options, with_pair
 from heed.cli.decode_flags import BF16_HELP, DICTIONARY_HELP, REPLACE_UNK_HELP, decode_options, resolve_decode
 from heed.cli.io import check_figure_path, chunks, model_names, print_table, read_lines, truncation_message
 from heed.cli.progress import Progress, progress_option
@@ -331,9 +331,7 @@ def compare(
     outputs: dict[str, list[str]] = {}
     first_model: list[Translation] = []  # its source tokens are what --length-unit tokens counts
     for label, path in zip(labels, models):
-        translator = Translator.load(path, device=device)
-        if translator.languages:  # the pair is for the many-language models among those compared
-            translator = translator.with_languages(**languages)
+        translator = with_pair(Translator.load(path, device=device), languages)  # many-language models take the pair
         cfg = resolve_decode(translator, decode, label=label)
         with Progress(f"{label}: translating", total=len(srcs)) as progress:
             translations = [nbest[0] for chunk in _translate_chunks(translator, srcs, name=f"{src} ({label})",
