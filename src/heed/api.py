@@ -470,7 +470,8 @@ class Translator:
         frame = self.codec.target_frame()  # a many-language model's target language token, forced first
         if frame:
             prefix_ids = [_framed(frame, ids) for ids in (prefix_ids or [[] for _ in texts])]
-        todo = [i for i, toks in enumerate(src_tokens) if toks[len(self.codec.source_frame):]]
+        framing = len(self.codec.source_frame)  # a many-language model's source language token, not the text
+        todo = [i for i, toks in enumerate(src_tokens) if toks[framing:]]
         sources = [self.codec.src_ids(src_tokens[i]) for i in todo]
         prefixes = None if prefix_ids is None else [prefix_ids[i] for i in todo]
         if isinstance(self.model, OwnSearchModel):  # a CTranslate2 export: its own search, in C++

@@ -27,15 +27,7 @@ from heed.data.dates import generate_dates_aligned
 from heed.data.extended import ExtendedVocab, source_ids, source_to_target
 from heed.data.names import generate_names
 from heed.data.prepared import PreparedCorpus, verify_ids
-from heed.data.tokenize import (
-    PretrainedPieces,
-    SentencePieceTokenizer,
-    Tokenizer,
-    for_language,
-    load_tokenizer,
-    spm_model_path,
-    train_tokenizer,
-)
+from heed.data.tokenize import SentencePieceTokenizer, Tokenizer, load_tokenizer, spm_model_path, train_tokenizer
 from heed.data.vocab import SPECIALS, Vocab
 from heed.errors import ConfigError, DataError, ModelDirError
 from heed.plumbing.files import atomic_open, atomic_write_text, read_model_json
@@ -322,28 +314,24 @@ class Codec:
         (codes of `languages`; None keeps a side as it is): sources then start with `src`'s token,
         targets with `tgt`'s (heed.data.tokenize.PretrainedPieces). A HeedError names a code the
         model does not have, or any code for a model without language tokens."""
-        sides = {}
-        for side, code in (("src", src), ("tgt", tgt)):
-            if code is None:
-                continue
-            sides[f"{side}_tokenizer"] = for_language(getattr(self, f"{side}_tokenizer"), code)
+        sides = {f"{side}_tokenizer": getattr(self, f"{side}_tokenizer").for_language(code)
+                 for side, code in (("src", src), ("tgt", tgt)) if code is not None}
         return replace(self, **sides) if sides else self
 
     @property
     def languages(self) -> list[str]:
         """The codes of the languages a many-language model reads and writes (none for others)."""
-        return sorted(getattr(self.tgt_tokenizer, "languages", {}))
+        return sorted(self.tgt_tokenizer.languages)
 
     @property
     def source_frame(self) -> list[str]:
         """The tokens every source starts with (a many-language model's source language token)."""
-        return self.src_tokenizer.frame if isinstance(self.src_tokenizer, PretrainedPieces) else []
+        return self.src_tokenizer.frame
 
     def target_frame(self) -> list[int]:
         """The ids every output starts with, forced before the search chooses (a many-language
         model's target language token; none for other models)."""
-        frame = self.tgt_tokenizer.frame if isinstance(self.tgt_tokenizer, PretrainedPieces) else []
-        return self.tgt_vocab.encode(frame)
+        return self.tgt_vocab.encode(self.tgt_tokenizer.frame)
 
     def src_tokens(self, text: str) -> list[str]:
         return self.src_tokenizer.tokenize(normalize(text))

@@ -21,7 +21,7 @@ import difflib
 import hashlib
 import io
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -53,6 +53,25 @@ class Tokenizer(ABC):
         """For each token, the 0-based index of the whitespace word of the text it belongs to, or
         None for a token that is only a word separator. The base case: one token per word."""
         return list(range(len(tokens)))
+
+    @property
+    def languages(self) -> Mapping[str, str]:
+        """A many-language model's {language code: its token} (PretrainedPieces); none here."""
+        return {}
+
+    @property
+    def frame(self) -> list[str]:
+        """The tokens `tokenize` starts every text with (a language's token); none here."""
+        return []
+
+    def for_language(self, code: str | None) -> "Tokenizer":
+        """This tokenizer with texts in language `code` (PretrainedPieces); a HeedError for any
+        code, since this tokenizer's model has no language tokens."""
+        if code is not None:
+            raise HeedError(f"language {code!r}: this model has no language tokens; it translates the one pair it "
+                            "was trained on (an OPUS-MT model with several target languages takes >>xx<< at the "
+                            "start of the source text instead)")
+        return self
 
     def save(self, directory: Path, name: str) -> None:
         """Write whatever files `to_spec()` alone cannot describe (none for char/word)."""
@@ -216,9 +235,13 @@ class PretrainedPieces(SentencePieceTokenizer):
         self.model = model
         self._sp = spm.SentencePieceProcessor(model_proto=model)
         self.vocab_size = self._sp.get_piece_size()
-        self.languages = dict(languages or {})
+        self._languages = dict(languages or {})
         self.language: str | None = None
-        self._language_tokens = frozenset(self.languages.values())
+        self._language_tokens = frozenset(self._languages.values())
+
+    @property
+    def languages(self) -> Mapping[str, str]:
+        return self._languages
 
     @classmethod
     def load(cls, directory: Path, name: str, spec: dict[str, Any]) -> "PretrainedPieces":
@@ -238,7 +261,7 @@ class PretrainedPieces(SentencePieceTokenizer):
         a HeedError naming the code when the model has no such language, or none at all."""
         if code is not None and code not in self.languages:
             if not self.languages:
-                raise HeedError(no_languages(code))
+                return super().for_language(code)  # refused: no language tokens
             close = difflib.get_close_matches(code, list(self.languages), n=3)
             raise HeedError(f"language {code!r} is not one of this model's {len(self.languages)}"
                             + (f"; did you mean {', '.join(close)}?" if close else
@@ -278,22 +301,7 @@ class PretrainedPieces(SentencePieceTokenizer):
 
     def to_spec(self) -> dict[str, Any]:
         spec = {"kind": self.kind, "sha256": hashlib.sha256(self.model).hexdigest()}
-        return {**spec, "languages": self.languages} if self.languages else spec
-
-
-def no_languages(code: str) -> str:
-    return (f"language {code!r}: this model has no language tokens; it translates the one pair it was trained on "
-            "(an OPUS-MT model with several target languages takes >>xx<< at the start of the source text instead)")
-
-
-def for_language(tokenizer: Tokenizer, code: str | None) -> Tokenizer:
-    """`tokenizer` for language `code` (PretrainedPieces.for_language); a HeedError for a code given
-    to a tokenizer of a model without language tokens."""
-    if isinstance(tokenizer, PretrainedPieces):
-        return tokenizer.for_language(code)
-    if code is not None:
-        raise HeedError(no_languages(code))
-    return tokenizer
+        return {**spec, "languages": dict(self.languages)} if self.languages else spec
 
 
 def read_spm_model(directory: Path, name: str, spec: dict[str, Any]) -> bytes:
