@@ -262,6 +262,14 @@ def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str =
     model = build_model(config.model, src_vocab_size=len(codec.src_vocab), tgt_vocab_size=len(codec.tgt_vocab),
                         source_to_target=codec.source_to_target() if config.model.copy else None,
                         **codec.special_ids())
+    load_weights_into(model, directory)
+    model.to(device).eval()
+    return LoadedModel(model, config, codec, directory, meta)
+
+
+def load_weights_into(model: nn.Module, directory: Path) -> None:
+    """The weights of model directory `directory` into `model` (built from its config.yaml), checked
+    finite; a ModelDirError naming the file when they are not, or do not fit the model."""
     state = load_weights(directory / WEIGHTS_FILE)
     check_finite(state, directory / WEIGHTS_FILE)
     try:
@@ -269,8 +277,6 @@ def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str =
     except RuntimeError as e:
         first = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
         raise ModelDirError(f"{directory / WEIGHTS_FILE}: weights do not fit the model in config.yaml ({first})") from None
-    model.to(device).eval()
-    return LoadedModel(model, config, codec, directory, meta)
 
 
 # ---------------------------------------------------------------------------- training state

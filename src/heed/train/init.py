@@ -6,7 +6,8 @@ own corpus.
         (model:), its tokenizers and vocabularies (data.tokenizer, data.vocab, data.shared_vocab),
         its language pair and decode settings where the config gives none (heed.config.
         config_from_dict merges a user's config so, before validating it)
-    DIR --init_model--> its codec (the run tokenizes with it: ids stay the model's) and weights
+    DIR --init_model--> its codec (the run tokenizes with it: ids stay the model's); the run's
+        model then loads DIR's weights
 
 A field the config does give must agree with DIR's (a mismatch is a ConfigError naming it), except
 the dropouts, which are training settings a fine-tuning run may change. A resumed run reads DIR's
@@ -18,8 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from torch import Tensor
 
 from heed.config import Config, config_to_dict
 from heed.data.codec import Codec
@@ -33,12 +32,11 @@ CODEC_FIELDS = ("tokenizer", "vocab", "shared_vocab")
 
 @dataclass(frozen=True)
 class InitModel:
-    """The model a fine-tuning run starts from: its directory, codec (for the run's language pair)
-    and weights (heed's state dict)."""
+    """The model a fine-tuning run starts from: its directory (whose weights the run's model loads,
+    heed.checkpoint.load_weights_into) and its codec, for the run's language pair."""
 
     directory: Path
     codec: Codec
-    weights: dict[str, Tensor]
 
 
 def _init_config(directory: Path) -> dict[str, Any]:
@@ -89,15 +87,15 @@ def merge_init(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def init_model(config: Config) -> InitModel | None:
-    """train.init's codec (with the run's data.src_lang and data.tgt_lang) and weights, checked
-    against the config `with_init` resolved; None without train.init."""
+    """train.init's directory, its files checked against their sha256, and its codec with the run's
+    data.src_lang and data.tgt_lang (`config` is what merge_init made); None without train.init."""
     if config.train.init is None:
         return None
-    from heed.checkpoint import load_model_dir
+    from heed.checkpoint import find_model_dir, read_meta, verify_files
 
-    loaded = load_model_dir(config.train.init, verify=True)
-    codec = loaded.codec.with_languages(config.data.src_lang, config.data.tgt_lang)
-    return InitModel(loaded.directory, codec, loaded.model.state_dict())
+    directory = find_model_dir(config.train.init)
+    verify_files(directory, read_meta(directory))
+    return InitModel(directory, Codec.load(directory, data=config.data, copy=config.model.copy))
 
 
 __all__ = ["InitModel", "init_model", "merge_init"]

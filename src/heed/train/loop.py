@@ -59,6 +59,7 @@ from heed.checkpoint import (
     Checkpoint,
     TrainerState,
     load_weights,
+    load_weights_into,
     recent_model_dirs,
     resolve_dir,
     rng_states,
@@ -321,7 +322,7 @@ class Trainer:
                 schedule.load_state_dict(state.schedule)
         else:
             if data.init is not None:  # fine-tuning (under torchrun rank 0's, which DistributedDataParallel hands on)
-                model.load_state_dict(data.init.weights, strict=True)
+                load_weights_into(model, data.init.directory)
             if world.rank > 0:
                 # Same initial weights on every rank (seeded above), but each rank its own dropout masks.
                 torch.manual_seed(cfg.train.seed + 1_000_003 * world.rank)
@@ -336,18 +337,15 @@ class Trainer:
                                            device_ids=[self.device.index] if self.device.type == "cuda" else None)
         return batch_loss
 
-
     def _batches(self, epoch: int):
         """The epoch's batches, a sequence (`len`, `[b]`): a list for raw text, a lazy PreparedEpoch
         for a prepared corpus. Both are a function of (seed, epoch), so (epoch, batch_in_epoch) resumes."""
-        d = self.config.data
+        d, seed, specials = self.config.data, self.config.train.seed, self.data.codec.tgt_vocab.specials
         if isinstance(self.data.train, PreparedCorpus):
-            return self.data.train.batches(batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
-                                           seed=self.config.train.seed, epoch=epoch, pool_sentences=d.pool_sentences,
-                                           specials=self.data.codec.tgt_vocab.specials)
-        return token_batches(self.data.train, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences,
-                             shuffle=True, seed=self.config.train.seed, epoch=epoch,
-                             specials=self.data.codec.tgt_vocab.specials)
+            return self.data.train.batches(batch_tokens=d.batch_tokens, max_sentences=d.max_sentences, seed=seed,
+                                           epoch=epoch, pool_sentences=d.pool_sentences, specials=specials)
+        return token_batches(self.data.train, batch_tokens=d.batch_tokens, max_sentences=d.max_sentences, shuffle=True,
+                             seed=seed, epoch=epoch, specials=specials)
 
     @contextlib.contextmanager
     def _stop_signals(self) -> Iterator[None]:

@@ -60,7 +60,7 @@ class RunData:
     dropped: int
     corpora: Corpora
     train_links: TokenLinks | None = None  # guided alignment's links of each `train` example, in its order
-    init: InitModel | None = None  # a fresh fine-tuning run's start (train.init): its weights
+    init: InitModel | None = None  # a fresh fine-tuning run's start (train.init): whose weights it loads
 
 
 class RunSetup:
