@@ -274,6 +274,29 @@ def _(c: Ctx) -> Call:
                 ["model.share_embeddings", "data.shared_vocab: true"])
 
 
+@case("train-init-is-not-a-model")
+def _(c: Ctx) -> Call:
+    return Call(["train", c.yaml_config(), "--init", c.tmp / "nowhere"], ["train.init", "nowhere"])
+
+
+@case("train-init-with-another-architecture")
+def _(c: Ctx) -> Call:
+    # the config says hidden_size 24 where the model it starts from has 16
+    config = c.yaml_config(edit=lambda d: d["model"].update(hidden_size=24))
+    return Call(["train", config, "--init", c.model()], ["model.hidden_size", "train.init"])
+
+
+@case("train-init-with-another-tokenizer")
+def _(c: Ctx) -> Call:
+    config = c.yaml_config(edit=lambda d: d["data"].update(tokenizer={"src": {"kind": "word"}}))
+    return Call(["train", config, "--init", c.model()], ["data.tokenizer", "train.init"])
+
+
+@case("translate-a-language-on-a-model-of-one-pair")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--tgt-lang", "fr"], ["'fr'", "no language tokens"], stdin="1 May 2001\n")
+
+
 @case("config-alias-bomb")
 def _(c: Ctx) -> Call:
     return Call(["train", c.file("bomb.yaml", BOMB)], ["bomb.yaml", "alias"])

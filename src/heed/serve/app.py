@@ -498,7 +498,8 @@ class _Routes:
         _one_target_each(request.sources, request.targets, "source")
         # A forced pass: one decoder row a step, a step a target token.
         costs = [len(translator.codec.tgt_tokens(target)) + 1 for target in request.targets]
-        results = await self._decoded(_Key(name, "align", languages=(request.src_lang, request.tgt_lang)), list(zip(request.sources, request.targets)), costs)
+        key = _Key(name, "align", languages=(request.src_lang, request.tgt_lang))
+        results = await self._decoded(key, list(zip(request.sources, request.targets)), costs)
         return JSONResponse({"model": name, "results": results})
 
     async def attribute(self, request: AttributeRequest) -> JSONResponse:
