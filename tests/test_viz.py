@@ -266,3 +266,23 @@ def test_a_grid_of_a_short_and_a_long_sentence_is_readable_with_square_cells():
         box = ax.get_window_extent()
         cell_w, cell_h = box.width / cols, box.height / 10
         assert abs(cell_w - cell_h) / cell_h < 0.02, (cell_w, cell_h)  # square cells
+
+
+def test_head_grid_draws_a_panel_per_layer_and_head_on_one_scale():
+    from heed.viz import MAX_GRID_TOKENS, head_grid
+
+    rng = np.random.default_rng(0)
+    src, tgt = ["▁le", "▁chat", "</s>"], ["▁the", "▁cat", ".", "</s>"]
+    cross = rng.dirichlet(np.ones(len(src)), size=(3, 2, len(tgt)))  # (layers, heads, tgt, src)
+    fig = head_grid(src, tgt, cross[1:], layers=[1, 2], title="le chat")
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 2 * 2 and len(fig.axes) == 2 * 2 + 1  # + the colorbar
+    np.testing.assert_allclose(panels[3].images[0].get_array(), cross[2, 1])  # row-major: layer 2, head 1
+    assert panels[0].get_ylabel() == "layer 1" and panels[0].get_title() == "head 0"
+    assert [t.get_text() for t in panels[0].get_xticklabels()] == ["␣le", "␣chat", "</s>"]
+    assert not panels[3].get_xticklabels() and not panels[3].get_yticklabels()  # labels on the edges only
+    with pytest.raises(ValueError, match=r"cross must be \(layers, heads, 4, 3\)"):
+        head_grid(src, tgt, cross[:, :, :2])
+    with pytest.raises(HeedError, match="a grid of every head"):
+        long = ["x"] * (MAX_GRID_TOKENS + 1)
+        head_grid(long, tgt, np.zeros((1, 1, len(tgt), len(long))))

@@ -475,8 +475,8 @@ class Translator:
         sources = [self.codec.src_ids(src_tokens[i]) for i in todo]
         prefixes = None if prefix_ids is None else [prefix_ids[i] for i in todo]
         if isinstance(self.model, OwnSearchModel):  # a CTranslate2 export: its own search, in C++
-            decoded = self.model.translate_ids(sources, cfg, batch_size=batch_size, prefixes=prefixes, trace=trace,
-                                               stop=stop)
+            decoded = self.model.translate_ids(sources, cfg, batch_size=batch_size, prefixes=prefixes,
+                                               free_prefix=len(frame), trace=trace, stop=stop)
         else:
             model = self.model if stop is None else _Stoppable(self.model, stop)
             with self._precision():

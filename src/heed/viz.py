@@ -38,6 +38,7 @@ __all__ = [
     "MissingFontWarning",
     "attention_grid",
     "attention_heatmap",
+    "head_grid",
     "cjk_font",
     "figure_format",
     "length_plot",
@@ -438,6 +439,71 @@ def attention_grid(
         axes[k].set_anchor("W")
     colorbar = fig.colorbar(image, ax=axes, fraction=0.03, pad=0.02, aspect=40)
     colorbar.set_label(label, fontfamily=BASE_FONT, fontsize=9)
+    colorbar.ax.tick_params(labelsize=8)
+    colorbar.outline.set_visible(False)
+    return fig
+
+
+MAX_GRID_TOKENS = 60  # a side, in a grid of every head: past it the small panels' cells are specks
+
+
+def head_grid(src_tokens: Sequence[str], tgt_tokens: Sequence[str], cross: Any, *,
+              layers: Sequence[int] | None = None, title: str | None = None) -> Figure:
+    """Every head of every decoder layer of one sentence: a grid of small heatmaps, one row per
+    layer and one column per head, on one 0..1 colour scale.
+
+    `cross`: `(layers, heads, tgt_len, src_len)` (heed.api.HeadMaps.cross); `layers`: the numbers
+    to label its rows with (default 0..layers-1, for a slice of the stack). Source tokens label
+    the top row's panels and output tokens the first column's, so 6 x 8 heads of a 15-token
+    sentence fit a page; more than MAX_GRID_TOKENS tokens a side is a HeedError."""
+    stack = np.asarray(cross, dtype=np.float64)
+    if stack.ndim != 4 or stack.shape[2:] != (len(tgt_tokens), len(src_tokens)):
+        raise ValueError(f"cross must be (layers, heads, {len(tgt_tokens)}, {len(src_tokens)}), got {stack.shape}")
+    longest = max(len(src_tokens), len(tgt_tokens))
+    if longest > MAX_GRID_TOKENS:
+        raise HeedError(f"a grid of every head over {len(tgt_tokens)} x {len(src_tokens)} tokens is unreadable (at "
+                        f"most {MAX_GRID_TOKENS} a side); give a shorter sentence, or pick one with --layer/--head")
+    n_layers, n_heads = stack.shape[:2]
+    names = list(layers) if layers is not None else list(range(n_layers))
+    if len(names) != n_layers:
+        raise ValueError(f"got {len(names)} layer numbers for {n_layers} layers")
+    family = _font_family()
+    src_labels = [display_token(t, max_chars=12) for t in src_tokens]
+    tgt_labels = [display_token(t, max_chars=12) for t in tgt_tokens]
+    _warn_missing_glyphs([*src_labels, *tgt_labels, *([title] if title else [])], family, stacklevel=2)
+    cell = min(0.22, 2.4 / longest)  # inches: a panel is at most ~2.4 in a side
+    fontsize = max(4.0, min(7.0, cell * 72 * 0.8))
+    em = fontsize / 72
+    left = max((_text_width_em(t) for t in tgt_labels), default=1) * em + 0.5
+    top = max((_text_width_em(t) for t in src_labels), default=1) * em * 0.87 + 0.6 + (0.3 if title else 0)
+    panel_w, panel_h = len(src_tokens) * cell + 0.12, len(tgt_tokens) * cell + 0.25
+    fig = _new_figure(left + n_heads * panel_w + 0.9, top + n_layers * panel_h + 0.2)
+    grid = fig.add_gridspec(n_layers, n_heads)
+    norm = Normalize(vmin=0.0, vmax=1.0)
+    image = None
+    axes = []
+    for r in range(n_layers):
+        for c in range(n_heads):
+            ax = fig.add_subplot(grid[r, c])
+            axes.append(ax)
+            image = ax.imshow(stack[r, c], cmap=CMAP, norm=norm, aspect="equal", interpolation="nearest")
+            ax.tick_params(which="both", length=0)
+            for spine in ax.spines.values():
+                spine.set_linewidth(0.3)
+            ax.set_xticks(range(len(src_tokens)) if r == 0 else [])
+            ax.set_yticks(range(len(tgt_tokens)) if c == 0 else [])
+            if r == 0:
+                ax.xaxis.tick_top()
+                ax.set_xticklabels(src_labels, fontfamily=family, fontsize=fontsize, rotation=60, ha="left",
+                                   va="bottom", rotation_mode="anchor")
+                ax.set_title(f"head {c}", fontfamily=BASE_FONT, fontsize=8)
+            if c == 0:
+                ax.set_yticklabels(tgt_labels, fontfamily=family, fontsize=fontsize)
+                ax.set_ylabel(f"layer {names[r]}", fontfamily=BASE_FONT, fontsize=8)
+    if title:
+        fig.suptitle(title, fontfamily=family, fontsize=10)
+    colorbar = fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, aspect=40)
+    colorbar.set_label("attention weight", fontfamily=BASE_FONT, fontsize=9)
     colorbar.ax.tick_params(labelsize=8)
     colorbar.outline.set_visible(False)
     return fig

@@ -41,6 +41,13 @@ def attention(
                              "spaced (the first and the last always)."),
     entropy: bool = typer.Option(False, "--entropy", help="Draw each head's attention entropy over training from "
                                  "the run's metrics.jsonl (logged at every dev evaluation)."),
+    layer: Optional[str] = typer.Option(None, "--layer", help="Decoder layer to draw (0-based) or 'mean' for all "
+                                        "layers' average (default: the last); with --grid, the one layer whose heads "
+                                        "to draw."),
+    head: Optional[str] = typer.Option(None, "--head", help="Attention head (0-based), heads joined by commas (0,3: "
+                                       "their mean), or 'mean' (the default)."),
+    grid: bool = typer.Option(False, "--grid", help="Draw every head of every decoder layer of one sentence: a grid "
+                              "of small heatmaps, a row per layer and a column per head."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     *,
     decode: dict[str, Any],
@@ -48,8 +55,9 @@ def attention(
 ) -> None:
     """Translate sentences and draw where the model looked: one attention heatmap per sentence.
 
-    A Transformer's heatmap is the cross-attention of its last decoder layer, averaged over the heads.
-    A sentence longer than the model's data.max_src_len tokens is cut to that many (with a warning); a
+    A Transformer's heatmap is the cross-attention of its last decoder layer, averaged over the heads;
+    --layer and --head pick another (the output read again with teacher forcing), and
+    `heed attention MODEL --grid "one sentence"` draws every head of every layer. A sentence longer than the model's data.max_src_len tokens is cut to that many (with a warning); a
     heatmap over more than 200 tokens a side is unreadable and refused.
 
     Over training: `heed attention RUN --checkpoints "one sentence"` draws its attention at each
@@ -60,6 +68,7 @@ def attention(
     check_figure_path(output)
     if checkpoints and entropy:
         raise HeedError("--checkpoints and --entropy draw different figures; give one of them")
+    heads = _head_options(layer, head, grid, other=checkpoints or entropy, sentences=len(sentences))
     if target is not None and not checkpoints:
         raise HeedError("--tgt is the output the checkpoints read: it goes with --checkpoints")
     if entropy:
@@ -98,9 +107,61 @@ def attention(
         raise HeedError("nothing to draw: the model has no attention, or every sentence is empty")
     for sentence, t in zip(sentences, translations):
         typer.echo(f"{sentence}\t{t.text}")
-    path = save_figure(attention_grid(items, titles=[s for s, t in zip(sentences, translations)
-                                                     if t.attention is not None and t.src_tokens]), output)
+    if heads is not None:
+        path = save_figure(_heads_figure(translator, sentences, translations, *heads), output)
+    else:
+        path = save_figure(attention_grid(items, titles=[s for s, t in zip(sentences, translations)
+                                                         if t.attention is not None and t.src_tokens]), output)
     typer.echo(f"attention heatmap: {path}")
+
+
+def _head_options(layer: Optional[str], head: Optional[str], grid: bool, *, other: bool,
+                  sentences: int) -> Optional[tuple[AlignOptions, bool]]:
+    """heed attention's --layer / --head / --grid as (the heads to draw, whether as a grid), or
+    None (the translation's own attention); refused where they cannot apply."""
+    from heed.explain.align_methods import AlignOptions, parse_index
+
+    if layer is None and head is None and not grid:
+        return None
+    if other:
+        raise HeedError("--layer, --head and --grid draw a translation's heads; leave them out of --checkpoints "
+                        "and --entropy")
+    if grid and head is not None:
+        raise HeedError("--grid draws every head; leave out --head (or draw one head without --grid)")
+    if grid and sentences != 1:
+        raise HeedError(f"--grid draws every head of one sentence; got {sentences}")
+    try:
+        options = AlignOptions(layer=parse_index(layer, "--layer"), head=parse_index(head, "--head", several=True))
+    except ValueError as e:
+        raise HeedError(str(e)) from None
+    if grid and options.layer == "mean":
+        raise HeedError("--grid draws each layer's heads: give --layer a layer number, or leave it out for every layer")
+    return options, grid
+
+
+def _heads_figure(translator: Translator, sentences: List[str], translations: List[Any],
+                  options: AlignOptions, grid: bool) -> Any:
+    """The heads --layer / --head (or --grid) pick, read by teacher forcing each sentence's translation."""
+    from heed.explain.align_methods import check_selection, select_attention
+    from heed.viz import attention_grid, head_grid
+
+    pairs = [(s, t) for s, t in zip(sentences, translations) if t.src_tokens]
+    maps = translator.attention_layers([s for s, _ in pairs], [t.tokens for _, t in pairs])
+    layers, n_heads = maps[0].cross.shape[:2]
+    try:
+        check_selection(options, layers, n_heads)
+    except ValueError as e:
+        raise HeedError(str(e)) from None
+    if grid:
+        picked = list(range(layers)) if options.layer is None else [options.layer]
+        (sentence, t), cross = pairs[0], maps[0].cross
+        return head_grid(*t.labels(), cross[picked], layers=picked, title=sentence)
+    items = [(*t.labels(), select_attention(m.cross, options, default_layer=layers - 1))
+             for (_, t), m in zip(pairs, maps)]
+    layer = {None: f"layer {layers - 1}", "mean": "all layers"}.get(options.layer, f"layer {options.layer}")  # type: ignore[arg-type]
+    head = ("mean of heads" if options.head in (None, "mean") else f"head {options.head}"
+            if isinstance(options.head, int) else f"mean of heads {','.join(map(str, options.head))}")
+    return attention_grid(items, titles=[f"{s}  ({layer}, {head})" for s, _ in pairs])
 
 
 def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int, output: Path, device: str,

@@ -29,7 +29,9 @@ searched again because CTranslate2 put them in a beam): CTranslate2 renormalises
 there, heed does not, so such scores differ by the disallowed tokens' probability. The attention of each output
 token and of EOS is the last decoder layer's cross-attention averaged over its heads, as heed's; a
 hypothesis cut at max_len gets EOS's log-probability from one teacher-forced CTranslate2 pass
-(score_batch), as heed's search forces and charges EOS there, and a row of zeros for its attention.
+(score_batch), as heed's search forces and charges EOS there, and a row of zeros for its attention;
+a forced prefix (which CTranslate2's scores leave out) is charged its log-probability the same way,
+past a many-language model's target language token (scored 0, as heed's search does).
 """
 from __future__ import annotations
 
@@ -128,7 +130,7 @@ class CT2Seq2Seq:
     # ------------------------------------------------------------------ its own search
 
     def translate_ids(self, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, batch_size: int = 64,
-                      prefixes: Sequence[Sequence[int]] | None = None, trace: bool = False,
+                      prefixes: Sequence[Sequence[int]] | None = None, free_prefix: int = 0, trace: bool = False,
                       stop: Callable[[], bool] | None = None) -> list[Decoded]:
         """As heed.search.translate_ids: every source (ids without specials) decoded, in input
         order, sources of similar length batched together; `stop` is asked before every batch."""
@@ -151,32 +153,32 @@ class CT2Seq2Seq:
                 raise Abandoned()
             chunk = order[start:start + batch_size]
             got = self._decode(translator, [src_ids[k] for k in chunk], [limits[k] for k in chunk],
-                               None if prefixes is None else [prefixes[k] for k in chunk], cfg)
+                               None if prefixes is None else [prefixes[k] for k in chunk], cfg, free_prefix)
             for k, decoded in zip(chunk, got):
                 results[k] = decoded
         return results
 
     def _decode(self, translator: Any, src_ids: list[list[int]], limits: list[int],
-                prefixes: list[Sequence[int]] | None, cfg: DecodeConfig) -> list[Decoded]:
+                prefixes: list[Sequence[int]] | None, cfg: DecodeConfig, free: int) -> list[Decoded]:
         """One translate_batch call at the batch's largest output limit. A source is decoded again
         alone where that was not heed's search: its best output passed its own limit, or a
         hypothesis holds PAD or BOS (which heed never emits; CTranslate2 is asked to suppress them
         only then, as it renormalises the rest of the distribution when it does)."""
         longest = max(limits)
-        out = self._translate_batch(translator, src_ids, longest, prefixes, cfg, suppress=False)
+        out = self._translate_batch(translator, src_ids, longest, prefixes, cfg, free, suppress=False)
         for i, (decoded, limit) in enumerate(zip(out, limits)):
             too_long = limit < longest and decoded.hypotheses and len(decoded.hypotheses[0].tokens) > limit
             if too_long or self._emits_specials(decoded):
                 prefix = None if prefixes is None else [prefixes[i]]
-                alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, suppress=False)[0]
+                alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, free, suppress=False)[0]
                 if self._emits_specials(alone):
-                    alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, suppress=True)[0]
+                    alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, free, suppress=True)[0]
                 out[i] = alone
         return out
 
     def _translate_batch(self, translator: Any, src_ids: list[list[int]], limit: int,
                          prefixes: list[Sequence[int]] | None,
-                         cfg: DecodeConfig, *, suppress: bool) -> list[Decoded]:
+                         cfg: DecodeConfig, free: int, *, suppress: bool) -> list[Decoded]:
         source = [[self.src_tokens[i] for i in ids] + [self.src_tokens[self.eos_id]] for ids in src_ids]
         target_prefix = None
         if prefixes is not None and any(prefixes):
@@ -207,6 +209,7 @@ class CT2Seq2Seq:
         if cut:
             scored = translator.score_batch([source[i] for i, _ in cut], [results[i].hypotheses[j] for i, j in cut])
             charged = {key: s.log_probs[-1] for key, s in zip(cut, scored)}
+        forced = self._prefix_log_probs(translator, source, target_prefix, free)
         first = [None] * len(source)
         if cfg.beam_size > 1 and not cfg.sampling and len(source) > 1:
             # CTranslate2 4.x's beam search on the CPU runs its first step on the unexpanded batch and
@@ -215,17 +218,32 @@ class CT2Seq2Seq:
             step = translator.translate_batch(source, beam_size=1, max_decoding_length=1, min_decoding_length=0,
                                               max_input_length=0, return_attention=True, return_end_token=True)
             first = [r.attention[0][0] for r in step]
-        return [self._decoded(r, len(src), cfg, [charged.get((i, j), 0.0) for j in range(len(r.hypotheses))],
+        return [self._decoded(r, len(src), cfg, [forced[i] + charged.get((i, j), 0.0) for j in range(len(r.hypotheses))],
                               first[i]) for i, (r, src) in enumerate(zip(results, source))]
 
-    def _decoded(self, result: Any, src_len: int, cfg: DecodeConfig, eos_charge: list[float],
+    @staticmethod
+    def _prefix_log_probs(translator: Any, source: list[list[str]], target_prefix: list[list[str] | None] | None,
+                          free: int) -> list[float]:
+        """Per source, the log-probability of its forced prefix past the first `free` tokens:
+        CTranslate2's scores leave a target prefix out, heed's search charges it (one teacher-forced
+        pass for the sources that have one)."""
+        charged = [0.0] * len(source)
+        todo = [i for i, p in enumerate(target_prefix or []) if p and len(p) > free]
+        if todo:
+            scored = translator.score_batch([source[i] for i in todo], [target_prefix[i] for i in todo])  # type: ignore[index]
+            for i, s in zip(todo, scored):
+                charged[i] = float(sum(s.log_probs[free:len(target_prefix[i])]))  # type: ignore[index]
+        return charged
+
+    def _decoded(self, result: Any, src_len: int, cfg: DecodeConfig, charges: list[float],
                  first_row: list[float] | None) -> Decoded:
-        """heed's hypotheses of one CTranslate2 result, ranked by heed's score; `eos_charge`: the
-        forced EOS's log-probability to add to each hypothesis cut at the limit (0 for the rest);
+        """heed's hypotheses of one CTranslate2 result, ranked by heed's score; `charges`: what
+        to add to each hypothesis's score, its forced prefix's log-probability (heed.search charges
+        it, CTranslate2 does not) and the forced EOS's of one cut at the limit;
         `first_row`: the first step's attention, where the beam search's own is wrong."""
         hypotheses = []
         eos = self.tgt_tokens[self.eos_id]
-        for tokens, raw, attention, charge in zip(result.hypotheses, result.scores, result.attention, eos_charge):
+        for tokens, raw, attention, charge in zip(result.hypotheses, result.scores, result.attention, charges):
             ids = [self._tgt_ids[t] for t in (tokens[:-1] if tokens and tokens[-1] == eos else tokens)]
             log_prob = raw + charge
             score = log_prob / float(length_penalty(torch.tensor(len(ids) + 1), cfg.length_penalty, cfg.length_norm))
