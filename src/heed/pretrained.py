@@ -1,8 +1,9 @@
-"""`heed import`: a pretrained translator (a Hugging Face model directory, or a hub id `hf:ORG/NAME`)
-becomes an ordinary heed model directory, which every heed command takes.
+"""`heed import`: a pretrained translator (a Hugging Face model directory, a Marian release, or a
+hub id `hf:ORG/NAME`) becomes an ordinary heed model directory, which every heed command takes.
 
     hf:ORG/NAME --huggingface_hub--> the user's hub cache (token, HF_HUB_OFFLINE, HF_ENDPOINT)
     DIR: config.json --model_type--> the family's converter (heed.nn.transformer.convert)
+    DIR: a native release (Marian's .npz) --Family.releases--> its converter
         --> Converted(model fields, weights, codec) --> a built model with those weights
         --> heed.checkpoint.save_model_dir: safetensors, config.yaml, tokenizers, heed.json
             (sha256 of every file, and "pretrained": where it came from and at which revision)
@@ -75,13 +76,20 @@ def hub_download(repo: str, *, revision: str | None = None) -> tuple[Path, str]:
 
 def convert_directory(directory: Path) -> Any:
     """A Hugging Face model directory -> heed.nn.transformer.convert.Converted, by config.json's
-    model_type; a ModelDirError in one line for an architecture no family converts."""
+    model_type (or a native release a family recognises, such as Marian's .npz); a ModelDirError in
+    one line for an architecture no family converts."""
     from heed.nn.build import FAMILIES
     from heed.nn.transformer.convert.common import read_json
 
     if not directory.is_dir():
         raise ModelDirError(f"{directory}: no such directory; give a Hugging Face model directory (with "
-                            "config.json) or a hub id hf:ORG/NAME")
+                            "config.json), a Marian release (.npz, vocab.yml, source.spm, target.spm) or a hub id "
+                            "hf:ORG/NAME")
+    if not (directory / "config.json").exists():
+        for family in FAMILIES.values():
+            for kind, recognises in family.releases.items():
+                if recognises(directory):
+                    return family.converters[kind](directory, None)
     config = read_json(directory / "config.json")
     kind = config.get("model_type")
     converters = {name: convert for family in FAMILIES.values() for name, convert in family.converters.items()}
@@ -95,7 +103,7 @@ def convert_directory(directory: Path) -> Any:
 def import_model(source: str | os.PathLike[str], output: str | os.PathLike[str], *,
                  revision: str | None = None, src_lang: str | None = None, tgt_lang: str | None = None) -> Path:
     """`heed import`: write the heed model directory `output` for `source`, a local Hugging Face
-    directory or `hf:ORG/NAME` (at `revision`). Returns `output`. `output` may be a new path, an
+    directory, a Marian release directory or `hf:ORG/NAME` (at `revision`). Returns `output`. `output` may be a new path, an
     empty directory or an earlier heed model directory (replaced whole); anything else is refused.
     `src_lang`, `tgt_lang`: a many-language model's default pair (its config's data.src_lang and
     data.tgt_lang), checked against its languages before anything is written."""
@@ -117,7 +125,7 @@ def import_model(source: str | os.PathLike[str], output: str | os.PathLike[str],
 
 def write_imported(directory: Path, out: Path, origin: dict[str, str], *, src_lang: str | None = None,
                    tgt_lang: str | None = None) -> Path:
-    """Convert the Hugging Face directory `directory` and write it as the heed model directory
+    """Convert the Hugging Face directory (or native release) `directory` and write it as the heed model directory
     `out`, swapped in whole once the weights have loaded; heed.json's "pretrained" records `origin`,
     the config a many-language model's default pair."""
     from heed.checkpoint import save_model_dir
@@ -143,7 +151,8 @@ def write_imported(directory: Path, out: Path, origin: dict[str, str], *, src_la
         lines = str(e).splitlines()
         raise ModelDirError(f"{directory}: the weights do not fit the model config.json describes "
                             f"({(lines[1] if len(lines) > 1 else lines[0]).strip()})") from None
-    info = {"pretrained": {**origin, **converted.source}}
+    info = {"pretrained": {**origin, **converted.source},
+            **({"alignment": converted.alignment} if converted.alignment else {})}
     return save_model_dir(out, model=model, config=config, codec=codec, info=info)
 
 

@@ -11,7 +11,9 @@ from heed.cli.app import friendly_errors
 @friendly_errors
 def import_command(
     source: str = typer.Argument(..., help="A Hugging Face model directory (config.json, the weights, the "
-                                 "tokenizer files), or a hub id hf:ORG/NAME, e.g. hf:Helsinki-NLP/opus-mt-fr-en."),
+                                 "tokenizer files), a Marian release as OPUS-MT publishes it, unzipped (the .npz, "
+                                 "vocab.yml, source.spm, target.spm, decoder.yml), or a hub id hf:ORG/NAME, e.g. "
+                                 "hf:Helsinki-NLP/opus-mt-fr-en."),
     output: Path = typer.Option(..., "--output", "-o", help="The heed model directory to write (replaced if it "
                                 "holds an earlier model)."),
     revision: str | None = typer.Option(None, "--revision", help="With hf:ORG/NAME: the branch, tag or commit to "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from heed.nn.rnn.config import RNNConfig
 from heed.nn.rnn.onnx import RNNGraphs
 from heed.nn.transformer import config as transformer_config
 from heed.nn.transformer.config import TransformerConfig
-from heed.nn.transformer.convert import CONVERTERS
+from heed.nn.transformer.convert import CONVERTERS, RELEASES
 from heed.nn.transformer.ct2 import transformer_spec
 from heed.nn.transformer.model import build_transformer
 from heed.nn.transformer.onnx import TransformerGraphs
@@ -37,7 +38,8 @@ class Family:
     - `ct2`: its CTranslate2 converter (model, config, src_tokens=, tgt_tokens=, max_src_len=, unk_id=) ->
       a CTranslate2 spec, or None when CTranslate2 cannot run the family;
     - `converters`: pretrained checkpoints it holds, by Hugging Face `model_type` (heed.pretrained):
-      (directory, config.json) -> heed.nn.transformer.convert.Converted."""
+      (directory, config.json) -> heed.nn.transformer.convert.Converted, and by the kind of a native
+      release (a directory without config.json), which `releases` recognises: kind -> (directory -> bool)."""
 
     config: type[FamilyConfig]
     build: Callable[..., TrainableModel]
@@ -46,6 +48,7 @@ class Family:
     graphs: Callable[..., FamilyGraphs] | None = None
     ct2: Callable[..., object] | None = None
     converters: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    releases: Mapping[str, Callable[[Path], bool]] = field(default_factory=dict)
 
 
 # model.family -> the family: a new family is a folder under heed/nn plus one line here (and its
@@ -53,7 +56,8 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "rnn": Family(RNNConfig, build_rnn, rnn_config.describe, rnn_config.sizes, graphs=RNNGraphs),
     "transformer": Family(TransformerConfig, build_transformer, transformer_config.describe, transformer_config.sizes,
-                          graphs=TransformerGraphs, ct2=transformer_spec, converters=CONVERTERS),
+                          graphs=TransformerGraphs, ct2=transformer_spec, converters=CONVERTERS,
+                          releases=RELEASES),
 }
 
 

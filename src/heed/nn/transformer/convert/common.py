@@ -33,6 +33,8 @@ class Converted:
     codec:    its tokenizers and vocabularies, with the model's own special ids
     decode:   DecodeConfig fields from its generation settings (beam size)
     source:   what was converted, for heed.json ({"architecture": ..., ...})
+    alignment: heed.json's "alignment", the heads the model was trained to align with (a Marian
+              model trained with guided alignment), or None
     """
 
     model: dict[str, Any]
@@ -40,6 +42,7 @@ class Converted:
     codec: Codec
     decode: dict[str, Any] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
+    alignment: dict[str, Any] | None = None
 
 
 def read_json(path: Path) -> dict[str, Any]:
