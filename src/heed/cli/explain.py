@@ -23,6 +23,14 @@ if TYPE_CHECKING:
     from heed.explain.align_methods import AlignOptions
 
 
+DRAW_LAYER_OPTION = typer.Option(None, "--layer", help="Decoder layer to draw (0-based) or 'mean' for all layers' "
+                                 "average (default: the last); with --grid, the one layer whose heads to draw.")
+DRAW_HEAD_OPTION = typer.Option(None, "--head", help="Attention head (0-based), heads joined by commas (0,3: their "
+                                "mean), or 'mean' (the default).")
+DRAW_GRID_OPTION = typer.Option(False, "--grid", help="Draw every head of every decoder layer of one sentence: a grid "
+                                "of small heatmaps, a row per layer and a column per head.")
+
+
 @friendly_errors
 @decode_options
 @language_options
@@ -41,13 +49,9 @@ def attention(
                              "spaced (the first and the last always)."),
     entropy: bool = typer.Option(False, "--entropy", help="Draw each head's attention entropy over training from "
                                  "the run's metrics.jsonl (logged at every dev evaluation)."),
-    layer: Optional[str] = typer.Option(None, "--layer", help="Decoder layer to draw (0-based) or 'mean' for all "
-                                        "layers' average (default: the last); with --grid, the one layer whose heads "
-                                        "to draw."),
-    head: Optional[str] = typer.Option(None, "--head", help="Attention head (0-based), heads joined by commas (0,3: "
-                                       "their mean), or 'mean' (the default)."),
-    grid: bool = typer.Option(False, "--grid", help="Draw every head of every decoder layer of one sentence: a grid "
-                              "of small heatmaps, a row per layer and a column per head."),
+    layer: Optional[str] = DRAW_LAYER_OPTION,
+    head: Optional[str] = DRAW_HEAD_OPTION,
+    grid: bool = DRAW_GRID_OPTION,
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     *,
     decode: dict[str, Any],
@@ -87,11 +91,7 @@ def attention(
 
     translator = Translator.load(model, device=device, **languages)
     cfg = resolve_decode(translator, decode)
-    for number, sentence in enumerate(sentences, start=1):  # before translating: the source bounds the cost
-        length = min(len(translator.codec.src_tokens(sentence)), translator.max_src_len)
-        if length + 1 > MAX_HEATMAP_TOKENS:  # + the </s> column
-            raise HeedError(f"sentence {number} ({preview(sentence)}) is {length} tokens long; a heatmap over more "
-                            f"than {MAX_HEATMAP_TOKENS} tokens a side is unreadable: give a shorter sentence")
+    _check_source_lengths(translator, sentences)  # before translating: the source bounds the cost
     translations = translator.translate(sentences, decode=cfg)
     cut = [k for k, t in enumerate(translations, start=1) if t.truncated]
     if cut:
@@ -113,6 +113,17 @@ def attention(
         path = save_figure(attention_grid(items, titles=[s for s, t in zip(sentences, translations)
                                                          if t.attention is not None and t.src_tokens]), output)
     typer.echo(f"attention heatmap: {path}")
+
+
+def _check_source_lengths(translator: Translator, sentences: List[str]) -> None:
+    """A HeedError naming the first sentence too long to draw (more than MAX_HEATMAP_TOKENS tokens)."""
+    from heed.viz import MAX_HEATMAP_TOKENS
+
+    for number, sentence in enumerate(sentences, start=1):
+        length = min(len(translator.codec.src_tokens(sentence)), translator.max_src_len)
+        if length + 1 > MAX_HEATMAP_TOKENS:  # + the </s> column
+            raise HeedError(f"sentence {number} ({preview(sentence)}) is {length} tokens long; a heatmap over more "
+                            f"than {MAX_HEATMAP_TOKENS} tokens a side is unreadable: give a shorter sentence")
 
 
 def _head_options(layer: Optional[str], head: Optional[str], grid: bool, *, other: bool,

@@ -28,8 +28,9 @@ where tokens are disallowed (EOS before min_len, <unk> with forbid_unk, and PAD 
 searched again because CTranslate2 put them in a beam): CTranslate2 renormalises over the rest
 there, heed does not, so such scores differ by the disallowed tokens' probability. The attention of each output
 token and of EOS is the last decoder layer's cross-attention averaged over its heads, as heed's; a
-hypothesis cut at max_len gets EOS's log-probability from one teacher-forced CTranslate2 pass
-(score_batch), as heed's search forces and charges EOS there, and a row of zeros for its attention;
+hypothesis cut at max_len gets EOS's log-probability from a teacher-forced CTranslate2 pass
+(score_batch; only those that can still rank among the n-best), as heed's search forces and
+charges EOS there, and a row of zeros for its attention;
 a forced prefix (which CTranslate2's scores leave out) is charged its log-probability the same way,
 past a many-language model's target language token (scored 0, as heed's search does).
 """
@@ -201,15 +202,8 @@ class CT2Seq2Seq:
             options.update(beam_size=cfg.beam_size, length_penalty=RAW_SCORES if ranked_by_heed else 0.0,
                            patience=PATIENCE if ranked_by_heed else 1)
         results = translator.translate_batch(source, target_prefix=target_prefix, **options)
-        eos = self.tgt_tokens[self.eos_id]
-        # A hypothesis CTranslate2 cut at the limit has no EOS; heed's search forces one there and
-        # charges its log-probability: score it (one teacher-forced pass for all of them).
-        cut = [(i, j) for i, r in enumerate(results) for j, h in enumerate(r.hypotheses) if not h or h[-1] != eos]
-        charged: dict[tuple[int, int], float] = {}
-        if cut:
-            scored = translator.score_batch([source[i] for i, _ in cut], [results[i].hypotheses[j] for i, j in cut])
-            charged = {key: s.log_probs[-1] for key, s in zip(cut, scored)}
         forced = self._prefix_log_probs(translator, source, target_prefix, free)
+        charged = self._charge_cut(translator, source, results, forced, cfg)
         first = [None] * len(source)
         if cfg.beam_size > 1 and not cfg.sampling and len(source) > 1:
             # CTranslate2 4.x's beam search on the CPU runs its first step on the unexpanded batch and
@@ -218,8 +212,36 @@ class CT2Seq2Seq:
             step = translator.translate_batch(source, beam_size=1, max_decoding_length=1, min_decoding_length=0,
                                               max_input_length=0, return_attention=True, return_end_token=True)
             first = [r.attention[0][0] for r in step]
-        return [self._decoded(r, len(src), cfg, [forced[i] + charged.get((i, j), 0.0) for j in range(len(r.hypotheses))],
-                              first[i]) for i, (r, src) in enumerate(zip(results, source))]
+        eos = self.tgt_tokens[self.eos_id]
+        charges = [[forced[i] + charged[i, j] if (i, j) in charged else forced[i] if h and h[-1] == eos else None
+                    for j, h in enumerate(r.hypotheses)] for i, r in enumerate(results)]
+        return [self._decoded(r, len(src), cfg, charges[i], first[i]) for i, (r, src) in enumerate(zip(results, source))]
+
+    def _charge_cut(self, translator: Any, source: list[list[str]], results: list[Any], forced: list[float],
+                    cfg: DecodeConfig) -> dict[tuple[int, int], float]:
+        """{(source, hypothesis): the log-probability of the EOS heed's search forces after a
+        hypothesis CTranslate2 cut at the limit}. A charge only lowers a score, so only a cut
+        hypothesis that could still rank among the n-best needs one: the best are charged (one
+        teacher-forced pass, score_batch, per round) until the n-best are settled, in the common
+        case the n-best alone in one round, not every hypothesis the search kept."""
+        eos = self.tgt_tokens[self.eos_id]
+        charged: dict[tuple[int, int], float] = {}
+
+        def bound(i: int, j: int) -> float:
+            tokens = results[i].hypotheses[j]
+            length = len(tokens) if not tokens or tokens[-1] != eos else len(tokens) - 1
+            log_prob = results[i].scores[j] + forced[i] + charged.get((i, j), 0.0)
+            return log_prob / float(length_penalty(torch.tensor(length + 1), cfg.length_penalty, cfg.length_norm))
+
+        while True:
+            todo = []
+            for i, r in enumerate(results):
+                best = sorted(range(len(r.hypotheses)), key=lambda j: -bound(i, j))[: cfg.n_best]
+                todo += [(i, j) for j in best if (i, j) not in charged and (not r.hypotheses[j] or r.hypotheses[j][-1] != eos)]
+            if not todo:
+                return charged
+            scored = translator.score_batch([source[i] for i, _ in todo], [results[i].hypotheses[j] for i, j in todo])
+            charged.update({key: s.log_probs[-1] for key, s in zip(todo, scored)})
 
     @staticmethod
     def _prefix_log_probs(translator: Any, source: list[list[str]], target_prefix: list[list[str] | None] | None,
@@ -235,15 +257,18 @@ class CT2Seq2Seq:
                 charged[i] = float(sum(s.log_probs[free:len(target_prefix[i])]))  # type: ignore[index]
         return charged
 
-    def _decoded(self, result: Any, src_len: int, cfg: DecodeConfig, charges: list[float],
+    def _decoded(self, result: Any, src_len: int, cfg: DecodeConfig, charges: list[float | None],
                  first_row: list[float] | None) -> Decoded:
         """heed's hypotheses of one CTranslate2 result, ranked by heed's score; `charges`: what
         to add to each hypothesis's score, its forced prefix's log-probability (heed.search charges
-        it, CTranslate2 does not) and the forced EOS's of one cut at the limit;
+        it, CTranslate2 does not) and the forced EOS's of one cut at the limit (None: a cut
+        hypothesis left uncharged, as it cannot rank among the n-best: dropped);
         `first_row`: the first step's attention, where the beam search's own is wrong."""
         hypotheses = []
         eos = self.tgt_tokens[self.eos_id]
         for tokens, raw, attention, charge in zip(result.hypotheses, result.scores, result.attention, charges):
+            if charge is None:
+                continue
             ids = [self._tgt_ids[t] for t in (tokens[:-1] if tokens and tokens[-1] == eos else tokens)]
             log_prob = raw + charge
             score = log_prob / float(length_penalty(torch.tensor(len(ids) + 1), cfg.length_penalty, cfg.length_norm))
