@@ -11,10 +11,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+import yaml
 
 
 def shared_data() -> Path | None:
@@ -24,6 +28,19 @@ def shared_data() -> Path | None:
         if candidate and (Path(candidate) / "tatoeba-fra-eng" / "fra.txt").is_file():
             return Path(candidate)
     return None
+
+
+def teacher_forced(translator, src_ids: list[int], tgt_ids: list[int]):
+    """(log-probabilities (len(tgt_ids) + 1, vocab), the ids they predict (tgt_ids then </s>)):
+    one teacher-forced pass of `translator`'s PyTorch model over one pair of ids."""
+    import torch
+
+    from heed.data.batching import collate, specials_of
+
+    batch = collate([(src_ids, tgt_ids)], [0], specials_of(translator.model))
+    with torch.inference_mode():
+        logits = translator.model(batch.src, batch.src_lengths, batch.tgt_in).logits[0]
+    return logits.log_softmax(-1), batch.tgt_out[0]
 
 
 @lru_cache(maxsize=None)
@@ -166,3 +183,77 @@ def make_m2m100(directory: Path, kind: str = "m2m100", *, seed: int = 0, eos_bia
         model.model.decoder.layer_norm.bias.add_(eos_bias * eos / eos.norm())
     model.save_pretrained(directory)
     return directory
+
+
+# ---------------------------------------------------------------- Marian releases (.npz)
+
+MARIAN_OPTIONS = {
+    "type": "transformer", "enc-depth": 2, "dec-depth": 2, "dim-emb": 32, "transformer-heads": 4,
+    "transformer-dim-ffn": 64, "transformer-ffn-depth": 2, "transformer-ffn-activation": "swish",
+    "transformer-preprocess": "", "transformer-postprocess": "dan", "transformer-postprocess-emb": "d",
+    "transformer-postprocess-top": "", "transformer-decoder-autoreg": "self-attention",
+    "transformer-no-projection": False, "tied-embeddings-all": True, "transformer-dropout": 0.1,
+    "guided-alignment": "corpus.align", "transformer-guided-alignment-layer": "last",
+}
+
+
+def write_release(directory: Path, arrays: dict[str, np.ndarray], options: dict, pieces: list[str],
+                  spm: Path, *, decoder_yml: bool = True) -> Path:
+    """A Marian release in `directory`: model.npz (the arrays and "special:model.yml", a
+    NUL-terminated YAML string as Marian writes it), vocab.yml {piece: id}, source.spm and
+    target.spm (copied from `spm`'s directory) and decoder.yml."""
+    directory.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(options, sort_keys=False).encode() + b"\0"
+    np.savez(directory / "model.npz", **arrays, **{"special:model.yml": np.frombuffer(text, dtype=np.int8)})
+    (directory / "vocab.yml").write_text(yaml.safe_dump({p: i for i, p in enumerate(pieces)}, allow_unicode=True,
+                                                        sort_keys=False), encoding="utf-8")
+    for name in ("source.spm", "target.spm"):
+        shutil.copy(spm / name, directory / name)
+    if decoder_yml:
+        (directory / "decoder.yml").write_text(yaml.safe_dump({
+            "models": ["model.npz"], "vocabs": ["vocab.yml", "vocab.yml"], "beam-size": 4, "normalize": 0.6,
+            "word-penalty": 0, "relative-paths": True}), encoding="utf-8")
+    return directory
+
+
+def marian_arrays(hf_state: dict[str, Any], layers: int) -> dict[str, np.ndarray]:
+    """A MarianMTModel's state dict (one table, <pad> its last row) in Marian's names and layout."""
+    a = {k: v.detach().float().numpy() for k, v in hf_state.items()}
+    out = {"Wemb": a["model.shared.weight"][:-1], "decoder_ff_logit_out_b": a["final_logits_bias"][:, :-1]}
+    for stack in ("encoder", "decoder"):
+        for i in range(layers):
+            s, m = f"model.{stack}.layers.{i}", f"{stack}_l{i + 1}"
+            parts = [("self_attn", "self", "self_attn_layer_norm")]
+            if stack == "decoder":
+                parts.append(("encoder_attn", "context", "encoder_attn_layer_norm"))
+            for hf, marian, norm in parts:
+                for p in "qkv":
+                    out[f"{m}_{marian}_W{p}"] = a[f"{s}.{hf}.{p}_proj.weight"].T
+                    out[f"{m}_{marian}_b{p}"] = a[f"{s}.{hf}.{p}_proj.bias"][None]
+                out[f"{m}_{marian}_Wo"] = a[f"{s}.{hf}.out_proj.weight"].T
+                out[f"{m}_{marian}_bo"] = a[f"{s}.{hf}.out_proj.bias"][None]
+                out[f"{m}_{marian}_Wo_ln_scale"] = a[f"{s}.{norm}.weight"][None]
+                out[f"{m}_{marian}_Wo_ln_bias"] = a[f"{s}.{norm}.bias"][None]
+            for k in "12":
+                out[f"{m}_ffn_W{k}"] = a[f"{s}.fc{k}.weight"].T
+                out[f"{m}_ffn_b{k}"] = a[f"{s}.fc{k}.bias"][None]
+            out[f"{m}_ffn_ffn_ln_scale"] = a[f"{s}.final_layer_norm.weight"][None]
+            out[f"{m}_ffn_ffn_ln_bias"] = a[f"{s}.final_layer_norm.bias"][None]
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+def release_parts(hf_dir: Path) -> tuple[dict[str, np.ndarray], list[str]]:
+    """(Marian's arrays, the vocabulary's pieces) of make_marian's model `hf_dir`; the pieces
+    without <pad> (its last id), which a Marian vocabulary does not have."""
+    from safetensors.torch import load_file
+
+    vocab = json.loads((hf_dir / "vocab.json").read_text(encoding="utf-8"))
+    pieces = sorted(vocab, key=vocab.get)
+    assert pieces[-1] == "<pad>"
+    return marian_arrays(load_file(str(hf_dir / "model.safetensors")), 2), pieces[:-1]
+
+
+def make_marian_release(directory: Path, hf_dir: Path) -> Path:
+    """A Marian release in `directory` of the Hugging Face Marian model `hf_dir` (make_marian's)."""
+    arrays, pieces = release_parts(hf_dir)
+    return write_release(directory, arrays, MARIAN_OPTIONS, pieces, hf_dir)

@@ -174,6 +174,12 @@ class Ctx:
             warnings.simplefilter("ignore")
             return make_marian(self.tmp / name)
 
+    def marian_release(self, name: str = "release") -> Path:
+        """A Marian release (.npz, vocab.yml, source.spm, target.spm, decoder.yml) of c.marian()'s model."""
+        from pretrained_models import make_marian_release
+
+        return make_marian_release(self.tmp / name, self.marian(f"{name}-hf"))
+
     def fifo(self, name: str = "fifo") -> Path:
         path = self.tmp / name
         os.mkfifo(path)
@@ -468,6 +474,23 @@ def _(c: Ctx) -> Call:
     (source / "source.spm").unlink()
     out = c.empty_dir("imported")
     return Call(["import", source, "-o", out], ["source.spm", "missing"], keep=[out])
+
+
+@case("import-a-marian-npz-release-without-its-source-spm")
+def _(c: Ctx) -> Call:
+    source = c.marian_release()
+    (source / "source.spm").unlink()
+    out = c.empty_dir("imported")
+    return Call(["import", source, "-o", out], ["source.spm", "missing", "source.spm and target.spm"], keep=[out])
+
+
+@case("import-a-truncated-marian-npz")
+def _(c: Ctx) -> Call:
+    source = c.marian_release()
+    weights = source / "model.npz"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    out = c.empty_dir("imported")
+    return Call(["import", source, "-o", out], ["model.npz", "truncated or damaged"], keep=[out])
 
 
 @case("import-truncated-weights")
@@ -1098,6 +1121,19 @@ def _(c: Ctx) -> Call:
     (model / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     out = c.file("fig.png", b"old figure")
     return Call(["attention", rehash_model_files(model), "1 May 2001 " * 400, "-o", out], ["tokens", "200"], keep=[out])
+
+
+@case("attention-a-head-the-model-lacks")
+def _(c: Ctx) -> Call:
+    out = c.file("fig.png", b"old figure")
+    return Call(["attention", c.run, "1 May 2001", "--head", "9", "-o", out], ["--head 9 does not exist"], keep=[out])
+
+
+@case("attention-grid-of-two-sentences")
+def _(c: Ctx) -> Call:
+    out = c.file("fig.png", b"old figure")
+    return Call(["attention", c.run, "1 May 2001", "2 May 2001", "--grid", "-o", out],
+                ["--grid", "one sentence", "got 2"], keep=[out])
 
 
 @case("attention-output-is-a-directory")

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from tests.pretrained_models import make_m2m100, make_marian, tatoeba
+from tests.pretrained_models import make_m2m100, make_marian, tatoeba, teacher_forced
 
 import heed
-from heed.data.batching import collate, specials_of
 from heed.pretrained import import_model
 
 pytest.importorskip("transformers")
@@ -45,14 +44,11 @@ def sources(count: int = 40) -> list[str]:
     return list(tatoeba(5000, count)[0])
 
 
-def step_log_probs(translator: heed.Translator, text: str, tokens: list[str]) -> torch.Tensor:
-    """(len(tokens) + 1, vocab): the model's log-probabilities at each output position, reading
-    `tokens` (teacher forcing); the last row predicts </s>."""
-    _, _, examples = translator.forced_pairs([text], [tokens], empty="nothing")
-    batch = collate(examples, [0], specials_of(translator.model))
-    with torch.inference_mode():
-        logits = translator.model(batch.src, batch.src_lengths, batch.tgt_in).logits[0]
-    return logits.log_softmax(-1)
+def step_log_probs(translator: heed.Translator, text: str, tokens: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probabilities (len(tokens) + 1, vocab) at each output position, reading `tokens`
+    (teacher forcing), the last row predicting </s>; the ids they predict)."""
+    _, _, [(src, tgt)] = translator.forced_pairs([text], [tokens], empty="nothing")
+    return teacher_forced(translator, src, tgt)
 
 
 # ---------------------------------------------------------------- heed attention --layer/--head/--grid
@@ -178,11 +174,12 @@ def test_an_ensemble_of_two_imported_models_decodes_with_their_mean_log_probs(im
     outputs = ensemble.translate(sources(12), **GREEDY)
     assert any(0 < len(t.tokens) < GREEDY["max_len_b"] for t in outputs)
     for text, t in zip(sources(12), outputs):
-        mean = torch.stack([step_log_probs(m, text, t.tokens) for m in members]).mean(0).log_softmax(-1)
-        ids = [*ensemble.codec.tgt_ids(t.tokens, t.src_tokens), ensemble.model.eos_id]
-        chosen = ids if len(t.tokens) < GREEDY["max_len_b"] else ids[:-1]  # at the limit heed forces </s>
+        (first, ids), (second, _) = (step_log_probs(m, text, t.tokens) for m in members)
+        mean = torch.stack([first, second]).mean(0).log_softmax(-1)
+        at_limit = len(t.tokens) == GREEDY["max_len_b"]  # where heed forces </s>
+        chosen = ids[:-1].tolist() if at_limit else ids.tolist()
         assert mean.argmax(-1).tolist()[: len(chosen)] == chosen
-        assert t.log_prob == pytest.approx(mean.gather(1, torch.tensor(ids)[:, None]).sum().item(), abs=1e-4)
+        assert t.log_prob == pytest.approx(mean.gather(1, ids[:, None]).sum().item(), abs=1e-4)
 
 
 def test_models_of_different_vocabularies_make_no_ensemble(imported, heed_cli, assert_user_error):

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 import torch
-from tests.pretrained_models import make_marian, multi30k, tatoeba
+from tests.pretrained_models import make_marian, multi30k, tatoeba, teacher_forced
 
 import heed
 from heed.checkpoint import load_model_dir
@@ -39,11 +39,9 @@ def pair(request, tmp_path_factory):
 
 def model_log_prob(translator, text: str, tokens: list[str]) -> float:
     """log P(tokens </s> | text) under the imported model, teacher forced."""
-    codec, model = translator.codec, translator.model
-    batch = collate([(codec.encode_src(text), codec.tgt_vocab.encode(tokens))], [0], specials_of(model))
-    with torch.no_grad():
-        logp = torch.log_softmax(model(batch.src, batch.src_lengths, batch.tgt_in).logits, dim=-1)
-    return float(logp[0].gather(1, batch.tgt_out[0].unsqueeze(1)).sum())
+    codec = translator.codec
+    rows, target = teacher_forced(translator, codec.encode_src(text), codec.tgt_vocab.encode(tokens))
+    return float(rows.gather(1, target.unsqueeze(1)).sum())
 
 
 def sources(count: int = 200) -> list[str]:

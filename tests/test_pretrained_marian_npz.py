@@ -3,7 +3,7 @@ imported by heed.nn.transformer.convert.marian_npz: the same model as the Huggin
 of the same weights, the same log-probabilities as CTranslate2's own reader of the release (post-
 and pre-norm), the guided-alignment head recorded, and a broken release refused in one line.
 
-The releases are written by the test (write_release) in Marian's layout, from a tiny MarianMTModel
+The releases are written by the test (pretrained_models.write_release) in Marian's layout, from a tiny MarianMTModel
 that transformers builds, or from random arrays."""
 from __future__ import annotations
 
@@ -17,64 +17,16 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
-from tests.pretrained_models import make_marian, tatoeba
+from tests.pretrained_models import (
+    MARIAN_OPTIONS,
+    make_marian,
+    release_parts,
+    tatoeba,
+    write_release,
+)
 
 import heed
 from heed.pretrained import import_model
-
-OPTIONS = {
-    "type": "transformer", "enc-depth": 2, "dec-depth": 2, "dim-emb": 32, "transformer-heads": 4,
-    "transformer-dim-ffn": 64, "transformer-ffn-depth": 2, "transformer-ffn-activation": "swish",
-    "transformer-preprocess": "", "transformer-postprocess": "dan", "transformer-postprocess-emb": "d",
-    "transformer-postprocess-top": "", "transformer-decoder-autoreg": "self-attention",
-    "transformer-no-projection": False, "tied-embeddings-all": True, "transformer-dropout": 0.1,
-    "guided-alignment": "corpus.align", "transformer-guided-alignment-layer": "last",
-}
-
-
-def write_release(directory: Path, arrays: dict[str, np.ndarray], options: dict, pieces: list[str],
-                  spm: Path, *, decoder_yml: bool = True) -> Path:
-    """A Marian release in `directory`: model.npz (the arrays and "special:model.yml", a
-    NUL-terminated YAML string as Marian writes it), vocab.yml {piece: id}, source.spm and
-    target.spm (copied from `spm`'s directory) and decoder.yml."""
-    directory.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(options, sort_keys=False).encode() + b"\0"
-    np.savez(directory / "model.npz", **arrays, **{"special:model.yml": np.frombuffer(text, dtype=np.int8)})
-    (directory / "vocab.yml").write_text(yaml.safe_dump({p: i for i, p in enumerate(pieces)}, allow_unicode=True,
-                                                        sort_keys=False), encoding="utf-8")
-    for name in ("source.spm", "target.spm"):
-        shutil.copy(spm / name, directory / name)
-    if decoder_yml:
-        (directory / "decoder.yml").write_text(yaml.safe_dump({
-            "models": ["model.npz"], "vocabs": ["vocab.yml", "vocab.yml"], "beam-size": 4, "normalize": 0.6,
-            "word-penalty": 0, "relative-paths": True}), encoding="utf-8")
-    return directory
-
-
-def marian_arrays(hf_state: dict[str, torch.Tensor], layers: int) -> dict[str, np.ndarray]:
-    """A MarianMTModel's state dict (one table, <pad> its last row) in Marian's names and layout."""
-    a = {k: v.detach().float().numpy() for k, v in hf_state.items()}
-    out = {"Wemb": a["model.shared.weight"][:-1], "decoder_ff_logit_out_b": a["final_logits_bias"][:, :-1]}
-    for stack in ("encoder", "decoder"):
-        for i in range(layers):
-            s, m = f"model.{stack}.layers.{i}", f"{stack}_l{i + 1}"
-            parts = [("self_attn", "self", "self_attn_layer_norm")]
-            if stack == "decoder":
-                parts.append(("encoder_attn", "context", "encoder_attn_layer_norm"))
-            for hf, marian, norm in parts:
-                for p in "qkv":
-                    out[f"{m}_{marian}_W{p}"] = a[f"{s}.{hf}.{p}_proj.weight"].T
-                    out[f"{m}_{marian}_b{p}"] = a[f"{s}.{hf}.{p}_proj.bias"][None]
-                out[f"{m}_{marian}_Wo"] = a[f"{s}.{hf}.out_proj.weight"].T
-                out[f"{m}_{marian}_bo"] = a[f"{s}.{hf}.out_proj.bias"][None]
-                out[f"{m}_{marian}_Wo_ln_scale"] = a[f"{s}.{norm}.weight"][None]
-                out[f"{m}_{marian}_Wo_ln_bias"] = a[f"{s}.{norm}.bias"][None]
-            for k in "12":
-                out[f"{m}_ffn_W{k}"] = a[f"{s}.fc{k}.weight"].T
-                out[f"{m}_ffn_b{k}"] = a[f"{s}.fc{k}.bias"][None]
-            out[f"{m}_ffn_ffn_ln_scale"] = a[f"{s}.final_layer_norm.weight"][None]
-            out[f"{m}_ffn_ffn_ln_bias"] = a[f"{s}.final_layer_norm.bias"][None]
-    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
 def pre_norm(arrays: dict[str, np.ndarray], seed: int = 0) -> dict[str, np.ndarray]:
@@ -95,16 +47,13 @@ def hf_marian(tmp_path_factory):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hf_dir = make_marian(root / "hf")
-    vocab = json.loads((hf_dir / "vocab.json").read_text(encoding="utf-8"))
-    pieces = sorted(vocab, key=vocab.get)
-    assert pieces[-1] == "<pad>"
-    return hf_dir, marian_arrays(load_file(str(hf_dir / "model.safetensors")), 2), pieces[:-1]
+    return (hf_dir, *release_parts(hf_dir))
 
 
 @pytest.fixture(scope="module")
 def release(hf_marian, tmp_path_factory) -> Path:
     hf_dir, arrays, pieces = hf_marian
-    return write_release(tmp_path_factory.mktemp("release") / "opus-fr-en", arrays, OPTIONS, pieces, hf_dir)
+    return write_release(tmp_path_factory.mktemp("release") / "opus-fr-en", arrays, MARIAN_OPTIONS, pieces, hf_dir)
 
 
 def test_a_release_imports_as_the_hugging_face_conversion_of_its_weights(hf_marian, release, tmp_path):
@@ -118,7 +67,8 @@ def test_a_release_imports_as_the_hugging_face_conversion_of_its_weights(hf_mari
     # <pad>, which a Marian model does not have, gets a logit bias that takes it out of the softmax
     # (transformers' conversion gives it 0, so its probabilities differ from Marian's a little)
     assert a["decoder.generator.bias"][-1] <= -1e4
-    a["decoder.generator.bias"], b["decoder.generator.bias"] = a["decoder.generator.bias"][:-1], b["decoder.generator.bias"][:-1]
+    for state in (a, b):
+        state["decoder.generator.bias"] = state["decoder.generator.bias"][:-1]
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=0, rtol=0, msg=name)
     assert (json.loads((from_npz / "src.vocab.json").read_text(encoding="utf-8")) ==
@@ -130,7 +80,8 @@ def test_a_release_imports_as_the_hugging_face_conversion_of_its_weights(hf_mari
     options = dict(beam=1, max_len_a=0, max_len_b=40, min_len=0)
     assert [t.tokens for t in npz.translate(texts, **options)] == [t.tokens for t in hf.translate(texts, **options)]
     meta = json.loads((from_npz / "heed.json").read_text())
-    assert meta["pretrained"]["architecture"] == "Marian transformer (.npz)" and meta["pretrained"]["weights"] == "model.npz"
+    assert meta["pretrained"]["architecture"] == "Marian transformer (.npz)"
+    assert meta["pretrained"]["weights"] == "model.npz"
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
@@ -142,7 +93,7 @@ def test_log_probs_equal_ctranslate2s_own_reading_of_the_release(hf_marian, tmp_
     from ctranslate2.converters import OpusMTConverter
 
     hf_dir, arrays, pieces = hf_marian
-    options = dict(OPTIONS)
+    options = dict(MARIAN_OPTIONS)
     if norm == "pre":
         arrays = pre_norm(arrays)
         options.update({"transformer-preprocess": "n", "transformer-postprocess": "da",
@@ -213,7 +164,7 @@ def test_a_broken_release_is_one_line_and_writes_nothing(release, tmp_path, heed
 
 def test_heed_import_takes_a_release_without_decoder_yml(hf_marian, tmp_path, heed_cli):
     hf_dir, arrays, pieces = hf_marian
-    release = write_release(tmp_path / "r", arrays, OPTIONS, pieces, hf_dir, decoder_yml=False)
+    release = write_release(tmp_path / "r", arrays, MARIAN_OPTIONS, pieces, hf_dir, decoder_yml=False)
     done = heed_cli("import", str(release), "-o", str(tmp_path / "out"))
     assert done.exit_code == 0, done.output
     translator = heed.load(tmp_path / "out")

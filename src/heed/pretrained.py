@@ -103,8 +103,9 @@ def convert_directory(directory: Path) -> Any:
 def import_model(source: str | os.PathLike[str], output: str | os.PathLike[str], *,
                  revision: str | None = None, src_lang: str | None = None, tgt_lang: str | None = None) -> Path:
     """`heed import`: write the heed model directory `output` for `source`, a local Hugging Face
-    directory, a Marian release directory or `hf:ORG/NAME` (at `revision`). Returns `output`. `output` may be a new path, an
-    empty directory or an earlier heed model directory (replaced whole); anything else is refused.
+    directory, a Marian release directory or `hf:ORG/NAME` (at `revision`). Returns `output`.
+    `output` may be a new path, an empty directory or an earlier heed model directory (replaced
+    whole); anything else is refused.
     `src_lang`, `tgt_lang`: a many-language model's default pair (its config's data.src_lang and
     data.tgt_lang), checked against its languages before anything is written."""
     pair = {"src_lang": src_lang, "tgt_lang": tgt_lang}
@@ -125,14 +126,15 @@ def import_model(source: str | os.PathLike[str], output: str | os.PathLike[str],
 
 def write_imported(directory: Path, out: Path, origin: dict[str, str], *, src_lang: str | None = None,
                    tgt_lang: str | None = None) -> Path:
-    """Convert the Hugging Face directory (or native release) `directory` and write it as the heed model directory
-    `out`, swapped in whole once the weights have loaded; heed.json's "pretrained" records `origin`,
+    """Convert the Hugging Face directory (or native release) `directory` and write it as the heed
+    model directory `out`, swapped in whole once the weights have loaded; heed.json's "pretrained" records `origin`,
     the config a many-language model's default pair."""
     from heed.checkpoint import save_model_dir
     from heed.config import config_from_dict
     from heed.nn.build import build_model
 
     converted = convert_directory(directory)
+    described = converted.described_by or directory / "config.json"
     converted.codec.with_languages(src_lang, tgt_lang)  # a code the model lacks is refused before any work
     data = {"tokenizer": {"src": {"kind": "sentencepiece"}, "tgt": {"kind": "sentencepiece"}},
             "shared_vocab": converted.codec.src_vocab is converted.codec.tgt_vocab,
@@ -141,7 +143,7 @@ def write_imported(directory: Path, out: Path, origin: dict[str, str], *, src_la
         config = config_from_dict({"data": data, "model": converted.model, "decode": converted.decode,
                                    "output_dir": str(out)}, environment=False)
     except ConfigError as e:  # sizes the family refuses (its width not divisible by the heads, say)
-        raise ModelDirError(f"{directory / 'config.json'}: describes a model heed cannot build: {e}") from None
+        raise ModelDirError(f"{described}: describes a model heed cannot build: {e}") from None
     codec = converted.codec
     model = build_model(config.model, src_vocab_size=len(codec.src_vocab), tgt_vocab_size=len(codec.tgt_vocab),
                         **codec.special_ids())
@@ -149,7 +151,7 @@ def write_imported(directory: Path, out: Path, origin: dict[str, str], *, src_la
         model.load_state_dict(converted.weights, strict=True)
     except RuntimeError as e:
         lines = str(e).splitlines()
-        raise ModelDirError(f"{directory}: the weights do not fit the model config.json describes "
+        raise ModelDirError(f"{directory}: the weights do not fit the model {described.name} describes "
                             f"({(lines[1] if len(lines) > 1 else lines[0]).strip()})") from None
     info = {"pretrained": {**origin, **converted.source},
             **({"alignment": converted.alignment} if converted.alignment else {})}

@@ -346,6 +346,14 @@ def _draw_heatmap(
     return image
 
 
+def _colorbar(fig: FigureBase, image: Any, axes: Any, label: str, **size: float) -> None:
+    """The 0..1 colour scale beside `axes` (one axes or a list), labelled, without a frame."""
+    colorbar = fig.colorbar(image, ax=axes, **size)
+    colorbar.set_label(label, fontfamily=BASE_FONT, fontsize=9)
+    colorbar.ax.tick_params(labelsize=8)
+    colorbar.outline.set_visible(False)
+
+
 def _prepare(src_tokens: Sequence[str], tgt_tokens: Sequence[str], weights: Any) -> np.ndarray:
     longest = max(len(src_tokens), len(tgt_tokens))
     if longest > MAX_HEATMAP_TOKENS:
@@ -382,10 +390,7 @@ def attention_heatmap(
     else:
         fig = _root_figure(ax)
     image = _draw_heatmap(ax, src_tokens, tgt_tokens, matrix, family=family, title=title)
-    colorbar = ax.figure.colorbar(image, ax=ax, fraction=0.05, pad=0.03, aspect=30)
-    colorbar.set_label("attention weight", fontfamily=BASE_FONT, fontsize=9)
-    colorbar.ax.tick_params(labelsize=8)
-    colorbar.outline.set_visible(False)
+    _colorbar(ax.figure, image, ax, "attention weight", fraction=0.05, pad=0.03, aspect=30)
     return fig
 
 
@@ -437,10 +442,7 @@ def attention_grid(
         image = _draw_heatmap(axes[k], src, tgt, matrix, family=family, title=title)
         axes[k].set_aspect("equal", adjustable="box")  # square cells, whatever the panel's share
         axes[k].set_anchor("W")
-    colorbar = fig.colorbar(image, ax=axes, fraction=0.03, pad=0.02, aspect=40)
-    colorbar.set_label(label, fontfamily=BASE_FONT, fontsize=9)
-    colorbar.ax.tick_params(labelsize=8)
-    colorbar.outline.set_visible(False)
+    _colorbar(fig, image, axes, label, fraction=0.03, pad=0.02, aspect=40)
     return fig
 
 
@@ -502,10 +504,7 @@ def head_grid(src_tokens: Sequence[str], tgt_tokens: Sequence[str], cross: Any, 
                 ax.set_ylabel(f"layer {names[r]}", fontfamily=BASE_FONT, fontsize=8)
     if title:
         fig.suptitle(title, fontfamily=family, fontsize=10)
-    colorbar = fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, aspect=40)
-    colorbar.set_label("attention weight", fontfamily=BASE_FONT, fontsize=9)
-    colorbar.ax.tick_params(labelsize=8)
-    colorbar.outline.set_visible(False)
+    _colorbar(fig, image, axes, "attention weight", fraction=0.02, pad=0.01, aspect=40)
     return fig
 
 

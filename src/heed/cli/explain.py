@@ -61,8 +61,9 @@ def attention(
 
     A Transformer's heatmap is the cross-attention of its last decoder layer, averaged over the heads;
     --layer and --head pick another (the output read again with teacher forcing), and
-    `heed attention MODEL --grid "one sentence"` draws every head of every layer. A sentence longer than the model's data.max_src_len tokens is cut to that many (with a warning); a
-    heatmap over more than 200 tokens a side is unreadable and refused.
+    `heed attention MODEL --grid "one sentence"` draws every head of every layer. A sentence longer
+    than the model's data.max_src_len tokens is cut to that many (with a warning); a heatmap over
+    more than 200 tokens a side is unreadable and refused, a grid over more than 60.
 
     Over training: `heed attention RUN --checkpoints "one sentence"` draws its attention at each
     checkpoint the run kept; `heed attention RUN --entropy` draws each head's entropy curve."""
@@ -169,10 +170,7 @@ def _heads_figure(translator: Translator, sentences: List[str], translations: Li
         return head_grid(*t.labels(), cross[picked], layers=picked, title=sentence)
     items = [(*t.labels(), select_attention(m.cross, options, default_layer=layers - 1))
              for (_, t), m in zip(pairs, maps)]
-    layer = {None: f"layer {layers - 1}", "mean": "all layers"}.get(options.layer, f"layer {options.layer}")  # type: ignore[arg-type]
-    head = ("mean of heads" if options.head in (None, "mean") else f"head {options.head}"
-            if isinstance(options.head, int) else f"mean of heads {','.join(map(str, options.head))}")
-    return attention_grid(items, titles=[f"{s}  ({layer}, {head})" for s, _ in pairs])
+    return attention_grid(items, titles=[f"{s}  ({options.selection()})" for s, _ in pairs])
 
 
 def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int, output: Path, device: str,

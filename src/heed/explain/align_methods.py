@@ -87,12 +87,18 @@ class AlignOptions:
         """'shift-att, layer 2, head 0' style, for tables and messages; with a model's (layers,
         heads) of (1, 1) (an RNN) just the method and 'the attention'."""
         weighed = ", weighed by value norms" if self.weights == "value_norm" else ""
+        method = "shift-att" if self.method == "shift" else "argmax"
         if head_grid == (1, 1):
-            return f"{'shift-att' if self.method == 'shift' else 'argmax'}, the attention{weighed}"
-        layer = "the alignment layer (the last decoder layer)" if self.layer is None else ("all layers" if self.layer == MEAN else f"layer {self.layer}")
+            return f"{method}, the attention{weighed}"
+        return f"{method}, {self.selection()}{weighed}"
+
+    def selection(self) -> str:
+        """Which heads this reads: 'layer 2, head 0', 'all layers, mean of heads 1, 3' style."""
+        layer = ("the alignment layer (the last decoder layer)" if self.layer is None
+                 else "all layers" if self.layer == MEAN else f"layer {self.layer}")
         head = ("mean of heads" if self.head in (None, MEAN) else f"head {self.head}" if isinstance(self.head, int)
                 else f"mean of heads {', '.join(map(str, self.head))}")
-        return f"{'shift-att' if self.method == 'shift' else 'argmax'}, {layer}, {head}{weighed}"
+        return f"{layer}, {head}"
 
 
 def _is_index(value: Any) -> bool:

@@ -203,7 +203,7 @@ class CT2Seq2Seq:
                            patience=PATIENCE if ranked_by_heed else 1)
         results = translator.translate_batch(source, target_prefix=target_prefix, **options)
         forced = self._prefix_log_probs(translator, source, target_prefix, free)
-        charged = self._charge_cut(translator, source, results, forced, cfg)
+        charges = self._charges(translator, source, results, forced, cfg)
         first = [None] * len(source)
         if cfg.beam_size > 1 and not cfg.sampling and len(source) > 1:
             # CTranslate2 4.x's beam search on the CPU runs its first step on the unexpanded batch and
@@ -212,36 +212,40 @@ class CT2Seq2Seq:
             step = translator.translate_batch(source, beam_size=1, max_decoding_length=1, min_decoding_length=0,
                                               max_input_length=0, return_attention=True, return_end_token=True)
             first = [r.attention[0][0] for r in step]
-        eos = self.tgt_tokens[self.eos_id]
-        charges = [[forced[i] + charged[i, j] if (i, j) in charged else forced[i] if h and h[-1] == eos else None
-                    for j, h in enumerate(r.hypotheses)] for i, r in enumerate(results)]
-        return [self._decoded(r, len(src), cfg, charges[i], first[i]) for i, (r, src) in enumerate(zip(results, source))]
+        return [self._decoded(r, len(src), cfg, charges[i], first[i])
+                for i, (r, src) in enumerate(zip(results, source))]
 
-    def _charge_cut(self, translator: Any, source: list[list[str]], results: list[Any], forced: list[float],
-                    cfg: DecodeConfig) -> dict[tuple[int, int], float]:
-        """{(source, hypothesis): the log-probability of the EOS heed's search forces after a
-        hypothesis CTranslate2 cut at the limit}. A charge only lowers a score, so only a cut
-        hypothesis that could still rank among the n-best needs one: the best are charged (one
-        teacher-forced pass, score_batch, per round) until the n-best are settled, in the common
-        case the n-best alone in one round, not every hypothesis the search kept."""
-        eos = self.tgt_tokens[self.eos_id]
-        charged: dict[tuple[int, int], float] = {}
+    def _ended(self, tokens: Sequence[str]) -> bool:
+        """Whether CTranslate2's hypothesis ends with EOS (else it was cut at the length limit)."""
+        return bool(tokens) and tokens[-1] == self.tgt_tokens[self.eos_id]
+
+    def _charges(self, translator: Any, source: list[list[str]], results: list[Any], forced: list[float],
+                 cfg: DecodeConfig) -> list[list[float | None]]:
+        """Per source and hypothesis, what heed's search adds to CTranslate2's score: the forced
+        prefix's log-probability (`forced`), and for a hypothesis cut at the limit the EOS heed's
+        search forces there. A charge only lowers a score, so only a cut hypothesis that could still
+        rank among the n-best needs its EOS scored: the best are charged (one teacher-forced pass,
+        score_batch, per round) until the n-best are settled, in the common case the n-best alone in
+        one round. A cut hypothesis left uncharged (it cannot rank) is None."""
+        eos: dict[tuple[int, int], float] = {}
 
         def bound(i: int, j: int) -> float:
             tokens = results[i].hypotheses[j]
-            length = len(tokens) if not tokens or tokens[-1] != eos else len(tokens) - 1
-            log_prob = results[i].scores[j] + forced[i] + charged.get((i, j), 0.0)
+            length = len(tokens) - 1 if self._ended(tokens) else len(tokens)
+            log_prob = results[i].scores[j] + forced[i] + eos.get((i, j), 0.0)
             return log_prob / float(length_penalty(torch.tensor(length + 1), cfg.length_penalty, cfg.length_norm))
 
         while True:
             todo = []
             for i, r in enumerate(results):
                 best = sorted(range(len(r.hypotheses)), key=lambda j: -bound(i, j))[: cfg.n_best]
-                todo += [(i, j) for j in best if (i, j) not in charged and (not r.hypotheses[j] or r.hypotheses[j][-1] != eos)]
+                todo += [(i, j) for j in best if (i, j) not in eos and not self._ended(r.hypotheses[j])]
             if not todo:
-                return charged
+                break
             scored = translator.score_batch([source[i] for i, _ in todo], [results[i].hypotheses[j] for i, j in todo])
-            charged.update({key: s.log_probs[-1] for key, s in zip(todo, scored)})
+            eos.update({key: s.log_probs[-1] for key, s in zip(todo, scored)})
+        return [[forced[i] + eos[i, j] if (i, j) in eos else forced[i] if self._ended(h) else None
+                 for j, h in enumerate(r.hypotheses)] for i, r in enumerate(results)]
 
     @staticmethod
     def _prefix_log_probs(translator: Any, source: list[list[str]], target_prefix: list[list[str] | None] | None,
@@ -252,9 +256,9 @@ class CT2Seq2Seq:
         charged = [0.0] * len(source)
         todo = [i for i, p in enumerate(target_prefix or []) if p and len(p) > free]
         if todo:
-            scored = translator.score_batch([source[i] for i in todo], [target_prefix[i] for i in todo])  # type: ignore[index]
-            for i, s in zip(todo, scored):
-                charged[i] = float(sum(s.log_probs[free:len(target_prefix[i])]))  # type: ignore[index]
+            prefixes: list[list[str]] = [target_prefix[i] for i in todo]  # type: ignore[index, misc]
+            for i, prefix, s in zip(todo, prefixes, translator.score_batch([source[i] for i in todo], prefixes)):
+                charged[i] = float(sum(s.log_probs[free:len(prefix)]))
         return charged
 
     def _decoded(self, result: Any, src_len: int, cfg: DecodeConfig, charges: list[float | None],
@@ -265,11 +269,10 @@ class CT2Seq2Seq:
         hypothesis left uncharged, as it cannot rank among the n-best: dropped);
         `first_row`: the first step's attention, where the beam search's own is wrong."""
         hypotheses = []
-        eos = self.tgt_tokens[self.eos_id]
         for tokens, raw, attention, charge in zip(result.hypotheses, result.scores, result.attention, charges):
             if charge is None:
                 continue
-            ids = [self._tgt_ids[t] for t in (tokens[:-1] if tokens and tokens[-1] == eos else tokens)]
+            ids = [self._tgt_ids[t] for t in (tokens[:-1] if self._ended(tokens) else tokens)]
             log_prob = raw + charge
             score = log_prob / float(length_penalty(torch.tensor(len(ids) + 1), cfg.length_penalty, cfg.length_norm))
             weights = torch.zeros(len(ids) + 1, src_len)  # (tokens + EOS, src_len); a forced EOS's row stays zeros

@@ -35,6 +35,7 @@ class Converted:
     source:   what was converted, for heed.json ({"architecture": ..., ...})
     alignment: heed.json's "alignment", the heads the model was trained to align with (a Marian
               model trained with guided alignment), or None
+    described_by: the file that describes the architecture, for messages (None: config.json)
     """
 
     model: dict[str, Any]
@@ -43,6 +44,7 @@ class Converted:
     decode: dict[str, Any] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
     alignment: dict[str, Any] | None = None
+    described_by: Path | None = None
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -15,7 +15,8 @@ Marian's names, every matrix (in, out):
 Marian starts decoding from a zero embedding. As transformers' conversion does, the vocabulary
 gains `<pad>` as its last id with a zero row: decoding starts from it, and heed's ids stay
 MarianTokenizer's. Unlike that conversion (which gives it a logit of 0, in every softmax), <pad>'s
-logit bias is PAD_LOGIT_BIAS, so the probabilities are Marian's own. Positions are sinusoidal, all sines then all cosines (`sinusoid_layout: halves`).
+logit bias is PAD_LOGIT_BIAS, so the probabilities are Marian's own. Positions are sinusoidal,
+all sines then all cosines (`sinusoid_layout: halves`).
 decoder.yml gives the beam size and `normalize` (log P / |Y|^normalize)."""
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ import yaml
 from heed.data.codec import Codec
 from heed.data.vocab import Specials, Vocab
 from heed.errors import ModelDirError
-from heed.nn.transformer.convert.common import Converted, read_spm
+from heed.nn.transformer.convert.common import Converted, Tensors, read_spm
 from heed.plumbing.files import check_regular, reason
 
 ARCHITECTURE = "Marian transformer (.npz)"
@@ -127,8 +128,9 @@ def model_fields(options: dict[str, Any], path: Path) -> dict[str, Any]:
     def refuse(what: str) -> ModelDirError:
         return ModelDirError(f"{path}: {what}; heed's Transformer cannot hold this model")
 
-    if option("type") not in ("transformer", None) or option("transformer-decoder-autoreg", "self-attention") != "self-attention":
-        raise refuse(f"type {option('type')!r} with a {option('transformer-decoder-autoreg')!r} decoder is not a Transformer")
+    decoder = option("transformer-decoder-autoreg", "self-attention")
+    if option("type") not in ("transformer", None) or decoder != "self-attention":
+        raise refuse(f"type {option('type')!r} with a {decoder!r} decoder is not a Transformer")
     if option("enc-depth") != option("dec-depth"):
         raise refuse(f"enc-depth {option('enc-depth')} and dec-depth {option('dec-depth')} differ")
     if option("transformer-dim-ffn") != option("transformer-decoder-dim-ffn", option("transformer-dim-ffn")) or \
@@ -163,25 +165,16 @@ def model_fields(options: dict[str, Any], path: Path) -> dict[str, Any]:
     }
 
 
-class _Arrays:
-    """The .npz's arrays as float32 tensors by Marian's name; a missing one is a ModelDirError."""
-
-    def __init__(self, arrays: dict[str, np.ndarray], where: Path) -> None:
-        self._arrays, self.where = arrays, where
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._arrays
-
-    def __call__(self, name: str, *, linear: bool = False) -> torch.Tensor:
-        """The array `name` (a matrix transposed to torch's (out, in) with `linear`; a (1, n) bias flattened)."""
-        try:
-            value = torch.from_numpy(np.asarray(self._arrays[name], dtype=np.float32))
-        except KeyError:
-            raise ModelDirError(f"{self.where}: the weights lack {name}; not a complete Marian model") from None
-        return value.t().contiguous() if linear else value.reshape(-1) if value.dim() == 2 and value.size(0) == 1 else value
+def _take(w: Tensors, name: str, *, linear: bool = False) -> torch.Tensor:
+    """The array `name` as float32: a matrix transposed to torch's (out, in) with `linear` (Marian
+    keeps (in, out)), a (1, n) bias or norm flattened."""
+    value = w[name]
+    if linear:
+        return value.t().contiguous()
+    return value.reshape(-1) if value.dim() == 2 and value.size(0) == 1 else value
 
 
-def _layers(w: _Arrays, stack: str, layers: int, pre: bool) -> dict[str, torch.Tensor]:
+def _layers(w: Tensors, stack: str, layers: int, pre: bool) -> dict[str, torch.Tensor]:
     """One stack's layers, Marian's names -> heed's."""
     suffix = "_pre" if pre else ""
     out: dict[str, torch.Tensor] = {}
@@ -191,19 +184,21 @@ def _layers(w: _Arrays, stack: str, layers: int, pre: bool) -> dict[str, torch.T
     for i in range(layers):
         s, t = f"{stack}_l{i + 1}", f"{stack}.layers.{i}"
         for marian, attention, norm in parts:
-            out[f"{t}.{attention}.in_proj_weight"] = torch.cat([w(f"{s}_{marian}_W{p}", linear=True) for p in "qkv"])
-            out[f"{t}.{attention}.in_proj_bias"] = torch.cat([w(f"{s}_{marian}_b{p}") for p in "qkv"])
-            out[f"{t}.{attention}.out_proj.weight"] = w(f"{s}_{marian}_Wo", linear=True)
-            out[f"{t}.{attention}.out_proj.bias"] = w(f"{s}_{marian}_bo")
-            out[f"{t}.{norm}.weight"] = w(f"{s}_{marian}_Wo_ln_scale{suffix}")
-            out[f"{t}.{norm}.bias"] = w(f"{s}_{marian}_Wo_ln_bias{suffix}")
+            out[f"{t}.{attention}.in_proj_weight"] = torch.cat([_take(w, f"{s}_{marian}_W{p}", linear=True)
+                                                                 for p in "qkv"])
+            out[f"{t}.{attention}.in_proj_bias"] = torch.cat([_take(w, f"{s}_{marian}_b{p}") for p in "qkv"])
+            out[f"{t}.{attention}.out_proj.weight"] = _take(w, f"{s}_{marian}_Wo", linear=True)
+            out[f"{t}.{attention}.out_proj.bias"] = _take(w, f"{s}_{marian}_bo")
+            out[f"{t}.{norm}.weight"] = _take(w, f"{s}_{marian}_Wo_ln_scale{suffix}")
+            out[f"{t}.{norm}.bias"] = _take(w, f"{s}_{marian}_Wo_ln_bias{suffix}")
         for k, heed_name in (("1", "inner"), ("2", "outer")):
-            out[f"{t}.feed_forward.{heed_name}.weight"] = w(f"{s}_ffn_W{k}", linear=True)
-            out[f"{t}.feed_forward.{heed_name}.bias"] = w(f"{s}_ffn_b{k}")
-        out[f"{t}.feed_forward_norm.weight"] = w(f"{s}_ffn_ffn_ln_scale{suffix}")
-        out[f"{t}.feed_forward_norm.bias"] = w(f"{s}_ffn_ffn_ln_bias{suffix}")
+            out[f"{t}.feed_forward.{heed_name}.weight"] = _take(w, f"{s}_ffn_W{k}", linear=True)
+            out[f"{t}.feed_forward.{heed_name}.bias"] = _take(w, f"{s}_ffn_b{k}")
+        out[f"{t}.feed_forward_norm.weight"] = _take(w, f"{s}_ffn_ffn_ln_scale{suffix}")
+        out[f"{t}.feed_forward_norm.bias"] = _take(w, f"{s}_ffn_ffn_ln_bias{suffix}")
     if pre:
-        out[f"{stack}.norm.weight"], out[f"{stack}.norm.bias"] = w(f"{stack}_top_ln_scale"), w(f"{stack}_top_ln_bias")
+        out[f"{stack}.norm.weight"] = _take(w, f"{stack}_top_ln_scale")
+        out[f"{stack}.norm.bias"] = _take(w, f"{stack}_top_ln_bias")
     return out
 
 
@@ -212,18 +207,18 @@ def _with_pad(table: torch.Tensor) -> torch.Tensor:
     return torch.cat([table, table.new_zeros(1, table.size(1))])
 
 
-def weights(w: _Arrays, model: dict[str, Any]) -> dict[str, torch.Tensor]:
+def weights(w: Tensors, model: dict[str, Any]) -> dict[str, torch.Tensor]:
     """heed's state dict from a release's arrays."""
     pre = model["norm"] == "pre"
     out = {**_layers(w, "encoder", model["layers"], pre), **_layers(w, "decoder", model["layers"], pre)}
     if model["share_embeddings"]:
-        out["decoder.embed.tokens.weight"] = _with_pad(w("Wemb") if "Wemb" in w else w("decoder_Wemb"))
+        out["decoder.embed.tokens.weight"] = _with_pad(w.first("Wemb", "decoder_Wemb"))
     else:
-        out["encoder.embed.tokens.weight"] = _with_pad(w("encoder_Wemb"))
-        out["decoder.embed.tokens.weight"] = _with_pad(w("decoder_Wemb"))
+        out["encoder.embed.tokens.weight"] = _with_pad(_take(w, "encoder_Wemb"))
+        out["decoder.embed.tokens.weight"] = _with_pad(_take(w, "decoder_Wemb"))
     if not model["tie_embeddings"]:
-        out["decoder.generator.weight"] = _with_pad(w("decoder_ff_logit_out_Wt"))
-    bias = w("decoder_ff_logit_out_b")
+        out["decoder.generator.weight"] = _with_pad(_take(w, "decoder_ff_logit_out_Wt"))
+    bias = _take(w, "decoder_ff_logit_out_b")
     out["decoder.generator.bias"] = torch.cat([bias, bias.new_full((1,), PAD_LOGIT_BIAS)])
     return out
 
@@ -262,15 +257,17 @@ def convert(directory: Path, _config: dict[str, Any] | None = None) -> Converted
     src_spm, tgt_spm = read_spm(directory, "source.spm", what), read_spm(directory, "target.spm", what)
     arrays, options = read_npz(npz)
     model = model_fields(options, npz)
-    w = _Arrays(arrays, npz)
+    w = Tensors({name: torch.from_numpy(array) for name, array in arrays.items()}, npz)
     state = weights(w, model)
     src_rows = state["decoder.embed.tokens.weight" if model["share_embeddings"] else "encoder.embed.tokens.weight"]
     src_vocab = _vocab(src_yml, src_rows.size(0) - 1, npz)
-    tgt_vocab = src_vocab if src_yml == tgt_yml else _vocab(tgt_yml, state["decoder.embed.tokens.weight"].size(0) - 1, npz)
+    tgt_rows = state["decoder.embed.tokens.weight"].size(0) - 1
+    tgt_vocab = src_vocab if src_yml == tgt_yml else _vocab(tgt_yml, tgt_rows, npz)
     if model["share_embeddings"] and src_vocab.tokens != tgt_vocab.tokens:
         raise ModelDirError(f"{npz}: one table for both sides, but {src_yml.name} and {tgt_yml.name} differ")
     return Converted(model, state, Codec(src_spm, tgt_spm, src_vocab, tgt_vocab), _decode(settings),
-                     {"architecture": ARCHITECTURE, "weights": npz.name}, alignment=trained_reading(options, model))
+                     {"architecture": ARCHITECTURE, "weights": npz.name}, alignment=trained_reading(options, model),
+                     described_by=npz)
 
 
 def trained_reading(options: dict[str, Any], model: dict[str, Any]) -> dict[str, Any] | None:
