@@ -173,6 +173,57 @@ class ValueNormModel(Protocol):
         ...
 
 
+class AttentionBlock(NamedTuple):
+    """One attention sublayer of a teacher-forced pass, in the terms its output is a sum of
+    (Kobayashi et al. 2020; Ferrando et al. 2022, ALTI): for query position i,
+
+        pre-norm   output_i = residual_i + sum_h sum_j weights[h, i, j] values[h, j] + bias
+        post-norm  output_i = norm(residual_i + sum_h sum_j weights[h, i, j] values[h, j] + bias)
+
+    part:     "encoder" (source self-attention), "decoder" (causal target self-attention) or
+              "cross" (target over source); layer: its 0-based layer in its stack
+    weights:  (batch, heads, q_len, k_len) every head's attention
+    values:   (batch, heads, k_len, d_model) f_h(x_j): key j's value vector through head h's
+              slice of W_o, the value bias included
+    bias:     (d_model,) W_o's bias
+    residual: (batch, q_len, d_model) the stream the sublayer's output is added to
+    norm:     the LayerNorm after the sum (post-norm), None for pre-norm
+    output:   (batch, q_len, d_model) the stream after the block
+    """
+
+    part: str
+    layer: int
+    weights: Tensor
+    values: Tensor
+    bias: Tensor
+    residual: Tensor
+    norm: nn.LayerNorm | None
+    output: Tensor
+
+
+@runtime_checkable
+class ContributionModel(Protocol):
+    """A model whose every attention sublayer can be decomposed into what each token adds (the
+    Transformer): what attention rollout, ALTI+ and the logit lens read (heed.explain.contributions,
+    heed.explain.logit_lens)."""
+
+    def attention_blocks(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
+                         visit: Callable[[AttentionBlock], None]) -> None:
+        """Teacher-forced: `visit` every attention sublayer in the order the pass runs them (every
+        encoder layer, then each decoder layer's self-attention and cross-attention), one at a time
+        (a block's tensors need not outlive the call)."""
+        ...
+
+    def decoder_states(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced: the stream after each decoder layer, (layers, batch, tgt_len, d_model)."""
+        ...
+
+    def read_out(self, states: Tensor) -> Tensor:
+        """(..., d_model) decoder stream -> (..., vocab) logits, as the last layer's stream is read
+        (the final LayerNorm of a pre-norm stack, then the output layer)."""
+        ...
+
+
 class AttentionMaps(NamedTuple):
     """Every head of every layer of a teacher-forced pass."""
 

@@ -8,13 +8,17 @@ decoder rows (a source's beams are consecutive) and q_len = 1.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from heed.nn.protocol import AttentionBlock
 from heed.nn.transformer.attention import MultiHeadAttention
+
+Visit = Callable[[AttentionBlock], None]  # what an attention block is shown to (heed.nn.protocol.ContributionModel)
 
 NormPlace = Literal["pre", "post"]
 PositionKind = Literal["sinusoidal", "learned"]
@@ -120,6 +124,15 @@ class _Residual(nn.Module):
     def _feed_forward(self, x: Tensor) -> Tensor:
         return self._output(x, self.feed_forward(self._input(x, self.feed_forward_norm)), self.feed_forward_norm)
 
+    def _block(self, part: str, attention: MultiHeadAttention, norm: nn.LayerNorm, weights: Tensor | None,
+               values: Tensor, residual: Tensor, output: Tensor) -> AttentionBlock:
+        """The sublayer as the terms its output sums (heed.nn.protocol.AttentionBlock); values
+        (batch, heads, k_len, d_k) as projected, weights (batch, heads, q_len, k_len). The layer
+        index is the stack's to fill in."""
+        assert weights is not None
+        return AttentionBlock(part, 0, weights, attention.head_outputs(values), attention.out_proj.bias, residual,
+                              None if self.pre else norm, output)
+
 
 class EncoderLayerOutput(NamedTuple):
     states: Tensor  # (batch, src_len, d_model)
@@ -137,12 +150,16 @@ class EncoderLayer(_Residual):
         self.feed_forward = FeedForward(d_model, ff_size, dropout, activation)
         self.feed_forward_norm = nn.LayerNorm(d_model)
 
-    def forward(self, x: Tensor, mask: Tensor, *, need_weights: bool = False) -> EncoderLayerOutput:
-        """x (batch, src_len, d_model), mask bool (batch, 1, 1, src_len), True = real token."""
-        h = self._input(x, self.self_attn_norm)
-        attended = self.self_attn.attend(*self.self_attn.project_all(h), mask, need_weights=need_weights)
-        x = self._output(x, attended.context, self.self_attn_norm)
-        return EncoderLayerOutput(self._feed_forward(x), attended.weights)
+    def forward(self, x: Tensor, mask: Tensor, *, need_weights: bool = False,
+                visit: Visit | None = None) -> EncoderLayerOutput:
+        """x (batch, src_len, d_model), mask bool (batch, 1, 1, src_len), True = real token; `visit`
+        is shown the self-attention as an AttentionBlock."""
+        q, k, v = self.self_attn.project_all(self._input(x, self.self_attn_norm))
+        attended = self.self_attn.attend(q, k, v, mask, need_weights=need_weights or visit is not None)
+        out = self._output(x, attended.context, self.self_attn_norm)
+        if visit is not None:
+            visit(self._block("encoder", self.self_attn, self.self_attn_norm, attended.weights, v, x, out))
+        return EncoderLayerOutput(self._feed_forward(out), attended.weights if need_weights else None)
 
 
 class DecoderLayerOutput(NamedTuple):
@@ -167,21 +184,30 @@ class DecoderLayer(_Residual):
         self.feed_forward_norm = nn.LayerNorm(d_model)
 
     def forward(self, x: Tensor, memory: tuple[Tensor, Tensor], memory_mask: Tensor, *,
-                cache: tuple[Tensor, Tensor] | None = None, need_weights: bool = False) -> DecoderLayerOutput:
+                cache: tuple[Tensor, Tensor] | None = None, need_weights: bool = False,
+                visit: Visit | None = None) -> DecoderLayerOutput:
         """x (rows, q_len, d_model); memory: the cross-attention's keys and values, each
         (batch, heads, src_len, d_k), one copy per source, for rows = batch * group decoder rows;
         memory_mask bool (batch, 1, 1, src_len). Without `cache` the q_len positions are a whole
         target, each seeing itself and those before it (teacher forcing); with the cache (each
-        (rows, heads, steps, d_k), the keys and values of the steps before) they follow it."""
+        (rows, heads, steps, d_k), the keys and values of the steps before) they follow it. `visit`
+        (teacher forcing, group 1) is shown the self-attention and then the cross-attention as
+        AttentionBlocks."""
+        weighed = need_weights or visit is not None
         q, k, v = self.self_attn.project_all(self._input(x, self.self_attn_norm))
         if cache is not None:
             k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)  # (rows, heads, steps, d_k)
-        attended = self.self_attn.attend(q, k, v, causal=cache is None, need_weights=need_weights)
-        x = self._output(x, attended.context, self.self_attn_norm)
-        query = self.cross_attn.project_query(self._input(x, self.cross_attn_norm))
-        context, cross_weights = grouped_attend(self.cross_attn, query, memory, memory_mask, need_weights=need_weights)
-        x = self._output(x, context, self.cross_attn_norm)
-        return DecoderLayerOutput(self._feed_forward(x), (k, v), attended.weights, cross_weights)
+        attended = self.self_attn.attend(q, k, v, causal=cache is None, need_weights=weighed)
+        mid = self._output(x, attended.context, self.self_attn_norm)
+        query = self.cross_attn.project_query(self._input(mid, self.cross_attn_norm))
+        context, cross_weights = grouped_attend(self.cross_attn, query, memory, memory_mask, need_weights=weighed)
+        out = self._output(mid, context, self.cross_attn_norm)
+        if visit is not None:
+            visit(self._block("decoder", self.self_attn, self.self_attn_norm, attended.weights, v, x, mid))
+            visit(self._block("cross", self.cross_attn, self.cross_attn_norm, cross_weights, memory[1], mid, out))
+        if not need_weights:
+            return DecoderLayerOutput(self._feed_forward(out), (k, v), None, None)
+        return DecoderLayerOutput(self._feed_forward(out), (k, v), attended.weights, cross_weights)
 
 
 def grouped_attend(attention: MultiHeadAttention, q: Tensor, memory: tuple[Tensor, Tensor], mask: Tensor, *,

@@ -28,7 +28,7 @@ from heed.nn.layout import for_decoding
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.masks import lengths_to_mask
 from heed.nn.model_config import ModelConfig
-from heed.nn.protocol import AttentionMaps, Seq2SeqOutput, TensorState
+from heed.nn.protocol import AttentionBlock, AttentionMaps, Seq2SeqOutput, TensorState
 from heed.nn.transformer.layers import (
     Activation,
     DecoderLayer,
@@ -36,6 +36,7 @@ from heed.nn.transformer.layers import (
     NormPlace,
     PositionKind,
     SinusoidLayout,
+    Visit,
     make_positions,
 )
 from heed.plumbing.runtime import compile_function
@@ -174,16 +175,23 @@ class TransformerEncoder(_Stack):
     def __init__(self, **sizes: Any) -> None:
         super().__init__(EncoderLayer, **sizes)
 
-    def forward(self, src: Tensor, mask: Tensor, *, weights: list[Tensor] | None = None) -> Tensor:
+    def forward(self, src: Tensor, mask: Tensor, *, weights: list[Tensor] | None = None,
+                visit: Visit | None = None) -> Tensor:
         """src (batch, src_len), mask bool (batch, src_len) -> states (batch, src_len, d_model), zero
-        under padding; with `weights` (a list) each layer's (batch, heads, src_len, src_len) is appended."""
+        under padding; with `weights` (a list) each layer's (batch, heads, src_len, src_len) is appended;
+        `visit` is shown each layer's self-attention as an AttentionBlock."""
         x = self.embed(src, torch.arange(src.size(1), device=src.device))
         key_mask = mask[:, None, None, :]  # (batch, 1, 1, src_len)
-        for layer in self.layers:
-            x, w = layer(x, key_mask, need_weights=weights is not None)
+        for i, layer in enumerate(self.layers):
+            x, w = layer(x, key_mask, need_weights=weights is not None, visit=_numbered(visit, i))
             if weights is not None:
                 weights.append(w)
         return self.norm(x).masked_fill(~mask.unsqueeze(-1), 0.0)
+
+
+def _numbered(visit: Visit | None, layer: int) -> Visit | None:
+    """`visit` with the blocks of layer `layer` numbered so."""
+    return None if visit is None else (lambda block: visit(block._replace(layer=layer)))
 
 
 class TransformerDecoder(_Stack):
@@ -226,12 +234,14 @@ class TransformerSeq2Seq(nn.Module):
 
     # ------------------------------------------------------------------ search
 
-    def encode(self, src: Tensor, src_lengths: Tensor, *, weights: list[Tensor] | None = None) -> TransformerEncoded:
+    def encode(self, src: Tensor, src_lengths: Tensor, *, weights: list[Tensor] | None = None,
+               visit: Visit | None = None) -> TransformerEncoded:
         """src (batch, src_len), src_lengths (batch,) -> the source mask and every decoder
         layer's cross-attention keys and values, once per sentence; with `weights` (a list) each
-        encoder layer's self-attention (batch, heads, src_len, src_len) is appended."""
+        encoder layer's self-attention (batch, heads, src_len, src_len) is appended; `visit` is
+        shown each encoder layer's self-attention (heed.nn.protocol.AttentionBlock)."""
         mask = lengths_to_mask(src_lengths, src.size(1))
-        states = self.encoder(src, mask, weights=weights)
+        states = self.encoder(src, mask, weights=weights, visit=visit)
         memory = tuple(layer.cross_attn.project_memory(states) for layer in self.decoder.layers)
         return TransformerEncoded(mask, memory, src=src)
 
@@ -263,18 +273,22 @@ class TransformerSeq2Seq(nn.Module):
     # ------------------------------------------------------------------ teacher forcing
 
     def _decode_all(self, tgt_in: Tensor, enc: TransformerEncoded, *, need_attention: bool,
-                    weights: dict[str, list[Tensor]] | None = None,
-                    heads_of_layer: int | None = None) -> TransformerFeatures:
+                    weights: dict[str, list[Tensor]] | None = None, heads_of_layer: int | None = None,
+                    visit: Visit | None = None, states: list[Tensor] | None = None) -> TransformerFeatures:
         """tgt_in (batch, tgt_len) -> features (batch, tgt_len, d_model) after the final norm, the
         alignment layer's head-mean cross-attention (batch, tgt_len, src_len) when asked for, and
-        layer `heads_of_layer`'s every head (batch, heads, tgt_len, src_len) when one is named."""
+        layer `heads_of_layer`'s every head (batch, heads, tgt_len, src_len) when one is named;
+        `visit` is shown each layer's attention blocks, and `states` (a list) gets each layer's
+        output stream (batch, tgt_len, d_model)."""
         dec = self.decoder
         x = dec.embed(tgt_in, torch.arange(tgt_in.size(1), device=tgt_in.device))
         attention = layer_heads = None
         for i, layer in enumerate(dec.layers):
             need = weights is not None or (need_attention and i == self.alignment_layer) or i == heads_of_layer
-            out = layer(x, enc.memory[i], enc.memory_mask, need_weights=need)
+            out = layer(x, enc.memory[i], enc.memory_mask, need_weights=need, visit=_numbered(visit, i))
             x = out.states
+            if states is not None:
+                states.append(x)
             if weights is not None:
                 weights["decoder"].append(out.self_weights)
                 weights["cross"].append(out.cross_weights)
@@ -324,6 +338,23 @@ class TransformerSeq2Seq(nn.Module):
         weights: dict[str, list[Tensor]] = {"decoder": [], "cross": []}
         self._decode_all(tgt_in, self.encode(src, src_lengths), need_attention=False, weights=weights)
         return torch.stack(weights["cross"]).transpose(1, 2)
+
+    def attention_blocks(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
+                         visit: Callable[[AttentionBlock], None]) -> None:
+        """Teacher-forced: `visit` every attention sublayer, encoder layers first, then each decoder
+        layer's self- and cross-attention (heed.nn.protocol.ContributionModel)."""
+        self._decode_all(tgt_in, self.encode(src, src_lengths, visit=visit), need_attention=False, visit=visit)
+
+    def decoder_states(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced: the stream after each decoder layer, (layers, batch, tgt_len, d_model)."""
+        states: list[Tensor] = []
+        self._decode_all(tgt_in, self.encode(src, src_lengths), need_attention=False, states=states)
+        return torch.stack(states)
+
+    def read_out(self, states: Tensor) -> Tensor:
+        """(..., d_model) -> (..., vocab): the final norm (pre-norm; post-norm layers end normalised)
+        and the output layer, as the last layer's stream is read."""
+        return self.decoder.generator(self.decoder.norm(states))
 
     def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0, attention_layer: int | None = None) -> SeqLoss:
         """The label-smoothed cross-entropy summed over the real target tokens (heed.nn.loss); with
