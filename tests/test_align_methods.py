@@ -6,6 +6,7 @@ import json
 import re
 
 import numpy as np
+import torch
 import pytest
 from cli_helpers import assert_user_error, invoke
 
@@ -15,6 +16,7 @@ from heed.data.pharaoh import gold_pharaoh, parse_gold_pharaoh, read_gold_alignm
 from heed.data.units import char_token_index
 from heed.explain.align import AerCounts, agreement, alignment_error_rate, hard_alignment
 from heed.explain.align_methods import (
+    WEIGHTS,
     AlignOptions,
     UnitMaps,
     diagonal_alignment,
@@ -203,11 +205,17 @@ def test_sweep_scores_every_layer_and_head_and_the_default_reading_agrees(transf
     result = translator.align_sweep(src, tgt, sure, possible, tgt_units="chars")
     layers, heads = translator.model.head_grid
     assert result.grid("argmax").shape == (layers + 1, heads + 1) and result.sentences == 20
-    assert result.weights == ("attention", "value_norm")  # a Transformer gives value norms too
+    # a Transformer gives value norms and its contributions through the layers too
+    assert result.weights == ("attention", "value_norm", "rollout", "alti")
+    assert np.isnan(result.grid("argmax", "alti")[:, :heads]).all()  # rollout and ALTI+ mix the heads
+    assert not np.isnan(result.grid("argmax", "alti")[:, heads]).any()
     for options in (AlignOptions(tgt_units="chars"), AlignOptions(method="shift", layer=0, head=1, tgt_units="chars"),
                     AlignOptions(layer="mean", tgt_units="chars"),
                     AlignOptions(head=1, tgt_units="chars", weights="value_norm"),
-                    AlignOptions(method="shift", layer="mean", tgt_units="chars", weights="value_norm")):
+                    AlignOptions(method="shift", layer="mean", tgt_units="chars", weights="value_norm"),
+                    AlignOptions(tgt_units="chars", weights="alti"),
+                    AlignOptions(method="shift", layer=0, tgt_units="chars", weights="rollout"),
+                    AlignOptions(layer="mean", tgt_units="chars", weights="alti")):
         links = [set(a.links) for a in translator.align(src, tgt, options=options)]
         assert result.aer(options) == pytest.approx(alignment_error_rate(links, sure, possible))
     # the default reading is what align() gave before there were options: the reported attention
@@ -405,6 +413,39 @@ def test_align_weighs_attention_by_value_norms_on_a_transformer_and_refuses_it_e
                       "Transformer model directory")
 
 
+@pytest.mark.parametrize("weights, name", [("rollout", "rollout"), ("alti", "ALTI+")])
+def test_align_reads_contributions_through_the_layers(transformer_run, trained_run, gold_files, weights, name):
+    """--weights rollout / alti: the links are the argmax of each row's source contributions up to the
+    chosen layer (heed.explain.contributions), scored like any reading; a head is refused (they mix the
+    heads), and so is a model whose blocks cannot be read (an RNN)."""
+    from heed.api import Translator
+    from heed.data.batching import collate, specials_of
+    from heed.explain.contributions import contributions
+
+    files = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars",
+             "--gold", gold_files / "test.align"]
+    out = invoke("align", transformer_run, *files, "--weights", weights, "--layer", "0")
+    assert out.exit_code == 0, out.output
+    assert f"argmax, {name} up to decoder layer 0" in out.stderr and "AER = " in out.stderr
+    # the first pair's links by hand: each character's row of layer 0's normalised source share
+    translator = Translator.load(transformer_run)
+    src = (gold_files / "test.src").read_text(encoding="utf-8").splitlines()[0]
+    tgt = (gold_files / "test.tgt").read_text(encoding="utf-8").splitlines()[0]
+    s_ids, t_ids = translator.codec.src_ids(translator.codec.src_tokens(src)), translator.codec.tgt_ids(
+        translator.codec.tgt_tokens(tgt), [])
+    batch = collate([(s_ids, t_ids)], [0], specials_of(translator.model))
+    with torch.no_grad():
+        share = contributions(translator.model, batch.src, batch.src_lengths, batch.tgt_in, reading=weights)
+    rows = share.alignment()[0, 0, :len(t_ids), :len(s_ids)].numpy()  # (chars, src tokens), the row predicting each
+    words = translator.codec.src_tokenizer.word_ids(translator.codec.src_tokens(src))
+    expected = {(int(np.argmax([rows[j][[k for k, w in enumerate(words) if w == i]].sum()
+                                for i in range(len(src.split()))])), j) for j in range(len(tgt))}
+    assert set(parse_gold_pharaoh(out.stdout.splitlines()[0])[1]) == expected
+    assert_user_error(invoke("align", transformer_run, *files, "--weights", weights, "--head", "0"), name,
+                      "choose a layer, not a head")
+    assert_user_error(invoke("align", trained_run, *files, "--weights", weights), name, "Transformer model directory")
+
+
 def test_training_records_the_best_reading_on_the_dev_gold_and_heed_align_uses_it(tmp_path, tiny_config):
     """A Transformer trained on a task with gold: heed.json records the sweep's best reading on the
     dev pairs, beside the default reading's dev AER; `heed align` without reading flags uses it and
@@ -424,7 +465,7 @@ def test_training_records_the_best_reading_on_the_dev_gold_and_heed_align_uses_i
     train(config_from_dict(raw))
     reading = read_meta(tmp_path / "run" / "model")["alignment"]
     assert reading["units"] == "chars" and 0.0 <= reading["dev_aer"] <= reading["default_dev_aer"] <= 1.0
-    assert reading["weights"] in ("attention", "value_norm") and reading["method"] in ("argmax", "shift")
+    assert reading["weights"] in WEIGHTS and reading["method"] in ("argmax", "shift")
     translator = Translator.load(tmp_path / "run")
     assert translator.recorded_reading == reading
     src, tgt = ["3 March 1998", "le 4 mai 2001"], ["1998-03-03", "2001-05-04"]

@@ -564,7 +564,8 @@ def aer_grid(grids: dict[str, np.ndarray], *, diagonal: float | None = None, tit
     mean of the layers and the last column the mean of the heads (heed.explain.forced.SweepResult.grid).
 
     `grids`: `{reading: (layers + 1, heads + 1)}` in 0-1 ("argmax", "shift-att", "argmax, value
-    norms", ...; "shift" is shown as shift-att); cells are printed in %,
+    norms", ...; "shift" is shown as shift-att); cells are printed in %, NaN cells left blank (a
+    reading that mixes the heads has only the mean column),
     darker is better (lower). `diagonal`: the no-model baseline's AER, in every panel's title and
     the top of the colour scale (a cell as bright as it reads attention no better than the diagonal)."""
     if not grids:
@@ -575,13 +576,19 @@ def aer_grid(grids: dict[str, np.ndarray], *, diagonal: float | None = None, tit
     rows, cols = next(iter(shapes))
     family = _font_family()
     cell = 0.55
-    top = max([*(float(g.max()) for g in grids.values()), diagonal or 0.0, 1e-6])
-    fig = _new_figure(len(grids) * (cols * cell + 1.6) + 0.6, rows * cell + 1.5)
-    axes = fig.subplots(1, len(grids), squeeze=False)[0]
+    top = max([*(float(np.nanmax(g)) for g in grids.values()), diagonal or 0.0, 1e-6])
+    across = min(len(grids), 2 if len(grids) % 2 == 0 and len(grids) > 4 else 4)  # a row per weighting past 4
+    down = math.ceil(len(grids) / across)
+    fig = _new_figure(across * (cols * cell + 1.6) + 0.6, down * (rows * cell + 1.5))
+    axes = fig.subplots(down, across, squeeze=False).ravel()
+    for ax in axes[len(grids):]:
+        ax.set_visible(False)
     for ax, (method, grid) in zip(axes, grids.items()):
         ax.imshow(grid, cmap="viridis", vmin=0.0, vmax=top, aspect="equal")
         for r in range(rows):
             for c in range(cols):
+                if np.isnan(grid[r, c]):  # a reading with no head of its own (rollout, ALTI+)
+                    continue
                 ax.text(c, r, f"{100 * grid[r, c]:.0f}", ha="center", va="center", fontsize=7,
                         color="white" if grid[r, c] < 0.6 * top else "black", fontfamily=family)
         ax.set_xticks(range(cols), [*map(str, range(cols - 1)), "mean"], fontsize=8, fontfamily=family)
@@ -589,7 +596,7 @@ def aer_grid(grids: dict[str, np.ndarray], *, diagonal: float | None = None, tit
         ax.set_xlabel("head", fontfamily=family)
         ax.set_ylabel("decoder layer", fontfamily=family)
         name = "shift-att" if method == "shift" else method
-        best = f"best {100 * grid.min():.1f}"
+        best = f"best {100 * np.nanmin(grid):.1f}"
         base = f", diagonal {100 * diagonal:.1f}" if diagonal is not None else ""
         ax.set_title(f"{title} % ({name})\n{best}{base}", fontsize=9, fontfamily=family)
     return fig

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -230,6 +231,13 @@ class AlignMethod(str, enum.Enum):
 class AlignWeights(str, enum.Enum):
     attention = "attention"
     value_norm = "value-norm"
+    rollout = "rollout"
+    alti = "alti"
+
+    @property
+    def reading(self) -> str:
+        """The name heed.explain.align_methods.AlignOptions.weights takes."""
+        return self.value.replace("-", "_")
 
 
 class AlignUnits(str, enum.Enum):
@@ -247,9 +255,12 @@ METHOD_OPTION = typer.Option(None, "--method", help="argmax: link each target wo
                              "shift: by the step that reads it as input (shift-att, Chen et al. 2020). Default: "
                              "argmax, or the reading training found best on its dev gold.")
 WEIGHTS_OPTION = typer.Option(None, "--weights", help="attention: the weights as they are; value-norm: each weight "
-                              "times the norm of what its source word adds through its head (Kobayashi et al. 2020), "
-                              "a reading of contributions (a Transformer model directory). Default: attention, or the "
-                              "reading training found best on its dev gold.")
+                              "times the norm of what its source word adds through its head (Kobayashi et al. 2020); "
+                              "rollout: attention rolled out through every layer with the residual (Abnar & Zuidema "
+                              "2020); alti: ALTI+, each source token's contribution through every layer (Ferrando et "
+                              "al. 2022). All but attention read contributions and need a Transformer model "
+                              "directory; rollout and alti mix the heads (--layer, no --head). Default: attention, or "
+                              "the reading training found best on its dev gold.")
 SYMMETRIZE_OPTION = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="With --reverse: keep links both "
                                  "agree on (intersect), either has (union), or grow-diag-final-and (Koehn et al. 2005).")
 
@@ -348,7 +359,7 @@ def _align_options(method: Optional[AlignMethod], layer: Optional[str], head: Op
     try:
         options = AlignOptions(method=(method or AlignMethod.argmax).value, layer=parse_index(layer, "--layer"),
                                head=parse_index(head, "--head", several=True), tgt_units=tgt_units.value,
-                               weights="value_norm" if weights is AlignWeights.value_norm else "attention")
+                               weights=(weights or AlignWeights.attention).reading)
     except ValueError as e:
         raise HeedError(str(e)) from None
     if sweep_all and gold is None:
@@ -641,11 +652,12 @@ def _print_sweep(result: Any, plot: Path, sentences: int) -> None:
     means), the best reading, the diagonal, and the heatmap."""
     from rich.table import Table
 
-    from heed.explain.align_methods import METHODS, AlignOptions
+    from heed.explain.align_methods import METHODS, WEIGHT_NAMES, AlignOptions
     from heed.viz import aer_grid, save_figure
 
     console = Console(highlight=False, soft_wrap=True)
-    grids = {("shift-att" if method == "shift" else method) + (", value norms" if weights == "value_norm" else ""):
+    grids = {("shift-att" if method == "shift" else method) + ("" if weights == "attention" else
+                                                                f", {WEIGHT_NAMES[weights]}"):
              result.grid(method, weights) for weights in result.weights for method in METHODS}
     one = result.layers == result.heads == 1
     for name, grid in grids.items():
@@ -658,7 +670,8 @@ def _print_sweep(result: Any, plot: Path, sentences: int) -> None:
             table.add_column(f"head {h}", justify="right")
         table.add_column("mean", justify="right")
         for r in range(result.layers + 1):
-            table.add_row("mean" if r == result.layers else str(r), *(f"{100 * v:.1f}" for v in grid[r]))
+            table.add_row("mean" if r == result.layers else str(r),
+                          *("-" if math.isnan(v) else f"{100 * v:.1f}" for v in grid[r]))
         console.print(table)
     if not one:
         best, best_aer = result.best()

@@ -36,8 +36,13 @@ from heed.data.units import Units, char_token_index
 from heed.explain.align import Link, source_word_sum, target_word_mean
 
 Method = Literal["argmax", "shift"]
-Weights = Literal["attention", "value_norm"]
-WEIGHTS: tuple[Weights, ...] = ("attention", "value_norm")
+Weights = Literal["attention", "value_norm", "rollout", "alti"]
+WEIGHTS: tuple[Weights, ...] = ("attention", "value_norm", "rollout", "alti")
+# Readings of what every head of every earlier layer contributed (heed.explain.contributions): one
+# per decoder layer, all heads mixed, so no head of their own to choose.
+THROUGH_LAYERS: tuple[Weights, ...] = ("rollout", "alti")
+WEIGHT_NAMES: dict[Weights, str] = {"attention": "attention", "value_norm": "value norms", "rollout": "rollout",
+                                    "alti": "ALTI+"}
 Symmetrize = Literal["intersect", "union", "grow-diag-final"]
 METHODS: tuple[Method, ...] = ("argmax", "shift")
 SYMMETRIZE: tuple[Symmetrize, ...] = ("intersect", "union", "grow-diag-final")
@@ -54,7 +59,10 @@ class AlignOptions:
              or None / "mean" for the mean of the layer's heads
     weights: "attention" (the weights as they are) or "value_norm": each weight times the norm of
              what its source position adds through its head (Kobayashi et al. 2020), a reading of
-             contributions, not of weights; the heads' mean then favours the heads that move more
+             contributions, not of weights; the heads' mean then favours the heads that move more;
+             "rollout" (Abnar & Zuidema 2020) or "alti" (ALTI+, Ferrando et al. 2022): what each
+             source token contributed to the prediction through every layer up to `layer`, all
+             heads mixed (heed.explain.contributions), so `head` must be left unset
     """
 
     method: Method = "argmax"
@@ -70,6 +78,9 @@ class AlignOptions:
             raise ValueError(f"tgt_units must be 'words' or 'chars', got {self.tgt_units!r}")
         if self.weights not in WEIGHTS:
             raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
+        if self.weights in THROUGH_LAYERS and self.head not in (None, MEAN):
+            raise ValueError(f"{WEIGHT_NAMES[self.weights]} mixes every head of every layer; choose a layer, not "
+                             f"a head (got head {self.head!r})")
         if self.layer not in (None, MEAN) and not _is_index(self.layer):
             raise ValueError(f"layer must be a 0-based index or 'mean', got {self.layer!r}")
         if isinstance(self.head, tuple):
@@ -86,8 +97,12 @@ class AlignOptions:
     def describe(self, head_grid: tuple[int, int] | None = None) -> str:
         """'shift-att, layer 2, head 0' style, for tables and messages; with a model's (layers,
         heads) of (1, 1) (an RNN) just the method and 'the attention'."""
-        weighed = ", weighed by value norms" if self.weights == "value_norm" else ""
         method = "shift-att" if self.method == "shift" else "argmax"
+        if self.weights in THROUGH_LAYERS:
+            layer = ("the last decoder layer" if self.layer is None else "each decoder layer's, averaged"
+                     if self.layer == MEAN else f"up to decoder layer {self.layer}")
+            return f"{method}, {WEIGHT_NAMES[self.weights]} {layer}"
+        weighed = ", weighed by value norms" if self.weights == "value_norm" else ""
         if head_grid == (1, 1):
             return f"{method}, the attention{weighed}"
         return f"{method}, {self.selection()}{weighed}"

@@ -25,6 +25,8 @@ from heed.explain.align import AerCounts, Link, hard_alignment
 from heed.explain.align_methods import (
     MEAN,
     METHODS,
+    THROUGH_LAYERS,
+    WEIGHT_NAMES,
     AlignOptions,
     Method,
     UnitMaps,
@@ -33,7 +35,8 @@ from heed.explain.align_methods import (
     method_rows,
     select_attention,
 )
-from heed.nn.protocol import HeadsModel, ValueNormModel
+from heed.explain.contributions import contributions
+from heed.nn.protocol import ContributionModel, HeadsModel, ValueNormModel
 
 
 @dataclass(frozen=True)
@@ -57,21 +60,18 @@ def attention_shape(model: Any) -> tuple[int, int, int]:
 
 
 def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_texts: Sequence[str], *,
-                     device: torch.device, batch_size: int, heads: bool, value_norms: bool = False,
+                     device: torch.device, batch_size: int, heads: bool, weights: Weights = "attention",
                      context: Callable[[], Any] | None = None) -> Iterator[tuple[int, ForcedPair | None]]:
     """(k, ForcedPair) for every pair k, in input order within each batch of longest sources; None
     for a pair with an empty side (nothing to align; the model is not run for it).
 
     heads: every layer's every head (the model must be a heed.nn.protocol.HeadsModel); else the
     attention the model reports (its alignment layer, heads averaged) as (1, 1, ...).
-    value_norms (with heads): each weight times the norm of its source position's value vector
-    through its head (heed.nn.protocol.ValueNormModel; Kobayashi et al. 2020)."""
-    if heads and not isinstance(model, HeadsModel):
-        raise ValueError("this model gives only its averaged attention (an ensemble or an exported model); "
-                         "choosing a layer or a head needs a PyTorch model directory")
-    if value_norms and not (heads and isinstance(model, ValueNormModel)):
-        raise ValueError("weighing attention by value norms needs each head's value vectors, which a Transformer "
-                         "model directory gives (an RNN's attention, an ensemble or an export does not)")
+    weights (with heads): "value_norm" weighs each weight by the norm of its source position's
+    value vector through its head (heed.nn.protocol.ValueNormModel; Kobayashi et al. 2020);
+    "rollout" and "alti" give each decoder layer's source contributions instead, normalised per row
+    (heed.explain.contributions; heed.nn.protocol.ContributionModel), as (layers, 1, ...)."""
+    check_weights(model, weights, heads=heads)
     src_tokens = [codec.src_tokens(t) for t in src_texts]
     tgt_tokens = [codec.tgt_tokens(t) for t in tgt_texts]
     examples = [(codec.src_ids(s), codec.tgt_ids(t, s)) for s, t in zip(src_tokens, tgt_tokens)]
@@ -83,9 +83,12 @@ def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_tex
         group = todo[start : start + batch_size]
         batch = collate([examples[k] for k in group], group, specials_of(model)).to(device)
         with torch.inference_mode(), (context() if context else contextlib.nullcontext()):
-            if heads:
+            if weights in THROUGH_LAYERS:
+                shares = contributions(model, batch.src, batch.src_lengths, batch.tgt_in, reading=weights)  # type: ignore[arg-type]
+                stack = shares.alignment()[:, None]  # (L, 1, B, T+1, S+1)
+            elif heads:
                 stack = model.attention_heads(batch.src, batch.src_lengths, batch.tgt_in)  # (L, H, B, T+1, S+1)
-                if value_norms:
+                if weights == "value_norm":
                     stack = stack * model.value_norms(batch.src, batch.src_lengths)[:, :, :, None, :]
             else:
                 weights = model(batch.src, batch.src_lengths, batch.tgt_in).attention  # (B, T+1, S+1)
@@ -95,6 +98,20 @@ def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_tex
         for row, k in enumerate(group):
             n_src, n_tgt = len(examples[k][0]), len(examples[k][1])
             yield k, ForcedPair(src_tokens[k], tgt_tokens[k], stack[:, :, row, : n_tgt + 1, :n_src])
+
+
+def check_weights(model: Any, weights: Weights, *, heads: bool = True) -> None:
+    """ValueError saying which model a reading needs, when `model` cannot give `weights`."""
+    if heads and not isinstance(model, HeadsModel):
+        raise ValueError("this model gives only its averaged attention (an ensemble or an exported model); "
+                         "choosing a layer or a head needs a PyTorch model directory")
+    if weights == "value_norm" and not (heads and isinstance(model, ValueNormModel)):
+        raise ValueError("weighing attention by value norms needs each head's value vectors, which a Transformer "
+                         "model directory gives (an RNN's attention, an ensemble or an export does not)")
+    if weights in THROUGH_LAYERS and not (heads and isinstance(model, ContributionModel)):
+        raise ValueError(f"{WEIGHT_NAMES[weights]} reads every attention block of the encoder and the decoder, which "
+                         "a Transformer model directory gives (an RNN's one attention, an ensemble or an export "
+                         "does not)")
 
 
 def links_of(pair: ForcedPair, maps: UnitMaps, options: AlignOptions, default_layer: int) -> tuple[np.ndarray, list[Link]]:
@@ -108,9 +125,10 @@ class SweepResult:
     """AER of every way of reading links, over one gold set.
 
     counts: AerCounts of every reading, by (weights, method, layer, head); `weights` holds
-            "attention", and "value_norm" for a model that gives value norms (a Transformer)
+            "attention", and for a Transformer "value_norm", "rollout" and "alti" too (the last two
+            mix the heads: only their head "mean")
     grid(method, weights): (layers + 1, heads + 1) AER, the last row the mean of all layers, the
-            last column the mean of the heads
+            last column the mean of the heads (NaN where a reading has no such head)
     diagonal: AerCounts of the diagonal baseline"""
 
     layers: int
@@ -125,19 +143,25 @@ class SweepResult:
     def head_grid(self) -> tuple[int, int]:
         return self.layers, self.heads
 
+    def heads_of(self, weights: Weights) -> list[int | str]:
+        """The head keys `weights` is read by: every head and their mean, or only the mean."""
+        return [MEAN] if weights in THROUGH_LAYERS else [*range(self.heads), MEAN]
+
     def readings(self) -> Iterator[tuple[Weights, Method, int | str, int | str]]:
         for weights in self.weights:
             for method in METHODS:
                 for layer in [*range(self.layers), MEAN]:
-                    for head in [*range(self.heads), MEAN]:
+                    for head in self.heads_of(weights):
                         yield weights, method, layer, head
 
     def grid(self, method: Method, weights: Weights = "attention") -> np.ndarray:
-        """(layers + 1, heads + 1) AER for `method` on `weights`; the last row/column are the means."""
-        out = np.zeros((self.layers + 1, self.heads + 1))
+        """(layers + 1, heads + 1) AER for `method` on `weights`; the last row/column are the means,
+        NaN for a head `weights` has no reading of."""
+        out = np.full((self.layers + 1, self.heads + 1), np.nan)
         for r, layer in enumerate([*range(self.layers), MEAN]):
             for c, head in enumerate([*range(self.heads), MEAN]):
-                out[r, c] = self.counts[(weights, method, layer, head)].aer
+                if (weights, method, layer, head) in self.counts:
+                    out[r, c] = self.counts[(weights, method, layer, head)].aer
         return out
 
     def best(self) -> tuple[AlignOptions, float]:
@@ -156,19 +180,18 @@ class SweepResult:
 def sweep(model: Any, codec: Codec, src_texts: Sequence[str], tgt_texts: Sequence[str],
           sure: Sequence[set[Link]], possible: Sequence[set[Link]], *, units: Units, device: torch.device,
           batch_size: int, context: Callable[[], Any] | None = None) -> SweepResult:
-    """AER for every weighting (the weights, and value norms where the model gives them) x method x
-    layer (and their mean) x head (and their mean), and the diagonal. Each weighting is one
-    teacher-forced pass over the pairs."""
+    """AER for every weighting (the weights, and value norms, rollout and ALTI+ where the model gives
+    them) x method x layer (and their mean) x head (and their mean), and the diagonal. Each
+    weighting is one teacher-forced pass over the pairs."""
     layers, heads, default_layer = attention_shape(model)
     heads_model = isinstance(model, HeadsModel)
-    weights: tuple[Weights, ...] = ("attention", "value_norm") if heads_model and isinstance(
-        model, ValueNormModel) else ("attention",)
+    weights = sweep_weights(model)
     result = SweepResult(layers, heads, default_layer, weights)
     for key in result.readings():
         result.counts[key] = AerCounts()
     for weighting in weights:
         for k, pair in forced_attention(model, codec, src_texts, tgt_texts, device=device, batch_size=batch_size,
-                                        heads=heads_model, value_norms=weighting == "value_norm", context=context):
+                                        heads=heads_model, weights=weighting, context=context):
             maps = None if pair is None else pair.unit_maps(codec, tgt_texts[k], units)
             if weighting == weights[0]:
                 result.sentences += 1
@@ -177,6 +200,16 @@ def sweep(model: Any, codec: Codec, src_texts: Sequence[str], tgt_texts: Sequenc
                                     possible[k])
             _count_readings(result, weighting, pair, maps, sure[k], possible[k])
     return result
+
+
+def sweep_weights(model: Any) -> tuple[Weights, ...]:
+    """The weightings a sweep reads `model` by: the attention, and what else it gives."""
+    out: list[Weights] = ["attention"]
+    if isinstance(model, HeadsModel) and isinstance(model, ValueNormModel):
+        out.append("value_norm")
+    if isinstance(model, HeadsModel) and isinstance(model, ContributionModel):
+        out.extend(THROUGH_LAYERS)
+    return tuple(out)
 
 
 def _count_readings(result: SweepResult, weights: Weights, pair: ForcedPair | None, maps: UnitMaps | None,
@@ -192,7 +225,8 @@ def _count_readings(result: SweepResult, weights: Weights, pair: ForcedPair | No
         by_layer = np.concatenate([rows, rows.mean(axis=0, keepdims=True)])  # + all layers' mean
         full = np.concatenate([by_layer, by_layer.mean(axis=1, keepdims=True)], axis=1)  # + heads' mean
         for r, layer in enumerate([*range(result.layers), MEAN]):
-            for c, head in enumerate([*range(result.heads), MEAN]):
+            for head in result.heads_of(weights):
+                c = -1 if head == MEAN else int(head)
                 result.counts[(weights, method, layer, head)].add(hard_alignment(full[r, c]), sure, possible)
 
 
@@ -207,7 +241,7 @@ def corpus_aer(model: Any, codec: Codec, pairs: Sequence[Pair], gold: DevGold, *
     default_layer = attention_shape(model)[2] if heads else 0
     counts = AerCounts()
     for k, pair in forced_attention(model, codec, [p.src for p in pairs], [p.tgt for p in pairs], device=device,
-                                    batch_size=64, heads=heads, value_norms=options.weights == "value_norm"):
+                                    batch_size=64, heads=heads, weights=options.weights):
         links = [] if pair is None else links_of(pair, pair.unit_maps(codec, pairs[k].tgt, gold.units), options,
                                                  default_layer)[1]
         counts.add(links, gold.sure[k], gold.possible[k])

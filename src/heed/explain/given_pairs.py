@@ -65,7 +65,7 @@ def align_pairs(
             device=translator.device,
             batch_size=batch_size,
             heads=heads,
-            value_norms=options.weights == "value_norm",
+            weights=options.weights,
             context=translator._precision,
         ):
             src_words, tgt_words = normalize(src_texts[k]).split(), normalize(tgt_texts[k]).split()
