@@ -269,3 +269,40 @@ def test_each_attention_block_is_the_sum_of_its_terms(norm):
         assert b.output == pytest.approx(expected, abs=1e-12), (b.part, b.layer)
         assert (b.norm is None) == (norm == "pre")
     assert read == pytest.approx(logits, abs=1e-12)  # the logit lens at the last layer is the output
+
+
+# ----------------------------------------------------------------------------- through a Translator
+
+
+def test_source_share_and_the_logit_lens_of_a_trained_transformer(transformer_run):
+    """Translator.source_share gives each prediction's ALTI+ source share (its row of the last layer's
+    contributions), the sentence's the mean; Translator.logit_lens at the last layer is the model's
+    own distribution: the top token its argmax, the real token's probability its probability."""
+    from heed.api import Translator
+    from heed.data.batching import collate, specials_of
+
+    translator = Translator.load(transformer_run)
+    sources = ["3 mars 1998", "le 12 juin 2004"]
+    outputs = translator.translate(sources)
+    shares = translator.source_share(sources)
+    lenses = translator.logit_lens(sources, top=3)
+    for k, (out, share, lensed) in enumerate(zip(outputs, shares, lenses)):
+        assert share.tgt_tokens == out.tokens == lensed.tgt_tokens
+        t, s = len(out.tokens) + 1, len(out.src_tokens) + 1
+        assert share.source.shape == (t, s) and share.prefix.shape == (t, t) and share.per_token.shape == (t,)
+        assert share.per_token + share.prefix.sum(1) == pytest.approx(torch.ones(t).numpy(), abs=1e-5)
+        assert share.sentence == pytest.approx(share.per_token.mean())
+        ids = translator.codec.src_ids(out.src_tokens), translator.codec.tgt_ids(out.tokens, out.src_tokens)
+        batch = collate([ids], [0], specials_of(translator.model))
+        with torch.no_grad():
+            log_probs = torch.log_softmax(translator.model(batch.src, batch.src_lengths, batch.tgt_in).logits, -1)[0]
+        gold = log_probs.gather(-1, batch.tgt_out[0, :, None])[:, 0].exp().numpy()
+        assert lensed.target_probs[-1] == pytest.approx(gold, abs=1e-5)
+        vocab = translator.codec.tgt_vocab
+        assert [row[0] for row in lensed.top_tokens[-1]] == [vocab.lookup(int(i)) for i in log_probs.argmax(-1)]
+        assert lensed.top_probs[-1, :, 0] == pytest.approx(log_probs.max(-1).values.exp().numpy(), abs=1e-5)
+        assert lensed.top_probs.shape == (translator.model.layers, t, 3)
+        ranks = (log_probs > log_probs.gather(-1, batch.tgt_out[0, :, None])).sum(-1).numpy()
+        assert lensed.target_ranks[-1].tolist() == ranks.tolist()
+    given = translator.source_share(sources, [o.text for o in outputs])
+    assert given[0].per_token == pytest.approx(shares[0].per_token)

@@ -62,7 +62,9 @@ from heed.plumbing.runtime import check_bf16, limit_onednn_cache, resolve_device
 from heed.search import BeamTree, DecodeConfig, Decoded, translate_ids
 
 if TYPE_CHECKING:
-    from heed.explain.attribution import Attribution, AttributionMethod
+    from heed.explain.attribution import Attribution, AttributionMethod, Contrast
+    from heed.explain.contributions import Reading, SourceShare
+    from heed.explain.logit_lens import LogitLens
     from heed.export.ort import OrtSeq2Seq
 
 EOS_TOKEN = SPECIALS[EOS]
@@ -646,6 +648,31 @@ class Translator:
         from heed.explain.given_pairs import attribute
 
         return attribute(self, src_texts, tgt_texts, method=method, steps=steps)
+
+    def contrast(self, src_texts: Sequence[str], contrasts: Sequence[str | Sequence[str]],
+                 tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
+                 method: "AttributionMethod" = "integrated_gradients", steps: int = 50) -> list["Contrast"]:
+        """Why this output and not `contrasts[k]`: each source token's attribution to the difference
+        of the two outputs' log-probabilities (heed.explain.given_pairs.contrast; Captum)."""
+        from heed.explain.given_pairs import contrast
+
+        return contrast(self, src_texts, contrasts, tgt_texts, method=method, steps=steps)
+
+    def source_share(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
+                     reading: "Reading" = "alti", batch_size: int = 64) -> list["SourceShare"]:
+        """Each prediction's source share against its target-prefix share, by ALTI+ (or rollout) at the
+        last decoder layer (heed.explain.given_pairs.source_shares); a Transformer model directory."""
+        from heed.explain.given_pairs import source_shares
+
+        return source_shares(self, src_texts, tgt_texts, reading=reading, batch_size=batch_size)
+
+    def logit_lens(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
+                   top: int = 5) -> list["LogitLens"]:
+        """Each decoder layer's likeliest tokens at every output position, read through the output
+        layer (heed.explain.given_pairs.logit_lens); a Transformer model directory."""
+        from heed.explain.given_pairs import logit_lens
+
+        return logit_lens(self, src_texts, tgt_texts, top=top)
 
     def forced_pairs(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
                      empty: str) -> tuple[list[list[str]], list[list[str]], list[tuple[list[int], list[int]]]]:

@@ -211,4 +211,92 @@ def attribute_ids(model: Any, src_ids: list[int], tgt_ids: list[int], *, method:
     return source, prefix, scores.double().cpu().numpy(), delta, attention
 
 
-__all__ = ["BASELINE", "METHODS", "Attribution", "AttributionMethod", "EmbeddingSwap", "attribute_ids", "spearman"]
+@dataclass(frozen=True)
+class Contrast:
+    """Why the model gives one output and not another (contrastive attribution; Yin & Neubig 2022
+    contrast one token, this the whole outputs): the attribution of each source token to
+
+        f = log p(output | source) - log p(contrast | source)
+
+    each output read by teacher forcing, the decoder inputs held at their embeddings (only the
+    source moves between baseline and input, so the attributions explain the source's part).
+
+    src_tokens:       the source tokens (without </s>); `source`'s entries are these, then </s>
+    output_tokens:    the output explained (without </s>)
+    contrast_tokens:  the alternative (without </s>)
+    source:           (len(src_tokens) + 1,) each source token's attribution to f; positive: it
+                      pushed the model towards `output` and away from `contrast`
+    log_prob_output, log_prob_contrast: the two sentences' log-probabilities (</s> included); their
+                      difference is f at the input
+    delta:            integrated gradients' completeness gap, sum(source) - (f(input) - f(baseline));
+                      None for gradient x input
+    """
+
+    src_tokens: list[str]
+    output_tokens: list[str]
+    contrast_tokens: list[str]
+    method: AttributionMethod
+    steps: int | None
+    source: np.ndarray
+    log_prob_output: float
+    log_prob_contrast: float
+    delta: float | None
+
+    @property
+    def difference(self) -> float:
+        """f at the input: how much likelier (in nats) the output is than the contrast."""
+        return self.log_prob_output - self.log_prob_contrast
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"src_tokens": self.src_tokens, "output_tokens": self.output_tokens,
+                "contrast_tokens": self.contrast_tokens, "method": self.method, "steps": self.steps,
+                "baseline": BASELINE, "source": self.source.tolist(), "log_prob_output": self.log_prob_output,
+                "log_prob_contrast": self.log_prob_contrast, "difference": self.difference, "delta": self.delta}
+
+
+def contrast_ids(model: Any, src_ids: list[int], output_ids: list[int], contrast: list[int], *,
+                 method: AttributionMethod, steps: int,
+                 device: torch.device) -> tuple[np.ndarray, float, float, float | None]:
+    """One source's contrastive attribution (Contrast): (source (S+1,), log p(output), log p(contrast),
+    delta or None). `model` is an AttributableModel in eval mode; the ids are without specials."""
+    attr = captum()
+    swap = EmbeddingSwap(model)
+    specials = specials_of(model)
+    sides = []
+    for ids in (output_ids, contrast):
+        batch = collate([(src_ids, ids)], [0], specials).to(device)
+        with torch.no_grad(), swap.run() as read:
+            model(batch.src, batch.src_lengths, batch.tgt_in, need_attention=False)
+        sides.append((batch, read["target"].detach()))
+    source = read["source"].detach().requires_grad_()  # (1, S+1, dim): the same source both times
+
+    def difference(points: Tensor) -> Tensor:
+        """(n, S+1, dim) source embeddings -> (n,) log p(output) - log p(contrast)."""
+        n = points.size(0)
+        total = points.new_zeros(n)
+        for sign, (batch, target) in zip((1.0, -1.0), sides):
+            with swap.run((points, target.expand(n, -1, -1))):
+                logits = model(batch.src.expand(n, -1), batch.src_lengths.expand(n), batch.tgt_in.expand(n, -1),
+                               need_attention=False).logits
+            gold = batch.tgt_out.expand(n, -1).unsqueeze(-1)
+            total = total + sign * torch.log_softmax(logits, dim=-1).gather(-1, gold).squeeze(-1).sum(-1)
+        return total
+
+    with torch.no_grad():
+        log_probs = []
+        for batch, target in sides:
+            with swap.run((source, target)):
+                logits = model(batch.src, batch.src_lengths, batch.tgt_in, need_attention=False).logits
+            log_probs.append(float(torch.log_softmax(logits, -1).gather(-1, batch.tgt_out.unsqueeze(-1)).sum()))
+    with torch.enable_grad():
+        if method == "integrated_gradients":
+            attributions, gap = attr.IntegratedGradients(difference).attribute(
+                source, baselines=torch.zeros_like(source), n_steps=steps, return_convergence_delta=True)
+            delta: float | None = float(gap.sum())
+        else:
+            attributions, delta = attr.InputXGradient(difference).attribute(source), None
+    return attributions[0].detach().sum(-1).double().cpu().numpy(), log_probs[0], log_probs[1], delta
+
+
+__all__ = ["BASELINE", "METHODS", "Attribution", "AttributionMethod", "Contrast", "EmbeddingSwap", "attribute_ids",
+           "contrast_ids", "spearman"]

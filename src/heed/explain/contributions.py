@@ -31,8 +31,10 @@ sum_j D_s[i, j] is the row's **source share** (Xu et al. 2023 flag hallucination
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, NamedTuple, get_args
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, get_args
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -175,4 +177,38 @@ def contributions(model: ContributionModel, src: Tensor, src_lengths: Tensor, tg
                          streams.encoder)
 
 
-__all__ = ["READINGS", "Contributions", "Mixing", "Reading", "alti_mixing", "contributions", "rollout_mixing"]
+@dataclass(frozen=True)
+class SourceShare:
+    """One sentence pair's ALTI+ reading at the last decoder layer: how much of each prediction came
+    from the source, and how much from the output so far (the target prefix).
+
+    src_tokens: the source tokens (without </s>); `source`'s columns are these, then </s>
+    tgt_tokens: the output tokens (without </s>); rows are these, then </s>
+    per_token:  (len(tgt_tokens) + 1,) each prediction's source share, 0 to 1 (the rest is the
+                target prefix's)
+    source:     (len(tgt_tokens) + 1, len(src_tokens) + 1) each source token's share of each
+                prediction (rows sum to per_token)
+    prefix:     (len(tgt_tokens) + 1, len(tgt_tokens) + 1) each decoder input's (<s>, then the
+                output) share; row i reads columns 0..i
+    reading:    "alti" (ALTI+) or "rollout"
+    """
+
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    per_token: np.ndarray
+    source: np.ndarray
+    prefix: np.ndarray
+    reading: Reading = "alti"
+
+    @property
+    def sentence(self) -> float:
+        """The sentence's source share: the mean over its predictions, </s> included."""
+        return float(self.per_token.mean())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"src_tokens": self.src_tokens, "tgt_tokens": self.tgt_tokens, "reading": self.reading,
+                "source_share": self.sentence, "per_token": self.per_token.tolist(), "source": self.source.tolist(),
+                "prefix": self.prefix.tolist()}
+
+
+__all__ = ["READINGS", "SourceShare", "Contributions", "Mixing", "Reading", "alti_mixing", "contributions", "rollout_mixing"]

@@ -25,7 +25,11 @@ from heed.explain.forced import SweepResult, attention_shape, forced_attention, 
 from heed.nn.protocol import AttributableModel, HeadsModel, SelfAttentionModel
 
 if TYPE_CHECKING:
-    from heed.explain.attribution import Attribution, AttributionMethod
+    from heed.explain.attribution import Attribution, AttributionMethod, Contrast
+    from heed.explain.contributions import Reading, SourceShare
+    from heed.explain.logit_lens import LogitLens
+
+LENS_BATCH = 8  # sentences a logit-lens pass reads at once: each layer's logits are (batch, tgt_len, vocab)
 
 
 def align_pairs(
@@ -281,6 +285,146 @@ def attribute(
                 delta,
             )
         )
+    return out
+
+
+def _own_or_given(translator: Translator, src_texts: Sequence[str],
+                  tgt_texts: Sequence[str | Sequence[str]] | None) -> Sequence[str | Sequence[str]]:
+    """The translations to read: `tgt_texts` (one per source), or the model's own (as tokens)."""
+    if isinstance(src_texts, str) or isinstance(tgt_texts, str):
+        raise TypeError("this takes lists of sentences; wrap a single one in a list")
+    _check_texts(src_texts, "src_texts")
+    if tgt_texts is None:
+        return [t.tokens for t in translator.translate(src_texts)]
+    if len(tgt_texts) != len(src_texts):
+        raise HeedError(
+            f"{len(src_texts)} source sentences but {len(tgt_texts)} translations; give one translation per source"
+        )
+    return tgt_texts
+
+
+def _needs_contributions(translator: Translator, what: str) -> None:
+    from heed.nn.protocol import ContributionModel
+
+    if not isinstance(translator.model, ContributionModel):
+        raise HeedError(f"{what} reads every attention block of the encoder and the decoder, which a Transformer "
+                        "model directory gives (an RNN, an ensemble or an exported model does not)")
+
+
+def source_shares(
+    translator: Translator,
+    src_texts: Sequence[str],
+    tgt_texts: Sequence[str | Sequence[str]] | None = None,
+    *,
+    reading: "Reading" = "alti",
+    batch_size: int = 64,
+) -> list["SourceShare"]:
+    """Each prediction's source share against its target-prefix share at the last decoder layer
+    (heed.explain.contributions: ALTI+, or rollout), while the model reads `tgt_texts[k]` (a text,
+    or its tokens; default: its own translation) as its output for `src_texts[k]`. A low share
+    marks a token produced mostly from the output so far rather than from the source (Xu et al.
+    2023 flag hallucinations so). A Transformer model directory only."""
+    from heed.explain.contributions import READINGS, SourceShare, contributions
+
+    if reading not in READINGS:
+        raise HeedError(f"unknown reading {reading!r}; choose one of {', '.join(READINGS)}")
+    _needs_contributions(translator, "the source share")
+    targets = _own_or_given(translator, src_texts, tgt_texts)
+    src_tokens, tgt_tokens, examples = translator.forced_pairs(src_texts, targets,
+                                                               empty="there is no source to share")
+    out: list[SourceShare | None] = [None] * len(examples)
+    with torch.inference_mode(), translator._precision():
+        for start in range(0, len(examples), batch_size):
+            group = list(range(start, min(start + batch_size, len(examples))))
+            batch = collate([examples[k] for k in group], group, specials_of(translator.model)).to(translator.device)
+            shares = contributions(translator.model, batch.src, batch.src_lengths, batch.tgt_in,  # type: ignore[arg-type]
+                                   reading=reading)
+            source, prefix = shares.source[-1].cpu().numpy(), shares.target[-1].cpu().numpy()
+            for row, k in enumerate(group):
+                s, t = len(examples[k][0]) + 1, len(examples[k][1]) + 1
+                out[k] = SourceShare(src_tokens[k], list(tgt_tokens[k]), source[row, :t, :s].sum(-1),
+                                     source[row, :t, :s], prefix[row, :t, :t], reading)
+    return [x for x in out if x is not None]
+
+
+def logit_lens(
+    translator: Translator,
+    src_texts: Sequence[str],
+    tgt_texts: Sequence[str | Sequence[str]] | None = None,
+    *,
+    top: int = 5,
+) -> list["LogitLens"]:
+    """What each decoder layer would predict were it the last, at every output position, while the
+    model reads `tgt_texts[k]` (a text, or its tokens; default: its own translation) as its output
+    (heed.explain.logit_lens). A Transformer model directory only."""
+    from heed.explain.logit_lens import LogitLens, lens
+    from heed.plumbing.limits import MAX_LENS_TOP
+
+    if not 1 <= top <= MAX_LENS_TOP:
+        raise HeedError(f"top must be 1 to {MAX_LENS_TOP}, got {top}")
+    _needs_contributions(translator, "the logit lens")
+    targets = _own_or_given(translator, src_texts, tgt_texts)
+    src_tokens, tgt_tokens, examples = translator.forced_pairs(src_texts, targets, empty="there is nothing to read")
+    vocab = translator.codec.tgt_vocab
+    out: list[LogitLens | None] = [None] * len(examples)
+    with torch.inference_mode(), translator._precision():
+        for start in range(0, len(examples), LENS_BATCH):
+            group = list(range(start, min(start + LENS_BATCH, len(examples))))
+            batch = collate([examples[k] for k in group], group, specials_of(translator.model)).to(translator.device)
+            ids, probs, gold, ranks = (x.cpu().numpy() for x in lens(
+                translator.model, batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out,  # type: ignore[arg-type]
+                top=min(top, len(vocab))))
+            for row, k in enumerate(group):
+                t = len(examples[k][1]) + 1
+                words = [[[vocab.lookup(int(i)) for i in ids[layer, row, j]] for j in range(t)] for layer in range(len(ids))]
+                out[k] = LogitLens(src_tokens[k], list(tgt_tokens[k]), words, probs[:, row, :t], gold[:, row, :t],
+                                   ranks[:, row, :t])
+    return [x for x in out if x is not None]
+
+
+def contrast(
+    translator: Translator,
+    src_texts: Sequence[str],
+    contrasts: Sequence[str | Sequence[str]],
+    tgt_texts: Sequence[str | Sequence[str]] | None = None,
+    *,
+    method: "AttributionMethod" = "integrated_gradients",
+    steps: int = 50,
+) -> list["Contrast"]:
+    """Why the model gives `tgt_texts[k]` (default: its own translation) and not `contrasts[k]` for
+    `src_texts[k]`: each source token's attribution to the difference of the two outputs'
+    log-probabilities (heed.explain.attribution.Contrast; Captum). A PyTorch model directory in
+    float32; the contrast must be spelt in the model's target vocabulary."""
+    from heed.explain.attribution import METHODS, Contrast, contrast_ids
+    from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
+
+    if method not in METHODS:
+        raise HeedError(f"unknown attribution method {method!r}; choose one of {', '.join(METHODS)}")
+    if not 1 <= steps <= MAX_ATTRIBUTION_STEPS:
+        raise HeedError(f"steps must be 1 to {MAX_ATTRIBUTION_STEPS}, got {steps}")
+    if not isinstance(translator.model, AttributableModel):
+        raise HeedError("attribution needs gradients, which an exported model or an ensemble does not give; "
+                        "attribute with a PyTorch model directory")
+    if translator.bf16:
+        raise HeedError("attribution runs in float32; load the model without bf16")
+    if isinstance(contrasts, str) or len(contrasts) != len(src_texts):
+        raise HeedError(f"{len(src_texts)} source sentences but {1 if isinstance(contrasts, str) else len(contrasts)} "
+                        "contrasts; give one alternative output per source")
+    outputs = _own_or_given(translator, src_texts, tgt_texts)
+    src_tokens, out_tokens, examples = translator.forced_pairs(src_texts, outputs, empty="there is nothing to "
+                                                               "attribute to")
+    contrast_tokens = [translator.codec.tgt_tokens(c) if isinstance(c, str) else list(c) for c in contrasts]
+    for k, text in enumerate(contrasts):
+        if isinstance(text, str) and not text.strip():
+            raise HeedError(f"contrasts[{k}] is empty: give the other output to contrast with")
+    contrast_ids_ = [translator._known_target_ids(t, s, f"contrasts[{k}]")
+                     for k, (s, t) in enumerate(zip(src_tokens, contrast_tokens))]
+    out = []
+    for k, (src_ids, output_ids) in enumerate(examples):
+        source, lp_out, lp_contrast, delta = contrast_ids(translator.model, src_ids, output_ids, contrast_ids_[k],
+                                                          method=method, steps=steps, device=translator.device)
+        out.append(Contrast(src_tokens[k], list(out_tokens[k]), contrast_tokens[k], method,
+                            steps if method == "integrated_gradients" else None, source, lp_out, lp_contrast, delta))
     return out
 
 

@@ -7,6 +7,10 @@ from __future__ import annotations
 # token, and a run's memory grows with them (`--steps 100000` asked for 74.5 GiB).
 MAX_ATTRIBUTION_STEPS = 200
 
+# Tokens the logit lens lists per layer and position at most: each is a row of every answer
+# (layers x positions x top), and past a few dozen a list says nothing a probability would not.
+MAX_LENS_TOP = 50
+
 # Encoder or decoder layers at most: DeepNet (Wang et al. 2022), the deepest published translator,
 # has 1,000. Checked before anything is built, as a million-layer stack takes minutes to count.
 MAX_LAYERS = 1000
