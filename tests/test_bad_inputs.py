@@ -1483,6 +1483,54 @@ def _(c: Ctx) -> Call:
                 ["src.txt", "line 2 is empty"], keep=[out])
 
 
+@case("attribute-contrast-the-vocabulary-cannot-spell")
+def _(c: Ctx) -> Call:
+    out = c.file("attr.json", "earlier\n")
+    return Call(["attribute", c.run, "--src", c.file("one.txt", "3 mars 1998\n"), "-o", out,
+                 "--contrast", "1998-ж3-03"], ["the other output of line 1", "'ж' is not a token"], keep=[out])
+
+
+@case("attribute-contrast-for-several-sources")
+def _(c: Ctx) -> Call:
+    out = c.file("attr.json", "earlier\n")
+    return Call(["attribute", c.run, "--src", c.corpus["test_src"], "-o", out, "--contrast", "1998-03-03"],
+                ["--contrast gives one other output", "--contrast-file"], keep=[out])
+
+
+@case("attribute-contrast-file-line-count")
+def _(c: Ctx) -> Call:
+    out = c.file("attr.json", "earlier\n")
+    others = c.file("others.txt", "1998-03-03\n")
+    return Call(["attribute", c.run, "--src", c.file("two.txt", "3 mars 1998\nle 12 juin 2004\n"), "-o", out,
+                 "--contrast-file", others], ["others.txt", "1 lines", "2"], keep=[out])
+
+
+@case("attribute-contrast-empty")
+def _(c: Ctx) -> Call:
+    out = c.file("attr.json", "earlier\n")
+    return Call(["attribute", c.run, "--src", c.file("one.txt", "3 mars 1998\n"), "-o", out, "--contrast", " "],
+                ["--contrast is empty"], keep=[out])
+
+
+@case("lens-of-an-rnn")
+def _(c: Ctx) -> Call:
+    out = c.file("lens.json", "earlier\n")
+    return Call(["lens", c.run, "--src", c.corpus["test_src"], "-o", out], ["logit lens", "Transformer"], keep=[out])
+
+
+@case("translate-explain-source-share-of-an-rnn")
+def _(c: Ctx) -> Call:
+    out = c.file("out.txt", "earlier\n")
+    return Call(["translate", c.run, "--explain", "source-share", "-o", out], ["--explain source-share",
+                                                                              "Transformer"], stdin="x\n", keep=[out])
+
+
+@case("align-alti-with-a-head")
+def _(c: Ctx) -> Call:
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--weights", "alti",
+                 "--head", "0"], ["ALTI+ mixes every head", "choose a layer, not a head"])
+
+
 @case("attribute-figure-format")
 def _(c: Ctx) -> Call:
     out = c.file("attr.json", "earlier\n")

@@ -40,7 +40,7 @@ def lines_of(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-@pytest.mark.parametrize("command", ["align", "compare", "evaluate", "translate", "attention"])
+@pytest.mark.parametrize("command", ["align", "compare", "evaluate", "translate", "attention", "lens"])
 def test_help_on_the_insight_commands(command):
     result = invoke(command, "--help")
     assert result.exit_code == 0 and "Usage:" in result.stdout
@@ -251,3 +251,56 @@ def test_attention_draws_one_figure_with_a_heatmap_per_sentence(trained_run, tmp
     heatmaps = [ax for ax in fig.axes if ax.images]
     assert len(heatmaps) == 2 and len(fig.axes) == 3  # + the shared colorbar
     assert [ax.get_title() for ax in heatmaps] == ["3 March 1998", "le 4 mai 2001"]
+
+
+# ------------------------------------------------------------------- readings beyond the weights
+
+
+def test_translate_explain_source_share_prints_each_outputs_alti_share(transformer_run, tmp_path):
+    """--explain source-share: a tab and the sentence's ALTI+ source share after each translation,
+    the value Translator.source_share gives; '-' for an empty line; with --n-best a fourth field."""
+    from heed.api import Translator
+
+    sources = ["3 mars 1998", "", "le 12 juin 2004"]
+    result = invoke("translate", transformer_run, "--explain", "source-share", input="\n".join(sources) + "\n")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    translator = Translator.load(transformer_run)
+    outputs = translator.translate([sources[0], sources[2]])
+    shares = translator.source_share([sources[0], sources[2]], [o.tokens for o in outputs])
+    assert lines == [f"{outputs[0].text}\t{shares[0].sentence:.4f}", "\t-", f"{outputs[1].text}\t{shares[1].sentence:.4f}"]
+    nbest = invoke("translate", transformer_run, "--explain", "source-share", "--beam", "3", "--n-best", "2",
+                   input=sources[0] + "\n")
+    assert nbest.exit_code == 0, nbest.output
+    rows = nbest.stdout.splitlines()
+    assert len(rows) == 2 and all(re.fullmatch(r"0 \|\|\| .* \|\|\| -?\d+\.\d{4} \|\|\| source_share=0\.\d{4}", r)
+                                  for r in rows), rows
+
+
+def test_attribute_contrast_writes_why_this_output_and_not_the_other(transformer_run, tmp_path):
+    pytest.importorskip("captum")
+    src = tmp_path / "one.txt"
+    src.write_text("3 mars 1998\n", encoding="utf-8")
+    out = tmp_path / "contrast.json"
+    result = invoke("attribute", transformer_run, "--src", src, "--contrast", "2004-06-12", "-o", out, "--steps", "20")
+    assert result.exit_code == 0, result.output
+    import json
+
+    (item,) = json.loads(out.read_text(encoding="utf-8"))
+    assert item["contrast_tokens"] == list("2004-06-12") and len(item["source"]) == len(item["src_tokens"]) + 1
+    assert item["difference"] == pytest.approx(item["log_prob_output"] - item["log_prob_contrast"])
+    assert f"log p difference {item['difference']:+.3f}" in result.stdout and "towards the other" in result.stdout
+
+
+def test_lens_prints_a_row_per_layer_and_writes_the_json(transformer_run, tmp_path):
+    import json
+
+    src = tmp_path / "s.txt"
+    src.write_text("3 mars 1998\nle 12 juin 2004\n", encoding="utf-8")
+    out = tmp_path / "lens.json"
+    result = invoke("lens", transformer_run, "--src", src, "-o", out, "--top", "2")
+    assert result.exit_code == 0, result.output
+    items = json.loads(out.read_text(encoding="utf-8"))
+    assert len(items) == 2 and len(items[0]["top_tokens"]) == 2  # the tiny Transformer's 2 decoder layers
+    assert all(len(choices) == 2 for choices in items[0]["top_tokens"][0])
+    assert "1: 3" in result.stdout and f"lens: {out}" in result.stdout

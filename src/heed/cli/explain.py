@@ -481,6 +481,11 @@ def attribute(
                                            help="integrated_gradients (complete; --steps points) or grad_x_input."),
     steps: int = typer.Option(50, "--steps", min=1, max=MAX_ATTRIBUTION_STEPS,
                               help=f"Integrated gradients' integration points (1 to {MAX_ATTRIBUTION_STEPS})."),
+    contrast: Optional[str] = typer.Option(None, "--contrast", metavar="OTHER OUTPUT", help="Why this output and "
+                                           "not OTHER OUTPUT: attribute log p(output) - log p(OTHER) to the source "
+                                           "tokens (--src of one sentence; --contrast-file for several)."),
+    contrast_file: Optional[Path] = typer.Option(None, "--contrast-file", help="Like --contrast, one other output "
+                                                 "per line, line-aligned with --src."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     progress: Optional[bool] = progress_option(),
     *,
@@ -488,6 +493,11 @@ def attribute(
 ) -> None:
     """Attribute every output token to the source tokens and the output before it (Captum:
     pip install 'heed-nmt[explain]'), and put it beside the attention.
+
+    With --contrast (or --contrast-file): why the output (--tgt's, or the model's own) and not the
+    other one. Each source token's attribution to the difference of the two outputs'
+    log-probabilities goes to the JSON (`source`, </s> last; `difference`, `delta`), and each
+    sentence's difference and the source tokens that pushed most either way are printed.
 
     For each sentence the JSON holds the tokens, `source` (output x source attribution, </s> last on
     both axes), `prefix` (output x decoder input), `attention`, the log-probability each output
@@ -510,8 +520,13 @@ def attribute(
     for number, line in enumerate(sources, start=1):
         if not line.strip():
             raise HeedError(f"{src}: line {number} is empty: there is nothing to attribute to")
+    others = _contrasts(contrast, contrast_file, len(sources), plot=plot, src=src)
     translator = Translator.load(model, device=device, **languages)
     warn_long_sources(translator, sources, str(src))
+    if others is not None:
+        _contrast(translator, sources, targets, others, method=method.value, steps=steps, output=output,
+                  progress=progress)
+        return
     results = []
     with Progress("sentences attributed", total=len(sources), enabled=progress) as bar:
         for k, source in enumerate(sources):
@@ -546,6 +561,64 @@ def attribute(
             titles.append(f"{number}: |{method.value}| (row max = 1)")
         figure = attention_grid(items, titles=titles, cols=2, label="attention weight; attribution / row's largest")
         typer.echo(f"figure: {save_figure(figure, plot)}")
+
+
+def _contrasts(contrast: Optional[str], contrast_file: Optional[Path], sources: int, *, plot: Optional[Path],
+               src: Path) -> Optional[list[str]]:
+    """The other outputs of --contrast / --contrast-file, one per source, or None without them."""
+    if contrast is None and contrast_file is None:
+        return None
+    if contrast is not None and contrast_file is not None:
+        raise HeedError("give the other output once: --contrast TEXT or --contrast-file FILE")
+    if plot is not None:
+        raise HeedError("--plot draws attention beside attribution; a contrast is one row per sentence, printed and "
+                        "in the JSON: leave out --plot")
+    if contrast is not None:
+        if sources != 1:
+            raise HeedError(f"--contrast gives one other output, but {src} holds {sources} sentences; use "
+                            "--contrast-file with one other output per line")
+        others = [contrast]
+    else:
+        with open_stream(contrast_file) as stream:
+            others = list(read_lines(stream, str(contrast_file)))
+        if len(others) != sources:
+            raise HeedError(f"{contrast_file} has {len(others)} lines but {src} has {sources}: give one other output "
+                            "per source line")
+    for number, line in enumerate(others, start=1):
+        if not line.strip():
+            where = "--contrast" if contrast is not None else f"{contrast_file}: line {number}"
+            raise HeedError(f"{where} is empty: give the other output to contrast with")
+    return others
+
+
+def _contrast(translator: "Translator", sources: list[str], targets: Optional[list[str]], others: list[str], *,
+              method: str, steps: int, output: Path, progress: Optional[bool]) -> None:
+    """`heed attribute --contrast`: every sentence's Contrast to the JSON, a line each on stdout."""
+    import json
+
+    import numpy as np
+
+    results = []
+    with Progress("sentences contrasted", total=len(sources), enabled=progress) as bar:
+        for k, source in enumerate(sources):
+            try:
+                results += translator.contrast([source], [others[k]], None if targets is None else [targets[k]],
+                                               method=method, steps=steps)  # type: ignore[arg-type]
+            except HeedError as e:  # name the line, not the list index
+                raise HeedError(str(e).replace("contrasts[0]", f"the other output of line {k + 1}")) from None
+            bar.advance(1)
+    with atomic_open(output) as sink:
+        json.dump([r.to_dict() for r in results], sink, ensure_ascii=False)
+        sink.write("\n")
+    for number, r in enumerate(results, start=1):
+        order = np.argsort(r.source)
+        labels = [*r.src_tokens, "</s>"]
+        towards = ", ".join(f"{labels[i]} {r.source[i]:+.2f}" for i in order[::-1][:3] if r.source[i] > 0) or "-"
+        away = ", ".join(f"{labels[i]} {r.source[i]:+.2f}" for i in order[:3] if r.source[i] < 0) or "-"
+        gap = "" if r.delta is None else f"\t|delta| {abs(r.delta):.1e}"
+        typer.echo(f"{number}\t{' '.join(r.output_tokens)}\tvs\t{' '.join(r.contrast_tokens)}\t"
+                   f"log p difference {r.difference:+.3f}\ttowards the output: {towards}\ttowards the other: {away}{gap}")
+    typer.echo(f"contrasts: {output}")
 
 
 @friendly_errors

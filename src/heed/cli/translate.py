@@ -30,10 +30,12 @@ if TYPE_CHECKING:
 
 def _translate_chunks(translator: "Translator", lines: Iterable[str], *, name: str, chunk_size: int,
                       progress: Progress, decode: "DecodeConfig", batch_size: int, replace_unk: bool = False,
-                      dictionary: Optional[dict[str, str]] = None) -> "Iterator[list[list[Translation]]]":
+                      dictionary: Optional[dict[str, str]] = None,
+                      sources: Optional[list[str]] = None) -> "Iterator[list[list[Translation]]]":
     """`translator.translate_nbest(chunk, decode=decode, ...)` (per line, its n-best list, best
     first) for each `chunk_size` lines, advancing `progress` and warning about sources cut to the
-    model's max_src_len by their line numbers in `name`."""
+    model's max_src_len by their line numbers in `name`; `sources` (a list) is set to each chunk's
+    lines before it is yielded."""
     first = 1
     for chunk in chunks(iter(lines), chunk_size):
         translations = translator.translate_nbest(chunk, decode=decode, batch_size=batch_size,
@@ -43,6 +45,8 @@ def _translate_chunks(translator: "Translator", lines: Iterable[str], *, name: s
             progress.warn(truncation_message(cut, name, translator.max_src_len))
         progress.advance(len(chunk))
         first += len(chunk)
+        if sources is not None:
+            sources[:] = chunk
         yield translations
 
 
@@ -50,12 +54,38 @@ def _translate_chunks(translator: "Translator", lines: Iterable[str], *, name: s
 
 
 
-def nbest_lines(first_id: int, chunk: "Sequence[list[Translation]]") -> Iterator[str]:
+def nbest_lines(first_id: int, chunk: "Sequence[list[Translation]]",
+                shares: "Optional[Sequence[list[str]]]" = None) -> Iterator[str]:
     """Moses-style n-best lines, `SENT_ID ||| text ||| score`, best first for each source; SENT_ID
-    counts sources from 0, `first_id` being `chunk[0]`'s."""
+    counts sources from 0, `first_id` being `chunk[0]`'s; with `shares` (per source, per hypothesis)
+    a fourth field `source_share=S`."""
     for k, nbest in enumerate(chunk):
-        for t in nbest:
-            yield f"{first_id + k} ||| {t.text} ||| {round(t.score, 4) + 0.0:.4f}\n"  # + 0.0: no "-0.0000"
+        for n, t in enumerate(nbest):
+            share = "" if shares is None else f" ||| source_share={shares[k][n]}"
+            yield f"{first_id + k} ||| {t.text} ||| {round(t.score, 4) + 0.0:.4f}{share}\n"  # + 0.0: no "-0.0000"
+
+
+class Explain(str, enum.Enum):
+    source_share = "source-share"
+
+
+EXPLAIN_HELP = ("source-share: after each translation, a tab and its ALTI+ source share (0 to 1, 4 decimals; "
+                "with --n-best a fourth field source_share=S): how much of its tokens' predictions came from the "
+                "source rather than from the output so far (Ferrando et al. 2022). A low share flags output the "
+                "source did not drive, as hallucinations are (Xu et al. 2023). '-' for an empty line. One "
+                "Transformer model directory; one more teacher-forced pass per output.")
+
+
+def source_share_fields(translator: "Translator", sources: Sequence[str],
+                        chunk: "Sequence[list[Translation]]") -> list[list[str]]:
+    """Each hypothesis's sentence source share as printed (4 decimals), per source; '-' for an
+    empty source (nothing to share)."""
+    pairs = [(k, n) for k, nbest in enumerate(chunk) for n in range(len(nbest)) if sources[k].strip()]
+    shares = translator.source_share([sources[k] for k, _ in pairs], [chunk[k][n].tokens for k, n in pairs])
+    out = [["-"] * len(nbest) for nbest in chunk]
+    for (k, n), share in zip(pairs, shares):
+        out[k][n] = f"{share.sentence:.4f}"
+    return out
 
 
 @friendly_errors
@@ -72,6 +102,7 @@ def translate(
     progress: Optional[bool] = progress_option(),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
+    explain: Optional[Explain] = typer.Option(None, "--explain", help=EXPLAIN_HELP),
     *,
     decode: dict[str, Any],
     languages: dict[str, Any],
@@ -102,6 +133,12 @@ def translate(
     table = load_dictionary(dictionary) if dictionary is not None else None
     translator = Translator.load(models, device=device, bf16=bf16, **languages)
     cfg = resolve_decode(translator, decode)  # before reading: a bad flag fails before any input is typed
+    if explain is not None:
+        from heed.nn.protocol import ContributionModel
+
+        if not isinstance(translator.model, ContributionModel):
+            raise HeedError("--explain source-share reads every attention block of one Transformer model directory "
+                            "(not an RNN, an ensemble or an export)")
     name = str(input) if input is not None else "<stdin>"
     interactive = input is None and sys.stdin.isatty()
     chunk_size = 1 if interactive else batch_size * 16
@@ -111,14 +148,18 @@ def translate(
 
     def run(source: Any, sink: TextIO) -> None:
         first_id = 0
+        lines: list[str] = []
         with Progress("lines translated", enabled=show_progress) as progress:
             for chunk in _translate_chunks(translator, read_lines(source, name), name=name, chunk_size=chunk_size,
                                            progress=progress, decode=cfg, batch_size=batch_size,
-                                           replace_unk=replace_unk, dictionary=table):
+                                           replace_unk=replace_unk, dictionary=table, sources=lines):
+                shares = None if explain is None else source_share_fields(translator, lines, chunk)
                 if cfg.n_best > 1:
-                    sink.writelines(nbest_lines(first_id, chunk))
-                else:
+                    sink.writelines(nbest_lines(first_id, chunk, shares))
+                elif shares is None:
                     sink.writelines(nbest[0].text + "\n" for nbest in chunk)
+                else:
+                    sink.writelines(f"{nbest[0].text}\t{share[0]}\n" for nbest, share in zip(chunk, shares))
                 sink.flush()
                 first_id += len(chunk)
 

@@ -1,0 +1,92 @@
+"""`heed lens`: what each decoder layer would predict were it the last (the logit lens)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+from rich.table import Table
+
+from heed.cli.app import escape, friendly_errors, language_options
+from heed.cli.io import print_table, read_lines, warn_long_sources
+from heed.cli.progress import Progress, progress_option
+from heed.errors import HeedError
+from heed.plumbing.files import atomic_open, open_stream
+from heed.plumbing.limits import MAX_LENS_TOP
+
+if TYPE_CHECKING:
+    from heed.explain.logit_lens import LogitLens
+
+MAX_SHOWN = 5  # sentences whose tables are printed; the JSON holds every one
+
+
+@friendly_errors
+@language_options
+def lens(
+    model: Path = typer.Argument(..., help="Transformer model directory (or a training output directory)."),
+    src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
+    tgt: Optional[Path] = typer.Option(None, "--tgt", help="Translations to read, line-aligned with --src "
+                                       "(default: the model's own translations)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write every layer's top tokens, their "
+                                          "probabilities and the real token's probability and rank, as JSON."),
+    top: int = typer.Option(5, "--top", min=1, max=MAX_LENS_TOP, help=f"Tokens kept per layer and position in the "
+                            f"JSON (1 to {MAX_LENS_TOP})."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = progress_option(),
+    *,
+    languages: dict[str, Any],
+) -> None:
+    """The logit lens (nostalgebraist 2020): each decoder layer's stream at every output position,
+    read through the final norm and the output layer as the last layer's is. The last layer's row
+    is the model's own prediction; earlier rows show where it formed.
+
+    Prints, for the first 5 sentences, a table a row per layer, a column per output token: the
+    layer's likeliest token with its probability, and the real token's rank there when it is not
+    the top. One teacher-forced pass per sentence; the logits of one layer at a time."""
+    from heed.api import Translator
+    from heed.data.corpus import read_parallel
+
+    if tgt is None:
+        with open_stream(src) as stream:
+            sources, targets = list(read_lines(stream, str(src))), None
+    else:
+        pairs = list(read_parallel(src, tgt, streams=True))
+        sources, targets = [p.src for p in pairs], [p.tgt for p in pairs]
+    for number, line in enumerate(sources, start=1):
+        if not line.strip():
+            raise HeedError(f"{src}: line {number} is empty: there is nothing to read")
+    translator = Translator.load(model, device=device, **languages)
+    warn_long_sources(translator, sources, str(src))
+    results: list[LogitLens] = []
+    with Progress("sentences read", total=len(sources), enabled=progress) as bar:
+        for start in range(0, len(sources), 8):
+            chunk = sources[start:start + 8]
+            results += translator.logit_lens(chunk, None if targets is None else targets[start:start + 8], top=top)
+            bar.advance(len(chunk))
+    if output is not None:
+        with atomic_open(output) as sink:
+            json.dump([r.to_dict() for r in results], sink, ensure_ascii=False)
+            sink.write("\n")
+    for number, r in enumerate(results[:MAX_SHOWN], start=1):
+        print_table(_table(number, r))
+    if len(results) > MAX_SHOWN:
+        typer.echo(f"({len(results) - MAX_SHOWN} more sentences{' in ' + str(output) if output else ''})")
+    if output is not None:
+        typer.echo(f"lens: {output}")
+
+
+def _table(number: int, r: "LogitLens") -> Table:
+    """A row per decoder layer, a column per output token: the layer's top token and probability."""
+    table = Table(title=f"{number}: {escape(' '.join(r.src_tokens))}", title_justify="left")
+    table.add_column("layer")
+    for token in [*r.tgt_tokens, "</s>"]:
+        table.add_column(escape(token), justify="left")
+    for layer in range(len(r.top_tokens)):
+        cells = []
+        for j, choices in enumerate(r.top_tokens[layer]):
+            rank = int(r.target_ranks[layer, j])
+            mark = "" if rank == 0 else f" (#{rank + 1})"
+            cells.append(f"{escape(choices[0])} {r.top_probs[layer, j, 0]:.2f}{mark}")
+        table.add_row(str(layer), *cells)
+    return table
