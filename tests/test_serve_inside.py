@@ -145,3 +145,49 @@ def test_heads_and_attribution_stop_between_sentences_once_no_one_waits(trained_
     assert len(asked) == 2  # one sentence done, then it stopped: not all six
     done = _run_batch({"m": translator}, key, items, lambda: False)
     assert len(done) == len(items)
+
+
+def test_source_share_alignment_readings_and_the_lens_are_served_as_python_gives_them(transformer_run):
+    """/v1/translate with explain source_share, /v1/align with a reading and /v1/lens give what
+    Translator.source_share, Translator.align and Translator.logit_lens give."""
+    from heed.explain.align_methods import AlignOptions
+
+    translator = Translator.load(transformer_run, device="cpu")
+    with TestClient(create_app({"t": translator})) as client:
+        info = client.get("/v1/models").json()["models"][0]
+        translated = client.post("/v1/translate", json={"sentences": SOURCES, "explain": ["source_share"],
+                                                        "beam_size": 2, "n_best": 2}).json()["results"]
+        aligned = {weights: client.post("/v1/align", json={"sources": SOURCES, "targets": ["1998-03-03", "2004-06-12"],
+                                                           "weights": weights, "method": "shift", "layer": 0}).json()
+                   for weights in ("alti", "rollout", "value_norm")}
+        tokens = [r["hypotheses"][0]["tokens"] for r in translated]
+        lensed = client.post("/v1/lens", json={"sources": SOURCES, "targets": tokens, "top": 2}).json()["results"]
+    assert info["gives"]["contributions"] is True
+    for source, result in zip(SOURCES, translated):
+        for hypothesis in result["hypotheses"]:
+            (share,) = translator.source_share([source], [hypothesis["tokens"]])
+            assert hypothesis["source_share"]["per_token"] == pytest.approx(share.per_token.tolist(), abs=1e-6)
+            assert hypothesis["source_share"]["sentence"] == pytest.approx(share.sentence, abs=1e-6)
+    for weights, served in aligned.items():
+        python = translator.align(SOURCES, ["1998-03-03", "2004-06-12"],
+                                  options=AlignOptions(method="shift", layer=0, weights=weights))
+        for mine, theirs in zip(python, served["results"]):
+            np.testing.assert_allclose(theirs["attention"], mine.attention, atol=1e-6)
+            assert [tuple(link) for link in theirs["links"]] == mine.links
+    for mine, theirs in zip(translator.logit_lens(SOURCES, tokens, top=2), lensed):
+        assert theirs["top_tokens"] == mine.top_tokens
+        np.testing.assert_allclose(theirs["target_probs"], mine.target_probs, atol=1e-6)
+
+
+def test_readings_a_model_cannot_give_are_refused_naming_the_field(trained_run):
+    translator = Translator.load(trained_run, device="cpu")
+    with TestClient(create_app({"r": translator})) as client:
+        shared = client.post("/v1/translate", json={"sentences": SOURCES, "explain": ["source_share"]})
+        lens = client.post("/v1/lens", json={"sources": SOURCES[:1], "targets": ["1998-03-03"]})
+        alti = client.post("/v1/align", json={"sources": SOURCES[:1], "targets": ["1998-03-03"], "weights": "alti"})
+        unknown = client.post("/v1/align", json={"sources": SOURCES[:1], "targets": ["1998-03-03"], "weights": "x"})
+        info = client.get("/v1/models").json()["models"][0]
+    assert shared.status_code == 422 and shared.json()["error"]["field"] == "explain"
+    assert lens.status_code == 422 and lens.json()["error"]["field"] == "model"
+    assert alti.status_code == 422 and "ALTI+" in alti.json()["error"]["message"]
+    assert unknown.status_code == 422 and info["gives"]["contributions"] is False

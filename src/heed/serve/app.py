@@ -45,7 +45,8 @@ from heed.decode_config import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention
-from heed.nn.protocol import AttributableModel, HeadsModel, OwnSearchModel
+from heed.explain.align_methods import AlignOptions
+from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel, OwnSearchModel
 from heed.plumbing.files import open_regular
 from heed.serve.batcher import Batcher, QueueFull
 from heed.serve.schemas import (
@@ -58,6 +59,8 @@ from heed.serve.schemas import (
     HeadsRequest,
     HeadsResponse,
     Health,
+    LensRequest,
+    LensResponse,
     ModelsResponse,
     TranslateRequest,
     TranslateResponse,
@@ -188,6 +191,9 @@ class _Key:
     method: str = ""  # attribute: the attribution method
     steps: int = 0  # attribute: integration steps
     parts: tuple[str, ...] = ()  # heads: the attention parts asked
+    explain: tuple[str, ...] = ()  # translate and explore: the readings added to each hypothesis
+    reading: AlignOptions | None = None  # align: how the attention is read
+    top: int = 0  # lens: tokens per layer and position
     languages: tuple[str | None, str | None] = (None, None)  # a many-language model's (src_lang, tgt_lang)
 
 
@@ -228,7 +234,8 @@ def gives(model: Any) -> dict[str, bool]:
     every head of every layer (a PyTorch model), attribution (gradients) and interventions on its
     attention (PyTorch weights)."""
     return {"tree": not isinstance(model, OwnSearchModel), "heads": isinstance(model, HeadsModel),
-            "attribution": isinstance(model, AttributableModel), "intervention": runs_torch(model)}
+            "attribution": isinstance(model, AttributableModel), "intervention": runs_torch(model),
+            "contributions": isinstance(model, ContributionModel)}
 
 
 def last_metrics(model_dir: Path) -> dict[str, Any] | None:
@@ -259,7 +266,7 @@ def _matrix(values: Any) -> list[list[float]] | None:
 def _hypothesis(translator: Translator, t: Translation, *, attention: bool, node: int | None = None,
                 alignment: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {"text": t.text, "tokens": t.tokens, "score": _finite(t.score), "log_prob": _finite(t.log_prob),
-                           "attention": None, "alignment": None, "node": node}
+                           "attention": None, "alignment": None, "node": node, "source_share": None}
     if attention and t.attention is not None and t.src_tokens:
         a = alignment if alignment is not None else translator.word_alignment(t)
         out["attention"] = _matrix(t.attention)
@@ -312,19 +319,35 @@ def _translated(translator: Translator, key: _Key, items: list[Any], abandoned: 
     texts, prefix = _sources(items)
     nbests = translator.translate_nbest(texts, replace_unk=key.replace_unk, prefix=prefix, stop=abandoned,
                                         decode=key.decode)
-    return [_sentence(translator, s, n, attention=key.attention) for s, n in zip(texts, nbests)]
+    results = [_sentence(translator, s, n, attention=key.attention) for s, n in zip(texts, nbests)]
+    return _explained(translator, key, texts, nbests, results)
 
 
 def _explored(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
     texts, prefix = _sources(items)
     explored = translator.explore(texts, alternatives=key.alternatives, replace_unk=key.replace_unk,
                                   prefix=prefix, stop=abandoned, decode=key.decode)
-    return [_sentence(translator, s, e.hypotheses, attention=key.attention, explored=e)
-            for s, e in zip(texts, explored)]
+    results = [_sentence(translator, s, e.hypotheses, attention=key.attention, explored=e)
+               for s, e in zip(texts, explored)]
+    return _explained(translator, key, texts, [e.hypotheses for e in explored], results)
+
+
+def _explained(translator: Translator, key: _Key, texts: Sequence[str], nbests: Sequence[Sequence[Translation]],
+               results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`results` with each hypothesis' source share when the key asks for it (one teacher-forced
+    pass over every hypothesis of the batch)."""
+    if "source_share" not in key.explain:
+        return results
+    pairs = [(k, n) for k, nbest in enumerate(nbests) for n in range(len(nbest))]
+    shares = translator.source_share([texts[k] for k, _ in pairs], [nbests[k][n].tokens for k, n in pairs])
+    for (k, n), share in zip(pairs, shares):
+        results[k]["hypotheses"][n]["source_share"] = {"sentence": share.sentence,
+                                                       "per_token": [float(x) for x in share.per_token]}
+    return results
 
 
 def _aligned(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
-    alignments = translator.align([s for s, _ in items], [t for _, t in items], stop=abandoned)
+    alignments = translator.align([s for s, _ in items], [t for _, t in items], options=key.reading, stop=abandoned)
     return [{"src_words": a.src_words, "tgt_words": a.tgt_words, "attention": _matrix(a.attention),
              "links": [list(link) for link in a.links], "pharaoh": a.pharaoh()} for a in alignments]
 
@@ -342,9 +365,15 @@ def _heads(translator: Translator, key: _Key, items: list[Any], abandoned: Calla
              "decoder": None if m.decoder is None else m.decoder.tolist()} for m in maps]
 
 
+def _lensed(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
+    return [translator.logit_lens([source], [target], top=key.top)[0].to_dict()
+            for source, target in _until(abandoned, items)]
+
+
 # task -> its handler: (translator, key, items, abandoned) -> one JSON-ready result per item
 _TASKS: dict[str, Callable[[Translator, _Key, list[Any], Callable[[], bool]], list[Any]]] = {
     "translate": _translated, "explore": _explored, "align": _aligned, "attribute": _attributed, "heads": _heads,
+    "lens": _lensed,
 }
 
 
@@ -423,7 +452,8 @@ class _Routes:
         for path, handler, response in (("/v1/translate", self.translate, TranslateResponse),
                                         ("/v1/align", self.align, AlignResponse),
                                         ("/v1/attribute", self.attribute, AttributeResponse),
-                                        ("/v1/heads", self.heads, HeadsResponse)):
+                                        ("/v1/heads", self.heads, HeadsResponse),
+                                        ("/v1/lens", self.lens, LensResponse)):
             router.add_api_route(path, handler, methods=["POST"], response_model=response, responses=WORK_ERRORS)
         return router
 
@@ -482,9 +512,12 @@ class _Routes:
                 raise ApiError(422, f"model {name!r} is exported: its attention is inside its ONNX graph, so it cannot "
                                     "be intervened on", "intervention")
             intervention = Intervention(request.intervention, request.intervention_seed)
+        if request.explain and not isinstance(translator.model, ContributionModel):
+            raise ApiError(422, f"model {name!r} cannot give a source share: it reads every attention block of a "
+                                "Transformer model directory (not an RNN, an ensemble or an export)", "explain")
         key = _Key(name, "explore" if request.trace else "translate", decode, request.replace_unk, request.attention,
                    request.alternatives if request.trace else 0, intervention,
-                   languages=(request.src_lang, request.tgt_lang))
+                   languages=(request.src_lang, request.tgt_lang), explain=tuple(dict.fromkeys(request.explain)))
         prefixes = request.prefix or [None] * len(request.sentences)
         results = await self._decoded(key, list(zip(request.sentences, prefixes)), costs)
         return JSONResponse({"model": name, "decode": decode.model_dump(mode="json"), "results": results})
@@ -498,7 +531,8 @@ class _Routes:
         _one_target_each(request.sources, request.targets, "source")
         # A forced pass: one decoder row a step, a step a target token.
         costs = [len(translator.codec.tgt_tokens(target)) + 1 for target in request.targets]
-        key = _Key(name, "align", languages=(request.src_lang, request.tgt_lang))
+        reading = AlignOptions(method=request.method, layer=request.layer, weights=request.weights)
+        key = _Key(name, "align", languages=(request.src_lang, request.tgt_lang), reading=reading)
         results = await self._decoded(key, list(zip(request.sources, request.targets)), costs)
         return JSONResponse({"model": name, "results": results})
 
@@ -517,6 +551,19 @@ class _Routes:
         a_turn_each = [self.settings.slice_work] * len(request.sentences)  # explained a sentence at a time
         results = await self._decoded(key, list(zip(request.sentences, targets)), a_turn_each)
         return JSONResponse({"model": name, "attributions": results})
+
+    async def lens(self, request: LensRequest) -> JSONResponse:
+        name, translator = self._model(request, ContributionModel,
+                                       "is no Transformer model directory: the logit lens reads each decoder layer "
+                                       "through the output layer")
+        _check_sentences(request.sources, "sources", self.settings)
+        _one_target_each(request.sources, request.targets, "source")
+        _check_targets(request.targets, self.settings)
+        _check_known_targets(translator, request.sources, request.targets)
+        key = _Key(name, "lens", top=request.top, languages=(request.src_lang, request.tgt_lang))
+        a_turn_each = [self.settings.slice_work] * len(request.sources)  # read a sentence at a time
+        results = await self._decoded(key, list(zip(request.sources, request.targets)), a_turn_each)
+        return JSONResponse({"model": name, "results": results})
 
     async def heads(self, request: HeadsRequest) -> JSONResponse:
         name, translator = self._model(request, HeadsModel,

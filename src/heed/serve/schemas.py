@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from heed.decode_config import DecodeConfig
-from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
+from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS, MAX_LENS_TOP
 
 
 class _Strict(BaseModel):
@@ -60,14 +60,48 @@ class TranslateRequest(DecodeOptions):  # type: ignore[misc, valid-type]
                           "permuted among the source tokens, or the top-weighted token dropped (heed faithfulness); "
                           "a PyTorch model only")
     intervention_seed: int = Field(0, ge=0, description="with intervention permute: the seed of the orders")
+    explain: list[Literal["source_share"]] = Field(
+        [], description="source_share: each hypothesis' ALTI+ source share, per token and for the sentence (how much "
+                        "of each prediction came from the source rather than the output so far; a Transformer model "
+                        "directory; one teacher-forced pass per hypothesis)")
 
 
 class AlignRequest(_Pair):
-    """Given translations to align with their sources (forced decoding)."""
+    """Given translations to align with their sources (forced decoding), read as heed align reads them."""
 
     model: Optional[str] = None
     sources: list[str]
     targets: list[str]
+    method: Literal["argmax", "shift"] = Field("argmax", description="argmax: link each target word by the step "
+                                               "that predicts it; shift: by the step that reads it (shift-att)")
+    weights: Literal["attention", "value_norm", "rollout", "alti"] = Field(
+        "attention", description="the attention as it is, weighed by value norms, rolled out through the layers, or "
+                                 "ALTI+ contributions (all but attention: a Transformer model directory)")
+    layer: Optional[Union[Annotated[int, Field(ge=0)], Literal["mean"]]] = Field(
+        None, description="the decoder layer read (default: the last), or mean")
+
+
+class LensRequest(_Pair):
+    """The logit lens: each decoder layer read through the output layer (a Transformer model directory)."""
+
+    model: Optional[str] = None
+    sources: list[str]
+    targets: list[Union[str, list[str]]] = Field(description="per source, a translation: a text or its tokens")
+    top: int = Field(5, ge=1, le=MAX_LENS_TOP, description="tokens per layer and position")
+
+
+class LensOut(BaseModel):
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    top_tokens: list[list[list[str]]] = Field(description="[layer][row] the likeliest tokens, rows: tgt_tokens, </s>")
+    top_probs: list[list[list[float]]]
+    target_probs: list[list[float]] = Field(description="(layers, len(tgt_tokens) + 1) the real token's probability")
+    target_ranks: list[list[int]]
+
+
+class LensResponse(BaseModel):
+    model: str
+    results: list[LensOut]
 
 
 class AttributeRequest(_Pair):
@@ -132,6 +166,11 @@ class WordAlignment(BaseModel):
     links: list[tuple[int, int]] = Field(description="(source word, target word) pairs, Pharaoh order")
 
 
+class SourceShareOut(BaseModel):
+    sentence: float = Field(description="the mean of per_token")
+    per_token: list[float] = Field(description="each prediction's source share: tokens, then </s>")
+
+
 class HypothesisOut(BaseModel):
     text: str
     tokens: list[str]
@@ -144,6 +183,7 @@ class HypothesisOut(BaseModel):
                           "</s>); null for a model without attention")
     alignment: Optional[WordAlignment] = None
     node: Optional[int] = Field(None, description="with trace and beam search: its finished node in `beam`")
+    source_share: Optional[SourceShareOut] = Field(None, description="with explain source_share")
 
 
 class Alternative(BaseModel):
@@ -214,7 +254,8 @@ class ModelInfo(BaseModel):
         "pytorch", description="what runs it: a model directory (pytorch), an export, or an ensemble")
     gives: dict[str, bool] = Field(default_factory=dict,
                                    description="what it can show: tree (the beam tree and step alternatives), "
-                                               "heads (every head of every layer), attribution, intervention")
+                                               "heads (every head of every layer), attribution, intervention, "
+                                               "contributions (rollout, ALTI+, source share, logit lens)")
 
 
 class ModelsResponse(BaseModel):
