@@ -224,3 +224,55 @@ def _take_screenshot(ex: Explorer, own_model: bool, tmp_path: Path) -> None:
             ex.page.screenshot(path=f.name, clip=clip, full_page=True)
         os.chmod(f.name, 0o644)
         os.replace(f.name, REPO / "docs" / "explorer-inside.png")
+
+
+def test_source_share_marks_are_the_apis_values(explorer: Explorer, server: Server) -> None:
+    """Each output chip carries the ALTI+ source share the API gave its token, and the dashed chips
+    are exactly those under 50%; the sentence's share is in the meta line."""
+    data = _translate_and_wait_for_heads(explorer, "transformer", SENTENCE)
+    best = data["results"][0]["hypotheses"][0]
+    status, direct = server.post("v1/translate", {"model": "transformer", "sentences": [SENTENCE], "beam_size": 1,
+                                                  "n_best": 1, "explain": ["source_share"]})
+    assert status == 200
+    expected = direct["results"][0]["hypotheses"][0]["source_share"]
+    assert best["source_share"]["per_token"] == pytest.approx(expected["per_token"], abs=1e-9)
+    chips = explorer.page.eval_on_selector_all("#output .tok", "bs => bs.map(b => [+b.dataset.sourceShare, "
+                                               "b.classList.contains('from-prefix')])")
+    assert [c[0] for c in chips] == pytest.approx(expected["per_token"], abs=1e-9)
+    assert [c[1] for c in chips] == [v < 0.5 for v in expected["per_token"]]
+    assert f"source share {100 * expected['sentence']:.1f}%" in explorer.page.inner_text("#output-meta")
+    if any(c[1] for c in chips):
+        assert "made mostly from the output so far" in explorer.page.inner_text("#output")
+
+
+def test_the_reading_picker_draws_the_apis_word_alignment(explorer: Explorer, server: Server) -> None:
+    """Picking ALTI+ (then rollout with shift-att) draws the links /v1/align gives for that reading:
+    every line's weight is the API's, and the word links are its links. An RNN cannot pick them."""
+    data = _translate_and_wait_for_heads(explorer, "transformer", SENTENCE)
+    best = data["results"][0]["hypotheses"][0]
+    for weights, method in (("alti", "argmax"), ("rollout", "shift")):
+        explorer.page.select_option("#align-method", method) if weights == "rollout" else None
+        explorer.page.select_option("#reading", weights)
+        explorer.page.wait_for_function(f"document.body.dataset.alignmentReading === '{weights}:{method}'")
+        status, aligned = server.post("v1/align", {"model": "transformer", "sources": [SENTENCE],
+                                                   "targets": [best["text"]], "weights": weights, "method": method})
+        assert status == 200
+        result = aligned["results"][0]
+        lines = explorer.page.eval_on_selector_all("#alignment line", "ls => ls.map(l => [+l.dataset.row, "
+                                                   "+l.dataset.col, +l.dataset.weight])")
+        expected = [(j, i, w) for j, row in enumerate(result["attention"]) for i, w in enumerate(row) if w >= 0.05]
+        assert sorted((j, i) for j, i, _ in lines) == sorted((j, i) for j, i, _ in expected)
+        got = {(j, i): w for j, i, w in lines}
+        assert [got[(j, i)] for j, i, _ in expected] == pytest.approx([w for _, _, w in expected], abs=1e-6)
+        shown = explorer.page.locator("#word-links .word-link").count()
+        assert shown == len(result["links"]) > 0
+        assert "ALTI+" in explorer.page.inner_text("#alignment-meta") or weights != "alti"
+    explorer.page.select_option("#align-method", "argmax")
+    explorer.page.select_option("#reading", "tokens")
+    explorer.page.wait_for_function("document.body.dataset.alignmentReading === 'tokens'")
+    explorer.page.select_option("#model", "rnn")
+    explorer.translate(SENTENCE, beam_size=1, n_best=1)
+    disabled = explorer.page.eval_on_selector_all("#reading option", "os => os.map(o => [o.value, o.disabled])")
+    assert dict(disabled) == {"tokens": False, "attention": False, "value_norm": True, "rollout": True, "alti": True}
+    assert explorer.page.eval_on_selector("#output .tok", "b => b.dataset.sourceShare === undefined")
+    assert explorer.errors == []

@@ -14,6 +14,10 @@
   const EOS = "</s>";
   const ALTERNATIVES = 5; // top tokens per output step shown by "what if"
   const ALIGN_MIN_WEIGHT = 0.05; // thinner links than this are noise and clutter the alignment view
+  const SHARE_LOW = 0.5; // a token whose ALTI+ source share is below this came mostly from the output so far
+  // Alignment readings that read a Transformer's every attention block ("gives": contributions).
+  const CONTRIBUTION_READINGS = ["value_norm", "rollout", "alti"];
+  const READING_NAMES = { attention: "attention", value_norm: "value norms", rollout: "rollout", alti: "ALTI+" };
   const ALIGN_STEP_MIN = 12; // px a token at least on the alignment's lines (past that, the view scrolls)
   const ALIGN_STEP_MAX = 90; // px a token at most: a short sentence is not spread across the page
   const CELL_MIN = 14; // px: below this the labels of a 60-token source stop being readable
@@ -261,6 +265,8 @@
       attribution: "gives no gradients; attribution needs the model directory",
       intervention: "computes its attention inside its runtime, where it cannot be permuted; the model directory "
         + "can",
+      contributions: "has no attention blocks to decompose: value norms, rollout, ALTI+ and the source share need a "
+        + "Transformer model directory",
     }[what];
     return el("p", { class: "note cannot", "data-cannot": what }, `Model “${name}” is ${runs}: it ${why}.`);
   }
@@ -380,6 +386,7 @@
     if (prefix) body.prefix = [prefix];
     if ($("permute").checked && can(model, "intervention")) body.intervention = "permute";
     else delete body.intervention;
+    if (can(model, "contributions")) body.explain = ["source_share"];
     return body;
   }
 
@@ -419,7 +426,7 @@
     const { model, request, response } = state.single;
     const options = {};
     for (const key of Object.keys(request)) {
-      if (!["model", "sentences", "prefix", "trace", "alternatives"].includes(key)) options[key] = request[key];
+      if (!["model", "sentences", "prefix", "trace", "alternatives", "explain"].includes(key)) options[key] = request[key];
     }
     // Sampling: draw with the seed the shown sample used, so the forced token is the only change.
     if (options.sampling && response.decode && response.decode.seed !== null) options.seed = response.decode.seed;
@@ -451,21 +458,75 @@
         activeRow: s.selected === 0 ? s.step : null, onPick: (j) => pickStep(j),
         onRow: (j) => linked.alignment.highlight(j), onLeave: () => linked.alignment.highlight(null),
       });
-      linked.alignment = renderAlignmentView(alignmentBox, result.src_tokens, hypothesis, {
-        onRow: (j) => linked.heatmap.highlight(j), onLeave: () => linked.heatmap.highlight(null),
-      });
+      syncReading(s.model);
+      if ($("reading").value === "tokens") {
+        linked.alignment = renderAlignmentView(alignmentBox, result.src_tokens, hypothesis, {
+          onRow: (j) => linked.heatmap.highlight(j), onLeave: () => linked.heatmap.highlight(null),
+        });
+        $("alignment-meta").textContent = "line width = attention weight";
+        renderWordLinks($("word-links"), hypothesis.alignment);
+        document.body.dataset.alignmentReading = "tokens";
+      } else {
+        linked.alignment = { highlight: () => {} }; // words, not the heatmap's tokens: nothing to point at
+        renderWordReading(s, result, hypothesis);
+      }
     } else {
       const note = noAttentionNote(s.model);
       heatmapBox.replaceChildren(note);
       alignmentBox.replaceChildren(note.cloneNode(true));
+      renderWordLinks($("word-links"), hypothesis.alignment);
     }
-    renderWordLinks($("word-links"), hypothesis.alignment);
     renderHeads(s, result, hypothesis);
     renderAttribution(s);
     renderNbest($("nbest"), result, s.selected, (k) => selectHypothesis(k));
     if (can(s.model, "tree")) renderBeamTree($("beam"), result, s.selected, (k) => selectHypothesis(k));
     else $("beam").replaceChildren(cannotNote(s.model, "tree"));
     markRendered();
+  }
+
+  // ------------------------------------------------------------------ alignment readings
+
+  /** The reading picker offers what the model can give; a reading it cannot give falls back to tokens. */
+  function syncReading(name) {
+    const able = can(name, "contributions");
+    for (const option of $("reading").options) {
+      option.disabled = CONTRIBUTION_READINGS.includes(option.value) && !able;
+      option.title = option.disabled ? cannotNote(name, "contributions").textContent : "";
+    }
+    if ($("reading").selectedOptions[0].disabled) $("reading").value = "tokens";
+    $("align-method").disabled = $("reading").value === "tokens";
+  }
+
+  /** The alignment read another way (heed align --weights/--method): v1/align on the shown hypothesis's
+   * text, between whitespace words, drawn with the word links it gives. */
+  async function renderWordReading(s, result, hypothesis) {
+    const weights = $("reading").value;
+    const method = $("align-method").value;
+    const box = $("alignment");
+    const key = `${s.model}\u0000${result.source}\u0000${hypothesis.text}\u0000${weights}\u0000${method}`;
+    s.readings = s.readings || {};
+    let words = s.readings[key];
+    if (!words) {
+      const seq = state.seq;
+      try {
+        const data = await api("v1/align", { model: s.model, sources: [result.source], targets: [hypothesis.text],
+          weights, method });
+        if (seq !== state.seq || state.single !== s) return;
+        words = data.results[0];
+        s.readings[key] = words;
+      } catch (error) {
+        showError(errorText(error));
+        return;
+      }
+    }
+    if ($("reading").value !== weights || $("align-method").value !== method) return; // picked again since
+    // The word matrix has no </s>: the view draws one on each side, with no links.
+    const padded = words.attention.map((row) => row.concat([0])).concat([words.src_words.map(() => 0).concat([0])]);
+    renderAlignmentView(box, words.src_words, { tokens: words.tgt_words, attention: padded }, {});
+    renderWordLinks($("word-links"), words);
+    $("alignment-meta").textContent = `${READING_NAMES[weights]}, ${method === "shift" ? "shift-att" : "argmax"}: `
+      + "line width = the word's share of the row, whitespace words";
+    document.body.dataset.alignmentReading = `${weights}:${method}`;
   }
 
   // ------------------------------------------------------------------ every head, attribution
@@ -683,16 +744,22 @@
     const forced = prefixLength(s);
     const canPick = Boolean(result.steps) && s.selected === 0;
     const tokens = best.tokens.concat([EOS]);
+    const share = best.source_share; // ALTI+ per token, when the model gives it
+    const low = (j) => share && share.per_token[j] < SHARE_LOW;
     const chips = tokens.map((token, j) => el("button", {
       type: "button",
-      class: ["tok", j < forced ? "forced" : "", j === best.tokens.length ? "eos" : "", s.step === j ? "active" : ""]
-        .filter(Boolean).join(" "),
+      class: ["tok", j < forced ? "forced" : "", j === best.tokens.length ? "eos" : "", s.step === j ? "active" : "",
+        low(j) ? "from-prefix" : ""].filter(Boolean).join(" "),
       "data-token-index": j,
+      "data-source-share": share ? String(share.per_token[j]) : null,
       "aria-pressed": s.step === j ? "true" : "false",
-      title: canPick ? "what if: see the other tokens the model considered here" : null,
+      title: [canPick ? "what if: see the other tokens the model considered here" : null,
+        share ? `source share ${percent(share.per_token[j])}${low(j) ? ": made mostly from the output so far" : ""}`
+          : null].filter(Boolean).join(" · ") || null,
       disabled: !canPick,
       onclick: () => pickStep(j),
     }, token));
+    const marked = share ? tokens.filter((_, j) => low(j)).length : 0;
     $("output-title").textContent = s.selected === 0 ? "Translation" : `Translation · n-best #${s.selected + 1}`;
     $("output").replaceChildren(...[
       el("div", { class: "output-text" }, best.text),
@@ -702,11 +769,15 @@
         ? el("div", { class: "hint" }, "What if? Click a token to see what else the model considered there.") : null,
       s.selected !== 0 && result.steps
         ? el("div", { class: "hint" }, "What if works on #1: pick it in the n-best list.") : null,
+      marked ? el("div", { class: "hint share-note" }, `${marked} dashed token${marked === 1 ? " was" : "s were"} `
+        + `made mostly from the output so far, not the source (ALTI+ source share under ${percent(SHARE_LOW)}).`)
+        : null,
     ].filter(Boolean));
     const decode = s.response.decode || {};
     const meta = [`score ${fixed(best.score, 4)}`, `log p ${fixed(best.log_prob, 4)}`,
       `${best.tokens.length} tokens`, decode.sampling ? `sampling, seed ${decode.seed}` : `beam ${decode.beam_size}`,
       `${Math.round(s.ms)} ms`];
+    if (share) meta.push(`source share ${percent(share.sentence)}`);
     if (result.truncated) meta.push(`${result.truncated} source tokens dropped (too long)`);
     $("output-meta").textContent = meta.join(" · ");
 
@@ -1399,6 +1470,11 @@
     });
     $("sampling").addEventListener("change", syncSampling);
     $("attribute").addEventListener("click", attributeShown);
+    for (const pick of ["reading", "align-method"]) {
+      $(pick).addEventListener("change", () => {
+        if (state.single) renderSingle();
+      });
+    }
     $("permute").addEventListener("change", () => {
       if ($("sentence").value.trim()) submit();
     });
