@@ -13,7 +13,14 @@ from rich.console import Console
 
 from heed.cli.app import escape, friendly_errors, language_options, stderr, with_pair
 from heed.cli.decode_flags import decode_options, resolve_decode
-from heed.cli.io import check_figure_path, print_table, read_lines, truncation_message, warn_long_sources
+from heed.cli.io import (
+    check_figure_path,
+    print_table,
+    read_lines,
+    read_sources,
+    truncation_message,
+    warn_long_sources,
+)
 from heed.cli.progress import Progress, progress_option
 from heed.errors import HeedError
 from heed.plumbing.files import atomic_open, open_stream
@@ -509,17 +516,7 @@ def attribute(
 
     if plot is not None:
         check_figure_path(plot)
-    if tgt is None:
-        with open_stream(src) as stream:
-            sources, targets = list(read_lines(stream, str(src))), None
-    else:
-        from heed.data.corpus import read_parallel
-
-        pairs = list(read_parallel(src, tgt, streams=True))
-        sources, targets = [p.src for p in pairs], [p.tgt for p in pairs]
-    for number, line in enumerate(sources, start=1):
-        if not line.strip():
-            raise HeedError(f"{src}: line {number} is empty: there is nothing to attribute to")
+    sources, targets = read_sources(src, tgt, empty="there is nothing to attribute to")
     others = _contrasts(contrast, contrast_file, len(sources), plot=plot, src=src)
     translator = Translator.load(model, device=device, **languages)
     warn_long_sources(translator, sources, str(src))

@@ -38,6 +38,25 @@ def chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
+def read_sources(src: Path, tgt: Optional[Path], *, empty: str) -> tuple[list[str], Optional[list[str]]]:
+    """--src's sentences and, with --tgt, their line-aligned translations (the corpus reader's checks);
+    a HeedError naming the line of an empty source (`empty` says why that matters)."""
+    from heed.plumbing.files import open_stream
+
+    if tgt is None:
+        with open_stream(src) as stream:
+            sources, targets = list(read_lines(stream, str(src))), None
+    else:
+        from heed.data.corpus import read_parallel
+
+        pairs = list(read_parallel(src, tgt, streams=True))
+        sources, targets = [p.src for p in pairs], [p.tgt for p in pairs]
+    for number, line in enumerate(sources, start=1):
+        if not line.strip():
+            raise HeedError(f"{src}: line {number} is empty: {empty}")
+    return sources, targets
+
+
 def warn_long_sources(translator: "Translator", sources: Sequence[str], name: str) -> None:
     """translate's warning, for commands that read all their sources at once (attribute,
     faithfulness): the lines of `name` longer than the model's max_src_len, which are cut to it."""

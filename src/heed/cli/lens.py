@@ -9,10 +9,9 @@ import typer
 from rich.table import Table
 
 from heed.cli.app import escape, friendly_errors, language_options
-from heed.cli.io import print_table, read_lines, warn_long_sources
+from heed.cli.io import print_table, read_sources, warn_long_sources
 from heed.cli.progress import Progress, progress_option
-from heed.errors import HeedError
-from heed.plumbing.files import atomic_open, open_stream
+from heed.plumbing.files import atomic_open
 from heed.plumbing.limits import MAX_LENS_TOP
 
 if TYPE_CHECKING:
@@ -45,17 +44,8 @@ def lens(
     layer's likeliest token with its probability, and the real token's rank there when it is not
     the top. One teacher-forced pass per sentence; the logits of one layer at a time."""
     from heed.api import Translator
-    from heed.data.corpus import read_parallel
 
-    if tgt is None:
-        with open_stream(src) as stream:
-            sources, targets = list(read_lines(stream, str(src))), None
-    else:
-        pairs = list(read_parallel(src, tgt, streams=True))
-        sources, targets = [p.src for p in pairs], [p.tgt for p in pairs]
-    for number, line in enumerate(sources, start=1):
-        if not line.strip():
-            raise HeedError(f"{src}: line {number} is empty: there is nothing to read")
+    sources, targets = read_sources(src, tgt, empty="there is nothing to read")
     translator = Translator.load(model, device=device, **languages)
     warn_long_sources(translator, sources, str(src))
     results: list[LogitLens] = []

@@ -94,16 +94,16 @@ def alti_mixing(block: AttentionBlock) -> Mixing:
 
 def _alti_chunk(block: AttentionBlock, rows: slice) -> Mixing:
     weights, values, residual, output = (t[rows] for t in (block.weights, block.values, block.residual, block.output))
-    terms = torch.einsum("bhqk,bhkd->bqkd", weights, values)  # (batch, q_len, k_len, d_model)
+    terms = torch.einsum("bhqk,bhkd->bqkd", weights, values)  # (batch, q_len, k_len, dim)
     if block.part == "cross":  # the target stream is a term of its own
-        own = residual.unsqueeze(2)  # (batch, q_len, 1, d_model)
+        own = residual.unsqueeze(2)  # (batch, q_len, 1, dim)
     else:  # Ferrando et al. 2022a: the residual belongs to the query's own token
         q = torch.arange(terms.size(1), device=terms.device)
         terms[:, q, q] = terms[:, q, q] + residual
         own = torch.zeros_like(residual).unsqueeze(2)
-    terms = torch.cat([terms, own], dim=2)  # (batch, q_len, k_len + 1, d_model)
+    terms = torch.cat([terms, own], dim=2)  # (batch, q_len, k_len + 1, dim)
     if block.norm is not None:  # post-norm: LayerNorm(z) = gamma (z - mean z) / std(z) + beta, linear in z's terms
-        total = terms.sum(2) + block.bias  # (batch, q_len, d_model) the sum the norm reads
+        total = terms.sum(2) + block.bias  # (batch, q_len, dim) the sum the norm reads
         std = (total.var(-1, unbiased=False, keepdim=True) + block.norm.eps).sqrt()  # (batch, q_len, 1)
         terms = block.norm.weight * (terms - terms.mean(-1, keepdim=True)) / std.unsqueeze(2)
     distance = (output.unsqueeze(2) - terms).abs().sum(-1)  # (batch, q_len, k_len + 1)

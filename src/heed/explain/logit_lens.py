@@ -47,7 +47,7 @@ def lens(model: ContributionModel, src: Tensor, src_lengths: Tensor, tgt_in: Ten
          top: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Teacher-forced: (top ids (layers, batch, tgt_len, top), their probabilities, the real token's
     probability (layers, batch, tgt_len), its rank), one layer's logits at a time."""
-    states = model.decoder_states(src, src_lengths, tgt_in)  # (layers, batch, tgt_len, d_model)
+    states = model.decoder_states(src, src_lengths, tgt_in)  # (layers, batch, tgt_len, dim)
     ids, probs, gold_probs, ranks = [], [], [], []
     for layer_states in states:
         log_probs = torch.log_softmax(model.read_out(layer_states).float(), dim=-1)  # (batch, tgt_len, vocab)

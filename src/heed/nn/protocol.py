@@ -183,12 +183,12 @@ class AttentionBlock(NamedTuple):
     part:     "encoder" (source self-attention), "decoder" (causal target self-attention) or
               "cross" (target over source); layer: its 0-based layer in its stack
     weights:  (batch, heads, q_len, k_len) every head's attention
-    values:   (batch, heads, k_len, d_model) f_h(x_j): key j's value vector through head h's
+    values:   (batch, heads, k_len, dim) f_h(x_j): key j's value vector through head h's
               slice of W_o, the value bias included
-    bias:     (d_model,) W_o's bias
-    residual: (batch, q_len, d_model) the stream the sublayer's output is added to
+    bias:     (dim,) W_o's bias
+    residual: (batch, q_len, dim) the stream the sublayer's output is added to
     norm:     the LayerNorm after the sum (post-norm), None for pre-norm
-    output:   (batch, q_len, d_model) the stream after the block
+    output:   (batch, q_len, dim) the stream after the block
     """
 
     part: str
@@ -215,11 +215,11 @@ class ContributionModel(Protocol):
         ...
 
     def decoder_states(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher-forced: the stream after each decoder layer, (layers, batch, tgt_len, d_model)."""
+        """Teacher-forced: the stream after each decoder layer, (layers, batch, tgt_len, dim)."""
         ...
 
     def read_out(self, states: Tensor) -> Tensor:
-        """(..., d_model) decoder stream -> (..., vocab) logits, as the last layer's stream is read
+        """(..., dim) decoder stream -> (..., vocab) logits, as the last layer's stream is read
         (the final LayerNorm of a pre-norm stack, then the output layer)."""
         ...
 

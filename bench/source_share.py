@@ -1,0 +1,100 @@
+"""Does a low ALTI+ source share flag outputs the source did not drive? (docs/look-inside.md, "Source
+share as a warning"; Xu et al. 2023 detect hallucinations by it.)
+
+For a trained Transformer and a test set, the sentence source share (Translator.source_share: the
+mean over a translation's predictions, at the last decoder layer) of the model's own greedy
+outputs for:
+
+    intact      the sources as they are
+    truncated   each source without its last whitespace word (a date loses its year, mostly):
+                what the model writes for it comes from nowhere in the source
+    shuffled    each source's words in a random order
+    foreign     another test sentence's output forced on each source (teacher forcing): an
+                output that is not this source's translation at all
+
+and how well the share separates them from the intact outputs (ROC AUC: 0.5 = no better than
+chance, 1 = every corrupted output below every intact one), and among the intact outputs, wrong
+ones (not the reference) from right ones.
+
+    python bench/source_share.py --model runs/readings/transformer-pre-plain-s1 \
+        --src dates/test.src --ref dates/test.tgt [--limit 1000] [--seed 0]
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import time
+
+import numpy as np
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def auc(low: np.ndarray, high: np.ndarray) -> float:
+    """P(a value of `low` < a value of `high`), ties counted half: the ROC AUC of flagging `low` by
+    a small value."""
+    low, high = np.asarray(low)[:, None], np.asarray(high)[None, :]
+    return float(((low < high).sum() + 0.5 * (low == high).sum()) / (low.size * high.size))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--src", required=True)
+    parser.add_argument("--ref", required=True)
+    parser.add_argument("--limit", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    import torch
+
+    from heed.api import Translator
+
+    torch.set_num_threads(1)
+    rng = random.Random(args.seed)
+    translator = Translator.load(args.model, device="cpu")
+    src = open(args.src, encoding="utf-8").read().splitlines()[: args.limit]
+    ref = open(args.ref, encoding="utf-8").read().splitlines()[: args.limit]
+    started = time.perf_counter()
+    outputs = translator.translate(src, beam=1)
+    right = np.array([o.text == r for o, r in zip(outputs, ref)])
+    intact = np.array([s.sentence for s in translator.source_share(src, [o.tokens for o in outputs])])
+    kept = [k for k, s in enumerate(src) if len(s.split()) > 1]
+    truncated_src = [" ".join(src[k].split()[:-1]) for k in kept]
+    truncated_out = translator.translate(truncated_src, beam=1)
+    truncated = np.array([s.sentence for s in translator.source_share(truncated_src, [o.tokens for o in truncated_out])])
+    shuffled_src = []
+    for k in kept:
+        words = src[k].split()
+        rng.shuffle(words)
+        shuffled_src.append(" ".join(words))
+    shuffled_out = translator.translate(shuffled_src, beam=1)
+    shuffled = np.array([s.sentence for s in translator.source_share(shuffled_src, [o.tokens for o in shuffled_out])])
+    order = list(range(len(src)))
+    rng.shuffle(order)
+    foreign = np.array([s.sentence for s in translator.source_share(
+        src, [outputs[order[k]].tokens for k in range(len(src))])])
+    seconds = time.perf_counter() - started
+    print(f"\n{args.model} on {cpu_name()}, {len(src)} test sources ({right.mean() * 100:.1f}% exact), seed {args.seed}, "
+          f"1 thread, {seconds:.0f} s\n")
+    print("| outputs | sentences | mean source share | median | AUC against intact |\n|---|---:|---:|---:|---:|")
+    print(f"| intact, right | {right.sum()} | {intact[right].mean():.3f} | {np.median(intact[right]):.3f} | - |")
+    if (~right).any():
+        print(f"| intact, wrong | {(~right).sum()} | {intact[~right].mean():.3f} | {np.median(intact[~right]):.3f} | "
+              f"{auc(intact[~right], intact[right]):.3f} (against the right ones) |")
+    for name, values in (("truncated source", truncated), ("shuffled source", shuffled),
+                         ("another sentence's output", foreign)):
+        print(f"| {name} | {len(values)} | {values.mean():.3f} | {np.median(values):.3f} | {auc(values, intact):.3f} |")
+
+
+if __name__ == "__main__":
+    main()
