@@ -91,9 +91,9 @@ def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_tex
                 if weights == "value_norm":
                     stack = stack * model.value_norms(batch.src, batch.src_lengths)[:, :, :, None, :]
             else:
-                weights = model(batch.src, batch.src_lengths, batch.tgt_in).attention  # (B, T+1, S+1)
-                assert weights is not None
-                stack = weights[None, None]
+                reported = model(batch.src, batch.src_lengths, batch.tgt_in).attention  # (B, T+1, S+1)
+                assert reported is not None
+                stack = reported[None, None]
         stack = stack.float().cpu().numpy()
         for row, k in enumerate(group):
             n_src, n_tgt = len(examples[k][0]), len(examples[k][1])

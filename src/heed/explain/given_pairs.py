@@ -240,29 +240,12 @@ def attribute(
     baseline; `Attribution.delta` is its completeness gap) or "grad_x_input". One backward pass
     per output token (times `steps` for integrated gradients), sentence by sentence, in float32:
     an exported model, an ensemble and a bf16 translator are refused."""
-    from heed.explain.attribution import METHODS, Attribution, attribute_ids
-    from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
+    from heed.explain.attribution import Attribution, attribute_ids
 
     if isinstance(src_texts, str) or isinstance(tgt_texts, str):
         raise TypeError("attribute() takes lists of sentences; wrap a single one in a list")
-    if method not in METHODS:
-        raise HeedError(f"unknown attribution method {method!r}; choose one of {', '.join(METHODS)}")
-    if not 1 <= steps <= MAX_ATTRIBUTION_STEPS:
-        raise HeedError(f"steps must be 1 to {MAX_ATTRIBUTION_STEPS}, got {steps}")
-    if not isinstance(translator.model, AttributableModel):
-        raise HeedError(
-            "attribution needs gradients, which an exported model or an ensemble does not give; "
-            "attribute with a PyTorch model directory"
-        )
-    if translator.bf16:
-        raise HeedError("attribution runs in float32; load the model without bf16")
-    _check_texts(src_texts, "src_texts")
-    if tgt_texts is None:
-        tgt_texts = [t.tokens for t in translator.translate(src_texts)]
-    elif len(tgt_texts) != len(src_texts):
-        raise HeedError(
-            f"{len(src_texts)} source sentences but {len(tgt_texts)} translations; give one translation per source"
-        )
+    _check_attribution(translator, method, steps)
+    tgt_texts = _own_or_given(translator, src_texts, tgt_texts)
     src_tokens, tgt_tokens, examples = translator.forced_pairs(
         src_texts, tgt_texts, empty="there is nothing to attribute to"
     )
@@ -286,6 +269,25 @@ def attribute(
             )
         )
     return out
+
+
+def _check_attribution(translator: Translator, method: str, steps: int) -> None:
+    """HeedError for an attribution this translator cannot run: an unknown method, steps out of
+    range, a model without gradients (an export, an ensemble), or bf16."""
+    from heed.explain.attribution import METHODS
+    from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
+
+    if method not in METHODS:
+        raise HeedError(f"unknown attribution method {method!r}; choose one of {', '.join(METHODS)}")
+    if not 1 <= steps <= MAX_ATTRIBUTION_STEPS:
+        raise HeedError(f"steps must be 1 to {MAX_ATTRIBUTION_STEPS}, got {steps}")
+    if not isinstance(translator.model, AttributableModel):
+        raise HeedError(
+            "attribution needs gradients, which an exported model or an ensemble does not give; "
+            "attribute with a PyTorch model directory"
+        )
+    if translator.bf16:
+        raise HeedError("attribution runs in float32; load the model without bf16")
 
 
 def _own_or_given(translator: Translator, src_texts: Sequence[str],
@@ -395,18 +397,9 @@ def contrast(
     `src_texts[k]`: each source token's attribution to the difference of the two outputs'
     log-probabilities (heed.explain.attribution.Contrast; Captum). A PyTorch model directory in
     float32; the contrast must be spelt in the model's target vocabulary."""
-    from heed.explain.attribution import METHODS, Contrast, contrast_ids
-    from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
+    from heed.explain.attribution import Contrast, contrast_ids
 
-    if method not in METHODS:
-        raise HeedError(f"unknown attribution method {method!r}; choose one of {', '.join(METHODS)}")
-    if not 1 <= steps <= MAX_ATTRIBUTION_STEPS:
-        raise HeedError(f"steps must be 1 to {MAX_ATTRIBUTION_STEPS}, got {steps}")
-    if not isinstance(translator.model, AttributableModel):
-        raise HeedError("attribution needs gradients, which an exported model or an ensemble does not give; "
-                        "attribute with a PyTorch model directory")
-    if translator.bf16:
-        raise HeedError("attribution runs in float32; load the model without bf16")
+    _check_attribution(translator, method, steps)
     if isinstance(contrasts, str) or len(contrasts) != len(src_texts):
         raise HeedError(f"{len(src_texts)} source sentences but {1 if isinstance(contrasts, str) else len(contrasts)} "
                         "contrasts; give one alternative output per source")
