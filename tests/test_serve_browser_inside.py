@@ -254,8 +254,10 @@ def test_the_reading_picker_draws_the_apis_word_alignment(explorer: Explorer, se
         explorer.page.select_option("#align-method", method) if weights == "rollout" else None
         explorer.page.select_option("#reading", weights)
         explorer.page.wait_for_function(f"document.body.dataset.alignmentReading === '{weights}:{method}'")
+        # the dates model writes characters: the page reads it in characters, as heed align --tgt-units chars
         status, aligned = server.post("v1/align", {"model": "transformer", "sources": [SENTENCE],
-                                                   "targets": [best["text"]], "weights": weights, "method": method})
+                                                   "targets": [best["text"]], "weights": weights, "method": method,
+                                                   "tgt_units": "chars"})
         assert status == 200
         result = aligned["results"][0]
         lines = explorer.page.eval_on_selector_all("#alignment line", "ls => ls.map(l => [+l.dataset.row, "
@@ -267,6 +269,8 @@ def test_the_reading_picker_draws_the_apis_word_alignment(explorer: Explorer, se
         shown = explorer.page.locator("#word-links .word-link").count()
         assert shown == len(result["links"]) > 0
         assert "ALTI+" in explorer.page.inner_text("#alignment-meta") or weights != "alti"
+        assert "target characters" in explorer.page.inner_text("#alignment-meta")
+        assert len(result["attention"]) == len(best["text"].replace(" ", ""))
     explorer.page.select_option("#align-method", "argmax")
     explorer.page.select_option("#reading", "tokens")
     explorer.page.wait_for_function("document.body.dataset.alignmentReading === 'tokens'")

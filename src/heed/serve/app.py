@@ -531,7 +531,8 @@ class _Routes:
         _one_target_each(request.sources, request.targets, "source")
         # A forced pass: one decoder row a step, a step a target token.
         costs = [len(translator.codec.tgt_tokens(target)) + 1 for target in request.targets]
-        reading = AlignOptions(method=request.method, layer=request.layer, weights=request.weights)
+        reading = AlignOptions(method=request.method, layer=request.layer, weights=request.weights,
+                               tgt_units=request.tgt_units)
         key = _Key(name, "align", languages=(request.src_lang, request.tgt_lang), reading=reading)
         results = await self._decoded(key, list(zip(request.sources, request.targets)), costs)
         return JSONResponse({"model": name, "results": results})

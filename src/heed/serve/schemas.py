@@ -79,6 +79,8 @@ class AlignRequest(_Pair):
                                  "ALTI+ contributions (all but attention: a Transformer model directory)")
     layer: Optional[Union[Annotated[int, Field(ge=0)], Literal["mean"]]] = Field(
         None, description="the decoder layer read (default: the last), or mean")
+    tgt_units: Literal["words", "chars"] = Field("words", description="target positions: whitespace words, or "
+                                                 "characters (spaces left out)")
 
 
 class LensRequest(_Pair):

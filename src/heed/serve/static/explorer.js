@@ -498,11 +498,16 @@
   }
 
   /** The alignment read another way (heed align --weights/--method): v1/align on the shown hypothesis's
-   * text, between whitespace words, drawn with the word links it gives. */
+   * text, between whitespace words (or target characters, for a model that writes characters), drawn
+   * with the links it gives. */
   async function renderWordReading(s, result, hypothesis) {
     const weights = $("reading").value;
     const method = $("align-method").value;
     const box = $("alignment");
+    // A model that writes characters is read in characters: a date is one whitespace word.
+    const model = modelByName(s.model);
+    const tokenizer = model && model.config && model.config.data && model.config.data.tokenizer;
+    const units = tokenizer && tokenizer.tgt && tokenizer.tgt.kind === "char" ? "chars" : "words";
     const key = `${s.model}\u0000${result.source}\u0000${hypothesis.text}\u0000${weights}\u0000${method}`;
     s.readings = s.readings || {};
     let words = s.readings[key];
@@ -510,7 +515,7 @@
       const seq = state.seq;
       try {
         const data = await api("v1/align", { model: s.model, sources: [result.source], targets: [hypothesis.text],
-          weights, method });
+          weights, method, tgt_units: units });
         if (seq !== state.seq || state.single !== s) return;
         words = data.results[0];
         s.readings[key] = words;
@@ -520,12 +525,13 @@
       }
     }
     if ($("reading").value !== weights || $("align-method").value !== method) return; // picked again since
-    // The word matrix has no </s>: the view draws one on each side, with no links.
+    // The unit matrix has no </s>: the view draws one on each side, with no links.
+    const targets = units === "chars" ? [...words.tgt_words.join("")] : words.tgt_words;
     const padded = words.attention.map((row) => row.concat([0])).concat([words.src_words.map(() => 0).concat([0])]);
-    renderAlignmentView(box, words.src_words, { tokens: words.tgt_words, attention: padded }, {});
-    renderWordLinks($("word-links"), words);
+    renderAlignmentView(box, words.src_words, { tokens: targets, attention: padded }, {});
+    renderWordLinks($("word-links"), { ...words, tgt_words: targets });
     $("alignment-meta").textContent = `${READING_NAMES[weights]}, ${method === "shift" ? "shift-att" : "argmax"}: `
-      + "line width = the word's share of the row, whitespace words";
+      + `line width = the source word's share of the row; rows: target ${units === "chars" ? "characters" : "words"}`;
     document.body.dataset.alignmentReading = `${weights}:${method}`;
   }
 
