@@ -47,6 +47,13 @@ def auc(low: np.ndarray, high: np.ndarray) -> float:
     return float(((low < high).sum() + 0.5 * (low == high).sum()) / (low.size * high.size))
 
 
+def shares(translator, sources: list[str], outputs: list) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair: (the sentence's source share, its lowest token's, </s> left out)."""
+    read = translator.source_share(sources, outputs)
+    return (np.array([s.sentence for s in read]),
+            np.array([s.per_token[:-1].min() if len(s.per_token) > 1 else s.per_token[0] for s in read]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
@@ -67,33 +74,35 @@ def main() -> None:
     started = time.perf_counter()
     outputs = translator.translate(src, beam=1)
     right = np.array([o.text == r for o, r in zip(outputs, ref)])
-    intact = np.array([s.sentence for s in translator.source_share(src, [o.tokens for o in outputs])])
+    intact, intact_low = shares(translator, src, [o.tokens for o in outputs])
     kept = [k for k, s in enumerate(src) if len(s.split()) > 1]
     truncated_src = [" ".join(src[k].split()[:-1]) for k in kept]
     truncated_out = translator.translate(truncated_src, beam=1)
-    truncated = np.array([s.sentence for s in translator.source_share(truncated_src, [o.tokens for o in truncated_out])])
+    truncated, truncated_low = shares(translator, truncated_src, [o.tokens for o in truncated_out])
     shuffled_src = []
     for k in kept:
         words = src[k].split()
         rng.shuffle(words)
         shuffled_src.append(" ".join(words))
     shuffled_out = translator.translate(shuffled_src, beam=1)
-    shuffled = np.array([s.sentence for s in translator.source_share(shuffled_src, [o.tokens for o in shuffled_out])])
+    shuffled, shuffled_low = shares(translator, shuffled_src, [o.tokens for o in shuffled_out])
     order = list(range(len(src)))
     rng.shuffle(order)
-    foreign = np.array([s.sentence for s in translator.source_share(
-        src, [outputs[order[k]].tokens for k in range(len(src))])])
+    foreign, foreign_low = shares(translator, src, [outputs[order[k]].tokens for k in range(len(src))])
     seconds = time.perf_counter() - started
     print(f"\n{args.model} on {cpu_name()}, {len(src)} test sources ({right.mean() * 100:.1f}% exact), seed {args.seed}, "
           f"1 thread, {seconds:.0f} s\n")
-    print("| outputs | sentences | mean source share | median | AUC against intact |\n|---|---:|---:|---:|---:|")
-    print(f"| intact, right | {right.sum()} | {intact[right].mean():.3f} | {np.median(intact[right]):.3f} | - |")
+    print("| outputs | sentences | mean source share | AUC against intact | lowest token's share, mean | its AUC |")
+    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| intact, right | {right.sum()} | {intact[right].mean():.3f} | - | {intact_low[right].mean():.3f} | - |")
     if (~right).any():
-        print(f"| intact, wrong | {(~right).sum()} | {intact[~right].mean():.3f} | {np.median(intact[~right]):.3f} | "
-              f"{auc(intact[~right], intact[right]):.3f} (against the right ones) |")
-    for name, values in (("truncated source", truncated), ("shuffled source", shuffled),
-                         ("another sentence's output", foreign)):
-        print(f"| {name} | {len(values)} | {values.mean():.3f} | {np.median(values):.3f} | {auc(values, intact):.3f} |")
+        print(f"| intact, wrong | {(~right).sum()} | {intact[~right].mean():.3f} | "
+              f"{auc(intact[~right], intact[right]):.3f} (against the right ones) | {intact_low[~right].mean():.3f} | "
+              f"{auc(intact_low[~right], intact_low[right]):.3f} |")
+    for name, values, low in (("truncated source", truncated, truncated_low), ("shuffled source", shuffled, shuffled_low),
+                              ("another sentence's output", foreign, foreign_low)):
+        print(f"| {name} | {len(values)} | {values.mean():.3f} | {auc(values, intact):.3f} | {low.mean():.3f} | "
+              f"{auc(low, intact_low):.3f} |")
 
 
 if __name__ == "__main__":

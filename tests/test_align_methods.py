@@ -480,3 +480,44 @@ def test_training_records_the_best_reading_on_the_dev_gold_and_heed_align_uses_i
     assert out.stdout == want and "the best on the dev gold at training" in out.stderr
     told = invoke("align", tmp_path / "run", *files, "--method", "argmax")
     assert told.exit_code == 0 and "the best on the dev gold" not in told.stderr
+
+
+def test_without_a_recorded_reading_heed_align_reads_the_rule_measured_for_the_model_s_kind(transformer_run, trained_run,
+                                                                                           tmp_path, gold_files):
+    """docs/look-inside.md, section 8: value norms of the second-to-last layer for a pre-norm
+    Transformer (the mean of all layers for a post-norm one), argmax of the attention for an RNN;
+    heed align uses it when training recorded no reading, and says so; a flag reads another way."""
+    import shutil
+
+    from heed.api import Translator
+    from heed.checkpoint import read_meta
+    from model_files import rehash
+
+    model = tmp_path / "model"
+    shutil.copytree(transformer_run / "model", model)
+    meta_path = model / "heed.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta.pop("alignment", None)
+    meta_path.write_text(json.dumps(meta), encoding="utf-8")
+    rehash(model)
+    assert "alignment" not in read_meta(model)
+    translator = Translator.load(model)
+    layers = translator.model.layers
+    chosen, why = translator.default_reading("chars")
+    assert chosen == AlignOptions(method="argmax", layer=max(layers - 2, 0), weights="value_norm", tgt_units="chars")
+    assert "a pre-norm Transformer" in why
+    files = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars"]
+    out = invoke("align", model, *files)
+    assert out.exit_code == 0, out.output
+    assert "the rule measured for a pre-norm Transformer" in out.stderr and "weighed by value norms" in out.stderr
+    src = (gold_files / "test.src").read_text(encoding="utf-8").splitlines()
+    tgt = (gold_files / "test.tgt").read_text(encoding="utf-8").splitlines()
+    expected = [a.pharaoh() for a in translator.align(src, tgt, options=chosen)]
+    assert out.stdout.splitlines() == expected
+    flagged = invoke("align", model, *files, "--layer", "mean")
+    assert flagged.exit_code == 0 and "rule measured" not in flagged.stderr
+    rnn = Translator.load(trained_run)  # the tiny Luong RNN, without input feeding: its attention as it is
+    assert rnn.model.measured_reading == ("an RNN without input feeding", "argmax", None, "attention")
+    assert rnn.recorded_reading is None  # its corpus has no dev gold
+    assert rnn.default_reading() == (AlignOptions(), "the rule measured for an RNN without input feeding "
+                                                     "(docs/look-inside.md, section 8)")

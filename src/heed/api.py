@@ -594,6 +594,25 @@ class Translator:
             return None
         return dict(dictionary) if isinstance(dictionary, Mapping) else load_dictionary(dictionary)
 
+    def default_reading(self, tgt_units: Units = "words") -> tuple[AlignOptions, str]:
+        """How `heed align` reads this model when no reading is asked for, and why (for messages):
+        the reading its training recorded (the heads guided alignment trained, or the best on its
+        dev gold), else the rule measured for its kind of model (heed.nn.protocol.MeasuredReading:
+        docs/look-inside.md, section 8), else the attention as reported (an ensemble, an export)."""
+        if self.recorded_reading is not None:
+            reading = self.recorded_reading
+            scored = (f"AER {100 * reading['dev_aer']:.1f}% against the default's "
+                      f"{100 * reading['default_dev_aer']:.1f}%" if reading.get("dev_aer") is not None else "")
+            why = (f"the heads guided alignment trained{' (dev ' + scored + ')' if scored else ''}"
+                   if reading.get("trained") else f"the best on the dev gold at training ({scored})")
+            return recorded_options(reading, tgt_units), why
+        measured = getattr(self.model, "measured_reading", None)
+        if measured is None:
+            return AlignOptions(tgt_units=tgt_units), "the attention the model reports"
+        options = AlignOptions(method=measured.method, layer=measured.layer, weights=measured.weights,  # type: ignore[arg-type]
+                               tgt_units=tgt_units)
+        return options, f"the rule measured for {measured.kind} (docs/look-inside.md, section 8)"
+
     def align(self, src_texts: Sequence[str], tgt_texts: Sequence[str], *, options: AlignOptions | None = None,
               batch_size: int = 64, stop: Callable[[], bool] | None = None) -> list[Alignment]:
         """Word alignments of given translations, read off the attention while the model reads each

@@ -410,19 +410,14 @@ def _align_all(translator: "Translator", src_texts: list[str], tgt_texts: list[s
 
 
 def _recorded_reading_of(translator: "Translator", options: "AlignOptions", *, given: tuple[Any, ...]) -> "AlignOptions":
-    """With no reading flag `given`: the reading training recorded (heed.json's "alignment": the heads
-    guided alignment trained, or the best reading on the dev gold), with the units asked for, when
-    the model has one (said on stderr). Else `options`."""
-    from heed.explain.align_methods import recorded_options
-
-    reading = translator.recorded_reading
-    if reading is None or any(flag is not None for flag in given):
+    """With no reading flag `given`: the model's default reading (Translator.default_reading: the one
+    training recorded, or the rule measured for its kind), with the units asked for, said on stderr
+    unless it is the plain default. Else `options`."""
+    if any(flag is not None for flag in given):
         return options
-    chosen = recorded_options(reading, options.tgt_units)
-    scored = (f"AER {100 * reading['dev_aer']:.1f}% against the default's {100 * reading['default_dev_aer']:.1f}%"
-              if reading.get("dev_aer") is not None else "")
-    why = (f"the heads guided alignment trained{' (dev ' + scored + ')' if scored else ''}" if reading.get("trained")
-           else f"the best on the dev gold at training ({scored})")
+    chosen, why = translator.default_reading(options.tgt_units)
+    if chosen == options:
+        return options
     stderr().print(f"reading: {chosen.describe(translator.model.head_grid)}, {why}; "
                    "--method, --layer, --head or --weights read another way", soft_wrap=True)
     return chosen

@@ -144,6 +144,7 @@ class HeadsModel(Protocol):
     not an ensemble or an exported model): what `heed align --layer/--head/--sweep` needs."""
 
     alignment_layer: int  # the decoder layer whose head-mean attention __call__ and step report
+    measured_reading: MeasuredReading  # how heed align reads it when training recorded no reading
 
     @property
     def head_grid(self) -> tuple[int, int]:
@@ -160,6 +161,17 @@ class HeadsModel(Protocol):
         attention of the same pass in SeqLoss.attention (batch, heads, tgt_len, src_len): what
         guided alignment training supervises."""
         ...
+
+
+class MeasuredReading(NamedTuple):
+    """The alignment reading measured best for a kind of model on gold by construction
+    (docs/look-inside.md, section 8; bench/alignment_readings.py): what `heed align` reads when
+    training recorded no reading of its own. Fields as heed.json's "alignment" records a reading."""
+
+    kind: str  # the kind of model it was measured on, for messages ("a pre-norm Transformer")
+    method: str  # "argmax" or "shift"
+    layer: int | str | None  # a decoder layer, "mean", or None (the model's alignment layer)
+    weights: str  # "attention", "value_norm", "rollout" or "alti"
 
 
 @runtime_checkable

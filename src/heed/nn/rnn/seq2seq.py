@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from heed.nn.layout import for_decoding
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
-from heed.nn.protocol import Seq2SeqOutput
+from heed.nn.protocol import MeasuredReading, Seq2SeqOutput
 from heed.nn.rnn.copy import mixture_loss
 from heed.nn.rnn.coverage import coverage_loss
 from heed.nn.rnn.decoder import DecoderFeatures, DecoderState, DecoderStep, _RNNDecoder
@@ -78,6 +78,13 @@ class Seq2Seq(nn.Module):
         return Seq2SeqOutput(out.logits, out.attention)
 
     alignment_layer = 0  # the one attention (heed.nn.protocol.HeadsModel)
+
+    @property
+    def measured_reading(self) -> MeasuredReading:
+        """The reading measured best on the dates task's gold (docs/look-inside.md, section 8): the
+        attention at the step that predicts each token (argmax), with and without input feeding."""
+        feeding = getattr(self.decoder, "input_feeding", False)
+        return MeasuredReading(f"an RNN {'with' if feeding else 'without'} input feeding", "argmax", None, "attention")
     head_grid = (1, 1)
 
     def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:

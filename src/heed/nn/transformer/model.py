@@ -28,7 +28,7 @@ from heed.nn.layout import for_decoding
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.masks import lengths_to_mask
 from heed.nn.model_config import ModelConfig
-from heed.nn.protocol import AttentionBlock, AttentionMaps, Seq2SeqOutput, TensorState
+from heed.nn.protocol import AttentionBlock, AttentionMaps, MeasuredReading, Seq2SeqOutput, TensorState
 from heed.nn.transformer.layers import (
     Activation,
     DecoderLayer,
@@ -226,6 +226,16 @@ class TransformerSeq2Seq(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    @property
+    def measured_reading(self) -> MeasuredReading:
+        """The reading measured best on the dates task's gold (docs/look-inside.md, section 8): value
+        norms, argmax; a pre-norm stack's second-to-last layer (Garg et al. 2019 align there too), a
+        post-norm stack's mean of all layers. The last layer's plain heads' mean aligned 2 to 9 times
+        worse there."""
+        if self.decoder.layers[0].pre:
+            return MeasuredReading("a pre-norm Transformer", "argmax", max(self.layers - 2, 0), "value_norm")
+        return MeasuredReading("a post-norm Transformer", "argmax", "mean", "value_norm")
 
     @property
     def head_grid(self) -> tuple[int, int]:
