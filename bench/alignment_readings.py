@@ -77,9 +77,17 @@ def score(run: Path, gold_dir: Path) -> dict:
            "default": 100 * result.counts[("attention", "argmax", result.default_layer, "mean")].aer,
            "diagonal": 100 * result.diagonal.aer, "best": {}}
     for weights in result.weights:
-        keys = [k for k in result.readings() if k[0] == weights]
-        best = min(keys, key=lambda k: result.counts[k].aer)
-        row["best"][weights] = (100 * result.counts[best].aer, best[1], best[2], best[3])
+        for method in ("argmax", "shift"):
+            keys = [k for k in result.readings() if k[0] == weights and k[1] == method]
+            best = min(keys, key=lambda k: result.counts[k].aer)
+            row["best"][f"{weights}/{method}"] = (100 * result.counts[best].aer, best[2], best[3])
+    measured = getattr(translator.model, "measured_reading", None)
+    if measured is not None:
+        from heed.explain.align_methods import AlignOptions
+
+        options = AlignOptions(method=measured.method, layer=measured.layer, weights=measured.weights,
+                               tgt_units="chars")  # type: ignore[arg-type]
+        row["rule"] = 100 * result.aer(options)
     recorded = translator.recorded_reading
     row["recorded"] = None if recorded is None else {k: recorded[k] for k in ("method", "layer", "head", "weights")}
     return row
@@ -118,21 +126,25 @@ def main() -> None:
         rows[(name, guided)]["seconds"] = int((path / "train_seconds").read_text()) if (path / "train_seconds").exists() else None
     (args.out / "readings.json").write_text(json.dumps({f"{n}/{'guided' if g else 'plain'}": r
                                                         for (n, g), r in rows.items()}, indent=1), encoding="utf-8")
-    print(f"\n{cpu_name()}, seed {args.seed}, 1 thread per training; AER % on the 1,000 test pairs (target characters)\n")
-    print("| model | training | exact match | default reading | attention | value norms | rollout | ALTI+ | diagonal |")
-    print("|---|---|---:|---:|---|---|---|---|---:|")
+    print(f"\n{cpu_name()}, seed {args.seed}, 1 thread per training; AER % on the 1,000 test pairs (target "
+          "characters); each weighting's best layer x head, argmax / shift-att\n")
+    print("| model | training | exact match | default reading | measured rule | attention | value norms | rollout | "
+          "ALTI+ | diagonal |")
+    print("|---|---|---:|---:|---:|---|---|---|---|---:|")
     for (name, guided), row in rows.items():
         cells = []
         for weights in ("attention", "value_norm", "rollout", "alti"):
-            if weights not in row["best"]:
+            if f"{weights}/argmax" not in row["best"]:
                 cells.append("-")
                 continue
-            aer, method, layer, head = row["best"][weights]
-            where = "shift" if method == "shift" else "argmax"
-            where += "" if name.startswith("rnn") else f", L{layer}" + ("" if head == "mean" else f" h{head}")
-            cells.append(f"{aer:.1f} ({where})")
+            parts = []
+            for method in ("argmax", "shift"):
+                aer, layer, head = row["best"][f"{weights}/{method}"]
+                where = "" if name.startswith("rnn") else f" L{layer}" + ("" if head == "mean" else f"h{head}")
+                parts.append(f"{aer:.1f}{where}")
+            cells.append(" / ".join(parts))
         print(f"| {name} | {'guided' if guided else 'plain'} | {row['exact']:.1f}% | {row['default']:.1f} | "
-              + " | ".join(cells) + f" | {row['diagonal']:.1f} |")
+              f"{row.get('rule', float('nan')):.1f} | " + " | ".join(cells) + f" | {row['diagonal']:.1f} |")
 
 
 if __name__ == "__main__":

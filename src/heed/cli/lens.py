@@ -40,9 +40,9 @@ def lens(
     read through the final norm and the output layer as the last layer's is. The last layer's row
     is the model's own prediction; earlier rows show where it formed.
 
-    Prints, for the first 5 sentences, a table a row per layer, a column per output token: the
-    layer's likeliest token with its probability, and the real token's rank there when it is not
-    the top. One teacher-forced pass per sentence; the logits of one layer at a time."""
+    Prints, for the first 5 sentences, a table a row per output token, a column per decoder layer:
+    the layer's likeliest token with its probability, and the real token's rank there when it is
+    not the top. One teacher-forced pass per sentence; the logits of one layer at a time."""
     from heed.api import Translator
 
     sources, targets = read_sources(src, tgt, empty="there is nothing to read")
@@ -67,16 +67,18 @@ def lens(
 
 
 def _table(number: int, r: "LogitLens") -> Table:
-    """A row per decoder layer, a column per output token: the layer's top token and probability."""
+    """A row per output token, a column per decoder layer: the layer's top token and its probability,
+    and the real token's rank there when it is not the top (long outputs stay readable: a model
+    has fewer layers than a sentence has tokens)."""
     table = Table(title=f"{number}: {escape(' '.join(r.src_tokens))}", title_justify="left")
-    table.add_column("layer")
-    for token in [*r.tgt_tokens, "</s>"]:
-        table.add_column(escape(token), justify="left")
+    table.add_column("output")
     for layer in range(len(r.top_tokens)):
+        table.add_column(f"layer {layer}", justify="left")
+    for j, token in enumerate([*r.tgt_tokens, "</s>"]):
         cells = []
-        for j, choices in enumerate(r.top_tokens[layer]):
+        for layer in range(len(r.top_tokens)):
             rank = int(r.target_ranks[layer, j])
             mark = "" if rank == 0 else f" (#{rank + 1})"
-            cells.append(f"{escape(choices[0])} {r.top_probs[layer, j, 0]:.2f}{mark}")
-        table.add_row(str(layer), *cells)
+            cells.append(f"{escape(r.top_tokens[layer][j][0])} {r.top_probs[layer, j, 0]:.2f}{mark}")
+        table.add_row(escape(token), *cells)
     return table
