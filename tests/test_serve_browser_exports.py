@@ -58,10 +58,10 @@ def test_the_models_say_what_they_give(server: Server) -> None:
     assert models["transformer"]["runtime"] == "pytorch" and all(models["transformer"]["gives"].values())
     assert models["transformer-onnx"]["runtime"] == "onnx"
     assert models["transformer-onnx"]["gives"] == {"tree": True, "heads": False, "attribution": False,
-                                                   "intervention": False}
+                                                   "intervention": False, "contributions": False}
     assert models["transformer-ct2"]["runtime"] == "ctranslate2"
     assert models["transformer-ct2"]["gives"] == {"tree": False, "heads": False, "attribution": False,
-                                                  "intervention": False}
+                                                  "intervention": False, "contributions": False}
 
 
 @pytest.mark.parametrize("model", ["rnn-onnx", "transformer-onnx"])
