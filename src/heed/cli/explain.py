@@ -537,22 +537,27 @@ def attribute(
         typer.echo(f"{number}\t{' '.join(r.tgt_tokens)}\tagreement {mean}{gap}")
     typer.echo(f"attributions: {output}")
     if plot is not None:
-        import numpy as np
+        _plot_attributions(results, method.value, plot)
 
-        from heed.viz import attention_grid, save_figure
 
-        items, titles = [], []
-        for number, r in enumerate(results[:MAX_ATTRIBUTION_PLOTS], start=1):
-            labels = ([*r.src_tokens, "</s>"], [*r.tgt_tokens, "</s>"])
-            magnitude = np.abs(r.source)
-            shares = magnitude / np.maximum(magnitude.max(axis=1, keepdims=True), 1e-12)
-            if r.attention is not None:
-                items.append((*labels, r.attention))
-                titles.append(f"{number}: attention")
-            items.append((*labels, shares))
-            titles.append(f"{number}: |{method.value}| (row max = 1)")
-        figure = attention_grid(items, titles=titles, cols=2, label="attention weight; attribution / row's largest")
-        typer.echo(f"figure: {save_figure(figure, plot)}")
+def _plot_attributions(results: list[Any], method: str, plot: Path) -> None:
+    """`heed attribute --plot`: each of the first sentences' attention beside its |attribution|."""
+    import numpy as np
+
+    from heed.viz import attention_grid, save_figure
+
+    items, titles = [], []
+    for number, r in enumerate(results[:MAX_ATTRIBUTION_PLOTS], start=1):
+        labels = ([*r.src_tokens, "</s>"], [*r.tgt_tokens, "</s>"])
+        magnitude = np.abs(r.source)
+        shares = magnitude / np.maximum(magnitude.max(axis=1, keepdims=True), 1e-12)
+        if r.attention is not None:
+            items.append((*labels, r.attention))
+            titles.append(f"{number}: attention")
+        items.append((*labels, shares))
+        titles.append(f"{number}: |{method}| (row max = 1)")
+    figure = attention_grid(items, titles=titles, cols=2, label="attention weight; attribution / row's largest")
+    typer.echo(f"figure: {save_figure(figure, plot)}")
 
 
 def _contrasts(contrast: Optional[str], contrast_file: Optional[Path], sources: int, *, plot: Optional[Path],
