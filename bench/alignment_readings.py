@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from look_inside import cpu_name
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {
@@ -29,17 +30,6 @@ VARIANTS = {
     "transformer-pre": ("dates_transformer.yaml", {"model.layers": "2", "model.norm": "pre"}),
     "transformer-post": ("dates_transformer.yaml", {"model.layers": "2", "model.norm": "post"}),
 }
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def train_one(name: str, guided: bool, out: Path, seed: int, epochs: int) -> Path:

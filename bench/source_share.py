@@ -22,22 +22,11 @@ ones (not the reference) from right ones.
 from __future__ import annotations
 
 import argparse
-import platform
 import random
 import time
 
 import numpy as np
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+from look_inside import cpu_name
 
 
 def auc(low: np.ndarray, high: np.ndarray) -> float:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -24,19 +23,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from look_inside import cpu_name
+
 REPO = Path(__file__).resolve().parent.parent
 RECIPE = REPO / "configs" / "tatoeba_fra_eng_transformer.yaml"
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def train(run: Path, args: argparse.Namespace, guided: bool) -> float:

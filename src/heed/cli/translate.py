@@ -80,12 +80,10 @@ def source_share_fields(translator: "Translator", sources: Sequence[str],
                         chunk: "Sequence[list[Translation]]") -> list[list[str]]:
     """Each hypothesis's sentence source share as printed (4 decimals), per source; '-' for an
     empty source (nothing to share)."""
-    pairs = [(k, n) for k, nbest in enumerate(chunk) for n in range(len(nbest)) if sources[k].strip()]
-    shares = translator.source_share([sources[k] for k, _ in pairs], [chunk[k][n].tokens for k, n in pairs])
-    out = [["-"] * len(nbest) for nbest in chunk]
-    for (k, n), share in zip(pairs, shares):
-        out[k][n] = f"{share.sentence:.4f}"
-    return out
+    from heed.explain.given_pairs import nbest_source_shares
+
+    return [["-" if share is None else f"{share.sentence:.4f}" for share in shares]
+            for shares in nbest_source_shares(translator, sources, chunk)]
 
 
 @friendly_errors

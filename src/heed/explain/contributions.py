@@ -135,8 +135,9 @@ class _Streams:
         self.layers: list[tuple[Tensor, Tensor]] = []  # (D_s, D_t) after each decoder layer
 
     def __call__(self, block: AttentionBlock) -> None:
-        block = AttentionBlock(block.part, block.layer, *(t.to(self.dtype) for t in block[2:6]), block.norm,
-                               block.output.to(self.dtype))
+        block = block._replace(weights=block.weights.to(self.dtype), values=block.values.to(self.dtype),
+                               bias=block.bias.to(self.dtype), residual=block.residual.to(self.dtype),
+                               output=block.output.to(self.dtype))
         keys, own = self.mixing(block)
         own = own.unsqueeze(-1)  # (batch, q_len, 1)
         if block.part == "encoder":

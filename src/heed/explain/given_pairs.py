@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from heed.api import MAP_PARTS, Alignment, HeadMaps, Translator, _check_texts, _Stoppable
+from heed.api import MAP_PARTS, Alignment, HeadMaps, Translation, Translator, _check_texts, _Stoppable
 from heed.data.batching import collate, specials_of
 from heed.data.corpus import normalize
 from heed.data.units import Units, unit_count
@@ -347,6 +347,18 @@ def source_shares(
                 out[k] = SourceShare(src_tokens[k], list(tgt_tokens[k]), source[row, :t, :s].sum(-1),
                                      source[row, :t, :s], prefix[row, :t, :t], reading)
     return [x for x in out if x is not None]
+
+
+def nbest_source_shares(translator: Translator, sources: Sequence[str],
+                        nbests: Sequence[Sequence[Translation]]) -> list[list["SourceShare | None"]]:
+    """Each n-best list's hypotheses' source shares (source_shares, one teacher-forced pass over
+    every hypothesis), per source; None for every hypothesis of a blank source (nothing to share)."""
+    pairs = [(k, n) for k, nbest in enumerate(nbests) for n in range(len(nbest)) if sources[k].strip()]
+    shares = source_shares(translator, [sources[k] for k, _ in pairs], [nbests[k][n].tokens for k, n in pairs])
+    out: list[list[SourceShare | None]] = [[None] * len(nbest) for nbest in nbests]
+    for (k, n), share in zip(pairs, shares):
+        out[k][n] = share
+    return out
 
 
 def logit_lens(

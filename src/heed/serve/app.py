@@ -46,6 +46,7 @@ from heed.errors import Abandoned, ConfigError, HeedError
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention
 from heed.explain.align_methods import AlignOptions
+from heed.explain.given_pairs import nbest_source_shares
 from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel, OwnSearchModel
 from heed.plumbing.files import open_regular
 from heed.serve.batcher import Batcher, QueueFull
@@ -338,11 +339,11 @@ def _explained(translator: Translator, key: _Key, texts: Sequence[str], nbests: 
     pass over every hypothesis of the batch)."""
     if "source_share" not in key.explain:
         return results
-    pairs = [(k, n) for k, nbest in enumerate(nbests) for n in range(len(nbest))]
-    shares = translator.source_share([texts[k] for k, _ in pairs], [nbests[k][n].tokens for k, n in pairs])
-    for (k, n), share in zip(pairs, shares):
-        results[k]["hypotheses"][n]["source_share"] = {"sentence": share.sentence,
-                                                       "per_token": [float(x) for x in share.per_token]}
+    for result, shares in zip(results, nbest_source_shares(translator, texts, nbests)):
+        for hypothesis, share in zip(result["hypotheses"], shares):
+            if share is not None:
+                hypothesis["source_share"] = {"sentence": share.sentence,
+                                              "per_token": [float(x) for x in share.per_token]}
     return results
 
 
