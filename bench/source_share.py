@@ -14,10 +14,13 @@ outputs for:
 
 and how well the share separates them from the intact outputs (ROC AUC: 0.5 = no better than
 chance, 1 = every corrupted output below every intact one), and among the intact outputs, wrong
-ones (not the reference) from right ones.
+ones from right ones: not the reference (exact match), or with `--poor-chrf X` on real text, a
+sentence chrF under X against one of at least X.
 
     python bench/source_share.py --model runs/readings/transformer-pre-plain-s1 \
         --src dates/test.src --ref dates/test.tgt [--limit 1000] [--seed 0]
+    python bench/source_share.py --model runs/multi30k-guided/plain/model \
+        --src ../shared/data/multi30k/val.de --ref ../shared/data/multi30k/val.en --poor-chrf 40
 """
 from __future__ import annotations
 
@@ -50,6 +53,9 @@ def main() -> None:
     parser.add_argument("--ref", required=True)
     parser.add_argument("--limit", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--poor-chrf", type=float, default=None,
+                        help="call an output wrong when its sentence chrF is under this "
+                             "(not when it differs from the reference)")
     args = parser.parse_args()
     import torch
 
@@ -62,7 +68,13 @@ def main() -> None:
     ref = open(args.ref, encoding="utf-8").read().splitlines()[: args.limit]
     started = time.perf_counter()
     outputs = translator.translate(src, beam=1)
-    right = np.array([o.text == r for o, r in zip(outputs, ref)])
+    if args.poor_chrf is None:
+        right = np.array([o.text == r for o, r in zip(outputs, ref)])
+    else:
+        from sacrebleu.metrics import CHRF
+
+        chrf = CHRF()
+        right = np.array([chrf.sentence_score(o.text, [r]).score >= args.poor_chrf for o, r in zip(outputs, ref)])
     intact, intact_low = shares(translator, src, [o.tokens for o in outputs])
     kept = [k for k, s in enumerate(src) if len(s.split()) > 1]
     truncated_src = [" ".join(src[k].split()[:-1]) for k in kept]
@@ -79,14 +91,18 @@ def main() -> None:
     rng.shuffle(order)
     foreign, foreign_low = shares(translator, src, [outputs[order[k]].tokens for k in range(len(src))])
     seconds = time.perf_counter() - started
-    print(f"\n{args.model} on {cpu_name()}, {len(src)} test sources ({right.mean() * 100:.1f}% exact), seed {args.seed}, "
+    judged = "exact" if args.poor_chrf is None else f"with a sentence chrF of at least {args.poor_chrf:g}"
+    print(f"\n{args.model} on {cpu_name()}, {len(src)} test sources ({right.mean() * 100:.1f}% {judged}), "
+          f"seed {args.seed}, "
           f"1 thread, {seconds:.0f} s\n")
     print("| outputs | sentences | mean source share | AUC against intact | lowest token's share, mean | its AUC |")
     print("|---|---:|---:|---:|---:|---:|")
-    print(f"| intact, right | {right.sum()} | {intact[right].mean():.3f} | - | {intact_low[right].mean():.3f} | - |")
+    good, poor = (("right", "wrong") if args.poor_chrf is None
+                  else (f"chrF >= {args.poor_chrf:g}", f"chrF < {args.poor_chrf:g}"))
+    print(f"| intact, {good} | {right.sum()} | {intact[right].mean():.3f} | - | {intact_low[right].mean():.3f} | - |")
     if (~right).any():
-        print(f"| intact, wrong | {(~right).sum()} | {intact[~right].mean():.3f} | "
-              f"{auc(intact[~right], intact[right]):.3f} (against the right ones) | {intact_low[~right].mean():.3f} | "
+        print(f"| intact, {poor} | {(~right).sum()} | {intact[~right].mean():.3f} | "
+              f"{auc(intact[~right], intact[right]):.3f} (against the {good}) | {intact_low[~right].mean():.3f} | "
               f"{auc(intact_low[~right], intact_low[right]):.3f} |")
     for name, values, low in (("truncated source", truncated, truncated_low), ("shuffled source", shuffled, shuffled_low),
                               ("another sentence's output", foreign, foreign_low)):

@@ -1,16 +1,22 @@
-"""Guided alignment on real text: the Tatoeba fra->eng Transformer trained plainly and with eflomal's
-links (`train.alignment.supervision: FILE`), the same number of updates each, side by side; then
-each run's test BLEU and every reading's agreement with eflomal on the test pairs (precision,
-recall, F1: a silver measure, there being no gold).
+"""Guided alignment on real text: a Transformer recipe trained plainly and with eflomal's links
+(`train.alignment.supervision: FILE`), the same number of updates each, side by side; then each
+run's test BLEU and every reading's agreement with eflomal on the test pairs (precision, recall,
+F1: a silver measure, there being no gold).
 
+    # Tatoeba fra->eng (configs/tatoeba_fra_eng_transformer.yaml)
     heed data align --tsv ../shared/data/tatoeba-fra-eng/fra.txt -o runs/tatoeba.align
-    python bench/tatoeba_guided.py --align runs/tatoeba.align --out runs/tatoeba-guided \
-        --data-root ../shared/data --steps 4000 [--set model.d_model=128 ...]
+    python bench/guided_alignment.py --corpus tatoeba --align runs/tatoeba.align \
+        --out runs/tatoeba-guided --steps 4000 [--set model.d_model=128 ...]
+    # Multi30k de->en (configs/multi30k_de_en_transformer.yaml)
+    heed data align --src ../shared/data/multi30k/train.de --tgt ../shared/data/multi30k/train.en \
+        -o runs/multi30k.align
+    python bench/guided_alignment.py --corpus multi30k --align runs/multi30k.align \
+        --out runs/multi30k-guided --steps 2000
 
 Both trainings run at once, one thread each (`--jobs 1` runs them in turn). `--set` overrides the
-recipe (configs/tatoeba_fra_eng_transformer.yaml) for both: a smaller model where the CPU is slow.
-The test pairs' eflomal links come from aligning the training pairs and the test pairs together in
-the model's direction (eflomal needs the corpus's counts), of which the test lines are kept.
+recipe for both: a smaller model where the CPU is slow. The test pairs' eflomal links come from
+aligning the training pairs and the test pairs together in the model's direction (eflomal needs the
+corpus's counts), of which the test lines are kept.
 """
 from __future__ import annotations
 
@@ -26,7 +32,23 @@ from pathlib import Path
 from look_inside import cpu_name
 
 REPO = Path(__file__).resolve().parent.parent
-RECIPE = REPO / "configs" / "tatoeba_fra_eng_transformer.yaml"
+
+
+def tatoeba_pairs(root: Path) -> tuple[list[str], list[str]]:
+    """The training file's pairs in the model's direction: the recipe reverses English<TAB>French."""
+    pairs = [line.split("\t")[:2] for line in (root / "tatoeba-fra-eng" / "fra.txt").read_text(
+        encoding="utf-8").splitlines()]
+    return [fr for _, fr in pairs], [en for en, _ in pairs]
+
+
+def multi30k_pairs(root: Path) -> tuple[list[str], list[str]]:
+    """Multi30k's 29,000 training pairs, German to English."""
+    return tuple((root / "multi30k" / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+                 for lang in ("de", "en"))  # type: ignore[return-value]
+
+
+CORPORA = {"tatoeba": (REPO / "configs" / "tatoeba_fra_eng_transformer.yaml", tatoeba_pairs),
+           "multi30k": (REPO / "configs" / "multi30k_de_en_transformer.yaml", multi30k_pairs)}
 
 
 def train(run: Path, args: argparse.Namespace, guided: bool) -> float:
@@ -36,7 +58,7 @@ def train(run: Path, args: argparse.Namespace, guided: bool) -> float:
             *args.set]
     if guided:
         sets.append(f"train.alignment={{supervision: {args.align.resolve()}, weight: {args.weight}}}")
-    argv = [sys.executable, "-m", "heed", "train", str(RECIPE)]
+    argv = [sys.executable, "-m", "heed", "train", str(CORPORA[args.corpus][0])]
     for item in sets:
         argv += ["--set", item]
     started = time.perf_counter()
@@ -56,16 +78,14 @@ def test_links(plain: Path, args: argparse.Namespace) -> Path:
     data = plain / "data"
     test_src = (data / "test.src").read_text(encoding="utf-8").splitlines()
     test_tgt = (data / "test.tgt").read_text(encoding="utf-8").splitlines()
-    pairs = [line.split("\t")[:2] for line in (args.data_root / "tatoeba-fra-eng" / "fra.txt").read_text(
-        encoding="utf-8").splitlines()]
-    src = [fr for _, fr in pairs] + test_src  # the recipe reverses the file: French is the source
-    tgt = [en for en, _ in pairs] + test_tgt
+    train_src, train_tgt = CORPORA[args.corpus][1](args.data_root)
+    src, tgt = train_src + test_src, train_tgt + test_tgt
     (args.out / "all.src").write_text("\n".join(src) + "\n", encoding="utf-8")
     (args.out / "all.tgt").write_text("\n".join(tgt) + "\n", encoding="utf-8")
     subprocess.run([sys.executable, "-m", "heed", "data", "align", "--src", str(args.out / "all.src"), "--tgt",
                     str(args.out / "all.tgt"), "-o", str(args.out / "all.align")], check=True)
     lines = (args.out / "all.align").read_text(encoding="utf-8").splitlines()
-    out.write_text("\n".join(lines[len(pairs):]) + "\n", encoding="utf-8")
+    out.write_text("\n".join(lines[len(train_src):]) + "\n", encoding="utf-8")
     return out
 
 
@@ -92,7 +112,9 @@ def readings(path: Path, src: list[str], tgt: list[str], reference: list[set]) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--align", type=Path, required=True, help="eflomal's links of fra.txt (heed data align)")
+    parser.add_argument("--corpus", choices=sorted(CORPORA), default="tatoeba")
+    parser.add_argument("--align", type=Path, required=True,
+                        help="eflomal's links of the training corpus as data.train names it (heed data align)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--steps", type=int, default=4000)
