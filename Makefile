@@ -21,8 +21,10 @@ $(STAMP): pyproject.toml tools/make_venv.py
 demo: $(STAMP)
 	$(BIN)/heed demo
 
+# A pytest-xdist worker a core (at most 4: each trains its own session fixtures), a test file to a
+# worker, so a file's module fixtures are made once; `pytest tests/...` alone runs in one process.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 # The benchmarks that need nothing outside the repository (about 10 minutes on 2 cores); the
 # peer comparison needs ../shared: bash bench/compare/run.sh --peers-dir DIR --install

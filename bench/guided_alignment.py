@@ -34,17 +34,22 @@ from look_inside import cpu_name
 REPO = Path(__file__).resolve().parent.parent
 
 
-def tatoeba_pairs(root: Path) -> tuple[list[str], list[str]]:
-    """The training file's pairs in the model's direction: the recipe reverses English<TAB>French."""
-    pairs = [line.split("\t")[:2] for line in (root / "tatoeba-fra-eng" / "fra.txt").read_text(
-        encoding="utf-8").splitlines()]
-    return [fr for _, fr in pairs], [en for en, _ in pairs]
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
 
 
-def multi30k_pairs(root: Path) -> tuple[list[str], list[str]]:
-    """Multi30k's 29,000 training pairs, German to English."""
-    return tuple((root / "multi30k" / f"train.{lang}").read_text(encoding="utf-8").splitlines()
-                 for lang in ("de", "en"))  # type: ignore[return-value]
+def tatoeba_pairs(root: Path, run: Path) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(train source, train target, test source, test target) in the model's direction: the recipe
+    reverses the file's English<TAB>French and holds its test pairs out (written to run/data)."""
+    pairs = [line.split("\t")[:2] for line in lines(root / "tatoeba-fra-eng" / "fra.txt")]
+    return ([fr for _, fr in pairs], [en for en, _ in pairs], lines(run / "data" / "test.src"),
+            lines(run / "data" / "test.tgt"))
+
+
+def multi30k_pairs(root: Path, run: Path) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Multi30k's 29,000 training pairs and its 1,014 val pairs (the recipe's test), German to English."""
+    return tuple(lines(root / "multi30k" / f"{split}.{lang}")  # type: ignore[return-value]
+                 for split in ("train", "val") for lang in ("de", "en"))
 
 
 CORPORA = {"tatoeba": (REPO / "configs" / "tatoeba_fra_eng_transformer.yaml", tatoeba_pairs),
@@ -75,17 +80,13 @@ def test_links(plain: Path, args: argparse.Namespace) -> Path:
     out = args.out / "test.eflomal"
     if out.exists():
         return out
-    data = plain / "data"
-    test_src = (data / "test.src").read_text(encoding="utf-8").splitlines()
-    test_tgt = (data / "test.tgt").read_text(encoding="utf-8").splitlines()
-    train_src, train_tgt = CORPORA[args.corpus][1](args.data_root)
+    train_src, train_tgt, test_src, test_tgt = CORPORA[args.corpus][1](args.data_root, plain)
     src, tgt = train_src + test_src, train_tgt + test_tgt
     (args.out / "all.src").write_text("\n".join(src) + "\n", encoding="utf-8")
     (args.out / "all.tgt").write_text("\n".join(tgt) + "\n", encoding="utf-8")
     subprocess.run([sys.executable, "-m", "heed", "data", "align", "--src", str(args.out / "all.src"), "--tgt",
                     str(args.out / "all.tgt"), "-o", str(args.out / "all.align")], check=True)
-    lines = (args.out / "all.align").read_text(encoding="utf-8").splitlines()
-    out.write_text("\n".join(lines[len(train_src):]) + "\n", encoding="utf-8")
+    out.write_text("\n".join(lines(args.out / "all.align")[len(train_src):]) + "\n", encoding="utf-8")
     return out
 
 
@@ -134,8 +135,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     reference = read_alignments(test_links(runs["plain"], args))
-    src = (runs["plain"] / "data" / "test.src").read_text(encoding="utf-8").splitlines()
-    tgt = (runs["plain"] / "data" / "test.tgt").read_text(encoding="utf-8").splitlines()
+    *_, src, tgt = CORPORA[args.corpus][1](args.data_root, runs["plain"])
     print(f"\n{cpu_name()}, {args.steps} updates each, 1 thread each, overrides: {' '.join(args.set) or 'none'}\n")
     for name, run in runs.items():
         log = Path(f"{run}.log").read_text(encoding="utf-8")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,16 @@ import pytest
 
 from heed.data.dates import generate_dates, write_splits
 from heed.plumbing.runtime import cpu_bf16_supported
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs a worker a core), each worker computes on one thread: two
+    workers of two threads each on two cores would fight over them. Tests that set a thread count
+    (train.threads, --threads) still get it, and give it back."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
