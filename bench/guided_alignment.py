@@ -11,7 +11,7 @@ F1: a silver measure, there being no gold).
     heed data align --src ../shared/data/multi30k/train.de --tgt ../shared/data/multi30k/train.en \
         -o runs/multi30k.align
     python bench/guided_alignment.py --corpus multi30k --align runs/multi30k.align \
-        --out runs/multi30k-guided --steps 2000
+        --out runs/multi30k-guided --steps 1000 --eval-every 1000
 
 Both trainings run at once, one thread each (`--jobs 1` runs them in turn). `--set` overrides the
 recipe for both: a smaller model where the CPU is slow. The test pairs' eflomal links come from
