@@ -28,6 +28,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 from look_inside import cpu_name
 
@@ -52,25 +53,31 @@ def multi30k_pairs(root: Path, run: Path) -> tuple[list[str], list[str], list[st
                  for split in ("train", "val") for lang in ("de", "en"))
 
 
-CORPORA = {"tatoeba": (REPO / "configs" / "tatoeba_fra_eng_transformer.yaml", tatoeba_pairs),
-           "multi30k": (REPO / "configs" / "multi30k_de_en_transformer.yaml", multi30k_pairs)}
+class Corpus(NamedTuple):
+    recipe: Path
+    pairs: Callable[[Path, Path], tuple[list[str], list[str], list[str], list[str]]]  # (data root, plain run)
 
 
-def train(run: Path, args: argparse.Namespace, guided: bool) -> float:
-    """One training by `heed train` in its own process; its wall seconds."""
+CORPORA = {"tatoeba": Corpus(REPO / "configs" / "tatoeba_fra_eng_transformer.yaml", tatoeba_pairs),
+           "multi30k": Corpus(REPO / "configs" / "multi30k_de_en_transformer.yaml", multi30k_pairs)}
+
+
+def train(run: Path, args: argparse.Namespace, guided: bool) -> float | None:
+    """One training by `heed train` in its own process; its wall seconds (None: trained earlier)."""
     sets = [f"data.root={args.data_root}", f"output_dir={run}", "train.threads=1", f"train.max_steps={args.steps}",
             "train.max_minutes=null", f"train.eval_every={args.eval_every}", "train.early_stopping.patience=null",
             *args.set]
     if guided:
         sets.append(f"train.alignment={{supervision: {args.align.resolve()}, weight: {args.weight}}}")
-    argv = [sys.executable, "-m", "heed", "train", str(CORPORA[args.corpus][0])]
+    argv = [sys.executable, "-m", "heed", "train", str(CORPORA[args.corpus].recipe)]
     for item in sets:
         argv += ["--set", item]
+    if (run / "model" / "heed.json").exists():
+        return None
     started = time.perf_counter()
-    if not (run / "model" / "heed.json").exists():
-        with open(f"{run}.log", "w", encoding="utf-8") as log:
-            subprocess.run(argv, check=True, stdout=log, stderr=subprocess.STDOUT,
-                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    with open(f"{run}.log", "w", encoding="utf-8") as log:
+        subprocess.run(argv, check=True, stdout=log, stderr=subprocess.STDOUT,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
     return time.perf_counter() - started
 
 
@@ -80,7 +87,7 @@ def test_links(plain: Path, args: argparse.Namespace) -> Path:
     out = args.out / "test.eflomal"
     if out.exists():
         return out
-    train_src, train_tgt, test_src, test_tgt = CORPORA[args.corpus][1](args.data_root, plain)
+    train_src, train_tgt, test_src, test_tgt = CORPORA[args.corpus].pairs(args.data_root, plain)
     src, tgt = train_src + test_src, train_tgt + test_tgt
     (args.out / "all.src").write_text("\n".join(src) + "\n", encoding="utf-8")
     (args.out / "all.tgt").write_text("\n".join(tgt) + "\n", encoding="utf-8")
@@ -135,12 +142,13 @@ def main() -> None:
 
     torch.set_num_threads(1)
     reference = read_alignments(test_links(runs["plain"], args))
-    *_, src, tgt = CORPORA[args.corpus][1](args.data_root, runs["plain"])
+    *_, src, tgt = CORPORA[args.corpus].pairs(args.data_root, runs["plain"])
     print(f"\n{cpu_name()}, {args.steps} updates each, 1 thread each, overrides: {' '.join(args.set) or 'none'}\n")
     for name, run in runs.items():
         log = Path(f"{run}.log").read_text(encoding="utf-8")
         test = re.findall(r"^test .*$", log, flags=re.M)
-        print(f"{name}: {test[-1] if test else 'no test line'} ({seconds[name]:.0f} s)")
+        took = "trained earlier" if seconds[name] is None else f"{seconds[name]:.0f} s"
+        print(f"{name}: {test[-1] if test else 'no test line'} ({took})")
     print("\n| reading | plain P / R / F1 | guided P / R / F1 |\n|---|---|---|")
     rows = {name: readings(run, src, tgt, reference) for name, run in runs.items()}
     for (name, *plain), (_, *guided) in zip(rows["plain"], rows["guided"]):
