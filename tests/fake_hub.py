@@ -1,14 +1,23 @@
-"""A Hugging Face hub on loopback, enough for huggingface_hub's model_info and snapshot_download:
-`/api/models/ORG/NAME[/revision/REV]` answers the repository's commit and files,
+"""A Hugging Face hub on loopback, enough for heed's hub client (heed.hub) and huggingface_hub's:
+`/api/models/ORG/NAME[/revision/REV]` answers the repository's commit and files (with `?blobs=true`
+each file's size, git blob id, and for weights the LFS sha256, as the real hub does),
 `/api/models/ORG/NAME/tree/REV` lists them, and
 `/ORG/NAME/resolve/REV/FILE` serves a file (HEAD: its commit, etag and size). Unknown repositories,
-revisions and files get the hub's 404s with its X-Error-Code. Every request is counted by kind."""
+revisions and files get the hub's 404s with its X-Error-Code. Every request is counted by kind.
+
+`fault` makes it a hostile or broken hub, for the tests of what heed does with one:
+"commit" (metadata names a commit that is a path), "etag" (ETags and sibling names that are paths),
+"silent" (the API never answers), "trickle" (a file at a byte a second), "endless" (a file's body
+never ends, with no length), "short" (a file shorter than its Content-Length, then the connection
+closes), "redirect-loop" (every file redirects to itself), "size" (metadata declares another size),
+"nested" (metadata of 100,000 nested arrays)."""
 from __future__ import annotations
 
 import hashlib
 import json
 import re
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,6 +27,7 @@ class FakeHub:
     def __init__(self) -> None:
         self.repos: dict[str, tuple[str, dict[str, bytes]]] = {}  # repo -> (commit, {file: bytes})
         self.requests: Counter[str] = Counter()  # "api", "HEAD file", "GET file"
+        self.fault: str | None = None
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -76,11 +86,21 @@ class FakeHub:
                 api = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?", path)
                 if api:
                     hub.requests["api"] += 1
+                    if hub.fault == "silent":
+                        time.sleep(30)
+                        return
+                    if hub.fault == "nested":
+                        return self._send(200, b"[" * 100_000 + b"]" * 100_000)
                     found = self._repo(api.group(1), api.group(2))
                     if found:
                         commit, files = found
-                        info = {"id": api.group(1), "modelId": api.group(1), "sha": commit, "private": False,
-                                "siblings": [{"rfilename": name} for name in files]}
+                        blobs = "blobs=true" in self.path
+                        siblings = [_sibling(name, body, blobs, grow=hub.fault == "size")
+                                    for name, body in files.items()]
+                        if hub.fault == "etag":
+                            siblings.append({"rfilename": "../../../evil.pth"})
+                        info = {"id": api.group(1), "modelId": api.group(1), "private": False, "siblings": siblings,
+                                "sha": "../../../../tmp/heed-evil" if hub.fault == "commit" else commit}
                         self._send(200, json.dumps(info).encode(), {"Content-Type": "application/json"})
                     return
                 tree = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)", path)
@@ -102,10 +122,49 @@ class FakeHub:
                     if resolve.group(3) not in files:
                         return self._missing("EntryNotFound", head=head)
                     body = files[resolve.group(3)]
-                    self._send(200, body, {"X-Repo-Commit": commit, "ETag": f'"{hashlib.sha256(body).hexdigest()}"',
-                                           "Content-Type": "application/octet-stream"}, head=head)
+                    etag = "../../../../evil.pth" if hub.fault == "etag" else hashlib.sha256(body).hexdigest()
+                    headers = {"X-Repo-Commit": commit, "ETag": f'"{etag}"', "Content-Type": "application/octet-stream"}
+                    if hub.fault == "redirect-loop":
+                        return self._send(302, b"", {"Location": self.path}, head=head)
+                    if hub.fault in ("trickle", "endless", "short") and not head:
+                        return self._misbehave(body, headers)
+                    self._send(200, body, headers, head=head)
+
+            def _misbehave(self, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(200)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                if hub.fault == "short":
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body[: len(body) // 2])
+                    self.close_connection = True
+                    return
+                self.send_header("Connection", "close")
+                self.end_headers()
+                try:
+                    for _ in range(1 << 30 if hub.fault == "endless" else 60):
+                        self.wfile.write(b"\0" * (1 << 16) if hub.fault == "endless" else b"x")
+                        self.wfile.flush()
+                        if hub.fault == "trickle":
+                            time.sleep(1)
+                except OSError:  # the client gave up
+                    pass
+                self.close_connection = True
 
             def do_HEAD(self) -> None:
                 self.do_GET(head=True)
 
         return Handler
+
+
+def _sibling(name: str, body: bytes, blobs: bool, *, grow: bool = False) -> dict[str, object]:
+    """One entry of the model API's `siblings`: the name, and with `blobs` the size, the git blob
+    id and (for weights, which the real hub keeps in LFS) the sha256; `grow` declares one byte more."""
+    if not blobs:
+        return {"rfilename": name}
+    entry: dict[str, object] = {"rfilename": name, "size": len(body) + grow,
+                                "blobId": hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()}
+    if name.endswith((".safetensors", ".bin")):
+        entry["lfs"] = {"sha256": hashlib.sha256(body).hexdigest(), "size": len(body) + grow}
+    return entry

@@ -1,7 +1,7 @@
 """`heed import`: a pretrained translator (a Hugging Face model directory, a Marian release, or a
 hub id `hf:ORG/NAME`) becomes an ordinary heed model directory, which every heed command takes.
 
-    hf:ORG/NAME --huggingface_hub--> the user's hub cache (token, HF_HUB_OFFLINE, HF_ENDPOINT)
+    hf:ORG/NAME --heed.hub--> heed's hub cache (HF_ENDPOINT, the token, HF_HUB_OFFLINE)
     DIR: config.json --model_type--> the family's converter (heed.nn.transformer.convert)
     DIR: a native release (Marian's .npz) --Family.releases--> its converter
         --> Converted(model fields, weights, codec) --> a built model with those weights
@@ -37,41 +37,22 @@ def parse_hub_id(source: str, revision: str | None = None) -> tuple[str, str | N
     return repo, revision or named or None
 
 
+def hub_files(available: set[str]) -> list[str]:
+    """The files of HUB_FILES a hub repository with files `available` has, safetensors weights
+    rather than pytorch_model.bin when it has both."""
+    return [name for name in HUB_FILES if name in available
+            and not (name == "pytorch_model.bin" and "model.safetensors" in available)]
+
+
 def hub_download(repo: str, *, revision: str | None = None) -> tuple[Path, str]:
     """(local directory, commit) of hub repository `repo` ("ORG/NAME") at `revision` (a branch, tag
-    or commit; the default branch when None), through huggingface_hub: the user's cache (a second
-    import reads it), token and offline mode (HF_HUB_OFFLINE=1: the cache only). Only HUB_FILES
-    are fetched, safetensors weights rather than pytorch_model.bin when the repository has both."""
-    try:
-        import huggingface_hub as hub
-        from huggingface_hub import constants as hub_constants
-        from huggingface_hub import errors as hub_errors
-    except ImportError:
-        raise HeedError("importing from the Hugging Face hub needs huggingface_hub: pip install "
-                        "'heed-nmt[hub]'") from None
-    where = f"{HUB_PREFIX}{repo}" + (f"@{revision}" if revision else "")
-    try:
-        wanted = list(HUB_FILES)
-        if not hub_constants.HF_HUB_OFFLINE:  # offline, the cached snapshot is all there is to read
-            files = {s.rfilename for s in hub.model_info(repo, revision=revision).siblings or ()}
-            wanted = [name for name in HUB_FILES if name in files
-                      and not (name == "pytorch_model.bin" and "model.safetensors" in files)]
-        # By the name asked for (not the commit model_info saw), so that the cache learns what
-        # the name points to and an offline import of the same name finds it.
-        local = hub.snapshot_download(repo, revision=revision, allow_patterns=wanted)
-    except hub_errors.RepositoryNotFoundError:
-        raise ModelDirError(f"{where}: no such model on the hub (or it is private: log in with `hf auth login` "
-                            "or set HF_TOKEN)") from None
-    except hub_errors.RevisionNotFoundError:
-        raise ModelDirError(f"{where}: the model has no revision {revision!r}") from None
-    except hub_errors.LocalEntryNotFoundError:
-        raise ModelDirError(f"{where}: not in the hub cache, and offline (HF_HUB_OFFLINE) or the hub is out of "
-                            "reach; import it once online") from None
-    except (hub_errors.HfHubHTTPError, OSError, ValueError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ModelDirError(f"{where}: cannot download: {first}") from None
-    directory = Path(local)  # .../snapshots/COMMIT
-    return directory, directory.name
+    or commit; the default branch when None), through heed's own hub client (heed.hub): HF_ENDPOINT,
+    the token (HF_TOKEN or `hf auth login`'s) and offline mode (HF_HUB_OFFLINE=1: the cache only),
+    into heed's cache (a second import reads it). Only HUB_FILES are fetched."""
+    from heed import hub
+
+    snapshot = hub.download(repo, revision, hub_files, cache_root=cache_root())
+    return snapshot.directory, snapshot.commit
 
 
 def convert_directory(directory: Path) -> Any:
@@ -158,17 +139,21 @@ def write_imported(directory: Path, out: Path, origin: dict[str, str], *, src_la
     return save_model_dir(out, model=model, config=config, codec=codec, info=info)
 
 
+def cache_root() -> Path:
+    """heed's cache: $HEED_CACHE, else ~/.cache/heed. hub/ holds downloads, pretrained/ conversions."""
+    return Path(os.environ.get("HEED_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "heed"))
+
+
 def cache_dir() -> Path:
-    """Where `imported` keeps hub models converted for heed: $HEED_CACHE, else ~/.cache/heed."""
-    root = os.environ.get("HEED_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "heed")
-    return Path(root) / "pretrained"
+    """Where `imported` keeps hub models converted for heed."""
+    return cache_root() / "pretrained"
 
 
 def imported(source: str) -> Path:
     """The heed model directory of hub model `source` ("hf:ORG/NAME[@REVISION]"), converted once
     per commit into cache_dir() and read from there afterwards (heed.load("hf:...") uses it)."""
     repo, revision = parse_hub_id(source)
-    directory, commit = hub_download(repo, revision=revision)
+    directory, commit = hub_download(repo, revision=revision)  # checks the id before it names a path
     target = cache_dir() / repo.replace("/", "--") / commit
     if (target / "heed.json").is_file():
         return target

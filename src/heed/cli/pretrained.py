@@ -24,8 +24,8 @@ def import_command(
 ) -> None:
     """Import a pretrained translator (OPUS-MT/Marian, M2M-100, NLLB) as a heed model directory,
     which every heed command takes: translate, evaluate, attention, align, attribute, serve, export.
-    A hub id downloads through huggingface_hub, with your hub cache, token and offline mode
-    (HF_HUB_OFFLINE=1). A many-language model reads --src-lang and writes --tgt-lang: here its
+    A hub id downloads into heed's cache (HEED_CACHE, default ~/.cache/heed) from HF_ENDPOINT, with
+    your token (HF_TOKEN or `hf auth login`'s) and offline mode (HF_HUB_OFFLINE=1). A many-language model reads --src-lang and writes --tgt-lang: here its
     default pair, or on each command."""
     from heed.pretrained import import_model
 
