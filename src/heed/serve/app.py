@@ -27,7 +27,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
@@ -202,8 +202,6 @@ def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | N
     """GET /v1/models' entry for one model."""
     config = translator.config
     kind = config.model.kind  # the family's word for the model: its RNN decoder, or transformer
-    # The model's training corpora are the server's own files: their paths stay on the server.
-    private = {"output_dir": True, "data": {"train": True, "dev": True, "test": True, "prepared": True, "root": True}}
     return {
         "name": name,
         "family": config.model.family,
@@ -214,11 +212,37 @@ def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | N
         "max_src_len": translator.max_src_len,
         "languages": translator.languages,
         "decode": translator.decode_config.model_dump(mode="json"),
-        "config": config.model_dump(mode="json", exclude=private),
+        "config": without_paths(config),
         "metrics": dict(metrics) if metrics else None,
         "runtime": runtime_of(translator.model),
         "gives": gives(translator.model),
     }
+
+
+def without_paths(config: BaseModel) -> dict[str, Any]:
+    """`config` as JSON without a single path: the files a model was trained from (corpora, its
+    output directory, train.init, a supervision file, ...) are the server's own, and their paths
+    stay on it. The rule is the value's type, wherever the config holds it: every field, list item
+    or mapping value that is a path (a pydantic Path field holds a pathlib path) is left out, so a
+    path field added to a config model later is left out too."""
+    return config.model_dump(mode="json", exclude=_path_exclusions(config) or None)
+
+
+def _path_exclusions(value: Any) -> Any:
+    """pydantic's `exclude` for every path inside `value`: True for a path itself, a mapping of
+    field names (or list positions, or keys) for what holds paths, None where there is none."""
+    if isinstance(value, PurePath):
+        return True
+    if isinstance(value, BaseModel):
+        inner = {name: getattr(value, name) for name in type(value).model_fields}
+    elif isinstance(value, Mapping):
+        inner = dict(value)
+    elif isinstance(value, (list, tuple)):
+        inner = dict(enumerate(value))
+    else:
+        return None
+    found = {key: sub for key, sub in ((key, _path_exclusions(item)) for key, item in inner.items()) if sub is not None}
+    return found or None
 
 
 def runtime_of(model: Any) -> str:
