@@ -229,8 +229,9 @@ def without_paths(config: BaseModel) -> dict[str, Any]:
 
 
 def _path_exclusions(value: Any) -> Any:
-    """pydantic's `exclude` for every path inside `value`: True for a path itself, a mapping of
-    field names (or list positions, or keys) for what holds paths, None where there is none."""
+    """pydantic's `exclude` for every path inside `value`: True for a path itself (and a section
+    holding nothing else), a mapping of field names (or list positions, or keys) for what holds
+    paths, None where there is none."""
     if isinstance(value, PurePath):
         return True
     if isinstance(value, BaseModel):
@@ -242,6 +243,8 @@ def _path_exclusions(value: Any) -> Any:
     else:
         return None
     found = {key: sub for key, sub in ((key, _path_exclusions(item)) for key, item in inner.items()) if sub is not None}
+    if found and isinstance(value, BaseModel) and all(k in found or v is None for k, v in inner.items()):
+        return True  # a section of nothing but paths (a corpus) goes whole: an empty one would say nothing
     return found or None
 
 
