@@ -1,7 +1,8 @@
 """What a request costs the server, counted before it runs (heed.serve.costs, in heed.plumbing.limits'
 units): every heavy reading is refused up front, over --max-work, --max-weights or --max-answer, in
 one 422 naming the field and the limit, with the count the limits' functions give; work past its
-deadline stops between passes; answers are encoded off the event loop."""
+deadline stops between passes; answers are encoded off the event loop; /v1/align refuses targets
+the vocabulary cannot spell as the other endpoints do."""
 from __future__ import annotations
 
 import asyncio
@@ -173,3 +174,14 @@ def test_answers_are_encoded_off_the_event_loop(rnn, monkeypatch):
     assert translated.headers["content-type"] == "application/json"
     assert threads == ["worker", "worker"]
 
+
+def test_align_refuses_a_target_the_vocabulary_cannot_spell(rnn):
+    """As /v1/heads, /v1/attribute and translate's prefix: aligned as <unk>, it would be an answer
+    to another question."""
+    with TestClient(create_app({"m": rnn})) as client:
+        response = client.post("/v1/align", json={"sources": SOURCES, "targets": ["1998-03-03", "2004-06-12 Ω"]})
+        fine = client.post("/v1/align", json={"sources": SOURCES, "targets": ["1998-03-03", "2004-06-12"]})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == "targets[1]" and "not a token of the model's target vocabulary" in error["message"]
+    assert fine.status_code == 200

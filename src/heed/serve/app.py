@@ -587,6 +587,7 @@ class _Routes:
         _check_sentences(request.sources, "sources", self.settings)
         _check_sentences(request.targets, "targets", self.settings)
         _one_target_each(request.sources, request.targets, "source")
+        _check_known_targets(translator, request.sources, request.targets)
         src_lens = [len(translator.codec.src_tokens(source)[:translator.max_src_len]) for source in request.sources]
         tgt_lens = [len(translator.codec.tgt_tokens(target)) for target in request.targets]
         units = [len(t.split()) if request.tgt_units == "words" else len("".join(t.split())) for t in request.targets]
