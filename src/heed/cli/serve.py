@@ -103,7 +103,7 @@ def serve(
     try:
         import uvicorn
 
-        from heed.serve.app import ServeSettings, create_app, last_metrics
+        from heed.serve.app import ServeSettings, create_app, last_metrics, unpaired
     except ImportError as e:
         raise HeedError(f"heed serve needs FastAPI and uvicorn ({e.name} is missing): {install_hint('serve')}") \
             from None
@@ -137,6 +137,11 @@ def serve(
             metrics[name] = None
         # The pair is the default of the many-language models among those served; a request may give another.
         translators = {name: with_pair(t, languages) for name, t in translators.items()}
+        for name in unpaired(translators):
+            stderr().print(f"[yellow]warning:[/] model {escape(name)} translates between "
+                           f"{len(translators[name].languages)} languages and is served without a default pair: "
+                           "every request must give src_lang and tgt_lang (the explorer has pickers for them); "
+                           "--src-lang and --tgt-lang give a default", soft_wrap=True)
         app_ = create_app(translators, settings, metrics=metrics)
         uvicorn.run(app_, host=host, port=port, log_level=log_level, http=read_timeout_protocol(settings.read_timeout))
 

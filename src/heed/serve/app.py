@@ -670,14 +670,37 @@ def _paired(translator: Translator, src_lang: str | None, tgt_lang: str | None) 
             paired = paired.with_languages(src_lang, None)
         paired.codec.source_frame  # noqa: B018 (a many-language model without a source language refuses)
     except HeedError as e:
-        raise ApiError(422, str(e), "src_lang") from None
+        raise ApiError(422, _pair_problem(translator, src_lang, e), "src_lang") from None
     try:
         if tgt_lang is not None:
             paired = paired.with_languages(None, tgt_lang)
         paired.codec.target_frame()
     except HeedError as e:
-        raise ApiError(422, str(e), "tgt_lang") from None
+        raise ApiError(422, _pair_problem(translator, tgt_lang, e), "tgt_lang") from None
     return paired
+
+
+def _pair_problem(translator: Translator, code: str | None, error: HeedError) -> str:
+    """What a request's pair lacks, in the request's words: the library's message names the CLI's
+    flags and the Python keywords, which a /v1 client has none of."""
+    if code is not None or not translator.languages:
+        return str(error)  # a code the model lacks: the message names it and the close ones
+    return (f"this model translates between {len(translator.languages)} languages and is served without a default "
+            f"pair; give the request's src_lang and tgt_lang, codes of GET /v1/models' languages (e.g. "
+            f"{', '.join(translator.languages[:3])})")
+
+
+def unpaired(translators: Mapping[str, Translator]) -> list[str]:
+    """The names of the many-language models served without a default pair (heed serve warns of
+    them at start-up: every request to them must name its src_lang and tgt_lang)."""
+    out = []
+    for name, translator in translators.items():
+        try:
+            translator.codec.source_frame  # noqa: B018
+            translator.codec.target_frame()
+        except HeedError:
+            out.append(name)
+    return out
 
 
 def _version() -> str:
