@@ -37,6 +37,7 @@
     seq: 0, // request counter: a response older than the latest request is dropped
     single: null, // {model, request, response, selected, step}
     compare: null, // [{model, response | error}]
+    pairs: {}, // a many-language model's name -> {src_lang, tgt_lang} picked: sent with its every request
   };
 
   // ------------------------------------------------------------------ DOM and SVG helpers
@@ -175,6 +176,10 @@
 
   /** GET or POST JSON; any failure becomes an ApiError with a message for a person. */
   async function api(path, body) {
+    if (body && body.model && state.pairs[body.model]) {
+      const picked = Object.entries(state.pairs[body.model]).filter(([, code]) => code);
+      body = { ...Object.fromEntries(picked), ...body };
+    }
     let response;
     try {
       response = await fetch(path, body === undefined ? {} : {
@@ -331,6 +336,36 @@
     const model = modelByName($("model").value);
     $("model-info").textContent = model ? describeModel(model) : "";
     renderExamples(model);
+    renderLanguages(model);
+  }
+
+  /** The pair a many-language model starts with: the one it is served with (its config's
+   * data.src_lang and data.tgt_lang), else none chosen yet. */
+  function defaultPair(model) {
+    const data = (model.config && model.config.data) || {};
+    return { src_lang: data.src_lang || "", tgt_lang: data.tgt_lang || "" };
+  }
+
+  /** The language pickers: shown for a many-language model (GET /v1/models' languages), filled
+   * with its codes; the pair picked goes with every request to it (api()). */
+  function renderLanguages(model) {
+    const languages = (model && model.languages) || [];
+    $("languages").hidden = languages.length === 0 || $("compare-toggle").checked;
+    if (!languages.length) return;
+    if (!state.pairs[model.name]) state.pairs[model.name] = defaultPair(model);
+    const pair = state.pairs[model.name];
+    for (const side of ["src_lang", "tgt_lang"]) {
+      const choose = el("option", { value: "", disabled: true }, side === "src_lang" ? "from…" : "to…");
+      $(side).replaceChildren(choose, ...languages.map((code) => el("option", { value: code }, code)));
+      $(side).value = pair[side];
+    }
+  }
+
+  function pickLanguage() {
+    const model = modelByName($("model").value);
+    if (!model) return;
+    state.pairs[model.name] = { src_lang: $("src_lang").value, tgt_lang: $("tgt_lang").value };
+    if ($("sentence").value.trim() && $("src_lang").value && $("tgt_lang").value) submit();
   }
 
   /** Example sentences for the generated dates task (the demo model); none for other models. */
@@ -1475,6 +1510,7 @@
       showModelInfo();
     });
     $("sampling").addEventListener("change", syncSampling);
+    for (const side of ["src_lang", "tgt_lang"]) $(side).addEventListener("change", pickLanguage);
     $("attribute").addEventListener("click", attributeShown);
     for (const pick of ["reading", "align-method"]) {
       $(pick).addEventListener("change", () => {
@@ -1487,6 +1523,7 @@
     $("compare-toggle").addEventListener("change", () => {
       renderCompareChoices();
       syncPermute();
+      renderLanguages(modelByName($("model").value));
       $("model").disabled = $("compare-toggle").checked;
       if ($("sentence").value.trim()) submit();
     });
