@@ -129,7 +129,7 @@ def test_a_translation_with_attention_is_bounded_by_its_answer(rnn, monkeypatch)
         want += s + 4 * (t + 1) * (2 + s + 1)
     error = _refused(rnn, "/v1/translate", body, monkeypatch, max_answer=want - 1)
     assert error["field"] == "sentences" and f"{want:,} numbers in its answer" in error["message"]
-    assert "no attention" in error["message"]
+    assert "attention false" in error["message"]
     with TestClient(create_app({"m": rnn}, ServeSettings(max_answer=want - 1))) as client:
         assert client.post("/v1/translate", json={**body, "attention": False}).status_code == 200
 

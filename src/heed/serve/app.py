@@ -50,6 +50,7 @@ from heed.explain.align_methods import AlignOptions
 from heed.explain.given_pairs import nbest_source_shares
 from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel, OwnSearchModel
 from heed.plumbing.files import open_regular
+from heed.plumbing.limits import search_work
 from heed.serve.batcher import Batcher, QueueFull
 from heed.serve.costs import Cost, align_cost, attribute_cost, heads_cost, lens_cost, refusal, translate_cost
 from heed.serve.schemas import (
@@ -246,6 +247,7 @@ def _path_exclusions(value: Any) -> Any:
     paths, None where there is none."""
     if isinstance(value, PurePath):
         return True
+    inner: dict[Any, Any]  # field name, list position or key -> the value there
     if isinstance(value, BaseModel):
         inner = {name: getattr(value, name) for name in type(value).model_fields}
     elif isinstance(value, Mapping):
@@ -535,7 +537,7 @@ class _Routes:
     async def list_models(self) -> dict[str, Any]:
         return {"models": list(self.infos.values())}
 
-    async def translate(self, request: TranslateRequest) -> JSONResponse:
+    async def translate(self, request: TranslateRequest) -> Response:
         name, translator = self._model(request)
         settings = self.settings
         _check_sentences(request.sentences, "sentences", settings)
@@ -580,7 +582,7 @@ class _Routes:
         results = await self._decoded(key, list(zip(request.sentences, prefixes)), costs)
         return await _answer({"model": name, "decode": decode.model_dump(mode="json"), "results": results})
 
-    async def align(self, request: AlignRequest) -> JSONResponse:
+    async def align(self, request: AlignRequest) -> Response:
         name, translator = self._model(request)
         if not translator.model.has_attention:
             raise ApiError(422, f"model {name!r} has no attention, so it has no alignments", "model")
@@ -602,7 +604,7 @@ class _Routes:
         results = await self._decoded(key, list(zip(request.sources, request.targets)), costs)
         return await _answer({"model": name, "results": results})
 
-    async def attribute(self, request: AttributeRequest) -> JSONResponse:
+    async def attribute(self, request: AttributeRequest) -> Response:
         name, translator = self._model(request, AttributableModel,
                                        "gives no gradients (an exported model or an ensemble); attribution needs a "
                                        "PyTorch model directory")
@@ -617,9 +619,8 @@ class _Routes:
             sources = [translator.codec.src_tokens(text)[:translator.max_src_len] for text in request.sentences]
             steps = _output_steps(decode, sources, None, self.settings)
             sizes = [(len(tokens), t) for tokens, t in zip(sources, steps)]
-            search = [translate_cost([s], [t], width=decode.n_best if decode.sampling else decode.beam_size,
-                                     n_best=1, attention=False, alternatives=0, trace=False, source_share=False,
-                                     grid=(1, 1), fields={}).work[0] for s, t in sizes]
+            width = decode.n_best if decode.sampling else decode.beam_size
+            search = [search_work(width, t) for t in steps]
         self._within(attribute_cost([s for s, _ in sizes], [t for _, t in sizes], points=request.steps,
                                     method=request.method, search=search))
         targets = request.targets or [None] * len(request.sentences)
@@ -629,7 +630,7 @@ class _Routes:
         results = await self._decoded(key, list(zip(request.sentences, targets)), a_turn_each)
         return await _answer({"model": name, "attributions": results})
 
-    async def lens(self, request: LensRequest) -> JSONResponse:
+    async def lens(self, request: LensRequest) -> Response:
         name, translator = self._model(request, ContributionModel,
                                        "is no Transformer model directory: the logit lens reads each decoder layer "
                                        "through the output layer")
@@ -644,7 +645,7 @@ class _Routes:
         results = await self._decoded(key, list(zip(request.sources, request.targets)), a_turn_each)
         return await _answer({"model": name, "results": results})
 
-    async def heads(self, request: HeadsRequest) -> JSONResponse:
+    async def heads(self, request: HeadsRequest) -> Response:
         name, translator = self._model(request, HeadsModel,
                                        "gives only its averaged attention (an exported model or an ensemble)")
         _check_sentences(request.sources, "sources", self.settings)

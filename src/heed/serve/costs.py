@@ -38,7 +38,7 @@ class Cost:
     numbers: numbers and tokens its answer holds, summed over its items
     what:    the request as counted, for a refusal ("2 sentences, integrated gradients at 200 points")
     fields:  per budget ("work", "weights", "numbers"), the request field a refusal names
-    advice:  what to send instead
+    advice:  per budget, what to send instead (default: fewer or shorter sentences)
     """
 
     work: list[int]
@@ -46,7 +46,7 @@ class Cost:
     numbers: int = 0
     what: str = ""
     fields: Mapping[str, str] = field(default_factory=dict)
-    advice: str = "send fewer or shorter sentences"
+    advice: Mapping[str, str] = field(default_factory=dict)
 
 
 def refusal(cost: Cost, settings: Any) -> tuple[str, str | None] | None:
@@ -56,8 +56,10 @@ def refusal(cost: Cost, settings: Any) -> tuple[str, str | None] | None:
     for budget, (setting, flag, unit) in BUDGETS.items():
         limit = getattr(settings, setting)
         if amounts[budget] > limit:
-            return (f"this request asks for {amounts[budget]:,} {unit} ({cost.what}); the server allows {limit:,} a "
-                    f"request ({flag}): {cost.advice}", cost.fields.get(budget))
+            advice = cost.advice.get(budget, "send fewer or shorter sentences")
+            message = (f"this request asks for {amounts[budget]:,} {unit} ({cost.what}); the server allows {limit:,} "
+                       f"a request ({flag}): {advice}")
+            return message, cost.fields.get(budget)
     return None
 
 
@@ -86,7 +88,10 @@ def translate_cost(src_lens: Sequence[int], steps: Sequence[int], *, width: int,
     what = (f"{_plural(len(src_lens), 'sentence')}, beam {width}, n-best {n_best}, outputs up to their max length"
             + (", the source share of each" if source_share else "") + (", the attention" if attention else ""))
     return Cost(work, weights, numbers, what, fields,
-                "send fewer or shorter sentences, a smaller beam or n-best" + (", or no attention" if attention else ""))
+                {"work": "send fewer sentences, a smaller beam or shorter prefixes",
+                 "weights": "send fewer or shorter sentences, a smaller n-best, or no explain",
+                 "numbers": "send fewer or shorter sentences, a smaller n-best" + (", or attention false" if attention
+                                                                                 else "")})
 
 
 def align_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], src_words: Sequence[int], tgt_units: Sequence[int], *,
@@ -101,7 +106,8 @@ def align_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], src_words: Sequ
     numbers = sum(w + u + u * w + 2 * u for w, u in zip(src_words, tgt_units))
     return Cost(work, weights, numbers, f"{_plural(len(src_lens), 'pair')}, weights {reading}",
                 {"work": "sources", "weights": "weights", "numbers": "sources"},
-                "send fewer or shorter pairs" + (", or weights attention" if weighs else ""))
+                {"work": "send fewer or shorter pairs", "weights": "send fewer or shorter pairs, or weights attention",
+                 "numbers": "send fewer or shorter pairs"})
 
 
 def attribute_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], *, points: int, method: str,
@@ -115,7 +121,7 @@ def attribute_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], *, points: 
     lever = "steps" if method == "integrated_gradients" else "sentences"
     return Cost(work, 0, numbers, f"{_plural(len(src_lens), 'sentence')}, {how}, each output token a pass per point",
                 {"work": lever, "numbers": "sentences"},
-                "send fewer or shorter sentences" + (", or fewer steps" if lever == "steps" else ""))
+                {"work": "send fewer or shorter sentences" + (", or fewer steps" if lever == "steps" else "")})
 
 
 def heads_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], *, parts: tuple[str, ...],
@@ -126,7 +132,8 @@ def heads_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], *, parts: tuple
     return Cost([forced_work(t) for t in tgt_lens], weights, weights + sum(src_lens) + sum(tgt_lens),
                 f"{_plural(len(src_lens), 'sentence')}, {layers} layers x {heads} heads, parts {', '.join(parts)}",
                 {"work": "sources", "weights": "sources", "numbers": "sources"},
-                "send fewer or shorter sentences, or fewer parts")
+                {"weights": "send fewer or shorter sentences, or fewer parts",
+                 "numbers": "send fewer or shorter sentences, or fewer parts"})
 
 
 def lens_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], *, top: int, layers: int) -> Cost:
@@ -136,4 +143,4 @@ def lens_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], *, top: int, lay
     return Cost([lens_work(t, layers) for t in tgt_lens], 0, numbers,
                 f"{_plural(len(src_lens), 'sentence')}, {layers} layers, top {top}",
                 {"work": "sources", "numbers": "top" if top > 1 else "sources"},
-                "send fewer or shorter sentences, or a smaller top")
+                {"numbers": "send fewer or shorter sentences, or a smaller top"})
