@@ -185,3 +185,18 @@ def test_align_refuses_a_target_the_vocabulary_cannot_spell(rnn):
     error = response.json()["error"]
     assert error["field"] == "targets[1]" and "not a token of the model's target vocabulary" in error["message"]
     assert fine.status_code == 200
+
+
+def test_every_budget_is_a_serve_flag_with_its_setting() -> None:
+    """--max-work, --max-weights and --max-answer are read in `heed serve --help`, each a
+    ServeSettings field of the same default (the CLI cannot import FastAPI to read them)."""
+    from typer.testing import CliRunner
+
+    from heed.cli import app
+    from heed.cli.serve import LIMIT_OPTIONS
+    from heed.serve.costs import BUDGETS
+
+    shown = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"}).output
+    for setting, flag, _ in BUDGETS.values():
+        assert flag in shown, flag
+        assert LIMIT_OPTIONS[setting][1].default == ServeSettings.model_fields[setting].default, setting
