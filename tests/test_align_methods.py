@@ -521,3 +521,40 @@ def test_without_a_recorded_reading_heed_align_reads_the_rule_measured_for_the_m
     assert rnn.recorded_reading is None  # its corpus has no dev gold
     assert rnn.default_reading() == (AlignOptions(), "the rule measured for an RNN without input feeding "
                                                      "(docs/look-inside.md, section 8)")
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "measured"])
+def test_align_beside_an_int8_export_reads_it_plainly_where_it_cannot_give_the_models_default_reading(
+        transformer_run, gold_files, tmp_path, recorded):
+    """README's `heed align runs/demo ... --beside runs/demo-int8` after `make demo` (issue 56): the
+    model's default reading (the heads training recorded, layer 0 head 0; or the measured rule's
+    value norms) is one an export cannot give: the export is read by the attention it reports, said
+    in one line, instead of the whole command failing. A reading flag the export cannot follow is
+    still refused, naming --beside."""
+    import shutil
+
+    from heed.export.onnx import export_model
+    from model_files import rehash
+
+    model = tmp_path / "model"
+    shutil.copytree(transformer_run / "model", model)
+    meta = json.loads((model / "heed.json").read_text(encoding="utf-8"))
+    meta.pop("alignment", None)
+    if recorded:
+        meta["alignment"] = {"method": "argmax", "layer": 0, "head": 0, "weights": "attention", "units": "words",
+                             "trained": True}
+    (model / "heed.json").write_text(json.dumps(meta), encoding="utf-8")
+    rehash(model)
+    int8 = export_model(model, tmp_path / "int8", int8=True)
+    files = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars",
+             "--gold", gold_files / "test.align"]
+    out = invoke("align", model, *files, "--beside", int8)
+    assert out.exit_code == 0, out.output
+    notes = [line for line in out.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and f"--beside {int8}" in notes[0] and "the attention it reports" in notes[0], out.stderr
+    assert ("layer 0, head 0" if recorded else "weighed by value norms") in notes[0]
+    alone = invoke("align", model, *files)
+    assert out.stdout.splitlines()[: 20] == alone.stdout.splitlines()[: 20]  # the model's own links are unchanged
+    assert f"beside {int8}:" in out.stderr and f"{int8} (--beside)" in out.stderr  # the links hold stdout
+    flagged = invoke("align", model, *files, "--layer", "0", "--head", "0", "--beside", int8)
+    assert_user_error(flagged, f"--beside {int8}", "PyTorch model directory")

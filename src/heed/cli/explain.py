@@ -351,8 +351,13 @@ def align(
                              device=device, languages=languages)
         what += f", {symmetrize.value} with {reverse}"
     _write_lines([_pharaoh_line(link_set) + "\n" for link_set in links], output)
-    besides = None if other is None else _beside(translator, other, links, src_texts, tgt_texts, options,
-                                                 batch_size=batch_size, name=str(beside), err=output is None)
+    besides = None
+    if other is not None:
+        assert beside is not None
+        chosen = not any(flag is not None for flag in (method, layer, head, weights))
+        besides = _beside(translator, other, links, src_texts, tgt_texts,
+                          _reading_beside(other, options, name=str(beside), default=chosen),
+                          batch_size=batch_size, name=str(beside), err=output is None)
     _print_scores(links, units, what, golden, (reference, theirs), (beside, besides), err=output is None)
 
 
@@ -421,6 +426,29 @@ def _recorded_reading_of(translator: "Translator", options: "AlignOptions", *, g
     stderr().print(f"reading: {chosen.describe(translator.model.head_grid)}, {why}; "
                    "--method, --layer, --head or --weights read another way", soft_wrap=True)
     return chosen
+
+
+def _reading_beside(other: "Translator", options: "AlignOptions", *, name: str, default: bool) -> "AlignOptions":
+    """The reading --beside's model `other` is read with: `options` where it can give them; else, for the
+    model's default reading (`default`: no reading flag given; the one training recorded, or the rule
+    measured), the attention `other` reports (an export's, an ensemble's: its heads averaged), said in
+    one line on stderr. A reading flag `other` cannot follow is a HeedError naming --beside."""
+    from heed.explain.align_methods import AlignOptions, check_selection
+    from heed.explain.forced import attention_shape, check_weights
+
+    heads = not options.default_attention
+    try:
+        check_weights(other.model, options.weights, heads=heads)  # type: ignore[arg-type]
+        if heads:
+            check_selection(options, *attention_shape(other.model)[:2])
+        return options
+    except ValueError as e:
+        if not default:
+            raise HeedError(f"--beside {name}: {e}") from None
+    plain = AlignOptions(method=options.method, tgt_units=options.tgt_units)
+    stderr().print(f"note: --beside {name} cannot give this model's reading ({options.describe()}); it is read by "
+                   f"{plain.describe()} (the attention it reports)", markup=False, soft_wrap=True)
+    return plain
 
 
 def _symmetrized(links: list[set[tuple[int, int]]], reverse: Path, src_texts: list[str], tgt_texts: list[str],
