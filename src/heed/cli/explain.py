@@ -15,6 +15,9 @@ from heed.cli.app import escape, friendly_errors, language_options, stderr, with
 from heed.cli.decode_flags import decode_options, resolve_decode
 from heed.cli.io import (
     check_figure_path,
+    cut_long_texts,
+    given_files,
+    lines_named,
     print_table,
     read_lines,
     read_sources,
@@ -192,6 +195,7 @@ def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int,
         raise HeedError("the sentence is empty: give a source sentence to follow over training")
     final = Translator.load(final_model(run), device=device)
     if target is not None:  # a token the model does not know is refused, as translate's --prefix is
+        target = cut_long_texts(final, [target], "--tgt")[0]
         try:
             final.forced_pairs([sentence], [target], empty="give a source sentence to follow over training")
         except HeedError as e:
@@ -337,6 +341,9 @@ def align(
     units = [(len(p.src.split()), unit_count(p.tgt, options.tgt_units)) for p in pairs]
     golden, theirs = _read_golds(gold, reference, units, options.tgt_units, sides=f"{src} and {tgt}")
     translator = Translator.load(model, device=device, **languages)
+    # Cut after the gold is read against the whole pairs: its links past a cut count as missed.
+    src_texts = cut_long_texts(translator, src_texts, str(src), side="src")
+    tgt_texts = cut_long_texts(translator, tgt_texts, str(tgt))
     options = _recorded_reading_of(translator, options, given=(method, layer, head, weights))
     other = None if beside is None else with_pair(Translator.load(beside, device=device), languages)
     if sweep_all:
@@ -543,15 +550,19 @@ def attribute(
     others = _contrasts(contrast, contrast_file, len(sources), plot=plot, src=src)
     translator = Translator.load(model, device=device, **languages)
     warn_long_sources(translator, sources, str(src))
+    if targets is not None:
+        targets = cut_long_texts(translator, targets, str(tgt))
     if others is not None:
+        others = cut_long_texts(translator, others, "--contrast" if contrast is not None else str(contrast_file))
         _contrast(translator, sources, targets, others, method=method.value, steps=steps, output=output,
-                  progress=progress)
+                  progress=progress, files=given_files(src, tgt))
         return
     results = []
     with Progress("sentences attributed", total=len(sources), enabled=progress) as bar:
         for k, source in enumerate(sources):
-            results += translator.attribute([source], None if targets is None else [targets[k]], method=method.value,
-                                            steps=steps)
+            with lines_named(given_files(src, tgt), first=k + 1):
+                results += translator.attribute([source], None if targets is None else [targets[k]],
+                                                method=method.value, steps=steps)
             bar.advance(1)
     import json
 
@@ -617,8 +628,9 @@ def _contrasts(contrast: Optional[str], contrast_file: Optional[Path], sources: 
 
 
 def _contrast(translator: "Translator", sources: list[str], targets: Optional[list[str]], others: list[str], *,
-              method: str, steps: int, output: Path, progress: Optional[bool]) -> None:
-    """`heed attribute --contrast`: every sentence's Contrast to the JSON, a line each on stdout."""
+              method: str, steps: int, output: Path, progress: Optional[bool], files: dict[str, str]) -> None:
+    """`heed attribute --contrast`: every sentence's Contrast to the JSON, a line each on stdout;
+    `files` names the files of src_texts and tgt_texts for errors."""
     import json
 
     import numpy as np
@@ -627,8 +639,9 @@ def _contrast(translator: "Translator", sources: list[str], targets: Optional[li
     with Progress("sentences contrasted", total=len(sources), enabled=progress) as bar:
         for k, source in enumerate(sources):
             try:
-                results += translator.contrast([source], [others[k]], None if targets is None else [targets[k]],
-                                               method=method, steps=steps)  # type: ignore[arg-type]
+                with lines_named(files, first=k + 1):
+                    results += translator.contrast([source], [others[k]], None if targets is None else [targets[k]],
+                                                   method=method, steps=steps)  # type: ignore[arg-type]
             except HeedError as e:  # name the line, not the list index
                 raise HeedError(str(e).replace("contrasts[0]", f"the other output of line {k + 1}")) from None
             bar.advance(1)
