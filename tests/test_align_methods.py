@@ -558,3 +558,26 @@ def test_align_beside_an_int8_export_reads_it_plainly_where_it_cannot_give_the_m
     assert f"beside {int8}:" in out.stderr and f"{int8} (--beside)" in out.stderr  # the links hold stdout
     flagged = invoke("align", model, *files, "--layer", "0", "--head", "0", "--beside", int8)
     assert_user_error(flagged, f"--beside {int8}", "PyTorch model directory")
+
+
+def test_align_help_and_sweep_name_the_reading_align_really_uses_by_default(transformer_run, gold_files):
+    """Issue 56: --help said the last layer's heads' mean, and --sweep labelled that "default", while
+    heed align reads Translator.default_reading (recorded, else the measured rule: value norms)."""
+    from heed.api import Translator
+
+    shown = " ".join(invoke("align", "--help").stdout.split()).replace("- ", "-")  # words broken at a hyphen
+    assert "aligns by default with the cross-attention of its last decoder layer" not in shown
+    assert "MeasuredReading" in shown and "value-norm-weighted attention" in shown
+    assert "Default: the model's default reading" in shown
+    reading, why = Translator.load(transformer_run).default_reading("chars")
+    assert reading.weights == "value_norm"  # no dev gold, so no recorded reading: the measured rule
+    files = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars",
+             "--gold", gold_files / "test.align"]
+    plain = invoke("align", transformer_run, *files, "-o", "/dev/null")
+    assert plain.exit_code == 0, plain.output
+    aer = next(line for line in plain.stdout.splitlines() if line.startswith("AER = ")).split()[2]
+    swept = invoke("align", transformer_run, *files, "--sweep", "--plot", gold_files.parent / "sweep-default.png")
+    assert swept.exit_code == 0, swept.output
+    default = next(line for line in swept.stdout.splitlines() if line.startswith("default: "))
+    assert default.startswith(f"default: AER = {aer} "), (default, aer)
+    assert reading.describe() in default and why in default

@@ -263,15 +263,16 @@ class SymmetrizeHow(str, enum.Enum):
 
 
 METHOD_OPTION = typer.Option(None, "--method", help="argmax: link each target word by the step that predicts it; "
-                             "shift: by the step that reads it as input (shift-att, Chen et al. 2020). Default: "
-                             "argmax, or the reading training found best on its dev gold.")
+                             "shift: by the step that reads it as input (shift-att, Chen et al. 2020). Default: the "
+                             "model's default reading: the method training recorded, else argmax.")
 WEIGHTS_OPTION = typer.Option(None, "--weights", help="attention: the weights as they are; value-norm: each weight "
                               "times the norm of what its source word adds through its head (Kobayashi et al. 2020); "
                               "rollout: attention rolled out through every layer with the residual (Abnar & Zuidema "
                               "2020); alti: ALTI+, each source token's contribution through every layer (Ferrando et "
                               "al. 2022). All but attention read contributions and need a Transformer model "
-                              "directory; rollout and alti mix the heads (--layer, no --head). Default: attention, or "
-                              "the reading training found best on its dev gold.")
+                              "directory; rollout and alti mix the heads (--layer, no --head). Default: the model's "
+                              "default reading: the weights training recorded, else the measured rule's (value-norm "
+                              "for a Transformer model directory, attention for an RNN, an ensemble or an export).")
 SYMMETRIZE_OPTION = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="With --reverse: keep links both "
                                  "agree on (intersect), either has (union), or grow-diag-final-and (Koehn et al. 2005).")
 
@@ -288,11 +289,13 @@ def align(
                                         "baseline's."),
     method: Optional[AlignMethod] = METHOD_OPTION,
     layer: Optional[str] = typer.Option(None, "--layer", help="Decoder layer to read (0-based) or 'mean' for all "
-                                        "layers' average. Default: the last (a Transformer) or the only one (an RNN), or "
-                                        "the reading training recorded."),
+                                        "layers' average. Default: the model's default reading: the layer training "
+                                        "recorded, else the measured rule's (a pre-norm Transformer's second-to-last, "
+                                        "a post-norm one's mean of all layers, an RNN's only one; an ensemble's or "
+                                        "export's reported attention, its last)."),
     head: Optional[str] = typer.Option(None, "--head", help="Attention head (0-based), heads joined by commas (0,3: "
-                                       "their mean), or 'mean'. Default: the mean of the layer's heads, or the heads "
-                                       "guided alignment trained."),
+                                       "their mean), or 'mean'. Default: the heads guided alignment trained, else the "
+                                       "mean of the layer's heads."),
     weights: Optional[AlignWeights] = WEIGHTS_OPTION,
     tgt_units: AlignUnits = typer.Option(AlignUnits.words, "--tgt-units", help="Target positions in whitespace words, "
                                          "or in characters (spaces not counted; the dates task's gold is so)."),
@@ -307,7 +310,8 @@ def align(
                                           "int8 export of this one): its attention read on the same pairs, the mean "
                                           "|difference| per cell and the links that differ (and its AER with --gold)."),
     sweep_all: bool = typer.Option(False, "--sweep", help="With --gold: the AER of every method x layer x head (and "
-                                   "their means) as a table and a heatmap (--plot), instead of writing alignments."),
+                                   "their means) as a table and a heatmap (--plot), beside the default reading's, "
+                                   "instead of writing alignments."),
     plot: Path = typer.Option(Path("aer_sweep.png"), "--plot", help="With --sweep: the heatmap's file (.png, .svg, .pdf)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
@@ -321,11 +325,16 @@ def align(
     One Pharaoh line per sentence pair: "i-j" links, i a 0-based word of the source, j of the target,
     words being the whitespace-separated words whatever the model's tokens (subword and character
     attention is summed over each source word's pieces and averaged over each target word's); with
-    --tgt-units chars, j counts the target's characters. A Transformer aligns by default with the
-    cross-attention of its last decoder layer, averaged over the heads, unless training recorded a
-    reading: the heads guided alignment trained (train.alignment), or the best of every reading
-    scored on a dev gold. --layer, --head, --method and --weights choose another reading, and
-    --sweep --gold scores them all. With --gold the alignment error rate goes to stdout, or to
+    --tgt-units chars, j counts the target's characters.
+
+    The default reading (Translator.default_reading; stderr names it): the one training recorded
+    (the heads guided alignment trained, train.alignment, or the best reading scored on a dev
+    gold), else the rule measured for the model's kind (MeasuredReading, docs/look-inside.md,
+    section 8): argmax of value-norm-weighted attention, of the second-to-last decoder layer for a
+    pre-norm Transformer and of the mean of all layers for a post-norm one; argmax of an RNN's
+    attention as it is; an ensemble's or an export's reported attention (the last layer's heads
+    averaged). --layer, --head, --method and --weights choose another reading, and --sweep --gold
+    scores them all. With --gold the alignment error rate goes to stdout, or to
     stderr when the alignments do, beside the diagonal baseline (target word j -> source word
     round(j*|src|/|tgt|)), which a useful reading must beat. --beside OTHER reads the pairs with
     another model (its int8 export, say) and says how far its attention and links are."""
@@ -349,7 +358,8 @@ def align(
     if sweep_all:
         assert golden is not None
         _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
-                                            batch_size=batch_size), plot, len(pairs))
+                                            batch_size=batch_size), plot, len(pairs),
+                     default=translator.default_reading(options.tgt_units))
         return
     links = _align_all(translator, src_texts, tgt_texts, options, batch_size=batch_size, progress=progress)
     what = options.describe(attention_shape(translator.model)[:2])
@@ -758,12 +768,13 @@ def _print_scores(links: list[set], units: list[tuple[int, int]], what: str, gol
                    f"F1 {found.f1:.4f}   ({found.links} links against its {found.reference}; {what})", err=err)
 
 
-def _print_sweep(result: Any, plot: Path, sentences: int) -> None:
+def _print_sweep(result: Any, plot: Path, sentences: int, *, default: tuple["AlignOptions", str]) -> None:
     """`heed align --sweep`: one AER table per method and weighting (layers x heads and their
-    means), the best reading, the diagonal, and the heatmap."""
+    means), the best reading, the default one (`default`: Translator.default_reading's reading and
+    why, what heed align reads without reading flags), the diagonal, and the heatmap."""
     from rich.table import Table
 
-    from heed.explain.align_methods import METHODS, WEIGHT_NAMES, AlignOptions
+    from heed.explain.align_methods import METHODS, WEIGHT_NAMES
     from heed.viz import aer_grid, save_figure
 
     console = Console(highlight=False, soft_wrap=True)
@@ -787,9 +798,13 @@ def _print_sweep(result: Any, plot: Path, sentences: int) -> None:
     if not one:
         best, best_aer = result.best()
         console.print(f"best: AER = {best_aer:.4f}   {best.describe()}")
-        console.print(f"default: AER = {result.aer(AlignOptions()):.4f}   argmax, the alignment layer "
-                      f"(the layer heed aligns with unless told: layer {result.default_layer}, the last decoder "
-                      "layer), mean of heads")
+        reading, why = default
+        try:
+            default_aer = f"AER = {result.aer(reading):.4f}"
+        except KeyError:  # a reading the sweep does not score (several heads' mean)
+            default_aer = "not among the readings swept"
+        console.print(f"default: {default_aer}   {reading.describe(result.head_grid)} ({why}: the reading heed "
+                      "align uses without --method, --layer, --head or --weights)")
     console.print(f"diagonal baseline: AER = {result.diagonal.aer:.4f}")
     if one:
         console.print("(one attention: no layer x head heatmap drawn)")
