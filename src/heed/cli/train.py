@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
@@ -98,7 +99,9 @@ def train(
             console.print(f"score the best model on the test set with: {shlex.join(score)}", markup=False,
                           soft_wrap=True)
         raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
-    if result.is_main:
+    # On a terminal the run's closing line ("model: DIR  (stopped: ...)") already names it on the same
+    # screen; stdout gets its own line where it is not that screen (a pipe, a file, a script's capture).
+    if result.is_main and not (console.is_terminal and sys.stdout.isatty()):
         typer.echo(f"model written to {result.model_dir}")
 
 
