@@ -260,3 +260,47 @@ def test_stderr_lines_are_never_wrapped_when_it_is_not_a_terminal(capsys):
     line = "step 100/2000 | epoch 0.50 | loss 2.3456 | lr 1.00e-03 | 12,345 tok/s | eta 23m45s " + "x" * 120
     _stderr().print(line)
     assert capsys.readouterr().err == line + "\n"
+
+
+def test_train_names_its_model_directory_once_on_a_terminal_and_on_stdout_elsewhere(tmp_path, tiny_config):
+    """Issue 56: the run's closing line on stderr and `model written to` on stdout named the same
+    directory twice on one screen; each place (a terminal, or stdout apart from the log) gets it once."""
+    import pty
+
+    config = write_config(tmp_path / "c.yaml", tiny_config(tmp_path / "out", epochs=1))
+    model = str(tmp_path / "out" / "model")
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "heed", "train", str(config)], stdin=secondary, stdout=secondary,
+                            stderr=secondary, env={**os.environ, "COLUMNS": "300"})
+    os.close(secondary)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # EIO: the terminal's other end closed
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(primary)
+    assert proc.wait(timeout=120) == 0, screen.decode(errors="replace")
+    assert screen.decode(errors="replace").count(model) == 1, screen.decode(errors="replace")
+    piped = invoke("train", config, "--set", f"output_dir={tmp_path / 'piped'}")
+    assert piped.exit_code == 0, piped.output
+    assert piped.stdout == f"model written to {tmp_path / 'piped' / 'model'}\n"
+
+
+def test_every_route_names_the_held_out_references_test_tgt(tmp_path):
+    """Issue 56: `heed demo` wrote data/test.ref where `heed data task` and training's held-out files
+    write test.tgt; one name now, in the files and in the commands the demo suggests."""
+    from rich.console import Console
+
+    from heed.config import config_from_dict
+    from heed.demo import _write_data
+
+    cfg = config_from_dict({"data": {"task": "dates", "dates": {"n_train": 20, "n_dev": 5, "n_test": 5}},
+                            "output_dir": str(tmp_path / "demo")})
+    _, _, data_dir = _write_data(cfg, tmp_path / "demo", Console(file=open(os.devnull, "w")))
+    assert (data_dir / "test.tgt").is_file() and not (data_dir / "test.ref").exists()
+    written = invoke("data", "task", "dates", tmp_path / "task")
+    assert written.exit_code == 0 and (tmp_path / "task" / "test.tgt").is_file(), written.output
