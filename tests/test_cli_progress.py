@@ -122,3 +122,17 @@ def test_the_training_bar_grows_its_total_rather_than_count_past_it(tmp_path):
         for step in range(1, 7):
             log.advance(step, step / 4)
         assert log.total_steps == 6 and log.progress is not None and log.progress.tasks[0].total == 6
+
+
+def test_python_m_heed_scratch_says_how_far_an_epoch_is(monkeypatch, capsys):
+    """A 2-minute epoch printed nothing until it ended: now a line every few seconds within it."""
+    from heed.scratch.train import main
+
+    monkeypatch.setenv(SECONDS_VARIABLE, "0.000001")  # every batch, for the test
+    main(["--epochs", "1", "--train-size", "200", "--eval-size", "20", "--hidden", "8", "--embed", "4",
+          "--batch-size", "50"])
+    lines = capsys.readouterr().out.splitlines()
+    within = [line for line in lines if line.startswith("epoch   1  batch ")]
+    assert [line.split()[3] for line in within] == ["1/4", "2/4", "3/4"], lines  # the epoch's own line says 4/4
+    report = next(k for k, line in enumerate(lines) if line.startswith("epoch   1 ") and " s  loss " in line)
+    assert lines.index(within[-1]) < report
