@@ -304,3 +304,28 @@ def test_every_route_names_the_held_out_references_test_tgt(tmp_path):
     assert (data_dir / "test.tgt").is_file() and not (data_dir / "test.ref").exists()
     written = invoke("data", "task", "dates", tmp_path / "task")
     assert written.exit_code == 0 and (tmp_path / "task" / "test.tgt").is_file(), written.output
+
+
+M2M100_CODES = ("af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he hi hr "
+                "ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg mk ml mn mr ms my ne nl no ns oc "
+                "or pa pl ps pt ro ru sd si sk sl so sq sr ss su sv sw ta th tl tn tr uk ur uz vi wo xh yi yo zh zu")
+
+
+@pytest.mark.parametrize("code, codes, meant", [
+    ("fr_FR", M2M100_CODES, ["fr"]), ("fr-FR", M2M100_CODES, ["fr"]), ("FR", M2M100_CODES, ["fr"]),
+    ("english", M2M100_CODES, ["en"]), ("fre", M2M100_CODES, ["fr"]),
+    ("fr", "eng_Latn fra_Latn deu_Latn zho_Hans", ["fra_Latn"]), ("zh", "zho_Hans zho_Hant fra_Latn", ["zho_Hans", "zho_Hant"]),
+    ("fra_latn", "eng_Latn fra_Latn fry_Latn", ["fra_Latn"]),
+])
+def test_a_language_code_the_model_lacks_suggests_the_closest_codes(code, codes, meant):
+    """Issue 56: --src-lang fr_FR suggested "af, am, ar" (difflib found nothing, the list's start came instead)."""
+    from types import SimpleNamespace
+
+    from heed.data.tokenize import PretrainedPieces, closest_languages
+    from heed.errors import HeedError
+
+    languages = {c: f"__{c}__" for c in codes.split()}
+    assert closest_languages(code, languages) == meant
+    with pytest.raises(HeedError) as refused:
+        PretrainedPieces.for_language(SimpleNamespace(languages=languages), code)  # type: ignore[arg-type]
+    assert str(refused.value).endswith(f"did you mean {', '.join(meant)}?")
