@@ -329,3 +329,42 @@ def test_a_language_code_the_model_lacks_suggests_the_closest_codes(code, codes,
     with pytest.raises(HeedError) as refused:
         PretrainedPieces.for_language(SimpleNamespace(languages=languages), code)  # type: ignore[arg-type]
     assert str(refused.value).endswith(f"did you mean {', '.join(meant)}?")
+
+
+def _every_command() -> list[tuple[str, ...]]:
+    import typer
+
+    from heed.cli import app
+
+    root = typer.main.get_command(app)
+    found = []
+    for name, command in root.commands.items():
+        found += [(name, sub) for sub in getattr(command, "commands", {})] or [(name,)]
+    return found
+
+
+def test_usage_lines_read_like_the_commands_a_person_types():
+    """Issue 56: typer wrote `heed translate [OPTIONS] {MODEL...}...`; now `heed translate MODEL... [OPTIONS]`."""
+    usages = {}
+    for command in _every_command():
+        shown = invoke(*command, "--help")
+        assert shown.exit_code == 0, shown.output
+        usages[command] = shown.stdout.splitlines()[0]
+        assert "{" not in usages[command] and usages[command].endswith("[OPTIONS]"), usages[command]
+    assert usages[("translate",)] == "Usage: heed translate MODEL... [OPTIONS]"
+    assert usages[("train",)] == "Usage: heed train CONFIG [OPTIONS]"
+    assert usages[("data", "get")] == "Usage: heed data get NAME [DIR] [OPTIONS]"
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "attention", "compare", "faithfulness"])
+def test_the_decode_flags_stand_under_their_own_heading_after_the_commands_own(command):
+    """Issue 56: the 15 decode flags buried each command's own flags in one list."""
+    from heed.cli.decode_flags import DECODE_FLAG, DECODE_PANEL
+
+    lines = invoke(command, "--help", env={"COLUMNS": "200"}).stdout.splitlines()
+    own, decoding = lines.index("Options:"), lines.index(f"{DECODE_PANEL}:")
+    assert own < decoding
+    flags = [line.split()[0] for line in lines[own + 1:] if line.startswith("  -")]
+    between = [line.split()[0] for line in lines[own + 1:decoding] if line.startswith("  -")]
+    assert "--help" in between and not set(DECODE_FLAG.values()) & set(between)
+    assert set(DECODE_FLAG.values()) <= set(flags)
