@@ -581,3 +581,39 @@ def test_align_help_and_sweep_name_the_reading_align_really_uses_by_default(tran
     default = next(line for line in swept.stdout.splitlines() if line.startswith("default: "))
     assert default.startswith(f"default: AER = {aer} "), (default, aer)
     assert reading.describe() in default and why in default
+
+
+def test_sweep_against_a_reference_gives_agreement_f1_by_layer_and_head(transformer_run, gold_files, tmp_path):
+    """Issue 56: --sweep needed --gold; with --reference (eflomal's, say) it gives each reading's
+    agreement F1 with those links. The model's own links of one head as the reference: that head
+    agrees 100%, and the default reading's F1 is the one `heed align --reference` prints."""
+    files = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars"]
+    reference = tmp_path / "head.align"
+    own = invoke("align", transformer_run, *files, "--layer", "0", "--head", "1", "--weights", "attention",
+                 "-o", reference)
+    assert own.exit_code == 0, own.output
+    plot = tmp_path / "f1.png"
+    swept = invoke("align", transformer_run, *files, "--reference", reference, "--sweep", "--plot", plot)
+    assert swept.exit_code == 0, swept.output
+    assert f"F1 % by decoder layer x head (argmax; 20 sentences, against {reference})" in swept.stdout
+    assert "best: F1 = 1.0000" in swept.stdout and "AER" not in swept.stdout
+    table = swept.stdout[swept.stdout.index("F1 % by decoder layer x head (argmax;"):]
+    row = next(line for line in table.splitlines() if line.strip("│┃ ").startswith("0 "))
+    assert row.replace("│", " ").split()[2] == "100.0"  # layer 0: head 0, head 1, ...
+    plain = invoke("align", transformer_run, *files, "--reference", reference, "-o", tmp_path / "default.align")
+    f1 = re.search(r"F1 (\d\.\d{4})", plain.stdout).group(1)
+    assert re.search(rf"^default: F1 = {f1} ", swept.stdout, re.M), (f1, swept.stdout)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_user_error(invoke("align", transformer_run, *files, "--sweep"), "--gold FILE", "--reference FILE")
+
+
+def test_the_sweep_heatmap_prints_one_decimal_and_has_a_colour_bar():
+    from heed.viz import aer_grid
+
+    grids = {"argmax": np.array([[0.1234, 0.5], [0.25, np.nan]]), "shift-att": np.array([[0.3, 0.2], [0.1, 0.4]])}
+    figure = aer_grid(grids, diagonal=0.6)
+    cells = {t.get_text() for ax in figure.axes[:2] for t in ax.texts}
+    assert {"12.3", "50.0", "25.0", "30.0"} <= cells
+    assert len(figure.axes) == 3 and figure.axes[2].get_ylabel().startswith("AER %")  # the colour bar's axes
+    f1 = aer_grid(grids, title="F1", lower_is_better=False)
+    assert "best 50.0" in f1.axes[0].get_title() and f1.axes[2].get_ylabel().startswith("F1 %")

@@ -6,7 +6,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional
 
 import typer
 from rich.console import Console
@@ -311,7 +311,8 @@ def align(
                                           "|difference| per cell and the links that differ (and its AER with --gold)."),
     sweep_all: bool = typer.Option(False, "--sweep", help="With --gold: the AER of every method x layer x head (and "
                                    "their means) as a table and a heatmap (--plot), beside the default reading's, "
-                                   "instead of writing alignments."),
+                                   "instead of writing alignments; with --reference: the agreement F1 with its links "
+                                   "the same way (with both: both, the F1 heatmap in PLOT-f1)."),
     plot: Path = typer.Option(Path("aer_sweep.png"), "--plot", help="With --sweep: the heatmap's file (.png, .svg, .pdf)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
@@ -356,10 +357,15 @@ def align(
     options = _recorded_reading_of(translator, options, given=(method, layer, head, weights))
     other = None if beside is None else with_pair(Translator.load(beside, device=device), languages)
     if sweep_all:
-        assert golden is not None
-        _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
-                                            batch_size=batch_size), plot, len(pairs),
-                     default=translator.default_reading(options.tgt_units))
+        default = translator.default_reading(options.tgt_units)
+        if golden is not None:
+            _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
+                                                batch_size=batch_size), plot, len(pairs), default=default)
+        if theirs is not None:  # F1 against another aligner's links = 1 - AER with them as sure and possible
+            f1_plot = plot if golden is None else plot.with_name(f"{plot.stem}-f1{plot.suffix}")
+            _print_sweep(translator.align_sweep(src_texts, tgt_texts, theirs, theirs, tgt_units=options.tgt_units,
+                                                batch_size=batch_size), f1_plot, len(pairs), default=default,
+                         measure=SweepMeasure("F1", f", against {reference}", False))
         return
     links = _align_all(translator, src_texts, tgt_texts, options, batch_size=batch_size, progress=progress)
     what = options.describe(attention_shape(translator.model)[:2])
@@ -391,8 +397,9 @@ def _align_options(method: Optional[AlignMethod], layer: Optional[str], head: Op
                                weights=(weights or AlignWeights.attention).reading)
     except ValueError as e:
         raise HeedError(str(e)) from None
-    if sweep_all and gold is None:
-        raise HeedError("--sweep scores against gold alignments: give --gold FILE")
+    if sweep_all and gold is None and reference is None:
+        raise HeedError("--sweep scores every reading against gold alignments (--gold FILE: AER) or another "
+                        "aligner's (--reference FILE: agreement F1); give one or both")
     if sweep_all and (reverse is not None or output is not None):
         raise HeedError("--sweep prints AER and writes no alignments: leave out --reverse and --output")
     if reverse is not None and options.tgt_units != "words":
@@ -768,10 +775,26 @@ def _print_scores(links: list[set], units: list[tuple[int, int]], what: str, gol
                    f"F1 {found.f1:.4f}   ({found.links} links against its {found.reference}; {what})", err=err)
 
 
-def _print_sweep(result: Any, plot: Path, sentences: int, *, default: tuple["AlignOptions", str]) -> None:
-    """`heed align --sweep`: one AER table per method and weighting (layers x heads and their
-    means), the best reading, the default one (`default`: Translator.default_reading's reading and
-    why, what heed align reads without reading flags), the diagonal, and the heatmap."""
+class SweepMeasure(NamedTuple):
+    """What `heed align --sweep` reports: AER against --gold, or agreement F1 against --reference
+    (another aligner's links as both sure and possible: then AER = 1 - F1, so one sweep gives both)."""
+
+    name: str  # "AER" or "F1"
+    against: str  # "" (the gold) or ", against FILE"
+    lower_is_better: bool
+
+    def of(self, aer: float) -> float:
+        return aer if self.lower_is_better else 1.0 - aer
+
+
+AER_MEASURE = SweepMeasure("AER", "", True)
+
+
+def _print_sweep(result: Any, plot: Path, sentences: int, *, default: tuple["AlignOptions", str],
+                 measure: SweepMeasure = AER_MEASURE) -> None:
+    """`heed align --sweep`: one table of `measure` per method and weighting (layers x heads and
+    their means), the best reading, the default one (`default`: Translator.default_reading's reading
+    and why, what heed align reads without reading flags), the diagonal, and the heatmap."""
     from rich.table import Table
 
     from heed.explain.align_methods import METHODS, WEIGHT_NAMES
@@ -780,13 +803,14 @@ def _print_sweep(result: Any, plot: Path, sentences: int, *, default: tuple["Ali
     console = Console(highlight=False, soft_wrap=True)
     grids = {("shift-att" if method == "shift" else method) + ("" if weights == "attention" else
                                                                 f", {WEIGHT_NAMES[weights]}"):
-             result.grid(method, weights) for weights in result.weights for method in METHODS}
+             measure.of(result.grid(method, weights)) for weights in result.weights for method in METHODS}
     one = result.layers == result.heads == 1
+    name_ = measure.name
     for name, grid in grids.items():
         if one:  # an RNN's one attention: nothing to tabulate
-            console.print(f"{name}: AER = {grid[0, 0]:.4f}   ({sentences} sentences)")
+            console.print(f"{name}: {name_} = {grid[0, 0]:.4f}   ({sentences} sentences{measure.against})")
             continue
-        table = Table(title=f"AER % by decoder layer x head ({name}; {sentences} sentences)")
+        table = Table(title=f"{name_} % by decoder layer x head ({name}; {sentences} sentences{measure.against})")
         table.add_column("layer")
         for h in range(result.heads):
             table.add_column(f"head {h}", justify="right")
@@ -797,17 +821,18 @@ def _print_sweep(result: Any, plot: Path, sentences: int, *, default: tuple["Ali
         console.print(table)
     if not one:
         best, best_aer = result.best()
-        console.print(f"best: AER = {best_aer:.4f}   {best.describe()}")
+        console.print(f"best: {name_} = {measure.of(best_aer):.4f}   {best.describe()}")
         reading, why = default
         try:
-            default_aer = f"AER = {result.aer(reading):.4f}"
+            default_value = f"{name_} = {measure.of(result.aer(reading)):.4f}"
         except KeyError:  # a reading the sweep does not score (several heads' mean)
-            default_aer = "not among the readings swept"
-        console.print(f"default: {default_aer}   {reading.describe(result.head_grid)} ({why}: the reading heed "
+            default_value = "not among the readings swept"
+        console.print(f"default: {default_value}   {reading.describe(result.head_grid)} ({why}: the reading heed "
                       "align uses without --method, --layer, --head or --weights)")
-    console.print(f"diagonal baseline: AER = {result.diagonal.aer:.4f}")
+    console.print(f"diagonal baseline: {name_} = {measure.of(result.diagonal.aer):.4f}")
     if one:
         console.print("(one attention: no layer x head heatmap drawn)")
         return
-    save_figure(aer_grid(grids, diagonal=result.diagonal.aer), plot)
+    save_figure(aer_grid(grids, diagonal=measure.of(result.diagonal.aer), title=name_,
+                         lower_is_better=measure.lower_is_better), plot)
     console.print(f"heatmap: {plot}")
