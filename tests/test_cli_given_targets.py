@@ -51,7 +51,8 @@ def test_a_long_target_is_cut_to_the_words_within_the_limit_else_inside_its_firs
     short = "2001-05-01"
     cut = cut_long_texts(translator, [short, words, LONG], "b.tgt")
     assert cut[0] == short  # within the limit: as it was
-    assert words.startswith(cut[1]) and cut[1].endswith("1998-03-03") and len(translator.codec.tgt_tokens(cut[1])) <= limit
+    assert words.startswith(cut[1]) and cut[1].endswith("1998-03-03")
+    assert len(translator.codec.tgt_tokens(cut[1])) <= limit
     assert len(translator.codec.tgt_tokens(cut[1] + " 1998-03-03")) > limit  # as many words as fit
     assert cut[2] == LONG[:limit] and len(translator.codec.tgt_tokens(cut[2])) == limit  # characters, one token each
     assert "b.tgt: lines 2, 3 are longer than the model's max_tgt_len (100 tokens)" in capsys.readouterr().err

@@ -9,7 +9,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, Optional, TypeVar
 
-import click
 import typer
 import typer.core
 from rich.console import Console
@@ -40,7 +39,7 @@ class HeedCommand(typer.core.TyperCommand):
     group such as the decode flags under its heading after (typer's plain help, rich_markup_mode
     None, puts every option in one list)."""
 
-    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = []
         for param in self.get_params(ctx):
             if param.param_type_name != "argument":  # typer's TyperArgument is no click.Argument
@@ -51,7 +50,7 @@ class HeedCommand(typer.core.TyperCommand):
             pieces.append(name if param.required else f"[{name}]")
         return [*pieces, *([self.options_metavar] if self.options_metavar else [])]
 
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_options(self, ctx: Any, formatter: Any) -> None:
         arguments: list[tuple[str, str]] = []
         panels: dict[str, list[tuple[str, str]]] = {OPTIONS_PANEL: []}
         for param in self.get_params(ctx):

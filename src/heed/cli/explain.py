@@ -783,7 +783,8 @@ class SweepMeasure(NamedTuple):
     against: str  # "" (the gold) or ", against FILE"
     lower_is_better: bool
 
-    def of(self, aer: float) -> float:
+    def of(self, aer: Any) -> Any:
+        """This measure of an AER: a float, or an array of them (a sweep's grid)."""
         return aer if self.lower_is_better else 1.0 - aer
 
 

@@ -109,8 +109,8 @@ def cut_long_texts(translator: "Translator", texts: Sequence[str], name: str, *,
             out[k] = ""
             cut.append(k + 1)
             continue
-        n = _longest(len(words), lambda n: fits(" ".join(words[:n])))
-        out[k] = " ".join(words[:n]) if n else words[0][: _longest(len(words[0]), lambda n: fits(words[0][:n]))]
+        n = _longest(len(words), _prefix_fits(words, " ", fits))
+        out[k] = " ".join(words[:n]) if n else words[0][: _longest(len(words[0]), _prefix_fits(words[0], "", fits))]
         cut.append(k + 1)
     if cut:
         field = "max_src_len" if side == "src" else "max_tgt_len"
@@ -121,6 +121,11 @@ def cut_long_texts(translator: "Translator", texts: Sequence[str], name: str, *,
             f"{where} longer than the model's {field} ({limit} tokens); only the first words within {limit} tokens "
             "were read (split long sentences)")
     return out
+
+
+def _prefix_fits(parts: Sequence[str], joiner: str, fits: Callable[[str], bool]) -> Callable[[int], bool]:
+    """Whether the first n of `parts` (words, or a word's characters) joined by `joiner` fit."""
+    return lambda n: fits(joiner.join(parts[:n]))
 
 
 def _longest(most: int, fits: Callable[[int], bool]) -> int:

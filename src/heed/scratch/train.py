@@ -167,7 +167,8 @@ def train(train_pairs: Sequence["Pair"], eval_pairs: Sequence["Pair"], *, epochs
             optimizer.update(model.params, model.grads)
             if time.perf_counter() - said >= every and done < len(batches):
                 said = time.perf_counter()
-                log(f"epoch {epoch:3d}  batch {done}/{len(batches)}  loss {np.mean(losses):.4f}  ({said - start:.0f} s)")
+                log(f"epoch {epoch:3d}  batch {done}/{len(batches)}  loss {np.mean(losses):.4f}  "
+                    f"({said - start:.0f} s)")
         seconds = time.perf_counter() - start
         start = time.perf_counter()
         em = exact_match(model, held_out, tgt_vocab)

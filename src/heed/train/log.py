@@ -107,7 +107,8 @@ class TrainLog:
 
     def _progress_line(self) -> None:
         """The heartbeat's line (a log, --progress): how far the run is, every few seconds."""
-        self.say(f"step {self.step}/{self.total_steps} | epoch {self.epoch:.2f} | {time.monotonic() - self.started:.0f} s")
+        elapsed = time.monotonic() - self.started
+        self.say(f"step {self.step}/{self.total_steps} | epoch {self.epoch:.2f} | {elapsed:.0f} s")
 
     def show(self, window: "Window") -> None:
         if self.progress is not None and window.tokens:
