@@ -617,3 +617,24 @@ def test_the_sweep_heatmap_prints_one_decimal_and_has_a_colour_bar():
     assert len(figure.axes) == 3 and figure.axes[2].get_ylabel().startswith("AER %")  # the colour bar's axes
     f1 = aer_grid(grids, title="F1", lower_is_better=False)
     assert "best 50.0" in f1.axes[0].get_title() and f1.axes[2].get_ylabel().startswith("F1 %")
+
+
+def test_align_beside_an_rnns_export_reads_its_one_attention_without_a_note(trained_run, gold_files, tmp_path):
+    """An RNN's recorded layer 0, head 0 is its one attention, which its export reports too: no note."""
+    import shutil
+
+    from heed.export.onnx import export_model
+    from model_files import rehash
+
+    model = tmp_path / "model"
+    shutil.copytree(trained_run / "model", model)
+    meta = json.loads((model / "heed.json").read_text(encoding="utf-8"))
+    meta["alignment"] = {"method": "argmax", "layer": 0, "head": 0, "weights": "attention", "units": "words",
+                         "trained": True}
+    (model / "heed.json").write_text(json.dumps(meta), encoding="utf-8")
+    rehash(model)
+    int8 = export_model(model, tmp_path / "int8", int8=True)
+    files = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars"]
+    out = invoke("align", model, *files, "--beside", int8)
+    assert out.exit_code == 0, out.output
+    assert "note:" not in out.stderr and f"beside {int8}:" in out.stderr

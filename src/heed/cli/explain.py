@@ -379,7 +379,7 @@ def align(
         assert beside is not None
         chosen = not any(flag is not None for flag in (method, layer, head, weights))
         besides = _beside(translator, other, links, src_texts, tgt_texts,
-                          _reading_beside(other, options, name=str(beside), default=chosen),
+                          _reading_beside(translator, other, options, name=str(beside), default=chosen),
                           batch_size=batch_size, name=str(beside), err=output is None)
     _print_scores(links, units, what, golden, (reference, theirs), (beside, besides), err=output is None)
 
@@ -452,14 +452,20 @@ def _recorded_reading_of(translator: "Translator", options: "AlignOptions", *, g
     return chosen
 
 
-def _reading_beside(other: "Translator", options: "AlignOptions", *, name: str, default: bool) -> "AlignOptions":
+def _reading_beside(translator: "Translator", other: "Translator", options: "AlignOptions", *, name: str,
+                    default: bool) -> "AlignOptions":
     """The reading --beside's model `other` is read with: `options` where it can give them; else, for the
     model's default reading (`default`: no reading flag given; the one training recorded, or the rule
     measured), the attention `other` reports (an export's, an ensemble's: its heads averaged), said in
-    one line on stderr. A reading flag `other` cannot follow is a HeedError naming --beside."""
+    one line on stderr unless it is the same attention (an RNN's one head). A reading flag `other`
+    cannot follow is a HeedError naming --beside."""
     from heed.explain.align_methods import AlignOptions, check_selection
     from heed.explain.forced import attention_shape, check_weights
 
+    plain = AlignOptions(method=options.method, tgt_units=options.tgt_units)
+    grid = attention_shape(translator.model)[:2]
+    if grid == (1, 1) and options.weights == "attention":
+        return plain  # layer 0, head 0 of one attention is the attention every model reports
     heads = not options.default_attention
     try:
         check_weights(other.model, options.weights, heads=heads)  # type: ignore[arg-type]
@@ -469,9 +475,9 @@ def _reading_beside(other: "Translator", options: "AlignOptions", *, name: str, 
     except ValueError as e:
         if not default:
             raise HeedError(f"--beside {name}: {e}") from None
-    plain = AlignOptions(method=options.method, tgt_units=options.tgt_units)
-    stderr().print(f"note: --beside {name} cannot give this model's reading ({options.describe()}); it is read by "
-                   f"{plain.describe()} (the attention it reports)", markup=False, soft_wrap=True)
+    stderr().print(f"note: --beside {name} cannot give this model's reading ({options.describe(grid)}); it is read "
+                   f"by the attention it reports ({'shift-att' if plain.method == 'shift' else 'argmax'})",
+                   markup=False, soft_wrap=True)
     return plain
 
 
