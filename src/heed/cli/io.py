@@ -86,12 +86,12 @@ def max_tgt_len(translator: "Translator") -> int:
 def cut_long_texts(translator: "Translator", texts: Sequence[str], name: str, *,
                    side: Literal["src", "tgt"] = "tgt") -> list[str]:
     """The rule for given texts, one place for every command that reads them (align's --src and
-    --tgt, attribute's --tgt and --contrast-file, lens's --tgt, attention's --tgt): a text longer
-    than the model's max_src_len (side "src") or max_tgt_len (side "tgt") tokens is cut to the
-    words that fit (the characters that fit, inside a first word too long alone), with one
-    warning naming the lines of the file `name` (or the option `name`, "--tgt", of one text), as
-    translate cuts a long source. A teacher-forced pass
-    costs memory in tgt_len * src_len (and tgt_len ** 2): a 900 KB target asked for terabytes."""
+    --tgt, attribute's --tgt and --contrast-file, lens's --tgt, attention's --tgt), as translate
+    cuts a long source: a text longer than the model's max_src_len (side "src") or max_tgt_len
+    (side "tgt") tokens is cut to the words that fit (the characters that fit, inside a first word
+    too long alone), with one warning naming the lines of the file `name` (or the option `name`,
+    "--tgt", of one text). A teacher-forced pass costs memory in tgt_len * src_len and tgt_len ** 2:
+    a 900 KB target asked torch for terabytes."""
     if side == "src":
         limit, tokens = translator.max_src_len, translator.codec.src_tokens
     else:
@@ -118,8 +118,8 @@ def cut_long_texts(translator: "Translator", texts: Sequence[str], name: str, *,
         where = (f"{name} is" if name.startswith("--") else
                  f"{name}: line{'s' * (len(cut) > 1)} {listed} {'are' if len(cut) > 1 else 'is'}")
         Progress("", enabled=False).warn(
-            f"{where} longer than the model's {field} ({limit} tokens); only the first words within {limit} tokens "
-            "were read (split long sentences)")
+            f"{where} longer than the model's {field} ({limit} tokens); only what fits in {limit} tokens (whole "
+            "words where one fits) was read (split long sentences)")
     return out
 
 
