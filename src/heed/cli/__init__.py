@@ -15,7 +15,7 @@ heed.train, heed.api, heed.explain, heed.serve, heed.export or heed.data.
 The commands are registered here, in the order `heed --help` lists them.
 """
 from heed.cli import data, explain, export, lens, markup, pretrained, serve, train, translate
-from heed.cli.app import app, main
+from heed.cli.app import HeedCommand, app, main
 
 COMMANDS = (
     (train.train, None), (train.prepare, None), (translate.translate, None), (translate.evaluate, None),
@@ -25,7 +25,9 @@ COMMANDS = (
     (pretrained.import_command, "import"), (train.demo, None),
 )
 for command, name in COMMANDS:
-    app.command(name)(command)
+    app.command(name, cls=HeedCommand)(command)
+for registered in data.data_app.registered_commands:
+    registered.cls = HeedCommand
 app.add_typer(data.data_app)
 
 __all__ = ["app", "main"]
