@@ -121,8 +121,10 @@ def test_entities_and_cdata_come_back_escaped():
 
 
 def test_malformed_xml_is_one_line_naming_the_line_and_column():
-    with pytest.raises(MarkupError, match=r"line 1, column \d+: not well-formed XML"):
+    with pytest.raises(MarkupError, match=r"^column \d+: not well-formed XML"):
         parse("<a>one <b>two</a>", "xml")
+    with pytest.raises(MarkupError, match=r"^line 2, column \d+: not well-formed XML"):
+        parse("<a>one\n<b>two</a>", "xml")
 
 
 @pytest.mark.parametrize("kind", ["xml", "html"])
@@ -277,13 +279,16 @@ def test_heed_markup_translates_and_projects_onto_given_translations(dates_rnn, 
     translated = invoke("markup", dates_rnn, "--src", src, "--beam", "2")
     assert translated.exit_code == 0, translated.output
     assert len(translated.stdout.splitlines()) == 2 and "<u>" in translated.stdout
+    same = invoke("translate", dates_rnn, "--input", src, "--format", "html", "--beam", "2")
+    assert same.exit_code == 0 and same.stdout == translated.stdout, same.output
 
 
 @pytest.mark.parametrize("lines, tgt_lines, args, expect", [
-    (["<a>one <b>two</a>"], None, ["--format", "xml"], "line 1: line 1, column"),
+    (["<a>one <b>two</a>"], None, ["--format", "xml"], "line 1: column"),
     (["<p>one</p><p>two</p>"], ["un"], [], "line 1 holds 2 blocks"),
     (["one", "two"], ["un"], [], "1 lines, but"),
     (["one"], None, ["--format", "pdf"], "--format 'pdf'"),
+    (["one"], None, ["--translate-with", "--format", "xml", "--n-best", "2", "--beam", "2"], "not with --n-best"),
 ])
 def test_heed_markup_bad_input_is_one_line_and_writes_nothing(dates_rnn, tmp_path, lines, tgt_lines, args, expect):
     from cli_helpers import assert_user_error, invoke
@@ -294,6 +299,9 @@ def test_heed_markup_bad_input_is_one_line_and_writes_nothing(dates_rnn, tmp_pat
     if tgt_lines is not None:
         (tmp_path / "in.tgt").write_text("".join(line + "\n" for line in tgt_lines), encoding="utf-8")
         extra = ["--tgt", tmp_path / "in.tgt"]
-    result = invoke("markup", dates_rnn, "--src", src, *extra, *args, "-o", tmp_path / "out")
+    if args and args[0] == "--translate-with":
+        result = invoke("translate", dates_rnn, "--input", src, *args[1:], "-o", tmp_path / "out")
+    else:
+        result = invoke("markup", dates_rnn, "--src", src, *extra, *args, "-o", tmp_path / "out")
     assert_user_error(result, expect)
     assert not (tmp_path / "out").exists()

@@ -131,12 +131,16 @@ def _parse_fragment(text: str, kind: Kind) -> etree._Element:
         return root
     parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False,
                              remove_comments=False, strip_cdata=True)
+    wrapper = "heed-fragment"
     try:
-        return etree.fromstring(f"<heed-fragment>{text}</heed-fragment>", parser)
+        return etree.fromstring(f"<{wrapper}>{text}</{wrapper}>", parser)
     except etree.XMLSyntaxError as e:
-        line, column = e.position if e.position else (0, 0)
-        reason = str(e.msg).split(",")[0] if e.msg else "malformed"
-        raise MarkupError(f"line {line}, column {column}: not well-formed XML ({reason})") from None
+        line, column = e.position if e.position else (1, 0)
+        if line == 1:  # the wrapper's start tag is not the user's, nor its end tag
+            column = min(column - len(wrapper) - 2, len(text) + 1)
+        reason = (str(e.msg).split(",")[0] if e.msg else "malformed").replace(f"and {wrapper}", "and the end")
+        where = f"column {max(column, 1)}" if line == 1 else f"line {line}, column {max(column, 1)}"
+        raise MarkupError(f"{where}: not well-formed XML ({reason[:120]})") from None
 
 
 def _name(element: etree._Element) -> str:
