@@ -220,13 +220,14 @@ def special_ids(config: dict[str, Any], size: int, unk: int, path: Path) -> Spec
 
 
 def read_piece_ids(path: Path, size: int) -> dict[int, str]:
-    """A vocab.json, {piece: id}, as {id: piece}; a ModelDirError naming it for an id that is not a
-    distinct whole number below `size` (the embedding's rows)."""
+    """A vocab.json, {piece: id}, as {id: piece}; a ModelDirError naming it, and the entry by its
+    place (never its text: the file may not be the model's), for an id that is not a distinct whole
+    number below `size` (the embedding's rows)."""
     by_id: dict[int, str] = {}
-    for piece, i in read_json(path).items():
+    for place, (piece, i) in enumerate(read_json(path).items(), 1):
         if type(i) is not int or not 0 <= i < size or i in by_id:
-            raise ModelDirError(f"{path}: {shown(piece)} has id {shown(i)}: ids must be distinct and below the "
-                                f"model's vocabulary size {size}")
+            raise ModelDirError(f"{path}: entry {place:,}'s id is not a whole number below the model's vocabulary "
+                                f"size {size}, or repeats another's; ids must be distinct")
         by_id[i] = piece
     return by_id
 
