@@ -64,13 +64,13 @@ def inside(directory: Path, name: Any, named_by: Path | None = None) -> Path:
     path, or the path (its symlinks followed) leads out of `directory`. A release names its own
     files; one that reaches elsewhere is not read, and nothing of it is shown."""
     where = named_by or directory / str(name)
-    if not isinstance(name, str) or not name or Path(name).is_absolute():
+    if not isinstance(name, str) or not name or "\0" in name or Path(name).is_absolute():
         raise ModelDirError(f"{where}: names a file as {shown(name)}; a release names its files by their names "
                             "in its directory")
     path = directory / name
     try:
         inner = path.resolve().is_relative_to(directory.resolve())
-    except (OSError, RuntimeError):  # a symlink loop
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL in the name
         inner = False
     if not inner:
         raise ModelDirError(f"{where}: {shown(name) if named_by else 'the file'} leads out of the release directory "
