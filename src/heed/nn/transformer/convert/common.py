@@ -321,6 +321,25 @@ def count(config: dict[str, Any], key: str, path: Path) -> int:
     return value
 
 
+def buildable(model: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`model` (the Transformer family's `model:` fields a converter made of `path`), checked by the
+    family's config before any size in it is used to check or make anything; a ModelDirError naming
+    `path` and the field heed cannot build (d_model not divisible by heads, say)."""
+    from pydantic import ValidationError
+
+    from heed.nn.transformer.config import TransformerConfig
+
+    try:
+        TransformerConfig(**model)
+    except ValidationError as e:
+        error = e.errors()[0]
+        field_name = ".".join(map(str, error["loc"]))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise ModelDirError(f"{path}: describes a model heed cannot build: "
+                            f"{f'model.{field_name}: ' if field_name else ''}{message}") from None
+    return model
+
+
 def same_sizes(config: dict[str, Any], path: Path) -> dict[str, int]:
     """layers, heads and ff_size, which heed's Transformer has once for both stacks; a
     ModelDirError naming the field where the encoder's and the decoder's differ."""

@@ -33,6 +33,7 @@ from heed.nn.transformer.convert.common import (
     WeightFile,
     activation_of,
     bart_layers,
+    buildable,
     check_pieces,
     count,
     fraction,
@@ -175,7 +176,7 @@ def convert(directory: Path, config: dict[str, Any]) -> Converted:
     """A Hugging Face M2M-100 or NLLB directory (config.json, model.safetensors or pytorch_model.bin,
     sentencepiece.bpe.model, and vocab.json or tokenizer.json) -> heed's Transformer."""
     path = directory / "config.json"
-    model = model_fields(config, path)
+    model = buildable(model_fields(config, path), path)
     weight_file = WeightFile(directory)
     text = codec(directory, config, model["d_model"], weight_file)  # a bad tokenizer fails before the weights load
     hf = Tensors(weight_file.tensors(), directory)

@@ -31,6 +31,7 @@ from heed.nn.transformer.convert.common import (
     WeightFile,
     activation_of,
     bart_layers,
+    buildable,
     check_pieces,
     count,
     fraction,
@@ -134,7 +135,7 @@ def convert(directory: Path, config: dict[str, Any]) -> Converted:
     """A Hugging Face Marian directory (config.json, model.safetensors or pytorch_model.bin,
     source.spm, target.spm, vocab.json) -> heed's Transformer."""
     path = directory / "config.json"
-    model = model_fields(config, path)
+    model = buildable(model_fields(config, path), path)
     weight_file = WeightFile(directory)
     text = codec(directory, config, model, weight_file)  # first: a missing tokenizer file fails before the weights load
     hf = Tensors(weight_file.tensors(), directory)

@@ -37,7 +37,7 @@ import torch
 from heed.data.codec import Codec
 from heed.data.vocab import Specials, Vocab
 from heed.errors import ModelDirError
-from heed.nn.transformer.convert.common import Converted, Tensors, check_pieces, read_spm, shown
+from heed.nn.transformer.convert.common import Converted, Tensors, buildable, check_pieces, read_spm, shown
 from heed.plumbing import yamlio
 from heed.plumbing.files import open_regular, reason
 
@@ -462,7 +462,7 @@ def convert(directory: Path, _config: dict[str, Any] | None = None) -> Converted
     tgt_spm = read_spm(directory, inside(directory, "target.spm").name, what)
     with Npz(npz_path) as npz:
         options = npz.options()
-        model = model_fields(options, npz_path)
+        model = buildable(model_fields(options, npz_path), npz_path)
         shared = model["share_embeddings"]
         src_rows = _rows(npz, ("Wemb", "decoder_Wemb") if shared else ("encoder_Wemb",))
         tgt_rows = src_rows if shared else _rows(npz, ("decoder_Wemb",))
