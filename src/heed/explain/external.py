@@ -21,7 +21,7 @@ from heed.errors import HeedError
 from heed.explain.align_methods import Symmetrize, symmetrize
 
 INSTALL = "pip install 'heed-nmt[align]'"
-EFLOMAL_MAX_WORDS = 1024  # eflomal leaves a pair with a side longer than this unaligned (an empty line)
+EFLOMAL_MAX_WORDS = 1023  # eflomal leaves a pair with a side of 1,024 words or more unaligned (an empty line)
 
 
 def eflomal_links(pairs: Sequence[Pair], *, how: Symmetrize = "grow-diag-final",

@@ -25,7 +25,7 @@ from heed.errors import ModelDirError
 from heed.plumbing.files import check_regular, open_regular, reason
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-MAX_JSON_BYTES = 64 << 20  # NLLB's tokenizer.json, the largest JSON file a model has, is 17 MB
+MAX_JSON_BYTES = 32 << 20  # NLLB's tokenizer.json, the largest JSON file a model has, is 17 MB
 SHOWN_CHARS = 40  # the most of a value from a model's files that a message repeats
 MISSING_PIECES = 0.05  # the share of a SentencePiece model's pieces its model's vocabulary may lack
 
@@ -129,7 +129,7 @@ class WeightFile:
                 except (SafetensorError, OSError, RuntimeError, ValueError) as e:
                     raise _unreadable(self.path, e) from None
             else:
-                self._shapes = {name: tuple(t.shape) for name, t in self._load(mmap=True).items()}
+                self._shapes = {name: tuple(t.shape) for name, t in self._load().items()}
         return self._shapes
 
     def tensors(self) -> dict[str, Tensor]:
@@ -139,17 +139,18 @@ class WeightFile:
                 return load_file(str(self.path))
             except (SafetensorError, OSError, RuntimeError, ValueError) as e:
                 raise _unreadable(self.path, e) from None
-        return self._load(mmap=True)
+        return self._load()
 
-    def _load(self, *, mmap: bool) -> dict[str, Tensor]:
+    def _load(self) -> dict[str, Tensor]:
+        """The .bin's state dict, memory-mapped (its shapes cost nothing), once."""
         if self._state is not None:
             return self._state
         try:
             check_regular(self.path)
             try:
-                state = torch.load(self.path, map_location="cpu", weights_only=True, mmap=mmap)
+                state = torch.load(self.path, map_location="cpu", weights_only=True, mmap=True)
             except RuntimeError as e:
-                if not mmap or "mmap" not in str(e):
+                if "mmap" not in str(e):
                     raise
                 state = torch.load(self.path, map_location="cpu", weights_only=True)  # the legacy format: no mmap
         except pickle.UnpicklingError:
