@@ -2014,6 +2014,13 @@ def test_a_bad_vocab_yml_entry_is_named_by_its_place_not_its_text(ctx: Ctx) -> N
     assert outcome.code == 2 and "entry 2's id" in outcome.stderr and "SECRET" not in outcome.stderr, outcome.stderr
 
 
+def test_a_bad_vocab_json_entry_is_named_by_its_place_not_its_text(ctx: Ctx) -> None:
+    source = ctx.marian()
+    _edit_json(source / "vocab.json", lambda vocab: {"SECRET-PIECE": "one", **vocab})
+    outcome = run_in_process(_import(source, ctx, "vocab.json"))
+    assert outcome.code == 2 and "entry 1's id" in outcome.stderr and "SECRET" not in outcome.stderr, outcome.stderr
+
+
 @pytest.mark.parametrize("name", HOSTILE)
 def test_hostile_pretrained_input_gets_one_clear_line(name: str, ctx: Ctx) -> None:
     test_bad_input_gets_one_clear_line_and_harms_nothing(name, ctx)
