@@ -28,7 +28,7 @@ import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -66,6 +66,9 @@ from heed.serve.schemas import (
     TranslateRequest,
     TranslateResponse,
 )
+
+if TYPE_CHECKING:
+    from heed.serve.compat.keys import Keys
 
 STATIC_DIR = Path(__file__).parent / "static"
 CJK_FONT = Path(__file__).parent.parent / "fonts" / "HeedCJKSans-Regular.ttf"
@@ -391,9 +394,10 @@ def _until(abandoned: Callable[[], bool], items: list[Any]) -> Iterator[Any]:
 
 
 def create_app(translators: Mapping[str, Translator], settings: ServeSettings | None = None, *,
-               metrics: Mapping[str, Mapping[str, Any] | None] | None = None) -> FastAPI:
+               metrics: Mapping[str, Mapping[str, Any] | None] | None = None, keys: Keys | None = None) -> FastAPI:
     """The FastAPI app serving `translators` by name; `metrics`: per name, its last training
-    evaluations (GET /v1/models). The batcher's worker thread starts here and stops at shutdown."""
+    evaluations (GET /v1/models); `keys`: the API keys LibreTranslate's and DeepL's routes ask for
+    (heed.serve.compat). The batcher's worker thread starts here and stops at shutdown."""
     if not translators:
         raise ValueError("give at least one model")
     settings = settings or ServeSettings()
@@ -418,7 +422,11 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     app.add_middleware(BodyLimit, limit=settings.max_body)
     _add_error_handlers(app)
     _add_pages(app)
-    app.include_router(_Routes(models, infos, batcher, settings).router())
+    routes = _Routes(models, infos, batcher, settings)
+    app.include_router(routes.router())
+    from heed.serve.compat import install  # it builds on this module: imported once this one is
+
+    install(app, models, routes.translate, settings, keys=keys)
     return app
 
 
