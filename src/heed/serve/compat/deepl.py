@@ -23,6 +23,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.requests import Request
 
 from heed.serve.app import ServeSettings
@@ -38,6 +39,17 @@ UNLIMITED = 1_000_000_000_000  # what DeepL reports as the character_limit of a 
 # A DeepL target code for a base language that DeepL names by region (its plain code is deprecated there).
 REGIONS = {"en": (("EN-GB", "English (British)"), ("EN-US", "English (American)")),
            "pt": (("PT-BR", "Portuguese (Brazilian)"), ("PT-PT", "Portuguese (European)"))}
+
+
+class DeepLError(BaseModel):
+    """DeepL's error shape."""
+
+    message: str
+
+
+# What OpenAPI shows these routes answer besides 200 (in place of /v1's error shape).
+ERRORS: dict[int | str, dict[str, Any]] = {status: {"model": DeepLError}
+                                           for status in (400, 403, 413, 422, 429, 456, 500, 504)}
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -57,10 +69,13 @@ class DeepL:
         self.characters = 0  # translated since the server started (GET /v2/usage)
 
     def router(self) -> APIRouter:
-        router = APIRouter(prefix="/v2", tags=["DeepL"])
+        router = APIRouter(prefix="/v2", tags=["DeepL"], responses=ERRORS)
         router.add_api_route("/translate", self._guarded(self.translate), methods=["POST"])
-        router.add_api_route("/languages", self._guarded(self.languages), methods=["GET", "POST"])
-        router.add_api_route("/usage", self._guarded(self.usage), methods=["GET", "POST"])
+        for method in ("GET", "POST"):  # a route a method: OpenAPI names each operation once
+            router.add_api_route("/languages", self._guarded(self.languages), methods=[method],
+                                 name=f"deepl_languages_{method.lower()}")
+            router.add_api_route("/usage", self._guarded(self.usage), methods=[method],
+                                 name=f"deepl_usage_{method.lower()}")
         return router
 
     def _guarded(self, handler: Callable[[Fields], Awaitable[Any]]) -> Callable[[Request], Awaitable[JSONResponse]]:

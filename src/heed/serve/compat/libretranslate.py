@@ -20,6 +20,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.requests import Request
 
 from heed.serve.app import ServeSettings
@@ -31,6 +32,17 @@ from heed.serve.compat.languages import UnknownLanguage, name_of
 log = logging.getLogger("heed.serve")
 PATHS = ("/translate", "/languages", "/detect", "/frontend/settings")
 FIELDS_AT_MOST = 32  # besides q's list items: a LibreTranslate request has six fields
+
+
+class LibreTranslateError(BaseModel):
+    """LibreTranslate's error shape."""
+
+    error: str
+
+
+# What OpenAPI shows these routes answer besides 200 (in place of /v1's error shape).
+ERRORS: dict[int | str, dict[str, Any]] = {status: {"model": LibreTranslateError}
+                                           for status in (400, 403, 413, 422, 429, 500)}
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -52,10 +64,12 @@ class LibreTranslate:
         self.max_fields = settings.max_sentences + FIELDS_AT_MOST
 
     def router(self) -> APIRouter:
-        router = APIRouter(tags=["LibreTranslate"])
+        router = APIRouter(tags=["LibreTranslate"], responses=ERRORS)
         router.add_api_route("/translate", self._guarded(self.translate), methods=["POST"])
         router.add_api_route("/detect", self._guarded(self.detect), methods=["POST"])
-        router.add_api_route("/languages", self._guarded(self.languages, key=False), methods=["GET", "POST"])
+        for method in ("GET", "POST"):  # a route a method: OpenAPI names each operation once
+            router.add_api_route("/languages", self._guarded(self.languages, key=False), methods=[method],
+                                 name=f"libretranslate_languages_{method.lower()}")
         router.add_api_route("/frontend/settings", self._guarded(self.frontend_settings, key=False),
                              methods=["GET"])
         return router
