@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -217,8 +218,26 @@ def test_deepl_client_translates_as_heeds_own_api(keyed: str, dates: list[str]) 
 def test_deepl_client_carries_tags(keyed: str, dates: list[str]) -> None:
     pytest.importorskip("heed.markup", reason="heed.markup is not in this tree yet")
     translator = deepl.Translator(KEY, server_url=keyed)
-    out = translator.translate_text(f"<p>{dates[0]}</p>", source_lang="FR", target_lang="EN-US", tag_handling="xml")
-    assert out.text.startswith("<p>") and out.text.endswith("</p>")
+    plain = _v1(keyed, dates[:2])
+    out = translator.translate_text(f"<p>{dates[0]}</p><p>{dates[1]}</p>", source_lang="FR", target_lang="EN-US",
+                                    tag_handling="xml")
+    assert out.text == f"<p>{plain[0]}</p><p>{plain[1]}</p>"  # each block's text through the same path
+    kept = translator.translate_text(f"<p>{dates[0]} <code>x = 1</code></p>", source_lang="FR",
+                                     target_lang="EN-US", tag_handling="html", ignore_tags=["code"])
+    assert "<code>x = 1</code>" in kept.text
+
+
+def test_libretranslate_html_carries_tags(keyed: str, dates: list[str]) -> None:
+    pytest.importorskip("heed.markup", reason="heed.markup is not in this tree yet")
+    status, body = _post(f"{keyed}/translate", {"q": [f"<p>{dates[0]}</p>", f"<b>{dates[1]}</b>"], "source": "fr",
+                                                "target": "en", "format": "html", "api_key": KEY})
+    plain = _v1(keyed, dates[:2])
+    assert status == 200 and body["translatedText"][0] == f"<p>{plain[0]}</p>", body
+    inline = body["translatedText"][1]  # placed where the tiny model's alignment puts it
+    assert re.sub(r"</?b>", "", inline) == plain[1] and inline.count("<b>") == inline.count("</b>") == 1
+    status, body = _post(f"{keyed}/translate", {"q": "<p>oops", "source": "fr", "target": "en", "format": "html",
+                                                "api_key": KEY})
+    assert status in (200, 400) and (status == 200 or set(body) == {"error"})
 
 
 def test_deepl_wrong_key_and_unknown_language(keyed: str, dates: list[str]) -> None:
@@ -304,3 +323,24 @@ def test_segments_are_sentences_and_joining_puts_the_rest_back(text: str, pieces
     cut = segment(text)
     assert cut.pieces == pieces and cut.join(cut.pieces) == text
     assert segment(text, sentences=False).pieces == [line.strip() for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("settings, lt_status, deepl_status, words", [
+    ({"max_queue": 1}, 429, 429, "busy"),  # two sentences never fit a queue of one
+    ({"timeout": 0.001}, 500, 504, "--timeout"),
+])
+def test_the_queue_and_the_time_limit_in_each_apis_shape(trained_run: Path, settings: dict[str, Any],
+                                                         lt_status: int, deepl_status: int, words: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from heed.api import Translator
+    from heed.serve.app import ServeSettings, create_app
+
+    served = create_app({"fr-en": Translator.load(trained_run, device="cpu")}, ServeSettings(**settings))
+    with TestClient(served) as client:
+        lt = client.post("/translate", json={"q": ["12 mars", "3 avril"], "source": "fr", "target": "en"})
+        assert lt.status_code == lt_status and set(lt.json()) == {"error"} and words in lt.json()["error"]
+        dl = client.post("/v2/translate", json={"text": ["12 mars", "3 avril"], "target_lang": "EN-US"})
+        assert dl.status_code == deepl_status and set(dl.json()) == {"message"} and words in dl.json()["message"]
+        if deepl_status == 429:
+            assert lt.json()["error"].startswith("Slowdown: ") and int(dl.headers["Retry-After"]) >= 1
