@@ -172,7 +172,9 @@ def test_a_wrong_or_missing_key_is_the_clients_error(keyed: str, dates: list[str
     ({"source": "fr", "target": "en"}, 400, "missing q parameter"),
     ({"q": "x", "source": "fr"}, 400, "missing target parameter"),
     ({"q": "x", "source": "fr", "target": "en", "format": "pdf"}, 400, "pdf format is not supported"),
-    ({"q": ["12 mars"] * 9, "source": "fr", "target": "en"}, 413, "q: 9 sentences"),
+    ({"q": ["12 mars"] * 9, "source": "fr", "target": "en"}, 413, "q: 9 texts"),
+    ({"q": ["12 mars. 3 avril. 4 mai."] * 3, "source": "fr", "target": "en"}, 413, "q: 9 sentences"),
+    ({"q": [""] * 5000, "source": "fr", "target": "en"}, 413, "q: 5000 texts"),
     ({"q": ["12 mars", "1" * 61], "source": "fr", "target": "en"}, 413, "q[1]: the sentence has 61 characters"),
     ({"q": ["12 mars", 3], "source": "fr", "target": "en"}, 400, "q[1] must be a string"),
     ({"q": "12 mars\x00", "source": "fr", "target": "en"}, 400, "q: "),
@@ -255,7 +257,7 @@ def test_deepl_mistakes_in_its_own_shape(keyed: str) -> None:
                        headers={**auth, "content-type": "application/x-www-form-urlencoded"})
     assert reply.status_code == 413 and set(reply.json()) == {"message"}
     status, body = _post(f"{keyed}/v2/translate", {"text": ["12 mars"] * 9, "target_lang": "EN-US"}, **auth)
-    assert status == 413 and body["message"].startswith("text: 9 sentences")
+    assert status == 413 and body["message"].startswith("text: 9 texts")
     status, body = _post(f"{keyed}/v2/translate", {"text": ["x"], "target_lang": "EN-US", "tag_handling": "pdf"},
                          **auth)
     assert status == 400 and "tag_handling" in body["message"]
@@ -344,3 +346,31 @@ def test_the_queue_and_the_time_limit_in_each_apis_shape(trained_run: Path, sett
         assert dl.status_code == deepl_status and set(dl.json()) == {"message"} and words in dl.json()["message"]
         if deepl_status == 429:
             assert lt.json()["error"].startswith("Slowdown: ") and int(dl.headers["Retry-After"]) >= 1
+
+
+def test_without_lingua_detect_is_a_400_naming_the_extra(trained_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two models of one pair from different languages: only a language identifier can choose."""
+    import sys
+
+    from fastapi.testclient import TestClient
+
+    from heed.api import Translator
+    from heed.serve.app import create_app
+
+    monkeypatch.setitem(sys.modules, "lingua", None)
+    model = Translator.load(trained_run, device="cpu")
+    with TestClient(create_app({"fr-en": model, "de-en": model})) as client:
+        reply = client.post("/detect", data={"q": "Guten Tag"})
+        assert reply.status_code == 400 and "heed-nmt[detect]" in reply.json()["error"]
+        reply = client.post("/translate", json={"q": "Guten Tag", "source": "auto", "target": "en"})
+        assert reply.status_code == 400 and "heed-nmt[detect]" in reply.json()["error"]
+        assert client.post("/v2/translate", json={"text": ["x"], "target_lang": "EN-US"}).status_code == 400
+
+
+def test_a_model_whose_name_spells_no_pair_is_listed_under_its_name(trained_run: Path) -> None:
+    from heed.api import Translator
+    from heed.serve.compat.languages import Catalog
+
+    catalog = Catalog.of({"dates": Translator.load(trained_run, device="cpu")})
+    assert (catalog.sources(), catalog.targets("dates")) == (["dates"], ["dates"])
+    assert catalog.route("dates", "dates").served.name == "dates"

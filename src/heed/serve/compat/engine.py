@@ -59,15 +59,19 @@ class _Unit:
 class Engine:
     """The served models (`catalog`), /v1's translate handler, and a language identifier."""
 
-    def __init__(self, catalog: Catalog, translate: TranslateCall) -> None:
-        self.catalog, self._translate = catalog, translate
+    def __init__(self, catalog: Catalog, translate: TranslateCall, *, max_texts: int) -> None:
+        self.catalog, self._translate, self.max_texts = catalog, translate, max_texts
         self.detector = Detector(catalog.sources())
 
     async def translate(self, route: Route, texts: Sequence[str], *, markup: Markup | None = None,
                         ignore_tags: Sequence[str] = (), sentences: bool = True, alternatives: int = 0) -> Translated:
         """`texts` translated along `route`: plain text, or markup ("html", "xml") whose tags are
         carried over by the model's alignment (heed.markup); `alternatives` more of the n-best each
-        (plain text only)."""
+        (plain text only). A text is a sentence or more, so more texts than --max-sentences are
+        refused before any is read (blank ones too, which cost nothing else)."""
+        if len(texts) > self.max_texts:
+            raise Refusal(413, f"{len(texts)} texts; the server takes at most {self.max_texts} a request "
+                               "(--max-sentences)", texts=True)
         marked = [self._parse(text, markup, ignore_tags) for text in texts] if markup else None
         units = ([_Unit(k, segment(s, sentences=sentences)) for k, m in enumerate(marked) for s in m.sentences]
                  if marked is not None else [_Unit(k, segment(t, sentences=sentences)) for k, t in enumerate(texts)])

@@ -79,8 +79,8 @@ class Catalog:
 
     def targets(self, source: str | None = None) -> list[str]:
         """The public codes some model writes (from `source`, when given)."""
-        return list(dict.fromkeys(code for m in self.models for code in m.targets
-                                  if source is None or source in m.sources and code != source))
+        return list(dict.fromkeys(code for m in self.models if source is None or source in m.sources
+                                  for code in m.targets if not (m.many and code == source)))
 
     def public(self, code: str, side: str) -> str:
         """The public code for `code` as a client gave it (either spelling, any case, a DeepL
