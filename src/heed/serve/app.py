@@ -10,6 +10,8 @@ Routes (schemas in heed.serve.schemas; the OpenAPI page is /docs):
     GET  /v1/models      each model's resolved config, parameter count, last metrics
     POST /v1/translate   sentences + any decoding option -> n-best, attention, alignments, trace
     POST /v1/align       forced decoding of given translations -> word alignments
+    POST /translate, /v2/translate, ...   LibreTranslate's and DeepL's APIs (heed.serve.compat), through
+                         /v1/translate's handler, each answering in its own error shape
 
 Every request's sentences go through one Batcher (heed.serve.batcher): the model runs on its
 worker thread, never on the event loop. Every error is JSON, {"error": {"status", "message",
