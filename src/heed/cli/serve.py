@@ -124,7 +124,7 @@ def serve(
                         "use the server (it has no authentication); put it behind a proxy you trust",
                         soft_wrap=True)
     settings = ServeSettings(**limits)
-    keys = read_keys(api_keys) if api_keys is not None else None
+    keys = read_keys(api_keys) if api_keys is not None else frozenset()
     with torch_threads(threads):
         translators = {label: Translator.load(path, device=device, bf16=bf16) for label, path in zip(labels, models)}
         metrics = {label: last_metrics(exported_dir(path) or find_model_dir(path))
@@ -134,7 +134,7 @@ def serve(
             metrics[name] = None
         # The pair is the default of the many-language models among those served; a request may give another.
         translators = {name: with_pair(t, languages) for name, t in translators.items()}
-        app_ = create_app(translators, settings, metrics=metrics, keys=keys)
+        app_ = create_app(translators, settings, metrics=metrics, api_keys=keys)
         uvicorn.run(app_, host=host, port=port, log_level=log_level, http=read_timeout_protocol(settings.read_timeout))
 
 

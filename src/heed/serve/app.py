@@ -30,7 +30,7 @@ import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -68,9 +68,6 @@ from heed.serve.schemas import (
     TranslateRequest,
     TranslateResponse,
 )
-
-if TYPE_CHECKING:
-    from heed.serve.compat.keys import Keys
 
 STATIC_DIR = Path(__file__).parent / "static"
 CJK_FONT = Path(__file__).parent.parent / "fonts" / "HeedCJKSans-Regular.ttf"
@@ -396,10 +393,12 @@ def _until(abandoned: Callable[[], bool], items: list[Any]) -> Iterator[Any]:
 
 
 def create_app(translators: Mapping[str, Translator], settings: ServeSettings | None = None, *,
-               metrics: Mapping[str, Mapping[str, Any] | None] | None = None, keys: Keys | None = None) -> FastAPI:
+               metrics: Mapping[str, Mapping[str, Any] | None] | None = None,
+               api_keys: frozenset[str] = frozenset()) -> FastAPI:
     """The FastAPI app serving `translators` by name; `metrics`: per name, its last training
-    evaluations (GET /v1/models); `keys`: the API keys LibreTranslate's and DeepL's routes ask for
-    (heed.serve.compat). The batcher's worker thread starts here and stops at shutdown."""
+    evaluations (GET /v1/models); `api_keys`: the keys LibreTranslate's and DeepL's routes ask for
+    (heed.serve.compat; none: they ask for none). The batcher's worker thread starts here and stops
+    at shutdown."""
     if not translators:
         raise ValueError("give at least one model")
     settings = settings or ServeSettings()
@@ -426,9 +425,9 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     _add_pages(app)
     routes = _Routes(models, infos, batcher, settings)
     app.include_router(routes.router())
-    from heed.serve.compat import install  # it builds on this module: imported once this one is
+    from heed.serve.compat import Keys, install  # it builds on this module: imported once this one is
 
-    install(app, models, routes.translate, settings, keys=keys)
+    install(app, models, routes.translate, settings, keys=Keys(api_keys))
     return app
 
 

@@ -4,7 +4,7 @@ handler, so the same batcher, limits and time limit), with the served models' la
 codes those clients use (languages.py), their fields as JSON or forms (fields.py), texts cut into
 sentences (segments.py), a language identifier (detect.py) and API keys (keys.py).
 
-    install(app, translators, routes.translate, settings, keys=read_keys(path))
+    install(app, translators, routes.translate, settings, keys=Keys(read_keys(path)))
 
 Each API answers in its own error shape. The routers word their own refusals; `ErrorShapes` is the
 net under them: an error the app answers on their paths before they run (the body limit's 413, a

@@ -33,7 +33,7 @@ class Keys:
         return any(hmac.compare_digest(given, k.encode("utf-8")) for k in sorted(self.accepted))
 
 
-def read_keys(path: Path) -> Keys:
+def read_keys(path: Path) -> frozenset[str]:
     """The keys of a --api-keys file; a HeedError naming it when it cannot be read or holds none."""
     try:
         with open_regular(path, "rb") as f:
@@ -49,4 +49,4 @@ def read_keys(path: Path) -> Keys:
     keys = frozenset(line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#"))
     if not keys:
         raise HeedError(f"--api-keys {path}: holds no key; write one key a line")
-    return Keys(keys)
+    return keys

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 _LINE_BREAK = re.compile(r"(\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029])")
 # A sentence's last mark (and any closing quote or bracket), then the space before the next one:
 # group 1 is what lies between the two sentences (none after a CJK full stop).
-_SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]?(\s+)(?=\S)|[\u3002\uff01\uff1f][\"'\u201d\u2019)\]]?(\s*)(?=\S)")
+_CLOSING = r"[\"'\u201d\u2019)\]]?"
+_SENTENCE_END = re.compile(rf"[.!?]{_CLOSING}(\s+)(?=\S)|[\u3002\uff01\uff1f]{_CLOSING}(\s*)(?=\S)")
 
 
 @dataclass(frozen=True)
