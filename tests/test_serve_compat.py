@@ -194,6 +194,11 @@ def test_libretranslate_refusals_before_the_route_are_in_its_shape_too(keyed: st
     assert wrong_method.status_code == 405 and isinstance(wrong_method.json()["error"], str)
     assert isinstance(httpx.post(f"{keyed}/translate", content=b"{oops",
                                  headers={"content-type": "application/json"}).json()["error"], str)
+    multipart = httpx.post(f"{keyed}/translate", files={"q": (None, "12 mars")})
+    assert multipart.status_code == 400 and "multipart/form-data" in multipart.json()["error"]
+    as_text = httpx.post(f"{keyed}/translate", headers={"content-type": "text/plain"},
+                         content=json.dumps({"q": "12 mars", "source": "fr", "target": "en", "api_key": KEY}))
+    assert as_text.status_code == 200, as_text.text  # JSON sent as text/plain, as pages do to skip a preflight
 
 
 def test_tags_in_text_format_are_text(keyed: str) -> None:

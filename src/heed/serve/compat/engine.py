@@ -114,9 +114,9 @@ class Engine:
     async def _nbest(self, route: Route, pieces: list[str], owner: list[int], n: int) -> list[list[str]]:
         """Each piece's n-best texts from /v1/translate's handler; its refusals as Refusals."""
         decode = route.served.translator.decode_config
+        wider = {"n_best": n} if decode.sampling else {"n_best": n, "beam_size": max(n, decode.beam_size)}
         request = TranslateRequest(model=route.served.name, sentences=pieces, src_lang=route.src_lang,
-                                   tgt_lang=route.tgt_lang, attention=False,
-                                   **({"n_best": n, "beam_size": max(n, decode.beam_size)} if n > 1 else {}))
+                                   tgt_lang=route.tgt_lang, attention=False, **(wider if n > 1 else {}))
         try:
             response = await self._translate(request)
         except ApiError as e:

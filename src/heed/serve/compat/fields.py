@@ -79,7 +79,9 @@ async def read_fields(request: Request, *, max_fields: int) -> Fields:
     if not body.strip():
         return Fields(values)
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind == "application/json" or (not kind and body.lstrip()[:1] in (b"{", b"[")):
+    # Browser clients send JSON as text/plain to spare a CORS preflight; a form never starts with {.
+    if kind == "application/json" or kind.endswith("+json") or (kind in ("", "text/plain") and
+                                                                body.lstrip()[:1] in (b"{", b"[")):
         try:
             parsed = json.loads(body)
         except (ValueError, RecursionError) as e:
