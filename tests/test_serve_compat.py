@@ -379,3 +379,17 @@ def test_a_model_whose_name_spells_no_pair_is_listed_under_its_name(trained_run:
     catalog = Catalog.of({"dates": Translator.load(trained_run, device="cpu")})
     assert (catalog.sources(), catalog.targets("dates")) == (["dates"], ["dates"])
     assert catalog.route("dates", "dates").served.name == "dates"
+
+
+def test_a_clients_code_finds_the_models_in_either_spelling_and_a_script_variant_its_script() -> None:
+    from types import SimpleNamespace
+
+    from heed.serve.compat.languages import Catalog, served
+
+    nllb = SimpleNamespace(languages=["eng_Latn", "fra_Latn", "por_Latn", "zho_Hans", "zho_Hant"])
+    catalog = Catalog([served("nllb", nllb)])  # type: ignore[arg-type]
+    assert [catalog.public(code, "target") for code in ("FR", "fra_Latn", "EN-GB", "en-us", "PT-BR", "ZH",
+                                                         "ZH-HANS", "zh-Hant", "zho_Hant")] == \
+        ["fr", "fr", "en", "en", "pt", "zh", "zh", "zho_Hant", "zho_Hant"]
+    route = catalog.route("fr", "zho_Hant")
+    assert (route.src_lang, route.tgt_lang) == ("fra_Latn", "zho_Hant")

@@ -139,11 +139,21 @@ def _two_letter(code: str) -> str | None:
 
 
 def _spellings(code: str) -> list[str]:
-    """The spellings a client's code may match, lower-cased: itself, and DeepL's variant's base
-    ("en-gb" -> "en", "zh-hans" -> "zh")."""
+    """The spellings a client's code may match, lower-cased, best first: itself; for a script
+    variant, NLLB's code of that script ("zh-hant" -> "zho_hant"); then the base ("en-gb" -> "en")."""
     low = code.strip().lower()
-    base = re.split(r"[-_]", low, maxsplit=1)[0]
-    return [low] if base == low or len(base) not in (2, 3) else [low, base]
+    base, _, variant = low.replace("_", "-").partition("-")
+    if not variant or len(base) not in (2, 3):
+        return [low]
+    scripts = [f"{three}_{variant}" for three in _three_letter(base)] if len(variant) == 4 else []
+    return [low, *scripts, base]
+
+
+@lru_cache(maxsize=256)
+def _three_letter(two: str) -> tuple[str, ...]:
+    """The ISO 639-3 codes CLDR aliases to a two-letter code ("zh" -> "zho", ...)."""
+    return tuple(sorted(three for three, to in get_global("language_aliases").items()
+                        if to == two and re.fullmatch(r"[a-z]{3}", three)))
 
 
 @lru_cache(maxsize=1024)
