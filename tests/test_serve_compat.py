@@ -271,6 +271,8 @@ def test_deepl_mistakes_in_its_own_shape(keyed: str) -> None:
     assert form.status_code == 200 and len(form.json()["translations"]) == 2
     assert httpx.get(f"{keyed}/v2/usage").status_code == 403
     assert set(httpx.delete(f"{keyed}/v2/usage", headers=auth).json()) == {"message"}
+    glossaries = httpx.get(f"{keyed}/v2/glossaries", headers=auth)  # a part of DeepL's API heed has not
+    assert glossaries.status_code == 404 and set(glossaries.json()) == {"message"}
 
 
 # ------------------------------------------------------------------- a many-language model
