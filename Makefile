@@ -1,7 +1,10 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
 # Both build .venv on first use (tools/make_venv.py): it sees none of the system's packages, so
 # every dependency is the newest the registry allows, as on a fresh machine; only a torch already
-# installed (a CUDA build, say) is reused. Without one, the CPU build of torch 2.13.0 is installed.
+# installed (a CUDA build, say) is reused. Without one, `pip install torch==2.13.0` runs, and which
+# build that is depends on where pip looks: from PyPI on Linux x86_64 it is the CUDA build (several GB
+# of nvidia-* packages); from the CPU index (README) or a local CPU wheel that pip is set up to find
+# (this project's machines have one), the CPU build.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin

@@ -1689,3 +1689,48 @@ def test_bad_input_gets_one_clear_line_and_harms_nothing(name: str, ctx: Ctx) ->
         assert fragment in message, (fragment, message)
     for path, was in before.items():
         assert snapshot(path) == was, f"{path} changed"
+
+
+# =============================================================================================
+# Issue 56 (the command line's findings): given targets named by file and line, the progress
+# interval. Cases registered here are run by the test just below (the table's own test above
+# collects the cases defined before it).
+# =============================================================================================
+ISSUE_56_CASES: list[str] = []
+
+
+def issue_56_case(name: str) -> Callable[[Callable[[Ctx], Call]], Callable[[Ctx], Call]]:
+    ISSUE_56_CASES.append(name)
+    return case(name)
+
+
+@issue_56_case("lens-tgt-token-the-vocabulary-lacks")
+def _(c: Ctx) -> Call:
+    from heed.nn.model_config import ModelConfig
+
+    model = c.random_model("transformer", ModelConfig(family="transformer", d_model=16, heads=2, layers=1, ff_size=16))
+    src = c.file("two.src", "le 3 mars 1998\n1 May 2001\n")
+    tgt = c.file("two.tgt", "1998-03-03\n2001 05 01\n")  # a space: never in the dates targets
+    return Call(["lens", model, "--src", src, "--tgt", tgt], [f"{tgt}: line 2:", "is not a token"])
+
+
+@issue_56_case("attribute-tgt-token-the-vocabulary-lacks-on-line-2")
+def _(c: Ctx) -> Call:
+    out = c.file("attr.json", "earlier\n")
+    src = c.file("two.src", "le 3 mars 1998\n1 May 2001\n")
+    tgt = c.file("two.tgt", "1998-03-03\n2001-ж5-01\n")
+    return Call(["attribute", c.run, "--src", src, "--tgt", tgt, "--steps", "1", "-o", out],
+                [f"{tgt}: line 2:", "'ж' is not a token"], keep=[out])
+
+
+@issue_56_case("progress-interval-not-a-number")
+def _(c: Ctx) -> Call:
+    src = c.file("one.src", "le 3 mars 1998\n")
+    out = c.file("kept.txt", "an earlier output\n")
+    return Call(["translate", c.run, "-i", src, "-o", out, "--progress"], ["HEED_PROGRESS_SECONDS", "above 0"],
+                keep=[out], env={"HEED_PROGRESS_SECONDS": "soon"})
+
+
+@pytest.mark.parametrize("name", ISSUE_56_CASES)
+def test_issue_56_bad_input_gets_one_clear_line_and_harms_nothing(name: str, ctx: Ctx) -> None:
+    test_bad_input_gets_one_clear_line_and_harms_nothing(name, ctx)

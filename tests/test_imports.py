@@ -49,6 +49,7 @@ FORBIDDEN = {
     "train": {"cli", "serve"},
     "serve": {"cli", "train"},
     "export": {"cli", "serve", "train"},
+    "markup": {"cli", "serve", "train", "nn", "search"},
 }
 
 

@@ -472,3 +472,70 @@ def test_the_batching_key_holds_the_frozen_decode_config_itself() -> None:
     assert a != _Key("m", "translate", DecodeConfig(beam_size=3, n_best=1))
     with pytest.raises(ValidationError, match="frozen"):
         a.decode.beam_size = 4  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------------------ no server paths
+
+
+def _path_fields(model: Any, where: Path, name: str = "") -> tuple[Any, list[str]]:
+    """A copy of a config model with every field that can hold a path (by its declared type, not
+    its name) set to a path under `where`, and the sections that were None filled in to hold
+    theirs; and the dotted names of those fields."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    def kinds(annotation: Any) -> list[Any]:
+        args = typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+            return [k for a in args for k in kinds(a)]
+        return [typing.get_origin(annotation) or annotation]
+
+    update, names = {}, []
+    for field, info in type(model).model_fields.items():
+        value, found = getattr(model, field, None), kinds(info.annotation)
+        dotted = f"{name}.{field}".lstrip(".")
+        if any(isinstance(k, type) and issubclass(k, Path) for k in found):
+            update[field], names = where / dotted, [*names, dotted]
+            continue
+        sections = [k for k in found if isinstance(k, type) and issubclass(k, BaseModel)]
+        if value is None and sections:
+            value = sections[0].model_construct()
+        if isinstance(value, BaseModel):
+            update[field], inner = _path_fields(value, where, dotted)
+            names += inner
+    return model.model_copy(update=update), names
+
+
+def test_no_response_shows_a_server_path(translators: dict[str, Translator], trained_run: Path,
+                                         tiny_corpus: dict[str, Path], tmp_path: Path) -> None:
+    """Every path field of the model's config is set (train.init, train.alignment.supervision, the
+    corpora, data.root, data.prepared, output_dir, ...), and neither the paths nor the server's
+    directory names appear in /v1/models, a translation, an alignment or an error."""
+    import copy
+
+    secret = tmp_path / "server-secret-dir"
+    config, names = _path_fields(translators["tiny"].config, secret)
+    assert {"train.init", "train.alignment.supervision", "output_dir", "data.root", "data.prepared",
+            "data.train.tsv", "data.dev.align", "data.test.src"} <= set(names)
+    translator = copy.copy(translators["tiny"])
+    translator.config = config
+    private = [str(secret), secret.name, str(trained_run), trained_run.parent.name,
+               tiny_corpus["train"].parent.name]
+    with TestClient(create_app({"tiny": translator}, ServeSettings(**SETTINGS))) as client:
+        replies = [client.get("/v1/models"), client.get("/health"),
+                   client.post("/v1/translate", json={"sentences": ["le 5 mai 2001"], "trace": True}),
+                   client.post("/v1/translate", json={"sentences": ["le 5 mai 2001"], "beam_size": 10_000}),
+                   client.post("/v1/translate", json={"sentences": ["x"], "prefix": [["no-such-token"]]}),
+                   client.post("/v1/align", json={"sources": ["le 5 mai 2001"], "targets": ["2001-05-05"]}),
+                   client.post("/v1/align", json={"sources": ["le 5 mai 2001"], "targets": ["2001-05-05"],
+                                                  "weights": "alti"}),
+                   client.post("/v1/heads", json={"sources": ["le 5 mai 2001"], "targets": [["<pad>"]]}),
+                   client.post("/v1/translate", json={"model": "other", "sentences": ["x"]})]
+    config_out = replies[0].json()["models"][0]["config"]
+    assert config_out["model"] == translators["tiny"].config.model.model_dump(mode="json")  # the rest is shown
+    assert config_out["train"]["alignment"]["weight"] == config.train.alignment.weight
+    for reply in replies:
+        for needle in private:
+            assert needle not in reply.text, (reply.request.url.path, needle)

@@ -38,10 +38,24 @@ def wide_run(tiny_config, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(transformer_run: Path, trained_run: Path, wide_run: Path) -> Iterator[Server]:
+def one_layer_run(tiny_config, tmp_path_factory) -> Path:
+    """A Transformer of 1 layer x 2 heads (barely trained)."""
+    from heed.config import config_from_dict
+    from heed.train import train
+
+    output = tmp_path_factory.mktemp("one") / "out"
+    config = tiny_config(output, epochs=1)
+    config["model"] = {"family": "transformer", "layers": 1, "heads": 2, "d_model": 16, "ff_size": 32}
+    train(config_from_dict(config))
+    return output
+
+
+@pytest.fixture(scope="module")
+def server(transformer_run: Path, trained_run: Path, wide_run: Path, one_layer_run: Path) -> Iterator[Server]:
     translators = {"transformer": Translator.load(transformer_run, device="cpu"),
                    "rnn": Translator.load(trained_run, device="cpu"),
-                   "wide": Translator.load(wide_run, device="cpu")}
+                   "wide": Translator.load(wide_run, device="cpu"),
+                   "one": Translator.load(one_layer_run, device="cpu")}
     running = _serve(translators)
     yield running
     running.stop()
@@ -93,6 +107,26 @@ def test_a_click_enlarges_the_head_it_names_with_the_apis_weights(explorer: Expl
                                                "[m.style.left, m.dataset.cell])")
     cell = int(lefts[0][1])
     assert 3 <= cell <= 8 and lefts == [[f"{2 * cell}px", str(cell)]] * ((layers + 1) * (n_heads + 1))
+
+
+def test_a_one_layer_model_shows_one_row_of_heads_not_its_copy_as_the_mean(explorer: Explorer) -> None:
+    """The mean over one layer is that layer: the grid has no second, identical row."""
+    _translate_and_wait_for_heads(explorer, "one", SENTENCE)
+    layers = explorer.attrs("#heads-grid button.mini", "data-layer")
+    assert layers == ["0", "0", "0"]  # head 0, head 1, their mean
+    assert explorer.attrs("#heads-grid button.mini", "data-head") == ["0", "1", "mean"]
+
+
+def test_the_attribution_map_says_what_its_colours_are(explorer: Explorer) -> None:
+    """Under the attribution map the legend names attribution, not attention weight."""
+    explorer.page.select_option("#model", "rnn")
+    explorer.translate(SENTENCE, beam_size=1, n_best=1)
+    before = _counter(explorer, "attributions")
+    explorer.page.click("#attribute")
+    explorer.page.wait_for_function(f"Number(document.body.dataset.attributions || 0) > {before}")
+    assert explorer.texts("#attribution-map .color-legend text")[-1] == "|attribution| / row max"
+    assert explorer.texts("#attribution-attention .color-legend text")[-1] == "attention weight"
+    assert "integrated gradients" in explorer.texts("#attribution h3")[1]
 
 
 def test_an_rnn_shows_its_one_attention_and_no_grid(explorer: Explorer) -> None:

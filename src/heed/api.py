@@ -661,12 +661,14 @@ class Translator:
             yield
 
     def attribute(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
-                  method: "AttributionMethod" = "integrated_gradients", steps: int = 50) -> list["Attribution"]:
+                  method: "AttributionMethod" = "integrated_gradients", steps: int = 50,
+                  stop: Callable[[], bool] | None = None) -> list["Attribution"]:
         """Attribution of every output token to the source tokens and the output before it, beside
-        the attention (heed.explain.given_pairs.attribute; Captum, `pip install 'heed-nmt[explain]'`)."""
+        the attention (heed.explain.given_pairs.attribute; Captum, `pip install 'heed-nmt[explain]'`).
+        `stop`: asked before every pass; once it is true the work raises Abandoned."""
         from heed.explain.given_pairs import attribute
 
-        return attribute(self, src_texts, tgt_texts, method=method, steps=steps)
+        return attribute(self, src_texts, tgt_texts, method=method, steps=steps, stop=stop)
 
     def contrast(self, src_texts: Sequence[str], contrasts: Sequence[str | Sequence[str]],
                  tgt_texts: Sequence[str | Sequence[str]] | None = None, *,

@@ -69,9 +69,11 @@ class CorpusConfig(_Strict):
                              "plain or .gz")
     src: Path | None = Field(None, description="the source side, one sentence a line, plain or .gz")
     tgt: Path | None = Field(None, description="the target side, line-aligned with src")
-    align: Path | None = Field(None, description="dev only: gold word alignments, a Pharaoh line per pair (i-j sure, "
-                               "i?j possible; 0-based whitespace words, source first); training then reports the "
-                               "dev AER at every evaluation (generated tasks have theirs built in)")
+    align: Path | None = Field(None, description="gold word alignments, a Pharaoh line per pair (i-j sure, i?j "
+                               "possible; 0-based whitespace words, source first), read on data.dev only: training "
+                               "then reports the dev AER at every evaluation (generated tasks have theirs built in). "
+                               "On data.train or data.test it is an error: guided alignment training reads "
+                               "train.alignment.supervision, and `heed align --gold` scores a test set")
 
     @model_validator(mode="after")
     def _one_form(self) -> "CorpusConfig":

@@ -31,6 +31,9 @@ BF16_HELP = ("Decode in bfloat16: for batches of a large model on a GPU. On the 
              "outputs may differ a little from float32's.")
 
 
+DECODE_PANEL = "Decoding options"  # the heading the decode flags stand under in --help, after a command's own
+
+
 # The one thing written here by hand: each DecodeConfig field's flag (with its --no- form for a switch).
 DECODE_FLAG_NAMES: dict[str, str] = {
     "beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty", "length_norm": "--length-norm",
@@ -86,7 +89,7 @@ def decode_options(command: F) -> F:
     command takes a keyword-only `decode`: {DecodeConfig field: value} of the flags given."""
     flags = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
                                default=typer.Option(None, flag, help=f"{help} Default: the model's decode config.",
-                                                    show_default=False))
+                                                    show_default=False, rich_help_panel=DECODE_PANEL))
              for field, flag, kind, help in decode_flags()]
     return flags_in_place(command, "decode", flags, lambda given: {k: v for k, v in given.items() if v is not None})
 

@@ -35,17 +35,27 @@ LIMIT_OPTIONS: dict[str, tuple[type, Any]] = {
                                             "the model's max_src_len + max_len_b), and a forced prefix's tokens.")),
     'max_work': (int, typer.Option(1 << 18, "--max-work", min=1,
                                      help="Decoder rows x steps a request may ask for at most: per sentence, the beam "
-                                          "(or samples) times its longest output. Keeps one costly request from "
-                                          "holding the decoder while other clients wait.")),
+                                          "(or samples) times its longest output; a teacher-forced pass its target's "
+                                          "tokens, and a reading all its passes (attribution: one per output token "
+                                          "and integration point; the logit lens: one per layer; the source share: "
+                                          "one per hypothesis). Keeps one costly request from holding the decoder "
+                                          "while other clients wait.")),
     'max_weights': (int, typer.Option(1 << 21, "--max-weights", min=1,
-                                        help="Attention weights a /v1/heads request may ask for at most: layers x heads "
-                                             "x (target x source, plus source x source and target x target for the "
-                                             "self-attention parts asked), summed over its sentences.")),
+                                        help="Attention weights a request may read at most: layers x heads x (target x "
+                                             "source, plus source x source and target x target for the self-attention "
+                                             "parts read), summed over its sentences: /v1/heads' maps, and every part "
+                                             "of every pass of ALTI+, rollout and value norms (the source share, "
+                                             "/v1/align's weights).")),
+    'max_answer': (int, typer.Option(1 << 22, "--max-answer", min=1,
+                                       help="Numbers (and tokens) a request's answer may hold at most, counted before "
+                                            "it runs: attention matrices, attributions, the logit lens' lists, head "
+                                            "maps (about 10-20 bytes of JSON each).")),
     'slice_work': (int, typer.Option(1 << 12, "--slice-work", min=1,
                                        help="Decoder rows x steps a request is given per turn of the decoder: a "
                                             "costlier request is decoded a slice at a time, with other requests' "
                                             "batches between its slices, so it delays them by a slice, not by "
-                                            "itself (/v1/heads and /v1/attribute: a sentence a turn).")),
+                                            "itself (the readings: attribution, head maps, the logit lens, ALTI+ "
+                                            "and the source share: a sentence a turn).")),
     'read_timeout': (float, typer.Option(10.0, "--read-timeout", min=0.001,
                                            help="Seconds a client may take to send a whole request (headers and body); "
                                                 "a slower one is disconnected.")),
@@ -98,7 +108,7 @@ def serve(
     try:
         import uvicorn
 
-        from heed.serve.app import ServeSettings, create_app, last_metrics
+        from heed.serve.app import ServeSettings, create_app, last_metrics, unpaired
         from heed.serve.compat import read_keys
     except ImportError as e:
         raise HeedError(f"heed serve needs FastAPI and uvicorn ({e.name} is missing): {install_hint('serve')}") \
@@ -134,6 +144,11 @@ def serve(
             metrics[name] = None
         # The pair is the default of the many-language models among those served; a request may give another.
         translators = {name: with_pair(t, languages) for name, t in translators.items()}
+        for name in unpaired(translators):
+            stderr().print(f"[yellow]warning:[/] model {escape(name)} translates between "
+                           f"{len(translators[name].languages)} languages and is served without a default pair: "
+                           "every request must give src_lang and tgt_lang (the explorer has pickers for them); "
+                           "--src-lang and --tgt-lang give a default", soft_wrap=True)
         app_ = create_app(translators, settings, metrics=metrics, api_keys=keys)
         uvicorn.run(app_, host=host, port=port, log_level=log_level, http=read_timeout_protocol(settings.read_timeout))
 

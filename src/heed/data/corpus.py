@@ -59,7 +59,8 @@ class Pair(NamedTuple):
 # U+FEFF ZERO WIDTH NO-BREAK SPACE (a stray BOM) join, they do not separate, so a space would
 # split a word in two. Visible no-break spaces (U+00A0, U+202F narrow, U+2007 figure, U+3000
 # ideographic, ...) are whitespace to `str.split` and collapse to one ordinary space below.
-_DROP = dict.fromkeys(map(ord, "\u200b\u2060\ufeff"), None)
+ZERO_WIDTH = "\u200b\u2060\ufeff"
+_DROP = dict.fromkeys(map(ord, ZERO_WIDTH), None)
 
 
 def normalize(text: str) -> str:

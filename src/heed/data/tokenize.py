@@ -219,6 +219,28 @@ class SentencePieceTokenizer(Tokenizer):
         return {"kind": self.kind, "vocab_size": self.vocab_size, "sha256": hashlib.sha256(self.model).hexdigest()}
 
 
+def closest_languages(code: str, codes: Iterable[str], most: int = 3) -> list[str]:
+    """The model's language codes a mistyped `code` most likely meant, best first: the same code in
+    another case or separator (FR, fr-FR), the same language without or with a region or script
+    (fr_FR -> fr; fr -> fra_Latn), then difflib's closest spellings. difflib alone offered nothing
+    for fr_FR among two-letter codes, and the message fell back to the list's first (af, am, ar)."""
+    codes = sorted(codes)
+
+    def key(text: str) -> str:
+        return text.lower().replace("-", "_")
+
+    def base(text: str) -> str:
+        return key(text).split("_")[0]
+
+    same = [c for c in codes if key(c) == key(code)]
+    if same:
+        return same[:most]
+    ranked = [c for c in codes if base(c) == base(code)]
+    ranked += [c for c in codes if len(base(code)) >= 2 and (base(c).startswith(base(code))
+                                                             or base(code).startswith(base(c)))]
+    return list(dict.fromkeys(ranked or difflib.get_close_matches(key(code), codes, n=most, cutoff=0.5)))[:most]
+
+
 class PretrainedPieces(SentencePieceTokenizer):
     """A pretrained model's SentencePiece model (OPUS-MT's source.spm or target.spm, M2M-100's and
     NLLB's sentencepiece.bpe.model), as it came: its own normalisation rules, no vocab_size of heed's.
@@ -262,7 +284,7 @@ class PretrainedPieces(SentencePieceTokenizer):
         if code is not None and code not in self.languages:
             if not self.languages:
                 return super().for_language(code)  # refused: no language tokens
-            close = difflib.get_close_matches(code, list(self.languages), n=3)
+            close = closest_languages(code, self.languages)
             raise HeedError(f"language {code!r} is not one of this model's {len(self.languages)}"
                             + (f"; did you mean {', '.join(close)}?" if close else
                                f" ({', '.join(sorted(self.languages)[:8])}, ...)"))

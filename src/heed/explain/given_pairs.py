@@ -230,6 +230,7 @@ def attribute(
     *,
     method: "AttributionMethod" = "integrated_gradients",
     steps: int = 50,
+    stop: Callable[[], bool] | None = None,
 ) -> list["Attribution"]:
     """Attribution of every output token to the source tokens and the output before it
     (heed.explain.attribution; Captum, `pip install 'heed-nmt[explain]'`), beside the attention.
@@ -239,20 +240,23 @@ def attribute(
     `method`: "integrated_gradients" (`steps` Gauss-Legendre points from the zero-embedding
     baseline; `Attribution.delta` is its completeness gap) or "grad_x_input". One backward pass
     per output token (times `steps` for integrated gradients), sentence by sentence, in float32:
-    an exported model, an ensemble and a bf16 translator are refused."""
+    an exported model, an ensemble and a bf16 translator are refused. `stop`: asked before every
+    pass of the model (an output token's batch of integration points is one); once it is true the
+    work raises Abandoned (the server stops a request past its time limit)."""
     from heed.explain.attribution import Attribution, attribute_ids
 
     if isinstance(src_texts, str) or isinstance(tgt_texts, str):
         raise TypeError("attribute() takes lists of sentences; wrap a single one in a list")
     _check_attribution(translator, method, steps)
-    tgt_texts = _own_or_given(translator, src_texts, tgt_texts)
+    tgt_texts = _own_or_given(translator, src_texts, tgt_texts, stop=stop)
     src_tokens, tgt_tokens, examples = translator.forced_pairs(
         src_texts, tgt_texts, empty="there is nothing to attribute to"
     )
+    model = translator.model if stop is None else _Stoppable(translator.model, stop)
     out = []
     for src, tokens, (src_ids, tgt_ids) in zip(src_tokens, tgt_tokens, examples):
         source, prefix, log_probs, delta, attention = attribute_ids(
-            translator.model, src_ids, tgt_ids, method=method, steps=steps, device=translator.device
+            model, src_ids, tgt_ids, method=method, steps=steps, device=translator.device
         )
         out.append(
             Attribution(
@@ -291,13 +295,15 @@ def _check_attribution(translator: Translator, method: str, steps: int) -> None:
 
 
 def _own_or_given(translator: Translator, src_texts: Sequence[str],
-                  tgt_texts: Sequence[str | Sequence[str]] | None) -> Sequence[str | Sequence[str]]:
-    """The translations to read: `tgt_texts` (one per source), or the model's own (as tokens)."""
+                  tgt_texts: Sequence[str | Sequence[str]] | None, *,
+                  stop: Callable[[], bool] | None = None) -> Sequence[str | Sequence[str]]:
+    """The translations to read: `tgt_texts` (one per source), or the model's own (as tokens;
+    the search asks `stop` as translate_nbest does)."""
     if isinstance(src_texts, str) or isinstance(tgt_texts, str):
         raise TypeError("this takes lists of sentences; wrap a single one in a list")
     _check_texts(src_texts, "src_texts")
     if tgt_texts is None:
-        return [t.tokens for t in translator.translate(src_texts)]
+        return [nbest[0].tokens for nbest in translator.translate_nbest(src_texts, stop=stop)]
     if len(tgt_texts) != len(src_texts):
         raise HeedError(
             f"{len(src_texts)} source sentences but {len(tgt_texts)} translations; give one translation per source"

@@ -29,14 +29,15 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -51,7 +52,9 @@ from heed.explain.align_methods import AlignOptions
 from heed.explain.given_pairs import nbest_source_shares
 from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel, OwnSearchModel
 from heed.plumbing.files import open_regular
+from heed.plumbing.limits import search_work
 from heed.serve.batcher import Batcher, QueueFull
+from heed.serve.costs import Cost, align_cost, attribute_cost, heads_cost, lens_cost, refusal, translate_cost
 from heed.serve.schemas import (
     DECODE_FIELDS,
     AlignRequest,
@@ -94,15 +97,25 @@ class ServeSettings(BaseModel):
                                                      "and a forced prefix's tokens")
     max_work: int = Field(1 << 18, ge=1, description="decoder rows x steps a request may ask for at most: per "
                                                      "sentence, the beam (or samples) times its longest output "
-                                                     "(its own max length, or its prefix)")
-    max_weights: int = Field(1 << 21, ge=1, description="attention weights a /v1/heads request may ask for at "
-                                                        "most: layers x heads x (target x source, and source x "
-                                                        "source or target x target for the self-attention parts "
-                                                        "asked), summed over its sentences")
+                                                     "(its own max length, or its prefix); a teacher-forced pass "
+                                                     "its target's tokens, and each reading its passes (attribution: "
+                                                     "a pass per output token and integration point; the logit lens: "
+                                                     "a pass per layer; the source share: a pass per hypothesis)")
+    max_weights: int = Field(1 << 21, ge=1, description="attention weights a request may read at most: layers x "
+                                                        "heads x (target x source, and source x source and target x "
+                                                        "target for the self-attention parts read), summed over its "
+                                                        "sentences: /v1/heads' maps, and every part of every pass of "
+                                                        "ALTI+, rollout and value norms (the source share, /v1/align's "
+                                                        "weights)")
+    max_answer: int = Field(1 << 22, ge=1, description="numbers (and tokens) a request's answer may hold at most, "
+                                                       "counted before it runs: attention matrices, attributions, "
+                                                       "the logit lens' lists, head maps (about 10-20 bytes of JSON "
+                                                       "each)")
     slice_work: int = Field(1 << 12, ge=1, description="decoder rows x steps a request is given per turn of the "
                                                        "decoder: a costlier request is decoded a slice at a time, "
                                                        "with the other requests' batches between its slices "
-                                                       "(/v1/heads and /v1/attribute: a sentence a turn)")
+                                                       "(the readings: attribution, head maps, the logit lens, ALTI+ and "
+                                                       "the source share: a sentence a turn)")
     read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send a whole request "
                                                         "(headers and body); a slower one is disconnected")
 
@@ -204,8 +217,6 @@ def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | N
     """GET /v1/models' entry for one model."""
     config = translator.config
     kind = config.model.kind  # the family's word for the model: its RNN decoder, or transformer
-    # The model's training corpora are the server's own files: their paths stay on the server.
-    private = {"output_dir": True, "data": {"train": True, "dev": True, "test": True, "prepared": True, "root": True}}
     return {
         "name": name,
         "family": config.model.family,
@@ -216,11 +227,41 @@ def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | N
         "max_src_len": translator.max_src_len,
         "languages": translator.languages,
         "decode": translator.decode_config.model_dump(mode="json"),
-        "config": config.model_dump(mode="json", exclude=private),
+        "config": without_paths(config),
         "metrics": dict(metrics) if metrics else None,
         "runtime": runtime_of(translator.model),
         "gives": gives(translator.model),
     }
+
+
+def without_paths(config: BaseModel) -> dict[str, Any]:
+    """`config` as JSON without a single path: the files a model was trained from (corpora, its
+    output directory, train.init, a supervision file, ...) are the server's own, and their paths
+    stay on it. The rule is the value's type, wherever the config holds it: every field, list item
+    or mapping value that is a path (a pydantic Path field holds a pathlib path) is left out, so a
+    path field added to a config model later is left out too."""
+    return config.model_dump(mode="json", exclude=_path_exclusions(config) or None)
+
+
+def _path_exclusions(value: Any) -> Any:
+    """pydantic's `exclude` for every path inside `value`: True for a path itself (and a section
+    holding nothing else), a mapping of field names (or list positions, or keys) for what holds
+    paths, None where there is none."""
+    if isinstance(value, PurePath):
+        return True
+    inner: dict[Any, Any]  # field name, list position or key -> the value there
+    if isinstance(value, BaseModel):
+        inner = {name: getattr(value, name) for name in type(value).model_fields}
+    elif isinstance(value, Mapping):
+        inner = dict(value)
+    elif isinstance(value, (list, tuple)):
+        inner = dict(enumerate(value))
+    else:
+        return None
+    found = {key: sub for key, sub in ((key, _path_exclusions(item)) for key, item in inner.items()) if sub is not None}
+    if found and isinstance(value, BaseModel) and all(k in found or v is None for k, v in inner.items()):
+        return True  # a section of nothing but paths (a corpus) goes whole: an empty one would say nothing
+    return found or None
 
 
 def runtime_of(model: Any) -> str:
@@ -357,7 +398,8 @@ def _aligned(translator: Translator, key: _Key, items: list[Any], abandoned: Cal
 
 def _attributed(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
     return [translator.attribute([source], None if target is None else [target], method=key.method,  # type: ignore[arg-type]
-                                 steps=key.steps)[0].to_dict() for source, target in _until(abandoned, items)]
+                                 steps=key.steps, stop=abandoned)[0].to_dict()
+            for source, target in _until(abandoned, items)]
 
 
 def _heads(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
@@ -477,6 +519,13 @@ class _Routes:
             raise ApiError(422, f"model {name!r} {why}", "model")
         return name, _paired(translator, request.src_lang, request.tgt_lang)
 
+    def _within(self, cost: Cost) -> None:
+        """A 422 naming the field to change when the request's cost passes --max-work,
+        --max-weights or --max-answer (heed.serve.costs): refused before anything runs."""
+        refused = refusal(cost, self.settings)
+        if refused is not None:
+            raise ApiError(422, *refused)
+
     async def _decoded(self, key: _Key, items: list[Any], costs: list[int]) -> list[Any]:
         """The batcher's results for `items`, its refusals as the API's errors."""
         settings = self.settings
@@ -497,7 +546,7 @@ class _Routes:
     async def list_models(self) -> dict[str, Any]:
         return {"models": list(self.infos.values())}
 
-    async def translate(self, request: TranslateRequest) -> JSONResponse:
+    async def translate(self, request: TranslateRequest) -> Response:
         name, translator = self._model(request)
         settings = self.settings
         _check_sentences(request.sentences, "sentences", settings)
@@ -515,7 +564,6 @@ class _Routes:
                 if not field.startswith("prefix["):  # about the list as a whole
                     field, message = "prefix", str(e)
                 raise ApiError(422, message, field) from None
-        costs = _check_work(decode, sources, prefix_ids, request, settings)
         intervention = None
         if request.intervention is not None:
             if not runs_torch(translator.model):
@@ -525,29 +573,47 @@ class _Routes:
         if request.explain and not isinstance(translator.model, ContributionModel):
             raise ApiError(422, f"model {name!r} cannot give a source share: it reads every attention block of a "
                                 "Transformer model directory (not an RNN, an ensemble or an export)", "explain")
+        width = decode.n_best if decode.sampling else decode.beam_size
+        lever = "prefix" if request.prefix is not None and any(request.prefix) else (
+            "n_best" if decode.sampling else "beam_size")
+        cost = translate_cost([len(tokens) for tokens in sources], _output_steps(decode, sources, prefix_ids, settings),
+                              width=width, n_best=decode.n_best, attention=request.attention,
+                              alternatives=request.alternatives, trace=request.trace,
+                              source_share=bool(request.explain), grid=_grid(translator),
+                              fields={"work": lever, "weights": "explain", "numbers": "sentences"})
+        self._within(cost)
+        # the source shares of a slice are read after its search: a sentence a turn
+        costs = [max(w, settings.slice_work) for w in cost.work] if request.explain else cost.work
         key = _Key(name, "explore" if request.trace else "translate", decode, request.replace_unk, request.attention,
                    request.alternatives if request.trace else 0, intervention,
                    languages=(request.src_lang, request.tgt_lang), explain=tuple(dict.fromkeys(request.explain)))
         prefixes = request.prefix or [None] * len(request.sentences)
         results = await self._decoded(key, list(zip(request.sentences, prefixes)), costs)
-        return JSONResponse({"model": name, "decode": decode.model_dump(mode="json"), "results": results})
+        return await _answer({"model": name, "decode": decode.model_dump(mode="json"), "results": results})
 
-    async def align(self, request: AlignRequest) -> JSONResponse:
+    async def align(self, request: AlignRequest) -> Response:
         name, translator = self._model(request)
         if not translator.model.has_attention:
             raise ApiError(422, f"model {name!r} has no attention, so it has no alignments", "model")
         _check_sentences(request.sources, "sources", self.settings)
         _check_sentences(request.targets, "targets", self.settings)
         _one_target_each(request.sources, request.targets, "source")
-        # A forced pass: one decoder row a step, a step a target token.
-        costs = [len(translator.codec.tgt_tokens(target)) + 1 for target in request.targets]
+        _check_known_targets(translator, request.sources, request.targets)
+        src_lens = [len(translator.codec.src_tokens(source)[:translator.max_src_len]) for source in request.sources]
+        tgt_lens = [len(translator.codec.tgt_tokens(target)) for target in request.targets]
+        units = [len(t.split()) if request.tgt_units == "words" else len("".join(t.split())) for t in request.targets]
+        cost = align_cost(src_lens, tgt_lens, [len(s.split()) for s in request.sources], units,
+                          reading=request.weights, grid=_grid(translator))
+        self._within(cost)
         reading = AlignOptions(method=request.method, layer=request.layer, weights=request.weights,
                                tgt_units=request.tgt_units)
         key = _Key(name, "align", languages=(request.src_lang, request.tgt_lang), reading=reading)
+        # ALTI+, rollout and value norms weigh every head: a pair a turn
+        costs = cost.work if request.weights == "attention" else [self.settings.slice_work] * len(cost.work)
         results = await self._decoded(key, list(zip(request.sources, request.targets)), costs)
-        return JSONResponse({"model": name, "results": results})
+        return await _answer({"model": name, "results": results})
 
-    async def attribute(self, request: AttributeRequest) -> JSONResponse:
+    async def attribute(self, request: AttributeRequest) -> Response:
         name, translator = self._model(request, AttributableModel,
                                        "gives no gradients (an exported model or an ensemble); attribution needs a "
                                        "PyTorch model directory")
@@ -555,40 +621,53 @@ class _Routes:
         if request.targets is not None:
             _check_targets(request.targets, self.settings)
             _one_target_each(request.sentences, request.targets, "sentence")
-            _check_known_targets(translator, request.sentences, request.targets)
+            sizes = _check_known_targets(translator, request.sentences, request.targets)
+            search = [0] * len(sizes)
+        else:  # the model's own translations, at their longest, after a search with its decode config
+            decode = translator.decode_config
+            sources = [translator.codec.src_tokens(text)[:translator.max_src_len] for text in request.sentences]
+            steps = _output_steps(decode, sources, None, self.settings)
+            sizes = [(len(tokens), t) for tokens, t in zip(sources, steps)]
+            width = decode.n_best if decode.sampling else decode.beam_size
+            search = [search_work(width, t) for t in steps]
+        self._within(attribute_cost([s for s, _ in sizes], [t for _, t in sizes], points=request.steps,
+                                    method=request.method, search=search))
         targets = request.targets or [None] * len(request.sentences)
         key = _Key(name, "attribute", method=request.method, steps=request.steps,
                    languages=(request.src_lang, request.tgt_lang))
         a_turn_each = [self.settings.slice_work] * len(request.sentences)  # explained a sentence at a time
         results = await self._decoded(key, list(zip(request.sentences, targets)), a_turn_each)
-        return JSONResponse({"model": name, "attributions": results})
+        return await _answer({"model": name, "attributions": results})
 
-    async def lens(self, request: LensRequest) -> JSONResponse:
+    async def lens(self, request: LensRequest) -> Response:
         name, translator = self._model(request, ContributionModel,
                                        "is no Transformer model directory: the logit lens reads each decoder layer "
                                        "through the output layer")
         _check_sentences(request.sources, "sources", self.settings)
         _one_target_each(request.sources, request.targets, "source")
         _check_targets(request.targets, self.settings)
-        _check_known_targets(translator, request.sources, request.targets)
+        sizes = _check_known_targets(translator, request.sources, request.targets)
+        self._within(lens_cost([s for s, _ in sizes], [t for _, t in sizes], top=request.top,
+                               layers=_grid(translator)[0]))
         key = _Key(name, "lens", top=request.top, languages=(request.src_lang, request.tgt_lang))
         a_turn_each = [self.settings.slice_work] * len(request.sources)  # read a sentence at a time
         results = await self._decoded(key, list(zip(request.sources, request.targets)), a_turn_each)
-        return JSONResponse({"model": name, "results": results})
+        return await _answer({"model": name, "results": results})
 
-    async def heads(self, request: HeadsRequest) -> JSONResponse:
+    async def heads(self, request: HeadsRequest) -> Response:
         name, translator = self._model(request, HeadsModel,
                                        "gives only its averaged attention (an exported model or an ensemble)")
         _check_sentences(request.sources, "sources", self.settings)
         _one_target_each(request.sources, request.targets, "source")
         _check_targets(request.targets, self.settings)
         sizes = _check_known_targets(translator, request.sources, request.targets)
-        _check_weights(translator, sizes, request.parts, self.settings)
-        key = _Key(name, "heads", parts=tuple(dict.fromkeys(request.parts)),
+        parts = tuple(dict.fromkeys(request.parts))
+        self._within(heads_cost([s for s, _ in sizes], [t for _, t in sizes], parts=parts, grid=_grid(translator)))
+        key = _Key(name, "heads", parts=parts,
                    languages=(request.src_lang, request.tgt_lang))
         a_turn_each = [self.settings.slice_work] * len(request.sources)  # read a sentence at a time
         results = await self._decoded(key, list(zip(request.sources, request.targets)), a_turn_each)
-        return JSONResponse({"model": name, "results": results})
+        return await _answer({"model": name, "results": results})
 
 
 def _paired(translator: Translator, src_lang: str | None, tgt_lang: str | None) -> Translator:
@@ -601,14 +680,37 @@ def _paired(translator: Translator, src_lang: str | None, tgt_lang: str | None) 
             paired = paired.with_languages(src_lang, None)
         paired.codec.source_frame  # noqa: B018 (a many-language model without a source language refuses)
     except HeedError as e:
-        raise ApiError(422, str(e), "src_lang") from None
+        raise ApiError(422, _pair_problem(translator, src_lang, e), "src_lang") from None
     try:
         if tgt_lang is not None:
             paired = paired.with_languages(None, tgt_lang)
         paired.codec.target_frame()
     except HeedError as e:
-        raise ApiError(422, str(e), "tgt_lang") from None
+        raise ApiError(422, _pair_problem(translator, tgt_lang, e), "tgt_lang") from None
     return paired
+
+
+def _pair_problem(translator: Translator, code: str | None, error: HeedError) -> str:
+    """What a request's pair lacks, in the request's words: the library's message names the CLI's
+    flags and the Python keywords, which a /v1 client has none of."""
+    if code is not None or not translator.languages:
+        return str(error)  # a code the model lacks: the message names it and the close ones
+    return (f"this model translates between {len(translator.languages)} languages and is served without a default "
+            f"pair; give the request's src_lang and tgt_lang, codes of GET /v1/models' languages (e.g. "
+            f"{', '.join(translator.languages[:3])})")
+
+
+def unpaired(translators: Mapping[str, Translator]) -> list[str]:
+    """The names of the many-language models served without a default pair (heed serve warns of
+    them at start-up: every request to them must name its src_lang and tgt_lang)."""
+    out = []
+    for name, translator in translators.items():
+        try:
+            translator.codec.source_frame  # noqa: B018
+            translator.codec.target_frame()
+        except HeedError:
+            out.append(name)
+    return out
 
 
 def _version() -> str:
@@ -625,23 +727,6 @@ def _model_name(requested: str | None, models: Mapping[str, Translator]) -> str:
     if requested not in models:
         raise ApiError(404, f"no model named {requested!r}; loaded: {', '.join(models)}", "model")
     return requested
-
-
-def _check_weights(translator: Translator, sizes: Sequence[tuple[int, int]], parts: Sequence[str],
-                   settings: ServeSettings) -> None:
-    """A 422 when the attention weights a /v1/heads request asks for pass --max-weights: they are
-    what it costs (computed, held and sent), and one request of 64 long sentences with every part
-    of a 6-layer model asked for 12.7 GB and held the server for minutes."""
-    layers, heads = translator.model.head_grid
-    weights = 0
-    for src_len, tgt_len in sizes:  # tokens + </s> each side
-        s, t = src_len + 1, tgt_len + 1
-        weights += layers * heads * (t * s + (s * s if "encoder" in parts else 0) + (t * t if "decoder" in parts else 0))
-    if weights > settings.max_weights:
-        raise ApiError(422, f"this request asks for {weights:,} attention weights ({len(sizes)} sentences, {layers} "
-                            f"layers x {heads} heads, parts {', '.join(dict.fromkeys(parts))}); the server allows "
-                            f"{settings.max_weights:,} a request (--max-weights): send fewer or shorter sentences, "
-                            "or fewer parts", "sources")
 
 
 def _check_known_targets(translator: Translator, sources: Sequence[str],
@@ -733,30 +818,35 @@ def _check_prefix_text(prefix: Sequence[str | Sequence[str] | None]) -> None:
             _check_text(text, "a prefix", f"prefix[{k}]")
 
 
-def _check_work(cfg: DecodeConfig, sources: Sequence[Sequence[str]], prefix_ids: Sequence[Sequence[int]] | None,
-                request: TranslateRequest, settings: ServeSettings) -> list[int]:
-    """Bound what a request costs, not only what it weighs: a forced prefix counts in the output
-    limit (the search never cuts a prefix), and the rows x steps of all its sentences' searches
-    must stay within --max-work, so one client's request cannot hold the decoder for minutes.
-    Returns each sentence's rows x steps at most: what the batcher slices by (--slice-work)."""
-    width = cfg.n_best if cfg.sampling else cfg.beam_size
-    costs = []
+def _output_steps(cfg: DecodeConfig, sources: Sequence[Sequence[str]], prefix_ids: Sequence[Sequence[int]] | None,
+                  settings: ServeSettings) -> list[int]:
+    """Each sentence's output tokens at most: its max length under `cfg`, or its forced prefix (the
+    search never cuts a prefix, so a prefix counts in --max-output)."""
+    steps = []
     for k, tokens in enumerate(sources):
         forced = len(prefix_ids[k]) if prefix_ids is not None else 0
         if forced > settings.max_output:
             raise ApiError(422, f"the prefix has {forced} tokens; the server allows {settings.max_output} output "
                                 "tokens (--max-output)", f"prefix[{k}]")
-        steps = max(min(math.floor(cfg.max_len_a * (len(tokens) + 1) + cfg.max_len_b), MAX_OUTPUT_TOKENS), forced)
-        costs.append(width * (steps + 1))
-    work = sum(costs)
-    if work > settings.max_work:
-        field = "prefix" if request.prefix is not None and any(request.prefix) else (
-            "n_best" if cfg.sampling else "beam_size")
-        raise ApiError(422, f"this request asks for up to {work:,} decoder rows x steps ({len(sources)} sentences, "
-                            f"beam {width}, outputs up to their max length or prefix); the server allows "
-                            f"{settings.max_work:,} a request (--max-work): send fewer sentences, a smaller beam "
-                            "or shorter prefixes", field)
-    return costs
+        steps.append(max(min(math.floor(cfg.max_len_a * (len(tokens) + 1) + cfg.max_len_b), MAX_OUTPUT_TOKENS), forced))
+    return steps
+
+
+def _grid(translator: Translator) -> tuple[int, int]:
+    """(layers, heads) of the model's attention; (1, 1) where it shows no heads of its own."""
+    model = translator.model
+    return model.head_grid if isinstance(model, HeadsModel) else (1, 1)
+
+
+async def _answer(body: dict[str, Any]) -> Response:
+    """`body` as JSON (as JSONResponse writes it), encoded on a worker thread: a large answer's
+    encoding takes seconds, and on the event loop it would hold every other request meanwhile."""
+    content = await run_in_threadpool(_encode, body)
+    return Response(content, media_type="application/json")
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode("utf-8")
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -250,7 +250,10 @@ class ModelInfo(BaseModel):
     languages: list[str] = Field(description="a many-language model's language codes (for src_lang and tgt_lang); "
                                              "empty for others")
     decode: dict[str, Any]
-    config: dict[str, Any] = Field(description="the resolved training config saved with the model")
+    config: dict[str, Any] = Field(description="the resolved training config saved with the model, without a path "
+                                               "(its corpora, output directory, train.init, ...: the server's own "
+                                               "files); data.src_lang and data.tgt_lang: a many-language model's "
+                                               "default pair, null where requests must give theirs")
     metrics: Optional[dict[str, Any]] = Field(None, description="the last dev and test lines of its training log")
     runtime: Literal["pytorch", "onnx", "ctranslate2", "ensemble"] = Field(
         "pytorch", description="what runs it: a model directory (pytorch), an export, or an ensemble")

@@ -37,6 +37,7 @@
     seq: 0, // request counter: a response older than the latest request is dropped
     single: null, // {model, request, response, selected, step}
     compare: null, // [{model, response | error}]
+    pairs: {}, // a many-language model's name -> {src_lang, tgt_lang} picked: sent with its every request
   };
 
   // ------------------------------------------------------------------ DOM and SVG helpers
@@ -175,6 +176,10 @@
 
   /** GET or POST JSON; any failure becomes an ApiError with a message for a person. */
   async function api(path, body) {
+    if (body && body.model && state.pairs[body.model]) {
+      const picked = Object.entries(state.pairs[body.model]).filter(([, code]) => code);
+      body = { ...Object.fromEntries(picked), ...body };
+    }
     let response;
     try {
       response = await fetch(path, body === undefined ? {} : {
@@ -331,6 +336,36 @@
     const model = modelByName($("model").value);
     $("model-info").textContent = model ? describeModel(model) : "";
     renderExamples(model);
+    renderLanguages(model);
+  }
+
+  /** The pair a many-language model starts with: the one it is served with (its config's
+   * data.src_lang and data.tgt_lang), else none chosen yet. */
+  function defaultPair(model) {
+    const data = (model.config && model.config.data) || {};
+    return { src_lang: data.src_lang || "", tgt_lang: data.tgt_lang || "" };
+  }
+
+  /** The language pickers: shown for a many-language model (GET /v1/models' languages), filled
+   * with its codes; the pair picked goes with every request to it (api()). */
+  function renderLanguages(model) {
+    const languages = (model && model.languages) || [];
+    $("languages").hidden = languages.length === 0 || $("compare-toggle").checked;
+    if (!languages.length) return;
+    if (!state.pairs[model.name]) state.pairs[model.name] = defaultPair(model);
+    const pair = state.pairs[model.name];
+    for (const side of ["src_lang", "tgt_lang"]) {
+      const choose = el("option", { value: "", disabled: true }, side === "src_lang" ? "from…" : "to…");
+      $(side).replaceChildren(choose, ...languages.map((code) => el("option", { value: code }, code)));
+      $(side).value = pair[side];
+    }
+  }
+
+  function pickLanguage() {
+    const model = modelByName($("model").value);
+    if (!model) return;
+    state.pairs[model.name] = { src_lang: $("src_lang").value, tgt_lang: $("tgt_lang").value };
+    if ($("sentence").value.trim() && $("src_lang").value && $("tgt_lang").value) submit();
   }
 
   /** Example sentences for the generated dates task (the demo model); none for other models. */
@@ -572,7 +607,8 @@
   }
 
   /** The grid: one small map per (layer, head), a column of each layer's head mean, a row of the
-   * mean over layers; [layer, head] with "mean" for a mean. */
+   * mean over layers (each only where there is more than one to average: a 1-layer model's mean
+   * over layers is its layer again); [layer, head] with "mean" for a mean. */
   function headMatrix(cross, layer, head) {
     const layers = layer === "mean" ? cross : [cross[layer]];
     const perLayer = layers.map((heads) => (head === "mean" ? meanOf(heads) : heads[head]));
@@ -604,11 +640,12 @@
     const cross = h.maps.cross;
     const layers = cross.length;
     const heads = cross[0].length;
+    const withMean = (n) => (n > 1 ? [...Array(n).keys(), "mean"] : [...Array(n).keys()]);
     const grid = el("div", { class: "heads-table", role: "grid" });
-    grid.style.gridTemplateColumns = `repeat(${heads + 1}, max-content)`;
+    grid.style.gridTemplateColumns = `repeat(${withMean(heads).length}, max-content)`;
     const cells = [];
-    for (const layer of [...Array(layers).keys(), "mean"]) {
-      for (const head of [...Array(heads).keys(), "mean"]) {
+    for (const layer of withMean(layers)) {
+      for (const head of withMean(heads)) {
         const title = `${layer === "mean" ? "all layers" : `layer ${layer}`} · ${head === "mean" ? "mean" : `head ${head}`}`;
         const button = drawMiniMap(headMatrix(cross, layer, head), title,
           { "data-layer": String(layer), "data-head": String(head) });
@@ -678,7 +715,8 @@
       return row.map((x) => x / top);
     });
     const left = el("div", { class: "attribution-panel" }, el("h3", {}, "attention"));
-    const right = el("div", { class: "attribution-panel" }, el("h3", {}, "|integrated gradients| (row max = 1)"));
+    const method = a.method === "grad_x_input" ? "gradient × input" : "integrated gradients";
+    const right = el("div", { class: "attribution-panel" }, el("h3", {}, `|${method}| (row max = 1)`));
     const leftMap = el("div", { id: "attribution-attention" });
     const rightMap = el("div", { id: "attribution-map" });
     left.append(leftMap);
@@ -691,7 +729,7 @@
     const hypothesis = { tokens: a.tgt_tokens, attention: a.attention };
     renderHeatmap(leftMap, a.src_tokens, hypothesis, { forced: 0, clickable: false, activeRow: null });
     renderHeatmap(rightMap, a.src_tokens, { tokens: a.tgt_tokens, attention: scaled },
-      { forced: 0, clickable: false, activeRow: null });
+      { forced: 0, clickable: false, activeRow: null, legend: "|attribution| / row max" });
     document.body.dataset.attributions = String(Number(document.body.dataset.attributions || 0) + 1);
   }
 
@@ -872,7 +910,7 @@
    * Draw one hypothesis' attention as an SVG grid into `box`: rows = output tokens + </s>, columns
    * = source tokens + </s>. Returns {highlight(j | null)} for views linked to it.
    * opts: forced (rows of the forced prefix), clickable (rows open "what if"), activeRow,
-   *       onPick(j), onRow(j), onLeave().
+   *       onPick(j), onRow(j), onLeave(), legend (what a cell's 0..1 is; default: attention weight).
    */
   function renderHeatmap(box, srcTokens, hypothesis, opts) {
     const weights = hypothesis.attention;
@@ -892,7 +930,8 @@
         height: cell + 2, rx: 2, visibility: "hidden" }, root),
       cell: svg("rect", { class: "cell-mark", width: cell + 1, height: cell + 1, visibility: "hidden" }, root),
     };
-    drawColorLegend(root, layout.rowLabelW, layout.y(rows.length) + 12, Math.min(160, cols.length * cell));
+    drawColorLegend(root, layout.rowLabelW, layout.y(rows.length) + 12, Math.min(160, cols.length * cell),
+      opts.legend || "attention weight");
 
     /** Outline row j and give each source label a background as opaque as j's weight on it. */
     function highlight(j) {
@@ -1023,8 +1062,8 @@
     });
   }
 
-  /** A 0..1 colour bar under the grid, so a colour can be read as a weight. */
-  function drawColorLegend(root, x, y, width) {
+  /** A 0..1 colour bar under the grid, so a colour can be read as a value (`label`: what it is). */
+  function drawColorLegend(root, x, y, width, label) {
     const id = `ramp-${Math.random().toString(36).slice(2, 8)}`; // unique: several heatmaps share the page
     const gradient = svg("linearGradient", { id }, svg("defs", {}, root));
     for (let k = 0; k <= 10; k++) svg("stop", { offset: `${k * 10}%`, "stop-color": weightColor(k / 10) }, gradient);
@@ -1032,7 +1071,7 @@
     svg("rect", { width, height: 8, rx: 2, fill: `url(#${id})` }, g);
     svgText(g, { x: 0, y: 18, "dominant-baseline": "central" }, "0");
     svgText(g, { x: width, y: 18, "text-anchor": "end", "dominant-baseline": "central" }, "1");
-    svgText(g, { x: width / 2, y: 18, "text-anchor": "middle", "dominant-baseline": "central" }, "attention weight");
+    svgText(g, { x: width / 2, y: 18, "text-anchor": "middle", "dominant-baseline": "central" }, label);
   }
 
   // ---------------------------------------------------------------------------- alignment
@@ -1424,7 +1463,7 @@
     const heat = el("div", { class: "heatmap gap-map scroll-x" });
     box.append(heat);
     renderHeatmap(heat, srcTokens, { tokens: gap.tokens, attention: gap.diff },
-      { forced: 0, clickable: false, activeRow: null });
+      { forced: 0, clickable: false, activeRow: null, legend: "|weight difference|" });
   }
 
   // --------------------------------------------------------------------------- start-up
@@ -1475,6 +1514,7 @@
       showModelInfo();
     });
     $("sampling").addEventListener("change", syncSampling);
+    for (const side of ["src_lang", "tgt_lang"]) $(side).addEventListener("change", pickLanguage);
     $("attribute").addEventListener("click", attributeShown);
     for (const pick of ["reading", "align-method"]) {
       $(pick).addEventListener("change", () => {
@@ -1487,6 +1527,7 @@
     $("compare-toggle").addEventListener("change", () => {
       renderCompareChoices();
       syncPermute();
+      renderLanguages(modelByName($("model").value));
       $("model").disabled = $("compare-toggle").checked;
       if ($("sentence").value.trim()) submit();
     });
