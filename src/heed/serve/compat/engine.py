@@ -128,8 +128,8 @@ class Engine:
     def _parse(text: str, kind: Markup, ignore_tags: Sequence[str]) -> Any:
         try:
             from heed.markup import parse
-        except ImportError:
-            raise Refusal(400, "this heed cannot carry markup yet (no heed.markup); send plain text",
+        except ImportError as e:  # lxml, heed.markup's parser
+            raise Refusal(400, f"this server cannot carry markup: {e.name} is not installed; send plain text",
                           option="format") from None
         try:
             return parse(text, kind=kind, ignore_tags=tuple(ignore_tags))
