@@ -395,3 +395,25 @@ def test_a_clients_code_finds_the_models_in_either_spelling_and_a_script_variant
         ["fr", "fr", "en", "en", "pt", "zh", "zh", "zho_Hant", "zho_Hant"]
     route = catalog.route("fr", "zho_Hant")
     assert (route.src_lang, route.tgt_lang) == ("fra_Latn", "zho_Hant")
+
+
+def test_the_curl_commands_of_docs_clients_md_answer(open_server: str) -> None:
+    """Every curl line of docs/clients.md, as written, against a server of the page's two models
+    (fr-en, and a many-language model as nllb): each answers 200 with JSON, no error."""
+    import shutil
+    import subprocess
+
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    page = (Path(__file__).resolve().parents[1] / "docs" / "clients.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```bash\n(.*?)^```", page, flags=re.MULTILINE | re.DOTALL)
+    commands = [c.strip() for b in blocks for c in b.replace("\\\n", " ").splitlines() if c.startswith("curl ")]
+    assert len(commands) >= 10
+    env = {"PATH": "/usr/bin:/bin", "URL": open_server, "KEY": "any", "NO_PROXY": "127.0.0.1"}
+    for command in commands:
+        done = subprocess.run(["bash", "-c", command.replace("curl -s", "curl -s -w '\\n%{http_code}'", 1)],
+                              check=False, env=env, capture_output=True, text=True, timeout=120)
+        body, _, code = done.stdout.rpartition("\n")
+        assert done.returncode == 0 and code == "200", (command, done.stdout, done.stderr)
+        answer = json.loads(body)
+        assert not (isinstance(answer, dict) and ({"error", "message"} & set(answer))), (command, answer)
