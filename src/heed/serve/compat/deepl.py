@@ -129,7 +129,7 @@ class DeepL:
             source = catalog.public(given_source, "source")
         else:
             writers = [code for m in catalog.models if target in m.targets for code in m.sources if code != target]
-            source = (await self.engine.detect("\n".join(texts), writers))[0].language
+            source = (await self.engine.detect("\n".join(texts), writers, markup=bool(tags)))[0].language
         route = catalog.route(source, target)
         done = await self.engine.translate(route, texts, markup="xml" if tags == "xml" else "html" if tags else None,
                                            ignore_tags=ignore,

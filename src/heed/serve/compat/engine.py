@@ -9,6 +9,7 @@ client's texts and which option it is about, so each API words them in its own s
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -26,6 +27,9 @@ from heed.serve.schemas import TranslateRequest
 # POST /v1/translate's handler: a request -> its JSON response (or an ApiError).
 TranslateCall = Callable[[TranslateRequest], Awaitable[Response]]
 Markup = Literal["html", "xml"]
+
+
+_TAG = re.compile(r"<[^<>]*>")  # a tag, left out of what the language identifier reads
 
 
 class Refusal(Exception):
@@ -94,10 +98,12 @@ class Engine:
             out.append(await self._carry(paired, m, outputs, k))
         return Translated(out, [[] for _ in out])
 
-    async def detect(self, text: str, among: Sequence[str] | None = None) -> list[Guess]:
-        """The likeliest source languages of `text`, best first, from `among` (default: every
-        language a served model reads). One candidate is the answer, at 100; more need the
-        language identifier (a 400 naming what to install without it)."""
+    async def detect(self, text: str, among: Sequence[str] | None = None, *, markup: bool = False) -> list[Guess]:
+        """The likeliest source languages of `text` (with `markup`, its tags left out), best first,
+        from `among` (default: every language a served model reads). One candidate is the answer,
+        at 100; more need the language identifier (a 400 naming what to install without it)."""
+        if markup:
+            text = _TAG.sub(" ", text)
         candidates = list(dict.fromkeys(among if among is not None else self.catalog.sources()))
         if len(candidates) == 1:
             return [Guess(candidates[0], 100.0)]

@@ -125,7 +125,7 @@ class LibreTranslate:
         detected = None
         if source == "auto":
             writers = [code for m in catalog.models if target in m.targets for code in m.sources if code != target]
-            detected = (await self.engine.detect("\n".join(texts), writers))[0]
+            detected = (await self.engine.detect("\n".join(texts), writers, markup=form == "html"))[0]
             source = detected.language
         else:
             source = catalog.public(source, "source")
