@@ -1857,6 +1857,14 @@ def _(c: Ctx) -> Call:
     return _import(source, c, "config.json", "a number too long")
 
 
+@hostile("import-a-config-json-whose-model-type-is-a-list")
+def _(c: Ctx) -> Call:
+    source = c.marian()
+    _edit_json(source / "config.json", lambda config: config.update(model_type=["marian"],
+                                                                    architectures=[1, "X" * 10_000]))
+    return _import(source, c, "config.json", "model_type None", "is not an architecture heed converts")
+
+
 @hostile("import-a-config-json-dropout-of-the-wrong-type")
 def _(c: Ctx) -> Call:
     source = c.marian()
