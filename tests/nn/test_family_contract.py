@@ -8,7 +8,11 @@ tests/nn/test_attention.py::test_all_padding_row_gives_zero_weights_and_context_
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from search_fakes import (
@@ -25,24 +29,25 @@ from search_fakes import (
 )
 from step_decoding import decode_step_by_step
 
-from heed.nn.build import FAMILIES, Family, build_model
+from heed.nn.build import build_model
+from heed.nn.families import register_family, unregister_family
 from heed.nn.protocol import TensorState, TrainableModel
 from heed.nn.transformer.attention import MultiHeadAttention
 from heed.search import DecodeConfig, beam_search, greedy_search
 
 BOS = 1
 
-from toy_family import config as toy_config  # noqa: E402
 from toy_family.config import ToyConfig  # noqa: E402
 from toy_family.model import build_toy  # noqa: E402
 
-TOY = Family(ToyConfig, build_toy, toy_config.describe, toy_config.sizes)  # the registry line, for this suite
 KINDS = [*MODEL_KINDS, "toy"]
 
 
 @pytest.fixture(autouse=True)
-def _toy_family_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(FAMILIES, "toy", TOY)
+def _toy_family_registered() -> Iterator[None]:
+    register_family("toy", config="toy_family.config:ToyConfig", family="toy_family.family:FAMILY")  # its one line
+    yield
+    unregister_family("toy")
 
 
 def model_of(kind: str, **kwargs):
@@ -225,20 +230,76 @@ def test_fused_and_explicit_multi_head_attention_agree() -> None:
             torch.testing.assert_close(fused.context, explicit.context, rtol=0, atol=1e-6)
 
 
-def test_a_family_is_its_registry_entry_and_the_rest_of_heed_reads_it_from_there() -> None:
-    """The toy family, registered above and nowhere else, is built, described and sized through the
-    registry, and refused in one line by an export it has no graphs for."""
+def test_a_family_is_its_registry_line_and_the_rest_of_heed_reads_it_from_there() -> None:
+    """The toy family, registered above and nowhere else, is read from `model:`, built, described and
+    sized through the registry, and refused in one line by an export it has no graphs for."""
     from heed.errors import ConfigError
     from heed.export.onnx import family_graphs
     from heed.nn.build import check_size
-    from heed.nn.model_config import FAMILY_CONFIGS
+    from heed.nn.families import family
+    from heed.nn.model_config import ModelConfig
 
-    cfg = ToyConfig(embed_size=8)
+    cfg = ModelConfig(family="toy", embed_size=8)
+    assert type(cfg) is ToyConfig and isinstance(cfg, ModelConfig) and cfg == ToyConfig(embed_size=8)
+    assert (cfg.kind, cfg.copy) == ("toy", False)  # FamilyConfig's: the toy declares neither
     model = model_of("toy")
     assert model.num_parameters() == sum(p.numel() for p in model.parameters()) == check_size(
         cfg, lambda: build_toy(cfg, src_vocab_size=10, tgt_vocab_size=9, pad_id=0, bos_id=1, eos_id=2, unk_id=3),
         vocab=(10, 9))
-    assert FAMILIES["toy"].describe(cfg) == "toy, embeddings of 8"
+    assert family("toy").describe(cfg) == "toy, embeddings of 8"
     with pytest.raises(ConfigError, match="the toy family has no ONNX graphs"):
         family_graphs(cfg)
-    assert {name: family.config for name, family in FAMILIES.items() if name != "toy"} == FAMILY_CONFIGS
+
+
+def test_config_reading_knows_a_family_from_its_registration_and_forgets_it_after() -> None:
+    """`model.family: toy` reads as the toy's config while it is registered, its errors located as
+    the user wrote them; before and after, it is an unknown family, and the message names the others."""
+    from heed.config import config_from_dict
+    from heed.errors import ConfigError
+
+    def read(model: dict[str, Any]) -> Any:
+        return config_from_dict({"data": {"task": "dates"}, "model": model}).model
+
+    assert read({"family": "toy", "embed_size": 4}) == ToyConfig(embed_size=4)
+    with pytest.raises(ConfigError) as e:
+        read({"family": "toy", "embed_size": 0})
+    assert str(e.value) == "field 'model.embed_size': input should be greater than 0 (got 0)"
+    with pytest.raises(ConfigError) as e:
+        read({"family": "toy", "hidden_size": 4})
+    assert str(e.value) == ("field 'model': 'hidden_size' is a field of family rnn, not toy; remove it or set "
+                            "model.family: rnn")
+    with pytest.raises(ConfigError) as e:  # a field two families have belongs to the first registered
+        read({"family": "transformer", "embed_size": 4})
+    assert str(e.value).startswith("field 'model': 'embed_size' is a field of family rnn, not transformer")
+    with pytest.raises(ConfigError) as e:
+        read({"family": "nope"})
+    assert str(e.value) == "field 'model.family': unknown model family; choose rnn or transformer or toy"
+    unregister_family("toy")
+    with pytest.raises(ConfigError) as e:
+        read({"family": "toy", "embed_size": 4})
+    assert str(e.value) == "field 'model.family': unknown model family; choose rnn or transformer"
+
+
+def test_a_name_registered_twice_must_name_the_same_family() -> None:
+    register_family("toy", config="toy_family.config:ToyConfig", family="toy_family.family:FAMILY")  # again: nothing
+    with pytest.raises(ValueError, match="'toy' is registered already"):
+        register_family("toy", config="toy_family.config:ToyConfig", family="elsewhere:FAMILY")
+    with pytest.raises(ValueError, match="not an import path"):
+        register_family("other", config="toy_family.config.ToyConfig", family="toy_family.family:FAMILY")
+
+
+def test_building_a_model_loads_no_converter_of_pretrained_checkpoints() -> None:
+    """The Transformer's importers (Marian, M2M-100, a Marian release) load when an import asks for one."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from heed.nn.build import ModelConfig, build_model; "
+            "build_model(ModelConfig(family='transformer', d_model=8, heads=2, ff_size=8, layers=1), "
+            "src_vocab_size=9, tgt_vocab_size=9); "
+            "print(sorted(m for m in sys.modules if m.startswith('heed.nn.transformer.convert.')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+    from heed.nn.families import family
+
+    assert sorted(family("transformer").converters) == ["m2m_100", "marian", "marian-npz"]
+    assert family("transformer").releases["marian-npz"].__module__ == "heed.nn.transformer.convert.marian_npz"

@@ -17,7 +17,7 @@ with warnings.catch_warnings():
 
     class FamilyConfig(BaseModel):
         """The base of nn/<family>/config.py's classes: each declares `family` as a Literal of its name
-        (its default), and heed.nn.model_config.FAMILY_CONFIGS lists them."""
+        (its default), and heed.nn.families names them."""
 
         model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -31,11 +31,14 @@ with warnings.catch_warnings():
         def _fields_of_another_family(cls, data: Any) -> Any:
             if not isinstance(data, dict):
                 return data
-            from heed.nn.model_config import FAMILY_CONFIGS
+            from heed.nn.families import config_classes
 
             mine = cls.model_fields["family"].default
-            owners = {field: name for name, other in FAMILY_CONFIGS.items() if name != mine
-                      for field in other.model_fields if field not in cls.model_fields}
+            owners: dict[str, str] = {}  # field -> the first family in the registry that has it
+            for name, other in config_classes().items():
+                for field in other.model_fields:
+                    if name != mine and field not in cls.model_fields:
+                        owners.setdefault(field, name)
             foreign = sorted(field for field in data if field in owners)
             if foreign:
                 owner = owners[foreign[0]]
