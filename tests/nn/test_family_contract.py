@@ -2,7 +2,9 @@
 (Luong with input feeding, Bahdanau, plain, Bahdanau with coverage) and Transformers (pre-norm with
 sinusoidal positions and tied embeddings; post-norm with learned positions), and a third family
 made here to show what adding one takes: tests/toy_family/ (a bag of embeddings with attention) and
-the one registry line below. A new family joins by joining search_fakes.MODEL_KINDS. The exported graphs' half of the contract is in tests/test_export.py;
+the one register_family line below, which is all it takes for the toy to be read from a config file,
+trained by `heed train` and served by `heed serve` to the explorer (the last test). A new family of
+heed's joins by joining search_fakes.MODEL_KINDS. The exported graphs' half of the contract is in tests/test_export.py;
 an all-padding row of the RNNs' attention (every score, fp32/fp16/bf16) is
 tests/nn/test_attention.py::test_all_padding_row_gives_zero_weights_and_context_and_finite_gradient."""
 from __future__ import annotations
@@ -303,3 +305,78 @@ def test_building_a_model_loads_no_converter_of_pretrained_checkpoints() -> None
 
     assert sorted(family("transformer").converters) == ["m2m_100", "marian", "marian-npz"]
     assert family("transformer").releases["marian-npz"].__module__ == "heed.nn.transformer.convert.marian_npz"
+
+
+def test_the_toy_family_trains_from_yaml_and_is_served_to_the_explorer(
+        tiny_config: Callable[..., dict[str, Any]], tmp_path: Path) -> None:
+    """From the config file to the explorer's calls, through `heed train` and `heed serve`'s app:
+    what the toy gives (its attention, the beam tree, alignments) comes back; what it cannot give
+    (every head of every layer, the logit lens, attribution, readings through every layer, source
+    shares) is a 422 saying why in one line, never a 500."""
+    pytest.importorskip("fastapi", reason="heed-nmt[serve] is not installed")
+    import yaml
+    from cli_helpers import invoke
+    from fastapi.testclient import TestClient
+
+    from heed.api import Translator
+    from heed.serve.app import ServeSettings, create_app, last_metrics
+
+    config = {**tiny_config(tmp_path / "out", epochs=1), "model": {"family": "toy", "embed_size": 8}}
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    trained = invoke("train", path, "--no-progress")
+    assert trained.exit_code == 0, trained.output
+    directory = tmp_path / "out" / "model"
+    translator = Translator.load(directory, device="cpu")
+    assert type(translator.config.model) is ToyConfig
+    app = create_app({"toy": translator}, ServeSettings(max_sentences=8, max_chars=80, max_body=64 * 1024,
+                                                        max_queue=20, timeout=60.0),
+                     metrics={"toy": last_metrics(directory)})
+    source, target = "le 5 mai 2001", "2001-05-05"
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert client.get("/health").json()["models"] == ["toy"]
+        [info] = client.get("/v1/models").json()["models"]
+        assert (info["family"], info["attention"]) == ("toy", "toy")  # FamilyConfig.kind: the family's name
+        assert info["config"]["model"] == {"family": "toy", "copy": False, "embed_size": 8}
+        assert info["gives"]["heads"] is False and info["gives"]["contributions"] is False
+
+        reply = client.post("/v1/translate", json={"sentences": [source], "attention": True})
+        assert reply.status_code == 200, reply.text
+        [result] = reply.json()["results"]
+        want = translator.translate_nbest([source])[0]
+        assert [h["tokens"] for h in result["hypotheses"]] == [t.tokens for t in want]
+        for h in result["hypotheses"]:  # each step's weights: over the source and its </s>, summing to 1
+            attention = np.array(h["attention"])
+            assert attention.shape == (len(h["tokens"]) + 1, len(result["src_tokens"]) + 1)
+            np.testing.assert_allclose(attention.sum(axis=1), 1.0, atol=1e-5)
+
+        reply = client.post("/v1/translate", json={"sentences": [source], "beam_size": 3, "n_best": 2, "trace": True,
+                                                   "alternatives": 4})
+        assert reply.status_code == 200, reply.text
+        [result] = reply.json()["results"]
+        nodes = {n["id"]: n for n in result["beam"]["nodes"]}
+        for h in result["hypotheses"]:  # the tree's finished leaves spell the hypotheses
+            path, node = [], nodes[h["node"]]
+            while node["parent"] is not None:
+                path.append(node["token"])
+                node = nodes[node["parent"]]
+            assert path[::-1] == [*h["tokens"], "</s>"]
+        assert all(len(step) == 4 for step in result["steps"])
+
+        reply = client.post("/v1/align", json={"sources": [source], "targets": [target]})
+        assert reply.status_code == 200, reply.text
+        got, want_links = reply.json()["results"][0], translator.align([source], [target])[0]
+        assert got["pharaoh"] == want_links.pharaoh() and got["tgt_words"] == [target]
+        np.testing.assert_allclose(np.array(got["attention"]), want_links.attention, atol=1e-6)
+
+        for route, body in (("/v1/heads", {"sources": [source], "targets": [target]}),
+                            ("/v1/lens", {"sources": [source], "targets": [target]}),
+                            ("/v1/attribute", {"sentences": [source]}),
+                            ("/v1/align", {"sources": [source], "targets": [target], "weights": "alti"}),
+                            ("/v1/translate", {"sentences": [source], "explain": ["source_share"]})):
+            reply = client.post(route, json=body)
+            assert reply.status_code == 422, (route, reply.status_code, reply.text)
+            error = reply.json()["error"]
+            assert error["message"] and "\n" not in error["message"], (route, error)
+
+
