@@ -656,7 +656,8 @@ class _Routes:
 
     async def heads(self, request: HeadsRequest) -> Response:
         name, translator = self._model(request, HeadsModel,
-                                       "gives only its averaged attention (an exported model or an ensemble)")
+                                       "gives only its averaged attention (an exported model, an ensemble, or a family "
+                                       "without per-head maps)")
         _check_sentences(request.sources, "sources", self.settings)
         _one_target_each(request.sources, request.targets, "source")
         _check_targets(request.targets, self.settings)
