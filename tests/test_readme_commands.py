@@ -28,11 +28,12 @@ from cli_helpers import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-# The pages the README's commands on runs/demo moved to (issue 55), in the order their commands run:
+# The pages the README's commands on runs/demo moved to (issue 55), and docs/markup.md's, in the order
+# their commands run:
 # an export before the command that reads it beside the model, a second seed before its ensemble.
-PAGES = tuple(ROOT / "docs" / "guide" / name for name in (
-    "training.md", "alignments.md", "looking-inside.md", "distributed.md", "python-api.md",
-    "ensembles.md", "export.md", "serving.md"))
+PAGES = tuple(ROOT / "docs" / name for name in (
+    "guide/training.md", "guide/alignments.md", "guide/looking-inside.md", "guide/distributed.md",
+    "guide/python-api.md", "guide/ensembles.md", "guide/export.md", "guide/serving.md", "markup.md"))
 # The configs a README command trains, shrunk by SHRINK's model, train and decode fields.
 SHRUNK_CONFIGS = ("demo.yaml", "own_data.yaml")
 
@@ -67,6 +68,7 @@ SKIPPED = (
     ("heed serve ", ("starts a server that runs until stopped (the server: tests/test_cli_serve.py, "
                      "tests/test_serve_api.py)")),
     ("HEED_SCREENSHOT=1", "needs Chromium and remakes docs/explorer.png (tests/test_serve_browser.py)"),
+    ("--src tagged.html", "reads a user's own tagged file and translations (heed markup --tgt: tests/test_markup.py)"),
     ("--processes 2", ("starts two training processes of the whole demo config (--processes: "
                        "tests/test_distributed.py)")),
 )
