@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,22 @@ def test_the_site_builds_strictly(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "site" / "results" / "index.html").is_file()
     assert (tmp_path / "site" / "cli" / "index.html").is_file()
+
+
+def _github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, each space a hyphen."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def test_the_results_open_with_a_summary_whose_links_reach_their_sections():
+    text = (ROOT / "bench" / "RESULTS.md").read_text(encoding="utf-8")
+    assert text.index("\n## Summary\n") < text.index("\n## ", text.index("\n## Summary\n") + 1)  # the first section
+    summary = text[text.index("\n## Summary\n"):text.index("\n## ", text.index("\n## Summary\n") + 1)]
+    rows = [line for line in summary.splitlines() if line.startswith("| ") and "](#" in line]
+    assert len(rows) >= 15
+    anchors = {_github_anchor(line[3:]) for line in text.splitlines() if line.startswith("## ")}
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+        assert len(cells) == 5 and re.fullmatch(r"2026-\d\d-\d\d", cells[3]), row  # topic, headline, CPU, date, link
+        anchor = re.search(r"\]\(#([^)]+)\)", cells[4]).group(1)
+        assert anchor in anchors, f"{anchor} is no section of bench/RESULTS.md (GitHub's anchors)"
