@@ -29,8 +29,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
-# The benchmarks that need nothing outside the repository (about 10 minutes on 2 cores); the
-# peer comparison needs ../shared: bash bench/compare/run.sh --peers-dir DIR --install
+# The suite: the benchmarks in bench/ that need nothing outside the repository (about 10 minutes on
+# 2 cores); the peer comparison needs ../shared: bash bench/compare/run.sh --peers-dir DIR --install.
+# bench/studies/ holds the one-off studies, each run as its section of bench/RESULTS.md says.
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python bench/attention_fused.py
 	OMP_NUM_THREADS=1 $(BIN)/python bench/decode_speed.py --precisions float32 bfloat16

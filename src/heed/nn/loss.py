@@ -10,7 +10,7 @@ needs (log-sum-exp, the target's logit, the mean logit), kept, and in the backwa
 into their own gradient. Padding rows are dropped before the generator runs at all. Same values
 and gradients as `F.cross_entropy(..., ignore_index=, label_smoothing=, reduction="sum")`
 (tests/nn/test_loss.py). It is faster than the plain computation in float32 and bf16 alike
-(bench/generator_loss.py; the figures, with their CPU: bench/RESULTS.md, "The generator and the
+(bench/studies/generator_loss.py; the figures, with their CPU: bench/RESULTS.md, "The generator and the
 loss in row chunks"). Logits that fit one chunk (a character vocabulary) take
 the plain computation, which is as fast there.
 

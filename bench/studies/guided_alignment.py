@@ -5,12 +5,12 @@ F1: a silver measure, there being no gold).
 
     # Tatoeba fra->eng (configs/tatoeba_fra_eng_transformer.yaml)
     heed data align --tsv ../shared/data/tatoeba-fra-eng/fra.txt -o runs/tatoeba.align
-    python bench/guided_alignment.py --corpus tatoeba --align runs/tatoeba.align \
+    python bench/studies/guided_alignment.py --corpus tatoeba --align runs/tatoeba.align \
         --out runs/tatoeba-guided --steps 4000 [--set model.d_model=128 ...]
     # Multi30k de->en (configs/multi30k_de_en_transformer.yaml)
     heed data align --src ../shared/data/multi30k/train.de --tgt ../shared/data/multi30k/train.en \
         -o runs/multi30k.align
-    python bench/guided_alignment.py --corpus multi30k --align runs/multi30k.align \
+    python bench/studies/guided_alignment.py --corpus multi30k --align runs/multi30k.align \
         --out runs/multi30k-guided --steps 1000 --eval-every 1000
 
 Both trainings run at once, one thread each (`--jobs 1` runs them in turn). `--set` overrides the
@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple
 
 from look_inside import cpu_name
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def lines(path: Path) -> list[str]:

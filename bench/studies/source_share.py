@@ -17,9 +17,9 @@ chance, 1 = every corrupted output below every intact one), and among the intact
 ones from right ones: not the reference (exact match), or with `--poor-chrf X` on real text, a
 sentence chrF under X against one of at least X.
 
-    python bench/source_share.py --model runs/readings/transformer-pre-plain-s1 \
+    python bench/studies/source_share.py --model runs/readings/transformer-pre-plain-s1 \
         --src dates/test.src --ref dates/test.tgt [--limit 1000] [--seed 0]
-    python bench/source_share.py --model runs/multi30k-guided/plain/model \
+    python bench/studies/source_share.py --model runs/multi30k-guided/plain/model \
         --src ../shared/data/multi30k/val.de --ref ../shared/data/multi30k/val.en --poor-chrf 40
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 against `beam_search` (the batched search, ~25 small tensor ops a step) on the same model and the
 same sentences, one at a time, as `Translator.translate(..., batch_size=1)` decodes them.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/beam_one.py MODEL SOURCES [--beam 5] [--max-len 20]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/studies/beam_one.py MODEL SOURCES [--beam 5] [--max-len 20]
         [--sentences 300] [--rounds 3]
 
 MODEL: a model directory or an exported one (ONNX or anything heed.load reads that runs heed's

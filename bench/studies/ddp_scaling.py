@@ -2,7 +2,7 @@
 one thread, then by two torchrun processes (gloo) with one thread each, over the same number of
 batches; training tokens/s of each, from their metrics.jsonl.
 
-    .venv/bin/python bench/ddp_scaling.py [--batches 200] [--workdir DIR]
+    .venv/bin/python bench/studies/ddp_scaling.py [--batches 200] [--workdir DIR]
 
 One process makes `--batches` updates of one batch; the two processes make half as many updates
 of two batches (one each), so both train the same batches. tokens/s is what the trainer logs
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "demo.yaml"
 LOG_EVERY = 10
 

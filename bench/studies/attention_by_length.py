@@ -4,8 +4,8 @@ Each dataset trains the four decoders with everything else equal (data, tokenize
 number of updates), then `heed compare` translates the held-out test set with all four and writes
 one table and one BLEU-by-source-length plot. Two trainings run side by side, one thread each.
 
-    .venv/bin/python bench/attention_by_length.py --out runs/attention-by-length --docs docs
-    .venv/bin/python bench/attention_by_length.py --datasets dates --epochs-dates 2   # a quicker look
+    .venv/bin/python bench/studies/attention_by_length.py --out runs/attention-by-length --docs docs
+    .venv/bin/python bench/studies/attention_by_length.py --datasets dates --epochs-dates 2   # a quicker look
 
 Writes under --out: one training directory per (dataset, model), `{dataset}.test.src/.ref`,
 `{dataset}.compare.txt`; and under --docs/figures: `{dataset}-bleu-by-length.png`.
@@ -19,7 +19,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEED = [sys.executable, "-m", "heed"]
 
 MODELS = {  # name -> model overrides; the rest of the config is the dataset's

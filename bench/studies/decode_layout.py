@@ -1,7 +1,7 @@
 """Before/after for heed.nn.layout: decoding with the decoder's weights in PyTorch's row-major
 layout against the column-major one the Translator now uses on the CPU, plus the GEMMs alone.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/decode_layout.py MODEL_DIR SOURCES
+    OMP_NUM_THREADS=1 .venv/bin/python bench/studies/decode_layout.py MODEL_DIR SOURCES
         [--sentences 200] [--rounds 3] [--threads 1]
 
 Every (beam, batch) setting decodes the same sentences with both layouts, alternating round by

@@ -2,7 +2,7 @@
 reading), for every year 00..99, against strptime's %y (POSIX's pivot: 69..99 -> 19xx, 00..68 ->
 20xx, the convention heed's dates task follows).
 
-    .venv/bin/python bench/two_digit_years.py runs/demo
+    .venv/bin/python bench/studies/two_digit_years.py runs/demo
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Decoding an OPUS-MT-shaped model: heed (PyTorch, ONNX, CTranslate2 int8) beside Hugging Face's
 `generate` and CTranslate2's own Marian converter, on the same weights. Issue 40's speed table.
 
-    .venv/bin/python bench/pretrained_speed.py [--work DIR] [--sentences 64] [--single 16] [--tokens 24]
+    .venv/bin/python bench/studies/pretrained_speed.py [--work DIR] [--sentences 64] [--single 16] [--tokens 24]
 
 The model: a random MarianMTModel of opus-mt-fr-en's shape (6 + 6 post-norm layers of 512, 8
 heads, feed-forward 2,048, swish, one tied table of 58,101 rows), built by transformers and

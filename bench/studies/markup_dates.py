@@ -5,7 +5,7 @@ model's own translation where it equals the reference. A tag is right when it wr
 output characters its word writes (the gold's sure links: the day's two digits, the month's, the
 year's four).
 
-    python bench/markup_dates.py runs/demo [--n 1000] [--languages en fr de es ko]
+    python bench/studies/markup_dates.py runs/demo [--n 1000] [--languages en fr de es ko]
 
 Prints the share of tags placed exactly, the share of outputs that parse, and the time.
 """

@@ -3,7 +3,7 @@
 inside a whole training step of the bench/compare models (there "after" is `Seq2Seq.loss`, as the
 trainer calls it), in float32 and under bf16 autocast.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/generator_loss.py [--data DIR] [--embed 256 --hidden 256]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/studies/generator_loss.py [--data DIR] [--embed 256 --hidden 256]
         [--steps 20] [--label-smoothing 0.0]
 
 The batches are bench/floor.py's (lengths and vocabularies from DIR/train.* when given: the
@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: floor.py, the suite's
 import floor  # noqa: E402  (bench/floor.py: the model and batches)
 
 from heed.nn.loss import generator_loss  # noqa: E402

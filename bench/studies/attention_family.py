@@ -15,8 +15,8 @@ most --max-words words. The copy sets come from held-out pairs that have "Tom" (
 exactly once on each side; they never enter training, and their names/numbers appear nowhere in
 the corpus.
 
-    python bench/attention_family.py --work /tmp/family --steps 1200 --seeds 1 2 --jobs 2
-    python bench/attention_family.py --work /tmp/family --report-only   # tables from results.json
+    python bench/studies/attention_family.py --work /tmp/family --steps 1200 --seeds 1 2 --jobs 2
+    python bench/studies/attention_family.py --work /tmp/family --report-only   # tables from results.json
 
 Each run is `heed train` in its own process with one thread (--jobs at once), then the test sets
 are decoded with beam 5 through `heed.load(...).translate`. The figures go to WORK/results.json and
@@ -38,7 +38,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEED = [sys.executable, "-m", "heed"]
 
 # name -> `--set` overrides on top of BASE_SETS. Every model: Luong decoder with input feeding, so only
@@ -127,7 +127,7 @@ def make_data(corpus: Path, out: Path, *, max_words: int, n_test: int, n_dev: in
 
 
 def write_config(data: Path, path: Path, *, vocab: int, hidden: int, batch_tokens: int) -> None:
-    path.write_text(f"""# bench/attention_family.py: the base model every variant shares
+    path.write_text(f"""# bench/studies/attention_family.py: the base model every variant shares
 data:
   train: {{src: {data}/train.fr, tgt: {data}/train.en}}
   dev: {{src: {data}/dev.fr, tgt: {data}/dev.en}}

@@ -13,8 +13,8 @@ After the kill, `heed train CONFIG --output-dir DIR --resume` runs the rest (a p
 the kill came before the first checkpoint was complete). The child's hooks live in this script
 (`--child`), not in heed.
 
-    python bench/kill_resume.py --points 20 --seed 0      # the figure in bench/RESULTS.md
-    python bench/kill_resume.py --points 3                # what tests/test_kill_resume.py runs
+    python bench/studies/kill_resume.py --points 20 --seed 0      # the figure in bench/RESULTS.md
+    python bench/studies/kill_resume.py --points 3                # what tests/test_kill_resume.py runs
 """
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ pairs. Nothing is committed; the directory is removed at the end unless `--keep 
 Every tool runs as a child process, one after another; its peak resident memory is the child's
 own `ru_maxrss` (os.wait4), its time the wall clock around it.
 
-    python bench/prepare_scale.py --pairs 100000
-    python bench/prepare_scale.py --pairs 1000000 --fairseq-bin /work/peers/fairseq/bin
-    python bench/prepare_scale.py --pairs 20000000 --fairseq-bin /work/peers/fairseq/bin   # a quiet machine
+    python bench/studies/prepare_scale.py --pairs 100000
+    python bench/studies/prepare_scale.py --pairs 1000000 --fairseq-bin /work/peers/fairseq/bin
+    python bench/studies/prepare_scale.py --pairs 20000000 --fairseq-bin /work/peers/fairseq/bin   # a quiet machine
 
 Reported (one line each, then a Markdown table row): corpus generation; `heed prepare` wall time,
 sentences/s, peak RSS and size on disk; `fairseq-preprocess` likewise (with `--fairseq-bin`);
@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONSONANTS, VOWELS = "bdfgklmnprstvz", "aeiou"
 
 

@@ -1,6 +1,6 @@
 """Before and after for heed's fast paths, each on the same batches and the same weights.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/fast_paths.py [--data DIR] [--embed 64 --hidden 128]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/studies/fast_paths.py [--data DIR] [--embed 64 --hidden 128]
         [--batches 20] [--threads 1]
 
 Lengths and vocabulary sizes come from DIR/train.src and DIR/train.tgt (space-separated tokens, as
@@ -50,7 +50,7 @@ from heed.nn.build import ModelConfig, build_model
 from heed.nn.rnn.decoder import _RNNDecoder
 from heed.search import DecodeConfig, search
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: floor.py, the suite's
 from floor import corpus_lengths  # noqa: E402
 
 BATCH = 128

@@ -4,7 +4,7 @@ side's attention on the reference translations (teacher forcing) and report how 
 attention is from PyTorch's (mean |Δ| per cell, the largest, the output tokens whose most-attended
 source token moved), the AER of each side's alignment, and each side's greedy BLEU.
 
-    python bench/quantized_attention.py --model runs/demo --src data/test.src --ref data/test.ref \
+    python bench/studies/quantized_attention.py --model runs/demo --src data/test.src --ref data/test.ref \
         --gold data/test.align --tgt-units chars [--model ...]
 
 The figures are heed's own API (Translator.attention_gap, Translator.align, Translator.translate),

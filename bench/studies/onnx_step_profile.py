@@ -1,6 +1,6 @@
 """Where a batch-1 beam step's time goes, PyTorch vs. an exported model under ONNX Runtime.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/onnx_step_profile.py MODEL_DIR EXPORTED_DIR [EXPORTED_INT8_DIR]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/studies/onnx_step_profile.py MODEL_DIR EXPORTED_DIR [EXPORTED_INT8_DIR]
         --input FILE [--sentences 200] [--beam 5] [--batch 1] [--max-len 20]
 
 Decodes the first --sentences lines of --input (--batch at a time; default one at a time) with

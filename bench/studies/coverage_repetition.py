@@ -2,7 +2,7 @@
 token, decoded greedily; the repeated-token rate (heed.evaluate.repeated_token_rate) of their outputs
 with and without coverage attention (Tu et al. 2016; See et al. 2017).
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/coverage_repetition.py [--steps 150] [--seeds 3]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/studies/coverage_repetition.py [--steps 150] [--seeds 3]
         [--symbols 21 --min-len 6 --max-len 14]
 
 The task: copy a sequence of 6-14 (--min-len, --max-len) distinct symbols (of --symbols 21). The references repeat nothing, so every

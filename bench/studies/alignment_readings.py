@@ -4,7 +4,7 @@ feeding, a pre-norm and a post-norm Transformer (2 + 2 layers), each trained pla
 alignment (`train.alignment: {supervision: task}`), then scored on the 1,000 test pairs with
 Translator.align_sweep (AER in target characters) and exact match.
 
-    python bench/alignment_readings.py --out runs/readings [--seed 1] [--only rnn-feeding,...]
+    python bench/studies/alignment_readings.py --out runs/readings [--seed 1] [--only rnn-feeding,...]
         [--epochs-rnn 8] [--epochs-transformer 8] [--jobs 2]
 
 Prints one markdown table: per model, the exact match, the default reading's AER, and per weighting
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from look_inside import cpu_name
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VARIANTS = {
     "rnn-feeding": ("demo.yaml", {"model.input_feeding": "true"}),
     "rnn-no-feeding": ("demo.yaml", {"model.input_feeding": "false"}),

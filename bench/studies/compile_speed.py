@@ -3,8 +3,8 @@ eager (the hand-written input-feeding node, heed.nn.rnn.feeding, where it applie
 torch.compile (Seq2Seq.compile_teacher_forced), on the same batches, interleaved batch by batch
 so that load on a shared machine falls on both alike.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/compile_speed.py [--model compare|demo] [--steps 30]
-    OMP_NUM_THREADS=1 .venv/bin/python bench/compile_speed.py --decode MODEL_DIR --input SRC [--beam 1]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/studies/compile_speed.py [--model compare|demo] [--steps 30]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/studies/compile_speed.py --decode MODEL_DIR --input SRC [--beam 1]
 
 --model compare: bench/compare's dates model (embed 64, biLSTM 64+64, LSTM decoder 128, Luong
 general attention with input feeding, no dropout), batches of 128 sentences with bench/floor.py's
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 import floor  # noqa: E402  (bench/floor.py: the dates model's batches)
 

@@ -1,6 +1,6 @@
 """Load test of `heed serve`: throughput, latency and memory with dynamic batching on and off.
 
-    .venv/bin/python bench/serve_load.py [--model runs/demo/model] [--clients 1 8 64] [--duration 30]
+    .venv/bin/python bench/studies/serve_load.py [--model runs/demo/model] [--clients 1 8 64] [--duration 30]
         [--beam 5] [--sentences-per-request 1] [--json OUT.json] [--quick]
 
 The script starts the server itself, twice, on a free loopback port (127.0.0.1 only; nothing else

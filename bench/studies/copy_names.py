@@ -6,8 +6,8 @@ Names are rare on purpose: `data.vocab.min_freq` keeps every name out of the tar
 the model without copy can only learn to write <unk> for a name, while the pointer-generator learns
 to copy it (its reference is the name's temporary id in the extended vocabulary).
 
-    python bench/copy_names.py                      # the figures in bench/RESULTS.md
-    python bench/copy_names.py --steps 60 --seeds 1 # quicker
+    python bench/studies/copy_names.py                      # the figures in bench/RESULTS.md
+    python bench/studies/copy_names.py --steps 60 --seeds 1 # quicker
 """
 from __future__ import annotations
 

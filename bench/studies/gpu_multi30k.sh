@@ -2,12 +2,12 @@
 # The Multi30k de->en recipes on a GPU (issue 25's "where a GPU is lent"): the figures in
 # bench/RESULTS.md, section "The Transformer on a GPU", come from this script.
 #
-#   bench/gpu_multi30k.sh probe   DATA_ROOT OUT       # speed: floor (bf16, fp32) and 2 epochs of each recipe
-#   bench/gpu_multi30k.sh recipes DATA_ROOT OUT MIN   # the recipes to the end (at most MIN minutes each),
+#   bench/studies/gpu_multi30k.sh probe   DATA_ROOT OUT       # speed: floor (bf16, fp32) and 2 epochs of each recipe
+#   bench/studies/gpu_multi30k.sh recipes DATA_ROOT OUT MIN   # the recipes to the end (at most MIN minutes each),
 #                                                     # side by side, then averaged and ensembled
-#   bench/gpu_multi30k.sh sweep   DATA_ROOT OUT MIN   # three Transformer seeds and three RNN variants
-#   bench/gpu_multi30k.sh rnn     DATA_ROOT OUT MIN   # the RNN recipe: two seeds, their ensemble, five variants
-#   bench/gpu_multi30k.sh speed   DATA_ROOT OUT MIN   # the Transformer alone: bf16 / float32 / compile, decoding
+#   bench/studies/gpu_multi30k.sh sweep   DATA_ROOT OUT MIN   # three Transformer seeds and three RNN variants
+#   bench/studies/gpu_multi30k.sh rnn     DATA_ROOT OUT MIN   # the RNN recipe: two seeds, their ensemble, five variants
+#   bench/studies/gpu_multi30k.sh speed   DATA_ROOT OUT MIN   # the Transformer alone: bf16 / float32 / compile, decoding
 #
 # EXTRA adds --set options to every training (a quick check: EXTRA="--set train.max_steps=20 --set train.eval_every=10").
 # DATA_ROOT holds multi30k/{train,val}.{de,en}; OUT receives metrics, logs and the floor's JSON.

@@ -2,7 +2,7 @@
 alignments, the AER of every reading (and the diagonal), the faithfulness interventions, and how
 attention agrees with integrated-gradients attribution. Prints one markdown section per model.
 
-    python bench/look_inside.py --model runs/demo --src data/test.src --ref data/test.ref \
+    python bench/studies/look_inside.py --model runs/demo --src data/test.src --ref data/test.ref \
         --gold data/test.align --tgt-units chars [--model ...] [--attribute 100] [--seed 0]
 
 Every figure is computed by heed's own API (Translator.align_sweep, heed.explain.faithfulness,
