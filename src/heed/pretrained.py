@@ -72,11 +72,14 @@ def convert_directory(directory: Path) -> Any:
                 if recognises(directory):
                     return family.converters[kind](directory, None)
     config = read_json(directory / "config.json")
-    kind = config.get("model_type")
+    kind = config.get("model_type") if isinstance(config, dict) else None
     converters = {name: convert for family in FAMILIES.values() for name, convert in family.converters.items()}
-    if kind not in converters:
-        named = ", ".join(config.get("architectures") or []) or "unnamed"
-        raise ModelDirError(f"{directory / 'config.json'}: model_type {kind!r} ({named}) is not an architecture heed "
+    if not isinstance(kind, str) or kind not in converters:
+        architectures = config.get("architectures") if isinstance(config, dict) else None
+        names = [a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else []
+        named = ", ".join(a[:60] for a in names[:3]) or "unnamed"
+        shown = kind[:60] if isinstance(kind, str) else None
+        raise ModelDirError(f"{directory / 'config.json'}: model_type {shown!r} ({named}) is not an architecture heed "
                             f"converts; heed imports {', '.join(sorted(converters))}")
     return converters[kind](directory, config)
 
