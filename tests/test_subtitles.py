@@ -225,6 +225,27 @@ def test_a_vtt_of_dates_over_several_cues_keeps_every_cue_and_timing(dates_trans
     assert_same_cues(before, after, Layout(width=8, max_lines=3))
 
 
+@pytest.mark.parametrize("run", ["trained_run", "transformer_run"])
+def test_links_read_off_the_searchs_own_attention_are_the_forced_passs(run, request):
+    """A unit's own translation is not aligned again when the reading is the reported attention:
+    the search's attention is the forced pass's. Where own_links reads them, they are
+    translator.align's links, with beam 1 and 3; for the RNN it reads nearly all."""
+    import heed
+    from heed.markup.subtitles import own_links, target_units
+
+    translator = heed.load(str(request.getfixturevalue(run)), device="cpu")
+    options, _ = translator.default_reading(target_units(translator))
+    _, sentences = dates_srt(60, seed=8)
+    sources = [" ".join(s) for s in sentences]
+    for beam in (1, 3):
+        translations = translator.translate(sources, beam=beam)
+        aligned = translator.align(sources, [t.text for t in translations], options=options)
+        own = [own_links(translator, t, options) for t in translations]
+        assert all(o is None or sorted(o) == sorted(a.links) for o, a in zip(own, aligned))
+        if run == "trained_run":
+            assert sum(o is not None for o in own) >= 0.9 * len(own)
+
+
 @pytest.fixture(scope="module")
 def korean_dates(tiny_config, tmp_path_factory) -> Path:
     """A Luong RNN trained on 1,000 Korean and English dates (characters): Korean writes year,

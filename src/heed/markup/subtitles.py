@@ -40,7 +40,7 @@ from heed.markup.placement import Span, Units, place, unit_ranges
 from heed.plumbing.files import atomic_write_text, open_regular
 
 if TYPE_CHECKING:
-    from heed.api import Translator
+    from heed.api import Translation, Translator
     from heed.explain.align_methods import AlignOptions
 
 MAX_GAP = 1.5  # seconds: a longer pause between two cues ends the sentence
@@ -162,22 +162,33 @@ def wrap(text: str, width: int = WIDTH, max_lines: int = MAX_LINES) -> str:
 
 
 def carry_cues(translator: Translator, subs: Cues, groups: Sequence[Sequence[int]], outputs: Sequence[str], *,
-               options: AlignOptions | None = None, batch_size: int = 64) -> list[str | None]:
+               options: AlignOptions | None = None, batch_size: int = 64,
+               translations: Sequence[Translation | None] | None = None) -> list[str | None]:
     """Each cue's piece of its unit's translation (`outputs[g]` for unit `groups[g]`), unwrapped;
     None for a cue whose unit cannot be split (a translation with fewer characters than cues). The
-    units of several cues are aligned in one batched forced pass (see the module doc)."""
+    units of several cues are aligned in one batched forced pass (see the module doc), except
+    those whose `translations[g]` is the model's own translation of the unit, when the reading
+    is the attention the search reports: their links are read off the search's own attention,
+    which is that pass's attention (`own_links`)."""
     if len(groups) != len(outputs):
         raise ValueError(f"{len(groups)} units but {len(outputs)} translations")
     units_of = target_units(translator)
     if options is None:
         options, _ = translator.default_reading(units_of)
-    texts: list[str | None] = [None] * len(subs.cues)
+    sources = [" ".join(subs.cues[k].text for k in group) for group in groups]
     several = [g for g, group in enumerate(groups) if len(group) > 1 and outputs[g].strip()]
     links: dict[int, list[tuple[int, int]]] = {}
-    if several:
-        sources = [" ".join(subs.cues[k].text for k in groups[g]) for g in several]
-        aligned = translator.align(sources, [outputs[g] for g in several], options=options, batch_size=batch_size)
-        links = {g: list(a.links) for g, a in zip(several, aligned)}
+    for g in several if translations is not None else ():
+        own = translations[g]  # type: ignore[index]
+        found = own_links(translator, own, options) if own is not None and own.text == outputs[g] else None
+        if found is not None:
+            links[g] = found
+    forced = [g for g in several if g not in links]
+    if forced:
+        aligned = translator.align([sources[g] for g in forced], [outputs[g] for g in forced], options=options,
+                                   batch_size=batch_size)
+        links.update({g: list(a.links) for g, a in zip(forced, aligned)})
+    texts: list[str | None] = [None] * len(subs.cues)
     for g, group in enumerate(groups):
         pieces = split([subs.cues[k].text for k in group], outputs[g], links.get(g, []), options.tgt_units)
         if pieces is not None:
@@ -186,17 +197,41 @@ def carry_cues(translator: Translator, subs: Cues, groups: Sequence[Sequence[int
     return texts
 
 
+def own_links(translator: Translator, translation: Translation, options: AlignOptions) -> list[tuple[int, int]] | None:
+    """The links `translator.align(source, translation.text, options=options)` gives, read off the
+    attention the search recorded while writing `translation`: a forced pass over the model's own
+    output computes that same attention again (the same states, token by token). None where that
+    does not hold or cannot be checked: a reading other than the reported attention (a layer or a
+    head of a model with several, value norms, rollout), a source cut at max_src_len, or a text
+    that does not tokenize back into the tokens the search wrote."""
+    from heed.explain.forced import ForcedPair, attention_shape, links_of
+
+    layers, heads, default_layer = attention_shape(translator.model)
+    reported = options.weights == "attention" and (options.default_attention or (layers, heads) == (1, 1))
+    attention = translation.attention
+    if (not reported or attention is None or translation.truncated or not translation.tokens
+            or translator.codec.tgt_tokens(translation.text) != translation.tokens
+            or attention.shape != (len(translation.tokens) + 1, len(translation.src_tokens) + 1)):
+        return None
+    pair = ForcedPair(translation.src_tokens, translation.tokens,
+                      attention[None, None, :, : len(translation.src_tokens)])  # (1, 1, tgt_len + 1, src_len)
+    maps = pair.unit_maps(translator.codec, translation.text, options.tgt_units)
+    _, links = links_of(pair, maps, options, default_layer)
+    return list(links)
+
+
 def translate_cues(translator: Translator, subs: Cues, *, layout: Layout = Layout(),
                    options: AlignOptions | None = None, **decode: Any) -> str:
     """`subs` with every cue's text translated (see the module doc), rendered in its own format."""
     groups = units(subs.cues, layout.max_gap)
     spoken = [g for g, group in enumerate(groups) if subs.cues[group[0]].text]
     sentences = [" ".join(subs.cues[k].text for k in groups[g]) for g in spoken]
-    translated = [t.text for t in translator.translate(sentences, **decode)] if sentences else []
+    translated = translator.translate(sentences, **decode) if sentences else []
     outputs = [""] * len(groups)
-    for g, text in zip(spoken, translated):
-        outputs[g] = text
-    texts = carry_cues(translator, subs, groups, outputs, options=options)
+    own: list[Translation | None] = [None] * len(groups)
+    for g, translation in zip(spoken, translated):
+        outputs[g], own[g] = translation.text, translation
+    texts = carry_cues(translator, subs, groups, outputs, options=options, translations=own)
     lone = [k for k, text in enumerate(texts) if text is None and subs.cues[k].text]
     if lone:  # a unit whose translation has fewer characters than cues: each of its cues alone
         for k, out in zip(lone, translator.translate([subs.cues[k].text for k in lone], **decode)):
