@@ -10,7 +10,8 @@ the first character written by the first word of the next cue that writes any: "
 its recorded reading) and each boundary is right when it falls on exactly that character.
 
 Time: an SRT of `--cues` cues (dates over 1-3 cues each, 2 s between sentences) translated by
-translate_subtitles against Translator.translate of its sentences, with the same decoding.
+translate_subtitles against Translator.translate of its sentences, with the same decoding: wall
+and CPU time (the process's, steadier on a shared machine), medians of interleaved runs.
 
     python bench/subtitles_split.py runs/demo [--n 1000] [--cues 1000] [--languages ko en fr]
 """
@@ -19,11 +20,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import random
+import statistics
 import time
 from collections.abc import Sequence
 from datetime import timedelta
 
 import srt
+import torch
 
 from heed.data.dates import DATE_LANGUAGES, generate_dates_aligned
 from heed.markup.cues import read_cues
@@ -111,8 +114,10 @@ def main() -> None:
     parser.add_argument("--languages", nargs="+", default=list(DATE_LANGUAGES))
     parser.add_argument("--seed", type=int, default=20261128)
     parser.add_argument("--beam", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=3, help="timings: the best of this many")
+    parser.add_argument("--repeats", type=int, default=5, help="timings: the median of this many")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: CPU time is steadier on a shared machine)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     translator = heed.load(args.model, device="cpu")
     rng = random.Random(args.seed)
     splits, golds = generate_dates_aligned(n_train=0, n_dev=0, n_test=args.n, seed=args.seed,
@@ -137,18 +142,21 @@ def main() -> None:
     plain = [" ".join(c) for c in sentences]
     decode = {} if args.beam is None else {"beam": args.beam}
     translator.translate(plain[:64], **decode)  # warm up
-    times_plain, times_subs = [], []
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        translator.translate(plain, **decode)
-        t1 = time.perf_counter()
-        translate_subtitles(translator, text, "srt", **decode)
-        t2 = time.perf_counter()
-        times_plain.append(t1 - t0)
-        times_subs.append(t2 - t1)
-    best_plain, best_subs = min(times_plain), min(times_subs)
-    print(f"  {count} cues ({len(plain)} sentences): plain translate {best_plain:.2f} s, subtitles "
-          f"{best_subs:.2f} s = {best_subs / best_plain:.2f}x (best of {args.repeats})")
+    plain_times, subs_times = [], []
+    for _ in range(args.repeats):  # interleaved, so that a neighbour's load falls on both
+        plain_times.append(timed(lambda: translator.translate(plain, **decode)))
+        subs_times.append(timed(lambda: translate_subtitles(translator, text, "srt", **decode)))
+    for k, what in enumerate(("wall", "CPU")):
+        a, b = statistics.median(t[k] for t in plain_times), statistics.median(t[k] for t in subs_times)
+        print(f"  {count} cues ({len(plain)} sentences), {what} time, median of {args.repeats}: plain translate "
+              f"{a:.2f} s, subtitles {b:.2f} s = {b / a:.2f}x")
+
+
+def timed(work) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) of `work()`."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    work()
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 if __name__ == "__main__":

@@ -225,6 +225,14 @@ def test_a_vtt_of_dates_over_several_cues_keeps_every_cue_and_timing(dates_trans
     assert_same_cues(before, after, Layout(width=8, max_lines=3))
 
 
+def test_a_translation_shorter_than_its_cues_is_made_a_cue_at_a_time(dates_translator):
+    """Outputs of one token cannot cover a sentence of three cues: each cue is translated alone,
+    and none is left empty."""
+    text = subtitles_split.build_srt([["the 3rd", "of March", "1998"], ["12 mars 2016"]])
+    out = list(srt.parse(translate_subtitles(dates_translator, text, "srt", max_len_a=0.0, max_len_b=1)))
+    assert len(out) == 4 and all(len(s.content) == 1 for s in out), out
+
+
 @pytest.mark.parametrize("run", ["trained_run", "transformer_run"])
 def test_links_read_off_the_searchs_own_attention_are_the_forced_passs(run, request):
     """A unit's own translation is not aligned again when the reading is the reported attention:
@@ -240,7 +248,7 @@ def test_links_read_off_the_searchs_own_attention_are_the_forced_passs(run, requ
     for beam in (1, 3):
         translations = translator.translate(sources, beam=beam)
         aligned = translator.align(sources, [t.text for t in translations], options=options)
-        own = [own_links(translator, t, options) for t in translations]
+        own = own_links(translator, translations, options)
         assert all(o is None or sorted(o) == sorted(a.links) for o, a in zip(own, aligned))
         if run == "trained_run":
             assert sum(o is not None for o in own) >= 0.9 * len(own)

@@ -148,6 +148,8 @@ def wrap(text: str, width: int = WIDTH, max_lines: int = MAX_LINES) -> str:
     than a full one over a short one). A text that needs more than `max_lines` lines gets them
     (nothing is cut); a word longer than `width` stands on a line of its own."""
     text = " ".join(text.split())
+    if len(text) <= width:
+        return text
     lines = textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
     if len(lines) == 1:
         return lines[0]
@@ -175,18 +177,16 @@ def carry_cues(translator: Translator, subs: Cues, groups: Sequence[Sequence[int
     units_of = target_units(translator)
     if options is None:
         options, _ = translator.default_reading(units_of)
-    sources = [" ".join(subs.cues[k].text for k in group) for group in groups]
     several = [g for g, group in enumerate(groups) if len(group) > 1 and outputs[g].strip()]
     links: dict[int, list[tuple[int, int]]] = {}
-    for g in several if translations is not None else ():
-        own = translations[g]  # type: ignore[index]
-        found = own_links(translator, own, options) if own is not None and own.text == outputs[g] else None
-        if found is not None:
-            links[g] = found
+    if translations is not None:
+        mine = [(g, t) for g in several if (t := translations[g]) is not None and t.text == outputs[g]]
+        found = own_links(translator, [t for _, t in mine], options)
+        links.update({g: f for (g, _), f in zip(mine, found) if f is not None})
     forced = [g for g in several if g not in links]
     if forced:
-        aligned = translator.align([sources[g] for g in forced], [outputs[g] for g in forced], options=options,
-                                   batch_size=batch_size)
+        sources = [" ".join(subs.cues[k].text for k in groups[g]) for g in forced]
+        aligned = translator.align(sources, [outputs[g] for g in forced], options=options, batch_size=batch_size)
         links.update({g: list(a.links) for g, a in zip(forced, aligned)})
     texts: list[str | None] = [None] * len(subs.cues)
     for g, group in enumerate(groups):
@@ -197,27 +197,32 @@ def carry_cues(translator: Translator, subs: Cues, groups: Sequence[Sequence[int
     return texts
 
 
-def own_links(translator: Translator, translation: Translation, options: AlignOptions) -> list[tuple[int, int]] | None:
-    """The links `translator.align(source, translation.text, options=options)` gives, read off the
-    attention the search recorded while writing `translation`: a forced pass over the model's own
-    output computes that same attention again (the same states, token by token). None where that
-    does not hold or cannot be checked: a reading other than the reported attention (a layer or a
-    head of a model with several, value norms, rollout), a source cut at max_src_len, or a text
-    that does not tokenize back into the tokens the search wrote."""
+def own_links(translator: Translator, translations: Sequence[Translation], options: AlignOptions
+              ) -> list[list[tuple[int, int]] | None]:
+    """For each translation, the links `translator.align(source, translation.text, options=options)`
+    gives, read off the attention the search recorded while writing it: a forced pass over the
+    model's own output computes that same attention again (the same states, token by token). None
+    where that does not hold or cannot be checked: a reading other than the reported attention (a
+    layer or a head of a model with several, value norms, rollout), a source cut at max_src_len,
+    or a text that does not tokenize back into the tokens the search wrote."""
     from heed.explain.forced import ForcedPair, attention_shape, links_of
 
     layers, heads, default_layer = attention_shape(translator.model)
-    reported = options.weights == "attention" and (options.default_attention or (layers, heads) == (1, 1))
-    attention = translation.attention
-    if (not reported or attention is None or translation.truncated or not translation.tokens
-            or translator.codec.tgt_tokens(translation.text) != translation.tokens
-            or attention.shape != (len(translation.tokens) + 1, len(translation.src_tokens) + 1)):
-        return None
-    pair = ForcedPair(translation.src_tokens, translation.tokens,
-                      attention[None, None, :, : len(translation.src_tokens)])  # (1, 1, tgt_len + 1, src_len)
-    maps = pair.unit_maps(translator.codec, translation.text, options.tgt_units)
-    _, links = links_of(pair, maps, options, default_layer)
-    return list(links)
+    if not (options.weights == "attention" and (options.default_attention or (layers, heads) == (1, 1))):
+        return [None] * len(translations)
+    out: list[list[tuple[int, int]] | None] = []
+    for translation in translations:
+        attention = translation.attention
+        if (attention is None or translation.truncated or not translation.tokens
+                or attention.shape != (len(translation.tokens) + 1, len(translation.src_tokens) + 1)
+                or translator.codec.tgt_tokens(translation.text) != translation.tokens):
+            out.append(None)
+            continue
+        pair = ForcedPair(translation.src_tokens, translation.tokens,
+                          attention[None, None, :, : len(translation.src_tokens)])  # (1, 1, tgt_len + 1, src_len)
+        maps = pair.unit_maps(translator.codec, translation.text, options.tgt_units)
+        out.append(list(links_of(pair, maps, options, default_layer)[1]))
+    return out
 
 
 def translate_cues(translator: Translator, subs: Cues, *, layout: Layout = Layout(),
