@@ -173,6 +173,24 @@ def test_overlapping_cues_keep_their_timings_and_are_translated_apart(dates_tran
     assert [s.content.replace("\n", " ") for s in out] == [wrap(t) for t in alone]
 
 
+def test_a_vtts_header_notes_styles_identifiers_settings_and_voices_are_kept(dates_translator):
+    text = ("WEBVTT - a film\nKind: captions\n\nSTYLE\n::cue { color: yellow }\n\nNOTE checked by hand\n\n"
+            "intro\n00:00:01.000 --> 00:00:02.000 align:start line:0\n<v Anna>the 3rd <i>of March</i>\n\n"
+            "00:00:02.100 --> 00:00:03.000\n<i></i>\n")
+    out = translate_subtitles(dates_translator, text, "vtt")
+    assert out.startswith("WEBVTT - a film\nKind: captions\n\nSTYLE\n::cue { color: yellow }\n\nNOTE checked by hand\n")
+    assert "\nintro\n00:00:01.000 --> 00:00:02.000 align:start line:0\n<v Anna>" in out
+    assert out.endswith("00:00:02.100 --> 00:00:03.000\n<i></i>\n")  # no text: kept as it was
+    (first, second) = webvtt.from_string(out).captions
+    assert first.voice == "Anna" and first.text.strip() and second.raw_text == "<i></i>"
+
+
+def test_an_srt_position_code_stays_at_the_start_of_its_cue(dates_translator):
+    text = "7\n00:00:01,000 --> 00:00:02,000\n{\\an8}12 mars 2016\n"
+    (cue,) = srt.parse(translate_subtitles(dates_translator, text, "srt"))
+    assert cue.index == 7 and cue.content.startswith("{\\an8}") and len(cue.content) > len("{\\an8}")
+
+
 # ---------------------------------------------------------------- on a trained model
 
 

@@ -7,8 +7,10 @@ libraries (the `subtitles` extra): heed parses no subtitle format by hand.
 Everything but a cue's text is kept: its number (SRT) or identifier and settings (WebVTT), its
 timings, the WebVTT header, styles, regions and comments, a byte order mark and CRLF line ends.
 A cue's `text` is what is translated: its lines joined by a space, tags (`<i>`, `<v Anna>`,
-`{\\an8}`) left out and WebVTT's character references (`&amp;`) read. Overlapping cues are kept as
-they are. Malformed input is one DataError naming the file and line: not UTF-8, a timing line that
+`{\\an8}`) left out and WebVTT's character references (`&amp;`) read. Tags inside the text are not
+carried into the translation (heed.markup.placement could place them: not done yet); a leading
+position code or voice is written again before the new text, and a cue without text is kept as it
+was. Overlapping cues are kept as they are. Malformed input is one DataError naming the file and line: not UTF-8, a timing line that
 does not parse or ends before it starts, a WebVTT file without its `WEBVTT` line, no cue at all.
 """
 from __future__ import annotations
@@ -29,17 +31,22 @@ _SPACE = re.compile(r"\s+")
 _VTT_TIMING = re.compile(r"^\s*(?:\d+:)?\d{1,2}:\d{1,2}\.\d{1,3}\s*-->\s*(?:\d+:)?\d{1,2}:\d{1,2}\.\d{1,3}(?:\s|$)")
 _LOOKS_TIMED = re.compile(r"\d+:\d+[:,.]\d+")  # a line that tries to be a timing line
 _VTT_BLOCKS = ("NOTE", "STYLE", "REGION")
+_SRT_LEAD = re.compile(r"(?:\{\\[^}]*\}\s*)+")  # {\an8}: where the cue stands
+_VTT_LEAD = re.compile(r"<v(?:\.[^\s>]+)*\s+[^>]+>")  # <v Anna>: who speaks
 
 
 @dataclass(frozen=True)
 class Cue:
     """One cue: `text` to translate (one line, tags left out; "" for a cue without text), its start
-    and end in seconds, and the 1-based line of its timing line in the file (for messages)."""
+    and end in seconds, the 1-based line of its timing line in the file (for messages), and the
+    tags at its start that apply to the whole cue and are written again before its new text
+    (`lead`: SRT's position codes such as `{\\an8}`, WebVTT's voice `<v Anna>`)."""
 
     text: str
     start: float
     end: float
     line: int
+    lead: str = ""
 
 
 @dataclass
@@ -52,22 +59,26 @@ class Cues:
     bom: bool
     eol: str
 
-    def render(self, texts: Sequence[str]) -> str:
-        """The file with cue k's text replaced by `texts[k]` ("\\n" between its lines); every
-        number, identifier, timing and setting kept. Renders from a copy: call it any number of times."""
+    def render(self, texts: Sequence[str | None]) -> str:
+        """The file with cue k's text replaced by `texts[k]` ("\\n" between its lines) after the
+        cue's `lead`, or kept as it was where `texts[k]` is None; every number, identifier, timing
+        and setting kept. The parsed cues are not changed: call it any number of times."""
         if len(texts) != len(self.cues):
             raise ValueError(f"{len(self.cues)} cues but {len(texts)} texts")
         if self.kind == "srt":
             import srt
 
-            subs = [srt.Subtitle(s.index, s.start, s.end, text, s.proprietary) for s, text in zip(self.parsed, texts)]
+            subs = [srt.Subtitle(s.index, s.start, s.end, s.content if text is None else cue.lead + text, s.proprietary)
+                    for s, cue, text in zip(self.parsed, self.cues, texts)]
             out = srt.compose(subs, reindex=False, strict=False)
         else:
             captions = self.parsed.captions
             kept = [caption.lines for caption in captions]
             try:
-                for caption, text in zip(captions, texts):
-                    caption.lines = [_vtt_escape(line) for line in text.split("\n")]
+                for caption, cue, text in zip(captions, self.cues, texts):
+                    if text is not None:
+                        lines = [_vtt_escape(line) for line in text.split("\n")]
+                        caption.lines = [cue.lead + lines[0], *lines[1:]]
                 out = self.parsed.content
             finally:
                 for caption, lines in zip(captions, kept):
@@ -141,8 +152,8 @@ def _read_srt(body: str, path: str | Path | None) -> tuple[list[Any], list[Cue]]
     except (ValueError, srt.TimestampParseError) as e:
         raise DataError(f"a timing does not parse ({e})", path=path) from None
     lines = _timing_lines(body.split("\n"))
-    cues = [Cue(_plain(sub.content), _seconds(sub.start), _seconds(sub.end), lines[k] if k < len(lines) else 0)
-            for k, sub in enumerate(subs)]
+    cues = [Cue(_plain(sub.content), _seconds(sub.start), _seconds(sub.end), lines[k] if k < len(lines) else 0,
+                _lead(sub.content, _SRT_LEAD)) for k, sub in enumerate(subs)]
     return subs, cues
 
 
@@ -181,8 +192,8 @@ def _read_vtt(body: str, path: str | Path | None) -> tuple[Any, list[Cue]]:
     if len(parsed.captions) != len(timed):
         raise DataError(f"{len(timed)} timing lines but {len(parsed.captions)} cues read; "
                         "leave an empty line before each cue", path=path)
-    cues = [Cue(_plain(html.unescape(caption.text)), _vtt_seconds(caption.start), _vtt_seconds(caption.end), line)
-            for caption, line in zip(parsed.captions, timed)]
+    cues = [Cue(_plain(html.unescape(caption.text)), _vtt_seconds(caption.start), _vtt_seconds(caption.end), line,
+                _lead(caption.raw_text, _VTT_LEAD)) for caption, line in zip(parsed.captions, timed)]
     return parsed, cues
 
 
@@ -207,6 +218,12 @@ def _vtt_bad_line(lines: Sequence[str]) -> int | None:
             timed = [k for k in block[:2] if _LOOKS_TIMED.search(lines[k])]
             return (timed[0] if timed else block[0]) + 1
     return None
+
+
+def _lead(content: str, pattern: re.Pattern[str]) -> str:
+    """The tags at the start of `content` that `pattern` keeps for the whole cue ("" for none)."""
+    match = pattern.match(content.lstrip())
+    return match.group(0).strip() if match else ""
 
 
 def _plain(content: str) -> str:

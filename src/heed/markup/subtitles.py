@@ -241,8 +241,8 @@ def translate_cues(translator: Translator, subs: Cues, *, layout: Layout = Layou
     if lone:  # a unit whose translation has fewer characters than cues: each of its cues alone
         for k, out in zip(lone, translator.translate([subs.cues[k].text for k in lone], **decode)):
             texts[k] = out.text.strip() or subs.cues[k].text
-    final = [wrap(text or subs.cues[k].text, layout.width, layout.max_lines) if subs.cues[k].text else ""
-             for k, text in enumerate(texts)]
+    final = [wrap(text or subs.cues[k].text, layout.width, layout.max_lines) if subs.cues[k].text else None
+             for k, text in enumerate(texts)]  # None: a cue without text stays as it was
     return subs.render(final)
 
 
