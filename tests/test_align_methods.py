@@ -521,3 +521,120 @@ def test_without_a_recorded_reading_heed_align_reads_the_rule_measured_for_the_m
     assert rnn.recorded_reading is None  # its corpus has no dev gold
     assert rnn.default_reading() == (AlignOptions(), "the rule measured for an RNN without input feeding "
                                                      "(docs/look-inside.md, section 8)")
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "measured"])
+def test_align_beside_an_int8_export_reads_it_plainly_where_it_cannot_give_the_models_default_reading(
+        transformer_run, gold_files, tmp_path, recorded):
+    """docs/guide/looking-inside.md's `heed align runs/demo ... --beside runs/demo-int8` after `make demo` (issue 56): the
+    model's default reading (the heads training recorded, layer 0 head 0; or the measured rule's
+    value norms) is one an export cannot give: the export is read by the attention it reports, said
+    in one line, instead of the whole command failing. A reading flag the export cannot follow is
+    still refused, naming --beside."""
+    import shutil
+
+    from heed.export.onnx import export_model
+    from model_files import rehash
+
+    model = tmp_path / "model"
+    shutil.copytree(transformer_run / "model", model)
+    meta = json.loads((model / "heed.json").read_text(encoding="utf-8"))
+    meta.pop("alignment", None)
+    if recorded:
+        meta["alignment"] = {"method": "argmax", "layer": 0, "head": 0, "weights": "attention", "units": "words",
+                             "trained": True}
+    (model / "heed.json").write_text(json.dumps(meta), encoding="utf-8")
+    rehash(model)
+    int8 = export_model(model, tmp_path / "int8", int8=True)
+    files = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars",
+             "--gold", gold_files / "test.align"]
+    out = invoke("align", model, *files, "--beside", int8)
+    assert out.exit_code == 0, out.output
+    notes = [line for line in out.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and f"--beside {int8}" in notes[0] and "the attention it reports" in notes[0], out.stderr
+    assert ("layer 0, head 0" if recorded else "weighed by value norms") in notes[0]
+    alone = invoke("align", model, *files)
+    assert out.stdout.splitlines()[: 20] == alone.stdout.splitlines()[: 20]  # the model's own links are unchanged
+    assert f"beside {int8}:" in out.stderr and f"{int8} (--beside)" in out.stderr  # the links hold stdout
+    flagged = invoke("align", model, *files, "--layer", "0", "--head", "0", "--beside", int8)
+    assert_user_error(flagged, f"--beside {int8}", "PyTorch model directory")
+
+
+def test_align_help_and_sweep_name_the_reading_align_really_uses_by_default(transformer_run, gold_files):
+    """Issue 56: --help said the last layer's heads' mean, and --sweep labelled that "default", while
+    heed align reads Translator.default_reading (recorded, else the measured rule: value norms)."""
+    from heed.api import Translator
+
+    shown = " ".join(invoke("align", "--help").stdout.split()).replace("- ", "-")  # words broken at a hyphen
+    assert "aligns by default with the cross-attention of its last decoder layer" not in shown
+    assert "MeasuredReading" in shown and "value-norm-weighted attention" in shown
+    assert "Default: the model's default reading" in shown
+    reading, why = Translator.load(transformer_run).default_reading("chars")
+    assert reading.weights == "value_norm"  # no dev gold, so no recorded reading: the measured rule
+    files = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars",
+             "--gold", gold_files / "test.align"]
+    plain = invoke("align", transformer_run, *files, "-o", "/dev/null")
+    assert plain.exit_code == 0, plain.output
+    aer = next(line for line in plain.stdout.splitlines() if line.startswith("AER = ")).split()[2]
+    swept = invoke("align", transformer_run, *files, "--sweep", "--plot", gold_files.parent / "sweep-default.png")
+    assert swept.exit_code == 0, swept.output
+    default = next(line for line in swept.stdout.splitlines() if line.startswith("default: "))
+    assert default.startswith(f"default: AER = {aer} "), (default, aer)
+    assert reading.describe() in default and why in default
+
+
+def test_sweep_against_a_reference_gives_agreement_f1_by_layer_and_head(transformer_run, gold_files, tmp_path):
+    """Issue 56: --sweep needed --gold; with --reference (eflomal's, say) it gives each reading's
+    agreement F1 with those links. The model's own links of one head as the reference: that head
+    agrees 100%, and the default reading's F1 is the one `heed align --reference` prints."""
+    files = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars"]
+    reference = tmp_path / "head.align"
+    own = invoke("align", transformer_run, *files, "--layer", "0", "--head", "1", "--weights", "attention",
+                 "-o", reference)
+    assert own.exit_code == 0, own.output
+    plot = tmp_path / "f1.png"
+    swept = invoke("align", transformer_run, *files, "--reference", reference, "--sweep", "--plot", plot)
+    assert swept.exit_code == 0, swept.output
+    assert f"F1 % by decoder layer x head (argmax; 20 sentences, against {reference})" in swept.stdout
+    assert "best: F1 = 1.0000" in swept.stdout and "AER" not in swept.stdout
+    table = swept.stdout[swept.stdout.index("F1 % by decoder layer x head (argmax;"):]
+    row = next(line for line in table.splitlines() if line.strip("│┃ ").startswith("0 "))
+    assert row.replace("│", " ").split()[2] == "100.0"  # layer 0: head 0, head 1, ...
+    plain = invoke("align", transformer_run, *files, "--reference", reference, "-o", tmp_path / "default.align")
+    f1 = re.search(r"F1 (\d\.\d{4})", plain.stdout).group(1)
+    assert re.search(rf"^default: F1 = {f1} ", swept.stdout, re.M), (f1, swept.stdout)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_user_error(invoke("align", transformer_run, *files, "--sweep"), "--gold FILE", "--reference FILE")
+
+
+def test_the_sweep_heatmap_prints_one_decimal_and_has_a_colour_bar():
+    from heed.viz import aer_grid
+
+    grids = {"argmax": np.array([[0.1234, 0.5], [0.25, np.nan]]), "shift-att": np.array([[0.3, 0.2], [0.1, 0.4]])}
+    figure = aer_grid(grids, diagonal=0.6)
+    cells = {t.get_text() for ax in figure.axes[:2] for t in ax.texts}
+    assert {"12.3", "50.0", "25.0", "30.0"} <= cells
+    assert len(figure.axes) == 3 and figure.axes[2].get_ylabel().startswith("AER %")  # the colour bar's axes
+    f1 = aer_grid(grids, title="F1", lower_is_better=False)
+    assert "best 50.0" in f1.axes[0].get_title() and f1.axes[2].get_ylabel().startswith("F1 %")
+
+
+def test_align_beside_an_rnns_export_reads_its_one_attention_without_a_note(trained_run, gold_files, tmp_path):
+    """An RNN's recorded layer 0, head 0 is its one attention, which its export reports too: no note."""
+    import shutil
+
+    from heed.export.onnx import export_model
+    from model_files import rehash
+
+    model = tmp_path / "model"
+    shutil.copytree(trained_run / "model", model)
+    meta = json.loads((model / "heed.json").read_text(encoding="utf-8"))
+    meta["alignment"] = {"method": "argmax", "layer": 0, "head": 0, "weights": "attention", "units": "words",
+                         "trained": True}
+    (model / "heed.json").write_text(json.dumps(meta), encoding="utf-8")
+    rehash(model)
+    int8 = export_model(model, tmp_path / "int8", int8=True)
+    files = ["--src", gold_files / "test.src", "--tgt", gold_files / "test.tgt", "--tgt-units", "chars"]
+    out = invoke("align", model, *files, "--beside", int8)
+    assert out.exit_code == 0, out.output
+    assert "note:" not in out.stderr and f"beside {int8}:" in out.stderr

@@ -260,3 +260,113 @@ def test_stderr_lines_are_never_wrapped_when_it_is_not_a_terminal(capsys):
     line = "step 100/2000 | epoch 0.50 | loss 2.3456 | lr 1.00e-03 | 12,345 tok/s | eta 23m45s " + "x" * 120
     _stderr().print(line)
     assert capsys.readouterr().err == line + "\n"
+
+
+def test_train_names_its_model_directory_once_on_a_terminal_and_on_stdout_elsewhere(tmp_path, tiny_config):
+    """Issue 56: the run's closing line on stderr and `model written to` on stdout named the same
+    directory twice on one screen; each place (a terminal, or stdout apart from the log) gets it once."""
+    import pty
+
+    config = write_config(tmp_path / "c.yaml", tiny_config(tmp_path / "out", epochs=1))
+    model = str(tmp_path / "out" / "model")
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "heed", "train", str(config)], stdin=secondary, stdout=secondary,
+                            stderr=secondary, env={**os.environ, "COLUMNS": "300"})
+    os.close(secondary)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # EIO: the terminal's other end closed
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(primary)
+    assert proc.wait(timeout=120) == 0, screen.decode(errors="replace")
+    assert screen.decode(errors="replace").count(model) == 1, screen.decode(errors="replace")
+    piped = invoke("train", config, "--set", f"output_dir={tmp_path / 'piped'}")
+    assert piped.exit_code == 0, piped.output
+    assert piped.stdout == f"model written to {tmp_path / 'piped' / 'model'}\n"
+
+
+def test_every_route_names_the_held_out_references_test_tgt(tmp_path):
+    """Issue 56: `heed demo` wrote data/test.ref where `heed data task` and training's held-out files
+    write test.tgt; one name now, in the files and in the commands the demo suggests."""
+    from rich.console import Console
+
+    from heed.config import config_from_dict
+    from heed.demo import _write_data
+
+    cfg = config_from_dict({"data": {"task": "dates", "dates": {"n_train": 20, "n_dev": 5, "n_test": 5}},
+                            "output_dir": str(tmp_path / "demo")})
+    _, _, data_dir = _write_data(cfg, tmp_path / "demo", Console(file=open(os.devnull, "w")))
+    assert (data_dir / "test.tgt").is_file() and not (data_dir / "test.ref").exists()
+    written = invoke("data", "task", "dates", tmp_path / "task")
+    assert written.exit_code == 0 and (tmp_path / "task" / "test.tgt").is_file(), written.output
+
+
+M2M100_CODES = ("af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he "
+                "hi hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg mk ml mn mr ms my ne nl "
+                "no ns oc or pa pl ps pt ro ru sd si sk sl so sq sr ss su sv sw ta th tl tn tr uk ur uz vi wo xh yi "
+                "yo zh zu")
+
+
+@pytest.mark.parametrize("code, codes, meant", [
+    ("fr_FR", M2M100_CODES, ["fr"]), ("fr-FR", M2M100_CODES, ["fr"]), ("FR", M2M100_CODES, ["fr"]),
+    ("english", M2M100_CODES, ["en"]), ("fre", M2M100_CODES, ["fr"]),
+    ("fr", "eng_Latn fra_Latn deu_Latn zho_Hans", ["fra_Latn"]),
+    ("zh", "zho_Hans zho_Hant fra_Latn", ["zho_Hans", "zho_Hant"]),
+    ("fra_latn", "eng_Latn fra_Latn fry_Latn", ["fra_Latn"]),
+])
+def test_a_language_code_the_model_lacks_suggests_the_closest_codes(code, codes, meant):
+    """Issue 56: --src-lang fr_FR suggested "af, am, ar" (difflib found nothing, the list's start came instead)."""
+    from types import SimpleNamespace
+
+    from heed.data.tokenize import PretrainedPieces, closest_languages
+    from heed.errors import HeedError
+
+    languages = {c: f"__{c}__" for c in codes.split()}
+    assert closest_languages(code, languages) == meant
+    with pytest.raises(HeedError) as refused:
+        PretrainedPieces.for_language(SimpleNamespace(languages=languages), code)  # type: ignore[arg-type]
+    assert str(refused.value).endswith(f"did you mean {', '.join(meant)}?")
+
+
+def _every_command() -> list[tuple[str, ...]]:
+    import typer
+
+    from heed.cli import app
+
+    root = typer.main.get_command(app)
+    found = []
+    for name, command in root.commands.items():
+        found += [(name, sub) for sub in getattr(command, "commands", {})] or [(name,)]
+    return found
+
+
+def test_usage_lines_read_like_the_commands_a_person_types():
+    """Issue 56: typer wrote `heed translate [OPTIONS] {MODEL...}...`; now `heed translate MODEL... [OPTIONS]`."""
+    usages = {}
+    for command in _every_command():
+        shown = invoke(*command, "--help")
+        assert shown.exit_code == 0, shown.output
+        usages[command] = shown.stdout.splitlines()[0]
+        assert "{" not in usages[command] and usages[command].endswith("[OPTIONS]"), usages[command]
+    assert usages[("translate",)] == "Usage: heed translate MODEL... [OPTIONS]"
+    assert usages[("train",)] == "Usage: heed train CONFIG [OPTIONS]"
+    assert usages[("data", "get")] == "Usage: heed data get NAME [DIR] [OPTIONS]"
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "attention", "compare", "faithfulness"])
+def test_the_decode_flags_stand_under_their_own_heading_after_the_commands_own(command):
+    """Issue 56: the 15 decode flags buried each command's own flags in one list."""
+    from heed.cli.decode_flags import DECODE_FLAG, DECODE_PANEL
+
+    lines = invoke(command, "--help", env={"COLUMNS": "200"}).stdout.splitlines()
+    own, decoding = lines.index("Options:"), lines.index(f"{DECODE_PANEL}:")
+    assert own < decoding
+    flags = [line.split()[0] for line in lines[own + 1:] if line.startswith("  -")]
+    between = [line.split()[0] for line in lines[own + 1:decoding] if line.startswith("  -")]
+    assert "--help" in between and not set(DECODE_FLAG.values()) & set(between)
+    assert set(DECODE_FLAG.values()) <= set(flags)

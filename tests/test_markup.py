@@ -15,8 +15,8 @@ from lxml import etree, html
 
 from heed.markup import MarkupError, Span, parse, place
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import markup_dates  # noqa: E402  (the benchmark's gold by construction, shared with the test)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "studies"))
+import markup_dates
 
 # ---------------------------------------------------------------- placement
 
@@ -121,8 +121,10 @@ def test_entities_and_cdata_come_back_escaped():
 
 
 def test_malformed_xml_is_one_line_naming_the_line_and_column():
-    with pytest.raises(MarkupError, match=r"line 1, column \d+: not well-formed XML"):
+    with pytest.raises(MarkupError, match=r"^column \d+: not well-formed XML"):
         parse("<a>one <b>two</a>", "xml")
+    with pytest.raises(MarkupError, match=r"^line 2, column \d+: not well-formed XML"):
+        parse("<a>one\n<b>two</a>", "xml")
 
 
 @pytest.mark.parametrize("kind", ["xml", "html"])
@@ -238,7 +240,7 @@ def dates_rnn(tiny_config, tmp_path_factory) -> Path:
 def test_tags_around_a_dates_fields_land_on_its_output_characters(dates_rnn):
     """Projected onto the reference (a forced pass, the model's reading), each tag around a day,
     month or year wraps exactly the characters that field writes, for most tags; every output
-    parses. bench/markup_dates.py measures the demo model (bench/RESULTS.md)."""
+    parses. bench/studies/markup_dates.py measures the demo model (bench/RESULTS.md)."""
     import heed
     from heed.data.dates import generate_dates_aligned
     from heed.markup import carry_many
@@ -254,3 +256,52 @@ def test_tags_around_a_dates_fields_land_on_its_output_characters(dates_rnn):
         right += sum(got.get(tag) == span for tag, span in gold)
         total += len(gold)
     assert right / total >= 0.75, (right, total)  # 88.3% (438 of 496) on an AMD EPYC Zen 5
+
+
+# ---------------------------------------------------------------- heed markup
+
+
+def test_heed_markup_translates_and_projects_onto_given_translations(dates_rnn, tmp_path):
+    from cli_helpers import invoke
+
+    src = tmp_path / "tagged.src"
+    src.write_text('<b>27</b> <i>mars</i> <u>2016</u>\nMarch <a href="/x" onclick="f()">4</a>, 2001\n',
+                   encoding="utf-8")
+    tgt = tmp_path / "plain.tgt"
+    tgt.write_text("2016-03-27\n2001-03-04\n", encoding="utf-8")
+    projected = invoke("markup", dates_rnn, "--src", src, "--tgt", tgt, "--format", "xml", "-o", tmp_path / "out")
+    assert projected.exit_code == 0, projected.output
+    lines = (tmp_path / "out").read_text(encoding="utf-8").splitlines()
+    # the given translations, untouched, with the source's tags (where: the gold test above measures)
+    assert ["".join(etree.fromstring(f"<r>{line}</r>").itertext()) for line in lines] == ["2016-03-27", "2001-03-04"]
+    assert sorted(tag for tag, _ in markup_dates.placed_tags(lines[0])) == ["b", "i", "u"]
+    assert '<a href="/x" onclick="f()">' in lines[1]
+    translated = invoke("markup", dates_rnn, "--src", src, "--beam", "2")
+    assert translated.exit_code == 0, translated.output
+    assert len(translated.stdout.splitlines()) == 2 and "<u>" in translated.stdout
+    same = invoke("translate", dates_rnn, "--input", src, "--format", "html", "--beam", "2")
+    assert same.exit_code == 0 and same.stdout == translated.stdout, same.output
+
+
+@pytest.mark.parametrize("lines, tgt_lines, args, expect", [
+    (["<a>one <b>two</a>"], None, ["--format", "xml"], "line 1: column"),
+    (["<p>one</p><p>two</p>"], ["un"], [], "line 1 holds 2 blocks"),
+    (["one", "two"], ["un"], [], "1 lines, but"),
+    (["one"], None, ["--format", "pdf"], "--format 'pdf'"),
+    (["one"], None, ["--translate-with", "--format", "xml", "--n-best", "2", "--beam", "2"], "not with --n-best"),
+])
+def test_heed_markup_bad_input_is_one_line_and_writes_nothing(dates_rnn, tmp_path, lines, tgt_lines, args, expect):
+    from cli_helpers import assert_user_error, invoke
+
+    src = tmp_path / "in.src"
+    src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    extra = []
+    if tgt_lines is not None:
+        (tmp_path / "in.tgt").write_text("".join(line + "\n" for line in tgt_lines), encoding="utf-8")
+        extra = ["--tgt", tmp_path / "in.tgt"]
+    if args and args[0] == "--translate-with":
+        result = invoke("translate", dates_rnn, "--input", src, *args[1:], "-o", tmp_path / "out")
+    else:
+        result = invoke("markup", dates_rnn, "--src", src, *extra, *args, "-o", tmp_path / "out")
+    assert_user_error(result, expect)
+    assert not (tmp_path / "out").exists()

@@ -2,7 +2,7 @@
 heed.markup.cues): which cues make a sentence, where a translation is cut for a given alignment,
 how a cue is wrapped, the formats' bad inputs, and the whole path on trained models: a tiny dates
 model (structure), one trained on Korean and English dates (the cuts against a gold by
-construction, shared with bench/subtitles_split.py) and Multi30k's val sentences (structure)."""
+construction, shared with bench/studies/subtitles_split.py) and Multi30k's val sentences (structure)."""
 from __future__ import annotations
 
 import itertools
@@ -28,7 +28,7 @@ from heed.markup.subtitles import (
     wrap,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "studies"))
 import subtitles_split  # the benchmark's gold by construction, shared with the test
 
 
@@ -296,7 +296,7 @@ def korean_dates(tiny_config, tmp_path_factory) -> Path:
 def test_cues_are_cut_where_the_gold_says_for_most_boundaries(korean_dates):
     """The reference translations of Korean dates cut into 2-3 cues, split by the
     model's alignment: the share of boundaries on exactly the gold character.
-    bench/subtitles_split.py measures the demo model (bench/RESULTS.md)."""
+    bench/studies/subtitles_split.py measures the demo model (bench/RESULTS.md)."""
     import heed
     from heed.data.dates import generate_dates_aligned
 

@@ -12,8 +12,12 @@ script imports torch, the new environment reuses that build. torch and the distr
 requires (sympy, nvidia-*, triton, ...) are linked, one symlink per top-level entry, into
 `VENV/system-torch/`, which a `.pth` file appends to the environment's path. pip inside the
 environment sees them as installed, so `torch>=2.1` is satisfied without a download; a package it
-installs itself comes first on the path. Without a system torch, the Makefile installs the CPU
-build of torch 2.13.0 into the environment instead.
+installs itself comes first on the path. Without a system torch, the Makefile runs
+`pip install torch==2.13.0` in the environment instead: from PyPI on Linux x86_64 that is the CUDA
+build, with several GB of nvidia-* packages; it is the CPU build only where pip finds one first (the
+CPU index, `--index-url https://download.pytorch.org/whl/cpu`, or a local CPU wheel pip is set up to
+use, as on this project's machines). For the CPU build anywhere, run this script, install torch from
+the CPU index into the environment, then `make`: it keeps that torch.
 
 An environment made the old way (with `--system-site-packages`) is replaced.
 """

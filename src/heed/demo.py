@@ -139,9 +139,9 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
         raise HeedError(f"{find_demo_config()}: the demo needs data.task: dates")
     console.rule("[bold]1. data: the dates task")
     splits, golds, data_dir = _write_data(cfg, output_dir, console)
-    from heed.nn.build import FAMILIES
+    from heed.nn.families import family
 
-    console.rule(f"[bold]2. training ({FAMILIES[cfg.model.family].describe(cfg.model)})")
+    console.rule(f"[bold]2. training ({family(cfg.model.family).describe(cfg.model)})")
     train(cfg, console=console, progress=progress)
     console.rule("[bold]3. held-out test set")
     translator = Translator.load(output_dir)
@@ -156,7 +156,7 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
 
 def _write_data(cfg: Config, output_dir: Path, console: Console) -> tuple[Any, Any, Path]:
     """Step 1: the dates task's splits and their gold alignments, written to OUTPUT_DIR/data (with
-    test.src, test.ref and test.align for the commands the demo suggests); returns them and the directory."""
+    test.src, test.tgt and test.align for the commands the demo suggests); returns them and the directory."""
     from heed.data.dates import generate_dates_aligned, write_splits
     from heed.data.pharaoh import gold_pharaoh
 
@@ -166,7 +166,7 @@ def _write_data(cfg: Config, output_dir: Path, console: Console) -> tuple[Any, A
     data_dir = output_dir / "data"
     write_splits(splits, data_dir)
     atomic_write_text(data_dir / "test.src", "".join(p.src + "\n" for p in splits.test))
-    atomic_write_text(data_dir / "test.ref", "".join(p.tgt + "\n" for p in splits.test))
+    atomic_write_text(data_dir / "test.tgt", "".join(p.tgt + "\n" for p in splits.test))
     atomic_write_text(data_dir / "test.align", "".join(gold_pharaoh(*g) + "\n" for g in golds.test))
     console.print(f"{len(splits.train):,} train / {len(splits.dev):,} dev / {len(splits.test):,} test pairs in "
                   f"{', '.join(d.languages)} (written to {data_dir}), e.g.")
@@ -229,7 +229,7 @@ def _say_what_next(output_dir: Path, data_dir: Path, seconds: float, console: Co
                   f"(the task's range). Try:\n"
                   f"  {heed} translate {q(str(output_dir))} <<< 'le 14 juillet 1989'\n"
                   f"  {heed} evaluate {q(str(output_dir))} --src {q(str(data_dir / 'test.src'))} "
-                  f"--ref {q(str(data_dir / 'test.ref'))}\n"
+                  f"--ref {q(str(data_dir / 'test.tgt'))}\n"
                   f"  {heed} align {q(str(output_dir))} --src {q(str(data_dir / 'test.src'))} "
-                  f"--tgt {q(str(data_dir / 'test.ref'))} --tgt-units chars --gold {q(str(data_dir / 'test.align'))} "
+                  f"--tgt {q(str(data_dir / 'test.tgt'))} --tgt-units chars --gold {q(str(data_dir / 'test.align'))} "
                   f"-o {q(str(data_dir / 'test.hyp.align'))}", soft_wrap=True, markup=False)

@@ -559,15 +559,18 @@ def length_plot(table: dict[str, Sequence[tuple[str, float]]], *, metric: str = 
     return fig
 
 
-def aer_grid(grids: dict[str, np.ndarray], *, diagonal: float | None = None, title: str = "AER") -> Figure:
-    """One heatmap per method of AER by decoder layer (rows) and head (columns), the last row the
-    mean of the layers and the last column the mean of the heads (heed.explain.forced.SweepResult.grid).
+def aer_grid(grids: dict[str, np.ndarray], *, diagonal: float | None = None, title: str = "AER",
+             lower_is_better: bool = True) -> Figure:
+    """One heatmap per method of AER (or another score, `title`: agreement F1) by decoder layer
+    (rows) and head (columns), the last row the mean of the layers and the last column the mean of
+    the heads (heed.explain.forced.SweepResult.grid), and one colour bar in % for all of them.
 
     `grids`: `{reading: (layers + 1, heads + 1)}` in 0-1 ("argmax", "shift-att", "argmax, value
-    norms", ...; "shift" is shown as shift-att); cells are printed in %, NaN cells left blank (a
-    reading that mixes the heads has only the mean column),
-    darker is better (lower). `diagonal`: the no-model baseline's AER, in every panel's title and
-    the top of the colour scale (a cell as bright as it reads attention no better than the diagonal)."""
+    norms", ...; "shift" is shown as shift-att); cells are printed in % with one decimal, NaN cells
+    left blank (a reading that mixes the heads has only the mean column). For AER darker is better
+    (lower); with `lower_is_better` False (F1) brighter is. `diagonal`: the no-model baseline's
+    score, in every panel's title and within the colour scale (for AER its top: a cell as bright
+    reads attention no better than the diagonal)."""
     if not grids:
         raise ValueError("aer_grid needs at least one method's grid")
     shapes = {g.shape for g in grids.values()}
@@ -579,26 +582,29 @@ def aer_grid(grids: dict[str, np.ndarray], *, diagonal: float | None = None, tit
     top = max([*(float(np.nanmax(g)) for g in grids.values()), diagonal or 0.0, 1e-6])
     across = min(len(grids), 2 if len(grids) % 2 == 0 and len(grids) > 4 else 4)  # a row per weighting past 4
     down = math.ceil(len(grids) / across)
-    fig = _new_figure(across * (cols * cell + 1.6) + 0.6, down * (rows * cell + 1.5))
+    fig = _new_figure(across * (cols * cell + 1.6) + 1.4, down * (rows * cell + 1.5))
     axes = fig.subplots(down, across, squeeze=False).ravel()
     for ax in axes[len(grids):]:
         ax.set_visible(False)
     for ax, (method, grid) in zip(axes, grids.items()):
-        ax.imshow(grid, cmap="viridis", vmin=0.0, vmax=top, aspect="equal")
+        image = ax.imshow(100 * grid, cmap="viridis", vmin=0.0, vmax=100 * top, aspect="equal")
         for r in range(rows):
             for c in range(cols):
                 if np.isnan(grid[r, c]):  # a reading with no head of its own (rollout, ALTI+)
                     continue
-                ax.text(c, r, f"{100 * grid[r, c]:.0f}", ha="center", va="center", fontsize=7,
+                ax.text(c, r, f"{100 * grid[r, c]:.1f}", ha="center", va="center", fontsize=6,
                         color="white" if grid[r, c] < 0.6 * top else "black", fontfamily=family)
         ax.set_xticks(range(cols), [*map(str, range(cols - 1)), "mean"], fontsize=8, fontfamily=family)
         ax.set_yticks(range(rows), [*map(str, range(rows - 1)), "mean"], fontsize=8, fontfamily=family)
         ax.set_xlabel("head", fontfamily=family)
         ax.set_ylabel("decoder layer", fontfamily=family)
         name = "shift-att" if method == "shift" else method
-        best = f"best {100 * np.nanmin(grid):.1f}"
+        best = f"best {100 * (np.nanmin(grid) if lower_is_better else np.nanmax(grid)):.1f}"
         base = f", diagonal {100 * diagonal:.1f}" if diagonal is not None else ""
         ax.set_title(f"{title} % ({name})\n{best}{base}", fontsize=9, fontfamily=family)
+    _colorbar(fig, image, list(axes[:len(grids)]), f"{title} %" + (" (lower is better)" if lower_is_better
+                                                                  else " (higher is better)"),
+              fraction=0.03, pad=0.02, aspect=30)
     return fig
 
 

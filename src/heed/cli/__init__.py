@@ -8,23 +8,26 @@ heed.train, heed.api, heed.explain, heed.serve, heed.export or heed.data.
     translate     translate, evaluate, compare
     explain       attention, align, attribute, faithfulness
     lens          lens (each decoder layer read through the output layer)
+    markup        markup (inline HTML/XML tags carried across by the alignment)
     serve, export, data
     pretrained    import (a pretrained translator)
 
 The commands are registered here, in the order `heed --help` lists them.
 """
-from heed.cli import data, explain, export, lens, pretrained, serve, train, translate
-from heed.cli.app import app, main
+from heed.cli import data, explain, export, lens, markup, pretrained, serve, train, translate
+from heed.cli.app import HeedCommand, app, main
 
 COMMANDS = (
     (train.train, None), (train.prepare, None), (translate.translate, None), (translate.evaluate, None),
     (explain.attention, None), (explain.align, None), (explain.attribute, None), (lens.lens, None),
-    (explain.faithfulness_command, "faithfulness"), (translate.compare, None), (serve.serve, None),
+    (explain.faithfulness_command, "faithfulness"), (markup.markup_command, "markup"), (translate.compare, None), (serve.serve, None),
     (train.average, None), (train.config_command, "config"), (export.export_command, "export"),
     (pretrained.import_command, "import"), (train.demo, None),
 )
 for command, name in COMMANDS:
-    app.command(name)(command)
+    app.command(name, cls=HeedCommand)(command)
+for registered in data.data_app.registered_commands:
+    registered.cls = HeedCommand
 app.add_typer(data.data_app)
 
 __all__ = ["app", "main"]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, Optional, TypeVar
 
 import typer
+import typer.core
 from rich.console import Console
 
 import heed
@@ -26,6 +27,47 @@ app = typer.Typer(
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+OPTIONS_PANEL = "Options"
+
+
+class HeedCommand(typer.core.TyperCommand):
+    """Every heed command's click class (cli/__init__.py gives it to each): a usage line that reads
+    like `heed translate MODEL... [OPTIONS]` (typer's own writes `[OPTIONS] {MODEL...}...`), and the
+    options in sections by their rich_help_panel, the command's own first under "Options" and a
+    group such as the decode flags under its heading after (typer's plain help, rich_markup_mode
+    None, puts every option in one list)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = []
+        for param in self.get_params(ctx):
+            if param.param_type_name != "argument":  # typer's TyperArgument is no click.Argument
+                continue
+            name = (param.metavar or param.name or "").upper()
+            if param.nargs != 1 and not name.endswith("..."):
+                name += "..."
+            pieces.append(name if param.required else f"[{name}]")
+        return [*pieces, *([self.options_metavar] if self.options_metavar else [])]
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        arguments: list[tuple[str, str]] = []
+        panels: dict[str, list[tuple[str, str]]] = {OPTIONS_PANEL: []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                arguments.append(record)
+            else:
+                panels.setdefault(getattr(param, "rich_help_panel", None) or OPTIONS_PANEL, []).append(record)
+        if arguments:
+            with formatter.section("Arguments"):
+                formatter.write_dl(arguments)
+        for heading, records in panels.items():
+            if records:
+                with formatter.section(heading):
+                    formatter.write_dl(records)
 
 
 USER_ERROR = 2

@@ -25,10 +25,14 @@ REPLACE_UNK_HELP = ("Replace each <unk> in the output by the source token it att
 DICTIONARY_HELP = "A source<TAB>target word list for --replace-unk (implies it); first entry wins."
 
 
-BF16_HELP = ("Decode in bfloat16: for batches of a large model on a GPU. On the CPU it was slower everywhere "
-             "measured (a 3+3-layer Transformer of 256: half the speed at batch 64 on an Intel Xeon without native "
-             "bf16; on one with AMX, 156 against float32's 197 sentences/s); measure before you use it there. The "
-             "outputs may differ a little from float32's.")
+# What the flag does; how fast it was where (slower on every CPU measured) is in bench/RESULTS.md,
+# "bf16 decoding", where a figure keeps its CPU and date.
+BF16_HELP = ("Decode in bfloat16 (weights cast once, products under autocast, scores in float32): meant for "
+             "batches of a large model on a GPU; on a CPU, measure before you use it. The outputs may differ a "
+             "little from float32's.")
+
+
+DECODE_PANEL = "Decoding options"  # the heading the decode flags stand under in --help, after a command's own
 
 
 # The one thing written here by hand: each DecodeConfig field's flag (with its --no- form for a switch).
@@ -86,7 +90,7 @@ def decode_options(command: F) -> F:
     command takes a keyword-only `decode`: {DecodeConfig field: value} of the flags given."""
     flags = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
                                default=typer.Option(None, flag, help=f"{help} Default: the model's decode config.",
-                                                    show_default=False))
+                                                    show_default=False, rich_help_panel=DECODE_PANEL))
              for field, flag, kind, help in decode_flags()]
     return flags_in_place(command, "decode", flags, lambda given: {k: v for k, v in given.items() if v is not None})
 

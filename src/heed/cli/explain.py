@@ -6,7 +6,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional
 
 import typer
 from rich.console import Console
@@ -15,6 +15,9 @@ from heed.cli.app import escape, friendly_errors, language_options, stderr, with
 from heed.cli.decode_flags import decode_options, resolve_decode
 from heed.cli.io import (
     check_figure_path,
+    cut_long_texts,
+    given_files,
+    lines_named,
     print_table,
     read_lines,
     read_sources,
@@ -192,6 +195,7 @@ def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int,
         raise HeedError("the sentence is empty: give a source sentence to follow over training")
     final = Translator.load(final_model(run), device=device)
     if target is not None:  # a token the model does not know is refused, as translate's --prefix is
+        target = cut_long_texts(final, [target], "--tgt")[0]
         try:
             final.forced_pairs([sentence], [target], empty="give a source sentence to follow over training")
         except HeedError as e:
@@ -259,15 +263,16 @@ class SymmetrizeHow(str, enum.Enum):
 
 
 METHOD_OPTION = typer.Option(None, "--method", help="argmax: link each target word by the step that predicts it; "
-                             "shift: by the step that reads it as input (shift-att, Chen et al. 2020). Default: "
-                             "argmax, or the reading training found best on its dev gold.")
+                             "shift: by the step that reads it as input (shift-att, Chen et al. 2020). Default: the "
+                             "model's default reading: the method training recorded, else argmax.")
 WEIGHTS_OPTION = typer.Option(None, "--weights", help="attention: the weights as they are; value-norm: each weight "
                               "times the norm of what its source word adds through its head (Kobayashi et al. 2020); "
                               "rollout: attention rolled out through every layer with the residual (Abnar & Zuidema "
                               "2020); alti: ALTI+, each source token's contribution through every layer (Ferrando et "
                               "al. 2022). All but attention read contributions and need a Transformer model "
-                              "directory; rollout and alti mix the heads (--layer, no --head). Default: attention, or "
-                              "the reading training found best on its dev gold.")
+                              "directory; rollout and alti mix the heads (--layer, no --head). Default: the model's "
+                              "default reading: the weights training recorded, else the measured rule's (value-norm "
+                              "for a Transformer model directory, attention for an RNN, an ensemble or an export).")
 SYMMETRIZE_OPTION = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="With --reverse: keep links both "
                                  "agree on (intersect), either has (union), or grow-diag-final-and (Koehn et al. 2005).")
 
@@ -284,11 +289,13 @@ def align(
                                         "baseline's."),
     method: Optional[AlignMethod] = METHOD_OPTION,
     layer: Optional[str] = typer.Option(None, "--layer", help="Decoder layer to read (0-based) or 'mean' for all "
-                                        "layers' average. Default: the last (a Transformer) or the only one (an RNN), or "
-                                        "the reading training recorded."),
+                                        "layers' average. Default: the model's default reading: the layer training "
+                                        "recorded, else the measured rule's (a pre-norm Transformer's second-to-last, "
+                                        "a post-norm one's mean of all layers, an RNN's only one; an ensemble's or "
+                                        "export's reported attention, its last)."),
     head: Optional[str] = typer.Option(None, "--head", help="Attention head (0-based), heads joined by commas (0,3: "
-                                       "their mean), or 'mean'. Default: the mean of the layer's heads, or the heads "
-                                       "guided alignment trained."),
+                                       "their mean), or 'mean'. Default: the heads guided alignment trained, else the "
+                                       "mean of the layer's heads."),
     weights: Optional[AlignWeights] = WEIGHTS_OPTION,
     tgt_units: AlignUnits = typer.Option(AlignUnits.words, "--tgt-units", help="Target positions in whitespace words, "
                                          "or in characters (spaces not counted; the dates task's gold is so)."),
@@ -303,7 +310,9 @@ def align(
                                           "int8 export of this one): its attention read on the same pairs, the mean "
                                           "|difference| per cell and the links that differ (and its AER with --gold)."),
     sweep_all: bool = typer.Option(False, "--sweep", help="With --gold: the AER of every method x layer x head (and "
-                                   "their means) as a table and a heatmap (--plot), instead of writing alignments."),
+                                   "their means) as a table and a heatmap (--plot), beside the default reading's, "
+                                   "instead of writing alignments; with --reference: the agreement F1 with its links "
+                                   "the same way (with both: both, the F1 heatmap in PLOT-f1)."),
     plot: Path = typer.Option(Path("aer_sweep.png"), "--plot", help="With --sweep: the heatmap's file (.png, .svg, .pdf)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
@@ -317,11 +326,16 @@ def align(
     One Pharaoh line per sentence pair: "i-j" links, i a 0-based word of the source, j of the target,
     words being the whitespace-separated words whatever the model's tokens (subword and character
     attention is summed over each source word's pieces and averaged over each target word's); with
-    --tgt-units chars, j counts the target's characters. A Transformer aligns by default with the
-    cross-attention of its last decoder layer, averaged over the heads, unless training recorded a
-    reading: the heads guided alignment trained (train.alignment), or the best of every reading
-    scored on a dev gold. --layer, --head, --method and --weights choose another reading, and
-    --sweep --gold scores them all. With --gold the alignment error rate goes to stdout, or to
+    --tgt-units chars, j counts the target's characters.
+
+    The default reading (Translator.default_reading; stderr names it): the one training recorded
+    (the heads guided alignment trained, train.alignment, or the best reading scored on a dev
+    gold), else the rule measured for the model's kind (MeasuredReading, docs/look-inside.md,
+    section 8): argmax of value-norm-weighted attention, of the second-to-last decoder layer for a
+    pre-norm Transformer and of the mean of all layers for a post-norm one; argmax of an RNN's
+    attention as it is; an ensemble's or an export's reported attention (the last layer's heads
+    averaged). --layer, --head, --method and --weights choose another reading, and --sweep --gold
+    scores them all. With --gold the alignment error rate goes to stdout, or to
     stderr when the alignments do, beside the diagonal baseline (target word j -> source word
     round(j*|src|/|tgt|)), which a useful reading must beat. --beside OTHER reads the pairs with
     another model (its int8 export, say) and says how far its attention and links are."""
@@ -337,12 +351,21 @@ def align(
     units = [(len(p.src.split()), unit_count(p.tgt, options.tgt_units)) for p in pairs]
     golden, theirs = _read_golds(gold, reference, units, options.tgt_units, sides=f"{src} and {tgt}")
     translator = Translator.load(model, device=device, **languages)
+    # Cut after the gold is read against the whole pairs: its links past a cut count as missed.
+    src_texts = cut_long_texts(translator, src_texts, str(src), side="src")
+    tgt_texts = cut_long_texts(translator, tgt_texts, str(tgt))
     options = _recorded_reading_of(translator, options, given=(method, layer, head, weights))
     other = None if beside is None else with_pair(Translator.load(beside, device=device), languages)
     if sweep_all:
-        assert golden is not None
-        _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
-                                            batch_size=batch_size), plot, len(pairs))
+        default = translator.default_reading(options.tgt_units)
+        if golden is not None:
+            _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
+                                                batch_size=batch_size), plot, len(pairs), default=default)
+        if theirs is not None:  # F1 against another aligner's links = 1 - AER with them as sure and possible
+            f1_plot = plot if golden is None else plot.with_name(f"{plot.stem}-f1{plot.suffix}")
+            _print_sweep(translator.align_sweep(src_texts, tgt_texts, theirs, theirs, tgt_units=options.tgt_units,
+                                                batch_size=batch_size), f1_plot, len(pairs), default=default,
+                         measure=SweepMeasure("F1", f", against {reference}", False))
         return
     links = _align_all(translator, src_texts, tgt_texts, options, batch_size=batch_size, progress=progress)
     what = options.describe(attention_shape(translator.model)[:2])
@@ -351,8 +374,13 @@ def align(
                              device=device, languages=languages)
         what += f", {symmetrize.value} with {reverse}"
     _write_lines([_pharaoh_line(link_set) + "\n" for link_set in links], output)
-    besides = None if other is None else _beside(translator, other, links, src_texts, tgt_texts, options,
-                                                 batch_size=batch_size, name=str(beside), err=output is None)
+    besides = None
+    if other is not None:
+        assert beside is not None
+        chosen = not any(flag is not None for flag in (method, layer, head, weights))
+        besides = _beside(translator, other, links, src_texts, tgt_texts,
+                          _reading_beside(translator, other, options, name=str(beside), default=chosen),
+                          batch_size=batch_size, name=str(beside), err=output is None)
     _print_scores(links, units, what, golden, (reference, theirs), (beside, besides), err=output is None)
 
 
@@ -369,8 +397,9 @@ def _align_options(method: Optional[AlignMethod], layer: Optional[str], head: Op
                                weights=(weights or AlignWeights.attention).reading)
     except ValueError as e:
         raise HeedError(str(e)) from None
-    if sweep_all and gold is None:
-        raise HeedError("--sweep scores against gold alignments: give --gold FILE")
+    if sweep_all and gold is None and reference is None:
+        raise HeedError("--sweep scores every reading against gold alignments (--gold FILE: AER) or another "
+                        "aligner's (--reference FILE: agreement F1); give one or both")
     if sweep_all and (reverse is not None or output is not None):
         raise HeedError("--sweep prints AER and writes no alignments: leave out --reverse and --output")
     if reverse is not None and options.tgt_units != "words":
@@ -421,6 +450,35 @@ def _recorded_reading_of(translator: "Translator", options: "AlignOptions", *, g
     stderr().print(f"reading: {chosen.describe(translator.model.head_grid)}, {why}; "
                    "--method, --layer, --head or --weights read another way", soft_wrap=True)
     return chosen
+
+
+def _reading_beside(translator: "Translator", other: "Translator", options: "AlignOptions", *, name: str,
+                    default: bool) -> "AlignOptions":
+    """The reading --beside's model `other` is read with: `options` where it can give them; else, for the
+    model's default reading (`default`: no reading flag given; the one training recorded, or the rule
+    measured), the attention `other` reports (an export's, an ensemble's: its heads averaged), said in
+    one line on stderr unless it is the same attention (an RNN's one head). A reading flag `other`
+    cannot follow is a HeedError naming --beside."""
+    from heed.explain.align_methods import AlignOptions, check_selection
+    from heed.explain.forced import attention_shape, check_weights
+
+    plain = AlignOptions(method=options.method, tgt_units=options.tgt_units)
+    grid = attention_shape(translator.model)[:2]
+    if grid == (1, 1) and options.weights == "attention":
+        return plain  # layer 0, head 0 of one attention is the attention every model reports
+    heads = not options.default_attention
+    try:
+        check_weights(other.model, options.weights, heads=heads)  # type: ignore[arg-type]
+        if heads:
+            check_selection(options, *attention_shape(other.model)[:2])
+        return options
+    except ValueError as e:
+        if not default:
+            raise HeedError(f"--beside {name}: {e}") from None
+    stderr().print(f"note: --beside {name} cannot give this model's reading ({options.describe(grid)}); it is read "
+                   f"by the attention it reports ({'shift-att' if plain.method == 'shift' else 'argmax'})",
+                   markup=False, soft_wrap=True)
+    return plain
 
 
 def _symmetrized(links: list[set[tuple[int, int]]], reverse: Path, src_texts: list[str], tgt_texts: list[str],
@@ -515,15 +573,19 @@ def attribute(
     others = _contrasts(contrast, contrast_file, len(sources), plot=plot, src=src)
     translator = Translator.load(model, device=device, **languages)
     warn_long_sources(translator, sources, str(src))
+    if targets is not None:
+        targets = cut_long_texts(translator, targets, str(tgt))
     if others is not None:
+        others = cut_long_texts(translator, others, "--contrast" if contrast is not None else str(contrast_file))
         _contrast(translator, sources, targets, others, method=method.value, steps=steps, output=output,
-                  progress=progress)
+                  progress=progress, files=given_files(src, tgt))
         return
     results = []
     with Progress("sentences attributed", total=len(sources), enabled=progress) as bar:
         for k, source in enumerate(sources):
-            results += translator.attribute([source], None if targets is None else [targets[k]], method=method.value,
-                                            steps=steps)
+            with lines_named(given_files(src, tgt), first=k + 1):
+                results += translator.attribute([source], None if targets is None else [targets[k]],
+                                                method=method.value, steps=steps)
             bar.advance(1)
     import json
 
@@ -589,8 +651,9 @@ def _contrasts(contrast: Optional[str], contrast_file: Optional[Path], sources: 
 
 
 def _contrast(translator: "Translator", sources: list[str], targets: Optional[list[str]], others: list[str], *,
-              method: str, steps: int, output: Path, progress: Optional[bool]) -> None:
-    """`heed attribute --contrast`: every sentence's Contrast to the JSON, a line each on stdout."""
+              method: str, steps: int, output: Path, progress: Optional[bool], files: dict[str, str]) -> None:
+    """`heed attribute --contrast`: every sentence's Contrast to the JSON, a line each on stdout;
+    `files` names the files of src_texts and tgt_texts for errors."""
     import json
 
     import numpy as np
@@ -599,8 +662,9 @@ def _contrast(translator: "Translator", sources: list[str], targets: Optional[li
     with Progress("sentences contrasted", total=len(sources), enabled=progress) as bar:
         for k, source in enumerate(sources):
             try:
-                results += translator.contrast([source], [others[k]], None if targets is None else [targets[k]],
-                                               method=method, steps=steps)  # type: ignore[arg-type]
+                with lines_named(files, first=k + 1):
+                    results += translator.contrast([source], [others[k]], None if targets is None else [targets[k]],
+                                                   method=method, steps=steps)  # type: ignore[arg-type]
             except HeedError as e:  # name the line, not the list index
                 raise HeedError(str(e).replace("contrasts[0]", f"the other output of line {k + 1}")) from None
             bar.advance(1)
@@ -717,24 +781,43 @@ def _print_scores(links: list[set], units: list[tuple[int, int]], what: str, gol
                    f"F1 {found.f1:.4f}   ({found.links} links against its {found.reference}; {what})", err=err)
 
 
-def _print_sweep(result: Any, plot: Path, sentences: int) -> None:
-    """`heed align --sweep`: one AER table per method and weighting (layers x heads and their
-    means), the best reading, the diagonal, and the heatmap."""
+class SweepMeasure(NamedTuple):
+    """What `heed align --sweep` reports: AER against --gold, or agreement F1 against --reference
+    (another aligner's links as both sure and possible: then AER = 1 - F1, so one sweep gives both)."""
+
+    name: str  # "AER" or "F1"
+    against: str  # "" (the gold) or ", against FILE"
+    lower_is_better: bool
+
+    def of(self, aer: Any) -> Any:
+        """This measure of an AER: a float, or an array of them (a sweep's grid)."""
+        return aer if self.lower_is_better else 1.0 - aer
+
+
+AER_MEASURE = SweepMeasure("AER", "", True)
+
+
+def _print_sweep(result: Any, plot: Path, sentences: int, *, default: tuple["AlignOptions", str],
+                 measure: SweepMeasure = AER_MEASURE) -> None:
+    """`heed align --sweep`: one table of `measure` per method and weighting (layers x heads and
+    their means), the best reading, the default one (`default`: Translator.default_reading's reading
+    and why, what heed align reads without reading flags), the diagonal, and the heatmap."""
     from rich.table import Table
 
-    from heed.explain.align_methods import METHODS, WEIGHT_NAMES, AlignOptions
+    from heed.explain.align_methods import METHODS, WEIGHT_NAMES
     from heed.viz import aer_grid, save_figure
 
     console = Console(highlight=False, soft_wrap=True)
     grids = {("shift-att" if method == "shift" else method) + ("" if weights == "attention" else
                                                                 f", {WEIGHT_NAMES[weights]}"):
-             result.grid(method, weights) for weights in result.weights for method in METHODS}
+             measure.of(result.grid(method, weights)) for weights in result.weights for method in METHODS}
     one = result.layers == result.heads == 1
+    name_ = measure.name
     for name, grid in grids.items():
         if one:  # an RNN's one attention: nothing to tabulate
-            console.print(f"{name}: AER = {grid[0, 0]:.4f}   ({sentences} sentences)")
+            console.print(f"{name}: {name_} = {grid[0, 0]:.4f}   ({sentences} sentences{measure.against})")
             continue
-        table = Table(title=f"AER % by decoder layer x head ({name}; {sentences} sentences)")
+        table = Table(title=f"{name_} % by decoder layer x head ({name}; {sentences} sentences{measure.against})")
         table.add_column("layer")
         for h in range(result.heads):
             table.add_column(f"head {h}", justify="right")
@@ -745,13 +828,18 @@ def _print_sweep(result: Any, plot: Path, sentences: int) -> None:
         console.print(table)
     if not one:
         best, best_aer = result.best()
-        console.print(f"best: AER = {best_aer:.4f}   {best.describe()}")
-        console.print(f"default: AER = {result.aer(AlignOptions()):.4f}   argmax, the alignment layer "
-                      f"(the layer heed aligns with unless told: layer {result.default_layer}, the last decoder "
-                      "layer), mean of heads")
-    console.print(f"diagonal baseline: AER = {result.diagonal.aer:.4f}")
+        console.print(f"best: {name_} = {measure.of(best_aer):.4f}   {best.describe()}")
+        reading, why = default
+        try:
+            default_value = f"{name_} = {measure.of(result.aer(reading)):.4f}"
+        except KeyError:  # a reading the sweep does not score (several heads' mean)
+            default_value = "not among the readings swept"
+        console.print(f"default: {default_value}   {reading.describe(result.head_grid)} ({why}: the reading heed "
+                      "align uses without --method, --layer, --head or --weights)")
+    console.print(f"diagonal baseline: {name_} = {measure.of(result.diagonal.aer):.4f}")
     if one:
         console.print("(one attention: no layer x head heatmap drawn)")
         return
-    save_figure(aer_grid(grids, diagonal=result.diagonal.aer), plot)
+    save_figure(aer_grid(grids, diagonal=measure.of(result.diagonal.aer), title=name_,
+                         lower_is_better=measure.lower_is_better), plot)
     console.print(f"heatmap: {plot}")

@@ -2,9 +2,11 @@
 length, figure paths checked before the work, tables, and the names models are shown under."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from rich.console import Console
 
@@ -71,6 +73,94 @@ def truncation_message(lines: Sequence[int], name: str, limit: int, shown: int =
     return (f"{name}: line{'s' * (len(lines) > 1)} {listed} {'are' if len(lines) > 1 else 'is'} longer than the "
             f"model's max_src_len ({limit} tokens); only the first {limit} tokens were translated (split long "
             "sentences)")
+
+
+def max_tgt_len(translator: "Translator") -> int:
+    """The longest given target, in tokens, the commands read, as Translator.max_src_len bounds a
+    source: the model's `data.max_tgt_len` (longer training pairs were dropped), or fewer where a
+    Transformer learned fewer positions (`model.max_positions`, one for the <s> the decoder reads)."""
+    limit = translator.config.model.position_limit
+    return translator.config.data.max_tgt_len if limit is None else min(translator.config.data.max_tgt_len, limit - 1)
+
+
+def cut_long_texts(translator: "Translator", texts: Sequence[str], name: str, *,
+                   side: Literal["src", "tgt"] = "tgt") -> list[str]:
+    """The rule for given texts, one place for every command that reads them (align's --src and
+    --tgt, attribute's --tgt and --contrast-file, lens's --tgt, attention's --tgt), as translate
+    cuts a long source: a text longer than the model's max_src_len (side "src") or max_tgt_len
+    (side "tgt") tokens is cut to the words that fit (the characters that fit, inside a first word
+    too long alone), with one warning naming the lines of the file `name` (or the option `name`,
+    "--tgt", of one text). A teacher-forced pass costs memory in tgt_len * src_len and tgt_len ** 2:
+    a 900 KB target asked torch for terabytes."""
+    if side == "src":
+        limit, tokens = translator.max_src_len, translator.codec.src_tokens
+    else:
+        limit, tokens = max_tgt_len(translator), translator.codec.tgt_tokens
+
+    def fits(text: str) -> bool:
+        return len(tokens(text)) <= limit
+
+    out, cut = list(texts), []
+    for k, text in enumerate(texts):
+        if fits(text):
+            continue
+        words = text.split()
+        if not words:  # no words, yet too many tokens: nothing a word boundary can keep
+            out[k] = ""
+            cut.append(k + 1)
+            continue
+        n = _longest(len(words), _prefix_fits(words, " ", fits))
+        out[k] = " ".join(words[:n]) if n else words[0][: _longest(len(words[0]), _prefix_fits(words[0], "", fits))]
+        cut.append(k + 1)
+    if cut:
+        field = "max_src_len" if side == "src" else "max_tgt_len"
+        listed = ", ".join(map(str, cut[:10])) + (f" and {len(cut) - 10} more" if len(cut) > 10 else "")
+        where = (f"{name} is" if name.startswith("--") else
+                 f"{name}: line{'s' * (len(cut) > 1)} {listed} {'are' if len(cut) > 1 else 'is'}")
+        Progress("", enabled=False).warn(
+            f"{where} longer than the model's {field} ({limit} tokens); only what fits in {limit} tokens (whole "
+            "words where one fits) was read (split long sentences)")
+    return out
+
+
+def _prefix_fits(parts: Sequence[str], joiner: str, fits: Callable[[str], bool]) -> Callable[[int], bool]:
+    """Whether the first n of `parts` (words, or a word's characters) joined by `joiner` fit."""
+    return lambda n: fits(joiner.join(parts[:n]))
+
+
+def _longest(most: int, fits: Callable[[int], bool]) -> int:
+    """The largest n in 0..most with fits(n) (fits(0) holds and fits is monotone), by doubling then
+    halving: a few tokenizations of short prefixes, not one of every prefix of a megabyte."""
+    low, high = 0, 1
+    while high < most and fits(high):
+        low, high = high, high * 2
+    high = min(high, most)
+    if fits(high):
+        return high
+    while high - low > 1:  # fits(low), not fits(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def given_files(src: Path, tgt: Optional[Path]) -> dict[str, str]:
+    """lines_named's files for a command's --src and --tgt: the library's src_texts and tgt_texts."""
+    return {"src_texts": str(src), **({"tgt_texts": str(tgt)} if tgt is not None else {})}
+
+
+@contextlib.contextmanager
+def lines_named(files: Mapping[str, str], first: int = 1) -> Iterator[None]:
+    """Within, a HeedError naming a list's item the library's way (`tgt_texts[3]`: the 4th text of
+    the list passed) names the file's line instead (`b.tgt: line 4`); `files` maps the list's name
+    to the file's, `first` is the line of the list's item 0."""
+    try:
+        yield
+    except HeedError as e:
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, files)) + r")\[(\d+)\]")
+        text = pattern.sub(lambda m: f"{files[m.group(1)]}: line {first + int(m.group(2))}", str(e))
+        if text == str(e):
+            raise
+        raise HeedError(text) from None
 
 
 def check_figure_path(path: Optional[Path]) -> None:

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from heed.cli.app import escape, friendly_errors, language_options
-from heed.cli.io import print_table, read_sources, warn_long_sources
+from heed.cli.io import cut_long_texts, given_files, lines_named, print_table, read_sources, warn_long_sources
 from heed.cli.progress import Progress, progress_option
 from heed.plumbing.files import atomic_open
 from heed.plumbing.limits import MAX_LENS_TOP
@@ -48,11 +48,14 @@ def lens(
     sources, targets = read_sources(src, tgt, empty="there is nothing to read")
     translator = Translator.load(model, device=device, **languages)
     warn_long_sources(translator, sources, str(src))
+    if targets is not None:
+        targets = cut_long_texts(translator, targets, str(tgt))
     results: list[LogitLens] = []
     with Progress("sentences read", total=len(sources), enabled=progress) as bar:
         for start in range(0, len(sources), 8):
             chunk = sources[start:start + 8]
-            results += translator.logit_lens(chunk, None if targets is None else targets[start:start + 8], top=top)
+            with lines_named(given_files(src, tgt), first=start + 1):
+                results += translator.logit_lens(chunk, None if targets is None else targets[start:start + 8], top=top)
             bar.advance(len(chunk))
     if output is not None:
         with atomic_open(output) as sink:

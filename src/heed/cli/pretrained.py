@@ -25,8 +25,8 @@ def import_command(
     """Import a pretrained translator (OPUS-MT/Marian, M2M-100, NLLB) as a heed model directory,
     which every heed command takes: translate, evaluate, attention, align, attribute, serve, export.
     A hub id downloads into heed's cache (HEED_CACHE, default ~/.cache/heed) from HF_ENDPOINT, with
-    your token (HF_TOKEN or `hf auth login`'s) and offline mode (HF_HUB_OFFLINE=1). A many-language model reads --src-lang and writes --tgt-lang: here its
-    default pair, or on each command."""
+    your token (HF_TOKEN or `hf auth login`'s) and offline mode (HF_HUB_OFFLINE=1). A many-language
+    model reads --src-lang and writes --tgt-lang: here its default pair, or on each command."""
     from heed.pretrained import import_model
 
     out = import_model(source, output, revision=revision, src_lang=src_lang, tgt_lang=tgt_lang)

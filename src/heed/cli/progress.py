@@ -2,12 +2,14 @@
 few seconds otherwise, and the phases of opening a training run."""
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Optional
 
 import typer
 
 from heed.cli.app import escape, stderr
+from heed.plumbing.heartbeat import PROGRESS_LINE_SECONDS, Heartbeat
 
 
 class PhaseProgress:
@@ -35,9 +37,6 @@ class PhaseProgress:
             self.bar = None
 
 
-PROGRESS_LINE_SECONDS = 5.0  # asked for progress where stderr is no terminal: a line this often
-
-
 def progress_option() -> Any:
     """`--progress/--no-progress` for a command that may run for minutes."""
     return typer.Option(None, "--progress/--no-progress",
@@ -47,9 +46,10 @@ def progress_option() -> Any:
 
 class Progress:
     """Sentences done, on stderr, never on stdout: a bar while stderr is a terminal; where it is not
-    (a log), a plain line every PROGRESS_LINE_SECONDS when asked. `enabled`: None = a bar on a
-    terminal, nothing elsewhere; True = also the lines elsewhere; False = nothing. `warn` prints
-    above the bar."""
+    (a log), when asked, a plain line every PROGRESS_LINE_SECONDS while the work runs (from a thread:
+    a chunk that takes longer still gets its lines) and one final line. `enabled`: None = a bar on a
+    terminal, nothing elsewhere; True = also the lines elsewhere; False = nothing. The count never
+    passes `total`: a total that was too small grows. `warn` prints above the bar."""
 
     def __init__(self, what: str, total: Optional[int] = None, *, enabled: Optional[bool] = None) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -58,7 +58,9 @@ class Progress:
         self._bar: Optional[Progress] = None
         self._what, self._total, self._done = what, total, 0
         self._lines = bool(enabled) and not self.console.is_terminal
-        self._started = self._said = time.monotonic()
+        self._started = time.monotonic()
+        self._beat = Heartbeat(self._line) if self._lines else None
+        self._saying = threading.Lock()  # the heartbeat's lines and the final one, never interleaved
         if enabled is not False and self.console.is_terminal:
             columns = ([TextColumn(what), BarColumn(), MofNCompleteColumn()] if total is not None
                        else [SpinnerColumn(), TextColumn(f"{{task.completed}} {what}")])
@@ -70,26 +72,32 @@ class Progress:
     def __enter__(self) -> "Progress":
         if self._bar is not None:
             self._bar.start()
+        if self._beat is not None:
+            self._beat.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()
+        if self._beat is not None:
+            self._beat.__exit__(None, None, None)  # no heartbeat line after the final one
         if self._lines and exc[0] is None:
             self._line()
 
     def advance(self, n: int) -> None:
         self._done += n
+        if self._total is not None and self._done > self._total:
+            self._total = self._done  # an estimate that fell short: the bar ends full, never past its end
+            if self._bar is not None:
+                self._bar.update(self._task, total=self._total)
         if self._bar is not None:
             self._bar.advance(self._task, n)
-        elif self._lines and time.monotonic() - self._said >= PROGRESS_LINE_SECONDS:
-            self._line()
 
     def _line(self) -> None:
-        self._said = time.monotonic()
-        of = f" of {self._total:,}" if self._total is not None else ""
-        self.console.print(f"{self._what}: {self._done:,}{of} ({self._said - self._started:.0f} s)",
-                           highlight=False, soft_wrap=True)
+        with self._saying:
+            of = f" of {self._total:,}" if self._total is not None else ""
+            self.console.print(f"{self._what}: {self._done:,}{of} ({time.monotonic() - self._started:.0f} s)",
+                               highlight=False, soft_wrap=True)
 
     def warn(self, message: str) -> None:
         self.console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)

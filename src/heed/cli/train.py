@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
@@ -12,6 +13,7 @@ from rich.console import Console
 from heed.cli.app import INTERRUPTED, escape, friendly_errors, stderr
 from heed.cli.progress import PhaseProgress
 from heed.errors import DataError, HeedError
+from heed.plumbing.heartbeat import PROGRESS_LINE_SECONDS
 
 if TYPE_CHECKING:
     from heed.plumbing.distributed import World
@@ -30,7 +32,9 @@ def train(
                                         "imported pretrained translator, or any heed model), with its architecture, "
                                         "tokenizers and vocabularies (overrides train.init)."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
-                                            help="Progress bar (default: on a terminal; else a line per log_every)."),
+                                            help="A progress bar on a terminal; where stderr is a log, also a line "
+                                                 f"every {PROGRESS_LINE_SECONDS:g} s besides the one per log_every. "
+                                                 "Default: a bar on a terminal, a line per log_every elsewhere."),
     processes: int = typer.Option(1, "--processes", min=1, max=1024, help="Train data-parallel in this many "
                                   "processes on this machine (gloo on the CPU, one GPU each with CUDA), as "
                                   "torchrun --nproc-per-node N would; Ctrl-C stops them all cleanly."),
@@ -95,7 +99,9 @@ def train(
             console.print(f"score the best model on the test set with: {shlex.join(score)}", markup=False,
                           soft_wrap=True)
         raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
-    if result.is_main:
+    # On a terminal the run's closing line ("model: DIR  (stopped: ...)") already names it on the same
+    # screen; stdout gets its own line where it is not that screen (a pipe, a file, a script's capture).
+    if result.is_main and not (console.is_terminal and sys.stdout.isatty()):
         typer.echo(f"model written to {result.model_dir}")
 
 

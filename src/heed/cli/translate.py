@@ -69,6 +69,17 @@ class Explain(str, enum.Enum):
     source_share = "source-share"
 
 
+class TextFormat(str, enum.Enum):
+    text = "text"
+    html = "html"
+    xml = "xml"
+
+
+FORMAT_HELP = ("text: a sentence a line. html or xml: a fragment a line, translated a block at a time with its "
+               "inline tags (b, i, a, span, br, ...) carried across by the model's alignment, as heed markup does; "
+               "code, script, style and translate=\"no\" stay as they are.")
+
+
 EXPLAIN_HELP = ("source-share: after each translation, a tab and its ALTI+ source share (0 to 1, 4 decimals; "
                 "with --n-best a fourth field source_share=S): how much of its tokens' predictions came from the "
                 "source rather than from the output so far (Ferrando et al. 2022). A low share flags output the "
@@ -101,6 +112,7 @@ def translate(
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
     explain: Optional[Explain] = typer.Option(None, "--explain", help=EXPLAIN_HELP),
+    text_format: TextFormat = typer.Option(TextFormat.text, "--format", help=FORMAT_HELP),
     *,
     decode: dict[str, Any],
     languages: dict[str, Any],
@@ -137,6 +149,9 @@ def translate(
         if not isinstance(translator.model, ContributionModel):
             raise HeedError("--explain source-share reads every attention block of one Transformer model directory "
                             "(not an RNN, an ensemble or an export)")
+    if text_format is not TextFormat.text and (cfg.n_best > 1 or explain is not None or replace_unk):
+        raise HeedError(f"--format {text_format.value} writes one fragment a line: not with --n-best, --explain or "
+                        "--replace-unk")
     name = str(input) if input is not None else "<stdin>"
     interactive = input is None and sys.stdin.isatty()
     chunk_size = 1 if interactive else batch_size * 16
@@ -145,6 +160,8 @@ def translate(
     show_progress = progress if progress is not None else (False if streaming else None)
 
     def run(source: Any, sink: TextIO) -> None:
+        if text_format is not TextFormat.text:
+            return run_marked(source, sink)
         first_id = 0
         lines: list[str] = []
         with Progress("lines translated", enabled=show_progress) as progress:
@@ -160,6 +177,17 @@ def translate(
                     sink.writelines(f"{nbest[0].text}\t{share[0]}\n" for nbest, share in zip(chunk, shares))
                 sink.flush()
                 first_id += len(chunk)
+
+    def run_marked(source: Any, sink: TextIO) -> None:
+        from heed.cli.markup import carried, parse_lines
+
+        first = 1
+        with Progress("lines translated", enabled=show_progress) as progress:
+            for lines in chunks(read_lines(source, name), chunk_size):
+                documents = parse_lines(lines, name, text_format.value, first=first)
+                sink.writelines(line + "\n" for line in carried(translator, documents, None, cfg, progress))
+                sink.flush()
+                first += len(lines)
 
     with torch_threads(threads), (open_stream(input) if input is not None else _stdin_bytes()) as source:
         if output is None:

@@ -219,6 +219,28 @@ class SentencePieceTokenizer(Tokenizer):
         return {"kind": self.kind, "vocab_size": self.vocab_size, "sha256": hashlib.sha256(self.model).hexdigest()}
 
 
+def closest_languages(code: str, codes: Iterable[str], most: int = 3) -> list[str]:
+    """The model's language codes a mistyped `code` most likely meant, best first: the same code in
+    another case or separator (FR, fr-FR), the same language without or with a region or script
+    (fr_FR -> fr; fr -> fra_Latn), then difflib's closest spellings. difflib alone offered nothing
+    for fr_FR among two-letter codes, and the message fell back to the list's first (af, am, ar)."""
+    codes = sorted(codes)
+
+    def key(text: str) -> str:
+        return text.lower().replace("-", "_")
+
+    def base(text: str) -> str:
+        return key(text).split("_")[0]
+
+    same = [c for c in codes if key(c) == key(code)]
+    if same:
+        return same[:most]
+    ranked = [c for c in codes if base(c) == base(code)]
+    ranked += [c for c in codes if len(base(code)) >= 2 and (base(c).startswith(base(code))
+                                                             or base(code).startswith(base(c)))]
+    return list(dict.fromkeys(ranked or difflib.get_close_matches(key(code), codes, n=most, cutoff=0.5)))[:most]
+
+
 class PretrainedPieces(SentencePieceTokenizer):
     """A pretrained model's SentencePiece model (OPUS-MT's source.spm or target.spm, M2M-100's and
     NLLB's sentencepiece.bpe.model), as it came: its own normalisation rules, no vocab_size of heed's.
@@ -235,6 +257,8 @@ class PretrainedPieces(SentencePieceTokenizer):
         self.model = model
         self._sp = spm.SentencePieceProcessor(model_proto=model)
         self.vocab_size = self._sp.get_piece_size()
+        if self.vocab_size == 0:  # SentencePiece takes an empty model without a word, and fails at the first text
+            raise RuntimeError("an empty SentencePiece model: it has no pieces")
         self._languages = dict(languages or {})
         self.language: str | None = None
         self._language_tokens = frozenset(self._languages.values())
@@ -256,13 +280,19 @@ class PretrainedPieces(SentencePieceTokenizer):
         except RuntimeError as e:
             raise ModelDirError(f"{spm_model_path(directory, name)}: cannot load the SentencePiece model ({e})") from None
 
+    def text_pieces(self) -> list[str]:
+        """The pieces a text can become: all but the control (<s>, </s>), unknown and unused ones."""
+        sp = self._sp
+        return [sp.id_to_piece(i) for i in range(self.vocab_size)
+                if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))]
+
     def for_language(self, code: str | None) -> "PretrainedPieces":
         """This tokenizer, its texts starting with language `code`'s token (None: no language token);
         a HeedError naming the code when the model has no such language, or none at all."""
         if code is not None and code not in self.languages:
             if not self.languages:
                 return super().for_language(code)  # refused: no language tokens
-            close = difflib.get_close_matches(code, list(self.languages), n=3)
+            close = closest_languages(code, self.languages)
             raise HeedError(f"language {code!r} is not one of this model's {len(self.languages)}"
                             + (f"; did you mean {', '.join(close)}?" if close else
                                f" ({', '.join(sorted(self.languages)[:8])}, ...)"))

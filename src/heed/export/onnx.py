@@ -19,7 +19,7 @@ after the export (sha256), a manifest from a newer heed, a directory that is not
 and the atomic swap of the directory are this module's for both kinds.
 
 Each model family writes its own graphs (heed.nn.rnn.onnx, heed.nn.transformer.onnx: the family's
-`graphs` in heed.nn.build.FAMILIES); this module traces them, checks them, quantizes them and
+`graphs` in its heed.nn.build.Family); this module traces them, checks them, quantizes them and
 writes the manifest, for any family. The graphs are traced with torch's TorchScript exporter, which
 keeps every size read by the step symbolic, so one graph serves any batch, beam and source length.
 """
@@ -69,12 +69,12 @@ def require(module: str) -> Any:
 
 
 def family_graphs(cfg: ModelConfig) -> FamilyGraphs:
-    """The model family's export contract (heed.nn.build.FAMILIES): its graphs' names, the modules to
+    """The model family's export contract (heed.nn.families): its graphs' names, the modules to
     trace, and the runtime's mapping of its encoded batch and state onto the graphs. A ConfigError
     naming model.family for a family that does not export."""
-    from heed.nn.build import FAMILIES
+    from heed.nn.families import family
 
-    graphs = FAMILIES[cfg.family].graphs
+    graphs = family(cfg.family).graphs
     if graphs is None:
         raise ConfigError(f"the {cfg.family} family has no ONNX graphs to export; translate with the model "
                           "directory itself", field="model.family")
@@ -133,10 +133,10 @@ def quantize_int8(directory: Path) -> None:
 
     Weights are unsigned (ORT's U8U8 products), not signed (U8S8): on x86 CPUs without VNNI
     (AVX2, and AVX-512 before Cascade Lake) ORT computes U8S8 with VPMADDUBSW, whose 16-bit pair
-    sums saturate. On an Intel Xeon 6/85 (AVX-512, no VNNI) U8S8 changed 113 of 300 translations of
-    the tests' tiny Transformer (BLEU 37.1 -> 36.0) and 7-bit weights (`reduce_range`) still 25
-    (36.5); U8U8 changed 20 (37.1). An export may run on any CPU, so it takes the kind that is
-    right on all of them."""
+    sums saturate, and that changed many more translations than U8U8 does, 7-bit weights
+    (`reduce_range`) fewer but still more (bench/RESULTS.md, "int8 on a CPU without VNNI", with the
+    CPU and the counts). An export may run on any CPU, so it takes the kind that is right on all of
+    them."""
     require("onnxruntime")
     from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
 

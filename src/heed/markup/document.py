@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from lxml import etree, html
+from lxml import etree, html  # type: ignore[import-untyped]
 
 from heed.data.corpus import ZERO_WIDTH
 from heed.errors import HeedError
@@ -131,12 +131,16 @@ def _parse_fragment(text: str, kind: Kind) -> etree._Element:
         return root
     parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False,
                              remove_comments=False, strip_cdata=True)
+    wrapper = "heed-fragment"
     try:
-        return etree.fromstring(f"<heed-fragment>{text}</heed-fragment>", parser)
+        return etree.fromstring(f"<{wrapper}>{text}</{wrapper}>", parser)
     except etree.XMLSyntaxError as e:
-        line, column = e.position if e.position else (0, 0)
-        reason = str(e.msg).split(",")[0] if e.msg else "malformed"
-        raise MarkupError(f"line {line}, column {column}: not well-formed XML ({reason})") from None
+        line, column = e.position if e.position else (1, 0)
+        if line == 1:  # the wrapper's start tag is not the user's, nor its end tag
+            column = min(column - len(wrapper) - 2, len(text) + 1)
+        reason = (str(e.msg).split(",")[0] if e.msg else "malformed").replace(f"and {wrapper}", "and the end")
+        where = f"column {max(column, 1)}" if line == 1 else f"line {line}, column {max(column, 1)}"
+        raise MarkupError(f"{where}: not well-formed XML ({reason[:120]})") from None
 
 
 def _name(element: etree._Element) -> str:
@@ -173,7 +177,9 @@ def _is_block(element: etree._Element, kind: Kind) -> bool:
 def _runs_of(block: etree._Element, kind: Kind, keep: frozenset[str]) -> Iterator[Run]:
     """The runs of `block`'s own content: maximal stretches of text and inline elements between
     its block children."""
-    holder, slot, nodes = block, "text", []
+    holder: etree._Element = block
+    slot: Literal["text", "tail"] = "text"
+    nodes: list[etree._Element] = []
     for child in block:
         if _is_inline(child, kind):
             nodes.append(child)
@@ -309,7 +315,9 @@ def _fill(made: list[etree._Element], run: Run, text: str, ranges: Sequence[tupl
     """(the text before the first child, the children with their tails) of target range [lo, hi)
     under span `parent`; each child filled in the same way (as deep as the source, at most MAX_DEPTH)."""
     order = sorted(children.get(parent, []), key=lambda k: (ranges[k][0], ranges[k][1] > ranges[k][0], k))
-    leading, cursor, out = None, lo, []
+    leading: str | None = None
+    cursor = lo
+    out: list[etree._Element] = []
     for k in order:
         start, end = ranges[k]
         piece = text[cursor:start] if start > cursor else ""

@@ -9,7 +9,8 @@ same batches. Batches hold `batch_size` sentences of similar source length (sort
 of 50 batches, then the batch order shuffled), so little time goes to padding.
 
 Each epoch reports the training seconds (evaluation excluded), the mean loss over the epoch, and
-exact match (the whole ISO date right) of greedy decoding on the held-out dev set.
+exact match (the whole ISO date right) of greedy decoding on the held-out dev set; within an epoch,
+a line every 5 s (heed.plumbing.heartbeat.PROGRESS_LINE_SECONDS) says the batches done and the loss.
 """
 from __future__ import annotations
 
@@ -137,9 +138,13 @@ def exact_match(model: AttentionSeq2seq, data: Encoded, tgt_vocab: "Vocab", *, b
 def train(train_pairs: Sequence["Pair"], eval_pairs: Sequence["Pair"], *, epochs: int, batch_size: int = 128,
           hidden: int = 256, embed: int = 16, score: str = "dot", lr: float = 1e-3, max_grad: float = 5.0,
           seed: int = 0, dtype: type = np.float32, stop_at: float | None = None,
-          log: Callable[[str], None] = print) -> Trained:
+          log: Callable[[str], None] = print, every: float | None = None) -> Trained:
     """Train with Adam and global-norm clipping; evaluate exact match after every epoch.
-    `stop_at`: stop once held-out exact match reaches it."""
+    `stop_at`: stop once held-out exact match reaches it. `every`: seconds between the progress
+    lines within an epoch (default heed.plumbing.heartbeat.line_seconds(): 5)."""
+    from heed.plumbing.heartbeat import line_seconds
+
+    every = line_seconds() if every is None else every
     src_vocab = char_vocab([p.src for p in train_pairs])
     tgt_vocab = char_vocab([p.tgt for p in train_pairs])
     data, held_out = encode(train_pairs, src_vocab, tgt_vocab), encode(eval_pairs, src_vocab, tgt_vocab)
@@ -151,14 +156,19 @@ def train(train_pairs: Sequence["Pair"], eval_pairs: Sequence["Pair"], *, epochs
         f"{len(tgt_vocab)}, embed {embed}, hidden {hidden}, score {score}, batch {batch_size}, {np.dtype(dtype)}")
     history: list[EpochReport] = []
     for epoch in range(1, epochs + 1):
-        start = time.perf_counter()
+        start = said = time.perf_counter()
         losses = []
-        for rows in batch_rows(data.src_lengths, batch_size, rng):
+        batches = batch_rows(data.src_lengths, batch_size, rng)
+        for done, rows in enumerate(batches, start=1):
             b = data.batch(rows)
             losses.append(model.forward(b.src, b.src_lengths, b.tgt_in, b.tgt_out))
             model.backward()
             clip_grads(model.grads, max_grad)
             optimizer.update(model.params, model.grads)
+            if time.perf_counter() - said >= every and done < len(batches):
+                said = time.perf_counter()
+                log(f"epoch {epoch:3d}  batch {done}/{len(batches)}  loss {np.mean(losses):.4f}  "
+                    f"({said - start:.0f} s)")
         seconds = time.perf_counter() - start
         start = time.perf_counter()
         em = exact_match(model, held_out, tgt_vocab)
@@ -246,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> Trained:
     try:
         trained = train(splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size,
                         hidden=args.hidden, embed=args.embed, score=args.score, lr=args.lr, max_grad=args.max_grad,
-                        seed=args.seed, dtype=np.dtype(args.dtype).type, stop_at=args.stop_at)
+                        seed=args.seed, dtype=np.dtype(args.dtype).type, stop_at=args.stop_at,
+                        log=lambda line: print(line, flush=True))  # a log file gets each line as it comes
     except MemoryError:
         parser.exit(2, f"{parser.prog}: error: out of memory for --hidden {args.hidden}, --embed {args.embed}, "
                        f"--batch-size {args.batch_size}; lower them\n")

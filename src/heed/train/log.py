@@ -24,12 +24,16 @@ from heed.checkpoint import (
     METRICS_FILE,
 )
 from heed.plumbing.files import atomic_write_text
+from heed.plumbing.heartbeat import Heartbeat
 
 
 class TrainLog:
     """Where training reports go: metrics.jsonl (always), TensorBoard (if installed), and the
-    console: a rich progress bar on a terminal, a plain line per `log_every` steps otherwise.
-    With `writes` False (ranks other than 0 under torchrun) it writes and prints nothing."""
+    console: a rich progress bar on a terminal, a plain line per `log_every` steps otherwise, and
+    with `progress` True there (a log) also a line every PROGRESS_LINE_SECONDS (heed.plumbing.heartbeat),
+    during dev evaluations too. The step total is an estimate (an epoch's batches vary): a step past
+    it makes it the total. With `writes` False (ranks other than 0 under torchrun) it writes and
+    prints nothing."""
 
     def __init__(self, output_dir: Path, console: Console | None, *, total_steps: int, start_step: int,
                  progress: bool | None, writes: bool = True) -> None:
@@ -37,8 +41,12 @@ class TrainLog:
         self.writes = writes
         self.console = console if writes else None
         self.tensorboard = _tensorboard_writer(output_dir / "tensorboard") if writes else None
-        use_bar = console is not None and (console.is_terminal if progress is None else progress)
+        # A rich bar on a file draws nothing until it stops: where stderr is a log, --progress means lines.
+        use_bar = console is not None and console.is_terminal and progress is not False
         self.progress: Progress | None = None
+        self.beat = (Heartbeat(self._progress_line)
+                     if self.console is not None and not self.console.is_terminal and progress else None)
+        self.step, self.epoch, self.started = start_step, 0.0, time.monotonic()
         if use_bar:
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -52,11 +60,15 @@ class TrainLog:
     def __enter__(self) -> "TrainLog":
         if self.progress is not None:
             self.progress.start()
+        if self.beat is not None:
+            self.beat.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.progress is not None:
             self.progress.stop()
+        if self.beat is not None:
+            self.beat.__exit__(None, None, None)
         if self.tensorboard is not None:
             self.tensorboard.close()
 
@@ -85,8 +97,18 @@ class TrainLog:
                                                 entry["step"])
 
     def advance(self, step: int, epoch: float) -> None:
+        self.step, self.epoch = step, epoch
+        if step > self.total_steps:
+            self.total_steps = step
+            if self.progress is not None:
+                self.progress.update(self.task, total=step)
         if self.progress is not None:
             self.progress.update(self.task, completed=step, description=f"epoch {epoch:.2f}")
+
+    def _progress_line(self) -> None:
+        """The heartbeat's line (a log, --progress): how far the run is, every few seconds."""
+        elapsed = time.monotonic() - self.started
+        self.say(f"step {self.step}/{self.total_steps} | epoch {self.epoch:.2f} | {elapsed:.0f} s")
 
     def show(self, window: "Window") -> None:
         if self.progress is not None and window.tokens:
