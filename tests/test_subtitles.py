@@ -156,6 +156,15 @@ def test_bad_subtitles_are_one_line_naming_the_file_and_line_and_nothing_is_writ
     assert not target.exists() and os.listdir(tmp_path) == [name]
 
 
+def test_a_missing_file_or_a_name_without_a_format_is_one_line(tmp_path):
+    with pytest.raises(DataError, match=r"missing\.srt: cannot read the subtitles: No such file"):
+        translate_subtitle_file(None, tmp_path / "missing.srt", tmp_path / "out.srt")  # type: ignore[arg-type]
+    (tmp_path / "film.txt").write_text(SRT, encoding="utf-8")
+    with pytest.raises(DataError, match=r"film\.txt: cannot tell the subtitle format .* name it \.srt or \.vtt"):
+        translate_subtitle_file(None, tmp_path / "film.txt", tmp_path / "out.srt")  # type: ignore[arg-type]
+    assert sorted(os.listdir(tmp_path)) == ["film.txt"]
+
+
 def test_a_bom_and_crlf_are_read_and_kept(dates_translator):
     text = "\ufeff" + SRT.replace("\n", "\r\n")
     out = translate_subtitles(dates_translator, text, "srt")
