@@ -107,8 +107,9 @@ def hard_alignment(weights: Any) -> list[Link]:
     `masked_softmax` gives weights of exactly 0) get no link.
     """
     matrix = weight_matrix(weights)  # (tgt_len, src_len)
-    best = matrix.argmax(axis=1)  # (tgt_len,)
-    return [(int(best[j]), j) for j in range(matrix.shape[0]) if np.any(matrix[j] != 0)]
+    best = matrix.argmax(axis=1).tolist()  # (tgt_len,)
+    real = (matrix != 0).any(axis=1).tolist()  # (tgt_len,): one array pass, not a np.any a row
+    return [(i, j) for j, (i, r) in enumerate(zip(best, real)) if r]
 
 
 
