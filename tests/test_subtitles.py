@@ -364,3 +364,25 @@ def test_the_bench_srt_puts_a_sentences_cues_close_and_sentences_apart():
     text = subtitles_split.build_srt([["a", "b"], ["c"]])
     starts = [s.start for s in srt.parse(text)]
     assert starts == [timedelta(0), timedelta(seconds=1.2), timedelta(seconds=4.2)]
+
+
+def test_heed_translate_format_srt_gives_the_libraries_result_from_a_file_and_from_stdin(trained_run, tmp_path):
+    """`heed translate --format srt` is translate_subtitles, from --input to --output (written
+    whole) and from stdin to stdout; --cue-width reaches the layout; a broken file is one line."""
+    import heed
+    from cli_helpers import assert_user_error, invoke
+
+    text, _ = dates_srt(12, seed=9)
+    (tmp_path / "in.srt").write_text(text, encoding="utf-8")
+    expected = translate_subtitles(heed.load(str(trained_run), device="cpu"), text, "srt", beam=2,
+                                   layout=Layout(width=20))
+    done = invoke("translate", trained_run, "--format", "srt", "-i", tmp_path / "in.srt", "-o", tmp_path / "out.srt",
+                  "--beam", "2", "--cue-width", "20")
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "out.srt").read_text(encoding="utf-8") == expected
+    piped = invoke("translate", trained_run, "--format", "srt", "--beam", "2", "--cue-width", "20", input=text)
+    assert piped.exit_code == 0 and piped.stdout == expected, piped.output
+    (tmp_path / "bad.srt").write_text("1\n00:00:01,000 -> bad\nx\n", encoding="utf-8")
+    bad = invoke("translate", trained_run, "--format", "srt", "-i", tmp_path / "bad.srt", "-o", tmp_path / "bad.out")
+    assert_user_error(bad, "bad.srt:2", "timing line")
+    assert not (tmp_path / "bad.out").exists()

@@ -73,11 +73,16 @@ class TextFormat(str, enum.Enum):
     text = "text"
     html = "html"
     xml = "xml"
+    srt = "srt"
+    vtt = "vtt"
 
 
 FORMAT_HELP = ("text: a sentence a line. html or xml: a fragment a line, translated a block at a time with its "
                "inline tags (b, i, a, span, br, ...) carried across by the model's alignment, as heed markup does; "
-               "code, script, style and translate=\"no\" stay as they are.")
+               "code, script, style and translate=\"no\" stay as they are. srt or vtt: a whole subtitle file; a "
+               "sentence that runs over several cues is translated as one and split back over the same cues by the "
+               "alignment; cue numbers and timings are kept.")
+SUBTITLES = (TextFormat.srt, TextFormat.vtt)
 
 
 EXPLAIN_HELP = ("source-share: after each translation, a tab and its ALTI+ source share (0 to 1, 4 decimals; "
@@ -113,6 +118,9 @@ def translate(
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
     explain: Optional[Explain] = typer.Option(None, "--explain", help=EXPLAIN_HELP),
     text_format: TextFormat = typer.Option(TextFormat.text, "--format", help=FORMAT_HELP),
+    cue_width: int = typer.Option(42, "--cue-width", min=10, max=200, help="With --format srt|vtt: characters a "
+                                  "subtitle line, re-wrapped at spaces."),
+    cue_lines: int = typer.Option(2, "--cue-lines", min=1, max=10, help="With --format srt|vtt: lines a cue."),
     *,
     decode: dict[str, Any],
     languages: dict[str, Any],
@@ -160,6 +168,8 @@ def translate(
     show_progress = progress if progress is not None else (False if streaming else None)
 
     def run(source: Any, sink: TextIO) -> None:
+        if text_format in SUBTITLES:
+            return run_subtitles(source, sink)
         if text_format is not TextFormat.text:
             return run_marked(source, sink)
         first_id = 0
@@ -177,6 +187,14 @@ def translate(
                     sink.writelines(f"{nbest[0].text}\t{share[0]}\n" for nbest, share in zip(chunk, shares))
                 sink.flush()
                 first_id += len(chunk)
+
+    def run_subtitles(source: Any, sink: TextIO) -> None:
+        from heed.markup.cues import decode as decode_subtitles
+        from heed.markup.subtitles import Layout, translate_subtitles
+
+        text = decode_subtitles(source.read(), name)
+        sink.write(translate_subtitles(translator, text, text_format.value, path=name, decode=cfg,  # type: ignore[arg-type]
+                                       layout=Layout(width=cue_width, max_lines=cue_lines)))
 
     def run_marked(source: Any, sink: TextIO) -> None:
         from heed.cli.markup import carried, parse_lines
