@@ -16,9 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import contextlib
 import threading
 import time
+import warnings
 from collections import Counter
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -168,3 +171,19 @@ def _sibling(name: str, body: bytes, blobs: bool, *, grow: bool = False) -> dict
     if name.endswith((".safetensors", ".bin")):
         entry["lfs"] = {"sha256": hashlib.sha256(body).hexdigest(), "size": len(body) + grow}
     return entry
+
+
+TINY_MARIAN = "heed-tests/opus-mt-tiny"
+
+
+@contextlib.contextmanager
+def serving_tiny_marian(directory: Path) -> Iterator[FakeHub]:
+    """A FakeHub serving, as TINY_MARIAN, a tiny Marian model that transformers builds in `directory`."""
+    from tests.pretrained_models import make_marian
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = make_marian(directory / "tiny-marian")
+    with FakeHub() as hub:
+        hub.add(TINY_MARIAN, model)
+        yield hub

@@ -9,12 +9,10 @@ import socket
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import pytest
-from tests.fake_hub import FakeHub
-from tests.pretrained_models import make_marian
+from tests.fake_hub import FakeHub, serving_tiny_marian
 
 import heed
 from heed import hub as heed_hub
@@ -28,11 +26,7 @@ REPO = "heed-tests/opus-mt-tiny"
 
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = make_marian(tmp_path_factory.mktemp("hub") / "tiny-marian")
-    with FakeHub() as served:
-        served.add(REPO, model)
+    with serving_tiny_marian(tmp_path_factory.mktemp("hub")) as served:
         yield served
 
 

@@ -8,23 +8,17 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
-from tests.fake_hub import FakeHub
-from tests.pretrained_models import make_marian
+from tests.fake_hub import FakeHub, serving_tiny_marian
 
 pytest.importorskip("transformers", reason="transformers (heed-nmt[dev]) is not installed")
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = make_marian(tmp_path_factory.mktemp("hub") / "tiny-marian")
-    with FakeHub() as fake:
-        fake.add("heed-tests/opus-mt-tiny", model)
+    with serving_tiny_marian(tmp_path_factory.mktemp("hub")) as fake:
         yield fake
 
 
