@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from heed.explain.contributions import Reading, SourceShare
     from heed.explain.logit_lens import LogitLens
     from heed.export.ort import OrtSeq2Seq
+    from heed.results import ReadingResult
 
 EOS_TOKEN = SPECIALS[EOS]
 UNK_TOKEN = SPECIALS[UNK]
@@ -694,6 +695,22 @@ class Translator:
         from heed.explain.given_pairs import logit_lens
 
         return logit_lens(self, src_texts, tgt_texts, top=top)
+
+    def explain(self, name: str, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None,
+                **options: Any) -> list["ReadingResult"]:
+        """The reading `name` of heed.explain.readings (READINGS: heads, value_norms, rollout, alti,
+        source_share, logit_lens, attribution, ...) while the model reads `tgt_texts[k]` (a text, or
+        its tokens; default: its own translation) as its output for `src_texts[k]`; `options`: the
+        reading's options by name. One heed.results.ReadingResult per pair."""
+        from heed.explain.readings import check, explain
+
+        check(name, self.model)  # refused before anything is decoded
+        if tgt_texts is None:
+            if isinstance(src_texts, str):
+                raise TypeError("explain() takes a list of sentences; wrap a single one in a list")
+            tgt_texts = [nbest[0].tokens for nbest in self.translate_nbest(src_texts)]
+        return explain(name, self.model, self.codec, self.device, src_texts, tgt_texts, options,
+                       max_src_len=self.max_src_len)
 
     def forced_pairs(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
                      empty: str) -> tuple[list[list[str]], list[list[str]], list[tuple[list[int], list[int]]]]:
