@@ -49,7 +49,7 @@ class ReadingsGroup(typer.core.TyperGroup):
 
 
 explain_app = typer.Typer(name="explain", cls=ReadingsGroup, no_args_is_help=True, add_completion=False,
-                          subcommand_metavar="READING MODEL [OPTIONS]",
+                          subcommand_metavar="READING MODEL [ARGS]...",
                           rich_markup_mode=None,
                           help="Read a model while it reads given translations (or its own): each reading of "
                                "heed.explain.readings is a command, whose options are its own. The JSON (-o) holds, "
