@@ -88,7 +88,7 @@ def test_a_registered_reading_is_a_route_with_its_options_in_the_openapi_schema(
 
     schema = create_app({"r": rnn}).openapi()
     assert "/v1/explain/toy" in schema["paths"]
-    request = schema["components"]["schemas"]["ToyRequest"]
+    request = schema["components"]["schemas"]["ExplainToyRequest"]
     assert {"model", "sources", "targets", "scale"} <= set(request["properties"])
     assert request["properties"]["scale"]["default"] == 1.0
 

@@ -301,7 +301,7 @@ _READING_REQUESTS: dict[int, tuple[Any, type[BaseModel]]] = {}
 
 def reading_request(reading: Any) -> type[BaseModel]:
     """ExplainRequest with the fields of `reading.options` (a heed.explain.readings.Reading), made
-    once per reading: its name in the OpenAPI schema is the reading's, CamelCased, + Request."""
+    once per reading: its name in the OpenAPI schema is Explain + the reading's, CamelCased, + Request."""
     made = _READING_REQUESTS.get(id(reading))
     if made is not None and made[0] is reading:
         return made[1]
@@ -310,7 +310,7 @@ def reading_request(reading: Any) -> type[BaseModel]:
         annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
         fields[name] = (annotation, Field(info.default, description=info.description))
     title = "".join(part.capitalize() for part in reading.name.split("_"))
-    model = create_model(f"{title}Request", __base__=ExplainRequest, __doc__=reading.summary[:1].upper() +
+    model = create_model(f"Explain{title}Request", __base__=ExplainRequest, __doc__=reading.summary[:1].upper() +
                          reading.summary[1:] + f" (a model that is a {reading.needs}).", **fields)
     _READING_REQUESTS[id(reading)] = (reading, model)
     return model
