@@ -161,7 +161,8 @@ def test_the_server_counts_a_readings_cost_by_its_own_cost_function(toy, transfo
         unknown = client.post("/v1/explain/nope", json=body)
         bad = client.post("/v1/explain/toy", json={**body, "scale": 0})
     assert refused.status_code == 422, refused.text
-    assert "the reading toy" in refused.json()["error"]["message"] and "--max-answer" in refused.json()["error"]["message"]
+    message = refused.json()["error"]["message"]
+    assert "the reading toy" in message and "--max-answer" in message
     assert refused.json()["error"]["field"] == "sources"
     assert unknown.status_code == 404 and "toy" in unknown.json()["error"]["message"]
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "scale"

@@ -1,5 +1,7 @@
-"""What a reading of a model gives (heed.explain.readings): one labelled result type, whatever the
-reading, so the command line, the server and Python show every reading the same way.
+"""The named things heed's looking and translating give, beside heed.api (which re-exports them):
+a Translation, an Alignment of given pairs, every head's HeadMaps, and what a reading of a model
+gives (heed.explain.readings): one labelled result type, whatever the reading, so the command line,
+the server and Python show every reading the same way.
 
 A `ReadingResult` is one sentence pair's numbers, an array whose axes are named from one
 vocabulary, in this order:
@@ -22,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from heed.data.pharaoh import Link, to_pharaoh
 
 AXES = ("layer", "head", "target", "source", "prefix", "top")
 BOS_LABEL, EOS_LABEL = "<s>", "</s>"
@@ -91,4 +95,90 @@ class ReadingResult:
                 "extras": {name: array.to_dict() for name, array in self.extras.items()}}
 
 
-__all__ = ["AXES", "Labelled", "ReadingResult"]
+
+@dataclass(frozen=True)
+class Translation:
+    """One translated sentence.
+
+    text:       the detokenized output
+    tokens:     output tokens, without </s>
+    src_tokens: the source as the model saw it (tokenized), without </s>
+    score:      the search's ranking score (log-probability, after any length/coverage penalty)
+    attention:  float32 (len(tokens) + 1, len(src_tokens) + 1): row j is where output j (last row:
+                </s>) looked, over the source tokens and the source's </s>; None for a model
+                without attention
+    truncated:  source tokens dropped beyond the translator's max_src_len (0: all were read)
+    log_prob:   the model's log-probability of the output (its tokens and </s>), before penalties
+    """
+
+    text: str
+    tokens: list[str]
+    src_tokens: list[str]
+    score: float
+    attention: np.ndarray | None
+    truncated: int = 0
+    log_prob: float = 0.0
+
+    def labels(self) -> tuple[list[str], list[str]]:
+        """(source labels, output labels) for the attention matrix's columns and rows."""
+        return [*self.src_tokens, EOS_LABEL], [*self.tokens, EOS_LABEL]
+
+    def __repr__(self) -> str:
+        """One line: the text, score and sizes, not the attention's numbers (`.attention` has them)."""
+        shape = "None" if self.attention is None else "x".join(map(str, self.attention.shape))
+        cut = f", truncated={self.truncated}" if self.truncated else ""
+        return (f"Translation(text={self.text!r}, score={self.score:.4f}, tokens={len(self.tokens)}, "
+                f"src_tokens={len(self.src_tokens)}, attention={shape}{cut})")
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Where the model looks while it reads a given translation of a sentence (forced decoding),
+    between the sentences' whitespace words, whatever the model's tokens.
+
+    src_words, tgt_words: the (normalized) sentences split at spaces; Pharaoh positions index these
+               (target positions count characters instead with AlignOptions(tgt_units="chars"))
+    attention: float32 (target units, len(src_words)): the token attention of the teacher-forced
+               pass that the AlignOptions read, without the source's </s> column, lifted to words
+               (source pieces summed, target pieces averaged; heed.explain.align_methods.UnitMaps); rows
+               sum to at most 1 (the rest went to the source's </s>)
+    links:     the hard alignment `[(i, j), ...]`: for every target unit j, the source word i
+               with the most weight (Pharaoh order, source first)
+    """
+
+    src_words: list[str]
+    tgt_words: list[str]
+    attention: np.ndarray
+    links: list[Link]
+
+    def pharaoh(self) -> str:
+        """The links as one Pharaoh line, "0-0 1-2 2-1"."""
+        return to_pharaoh(self.links)
+
+
+@dataclass(frozen=True)
+class HeadMaps:
+    """Every head of every layer of a teacher-forced pass over one sentence pair.
+
+    src_tokens, tgt_tokens: without </s>; the maps' source axes are src_tokens then </s>, their
+                target axes tgt_tokens then </s> (rows: the output predicted there), and the
+                decoder self-attention's key axis the decoder inputs <s>, tgt_tokens
+    cross:      float32 (layers, heads, len(tgt_tokens) + 1, len(src_tokens) + 1) attention over the
+                source; an RNN's one attention is (1, 1, ...)
+    encoder:    (layers, heads, len(src_tokens) + 1, len(src_tokens) + 1) encoder self-attention, when
+                asked for and the model has it (a Transformer), else None
+    decoder:    (layers, heads, len(tgt_tokens) + 1, len(tgt_tokens) + 1) decoder self-attention
+                (causal), likewise
+    """
+
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    cross: np.ndarray
+    encoder: np.ndarray | None = None
+    decoder: np.ndarray | None = None
+
+
+MAP_PARTS = ("cross", "encoder", "decoder")
+
+
+__all__ = ["AXES", "MAP_PARTS", "Alignment", "HeadMaps", "Labelled", "ReadingResult", "Translation"]

@@ -17,7 +17,6 @@ import typer.main
 from heed.cli.app import HeedCommand, flags_in_place, friendly_errors, language_options
 from heed.cli.io import cut_long_texts, given_files, lines_named, read_sources, warn_long_sources
 from heed.cli.progress import Progress, progress_option
-from heed.errors import HeedError
 from heed.plumbing.files import atomic_open
 
 if TYPE_CHECKING:
@@ -78,8 +77,8 @@ def option_flags(reading: "Reading") -> list[inspect.Parameter]:
                   if hasattr(m, attr)}
         words = info.description or field
         flags.append(inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
-                                       default=typer.Option(info.default, flag, help=words[:1].upper() + words[1:] + ".",
-                                                            rich_help_panel=READING_PANEL, **bounds)))
+                                       default=typer.Option(info.default, flag, rich_help_panel=READING_PANEL,
+                                                            help=words[:1].upper() + words[1:] + ".", **bounds)))
     return flags
 
 

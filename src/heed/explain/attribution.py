@@ -301,29 +301,3 @@ def contrast_ids(model: Any, src_ids: list[int], output_ids: list[int], contrast
 __all__ = ["BASELINE", "METHODS", "Attribution", "AttributionMethod", "Contrast", "EmbeddingSwap", "attribute_ids",
            "contrast_ids", "spearman"]
 
-
-def read_attribution(model: Any, codec: Any, device: torch.device, src_texts: Any, tgt_texts: Any, options: Any, *,
-                     max_src_len: int | None = None) -> list[Any]:
-    """The reading of heed.explain.readings: per pair, each source token's attribution to each output
-    token's log-probability (len(tgt_tokens) + 1, len(src_tokens) + 1), with the extras prefix
-    (the decoder inputs'), log_probs, and delta (integrated gradients') and attention where there
-    are. options: method and steps. An AttributableModel in float32, a sentence at a time."""
-    from heed.errors import HeedError
-    from heed.explain.pairs import forced_pairs
-    from heed.results import Labelled, ReadingResult
-
-    if any(p.dtype == torch.bfloat16 for p in model.parameters()):
-        raise HeedError("attribution runs in float32; load the model without bf16")
-    pairs = forced_pairs(codec, src_texts, tgt_texts, max_src_len=max_src_len, empty="there is nothing to attribute to")
-    out = []
-    for k, (src_ids, tgt_ids) in enumerate(pairs.examples):
-        source, prefix, log_probs, delta, attention = attribute_ids(model, src_ids, tgt_ids, method=options.method,
-                                                                    steps=options.steps, device=device)
-        extras = {"prefix": Labelled(("target", "prefix"), prefix), "log_probs": Labelled(("target",), log_probs)}
-        if delta is not None:
-            extras["delta"] = Labelled(("target",), delta)
-        if attention is not None:
-            extras["attention"] = Labelled(("target", "source"), attention)
-        out.append(ReadingResult("attribution", pairs.src_tokens[k], pairs.tgt_tokens[k], ("target", "source"), source,
-                                 extras))
-    return out

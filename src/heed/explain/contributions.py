@@ -216,18 +216,15 @@ __all__ = ["READINGS", "SourceShare", "Contributions", "Mixing", "Reading", "alt
 
 
 # ------------------------------------------------------------------------ readings (heed.explain.readings)
-def read_contributions(model: Any, codec: Any, device: torch.device, src_texts: Any, tgt_texts: Any, options: Any, *,
-                       max_src_len: int | None = None, reading: Reading = "alti",
-                       last_only: bool = False) -> list[Any]:
+def read_contributions(model: Any, codec: Any, device: torch.device, src_texts: Any, tgt_texts: Any, *,
+                       max_src_len: int | None = None, reading: Reading = "alti") -> list[Any]:
     """Per pair, each decoder layer's D_s (layers, len(tgt_tokens) + 1, len(src_tokens) + 1), each
     source token's share of each prediction (rows sum to the source share), with D_t as the extra
-    "prefix"; with `last_only` (the source share), the last layer's alone, and its rows' sums as
-    the extra "per_token". A ContributionModel."""
+    "prefix" (layers, target, prefix). A ContributionModel."""
     from heed.explain.pairs import forced_pairs, precision
     from heed.results import Labelled, ReadingResult
 
     pairs = forced_pairs(codec, src_texts, tgt_texts, max_src_len=max_src_len, empty="there is no source to share")
-    name = "source_share" if last_only else reading
     out = []
     with torch.inference_mode(), precision(model, device):
         for group, batch in pairs.batches(model, device, 64):
@@ -235,35 +232,19 @@ def read_contributions(model: Any, codec: Any, device: torch.device, src_texts: 
             source, prefix = shares.source.cpu().numpy(), shares.target.cpu().numpy()  # (L, B, T, S), (L, B, T, T)
             for row, k in enumerate(group):
                 s, t = pairs.sizes(k)
-                if last_only:
-                    matrix = source[-1, row, :t, :s]
-                    extras = {"per_token": Labelled(("target",), matrix.sum(-1)),
-                              "prefix": Labelled(("target", "prefix"), prefix[-1, row, :t, :t])}
-                    out.append(ReadingResult(name, pairs.src_tokens[k], pairs.tgt_tokens[k], ("target", "source"),
-                                             matrix, extras))
-                else:
-                    out.append(ReadingResult(name, pairs.src_tokens[k], pairs.tgt_tokens[k],
-                                             ("layer", "target", "source"), source[:, row, :t, :s],
-                                             {"prefix": Labelled(("layer", "target", "prefix"), prefix[:, row, :t, :t])}))
+                out.append(ReadingResult(reading, pairs.src_tokens[k], pairs.tgt_tokens[k],
+                                         ("layer", "target", "source"), source[:, row, :t, :s],
+                                         {"prefix": Labelled(("layer", "target", "prefix"), prefix[:, row, :t, :t])}))
     return out
 
 
 def rollout(model: Any, codec: Any, device: torch.device, src_texts: Any, tgt_texts: Any, options: Any, *,
             max_src_len: int | None = None) -> list[Any]:
     """Attention rollout through every layer (Abnar & Zuidema 2020), per decoder layer."""
-    return read_contributions(model, codec, device, src_texts, tgt_texts, options, max_src_len=max_src_len,
-                              reading="rollout")
+    return read_contributions(model, codec, device, src_texts, tgt_texts, max_src_len=max_src_len, reading="rollout")
 
 
 def alti(model: Any, codec: Any, device: torch.device, src_texts: Any, tgt_texts: Any, options: Any, *,
          max_src_len: int | None = None) -> list[Any]:
     """ALTI+ contributions through every layer (Ferrando et al. 2022b), per decoder layer."""
-    return read_contributions(model, codec, device, src_texts, tgt_texts, options, max_src_len=max_src_len,
-                              reading="alti")
-
-
-def source_share(model: Any, codec: Any, device: torch.device, src_texts: Any, tgt_texts: Any, options: Any, *,
-                 max_src_len: int | None = None) -> list[Any]:
-    """Each prediction's source share at the last decoder layer, by options.method (alti or rollout)."""
-    return read_contributions(model, codec, device, src_texts, tgt_texts, options, max_src_len=max_src_len,
-                              reading=options.method, last_only=True)
+    return read_contributions(model, codec, device, src_texts, tgt_texts, max_src_len=max_src_len, reading="alti")

@@ -62,32 +62,3 @@ def lens(model: ContributionModel, src: Tensor, src_lengths: Tensor, tgt_in: Ten
 
 __all__ = ["LogitLens", "lens"]
 
-
-BATCH = 8  # sentences a lens pass reads at once: each layer's logits are (batch, tgt_len, vocab)
-
-
-def read_lens(model: ContributionModel, codec: Any, device: torch.device, src_texts: Any, tgt_texts: Any,
-              options: Any, *, max_src_len: int | None = None) -> list[Any]:
-    """The reading of heed.explain.readings: per pair, the probability each layer gives the real
-    token (layers, len(tgt_tokens) + 1), with the extras top_tokens and top_probs (layers, rows,
-    options.top) and target_ranks (layers, rows)."""
-    from heed.explain.pairs import forced_pairs, precision
-    from heed.results import Labelled, ReadingResult
-
-    pairs = forced_pairs(codec, src_texts, tgt_texts, max_src_len=max_src_len, empty="there is nothing to read")
-    vocab = codec.tgt_vocab
-    out = []
-    with torch.inference_mode(), precision(model, device):
-        for group, batch in pairs.batches(model, device, BATCH):
-            ids, probs, gold, ranks = (x.cpu().numpy() for x in lens(
-                model, batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, top=min(options.top, len(vocab))))
-            for row, k in enumerate(group):
-                _, t = pairs.sizes(k)
-                words = np.array([[[vocab.lookup(int(i)) for i in ids[layer, row, j]] for j in range(t)]
-                                  for layer in range(len(ids))], dtype=object)
-                out.append(ReadingResult("logit_lens", pairs.src_tokens[k], pairs.tgt_tokens[k], ("layer", "target"),
-                                         gold[:, row, :t],
-                                         {"top_tokens": Labelled(("layer", "target", "top"), words),
-                                          "top_probs": Labelled(("layer", "target", "top"), probs[:, row, :t]),
-                                          "target_ranks": Labelled(("layer", "target"), ranks[:, row, :t])}))
-    return out

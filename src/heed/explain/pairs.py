@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -16,6 +16,15 @@ from heed.data.codec import Codec
 from heed.data.corpus import text_problem
 from heed.data.vocab import SPECIALS, UNK
 from heed.errors import Abandoned, HeedError
+
+
+class Subject(NamedTuple):
+    """A model as a reading reads it: the model (a heed.nn.protocol model, an ensemble or an
+    export), its codec, and the device its inputs go to."""
+
+    model: Any
+    codec: Codec
+    device: torch.device
 
 
 @dataclass(frozen=True)
@@ -102,10 +111,11 @@ def forced_pairs(codec: Codec, src_texts: Sequence[str], tgt_texts: Sequence[str
 def precision(model: Any, device: torch.device) -> contextlib.AbstractContextManager:
     """bf16 autocast for a model whose weights are bf16 (float32 inputs such as fresh states meet
     bf16 weights), as heed.api.Translator decodes a bf16 model; nothing otherwise."""
-    parameters = getattr(model, "parameters", None)
-    first = next(iter(parameters()), None) if callable(parameters) else None
-    if first is not None and first.dtype == torch.bfloat16:
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+    for member in getattr(model, "members", None) or [model]:  # an ensemble's models, or the model
+        parameters = getattr(member, "parameters", None)
+        first = next(iter(parameters()), None) if callable(parameters) else None
+        if first is not None and first.dtype == torch.bfloat16:
+            return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -133,4 +143,4 @@ class Stoppable:
         return self._model(*args, **kwargs)
 
 
-__all__ = ["ForcedPairs", "Stoppable", "check_texts", "forced_pairs", "known_target_ids", "precision"]
+__all__ = ["ForcedPairs", "Stoppable", "Subject", "check_texts", "forced_pairs", "known_target_ids", "precision"]

@@ -211,7 +211,14 @@ def _attribution_cost(size: PairSize, options: Any) -> PairCost:
     return PairCost(attribution_work(t, points), 0, s + 2 * t + (t + 1) * (2 * (s + 1) + (t + 1) + 4))
 
 
-register(Reading("heads", "HeadsModel", NoOptions, "heed.explain.heads:heads", _maps_cost,
+GIVEN = "heed.explain.given_pairs:"  # the readings that were Translator methods first, wrapped there
+
+
+def _source_share_cost(size: PairSize, options: Any) -> PairCost:
+    return _contributions_cost(size, options, layers=1)
+
+
+register(Reading("heads", "HeadsModel", NoOptions, GIVEN + "heads_reading", _maps_cost,
                  "every head of every decoder layer's attention over the source"))
 register(Reading("value_norms", "ValueNormModel", NoOptions, "heed.explain.heads:value_norms", _maps_cost,
                  "every head's attention weighed by the norm of what each source token adds (Kobayashi et al. 2020)"))
@@ -219,12 +226,12 @@ register(Reading("rollout", "ContributionModel", NoOptions, "heed.explain.contri
                  "each source token's share of each prediction by attention rollout, per decoder layer"))
 register(Reading("alti", "ContributionModel", NoOptions, "heed.explain.contributions:alti", _contributions_cost,
                  "each source token's share of each prediction by ALTI+, per decoder layer"))
-register(Reading("source_share", "ContributionModel", SourceShareOptions, "heed.explain.contributions:source_share",
-                 lambda size, options: _contributions_cost(size, options, layers=1),
-                 "each prediction's source share at the last decoder layer, and each source token's part in it"))
-register(Reading("logit_lens", "ContributionModel", LensOptions, "heed.explain.logit_lens:read_lens", _lens_cost,
+register(Reading("source_share", "ContributionModel", SourceShareOptions, GIVEN + "source_share_reading",
+                 _source_share_cost, "each prediction's source share at the last decoder layer, and each source "
+                                     "token's part in it"))
+register(Reading("logit_lens", "ContributionModel", LensOptions, GIVEN + "logit_lens_reading", _lens_cost,
                  "each decoder layer read through the output layer: the real token's probability, the top tokens"))
-register(Reading("attribution", "AttributableModel", AttributionOptions, "heed.explain.attribution:read_attribution",
+register(Reading("attribution", "AttributableModel", AttributionOptions, GIVEN + "attribution_reading",
                  _attribution_cost, "each source token's attribution to each output token's log-probability (Captum)"))
 
 __all__ = ["READINGS", "NoOptions", "Options", "PairSize", "Reading", "check", "explain", "get", "register",

@@ -50,7 +50,6 @@ from heed.errors import Abandoned, ConfigError, HeedError
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention
 from heed.explain.align_methods import AlignOptions
-from heed.explain.given_pairs import nbest_source_shares
 from heed.explain.readings import READINGS, PairSize, Reading, explain
 from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel, OwnSearchModel
 from heed.plumbing.files import open_regular
@@ -389,7 +388,7 @@ def _explained(translator: Translator, key: _Key, texts: Sequence[str], nbests: 
     pass over every hypothesis of the batch)."""
     if "source_share" not in key.explain:
         return results
-    for result, shares in zip(results, nbest_source_shares(translator, texts, nbests)):
+    for result, shares in zip(results, translator.nbest_source_shares(texts, nbests)):
         for hypothesis, share in zip(result["hypotheses"], shares):
             if share is not None:
                 hypothesis["source_share"] = {"sentence": share.sentence,
@@ -526,9 +525,9 @@ class _Routes:
         async def handler(request: Any) -> Response:
             return await self.explain(reading, request)
 
-        handler.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=reading_request(reading))],
-            return_annotation=Response)
+        request = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                    annotation=reading_request(reading))
+        handler.__signature__ = inspect.Signature([request], return_annotation=Response)  # type: ignore[attr-defined]
         return handler
 
     async def unknown_reading(self, reading: str) -> Response:
@@ -551,7 +550,8 @@ class _Routes:
         except HeedError as e:
             raise ApiError(422, str(e), None) from None
         layers, heads = _grid(translator)
-        self._within(reading_cost(reading.name, [reading.cost(PairSize(s, t, layers, heads), options) for s, t in sizes]))
+        self._within(reading_cost(reading.name, [reading.cost(PairSize(s, t, layers, heads), options)
+                                                 for s, t in sizes]))
         key = _Key(name, "explain", languages=(request.src_lang, request.tgt_lang), read=reading.name, options=options)
         a_turn_each = [self.settings.slice_work] * len(request.sources)  # read a sentence at a time
         results = await self._decoded(key, list(zip(request.sources, request.targets)), a_turn_each)
