@@ -77,7 +77,7 @@ def main() -> None:
     seconds = time.perf_counter() - started
     right = total = 0
     for out, gold in zip(projected, golds_by_tag):
-        got = dict((tag, span) for tag, span in placed_tags(out))
+        got = dict(placed_tags(out))
         right += sum(got.get(tag) == span for tag, span in gold)
         total += len(gold)
     print(f"{args.model}: {args.n} dates ({', '.join(args.languages)}), units {target_units(translator)}")

@@ -1734,3 +1734,460 @@ def _(c: Ctx) -> Call:
 @pytest.mark.parametrize("name", ISSUE_56_CASES)
 def test_issue_56_bad_input_gets_one_clear_line_and_harms_nothing(name: str, ctx: Ctx) -> None:
     test_bad_input_gets_one_clear_line_and_harms_nothing(name, ctx)
+
+
+# =====================================================================================================
+# Hostile pretrained models and Pharaoh files: `heed import DIR` (a Hugging Face directory, a Marian
+# release) and the alignment readers, attacked. Each case: one line, exit 2, nothing written. The
+# cases that once cost gigabytes run in a subprocess under a memory cap (test_a_hostile_file_costs_
+# little_memory), the rest through the runner above (test_hostile_pretrained_input_gets_one_clear_line).
+
+HOSTILE: list[str] = []
+BOMB_ALIASES = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))  # 9^9 nodes expanded
+
+
+def hostile(name: str) -> Callable[[Callable[[Ctx], Call]], Callable[[Ctx], Call]]:
+    """`case`, and listed for test_hostile_pretrained_input_gets_one_clear_line (CASES is read by the
+    runner's parametrize before this part of the file runs)."""
+    HOSTILE.append(name)
+    return case(name)
+
+
+def _import(source: Path, c: Ctx, *fragments: str) -> Call:
+    out = c.empty_dir("imported")
+    return Call(["import", source, "-o", out], list(fragments), keep=[out])
+
+
+def _npz_members(path: Path) -> dict[str, bytes]:
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        return {name: z.read(name) for name in z.namelist()}
+
+
+def _write_npz(path: Path, members: dict[str, bytes], extra: Callable[[Any], None] | None = None) -> None:
+    """A .npz of raw .npy `members`; `extra(zipfile)` adds more."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+        if extra is not None:
+            extra(z)
+
+
+def _npy_header(shape: tuple[int, ...], dtype: str = "<f4") -> bytes:
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buffer.getvalue()
+
+
+def _set_options(release: Path, text: str) -> None:
+    """The release's "special:model.yml" replaced by `text`."""
+    import io
+
+    import numpy as np
+
+    members = _npz_members(release / "model.npz")
+    buffer = io.BytesIO()
+    np.save(buffer, np.frombuffer(text.encode() + b"\0", dtype=np.int8))
+    members["special:model.yml.npy"] = buffer.getvalue()
+    _write_npz(release / "model.npz", members)
+
+
+def _m2m(c: Ctx, name: str = "m2m") -> Path:
+    """A tiny random Hugging Face M2M-100 directory (skipped without transformers)."""
+    from pretrained_models import make_m2m100
+
+    pytest.importorskip("transformers", reason="transformers (heed-nmt[dev]) is not installed")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make_m2m100(c.tmp / name)
+
+
+def _edit_json(path: Path, edit: Callable[[Any], Any]) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data = edit(data) or data
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def _foreign_spm(c: Ctx, path: Path) -> None:
+    """`path` overwritten by a SentencePiece model of made-up words, another model's tokenizer."""
+    import random
+
+    from pretrained_models import train_spm
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("qxzjkvw") for _ in range(rng.randint(3, 8))) for _ in range(400)]
+    texts = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(2000)]
+    train_spm(texts, path, 200)
+
+
+# ------------------------------------------------------------------ tracebacks become one line
+
+
+@hostile("import-a-pickle-as-pytorch-model-bin")
+def _(c: Ctx) -> Call:
+    import fractions
+    import pickle
+
+    source = c.marian()
+    (source / "model.safetensors").unlink()
+    (source / "pytorch_model.bin").write_bytes(pickle.dumps({"w": fractions.Fraction(1, 2)}))
+    return _import(source, c, "pytorch_model.bin", "not a plain weights file", "will not unpickle")
+
+
+@hostile("import-a-config-json-nested-100000-deep")
+def _(c: Ctx) -> Call:
+    source = c.marian()
+    (source / "config.json").write_text('{"model_type": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
+    return _import(source, c, "config.json", "nested too deeply")
+
+
+@hostile("import-a-config-json-with-a-5000-digit-number")
+def _(c: Ctx) -> Call:
+    source = c.marian()
+    text = (source / "config.json").read_text(encoding="utf-8")
+    (source / "config.json").write_text(text.replace('"d_model": 32', '"d_model": ' + "7" * 5000), encoding="utf-8")
+    return _import(source, c, "config.json", "a number too long")
+
+
+@hostile("import-a-config-json-whose-model-type-is-a-list")
+def _(c: Ctx) -> Call:
+    source = c.marian()
+    _edit_json(source / "config.json", lambda config: config.update(model_type=["marian"],
+                                                                    architectures=[1, "X" * 10_000]))
+    return _import(source, c, "config.json", "model_type None", "is not an architecture heed converts")
+
+
+@hostile("import-a-config-json-dropout-of-the-wrong-type")
+def _(c: Ctx) -> Call:
+    source = c.marian()
+    _edit_json(source / "config.json", lambda config: config.update(dropout="high"))
+    return _import(source, c, "config.json", "dropout is 'high'")
+
+
+@hostile("import-a-decoder-yml-that-is-a-list")
+def _(c: Ctx) -> Call:
+    source = c.marian_release()
+    (source / "decoder.yml").write_text("- model.npz\n- vocab.yml\n", encoding="utf-8")
+    return _import(source, c, "decoder.yml", "expected a mapping")
+
+
+@hostile("import-a-decoder-yml-naming-a-list-as-the-model")
+def _(c: Ctx) -> Call:
+    source = c.marian_release()
+    (source / "decoder.yml").write_text("models: [[model.npz]]\nvocabs: [vocab.yml, vocab.yml]\n", encoding="utf-8")
+    return _import(source, c, "decoder.yml", "names a file as a list")
+
+
+@hostile("import-a-tokenizer-config-json-that-is-a-list")
+def _(c: Ctx) -> Call:
+    source = c.marian()
+    (source / "tokenizer_config.json").write_text("[1, 2]", encoding="utf-8")
+    return _import(source, c, "tokenizer_config.json", "expected a JSON object")
+
+
+@hostile("import-an-m2m-tokenizer-config-with-a-list-of-language-codes")
+def _(c: Ctx) -> Call:
+    source = _m2m(c)
+    _edit_json(source / "tokenizer_config.json", lambda settings: settings.update(language_codes=["fr", "en"]))
+    return _import(source, c, "tokenizer_config.json", "language_codes a list of 2 items")
+
+
+@hostile("import-an-npy-member-declaring-4-tib")
+def _(c: Ctx) -> Call:
+    source = c.marian_release()
+    members = _npz_members(source / "model.npz")
+    members["encoder_l1_self_Wq.npy"] = _npy_header((1 << 20, 1 << 20)) + b"\0" * 64
+    _write_npz(source / "model.npz", members)
+    return _import(source, c, "model.npz", "encoder_l1_self_Wq is 1,048,576 x 1,048,576", "make it 32 x 32")
+
+
+@hostile("import-an-empty-source-spm")
+def _(c: Ctx) -> Call:
+    source = c.marian()
+    (source / "source.spm").write_bytes(b"")
+    return _import(source, c, "source.spm", "not a SentencePiece model (it has no pieces)")
+
+
+@hostile("import-a-release-with-an-empty-source-spm")
+def _(c: Ctx) -> Call:
+    source = c.marian_release()
+    (source / "source.spm").write_bytes(b"")
+    return _import(source, c, "source.spm", "not a SentencePiece model (it has no pieces)")
+
+
+@hostile("align-gold-with-a-5000-digit-position")
+def _(c: Ctx) -> Call:
+    n = len(c.corpus["test_src"].read_text(encoding="utf-8").splitlines())
+    gold = c.file("gold.align", "0-" + "9" * 5000 + "\n" + "0-0\n" * (n - 1))
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--gold", gold],
+                ["gold.align:1", "position of 5,000 digits"])
+
+
+@hostile("align-reference-with-a-5000-digit-position")
+def _(c: Ctx) -> Call:
+    n = len(c.corpus["test_src"].read_text(encoding="utf-8").splitlines())
+    reference = c.file("silver.align", "0-0\n" + "9" * 5000 + "?0\n" + "0-0\n" * (n - 2))
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"],
+                 "--reference", reference], ["silver.align:2", "position of 5,000 digits"])
+
+
+@hostile("guided-supervision-with-a-5000-digit-position")
+def _(c: Ctx) -> Call:
+    config, out = _guided(c, supervision=str(_links_file(c, "digits.align", 4, "1" * 5000 + "-0")))
+    return Call(["train", config], ["digits.align:4", "position of 5,000 digits"], keep=[out])
+
+
+@hostile("align-gold-line-longer-than-any-alignment")
+def _(c: Ctx) -> Call:
+    n = len(c.corpus["test_src"].read_text(encoding="utf-8").splitlines())
+    gold = c.file("gold.align", "0-0 " * 300_000 + "\n" + "0-0\n" * (n - 1))
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--gold", gold],
+                ["gold.align:1", "more than 1,048,576 characters"])
+
+
+@hostile("align-gold-line-with-more-links-than-its-pair-has")
+def _(c: Ctx) -> Call:
+    n = len(c.corpus["test_src"].read_text(encoding="utf-8").splitlines())
+    gold = c.file("gold.align", "0-0\n" + "0-0 " * 100_000 + "\n" + "0-0\n" * (n - 2))
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--gold", gold],
+                ["gold.align:2", "links, but the sentence pair has", "at most one link for each pair"])
+
+
+# ------------------------------------------------------------------ unclear becomes clear
+
+
+@hostile("import-all-nan-weights")
+def _(c: Ctx) -> Call:
+    from safetensors.torch import load_file, save_file
+
+    source = c.marian()
+    state = load_file(str(source / "model.safetensors"))
+    state["model.encoder.layers.1.fc1.weight"].fill_(float("nan"))
+    save_file(state, str(source / "model.safetensors"), metadata={"format": "pt"})
+    return _import(source, c, "model.encoder.layers.1.fc1.weight", "NaN or infinite")
+
+
+@hostile("import-an-infinite-weight-in-a-release")
+def _(c: Ctx) -> Call:
+    import io
+
+    import numpy as np
+
+    source = c.marian_release()
+    members = _npz_members(source / "model.npz")
+    array = np.load(io.BytesIO(members["decoder_l2_ffn_W2.npy"]))
+    array[3, 4] = np.inf
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    members["decoder_l2_ffn_W2.npy"] = buffer.getvalue()
+    _write_npz(source / "model.npz", members)
+    return _import(source, c, "model.npz", "decoder_l2_ffn_W2", "NaN or infinite")
+
+
+@hostile("import-a-source-spm-of-another-model")
+def _(c: Ctx) -> Call:
+    source = c.marian()
+    _foreign_spm(c, source / "source.spm")
+    return _import(source, c, "source.spm", "pieces are not in vocab.json", "not this model's")
+
+
+@hostile("import-a-release-with-a-target-spm-of-another-model")
+def _(c: Ctx) -> Call:
+    source = c.marian_release()
+    _foreign_spm(c, source / "target.spm")
+    return _import(source, c, "target.spm", "pieces are not in vocab.yml", "not this model's")
+
+
+@hostile("import-a-release-whose-decoder-yml-reaches-outside")
+def _(c: Ctx) -> Call:
+    source = c.marian_release()
+    outside = c.tmp / "elsewhere"
+    outside.mkdir()
+    shutil.move(source / "model.npz", outside / "model.npz")
+    (source / "decoder.yml").write_text("models: [../elsewhere/model.npz]\nvocabs: [vocab.yml, vocab.yml]\n",
+                                        encoding="utf-8")
+    return _import(source, c, "decoder.yml", "'../elsewhere/model.npz' leads out of the release directory")
+
+
+@hostile("import-a-release-whose-vocab-is-a-symlink-outside")
+def _(c: Ctx) -> Call:
+    source = c.marian_release()
+    foreign = c.file("private/notes.yml", "SECRET-FIRST-KEY: not an id\nmore: 2\n")
+    (source / "vocab.yml").unlink()
+    (source / "vocab.yml").symlink_to(foreign)
+    return _import(source, c, "decoder.yml", "'vocab.yml' leads out of the release directory")
+
+
+@hostile("import-a-release-without-decoder-yml-whose-npz-is-a-symlink-outside")
+def _(c: Ctx) -> Call:
+    source = c.marian_release()
+    (source / "decoder.yml").unlink()
+    shutil.move(source / "model.npz", c.tmp / "model.npz")
+    (source / "model.npz").symlink_to(c.tmp / "model.npz")
+    return _import(source, c, "model.npz", "leads out of the release directory")
+
+
+@hostile("import-a-npy-file-as-the-npz")
+def _(c: Ctx) -> Call:
+    import numpy as np
+
+    source = c.marian_release()
+    with open(source / "model.npz", "wb") as f:
+        np.save(f, np.zeros(4, dtype=np.float32))
+    return _import(source, c, "model.npz", "a single .npy array, not a .npz archive")
+
+
+@hostile("import-a-pickle-as-the-npz")
+def _(c: Ctx) -> Call:
+    import pickle
+
+    source = c.marian_release()
+    (source / "model.npz").write_bytes(pickle.dumps({"Wemb": [1.0]}))
+    return _import(source, c, "model.npz", "a Python pickle, not a .npz archive")
+
+
+def test_a_release_refused_for_a_foreign_file_shows_none_of_it(ctx: Ctx) -> None:
+    call = CASES["import-a-release-whose-vocab-is-a-symlink-outside"](ctx)
+    outcome = run_in_process(call)
+    assert outcome.code == 2 and "SECRET" not in outcome.stdout + outcome.stderr, outcome.stderr
+
+
+def test_a_bad_vocab_yml_entry_is_named_by_its_place_not_its_text(ctx: Ctx) -> None:
+    source = ctx.marian_release()
+    (source / "vocab.yml").write_text("</s>: 0\nSECRET-PIECE: many\n<unk>: 1\n", encoding="utf-8")
+    outcome = run_in_process(_import(source, ctx, "vocab.yml", "entry 2's id"))
+    assert outcome.code == 2 and "entry 2's id" in outcome.stderr and "SECRET" not in outcome.stderr, outcome.stderr
+
+
+def test_a_bad_vocab_json_entry_is_named_by_its_place_not_its_text(ctx: Ctx) -> None:
+    source = ctx.marian()
+    _edit_json(source / "vocab.json", lambda vocab: {"SECRET-PIECE": "one", **vocab})
+    outcome = run_in_process(_import(source, ctx, "vocab.json"))
+    assert outcome.code == 2 and "entry 1's id" in outcome.stderr and "SECRET" not in outcome.stderr, outcome.stderr
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_pretrained_input_gets_one_clear_line(name: str, ctx: Ctx) -> None:
+    test_bad_input_gets_one_clear_line_and_harms_nothing(name, ctx)
+
+
+def test_eflomal_warns_of_the_pairs_it_leaves_unaligned_for_their_length() -> None:
+    pytest.importorskip("eflomal", reason="eflomal (heed-nmt[align]) is not installed")
+    from heed.data.corpus import Pair
+    from heed.explain.external import EFLOMAL_MAX_WORDS, eflomal_links
+
+    long_side = " ".join(["mot"] * (EFLOMAL_MAX_WORDS + 1))
+    longest = " ".join(f"w{i % 50}" for i in range(EFLOMAL_MAX_WORDS))
+    pairs = [Pair("le chat dort", "the cat sleeps"), Pair(long_side, "word"), Pair(longest, "w1 w2 w3"),
+             Pair("oui", " ".join(["yes"] * (EFLOMAL_MAX_WORDS + 5)))]
+    heard: list[str] = []
+    links = eflomal_links(pairs, warn=heard.append)
+    assert [bool(pair_links) for pair_links in links] == [True, False, True, False]  # what eflomal does
+    assert len(heard) == 1 and "2 pairs (lines 2, 4)" in heard[0] and "more than 1,023 words" in heard[0], heard
+    heard.clear()
+    eflomal_links(pairs[:1] + pairs[2:3], warn=heard.append)
+    assert heard == []
+
+
+# ------------------------------------------------------------------ a few bytes that once cost gigabytes
+
+MEMORY_CAP = 2 << 30  # address space for `heed import` (torch and all); each bomb once needed 2 to 8 GB
+PEAK_RSS = 1 << 30  # what the refusal may cost at most; a valid tiny import peaks near a third of this
+
+
+def _bomb_vocab_size(c: Ctx) -> Call:
+    source = c.marian()
+    _edit_json(source / "config.json", lambda config: config.update(vocab_size=10**9))
+    return _import(source, c, "config.json", "vocab_size 1,000,000,000", "model.safetensors",
+                   "not this checkpoint's")
+
+
+def _bomb_m2m_vocab_size(c: Ctx) -> Call:
+    source = _m2m(c)
+    _edit_json(source / "config.json", lambda config: config.update(vocab_size=3 * 10**7))
+    return _import(source, c, "config.json", "vocab_size 30,000,000", "not this checkpoint's")
+
+
+def _bomb_options(c: Ctx) -> Call:
+    source = c.marian_release()
+    _set_options(source, BOMB_ALIASES + "type: *i\n")
+    return _import(source, c, "model.npz", "special:model.yml", "anchors and aliases")
+
+
+def _bomb_vocab_yml(c: Ctx) -> Call:
+    source = c.marian_release()
+    (source / "vocab.yml").write_text(BOMB_ALIASES, encoding="utf-8")
+    return _import(source, c, "vocab.yml", "anchors and aliases")
+
+
+def _bomb_unused_member(c: Ctx) -> Call:
+    """A 1 GiB member of zeros, deflated to about a megabyte, that no model needs."""
+    source = c.marian_release()
+    members = _npz_members(source / "model.npz")
+
+    def padding(z: Any) -> None:
+        with z.open("unused.npy", "w", force_zip64=True) as f:
+            f.write(_npy_header((1 << 28,)))
+            chunk = bytes(1 << 22)
+            for _ in range(1 << 8):
+                f.write(chunk)
+
+    _write_npz(source / "model.npz", members, padding)
+    (source / "vocab.yml").write_text("</s>: 0\n<unk>: 1\n", encoding="utf-8")  # refused after the options
+    return _import(source, c, "vocab.yml: 2 pieces")
+
+
+BOMBS: dict[str, Callable[[Ctx], Call]] = {
+    "config-vocab-size-a-billion": _bomb_vocab_size,
+    "m2m-config-vocab-size-thirty-million": _bomb_m2m_vocab_size,
+    "alias-bomb-in-special-model-yml": _bomb_options,
+    "alias-bomb-in-vocab-yml": _bomb_vocab_yml,
+    "npz-member-inflating-to-1-gib": _bomb_unused_member,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_a_hostile_file_costs_little_memory(name: str, ctx: Ctx) -> None:
+    import resource
+    import time
+
+    call = BOMBS[name](ctx)
+    before = {path: snapshot(path) for path in call.keep}
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "80"}
+    out, err = ctx.tmp / "bomb.stdout", ctx.tmp / "bomb.stderr"
+    with open(out, "w") as stdout_file, open(err, "w") as stderr_file:
+        process = subprocess.Popen([sys.executable, "-m", "heed", *map(str, call.argv)], stdin=subprocess.DEVNULL,
+                                   stdout=stdout_file, stderr=stderr_file, env=env, preexec_fn=cap)
+    deadline = time.monotonic() + TIME_LIMIT * 2
+    pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+    while pid == 0 and time.monotonic() < deadline:  # reaped here, not by Popen: its own peak memory is in `usage`
+        time.sleep(0.1)
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+    if pid == 0:
+        process.kill()
+        os.wait4(process.pid, 0)
+        pytest.fail(f"no answer in {TIME_LIMIT * 2} s: a hang")
+    process.returncode = os.waitstatus_to_exitcode(status)
+    stdout, stderr = out.read_text(), err.read_text()
+    peak = usage.ru_maxrss * 1024  # bytes; Linux reports KiB
+    assert "Traceback" not in stdout + stderr and "MemoryError" not in stderr, stderr
+    assert process.returncode == 2, (process.returncode, stderr)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), stderr
+    for fragment in call.expect:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert peak < PEAK_RSS, f"peak memory {peak / 2**20:.0f} MiB"
+    for path, was in before.items():
+        assert snapshot(path) == was, f"{path} changed"

@@ -24,6 +24,16 @@ def test_reading_a_config_loads_neither_torch_nor_the_model_code():
     assert _loaded_after("import heed.config", ("torch", "heed.nn.build", "heed.search")) == []
 
 
+def test_reading_a_config_of_either_family_imports_its_config_class_alone():
+    """The registry (heed.nn.families) names each family's halves by import path: validating `model:`
+    imports the families' config modules, never a Family, a builder or torch."""
+    statement = ("from heed.config import config_from_dict; "
+                 "config_from_dict({'data': {'task': 'dates'}, 'model': {'family': 'transformer'}}); "
+                 "config_from_dict({'data': {'task': 'dates'}, 'model': {'family': 'rnn'}})")
+    assert _loaded_after(statement, ("torch", "heed.nn.build", "heed.nn.rnn.family", "heed.nn.transformer.family",
+                                     "heed.nn.rnn.build", "heed.nn.transformer.model", "heed.search")) == []
+
+
 def test_heed_prepare_loads_no_model_code():
     """`heed prepare` tokenizes a corpus: it needs the config and the data code, not the models."""
     assert _loaded_after("import heed.data.prepare", ("heed.nn.build", "heed.nn.rnn.encoder", "heed.nn.rnn.decoder",

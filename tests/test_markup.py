@@ -16,7 +16,7 @@ from lxml import etree, html
 from heed.markup import MarkupError, Span, parse, place
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import markup_dates  # noqa: E402  (the benchmark's gold by construction, shared with the test)
+import markup_dates
 
 # ---------------------------------------------------------------- placement
 

@@ -151,6 +151,28 @@ def test_a_request_that_times_out_while_queued_is_never_decoded(recorder: Record
     assert all(99 not in items for _, items in recorder.calls)
 
 
+def test_a_request_that_times_out_while_its_batch_gathers_leaves_the_worker_alive(recorder: Recorder) -> None:
+    """The worker waits max_wait for company with the oldest job at the head of the queue; that job's
+    request giving up meanwhile took it out of the queue, and the worker then popped an empty queue
+    and died (every later request timed out), or popped the next job and lost it."""
+    batcher = Batcher(recorder, max_wait=0.3, max_sentences=100)
+
+    async def gives_up() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await batcher.run("k", [99], timeout=0.05)
+
+    try:
+        asyncio.run(gives_up())
+        time.sleep(0.4)  # past the gathering's deadline
+        assert _submit_all(batcher, [("k", [1])]) == [[10]]
+        asyncio.run(gives_up())
+        later = batcher.submit("other", [2])  # arrives while the abandoned job's batch gathers
+        assert later.future.result(timeout=5) == [20]
+    finally:
+        batcher.stop()
+    assert all(99 not in items for _, items in recorder.calls)
+
+
 def test_a_running_job_whose_request_timed_out_is_told_to_stop() -> None:
     """The decode function sees `abandoned()` turn true once its only request has timed out: the
     server's search then stops instead of decoding for nobody (heed.api.Translator.with_stop)."""

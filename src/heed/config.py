@@ -41,7 +41,8 @@ from pydantic_core import PydanticUndefined
 
 from heed.decode_config import DecodeConfig
 from heed.errors import ConfigError
-from heed.nn.model_config import FAMILY_CONFIGS, ModelConfig, family_of, without_family_tag
+from heed.nn import families
+from heed.nn.model_config import ModelConfig, family_of, without_family_tag
 from heed.plumbing import yamlio
 from heed.plumbing.files import atomic_write_text, open_regular, open_stream
 from heed.plumbing.limits import MAX_THREADS
@@ -373,9 +374,10 @@ class Config(_Strict):
         heed.nn.family_config.FamilyConfig.complete."""
         if not (isinstance(data, dict) and isinstance(data.get("model"), dict)):
             return data
-        family = FAMILY_CONFIGS.get(family_of(data["model"]))
-        if family is None:
+        name = family_of(data["model"])
+        if name not in families.FAMILIES:
             return data  # the union's error names model.family
+        family = families.config_class(name)
         section = data.get("data")
         if isinstance(section, dict):  # with its defaults, as the family reads it
             section = {**{name: info.default for name, info in DataConfig.model_fields.items()
@@ -649,17 +651,20 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
 
 
 class _AnyFamily:
-    """`model:` before its family is known: the fields of every family (heed.nn.model_config), for
-    naming unknown keys and suggesting known ones."""
+    """`model:` before its family is known: the fields of every family registered now
+    (heed.nn.families), for naming unknown keys and suggesting known ones."""
 
-    model_fields = {name: info for family in FAMILY_CONFIGS.values() for name, info in family.model_fields.items()}
+    @property
+    def model_fields(self) -> dict[str, Any]:
+        return {name: info for family in families.config_classes().values()
+                for name, info in family.model_fields.items()}
 
 
 def _model_class(annotation: Any) -> Any:
     """The pydantic model inside an annotation such as `X`, `X | None`, `Optional[X]` (for `model:`,
     _AnyFamily)."""
     if annotation is ModelConfig:
-        return _AnyFamily
+        return _AnyFamily()
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):

@@ -17,7 +17,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from heed.config import Config
-from heed.nn.model_config import FAMILY_CONFIGS, ModelConfig
+from heed.nn.families import config_classes
+from heed.nn.model_config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class FieldDoc:
 def _sections_of(annotation: Any, dotted: str) -> list[tuple[str, type[BaseModel]]]:
     """The sections a field opens: [(title, class)]; `model:` opens one per family."""
     if annotation is ModelConfig:
-        return [(f"{dotted} (family: {name})", cls) for name, cls in FAMILY_CONFIGS.items()]
+        return [(f"{dotted} (family: {name})", cls) for name, cls in config_classes().items()]
     inner = _model_of(annotation)
     return [] if inner is None else [(dotted, inner)]
 

@@ -139,9 +139,9 @@ def run_demo(*, output_dir: str | Path = "runs/demo", quick: bool = False, overr
         raise HeedError(f"{find_demo_config()}: the demo needs data.task: dates")
     console.rule("[bold]1. data: the dates task")
     splits, golds, data_dir = _write_data(cfg, output_dir, console)
-    from heed.nn.build import FAMILIES
+    from heed.nn.families import family
 
-    console.rule(f"[bold]2. training ({FAMILIES[cfg.model.family].describe(cfg.model)})")
+    console.rule(f"[bold]2. training ({family(cfg.model.family).describe(cfg.model)})")
     train(cfg, console=console, progress=progress)
     console.rule("[bold]3. held-out test set")
     translator = Translator.load(output_dir)

@@ -59,7 +59,7 @@ def convert_directory(directory: Path) -> Any:
     """A Hugging Face model directory -> heed.nn.transformer.convert.Converted, by config.json's
     model_type (or a native release a family recognises, such as Marian's .npz); a ModelDirError in
     one line for an architecture no family converts."""
-    from heed.nn.build import FAMILIES
+    from heed.nn.families import families
     from heed.nn.transformer.convert.common import read_json
 
     if not directory.is_dir():
@@ -67,16 +67,19 @@ def convert_directory(directory: Path) -> Any:
                             "config.json), a Marian release (.npz, vocab.yml, source.spm, target.spm) or a hub id "
                             "hf:ORG/NAME")
     if not (directory / "config.json").exists():
-        for family in FAMILIES.values():
+        for family in families().values():
             for kind, recognises in family.releases.items():
                 if recognises(directory):
                     return family.converters[kind](directory, None)
     config = read_json(directory / "config.json")
-    kind = config.get("model_type")
-    converters = {name: convert for family in FAMILIES.values() for name, convert in family.converters.items()}
-    if kind not in converters:
-        named = ", ".join(config.get("architectures") or []) or "unnamed"
-        raise ModelDirError(f"{directory / 'config.json'}: model_type {kind!r} ({named}) is not an architecture heed "
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    converters = {name: convert for family in families().values() for name, convert in family.converters.items()}
+    if not isinstance(kind, str) or kind not in converters:
+        architectures = config.get("architectures") if isinstance(config, dict) else None
+        names = [a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else []
+        named = ", ".join(a[:60] for a in names[:3]) or "unnamed"
+        shown = kind[:60] if isinstance(kind, str) else None
+        raise ModelDirError(f"{directory / 'config.json'}: model_type {shown!r} ({named}) is not an architecture heed "
                             f"converts; heed imports {', '.join(sorted(converters))}")
     return converters[kind](directory, config)
 

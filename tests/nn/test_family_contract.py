@@ -2,13 +2,19 @@
 (Luong with input feeding, Bahdanau, plain, Bahdanau with coverage) and Transformers (pre-norm with
 sinusoidal positions and tied embeddings; post-norm with learned positions), and a third family
 made here to show what adding one takes: tests/toy_family/ (a bag of embeddings with attention) and
-the one registry line below. A new family joins by joining search_fakes.MODEL_KINDS. The exported graphs' half of the contract is in tests/test_export.py;
+the one register_family line below, which is all it takes for the toy to be read from a config file,
+trained by `heed train` and served by `heed serve` to the explorer (the last test). A new family of
+heed's joins by joining search_fakes.MODEL_KINDS. The exported graphs' half of the contract is in tests/test_export.py;
 an all-padding row of the RNNs' attention (every score, fp32/fp16/bf16) is
 tests/nn/test_attention.py::test_all_padding_row_gives_zero_weights_and_context_and_finite_gradient."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from search_fakes import (
@@ -25,24 +31,25 @@ from search_fakes import (
 )
 from step_decoding import decode_step_by_step
 
-from heed.nn.build import FAMILIES, Family, build_model
+from heed.nn.build import build_model
+from heed.nn.families import register_family, unregister_family
 from heed.nn.protocol import TensorState, TrainableModel
 from heed.nn.transformer.attention import MultiHeadAttention
 from heed.search import DecodeConfig, beam_search, greedy_search
 
 BOS = 1
 
-from toy_family import config as toy_config  # noqa: E402
 from toy_family.config import ToyConfig  # noqa: E402
 from toy_family.model import build_toy  # noqa: E402
 
-TOY = Family(ToyConfig, build_toy, toy_config.describe, toy_config.sizes)  # the registry line, for this suite
 KINDS = [*MODEL_KINDS, "toy"]
 
 
 @pytest.fixture(autouse=True)
-def _toy_family_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(FAMILIES, "toy", TOY)
+def _toy_family_registered() -> Iterator[None]:
+    register_family("toy", config="toy_family.config:ToyConfig", family="toy_family.family:FAMILY")  # its one line
+    yield
+    unregister_family("toy")
 
 
 def model_of(kind: str, **kwargs):
@@ -225,20 +232,151 @@ def test_fused_and_explicit_multi_head_attention_agree() -> None:
             torch.testing.assert_close(fused.context, explicit.context, rtol=0, atol=1e-6)
 
 
-def test_a_family_is_its_registry_entry_and_the_rest_of_heed_reads_it_from_there() -> None:
-    """The toy family, registered above and nowhere else, is built, described and sized through the
-    registry, and refused in one line by an export it has no graphs for."""
+def test_a_family_is_its_registry_line_and_the_rest_of_heed_reads_it_from_there() -> None:
+    """The toy family, registered above and nowhere else, is read from `model:`, built, described and
+    sized through the registry, and refused in one line by an export it has no graphs for."""
     from heed.errors import ConfigError
     from heed.export.onnx import family_graphs
     from heed.nn.build import check_size
-    from heed.nn.model_config import FAMILY_CONFIGS
+    from heed.nn.families import family
+    from heed.nn.model_config import ModelConfig
 
-    cfg = ToyConfig(embed_size=8)
+    cfg = ModelConfig(family="toy", embed_size=8)
+    assert type(cfg) is ToyConfig and isinstance(cfg, ModelConfig) and cfg == ToyConfig(embed_size=8)
+    assert (cfg.kind, cfg.copy) == ("toy", False)  # FamilyConfig's: the toy declares neither
     model = model_of("toy")
     assert model.num_parameters() == sum(p.numel() for p in model.parameters()) == check_size(
         cfg, lambda: build_toy(cfg, src_vocab_size=10, tgt_vocab_size=9, pad_id=0, bos_id=1, eos_id=2, unk_id=3),
         vocab=(10, 9))
-    assert FAMILIES["toy"].describe(cfg) == "toy, embeddings of 8"
+    assert family("toy").describe(cfg) == "toy, embeddings of 8"
     with pytest.raises(ConfigError, match="the toy family has no ONNX graphs"):
         family_graphs(cfg)
-    assert {name: family.config for name, family in FAMILIES.items() if name != "toy"} == FAMILY_CONFIGS
+
+
+def test_config_reading_knows_a_family_from_its_registration_and_forgets_it_after() -> None:
+    """`model.family: toy` reads as the toy's config while it is registered, its errors located as
+    the user wrote them; before and after, it is an unknown family, and the message names the others."""
+    from heed.config import config_from_dict
+    from heed.errors import ConfigError
+
+    def read(model: dict[str, Any]) -> Any:
+        return config_from_dict({"data": {"task": "dates"}, "model": model}).model
+
+    assert read({"family": "toy", "embed_size": 4}) == ToyConfig(embed_size=4)
+    with pytest.raises(ConfigError) as e:
+        read({"family": "toy", "embed_size": 0})
+    assert str(e.value) == "field 'model.embed_size': input should be greater than 0 (got 0)"
+    with pytest.raises(ConfigError) as e:
+        read({"family": "toy", "hidden_size": 4})
+    assert str(e.value) == ("field 'model': 'hidden_size' is a field of family rnn, not toy; remove it or set "
+                            "model.family: rnn")
+    with pytest.raises(ConfigError) as e:  # a field two families have belongs to the first registered
+        read({"family": "transformer", "embed_size": 4})
+    assert str(e.value).startswith("field 'model': 'embed_size' is a field of family rnn, not transformer")
+    with pytest.raises(ConfigError) as e:
+        read({"family": "nope"})
+    assert str(e.value) == "field 'model.family': unknown model family; choose rnn or transformer or toy"
+    unregister_family("toy")
+    with pytest.raises(ConfigError) as e:
+        read({"family": "toy", "embed_size": 4})
+    assert str(e.value) == "field 'model.family': unknown model family; choose rnn or transformer"
+
+
+def test_a_name_registered_twice_must_name_the_same_family() -> None:
+    register_family("toy", config="toy_family.config:ToyConfig", family="toy_family.family:FAMILY")  # again: nothing
+    with pytest.raises(ValueError, match="'toy' is registered already"):
+        register_family("toy", config="toy_family.config:ToyConfig", family="elsewhere:FAMILY")
+    with pytest.raises(ValueError, match="not an import path"):
+        register_family("other", config="toy_family.config.ToyConfig", family="toy_family.family:FAMILY")
+
+
+def test_building_a_model_loads_no_converter_of_pretrained_checkpoints() -> None:
+    """The Transformer's importers (Marian, M2M-100, a Marian release) load when an import asks for one."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from heed.nn.build import ModelConfig, build_model; "
+            "build_model(ModelConfig(family='transformer', d_model=8, heads=2, ff_size=8, layers=1), "
+            "src_vocab_size=9, tgt_vocab_size=9); "
+            "print(sorted(m for m in sys.modules if m.startswith('heed.nn.transformer.convert.')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+    from heed.nn.families import family
+
+    assert sorted(family("transformer").converters) == ["m2m_100", "marian", "marian-npz"]
+    assert family("transformer").releases["marian-npz"].__module__ == "heed.nn.transformer.convert.marian_npz"
+
+
+def test_the_toy_family_trains_from_yaml_and_is_served_to_the_explorer(
+        tiny_config: Callable[..., dict[str, Any]], tmp_path: Path) -> None:
+    """From the config file to the explorer's calls, through `heed train` and `heed serve`'s app:
+    what the toy gives (its attention, the beam tree, alignments) comes back; what it cannot give
+    (every head of every layer, the logit lens, attribution, readings through every layer, source
+    shares) is a 422 saying why in one line, never a 500."""
+    pytest.importorskip("fastapi", reason="heed-nmt[serve] is not installed")
+    import yaml
+    from cli_helpers import invoke
+    from fastapi.testclient import TestClient
+
+    from heed.api import Translator
+    from heed.serve.app import ServeSettings, create_app, last_metrics
+
+    config = {**tiny_config(tmp_path / "out", epochs=1), "model": {"family": "toy", "embed_size": 8}}
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    trained = invoke("train", path, "--no-progress")
+    assert trained.exit_code == 0, trained.output
+    directory = tmp_path / "out" / "model"
+    translator = Translator.load(directory, device="cpu")
+    assert type(translator.config.model) is ToyConfig
+    app = create_app({"toy": translator}, ServeSettings(max_sentences=8, max_chars=80, max_body=64 * 1024,
+                                                        max_queue=20, timeout=60.0),
+                     metrics={"toy": last_metrics(directory)})
+    source, target = "le 5 mai 2001", "2001-05-05"
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert client.get("/health").json()["models"] == ["toy"]
+        [info] = client.get("/v1/models").json()["models"]
+        assert (info["family"], info["attention"]) == ("toy", "toy")  # FamilyConfig.kind: the family's name
+        assert info["config"]["model"] == {"family": "toy", "copy": False, "embed_size": 8}
+        assert info["gives"]["heads"] is False and info["gives"]["contributions"] is False
+
+        reply = client.post("/v1/translate", json={"sentences": [source], "attention": True})
+        assert reply.status_code == 200, reply.text
+        [result] = reply.json()["results"]
+        want = translator.translate_nbest([source])[0]
+        assert [h["tokens"] for h in result["hypotheses"]] == [t.tokens for t in want]
+        for h in result["hypotheses"]:  # each step's weights: over the source and its </s>, summing to 1
+            attention = np.array(h["attention"])
+            assert attention.shape == (len(h["tokens"]) + 1, len(result["src_tokens"]) + 1)
+            np.testing.assert_allclose(attention.sum(axis=1), 1.0, atol=1e-5)
+
+        reply = client.post("/v1/translate", json={"sentences": [source], "beam_size": 3, "n_best": 2, "trace": True,
+                                                   "alternatives": 4})
+        assert reply.status_code == 200, reply.text
+        [result] = reply.json()["results"]
+        nodes = {n["id"]: n for n in result["beam"]["nodes"]}
+        for h in result["hypotheses"]:  # the tree's finished leaves spell the hypotheses
+            path, node = [], nodes[h["node"]]
+            while node["parent"] is not None:
+                path.append(node["token"])
+                node = nodes[node["parent"]]
+            assert path[::-1] == [*h["tokens"], "</s>"]
+        assert all(len(step) == 4 for step in result["steps"])
+
+        reply = client.post("/v1/align", json={"sources": [source], "targets": [target]})
+        assert reply.status_code == 200, reply.text
+        got, want_links = reply.json()["results"][0], translator.align([source], [target])[0]
+        assert got["pharaoh"] == want_links.pharaoh() and got["tgt_words"] == [target]
+        np.testing.assert_allclose(np.array(got["attention"]), want_links.attention, atol=1e-6)
+
+        for route, body in (("/v1/heads", {"sources": [source], "targets": [target]}),
+                            ("/v1/lens", {"sources": [source], "targets": [target]}),
+                            ("/v1/attribute", {"sentences": [source]}),
+                            ("/v1/align", {"sources": [source], "targets": [target], "weights": "alti"}),
+                            ("/v1/translate", {"sentences": [source], "explain": ["source_share"]})):
+            reply = client.post(route, json=body)
+            assert reply.status_code == 422, (route, reply.status_code, reply.text)
+            error = reply.json()["error"]
+            assert error["message"] and "\n" not in error["message"], (route, error)
+
+

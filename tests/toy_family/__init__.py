@@ -1,2 +1,4 @@
 """A third model family, made in the tests to show that a family is one folder plus one registry
-line (tests/nn/test_family_contract.py registers it and runs the contract suite on it)."""
+line: config.py (its FamilyConfig), model.py (the model and its builder), family.py (its Family).
+tests/nn/test_family_contract.py registers it with heed.nn.families.register_family and runs the
+contract suite on it, from the model up to heed train and heed serve."""

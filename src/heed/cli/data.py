@@ -130,7 +130,8 @@ def data_align(
             raise DataError(f"more than {MAX_TEXT_PAIRS:,} pairs, more than heed data align holds in memory; align "
                             "the corpus in parts of at most that many lines and join the files", path=tsv or src)
         pairs.append(pair)
-    links = eflomal_links(pairs, how=symmetrize.value)  # type: ignore[arg-type]
+    links = eflomal_links(pairs, how=symmetrize.value,  # type: ignore[arg-type]
+                          warn=lambda message: typer.echo(f"warning: {message}", err=True))
     with atomic_open(output) as sink:
         sink.writelines(to_pharaoh(sorted(pair_links)) + "\n" for pair_links in links)
     typer.echo(f"{len(pairs):,} pairs aligned by eflomal ({symmetrize.value}; {sum(map(len, links)):,} links) in "

@@ -4,7 +4,7 @@ person's, or another engine's)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -12,7 +12,7 @@ from heed.cli.app import friendly_errors, language_options
 from heed.cli.decode_flags import decode_options, resolve_decode
 from heed.cli.io import read_lines
 from heed.cli.progress import Progress, progress_option
-from heed.errors import HeedError
+from heed.errors import HeedError, install_hint
 from heed.plumbing.files import atomic_open, open_stream
 
 if TYPE_CHECKING:
@@ -29,15 +29,15 @@ CHUNK = 64  # fragments translated and aligned together
 def markup_command(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory, or an export)."),
     src: Path = typer.Option(..., "--src", help="Sentences with inline markup, one fragment a line."),
-    tgt: Optional[Path] = typer.Option(None, "--tgt", help="Plain translations, line-aligned with --src: the "
+    tgt: Path | None = typer.Option(None, "--tgt", help="Plain translations, line-aligned with --src: the "
                                        "markup is projected onto them (one sentence a line). Default: the model "
                                        "translates."),
     kind: str = typer.Option("html", "--format", help="html (lenient, as a browser reads it) or xml (strict)."),
     ignore_tags: str = typer.Option("", "--ignore-tags", help="Comma-separated elements kept verbatim and "
                                     "untranslated, beside code, script, style and translate=\"no\"."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here (default: stdout)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write here (default: stdout)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    progress: Optional[bool] = progress_option(),
+    progress: bool | None = progress_option(),
     *,
     languages: dict[str, Any],
     decode: dict[str, Any],
@@ -71,8 +71,8 @@ def markup_command(
     typer.echo(f"markup: {output}", err=True)
 
 
-def carried(translator: Translator, documents: list[Marked], targets: Optional[list[str]],
-            cfg: Optional[DecodeConfig], bar: Progress) -> list[str]:
+def carried(translator: Translator, documents: list[Marked], targets: list[str] | None,
+            cfg: DecodeConfig | None, bar: Progress) -> list[str]:
     """Each document translated (decoded with `cfg`), or projected onto its line of `targets`, with
     its markup carried across: CHUNK documents translated and aligned together."""
     from heed.markup import carry_many
@@ -98,8 +98,12 @@ def parse_lines(lines: list[str], name: str, kind: str, ignore_tags: tuple[str, 
                 first: int = 1) -> list[Marked]:
     """Each line parsed as a fragment of `kind`; a HeedError naming the line (`first`: the number of
     the first) of one that cannot be."""
-    from heed.markup import parse
-
+    if kind not in ("html", "xml"):
+        raise HeedError(f"--format {kind!r}: give html or xml")
+    try:
+        from heed.markup import parse
+    except ImportError as e:
+        raise HeedError(f"--format {kind} needs {e.name}: {install_hint('markup')}") from None
     if kind not in ("html", "xml"):
         raise HeedError(f"--format {kind!r}: give html or xml")
     documents = []

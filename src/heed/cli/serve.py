@@ -91,11 +91,16 @@ def serve(
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
     limits: dict[str, Any] = LIMITS,  # the LIMIT_OPTIONS flags, here (limit_options)
     log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level: debug, info, warning, error."),
+    api_keys: Optional[Path] = typer.Option(None, "--api-keys", metavar="FILE",
+                                            help="Keys the LibreTranslate and DeepL APIs ask for, one a line "
+                                                 "(LibreTranslate's api_key, DeepL's Authorization: DeepL-Auth-Key); "
+                                                 "without it they ask for none. heed's /v1 API asks for none."),
     *,
     languages: dict[str, Any],
 ) -> None:
     """Serve models over HTTP: a JSON API (POST /v1/translate, /v1/align; GET /v1/models, /health; the
-    OpenAPI page at /docs) and the attention explorer at /.
+    OpenAPI page at /docs), the attention explorer at /, and LibreTranslate's and DeepL's APIs
+    (POST /translate, /v2/translate; docs/clients.md).
 
     Several models load at once, each under its name, so the explorer can put them side by side.
     Concurrent requests are decoded together (dynamic batching); a request breaking a limit gets a JSON
@@ -104,6 +109,7 @@ def serve(
         import uvicorn
 
         from heed.serve.app import ServeSettings, create_app, last_metrics, unpaired
+        from heed.serve.compat import read_keys
     except ImportError as e:
         raise HeedError(f"heed serve needs FastAPI and uvicorn ({e.name} is missing): {install_hint('serve')}") \
             from None
@@ -128,6 +134,7 @@ def serve(
                         "use the server (it has no authentication); put it behind a proxy you trust",
                         soft_wrap=True)
     settings = ServeSettings(**limits)
+    keys = read_keys(api_keys) if api_keys is not None else frozenset()
     with torch_threads(threads):
         translators = {label: Translator.load(path, device=device, bf16=bf16) for label, path in zip(labels, models)}
         metrics = {label: last_metrics(exported_dir(path) or find_model_dir(path))
@@ -142,7 +149,7 @@ def serve(
                            f"{len(translators[name].languages)} languages and is served without a default pair: "
                            "every request must give src_lang and tgt_lang (the explorer has pickers for them); "
                            "--src-lang and --tgt-lang give a default", soft_wrap=True)
-        app_ = create_app(translators, settings, metrics=metrics)
+        app_ = create_app(translators, settings, metrics=metrics, api_keys=keys)
         uvicorn.run(app_, host=host, port=port, log_level=log_level, http=read_timeout_protocol(settings.read_timeout))
 
 

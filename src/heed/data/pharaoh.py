@@ -10,7 +10,12 @@ annotators judged only *possible*; accepted spellings (Sure S is always a subset
     ipj     possible
 
 The 1-based "LINE SRC TGT S|P" format of the 2003 NAACL shared task is not read here. Plain
-Python: the corpus readers (a task's gold, data.dev.align) and heed.explain read them alike."""
+Python: the corpus readers (a task's gold, data.dev.align) and heed.explain read them alike.
+
+Bounds, so that a few hostile bytes cannot cost gigabytes: a line is at most MAX_LINE_CHARS
+characters (read no further), a position at most MAX_POSITION_DIGITS digits, and where the pair a
+line aligns is known (`read_gold_for`), it has at most one link per (source word, target unit)
+pair, counted before the links are parsed."""
 from __future__ import annotations
 
 import re
@@ -24,6 +29,10 @@ Link = tuple[int, int]  # (src_i, tgt_j), 0-based
 
 # One link token: `i-j`, `i-j-S`, `i-j-P`, `i?j` or `ipj`.
 _LINK = re.compile(r"(\d+)(?:-(\d+)(?:-([SPsp]))?|[?p](\d+))")
+_TOKEN = re.compile(r"\S+")
+MAX_LINE_CHARS = 1 << 20  # 1M characters: some 100,000 links, far more than any sentence pair's
+MAX_POSITION_DIGITS = 9  # a word position below a billion; Python refuses to read an int past 4,300 digits
+SHOWN_CHARS = 40  # the most of a malformed token a message repeats
 
 
 def to_pharaoh(pairs: Iterable[Link]) -> str:
@@ -45,13 +54,19 @@ def _parse_links(line: str, path: str | Path | None, line_no: int | None) -> tup
     for token in line.split():
         m = _LINK.fullmatch(token)
         if m is None:
+            shown = repr(token) if len(token) <= SHOWN_CHARS else \
+                f"{token[:SHOWN_CHARS]!r}... ({len(token):,} characters)"
             raise DataError(
-                f"malformed alignment link {token!r}: expected 'i-j' (sure), 'i?j' or 'ipj' "
+                f"malformed alignment link {shown}: expected 'i-j' (sure), 'i?j' or 'ipj' "
                 "(possible), or 'i-j-S' / 'i-j-P', with 0-based positions",
                 path=path,
                 line=line_no,
             )
         src, tgt_dash, kind, tgt_possible = m.groups()
+        if max(len(src), len(tgt_dash or tgt_possible)) > MAX_POSITION_DIGITS:
+            raise DataError(f"alignment position of {max(len(src), len(tgt_dash or tgt_possible)):,} digits in link "
+                            f"{token[:SHOWN_CHARS]!r}{'...' if len(token) > SHOWN_CHARS else ''}; positions are "
+                            "0-based word numbers", path=path, line=line_no)
         if tgt_possible is not None:
             possible.add((int(src), int(tgt_possible)))
             continue
@@ -86,13 +101,30 @@ def parse_gold_pharaoh(
 
 
 def read_text_lines(path: str | Path) -> list[str]:
+    """The lines of a Pharaoh file; a DataError naming the line for one over MAX_LINE_CHARS (read
+    no further than that)."""
+    lines = []
     try:
         with open_regular(path, "r", encoding="utf-8") as f:
-            return [line.rstrip("\r\n") for line in f]
+            while line := f.readline(MAX_LINE_CHARS + 1):
+                if len(line) > MAX_LINE_CHARS and not (len(line) == MAX_LINE_CHARS + 1 and line.endswith("\n")):
+                    raise DataError(f"a line of more than {MAX_LINE_CHARS:,} characters; an alignment line has a few "
+                                    "links a word", path=path, line=len(lines) + 1)
+                lines.append(line.rstrip("\r\n"))
+        return lines
     except OSError as e:
         raise DataError(f"cannot read: {e.strerror or e}", path=path) from None
     except UnicodeDecodeError as e:
         raise DataError(f"not UTF-8 text ({e.reason} at byte {e.start})", path=path) from None
+
+
+def _count_tokens(line: str, most: int) -> int:
+    """The whitespace-separated tokens of `line`, counted up to `most` + 1 (no list of them made)."""
+    found = 0
+    for found, _ in enumerate(_TOKEN.finditer(line), 1):
+        if found > most:
+            break
+    return found
 
 
 def read_alignments(path: str | Path) -> list[set[Link]]:
@@ -117,15 +149,29 @@ def read_gold_for(path: str | Path, sizes: Sequence[tuple[int, int] | None], *, 
     not checked, a pair the caller does not use): a DataError naming the file (and line) for a
     count that differs or a link outside its pair. Empty lines past the last sentence are ignored.
     `units`: "words" or "chars", what target positions count; `hint` ends the message for a link
-    outside its pair."""
-    sure, possible = read_gold_alignments(path)
+    outside its pair. A line with more links than its pair has (source, target) pairs is refused
+    before its links are parsed."""
+    unit = "words" if units == "words" else "characters"
+    lines = read_text_lines(path)
+    sure, possible = [], []
+    for number, line in enumerate(lines, 1):
+        size = sizes[number - 1] if number <= len(sizes) else None  # a line too many: counted below
+        if size is not None:
+            most = size[0] * size[1]
+            links = _count_tokens(line, most)
+            if links > most:
+                raise DataError(f"more than {most:,} links, but the sentence pair has {size[0]} source words and "
+                                f"{size[1]} target {unit}: at most one link for each pair of them", path=path,
+                                line=number)
+        s, p = parse_gold_pharaoh(line, path=path, line_no=number)
+        sure.append(s)
+        possible.append(p)
     while len(sure) > len(sizes) and not possible[-1]:
         sure.pop()
         possible.pop()
     if len(sure) != len(sizes):
         raise DataError(f"{len(sure)} alignment lines but {sides} have {len(sizes)} sentences; "
                         "give one line per sentence (an empty line for none)", path=path)
-    unit = "words" if units == "words" else "characters"
     for number, (links, size) in enumerate(zip(possible, sizes), start=1):
         if size is None:
             continue

@@ -257,6 +257,8 @@ class PretrainedPieces(SentencePieceTokenizer):
         self.model = model
         self._sp = spm.SentencePieceProcessor(model_proto=model)
         self.vocab_size = self._sp.get_piece_size()
+        if self.vocab_size == 0:  # SentencePiece takes an empty model without a word, and fails at the first text
+            raise RuntimeError("an empty SentencePiece model: it has no pieces")
         self._languages = dict(languages or {})
         self.language: str | None = None
         self._language_tokens = frozenset(self._languages.values())
@@ -277,6 +279,12 @@ class PretrainedPieces(SentencePieceTokenizer):
             return cls(model, languages)
         except RuntimeError as e:
             raise ModelDirError(f"{spm_model_path(directory, name)}: cannot load the SentencePiece model ({e})") from None
+
+    def text_pieces(self) -> list[str]:
+        """The pieces a text can become: all but the control (<s>, </s>), unknown and unused ones."""
+        sp = self._sp
+        return [sp.id_to_piece(i) for i in range(self.vocab_size)
+                if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))]
 
     def for_language(self, code: str | None) -> "PretrainedPieces":
         """This tokenizer, its texts starting with language `code`'s token (None: no language token);

@@ -11,7 +11,8 @@ them for its counts.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from heed.data.corpus import Pair
@@ -20,15 +21,26 @@ from heed.errors import HeedError
 from heed.explain.align_methods import Symmetrize, symmetrize
 
 INSTALL = "pip install 'heed-nmt[align]'"
+EFLOMAL_MAX_WORDS = 1023  # eflomal leaves a pair with a side of 1,024 words or more unaligned (an empty line)
 
 
-def eflomal_links(pairs: Sequence[Pair], *, how: Symmetrize = "grow-diag-final") -> list[set[Link]]:
+def eflomal_links(pairs: Sequence[Pair], *, how: Symmetrize = "grow-diag-final",
+                  warn: Callable[[str], None] | None = None) -> list[set[Link]]:
     """Every pair's word links (source word i, target word j), eflomal's two directions joined by
-    `how`. HeedError when eflomal is not installed."""
+    `how`. HeedError when eflomal is not installed. `warn` (else warnings.warn) hears how many
+    pairs eflomal leaves unaligned for their length (more than EFLOMAL_MAX_WORDS words a side)."""
     try:
         import eflomal
     except ImportError:
         raise HeedError(f"aligning with eflomal needs the eflomal package: {INSTALL}") from None
+    too_long = [n for n, p in enumerate(pairs, 1)
+                if max(len(p.src.split()), len(p.tgt.split())) > EFLOMAL_MAX_WORDS]
+    if too_long:
+        lines = ", ".join(map(str, too_long[:5])) + (f" and {len(too_long) - 5:,} more" if len(too_long) > 5 else "")
+        message = (f"{len(too_long):,} pair{'s' * (len(too_long) > 1)} (line{'s' * (len(too_long) > 1)} {lines}) "
+                   f"{'have' if len(too_long) > 1 else 'has'} a side of more than {EFLOMAL_MAX_WORDS:,} words, which "
+                   "eflomal leaves unaligned: their lines are empty (split long sentences)")
+        (warn or (lambda m: warnings.warn(m, stacklevel=3)))(message)
     with tempfile.TemporaryDirectory(prefix="heed-eflomal-") as work:
         forward, backward = Path(work) / "forward.align", Path(work) / "backward.align"
         eflomal.Aligner().align([p.src + "\n" for p in pairs], [p.tgt + "\n" for p in pairs],

@@ -103,8 +103,9 @@ def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_tex
 def check_weights(model: Any, weights: Weights, *, heads: bool = True) -> None:
     """ValueError saying which model a reading needs, when `model` cannot give `weights`."""
     if heads and not isinstance(model, HeadsModel):
-        raise ValueError("this model gives only its averaged attention (an ensemble or an exported model); "
-                         "choosing a layer or a head needs a PyTorch model directory")
+        raise ValueError("this model gives only its averaged attention (an ensemble, an exported model, or a family "
+                         "without per-head maps); "
+                         "choosing a layer or a head needs a PyTorch model directory of a family with them")
     if weights == "value_norm" and not (heads and isinstance(model, ValueNormModel)):
         raise ValueError("weighing attention by value norms needs each head's value vectors, which a Transformer "
                          "model directory gives (an RNN's attention, an ensemble or an export does not)")

@@ -199,8 +199,9 @@ def attention_layers(
         raise HeedError(f"unknown attention part {unknown[0]!r}; choose from {', '.join(MAP_PARTS)}")
     if not isinstance(model, HeadsModel):
         raise HeedError(
-            "this model gives only its averaged attention (an ensemble or an exported model); "
-            "every layer and head needs a PyTorch model directory"
+            "this model gives only its averaged attention (an ensemble, an exported model, or a family without "
+            "per-head maps); "
+            "every layer and head needs a PyTorch model directory of a family with them"
         )
     if isinstance(src_texts, str) or isinstance(tgt_texts, str) or len(src_texts) != len(tgt_texts):
         raise HeedError("attention_layers() takes two lists of the same length: sources and their translations")

@@ -41,10 +41,10 @@ def model_files(listed: set[str] | list[str]) -> list[str]:
 
 def check_exportable(model_cfg: Any, config_path: Path) -> None:
     """A ConfigError naming model.family unless the model's family has a CTranslate2 converter."""
-    from heed.nn.build import FAMILIES
+    from heed.nn.families import families, family
 
-    if FAMILIES[model_cfg.family].ct2 is None:
-        runs = ", ".join(f"{name.capitalize()}s" for name, family in FAMILIES.items() if family.ct2 is not None)
+    if family(model_cfg.family).ct2 is None:
+        runs = ", ".join(f"{name.capitalize()}s" for name, family in families().items() if family.ct2 is not None)
         raise ConfigError(f"CTranslate2 runs {runs}; export this model with --format onnx (the default)",
                           field="model.family", path=config_path)
 
@@ -69,10 +69,10 @@ def write_ct2(model: nn.Module, cfg: Any, codec: Any, directory: Path, *, max_sr
     """Write CTranslate2's model files (model_files) for a model whose family has a converter
     (heed.nn.build.Family.ct2) into `directory`;
     `int8`: weights stored as int8 (CTranslate2's int8 GEMMs, activations quantized per call)."""
-    from heed.nn.build import FAMILIES
+    from heed.nn.families import family
 
     require_ctranslate2()
-    convert = FAMILIES[cfg.family].ct2
+    convert = family(cfg.family).ct2
     assert convert is not None, "check_exportable refuses a family without a converter"
     model = model.float().cpu().eval()
     spec = convert(model, cfg, src_tokens=list(codec.src_vocab.tokens), tgt_tokens=list(codec.tgt_vocab.tokens),

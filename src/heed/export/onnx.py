@@ -19,7 +19,7 @@ after the export (sha256), a manifest from a newer heed, a directory that is not
 and the atomic swap of the directory are this module's for both kinds.
 
 Each model family writes its own graphs (heed.nn.rnn.onnx, heed.nn.transformer.onnx: the family's
-`graphs` in heed.nn.build.FAMILIES); this module traces them, checks them, quantizes them and
+`graphs` in its heed.nn.build.Family); this module traces them, checks them, quantizes them and
 writes the manifest, for any family. The graphs are traced with torch's TorchScript exporter, which
 keeps every size read by the step symbolic, so one graph serves any batch, beam and source length.
 """
@@ -69,12 +69,12 @@ def require(module: str) -> Any:
 
 
 def family_graphs(cfg: ModelConfig) -> FamilyGraphs:
-    """The model family's export contract (heed.nn.build.FAMILIES): its graphs' names, the modules to
+    """The model family's export contract (heed.nn.families): its graphs' names, the modules to
     trace, and the runtime's mapping of its encoded batch and state onto the graphs. A ConfigError
     naming model.family for a family that does not export."""
-    from heed.nn.build import FAMILIES
+    from heed.nn.families import family
 
-    graphs = FAMILIES[cfg.family].graphs
+    graphs = family(cfg.family).graphs
     if graphs is None:
         raise ConfigError(f"the {cfg.family} family has no ONNX graphs to export; translate with the model "
                           "directory itself", field="model.family")

@@ -34,7 +34,7 @@ class ExportedStep(NamedTuple):
 
 class OrtSeq2Seq:
     """The two graphs of an exported directory behind `encode` / `init_state` / `step`, for any
-    model family: the family's graphs object (heed.nn.build.FAMILIES, e.g. heed.nn.rnn.onnx.RNNGraphs)
+    model family: the family's graphs object (heed.nn.build.Family.graphs, e.g. heed.nn.rnn.onnx.RNNGraphs)
     says how its encoded batch and state map onto the graphs' inputs and outputs, by name."""
 
     def __init__(self, manifest: Manifest) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from lxml import etree, html
+from lxml import etree, html  # type: ignore[import-untyped]
 
 from heed.data.corpus import ZERO_WIDTH
 from heed.errors import HeedError
@@ -177,7 +177,9 @@ def _is_block(element: etree._Element, kind: Kind) -> bool:
 def _runs_of(block: etree._Element, kind: Kind, keep: frozenset[str]) -> Iterator[Run]:
     """The runs of `block`'s own content: maximal stretches of text and inline elements between
     its block children."""
-    holder, slot, nodes = block, "text", []
+    holder: etree._Element = block
+    slot: Literal["text", "tail"] = "text"
+    nodes: list[etree._Element] = []
     for child in block:
         if _is_inline(child, kind):
             nodes.append(child)
@@ -313,7 +315,9 @@ def _fill(made: list[etree._Element], run: Run, text: str, ranges: Sequence[tupl
     """(the text before the first child, the children with their tails) of target range [lo, hi)
     under span `parent`; each child filled in the same way (as deep as the source, at most MAX_DEPTH)."""
     order = sorted(children.get(parent, []), key=lambda k: (ranges[k][0], ranges[k][1] > ranges[k][0], k))
-    leading, cursor, out = None, lo, []
+    leading: str | None = None
+    cursor = lo
+    out: list[etree._Element] = []
     for k in order:
         start, end = ranges[k]
         piece = text[cursor:start] if start > cursor else ""

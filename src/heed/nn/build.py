@@ -1,5 +1,6 @@
-"""The one builder that reads the model's config (heed.nn.model_config): a registry of model
-families keyed by `model.family`, each a folder under heed/nn with one builder here."""
+"""The one builder that reads the model's config (heed.nn.model_config): `Family`, what a model
+family gives the rest of heed, and build_model, which builds `model.family`'s model through the
+registry (heed.nn.families: one line per family, naming its config class and its Family)."""
 from __future__ import annotations
 
 import os
@@ -11,25 +12,15 @@ from typing import Any
 import torch
 
 from heed.errors import ConfigError
-from heed.nn.family_config import FamilyConfig
+from heed.nn.families import family
 from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import FamilyGraphs, TrainableModel
-from heed.nn.rnn import config as rnn_config
-from heed.nn.rnn.build import build_rnn
-from heed.nn.rnn.config import RNNConfig
-from heed.nn.rnn.onnx import RNNGraphs
-from heed.nn.transformer import config as transformer_config
-from heed.nn.transformer.config import TransformerConfig
-from heed.nn.transformer.convert import CONVERTERS, RELEASES
-from heed.nn.transformer.ct2 import transformer_spec
-from heed.nn.transformer.model import build_transformer
-from heed.nn.transformer.onnx import TransformerGraphs
 
 
 @dataclass(frozen=True)
 class Family:
-    """A model family, as the rest of heed meets it:
-    - `config`: its `model:` class (a FamilyConfig, torch-free; heed.nn.model_config lists it too);
+    """A model family's torch half, as the rest of heed meets it (its config class, torch-free, is
+    the other half: both are named by the family's line in heed.nn.families):
     - `build`: a config of the family -> a fresh TrainableModel;
     - `describe`: the model in a few words, for log lines ("luong attention, general score");
     - `sizes`: the config fields that make it large, for a "too large" message;
@@ -38,10 +29,11 @@ class Family:
     - `ct2`: its CTranslate2 converter (model, config, src_tokens=, tgt_tokens=, max_src_len=, unk_id=) ->
       a CTranslate2 spec, or None when CTranslate2 cannot run the family;
     - `converters`: pretrained checkpoints it holds, by Hugging Face `model_type` (heed.pretrained):
-      (directory, config.json) -> heed.nn.transformer.convert.Converted, and by the kind of a native
-      release (a directory without config.json), which `releases` recognises: kind -> (directory -> bool)."""
+      (directory, config.json) -> heed.nn.transformer.convert.common.Converted, and by the kind of a
+      native release (a directory without config.json), which `releases` recognises: kind ->
+      (directory -> bool). Give them as heed.nn.families.LazyMapping of import paths, so building a
+      model imports no converter."""
 
-    config: type[FamilyConfig]
     build: Callable[..., TrainableModel]
     describe: Callable[..., str]
     sizes: Callable[..., str]
@@ -49,16 +41,6 @@ class Family:
     ct2: Callable[..., object] | None = None
     converters: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     releases: Mapping[str, Callable[[Path], bool]] = field(default_factory=dict)
-
-
-# model.family -> the family: a new family is a folder under heed/nn plus one line here (and its
-# config class in heed.nn.model_config.FAMILY_CONFIGS, which reading a config needs without torch).
-FAMILIES: dict[str, Family] = {
-    "rnn": Family(RNNConfig, build_rnn, rnn_config.describe, rnn_config.sizes, graphs=RNNGraphs),
-    "transformer": Family(TransformerConfig, build_transformer, transformer_config.describe, transformer_config.sizes,
-                          graphs=TransformerGraphs, ct2=transformer_spec, converters=CONVERTERS,
-                          releases=RELEASES),
-}
 
 
 def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
@@ -75,9 +57,9 @@ def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, p
         raise ValueError("a copy model needs source_to_target, one target id (or -1) per source vocabulary id")
 
     def build() -> TrainableModel:
-        return FAMILIES[cfg.family].build(cfg, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
-                                    pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, unk_id=unk_id,
-                                    source_to_target=source_to_target)
+        return family(cfg.family).build(cfg, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
+                                          pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, unk_id=unk_id,
+                                          source_to_target=source_to_target)
 
     check_size(cfg, build, vocab=(src_vocab_size, tgt_vocab_size))
     return build()
@@ -94,7 +76,7 @@ def physical_memory() -> int | None:
 def check_size(cfg: ModelConfig, build: Callable[[], torch.nn.Module], *, vocab: tuple[int, int]) -> int:
     """The parameter count of the model `build()` makes, counted on the meta device; a ConfigError
     when its float32 weights alone exceed this machine's memory."""
-    sizes = f"{FAMILIES[cfg.family].sizes(cfg)}, vocabularies {vocab[0]:,} and {vocab[1]:,}"
+    sizes = f"{family(cfg.family).sizes(cfg)}, vocabularies {vocab[0]:,} and {vocab[1]:,}"
     try:
         with torch.device("meta"):
             count = sum(p.numel() for p in build().parameters())

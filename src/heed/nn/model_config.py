@@ -1,27 +1,28 @@
 """The model's config, `model:` in a config file: one family's config, chosen by `family`.
 
 Each family keeps its config in its own folder (heed.nn.rnn.config.RNNConfig,
-heed.nn.transformer.config.TransformerConfig) and lists it in FAMILY_CONFIGS. `ModelConfig` is
-their union, discriminated on `family`: `rnn` when it is missing (what every config and model
-directory from before families meant). `ModelConfig(**fields)` validates fields into the family's
-config, and `ModelConfig` as a type (a pydantic field, an annotation) is the union; a family
-config is an instance of it. A field of another family is an error naming it. Plain pydantic, no
-torch: reading a config loads no model code."""
+heed.nn.transformer.config.TransformerConfig) and the registry (heed.nn.families) names it.
+`ModelConfig` is their union, discriminated on `family`: `rnn` when it is missing (what every config
+and model directory from before families meant). The union is made from the families registered
+when a config is read, so a family registered later (heed.nn.families.register_family) is read as
+any other. `ModelConfig(**fields)` validates fields into the family's config, and `ModelConfig` as
+a type (a pydantic field, an annotation) is the union; a family config is an instance of it. A
+field of another family is an error naming it. Plain pydantic, no torch: reading a config loads no
+model code."""
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Sequence
 from typing import Annotated, Any, Union
 
 from pydantic import Discriminator, Tag, TypeAdapter
 from pydantic_core import core_schema
 
+from heed.nn import families
+from heed.nn.families import FamilyLine
 from heed.nn.family_config import FamilyConfig
-from heed.nn.rnn.config import DEFAULT_SCORE, RNNConfig, ScoreName
-from heed.nn.transformer.config import TransformerConfig
 
-# family -> its config class: a new family adds one line here (and one in heed.nn.build.FAMILIES).
-FAMILY_CONFIGS: dict[str, type[FamilyConfig]] = {"rnn": RNNConfig, "transformer": TransformerConfig}
 DEFAULT_FAMILY = "rnn"
 
 
@@ -33,19 +34,30 @@ def family_of(value: Any) -> str:
     return getattr(value, "family", DEFAULT_FAMILY)
 
 
-FamilyUnion = Annotated[Union[tuple(Annotated[cls, Tag(name)] for name, cls in FAMILY_CONFIGS.items())],  # type: ignore[misc]
-                        Discriminator(family_of, custom_error_type="unknown_family",
-                                      custom_error_message="unknown model family; choose "
-                                                           + " or ".join(FAMILY_CONFIGS))]
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(FamilyUnion)
+@functools.lru_cache(maxsize=8)
+def _adapter(lines: tuple[tuple[str, FamilyLine], ...]) -> TypeAdapter[Any]:
+    """The union of these families' configs, tagged by family name (pydantic puts the tag in an
+    error's location: without_family_tag takes it out)."""
+    choices = tuple(Annotated[families.load(line.config), Tag(name)] for name, line in lines)
+    union = Annotated[Union[choices],  # type: ignore[valid-type]
+                      Discriminator(family_of, custom_error_type="unknown_family",
+                                    custom_error_message="unknown model family; choose "
+                                                         + " or ".join(name for name, _ in lines))]
+    return TypeAdapter(union)
+
+
+def validate_model(data: Any) -> FamilyConfig:
+    """`data` (a `model:` mapping or a family config) as its family's config, among the families
+    registered now; a pydantic ValidationError otherwise."""
+    return _adapter(tuple(families.FAMILIES.items())).validate_python(data)  # type: ignore[no-any-return]
 
 
 def without_family_tag(loc: Sequence[str | int], at: int = 0) -> tuple[list[str | int], type[FamilyConfig] | None]:
     """A validation error's location as the user wrote the fields: pydantic puts the family the
     input was validated as at `at` ("rnn", "hidden_size"). Returns it without, and that family's class."""
     loc = list(loc)
-    if len(loc) > at and loc[at] in FAMILY_CONFIGS:
-        return loc[:at] + loc[at + 1:], FAMILY_CONFIGS[str(loc[at])]
+    if len(loc) > at and loc[at] in families.FAMILIES:
+        return loc[:at] + loc[at + 1:], families.config_class(str(loc[at]))
     return loc, None
 
 
@@ -54,19 +66,19 @@ class ModelConfig(abc.ABC):
     returns the family's config; every family config is a ModelConfig."""
 
     def __new__(cls, **fields: Any) -> Any:  # type: ignore[misc]
-        return _ADAPTER.validate_python(fields)
+        return validate_model(fields)
 
     @classmethod
     def model_validate(cls, data: Any) -> Any:
-        return _ADAPTER.validate_python(data)
+        return validate_model(data)
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
-        return handler(FamilyUnion)
+        # Validated at call time, through the registry as it is then: a schema built into a model
+        # class (heed.config.Config) would know only the families of the moment it was built.
+        return core_schema.no_info_plain_validator_function(validate_model)
 
 
-for _config in FAMILY_CONFIGS.values():
-    ModelConfig.register(_config)
+ModelConfig.register(FamilyConfig)
 
-__all__ = ["DEFAULT_FAMILY", "DEFAULT_SCORE", "FAMILY_CONFIGS", "FamilyConfig", "ModelConfig", "ScoreName",
-           "family_of", "without_family_tag"]
+__all__ = ["DEFAULT_FAMILY", "FamilyConfig", "ModelConfig", "family_of", "validate_model", "without_family_tag"]

@@ -12,6 +12,8 @@ Every YAML heed reads (config files, `--set` values, a model directory's `config
   RecursionError traceback instead of a message.
 
 A file is read whole, so callers cap its size first (`MAX_BYTES`); `read_capped` does that.
+`parse(text, strings=True)` is the same loader building every scalar as a string (PyYAML's
+BaseLoader), for files whose `yes`, `null` or `1` are text: a Marian vocabulary's pieces.
 Errors are `YamlError` with the line and column; callers wrap them in the HeedError that names
 their file (ConfigError, ModelDirError).
 """
@@ -42,20 +44,19 @@ class YamlError(Exception):
 
 
 class TooLargeError(Exception):
-    """A file over `MAX_BYTES`; `str()` says the limit."""
+    """A file over its limit (`MAX_BYTES` unless the caller gave another); `str()` says the limit."""
 
-    def __init__(self, size: int | None) -> None:
-        got = f"{size / (1 << 20):.1f} MiB" if size is not None else f"more than {MAX_BYTES >> 20} MiB"
-        super().__init__(f"too large for a YAML config ({got}; at most {MAX_BYTES >> 20} MiB); "
-                         "is this the right file?")
+    def __init__(self, size: int | None, limit: int = MAX_BYTES) -> None:
+        got = f"{size / (1 << 20):.1f} MiB" if size is not None else f"more than {limit >> 20} MiB"
+        what = "a YAML config" if limit == MAX_BYTES else "this YAML file"
+        super().__init__(f"too large for {what} ({got}; at most {limit >> 20} MiB); is this the right file?")
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses anchors/aliases, duplicate keys and deep nesting (see module doc)."""
+class _Strict:
+    """The refusals of anchors/aliases, duplicate keys and deep nesting (see module doc), mixed
+    into a PyYAML loader."""
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
+    _depth = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
         event = self.peek_event()
@@ -98,10 +99,19 @@ class _StrictLoader(yaml.SafeLoader):
                                    node.start_mark) from None
 
 
-def parse(text: str) -> Any:
-    """The YAML document in `text` (None for an empty one). Raises YamlError."""
+class _StrictLoader(_Strict, yaml.SafeLoader):
+    """SafeLoader with the refusals."""
+
+
+class _StrictStringLoader(_Strict, yaml.BaseLoader):
+    """BaseLoader (every scalar a string) with the refusals."""
+
+
+def parse(text: str, *, strings: bool = False) -> Any:
+    """The YAML document in `text` (None for an empty one; with `strings`, every scalar a str).
+    Raises YamlError."""
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=_StrictStringLoader if strings else _StrictLoader)  # noqa: S506 (safe loaders)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         problem = e.problem or str(e).splitlines()[0]
@@ -112,15 +122,15 @@ def parse(text: str) -> Any:
         raise YamlError(str(e).splitlines()[0]) from None
 
 
-def read_capped(f: BinaryIO) -> bytes:
-    """All of `f`, or TooLargeError past MAX_BYTES (read stops there, so /dev/zero cannot fill memory)."""
-    data = f.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
+def read_capped(f: BinaryIO, limit: int = MAX_BYTES) -> bytes:
+    """All of `f`, or TooLargeError past `limit` bytes (read stops there, so /dev/zero cannot fill memory)."""
+    data = f.read(limit + 1)
+    if len(data) > limit:
         try:
             size: int | None = os.fstat(f.fileno()).st_size or None
         except (OSError, ValueError, AttributeError):
             size = None
-        raise TooLargeError(size)
+        raise TooLargeError(size, limit)
     return data
 
 

@@ -12,6 +12,8 @@ Routes (schemas in heed.serve.schemas; the OpenAPI page is /docs):
     POST /v1/align       forced decoding of given translations -> word alignments
     POST /v1/explain/{reading}  given translations read by a reading of heed.explain.readings (one route
                          per registered reading, its request made from the reading's options)
+    POST /translate, /v2/translate, ...   LibreTranslate's and DeepL's APIs (heed.serve.compat), through
+                         /v1/translate's handler, each answering in its own error shape
 
 Every request's sentences go through one Batcher (heed.serve.batcher): the model runs on its
 worker thread, never on the event loop. Every error is JSON, {"error": {"status", "message",
@@ -447,9 +449,12 @@ def _until(abandoned: Callable[[], bool], items: list[Any]) -> Iterator[Any]:
 
 
 def create_app(translators: Mapping[str, Translator], settings: ServeSettings | None = None, *,
-               metrics: Mapping[str, Mapping[str, Any] | None] | None = None) -> FastAPI:
+               metrics: Mapping[str, Mapping[str, Any] | None] | None = None,
+               api_keys: frozenset[str] = frozenset()) -> FastAPI:
     """The FastAPI app serving `translators` by name; `metrics`: per name, its last training
-    evaluations (GET /v1/models). The batcher's worker thread starts here and stops at shutdown."""
+    evaluations (GET /v1/models); `api_keys`: the keys LibreTranslate's and DeepL's routes ask for
+    (heed.serve.compat; none: they ask for none). The batcher's worker thread starts here and stops
+    at shutdown."""
     if not translators:
         raise ValueError("give at least one model")
     settings = settings or ServeSettings()
@@ -474,7 +479,11 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     app.add_middleware(BodyLimit, limit=settings.max_body)
     _add_error_handlers(app)
     _add_pages(app)
-    app.include_router(_Routes(models, infos, batcher, settings).router())
+    routes = _Routes(models, infos, batcher, settings)
+    app.include_router(routes.router())
+    from heed.serve.compat import Keys, install  # it builds on this module: imported once this one is
+
+    install(app, models, routes.translate, settings, keys=Keys(api_keys))
     return app
 
 
@@ -704,7 +713,8 @@ class _Routes:
 
     async def heads(self, request: HeadsRequest) -> Response:
         name, translator = self._model(request, HeadsModel,
-                                       "gives only its averaged attention (an exported model or an ensemble)")
+                                       "gives only its averaged attention (an exported model, an ensemble, or a family "
+                                       "without per-head maps)")
         _check_sentences(request.sources, "sources", self.settings)
         _one_target_each(request.sources, request.targets, "source")
         _check_targets(request.targets, self.settings)

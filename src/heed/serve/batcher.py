@@ -151,21 +151,25 @@ class Batcher:
             while True:
                 while self._jobs and self._gone(self._jobs[0]):
                     self._queued -= len(self._jobs.popleft().items)
-                if self._jobs or self._stopping:
-                    break
-                self._cond.wait()
-            if self._stopping:
-                return None
-            first = self._jobs[0]
-            if self.enabled:
-                deadline = first.arrived + self.max_wait
-                while not self._stopping and self._gathered(first.key) < self.max_sentences:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
                 if self._stopping:
                     return None
+                if not self._jobs:
+                    self._cond.wait()
+                    continue
+                first = self._jobs[0]
+                if self.enabled:
+                    deadline = first.arrived + self.max_wait
+                    while not self._stopping and self._gathered(first.key) < self.max_sentences:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+                    if self._stopping:
+                        return None
+                # `first` may have been given up (_discard) while the batch gathered: start over, or the
+                # worker would pop an empty queue (and die) or another job (whose request would never end)
+                if self._jobs and self._jobs[0] is first:
+                    break
             self._jobs.popleft()
             self._queued -= len(first.items)  # out of the queue; a remainder comes back in _done
             group = [self._slice(first, self.max_sentences)]

@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from heed.nn.intervention import active as intervention_active
 from heed.nn.intervention import intervene
 from heed.nn.masks import masked_softmax
-from heed.nn.model_config import ScoreName
+from heed.nn.rnn.config import ScoreName
 
 SCORES: tuple[str, ...] = get_args(ScoreName)
 FUSABLE_SCORES = ("dot", "general", "scaled_dot", "cosine")

@@ -1,5 +1,5 @@
 """The Transformer as CTranslate2's TransformerSpec: the family's converter for
-`heed export --format ctranslate2` (heed.export.ct2 writes the files; heed.nn.build.FAMILIES names
+`heed export --format ctranslate2` (heed.export.ct2 writes the files; heed.nn.transformer.family names
 this converter).
 
 The mapping, layer by layer (heed.nn.transformer -> ctranslate2.specs.transformer_spec):

@@ -398,7 +398,7 @@ class TransformerSeq2Seq(nn.Module):
 def build_transformer(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
                       bos_id: int = 1, eos_id: int = 2, unk_id: int = 3,
                       source_to_target: Sequence[int] | None = None) -> TransformerSeq2Seq:
-    """The family's builder (heed.nn.build.FAMILIES): a fresh model for a `family: transformer`
+    """The family's builder (heed.nn.transformer.family): a fresh model for a `family: transformer`
     config. `source_to_target` serves the RNN's copy attention, which the config refuses for a
     Transformer. With `share_embeddings` the encoder reads the decoder's embedding (and with
     `tie_embeddings` the output layer too: one table, three uses)."""

@@ -30,17 +30,22 @@ from heed.errors import ModelDirError
 from heed.nn.transformer.convert.common import (
     Converted,
     Tensors,
+    WeightFile,
     activation_of,
     bart_layers,
+    buildable,
+    check_pieces,
     count,
+    fraction,
     full_vocab,
     generation_defaults,
     read_json,
     read_piece_ids,
     read_spm,
-    read_weights,
     same_sizes,
+    shown,
     special_ids,
+    table_rows,
 )
 
 ARCHITECTURE = "M2M100ForConditionalGeneration"
@@ -61,7 +66,7 @@ NOT_LANGUAGES = frozenset({"<s>", "<pad>", "</s>", "<unk>", "<mask>"})
 def model_fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """The Transformer family's `model:` fields for an M2M-100 config.json."""
     if config.get("pad_token_id", FAIRSEQ_PAD) != FAIRSEQ_PAD:
-        raise ModelDirError(f"{path}: pad_token_id {config.get('pad_token_id')!r}; M2M-100's positions count from "
+        raise ModelDirError(f"{path}: pad_token_id {shown(config.get('pad_token_id'))}; M2M-100's positions count from "
                             f"its padding id, which heed knows as {FAIRSEQ_PAD}")
     return {
         "family": "transformer", **same_sizes(config, path), "d_model": count(config, "d_model", path),
@@ -69,7 +74,8 @@ def model_fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
         "scale_embeddings": bool(config.get("scale_embedding", True)),
         "positions": "sinusoidal", "sinusoid_layout": "fairseq",
         "share_embeddings": True, "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
-        "dropout": float(config.get("dropout", 0.1)), "attention_dropout": float(config.get("attention_dropout", 0.0)),
+        "dropout": fraction(config, "dropout", 0.1, path),
+        "attention_dropout": fraction(config, "attention_dropout", 0.0, path),
     }
 
 
@@ -96,9 +102,9 @@ def _m2m100_tokens(directory: Path, settings: dict[str, Any], size: int) -> tupl
     """M2M100Tokenizer's ({id: token}, {language code: token})."""
     by_id = read_piece_ids(directory / "vocab.json", size)
     listed = settings.get("language_codes", "m2m100")
-    if listed not in M2M100_LANGUAGES:
-        raise ModelDirError(f"{directory / 'tokenizer_config.json'}: language_codes {listed!r} is not a list M2M-100 "
-                            f"has ({', '.join(M2M100_LANGUAGES)})")
+    if not isinstance(listed, str) or listed not in M2M100_LANGUAGES:
+        raise ModelDirError(f"{directory / 'tokenizer_config.json'}: language_codes {shown(listed)} is not a list "
+                            f"M2M-100 has ({', '.join(M2M100_LANGUAGES)})")
     languages = {code: f"__{code}__" for code in M2M100_LANGUAGES[listed]}
     first = len(by_id)
     for i, token in enumerate(languages.values()):
@@ -114,9 +120,11 @@ def _nllb_tokens(directory: Path, size: int) -> tuple[dict[int, str], dict[str, 
         raise ModelDirError(f"{path}: missing; an NLLB model's vocabulary is its tokenizer.json (with "
                             f"{SPM_FILE}), and an M2M-100 model's its vocab.json")
     data = read_json(path)
-    vocab = (data.get("model") or {}).get("vocab")
+    model = data.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
     if isinstance(vocab, list):  # a Unigram model: [[piece, score], ...], the id is the place
-        vocab = {entry[0]: i for i, entry in enumerate(vocab) if isinstance(entry, list) and entry}
+        vocab = {entry[0]: i for i, entry in enumerate(vocab)
+                 if isinstance(entry, list) and entry and isinstance(entry[0], str)}
     added = data.get("added_tokens")
     if not isinstance(vocab, dict) or not isinstance(added, list):
         raise ModelDirError(f"{path}: no model vocabulary and added_tokens; not a tokenizer.json of transformers'")
@@ -128,7 +136,7 @@ def _nllb_tokens(directory: Path, size: int) -> tuple[dict[int, str], dict[str, 
     for entry in added:
         token, i = (entry.get("content"), entry.get("id")) if isinstance(entry, dict) else (None, None)
         if not isinstance(token, str) or type(i) is not int or not 0 <= i < size:
-            raise ModelDirError(f"{path}: added token {entry!r} is not a token with an id below the model's "
+            raise ModelDirError(f"{path}: added token {shown(entry)} is not a token with an id below the model's "
                                 f"vocabulary size {size}")
         by_id[i] = token
         if token not in NOT_LANGUAGES:
@@ -136,11 +144,18 @@ def _nllb_tokens(directory: Path, size: int) -> tuple[dict[int, str], dict[str, 
     return by_id, languages
 
 
-def codec(directory: Path, config: dict[str, Any]) -> Codec:
-    """The model's one SentencePiece model and vocabulary, for both sides, with its languages."""
+TABLES = ("model.shared.weight", "model.decoder.embed_tokens.weight", "model.encoder.embed_tokens.weight",
+          "lm_head.weight")  # the one table whose rows are config.json's vocab_size (the first present)
+
+
+def codec(directory: Path, config: dict[str, Any], d_model: int, weights: WeightFile) -> Codec:
+    """The model's one SentencePiece model and vocabulary, for both sides, with its languages; the
+    vocabulary's size checked against the weights' table before a vocabulary of that size is made,
+    and the SentencePiece model against the vocabulary."""
     settings_path = directory / "tokenizer_config.json"
     settings = read_json(settings_path) if settings_path.exists() else {}
     size = count(config, "vocab_size", directory / "config.json")
+    table_rows(weights, TABLES, d_model, size, "vocab_size", directory / "config.json")
     if (directory / "vocab.json").exists():
         by_id, languages = _m2m100_tokens(directory, settings, size)
     else:
@@ -152,6 +167,8 @@ def codec(directory: Path, config: dict[str, Any]) -> Codec:
     vocab: Vocab = full_vocab(by_id, size, special_ids(config, size, unk, directory / "config.json"), directory)
     pieces = read_spm(directory, SPM_FILE, "an M2M-100 or NLLB model's tokenizer is its sentencepiece.bpe.model",
                       languages)
+    check_pieces(pieces, vocab, directory / SPM_FILE,
+                 directory / ("vocab.json" if (directory / "vocab.json").exists() else "tokenizer.json"))
     return Codec(pieces, pieces, vocab, vocab)
 
 
@@ -159,9 +176,10 @@ def convert(directory: Path, config: dict[str, Any]) -> Converted:
     """A Hugging Face M2M-100 or NLLB directory (config.json, model.safetensors or pytorch_model.bin,
     sentencepiece.bpe.model, and vocab.json or tokenizer.json) -> heed's Transformer."""
     path = directory / "config.json"
-    model = model_fields(config, path)
-    text = codec(directory, config)  # first: a missing tokenizer file fails before the weights load
-    hf = Tensors(read_weights(directory), directory)
+    model = buildable(model_fields(config, path), path)
+    weight_file = WeightFile(directory)
+    text = codec(directory, config, model["d_model"], weight_file)  # a bad tokenizer fails before the weights load
+    hf = Tensors(weight_file.tensors(), directory)
     architecture = "NLLB" if not (directory / "vocab.json").exists() else "M2M-100"
     return Converted(model, weights(hf, model, model["layers"]), text, generation_defaults(directory, config),
                      {"architecture": ARCHITECTURE, "tokenizer": architecture})

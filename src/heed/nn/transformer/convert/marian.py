@@ -28,17 +28,21 @@ from heed.errors import ModelDirError
 from heed.nn.transformer.convert.common import (
     Converted,
     Tensors,
+    WeightFile,
     activation_of,
     bart_layers,
+    buildable,
+    check_pieces,
     count,
+    fraction,
     full_vocab,
     generation_defaults,
     read_json,
     read_piece_ids,
     read_spm,
-    read_weights,
     same_sizes,
     special_ids,
+    table_rows,
 )
 
 ARCHITECTURE = "MarianMTModel"
@@ -53,7 +57,8 @@ def model_fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
         "positions": "sinusoidal", "sinusoid_layout": "halves",
         "share_embeddings": bool(config.get("share_encoder_decoder_embeddings", True)),
         "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
-        "dropout": float(config.get("dropout", 0.1)), "attention_dropout": float(config.get("attention_dropout", 0.0)),
+        "dropout": fraction(config, "dropout", 0.1, path),
+        "attention_dropout": fraction(config, "attention_dropout", 0.0, path),
     }
 
 
@@ -87,10 +92,28 @@ def _vocab(path: Path, size: int, config: dict[str, Any]) -> Vocab:
     return full_vocab(by_id, size, special_ids(config, size, unk, path.parent / "config.json"), path)
 
 
-def codec(directory: Path, config: dict[str, Any], model: dict[str, Any]) -> Codec:
+# The weights' tables whose rows are config.json's vocab_size (the first present), and decoder_vocab_size's
+SHARED_TABLES = ("model.shared.weight", "model.decoder.embed_tokens.weight", "model.encoder.embed_tokens.weight",
+                 "lm_head.weight")
+SOURCE_TABLES = ("model.encoder.embed_tokens.weight",)
+TARGET_TABLES = ("model.decoder.embed_tokens.weight", "lm_head.weight")
+
+
+def codec(directory: Path, config: dict[str, Any], model: dict[str, Any], weights: WeightFile | None = None) -> Codec:
+    """The two SentencePiece models and the vocabularies, their sizes checked against the `weights`'
+    tables (when given) before a vocabulary of that size is made, and each SentencePiece model
+    against its vocabulary."""
     settings = read_json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").exists() else {}
-    src_size = count(config, "vocab_size", directory / "config.json")
-    tgt_size = src_size if model["share_embeddings"] else config.get("decoder_vocab_size") or src_size
+    path = directory / "config.json"
+    src_size = count(config, "vocab_size", path)
+    tgt_size = src_size
+    if not model["share_embeddings"] and config.get("decoder_vocab_size") is not None:
+        tgt_size = count(config, "decoder_vocab_size", path)
+    if weights is not None and model["share_embeddings"]:
+        table_rows(weights, SHARED_TABLES, model["d_model"], src_size, "vocab_size", path)
+    elif weights is not None:
+        table_rows(weights, SOURCE_TABLES, model["d_model"], src_size, "vocab_size", path)
+        table_rows(weights, TARGET_TABLES, model["d_model"], tgt_size, "decoder_vocab_size", path)
     src_vocab = _vocab(directory / "vocab.json", src_size, config)
     tgt_vocab = src_vocab
     if settings.get("separate_vocabs"):
@@ -100,17 +123,21 @@ def codec(directory: Path, config: dict[str, Any], model: dict[str, Any]) -> Cod
                             f"{src_size} for both sides")
     if (src_vocab.specials.pad, src_vocab.specials.eos) != (tgt_vocab.specials.pad, tgt_vocab.specials.eos):
         raise ModelDirError(f"{directory}: the source and target vocabularies give <pad> or </s> different ids")
-    return Codec(read_spm(directory, "source.spm", "a Marian model's tokenizer is its source.spm and target.spm"),
-                 read_spm(directory, "target.spm", "a Marian model's tokenizer is its source.spm and target.spm"),
-                 src_vocab, tgt_vocab)
+    what = "a Marian model's tokenizer is its source.spm and target.spm"
+    src_spm, tgt_spm = read_spm(directory, "source.spm", what), read_spm(directory, "target.spm", what)
+    check_pieces(src_spm, src_vocab, directory / "source.spm", directory / "vocab.json")
+    check_pieces(tgt_spm, tgt_vocab, directory / "target.spm",
+                 directory / ("target_vocab.json" if tgt_vocab is not src_vocab else "vocab.json"))
+    return Codec(src_spm, tgt_spm, src_vocab, tgt_vocab)
 
 
 def convert(directory: Path, config: dict[str, Any]) -> Converted:
     """A Hugging Face Marian directory (config.json, model.safetensors or pytorch_model.bin,
     source.spm, target.spm, vocab.json) -> heed's Transformer."""
     path = directory / "config.json"
-    model = model_fields(config, path)
-    text = codec(directory, config, model)  # first: a missing tokenizer file fails before the weights load
-    hf = Tensors(read_weights(directory), directory)
+    model = buildable(model_fields(config, path), path)
+    weight_file = WeightFile(directory)
+    text = codec(directory, config, model, weight_file)  # first: a missing tokenizer file fails before the weights load
+    hf = Tensors(weight_file.tensors(), directory)
     return Converted(model, weights(hf, model, model["layers"]), text, generation_defaults(directory, config),
                      {"architecture": ARCHITECTURE})
