@@ -264,3 +264,12 @@ def test_every_registered_reading_is_in_the_cli_and_the_openapi_schema(rnn, heed
     paths = create_app({"r": rnn}).openapi()["paths"]
     for name in READINGS:
         assert name in listed and f"/v1/explain/{name}" in paths
+
+
+def test_a_wrong_option_is_refused_in_one_line_naming_it_before_anything_is_decoded(rnn, transformer):
+    with pytest.raises(HeedError, match=r"^logit_lens: top: Input should be less than or equal to 50$"):
+        transformer.explain("logit_lens", SOURCES, top=51)
+    with pytest.raises(HeedError, match=r"^heads: colour: Extra inputs are not permitted$"):
+        rnn.explain("heads", SOURCES, colour="red")
+    with pytest.raises(HeedError, match="no reading named 'nope'; readings: heads, "):
+        rnn.explain("nope", SOURCES)

@@ -621,9 +621,9 @@ class Translator:
         reading's options by name. One heed.results.ReadingResult per pair."""
         from heed.explain.readings import check, explain
 
-        check(name, self.model)  # refused before anything is decoded
+        parsed = check(name, self.model).parse(options)  # a model or an option refused before anything is decoded
         targets = self._own_or_given(src_texts, tgt_texts)
-        return explain(name, *self.subject, src_texts, targets, options, max_src_len=self.max_src_len)
+        return explain(name, *self.subject, src_texts, targets, parsed, max_src_len=self.max_src_len)
 
     def forced_pairs(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
                      empty: str) -> tuple[list[list[str]], list[list[str]], list[tuple[list[int], list[int]]]]:

@@ -29,7 +29,7 @@ class ReadingsGroup(typer.core.TyperGroup):
     """`heed explain`: one command per registered reading, made when the group is asked for its
     commands (help, a run, the snapshot of every command's help)."""
 
-    _made: dict[int, Any] = {}  # id(Reading) -> its command, made once
+    _made: dict[str, tuple[Any, Any]] = {}  # name -> (the Reading, its command), made once per Reading
 
     @property  # type: ignore[override]
     def commands(self) -> dict[str, Any]:
@@ -37,9 +37,10 @@ class ReadingsGroup(typer.core.TyperGroup):
 
         out = {}
         for name, reading in READINGS.items():
-            if id(reading) not in self._made:
-                self._made[id(reading)] = reading_command(reading)
-            out[name] = self._made[id(reading)]
+            made = self._made.get(name)
+            if made is None or made[0] is not reading:
+                made = self._made[name] = (reading, reading_command(reading))
+            out[name] = made[1]
         return out
 
     @commands.setter
