@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from heed.explain.readings import Reading
 
 READING_PANEL = "Reading options"  # the heading a reading's own flags stand under in --help
+CHUNK = 8  # sentences a call reads (and the progress bar counts) at once, as heed lens does
 
 
 class ReadingsGroup(typer.core.TyperGroup):
@@ -113,8 +114,8 @@ def reading_command(reading: "Reading") -> Any:
 
 def run_reading(name: str, model: Path, src: Path, tgt: Optional[Path], output: Optional[Path], device: str,
                 progress: Optional[bool], options: dict[str, Any], languages: dict[str, Any]) -> None:
-    """Load the model, refuse it in one line if it is not what the reading needs, read the pairs a
-    sentence at a time, and write one JSON list: each pair's ReadingResult.to_dict()."""
+    """Load the model, refuse it in one line if it is not what the reading needs, read the pairs
+    CHUNK at a time, and write one JSON list: each pair's ReadingResult.to_dict()."""
     from heed.api import Translator
     from heed.explain.readings import check, get
 
@@ -127,11 +128,12 @@ def run_reading(name: str, model: Path, src: Path, tgt: Optional[Path], output: 
         targets = cut_long_texts(translator, targets, str(tgt))
     results = []
     with Progress("sentences read", total=len(sources), enabled=progress) as bar:
-        for k, source in enumerate(sources):
-            with lines_named(given_files(src, tgt), first=k + 1):
-                results += translator.explain(name, [source], None if targets is None else [targets[k]],
+        for start in range(0, len(sources), CHUNK):
+            chunk = sources[start:start + CHUNK]
+            with lines_named(given_files(src, tgt), first=start + 1):
+                results += translator.explain(name, chunk, None if targets is None else targets[start:start + CHUNK],
                                               **parsed.model_dump())
-            bar.advance(1)
+            bar.advance(len(chunk))
     text = json.dumps([r.to_dict() for r in results], ensure_ascii=False)
     if output is None:
         typer.echo(text)
