@@ -10,14 +10,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.heed-installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench docs clean
 
 # eflomal (the align extra, heed data align) ships as source and needs a C compiler: where it cannot
 # be built, its tests are skipped and the rest installs as usual.
 $(STAMP): pyproject.toml tools/make_venv.py
 	$(PYTHON) tools/make_venv.py $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install torch==2.13.0
-	$(BIN)/python -m pip install -e '.[dev,serve,onnx,ct2,explain,hub,markup]'
+	$(BIN)/python -m pip install -e '.[dev,docs,serve,onnx,ct2,explain,hub,markup]'
 	$(BIN)/python -m pip install -e '.[align]' || echo "eflomal could not be built (no C compiler?): heed data align and its tests are skipped" >&2
 	touch $(STAMP)
 
@@ -29,8 +29,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
-# The benchmarks that need nothing outside the repository (about 10 minutes on 2 cores); the
-# peer comparison needs ../shared: bash bench/compare/run.sh --peers-dir DIR --install
+# The suite: the benchmarks in bench/ that need nothing outside the repository (about 10 minutes on
+# 2 cores); the peer comparison needs ../shared: bash bench/compare/run.sh --peers-dir DIR --install.
+# bench/studies/ holds the one-off studies, each run as its section of bench/RESULTS.md says.
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python bench/attention_fused.py
 	OMP_NUM_THREADS=1 $(BIN)/python bench/decode_speed.py --precisions float32 bfloat16
@@ -38,6 +39,11 @@ bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python bench/gemm_floor.py
 	OMP_NUM_THREADS=1 $(BIN)/python bench/feeding_pass.py
 	$(BIN)/python bench/scratch_dates.py --epochs 10 --blas-threads 1 --stop-at 0.999
+
+# The documentation site (mkdocs.yml over docs/) into build/site; --strict fails on a broken link,
+# or a page outside the nav; bench/RESULTS.md and CONTRIBUTING.md join it (tools/mkdocs_hooks.py).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict -d build/site
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

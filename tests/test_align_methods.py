@@ -526,7 +526,7 @@ def test_without_a_recorded_reading_heed_align_reads_the_rule_measured_for_the_m
 @pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "measured"])
 def test_align_beside_an_int8_export_reads_it_plainly_where_it_cannot_give_the_models_default_reading(
         transformer_run, gold_files, tmp_path, recorded):
-    """README's `heed align runs/demo ... --beside runs/demo-int8` after `make demo` (issue 56): the
+    """docs/guide/looking-inside.md's `heed align runs/demo ... --beside runs/demo-int8` after `make demo` (issue 56): the
     model's default reading (the heads training recorded, layer 0 head 0; or the measured rule's
     value norms) is one an export cannot give: the export is read by the attention it reports, said
     in one line, instead of the whole command failing. A reading flag the export cannot follow is

@@ -1,6 +1,6 @@
 """Copying works (issue 18's must-show): a copy model trained on the generated names task copies
 names it never saw in training, and every way of translating shows the copied word, not <unk>.
-The side-by-side with the same model without copy (which writes <unk>) is bench/copy_names.py."""
+The side-by-side with the same model without copy (which writes <unk>) is bench/studies/copy_names.py."""
 from __future__ import annotations
 
 from pathlib import Path

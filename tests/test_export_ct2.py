@@ -142,7 +142,7 @@ def test_prefixes_and_seeded_sampling_through_a_ct2_export(transformer_run, ct2_
 
 def test_below_the_best_an_nbest_list_is_ctranslate2s_search_sorted_and_of_real_hypotheses(
         transformer_run, ct2_dir, tiny_corpus):
-    """What the README and `heed export --help` say of n-best lists without a penalty: the best entry
+    """What docs/guide/export.md and `heed export --help` say of n-best lists without a penalty: the best entry
     is heed's; each lower one is a distinct hypothesis with the model's own log-probability (heed's
     forced decoding of its tokens gives the same), in score order, and as many as heed gives."""
     exported, pytorch = heed.load(str(ct2_dir)), heed.load(str(transformer_run), device="cpu")

@@ -1,11 +1,11 @@
 """kill -9 at three seeded points of a tiny training run (one at a random time, one inside a
 checkpoint's file writes, one at a rename of a directory swap): each resumes to the same metrics
-and bit-identical weights as an uninterrupted run. bench/kill_resume.py runs the 20-point version."""
+and bit-identical weights as an uninterrupted run. bench/studies/kill_resume.py runs the 20-point version."""
 import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "kill_resume.py"
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "studies" / "kill_resume.py"
 
 
 def test_three_kill_points_resume_to_the_uninterrupted_run(tmp_path):

@@ -15,7 +15,7 @@ from lxml import etree, html
 
 from heed.markup import MarkupError, Span, parse, place
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "studies"))
 import markup_dates
 
 # ---------------------------------------------------------------- placement
@@ -240,7 +240,7 @@ def dates_rnn(tiny_config, tmp_path_factory) -> Path:
 def test_tags_around_a_dates_fields_land_on_its_output_characters(dates_rnn):
     """Projected onto the reference (a forced pass, the model's reading), each tag around a day,
     month or year wraps exactly the characters that field writes, for most tags; every output
-    parses. bench/markup_dates.py measures the demo model (bench/RESULTS.md)."""
+    parses. bench/studies/markup_dates.py measures the demo model (bench/RESULTS.md)."""
     import heed
     from heed.data.dates import generate_dates_aligned
     from heed.markup import carry_many

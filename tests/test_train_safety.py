@@ -393,7 +393,7 @@ def test_with_test_files_the_score_hint_is_heed_evaluate(tmp_path, monkeypatch, 
 
 def test_a_run_killed_between_saving_last_and_best_resumes_to_the_same_best(tmp_path, make_config, monkeypatch):
     """An improving evaluation saves last, then best, then model/. Killed after last (found by
-    bench/kill_resume.py: --resume then never wrote best, and model/ ended with other weights)."""
+    bench/studies/kill_resume.py: --resume then never wrote best, and model/ ended with other weights)."""
     options = dict(max_steps=8, eval_every=4, log_every=2)
     train(make_config(tmp_path / "ref", **options))
     original = Trainer._save

@@ -166,9 +166,9 @@ class Translator:
 
     `bf16=True` decodes in bfloat16: the weights are cast once, the matrix products run in bf16
     under autocast and the log-probabilities search ranks are computed in float32. It pays where
-    the products are large: batches of a subword model on a GPU or on a CPU with AMX (beam 5,
-    batch 64 on the Multi30k model of bench/compare: 1.4x on one CPU core, dev BLEU 13.4 vs 13.5).
-    For batch 1, for small models and on CPUs without AMX it is slower (bench/RESULTS.md).
+    the products are large: batches of a subword model on a GPU, at times on a CPU with AMX. For
+    batch 1, for small models and on CPUs without AMX it is slower (the figures, with their CPUs:
+    bench/RESULTS.md, "bf16 decoding").
 
     The translator owns `model`: it is cast, moved and put in eval mode in place, and on the CPU
     its decoder's weights are stored column-major (heed.nn.layout; same values). An exported model

@@ -344,10 +344,10 @@ class TrainConfig(_Strict):
                             "make one update as one batch k times the size would")
     backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="torch.distributed backend under "
                                                      "torchrun; auto = nccl on CUDA GPUs, gloo on the CPU")
-    compile: bool = Field(False, description="torch.compile (inductor) the decoder's teacher-forced pass: 1.09-1.15x "
-                          "the tokens/s with input feeding, 0.89x without, after a compile of 25 s (idle CPU) to "
-                          "minutes per target length (bench/RESULTS.md, \"torch.compile for training\"); eager, "
-                          "with one line saying so, where no C++ compiler is found")
+    compile: bool = Field(False, description="torch.compile (inductor) the decoder's teacher-forced pass, compiled "
+                          "again for each new target length; it pays only on long runs with few target lengths "
+                          "(figures: bench/RESULTS.md, \"torch.compile for training\"); eager, with one line "
+                          "saying so, where no C++ compiler is found")
     alignment: GuidedAlignmentConfig | None = Field(None, description="guided alignment training: supervise "
                                                     "chosen attention heads with word links (above); null = none")
 

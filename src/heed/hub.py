@@ -230,7 +230,7 @@ class _Client:
         except http.client.HTTPException as e:
             raise ModelDirError(f"{self.where}: the hub's answer is not HTTP ({type(e).__name__}); check "
                                 "HF_ENDPOINT") from None
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise ModelDirError(f"{self.where}: the hub at {self.base} gave no answer within "
                                 f"{READ_TIMEOUT_SECONDS:.0f} s; try again later") from None
         except (urllib.error.URLError, OSError) as e:
@@ -291,7 +291,7 @@ class _Client:
                                     f"{'its metadata declared' if remote.size is not None else 'such a file can be'} "
                                     f"({bound:,}); not downloaded")
             _check_disk(target.parent, offered if offered is not None else (remote.size or 0), self.where)
-            sha256, sha1, seen = hashlib.sha256(), hashlib.sha1(), 0  # noqa: S324 (git's blob id)
+            sha256, sha1, seen = hashlib.sha256(), hashlib.sha1(), 0
             if remote.git_sha1 is not None:
                 sha1.update(f"blob {remote.size}\0".encode())
             started = time.monotonic()
@@ -325,7 +325,7 @@ class _Client:
     def _read1(self, response: http.client.HTTPResponse, what: str) -> bytes:
         try:
             return response.read1(1 << 20)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise ModelDirError(f"{self.where}: {what}: no byte from the hub within {READ_TIMEOUT_SECONDS:.0f} s; "
                                 "try again later") from None
         except (http.client.HTTPException, OSError) as e:

@@ -110,7 +110,8 @@ def data_align(
 ) -> None:
     """Word-align a corpus with eflomal, a statistical aligner (`pip install 'heed-nmt[align]'`), in both
     directions, joined by --symmetrize: one Pharaoh line per pair ("i-j", 0-based whitespace words,
-    source first), written whole. At most 10,000,000 pairs, held in memory (Tatoeba's 167k take 25 s). Give the corpus exactly as data.train names it (not reversed), and
+    source first), written whole. At most 10,000,000 pairs, held in memory (its time on
+    Tatoeba: bench/RESULTS.md). Give the corpus exactly as data.train names it (not reversed), and
     the file is the links guided alignment trains on (train.alignment.supervision: FILE), or a silver
     reference for `heed align --reference` on text without a gold."""
     import time

@@ -25,10 +25,11 @@ REPLACE_UNK_HELP = ("Replace each <unk> in the output by the source token it att
 DICTIONARY_HELP = "A source<TAB>target word list for --replace-unk (implies it); first entry wins."
 
 
-BF16_HELP = ("Decode in bfloat16: for batches of a large model on a GPU. On the CPU it was slower everywhere "
-             "measured (a 3+3-layer Transformer of 256: half the speed at batch 64 on an Intel Xeon without native "
-             "bf16; on one with AMX, 156 against float32's 197 sentences/s); measure before you use it there. The "
-             "outputs may differ a little from float32's.")
+# What the flag does; how fast it was where (slower on every CPU measured) is in bench/RESULTS.md,
+# "bf16 decoding", where a figure keeps its CPU and date.
+BF16_HELP = ("Decode in bfloat16 (weights cast once, products under autocast, scores in float32): meant for "
+             "batches of a large model on a GPU; on a CPU, measure before you use it. The outputs may differ a "
+             "little from float32's.")
 
 
 DECODE_PANEL = "Decoding options"  # the heading the decode flags stand under in --help, after a command's own

@@ -4,7 +4,7 @@ float32 model it came from, a bf16 translator beside a float32 one, two checkpoi
 Both models read the same target as their own output (teacher forcing, heed.explain.forced), so their
 matrices have the same cells: rows the output tokens and </s>, columns the source tokens (without
 the source's </s>, as alignment reads them). `Translator.attention_gap` and `heed align --beside`
-report it; `bench/quantized_attention.py` measures it for exports.
+report it; `bench/studies/quantized_attention.py` measures it for exports.
 """
 from __future__ import annotations
 

@@ -87,10 +87,10 @@ class CT2Seq2Seq:
     def compute_type(self) -> str:
         """CTranslate2's compute type: the model's own ("default": int8 products for an int8
         export), except an int8 export on a CPU whose int8 products saturate (x86 without VNNI,
-        heed.plumbing.runtime.cpu_int8_products_exact): there CTranslate2's u8s8 GEMM changed 134 of 300
-        translations of the tests' tiny Transformer (BLEU 37.1 -> 35.3; Intel Xeon 6/85), so its
-        weights are multiplied in int16 (13 changed, BLEU 37.1), or in float32 where this
-        CTranslate2 has no int16 products."""
+        heed.plumbing.runtime.cpu_int8_products_exact): there CTranslate2's u8s8 GEMM changes many
+        translations where int16 changes few (bench/RESULTS.md, "int8 on a CPU without VNNI"), so
+        its weights are multiplied in int16, or in float32 where this CTranslate2 has no int16
+        products."""
         if not self.manifest.int8 or cpu_int8_products_exact():
             return "default"
         return "int16" if "int16" in self._ct2.get_supported_compute_types("cpu") else "float32"

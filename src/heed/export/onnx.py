@@ -133,10 +133,10 @@ def quantize_int8(directory: Path) -> None:
 
     Weights are unsigned (ORT's U8U8 products), not signed (U8S8): on x86 CPUs without VNNI
     (AVX2, and AVX-512 before Cascade Lake) ORT computes U8S8 with VPMADDUBSW, whose 16-bit pair
-    sums saturate. On an Intel Xeon 6/85 (AVX-512, no VNNI) U8S8 changed 113 of 300 translations of
-    the tests' tiny Transformer (BLEU 37.1 -> 36.0) and 7-bit weights (`reduce_range`) still 25
-    (36.5); U8U8 changed 20 (37.1). An export may run on any CPU, so it takes the kind that is
-    right on all of them."""
+    sums saturate, and that changed many more translations than U8U8 does, 7-bit weights
+    (`reduce_range`) fewer but still more (bench/RESULTS.md, "int8 on a CPU without VNNI", with the
+    CPU and the counts). An export may run on any CPU, so it takes the kind that is right on all of
+    them."""
     require("onnxruntime")
     from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
 

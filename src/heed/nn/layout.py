@@ -3,7 +3,7 @@
 A decoding step multiplies a few rows (beam x batch) by every weight matrix of the decoder:
 `x @ W.T` with W stored (out, in) as nn.Linear and the RNN cells keep it. For few rows the CPU's
 GEMM runs that product markedly faster when W.T is the contiguous one, i.e. when W is stored
-column-major (bench/decode_layout.py, 1 thread: 5 rows x 256 by 8,000 outputs 733 -> 426 us,
+column-major (bench/studies/decode_layout.py, 1 thread: 5 rows x 256 by 8,000 outputs 733 -> 426 us,
 5 x 512 by 2,048 399 -> 274 us, 64 x 256 by 8,000 2,173 -> 1,876 us; from a few hundred rows
 on the two layouts are within about 10 per cent, so training keeps PyTorch's layout).
 

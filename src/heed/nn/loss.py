@@ -9,9 +9,9 @@ the cache. Here the logits of a chunk of rows (about 4 MB) are computed, reduced
 needs (log-sum-exp, the target's logit, the mean logit), kept, and in the backward turned in place
 into their own gradient. Padding rows are dropped before the generator runs at all. Same values
 and gradients as `F.cross_entropy(..., ignore_index=, label_smoothing=, reduction="sum")`
-(tests/nn/test_loss.py). On one CPU core at the Multi30k sizes of bench/compare, the generator
-and loss, forward and backward, 1.40x faster in float32 and 1.56x in bf16; a whole training step
-1.18x and 1.24x (bench/generator_loss.py). Logits that fit one chunk (a character vocabulary) take
+(tests/nn/test_loss.py). It is faster than the plain computation in float32 and bf16 alike
+(bench/studies/generator_loss.py; the figures, with their CPU: bench/RESULTS.md, "The generator and the
+loss in row chunks"). Logits that fit one chunk (a character vocabulary) take
 the plain computation, which is as fast there.
 
 With label smoothing eps over V classes, row i's loss is

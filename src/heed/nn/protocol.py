@@ -165,7 +165,7 @@ class HeadsModel(Protocol):
 
 class MeasuredReading(NamedTuple):
     """The alignment reading measured best for a kind of model on gold by construction
-    (docs/look-inside.md, section 8; bench/alignment_readings.py): what `heed align` reads when
+    (docs/look-inside.md, section 8; bench/studies/alignment_readings.py): what `heed align` reads when
     training recorded no reading of its own. Fields as heed.json's "alignment" records a reading."""
 
     kind: str  # the kind of model it was measured on, for messages ("a pre-norm Transformer")

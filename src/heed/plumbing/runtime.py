@@ -90,8 +90,8 @@ def check_bf16(device: torch.device, *, what: str) -> None:
 
 def default_bf16(device: torch.device) -> bool:
     """`train.bf16: null`: bf16 autocast on CUDA GPUs that support it. Not on the CPU, even with
-    AMX: there it trains ~15% faster but the demo ended at 99.6% test exact match against 99.9%
-    in float32 (bench/RESULTS.md, "bf16 on the CPU"), so it is a choice, `train.bf16: true`."""
+    AMX: there it trained faster but the demo ended a little less accurate than in float32
+    (bench/RESULTS.md, "bf16 on the CPU"), so it is a choice, `train.bf16: true`."""
     return device.type == "cuda" and torch.cuda.is_bf16_supported()
 
 
