@@ -107,3 +107,44 @@ def test_no_room_outside_a_family_names_a_field_only_that_family_has():
              if not str(path.relative_to(SRC)).startswith(allowed)
              for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if own.search(line)]
     assert found == []
+
+
+# The modules the reading registry made or changed (issue 55): none takes another module's private
+# name (`from heed.api import _Stoppable`), and heed.explain's reading modules do not import the
+# facade (heed.api): they read (model, codec, device).
+READING_MODULES = ("results.py", "api.py", "explain/readings.py", "explain/pairs.py", "explain/heads.py",
+                   "explain/given_pairs.py", "explain/contributions.py", "explain/logit_lens.py",
+                   "explain/attribution.py", "cli/readings.py", "cli/translate.py", "cli/__init__.py", "serve/app.py",
+                   "serve/costs.py", "serve/schemas.py", "plumbing/limits.py")
+FACADE_FREE = ("explain/readings.py", "explain/pairs.py", "explain/heads.py", "explain/given_pairs.py",
+               "explain/contributions.py", "explain/logit_lens.py", "explain/attribution.py", "results.py")
+
+
+def _private_imports(path: pathlib.Path) -> list[str]:
+    """`module.name` for every private name (a leading underscore, not a dunder) `path` imports
+    from heed, at any depth (function-level imports too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "heed":
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("heed.")
+                      and any(p.startswith("_") and not p.startswith("__") for p in a.name.split("."))]
+    return found
+
+
+def test_no_private_name_crosses_a_module_in_the_reading_modules():
+    found = [f"{name} imports {private}" for name in READING_MODULES for private in _private_imports(SRC / name)]
+    assert found == []
+
+
+def test_the_private_import_reader_sees_one(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from __future__ import annotations\nfrom heed.api import Translator, _check_texts\n"
+                   "def f():\n    from heed.api import _Stoppable\n")
+    assert _private_imports(bad) == ["heed.api._check_texts", "heed.api._Stoppable"]
+
+
+def test_the_reading_modules_of_explain_do_not_import_the_facade():
+    assert [name for name in FACADE_FREE if "api" in _rooms_imported(SRC / name)] == []

@@ -42,15 +42,14 @@ from heed.checkpoint import load_model_dir
 from heed.config import Config, decode_length_problem
 from heed.data.batching import collate, specials_of
 from heed.data.codec import Codec
-from heed.data.corpus import text_problem
-from heed.data.pharaoh import to_pharaoh
 from heed.data.units import Units
 from heed.data.vocab import BOS, EOS, SPECIALS, UNK
-from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError
+from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError  # noqa: F401 (Abandoned: what stopped work raises, heed.api.Abandoned)
 from heed.explain.align import Link, hard_alignment, load_dictionary, replace_unknowns, word_attention
 from heed.explain.align_methods import AlignOptions, recorded_options
 from heed.explain.attention_gap import AttentionGap
 from heed.explain.forced import SweepResult
+from heed.explain.pairs import Stoppable, Subject, check_texts, forced_pairs, known_target_ids
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention, intervening
 from heed.nn.protocol import (
@@ -59,6 +58,7 @@ from heed.nn.protocol import (
     TranslationModel,
 )
 from heed.plumbing.runtime import check_bf16, limit_onednn_cache, resolve_device
+from heed.results import Alignment, HeadMaps, Translation
 from heed.search import BeamTree, DecodeConfig, Decoded, translate_ids
 
 if TYPE_CHECKING:
@@ -66,94 +66,10 @@ if TYPE_CHECKING:
     from heed.explain.contributions import Reading, SourceShare
     from heed.explain.logit_lens import LogitLens
     from heed.export.ort import OrtSeq2Seq
+    from heed.results import ReadingResult
 
 EOS_TOKEN = SPECIALS[EOS]
 UNK_TOKEN = SPECIALS[UNK]
-
-
-@dataclass(frozen=True)
-class Translation:
-    """One translated sentence.
-
-    text:       the detokenized output
-    tokens:     output tokens, without </s>
-    src_tokens: the source as the model saw it (tokenized), without </s>
-    score:      the search's ranking score (log-probability, after any length/coverage penalty)
-    attention:  float32 (len(tokens) + 1, len(src_tokens) + 1): row j is where output j (last row:
-                </s>) looked, over the source tokens and the source's </s>; None for a model
-                without attention
-    truncated:  source tokens dropped beyond the translator's max_src_len (0: all were read)
-    log_prob:   the model's log-probability of the output (its tokens and </s>), before penalties
-    """
-
-    text: str
-    tokens: list[str]
-    src_tokens: list[str]
-    score: float
-    attention: np.ndarray | None
-    truncated: int = 0
-    log_prob: float = 0.0
-
-    def labels(self) -> tuple[list[str], list[str]]:
-        """(source labels, output labels) for the attention matrix's columns and rows."""
-        return [*self.src_tokens, EOS_TOKEN], [*self.tokens, EOS_TOKEN]
-
-    def __repr__(self) -> str:
-        """One line: the text, score and sizes, not the attention's numbers (`.attention` has them)."""
-        shape = "None" if self.attention is None else "x".join(map(str, self.attention.shape))
-        cut = f", truncated={self.truncated}" if self.truncated else ""
-        return (f"Translation(text={self.text!r}, score={self.score:.4f}, tokens={len(self.tokens)}, "
-                f"src_tokens={len(self.src_tokens)}, attention={shape}{cut})")
-
-
-@dataclass(frozen=True)
-class Alignment:
-    """Where the model looks while it reads a given translation of a sentence (forced decoding),
-    between the sentences' whitespace words, whatever the model's tokens.
-
-    src_words, tgt_words: the (normalized) sentences split at spaces; Pharaoh positions index these
-               (target positions count characters instead with AlignOptions(tgt_units="chars"))
-    attention: float32 (target units, len(src_words)): the token attention of the teacher-forced
-               pass that the AlignOptions read, without the source's </s> column, lifted to words
-               (source pieces summed, target pieces averaged; heed.explain.align_methods.UnitMaps); rows
-               sum to at most 1 (the rest went to the source's </s>)
-    links:     the hard alignment `[(i, j), ...]`: for every target unit j, the source word i
-               with the most weight (Pharaoh order, source first)
-    """
-
-    src_words: list[str]
-    tgt_words: list[str]
-    attention: np.ndarray
-    links: list[Link]
-
-    def pharaoh(self) -> str:
-        """The links as one Pharaoh line, "0-0 1-2 2-1"."""
-        return to_pharaoh(self.links)
-
-
-@dataclass(frozen=True)
-class HeadMaps:
-    """Every head of every layer of a teacher-forced pass over one sentence pair.
-
-    src_tokens, tgt_tokens: without </s>; the maps' source axes are src_tokens then </s>, their
-                target axes tgt_tokens then </s> (rows: the output predicted there), and the
-                decoder self-attention's key axis the decoder inputs <s>, tgt_tokens
-    cross:      float32 (layers, heads, len(tgt_tokens) + 1, len(src_tokens) + 1) attention over the
-                source; an RNN's one attention is (1, 1, ...)
-    encoder:    (layers, heads, len(src_tokens) + 1, len(src_tokens) + 1) encoder self-attention, when
-                asked for and the model has it (a Transformer), else None
-    decoder:    (layers, heads, len(tgt_tokens) + 1, len(tgt_tokens) + 1) decoder self-attention
-                (causal), likewise
-    """
-
-    src_tokens: list[str]
-    tgt_tokens: list[str]
-    cross: np.ndarray
-    encoder: np.ndarray | None = None
-    decoder: np.ndarray | None = None
-
-
-MAP_PARTS = ("cross", "encoder", "decoder")
 
 
 @dataclass(frozen=True)
@@ -243,29 +159,6 @@ def _ready(model: "TrainableModel | OrtSeq2Seq", *, device: torch.device, bf16: 
     if device.type == "cpu":
         model.for_decoding()  # few rows a step: the faster GEMM layout there
     return model
-
-
-class _Stoppable:
-    """A search model (the protocol of heed.search) whose every step, and teacher-forced pass, first
-    asks `stop()`, raising Abandoned once it is true. Everything else is the model's own."""
-
-    def __init__(self, model: Any, stop: Callable[[], bool]) -> None:
-        self._model, self._stop = model, stop
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)
-
-    def _check(self) -> None:
-        if self._stop():
-            raise Abandoned()
-
-    def step(self, *args: Any, **kwargs: Any) -> Any:
-        self._check()
-        return self._model.step(*args, **kwargs)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self._check()
-        return self._model(*args, **kwargs)
 
 
 class Translator:
@@ -458,7 +351,7 @@ class Translator:
         an empty text, which is not decoded)."""
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of sentences; wrap a single one in a list")
-        _check_texts(texts, "texts")
+        check_texts(texts, "texts")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         table = self._dictionary(dictionary)
@@ -480,7 +373,7 @@ class Translator:
             decoded = self.model.translate_ids(sources, cfg, batch_size=batch_size, prefixes=prefixes,
                                                free_prefix=len(frame), trace=trace, stop=stop)
         else:
-            model = self.model if stop is None else _Stoppable(self.model, stop)
+            model = self.model if stop is None else Stoppable(self.model, stop)
             with self._precision():
                 decoded = translate_ids(model, sources, cfg, device=self.device, batch_size=batch_size,
                                         prefixes=prefixes, free_prefix=len(frame), trace=trace)
@@ -527,22 +420,8 @@ class Translator:
                 out.append([])
                 continue
             tokens = self.codec.tgt_tokens(entry) if isinstance(entry, str) else list(entry)
-            out.append(self._known_target_ids(tokens, () if sources is None else sources[k], f"prefix[{k}]"))
+            out.append(known_target_ids(self.codec, tokens, () if sources is None else sources[k], f"prefix[{k}]"))
         return out
-
-    def _known_target_ids(self, tokens: Sequence[str], source: Sequence[str], where: str) -> list[int]:
-        """The target ids of `tokens`, each a token of the target vocabulary (or `<unk>` itself; a
-        copy model's, also one of `source`); a HeedError naming `where` and the first that is not,
-        or a special token (`<pad>`, `<s>`, `</s>`): reading either as `<unk>` would explain
-        something the user did not ask about."""
-        vocab = self.codec.target_vocab(source)
-        for token in tokens:
-            known = isinstance(token, str) and (
-                token == UNK_TOKEN or token in vocab.unknowns or (token in vocab.target and token not in SPECIALS))
-            if not known:
-                raise HeedError(f"{where}: {token!r} is not a token of the model's target vocabulary"
-                                + (" nor of its source" if self.codec.copy else ""))
-        return vocab.encode(tokens)
 
     def _step_alternatives(self, best: Sequence[Translation], k: int, *, batch_size: int,
                            stop: Callable[[], bool] | None = None) -> list[list[list[tuple[str, float]]]]:
@@ -553,7 +432,7 @@ class Translator:
         todo = [i for i, t in enumerate(best) if t.src_tokens]
         out: list[list[list[tuple[str, float]]]] = [[] for _ in best]
         k = min(k, len(self.codec.tgt_vocab) - 2)  # PAD and BOS are never candidates
-        model = self.model if stop is None else _Stoppable(self.model, stop)
+        model = self.model if stop is None else Stoppable(self.model, stop)
         with torch.inference_mode(), self._precision():
             for start in range(0, len(todo), batch_size):
                 group = todo[start : start + batch_size]
@@ -619,7 +498,7 @@ class Translator:
         as its own output (heed.explain.given_pairs.align_pairs, which says how)."""
         from heed.explain.given_pairs import align_pairs
 
-        return align_pairs(self, src_texts, tgt_texts, options=options, batch_size=batch_size, stop=stop)
+        return align_pairs(*self.subject, src_texts, tgt_texts, options=options, batch_size=batch_size, stop=stop)
 
     def align_sweep(self, src_texts: Sequence[str], tgt_texts: Sequence[str], sure: Sequence[set[Link]],
                     possible: Sequence[set[Link]], *, tgt_units: Units = "words", batch_size: int = 64) -> SweepResult:
@@ -627,7 +506,8 @@ class Translator:
         (heed.explain.given_pairs.align_sweep)."""
         from heed.explain.given_pairs import align_sweep
 
-        return align_sweep(self, src_texts, tgt_texts, sure, possible, tgt_units=tgt_units, batch_size=batch_size)
+        return align_sweep(*self.subject, src_texts, tgt_texts, sure, possible, tgt_units=tgt_units,
+                           batch_size=batch_size)
 
     def attention_gap(self, other: "Translator", src_texts: Sequence[str], tgt_texts: Sequence[str], *,
                       batch_size: int = 64) -> AttentionGap:
@@ -635,7 +515,7 @@ class Translator:
         export's beside its float32 model (heed.explain.given_pairs.attention_gap_of)."""
         from heed.explain.given_pairs import attention_gap_of
 
-        return attention_gap_of(self, other, src_texts, tgt_texts, batch_size=batch_size)
+        return attention_gap_of(self.subject, other.subject, src_texts, tgt_texts, batch_size=batch_size)
 
     def attention_layers(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
                          parts: Sequence[str] = ("cross",), batch_size: int = 64) -> list[HeadMaps]:
@@ -643,7 +523,8 @@ class Translator:
         cross-attention, and the self-attention `parts` asked (heed.explain.given_pairs.attention_layers)."""
         from heed.explain.given_pairs import attention_layers
 
-        return attention_layers(self, src_texts, tgt_texts, parts=parts, batch_size=batch_size)
+        return attention_layers(*self.subject, src_texts, tgt_texts, parts=parts, batch_size=batch_size,
+                                max_src_len=self.max_src_len)
 
     @contextlib.contextmanager
     def intervening(self, intervention: Intervention | None) -> Iterator[None]:
@@ -666,34 +547,83 @@ class Translator:
         """Attribution of every output token to the source tokens and the output before it, beside
         the attention (heed.explain.given_pairs.attribute; Captum, `pip install 'heed-nmt[explain]'`).
         `stop`: asked before every pass; once it is true the work raises Abandoned."""
-        from heed.explain.given_pairs import attribute
+        from heed.explain.given_pairs import attribute, check_attribution
 
-        return attribute(self, src_texts, tgt_texts, method=method, steps=steps, stop=stop)
+        if isinstance(src_texts, str) or isinstance(tgt_texts, str):
+            raise TypeError("attribute() takes lists of sentences; wrap a single one in a list")
+        check_attribution(self.model, method, steps)
+        targets = self._own_or_given(src_texts, tgt_texts, stop=stop)
+        return attribute(*self.subject, src_texts, targets, method=method, steps=steps, stop=stop,
+                         max_src_len=self.max_src_len)
 
     def contrast(self, src_texts: Sequence[str], contrasts: Sequence[str | Sequence[str]],
                  tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
                  method: "AttributionMethod" = "integrated_gradients", steps: int = 50) -> list["Contrast"]:
         """Why this output and not `contrasts[k]`: each source token's attribution to the difference
         of the two outputs' log-probabilities (heed.explain.given_pairs.contrast; Captum)."""
-        from heed.explain.given_pairs import contrast
+        from heed.explain.given_pairs import check_contrast, contrast
 
-        return contrast(self, src_texts, contrasts, tgt_texts, method=method, steps=steps)
+        check_contrast(self.model, src_texts, contrasts, method, steps)
+        outputs = self._own_or_given(src_texts, tgt_texts)
+        return contrast(*self.subject, src_texts, contrasts, outputs, method=method, steps=steps,
+                        max_src_len=self.max_src_len)
 
     def source_share(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
                      reading: "Reading" = "alti", batch_size: int = 64) -> list["SourceShare"]:
         """Each prediction's source share against its target-prefix share, by ALTI+ (or rollout) at the
         last decoder layer (heed.explain.given_pairs.source_shares); a Transformer model directory."""
-        from heed.explain.given_pairs import source_shares
+        from heed.explain.given_pairs import check_source_share, source_shares
 
-        return source_shares(self, src_texts, tgt_texts, reading=reading, batch_size=batch_size)
+        check_source_share(self.model, reading)
+        targets = self._own_or_given(src_texts, tgt_texts)
+        return source_shares(*self.subject, src_texts, targets, reading=reading, batch_size=batch_size,
+                             max_src_len=self.max_src_len)
 
     def logit_lens(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
                    top: int = 5) -> list["LogitLens"]:
         """Each decoder layer's likeliest tokens at every output position, read through the output
         layer (heed.explain.given_pairs.logit_lens); a Transformer model directory."""
-        from heed.explain.given_pairs import logit_lens
+        from heed.explain.given_pairs import check_lens, logit_lens
 
-        return logit_lens(self, src_texts, tgt_texts, top=top)
+        check_lens(self.model, top)
+        targets = self._own_or_given(src_texts, tgt_texts)
+        return logit_lens(*self.subject, src_texts, targets, top=top, max_src_len=self.max_src_len)
+
+    def nbest_source_shares(self, sources: Sequence[str],
+                            nbests: Sequence[Sequence[Translation]]) -> list[list["SourceShare | None"]]:
+        """Each n-best list's hypotheses' source shares, per source; None for every hypothesis of a
+        blank source (heed.explain.given_pairs.nbest_source_shares)."""
+        from heed.explain.given_pairs import nbest_source_shares
+
+        return nbest_source_shares(*self.subject, sources, nbests, max_src_len=self.max_src_len)
+
+    @property
+    def subject(self) -> Subject:
+        """(model, codec, device): what heed.explain reads, without this facade."""
+        return Subject(self.model, self.codec, self.device)
+
+    def _own_or_given(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None, *,
+                      stop: Callable[[], bool] | None = None) -> Sequence[str | Sequence[str]]:
+        """The translations to read: `tgt_texts` (one per source), or the model's own (as tokens;
+        the search asks `stop` as translate_nbest does)."""
+        from heed.explain.given_pairs import check_given
+
+        check_given(src_texts, tgt_texts)
+        if tgt_texts is None:
+            return [nbest[0].tokens for nbest in self.translate_nbest(src_texts, stop=stop)]
+        return tgt_texts
+
+    def explain(self, name: str, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None,
+                **options: Any) -> list["ReadingResult"]:
+        """The reading `name` of heed.explain.readings (READINGS: heads, value_norms, rollout, alti,
+        source_share, logit_lens, attribution, ...) while the model reads `tgt_texts[k]` (a text, or
+        its tokens; default: its own translation) as its output for `src_texts[k]`; `options`: the
+        reading's options by name. One heed.results.ReadingResult per pair."""
+        from heed.explain.readings import check, explain
+
+        parsed = check(name, self.model).parse(options)  # a model or an option refused before anything is decoded
+        targets = self._own_or_given(src_texts, tgt_texts)
+        return explain(name, *self.subject, src_texts, targets, parsed, max_src_len=self.max_src_len)
 
     def forced_pairs(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
                      empty: str) -> tuple[list[list[str]], list[list[str]], list[tuple[list[int], list[int]]]]:
@@ -702,20 +632,8 @@ class Translator:
         their (source ids, target ids)). A HeedError names `src_texts[k]` for an empty source
         (`empty` says why that matters), `src_texts[k]` / `tgt_texts[k]` for a text no sentence
         can hold, and `tgt_texts[k]` for a target token the model does not know (as a prefix's)."""
-        _check_texts(src_texts, "src_texts")
-        for k, target in enumerate(tgt_texts):
-            if isinstance(target, str):
-                problem = text_problem(target)
-                if problem is not None:
-                    raise HeedError(f"tgt_texts[{k}]: {problem}")
-        src_tokens = [self.codec.src_tokens(t)[: self.max_src_len] for t in src_texts]
-        tgt_tokens = [self.codec.tgt_tokens(t) if isinstance(t, str) else list(t) for t in tgt_texts]
-        for k, tokens in enumerate(src_tokens):
-            if not tokens:
-                raise HeedError(f"src_texts[{k}] is empty: {empty}")
-        examples = [(self.codec.src_ids(s), self._known_target_ids(t, s, f"tgt_texts[{k}]"))
-                    for k, (s, t) in enumerate(zip(src_tokens, tgt_tokens))]
-        return src_tokens, tgt_tokens, examples
+        pairs = forced_pairs(self.codec, src_texts, tgt_texts, max_src_len=self.max_src_len, empty=empty)
+        return pairs.src_tokens, pairs.tgt_tokens, pairs.examples
 
     def __call__(self, text: str, **kwargs: Any) -> str:
         """Translate one sentence; returns the text."""
@@ -773,17 +691,6 @@ class Translator:
         if problem is not None:
             raise ConfigError(problem, field="decode.max_len_b")
         return cfg
-
-
-def _check_texts(texts: Sequence[str], name: str) -> None:
-    """A HeedError naming `name[k]` for a text that is not a str or holds what no sentence can (a lone
-    UTF-16 surrogate, a control character): tokenizers would fail on it with their own errors."""
-    for k, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise HeedError(f"{name}[{k}]: expected a string, got {type(text).__name__}")
-        problem = text_problem(text)
-        if problem is not None:
-            raise HeedError(f"{name}[{k}]: {problem}")
 
 
 def runs_torch(model: Any) -> bool:

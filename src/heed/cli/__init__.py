@@ -9,12 +9,13 @@ heed.train, heed.api, heed.explain, heed.serve, heed.export or heed.data.
     explain       attention, align, attribute, faithfulness
     lens          lens (each decoder layer read through the output layer)
     markup        markup (inline HTML/XML tags carried across by the alignment)
+    readings      explain READING (every reading of heed.explain.readings, generated from the registry)
     serve, export, data
     pretrained    import (a pretrained translator)
 
 The commands are registered here, in the order `heed --help` lists them.
 """
-from heed.cli import data, explain, export, lens, markup, pretrained, serve, train, translate
+from heed.cli import data, explain, export, lens, markup, pretrained, readings, serve, train, translate
 from heed.cli.app import HeedCommand, app, main
 
 COMMANDS = (
@@ -29,5 +30,6 @@ for command, name in COMMANDS:
 for registered in data.data_app.registered_commands:
     registered.cls = HeedCommand
 app.add_typer(data.data_app)
+app.add_typer(readings.explain_app)  # heed explain READING: one command per registered reading
 
 __all__ = ["app", "main"]

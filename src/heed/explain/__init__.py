@@ -1,6 +1,9 @@
-"""Looking inside a trained model: word alignments from attention and their methods (align,
-align_methods), forced decoding, the layer x head sweep and a corpus's AER (forced), what a
-Translator reads off given pairs (given_pairs: the explanation half of heed.api.Translator), how far
-two models' attention is apart (attention_gap), attribution by gradients (attribution), whether
-attention explains the output (faithfulness), and attention over training (history). Reads models through
-heed.nn's protocols and heed.api's Translator; never imports training, the CLI or the server."""
+"""Looking inside a trained model: the reading registry (readings: every reading the command line,
+the server and Translator.explain offer, each a module and one register line), given pairs made
+ready from a codec (pairs), word alignments from attention and their methods (align,
+align_methods), forced decoding, the layer x head sweep and a corpus's AER (forced), what is read
+off given pairs (given_pairs), value norms (heads), rollout and ALTI+ (contributions), the logit
+lens (logit_lens), how far two models' attention is apart (attention_gap), attribution by gradients
+(attribution), whether attention explains the output (faithfulness), and attention over training
+(history). Reads models through heed.nn's protocols, as (model, codec, device); only faithfulness
+and history take heed.api's Translator. Never imports training, the CLI or the server."""

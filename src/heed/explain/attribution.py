@@ -300,3 +300,4 @@ def contrast_ids(model: Any, src_ids: list[int], output_ids: list[int], contrast
 
 __all__ = ["BASELINE", "METHODS", "Attribution", "AttributionMethod", "Contrast", "EmbeddingSwap", "attribute_ids",
            "contrast_ids", "spearman"]
+

@@ -213,3 +213,38 @@ class SourceShare:
 
 
 __all__ = ["READINGS", "SourceShare", "Contributions", "Mixing", "Reading", "alti_mixing", "contributions", "rollout_mixing"]
+
+
+# ------------------------------------------------------------------------ readings (heed.explain.readings)
+def read_contributions(model: Any, codec: Any, device: torch.device, src_texts: Any, tgt_texts: Any, *,
+                       max_src_len: int | None = None, reading: Reading = "alti") -> list[Any]:
+    """Per pair, each decoder layer's D_s (layers, len(tgt_tokens) + 1, len(src_tokens) + 1), each
+    source token's share of each prediction (rows sum to the source share), with D_t as the extra
+    "prefix" (layers, target, prefix). A ContributionModel."""
+    from heed.explain.pairs import forced_pairs, precision
+    from heed.results import Labelled, ReadingResult
+
+    pairs = forced_pairs(codec, src_texts, tgt_texts, max_src_len=max_src_len, empty="there is no source to share")
+    out = []
+    with torch.inference_mode(), precision(model, device):
+        for group, batch in pairs.batches(model, device, 64):
+            shares = contributions(model, batch.src, batch.src_lengths, batch.tgt_in, reading=reading)
+            source, prefix = shares.source.cpu().numpy(), shares.target.cpu().numpy()  # (L, B, T, S), (L, B, T, T)
+            for row, k in enumerate(group):
+                s, t = pairs.sizes(k)
+                out.append(ReadingResult(reading, pairs.src_tokens[k], pairs.tgt_tokens[k],
+                                         ("layer", "target", "source"), source[:, row, :t, :s],
+                                         {"prefix": Labelled(("layer", "target", "prefix"), prefix[:, row, :t, :t])}))
+    return out
+
+
+def rollout(model: Any, codec: Any, device: torch.device, src_texts: Any, tgt_texts: Any, options: Any, *,
+            max_src_len: int | None = None) -> list[Any]:
+    """Attention rollout through every layer (Abnar & Zuidema 2020), per decoder layer."""
+    return read_contributions(model, codec, device, src_texts, tgt_texts, max_src_len=max_src_len, reading="rollout")
+
+
+def alti(model: Any, codec: Any, device: torch.device, src_texts: Any, tgt_texts: Any, options: Any, *,
+         max_src_len: int | None = None) -> list[Any]:
+    """ALTI+ contributions through every layer (Ferrando et al. 2022b), per decoder layer."""
+    return read_contributions(model, codec, device, src_texts, tgt_texts, max_src_len=max_src_len, reading="alti")

@@ -61,3 +61,4 @@ def lens(model: ContributionModel, src: Tensor, src_lengths: Tensor, tgt_in: Ten
 
 
 __all__ = ["LogitLens", "lens"]
+

@@ -2,6 +2,8 @@
 nothing, so the CLI can name them in `--help` without loading torch."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 # Integrated gradients' integration points at most: Sundararajan et al. 2017 (section 3) find 20 to
 # 300 enough to come within 5% of completeness; each point is a forward and backward pass per output
 # token, and a run's memory grows with them (`--steps 100000` asked for 74.5 GiB).
@@ -26,6 +28,15 @@ MAX_THREADS = 1024  # CPU threads at most: far above any machine heed runs on (t
 #            every attention it reads, once per pass (ALTI+ holds a term vector for each)
 #   numbers  the numbers and tokens an answer holds (its JSON is about 10-20 bytes a number)
 ALL_PARTS = ("cross", "encoder", "decoder")  # a Transformer's attentions: what ALTI+ and rollout read
+
+
+class PairCost(NamedTuple):
+    """What reading one sentence pair costs, in the three units above (a reading of
+    heed.explain.readings declares how to count it; the server sums them over a request)."""
+
+    work: int
+    weights: int = 0
+    numbers: int = 0
 
 
 def search_work(width: int, steps: int) -> int:

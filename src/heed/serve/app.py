@@ -10,6 +10,8 @@ Routes (schemas in heed.serve.schemas; the OpenAPI page is /docs):
     GET  /v1/models      each model's resolved config, parameter count, last metrics
     POST /v1/translate   sentences + any decoding option -> n-best, attention, alignments, trace
     POST /v1/align       forced decoding of given translations -> word alignments
+    POST /v1/explain/{reading}  given translations read by a reading of heed.explain.readings (one route
+                         per registered reading, its request made from the reading's options)
     POST /translate, /v2/translate, ...   LibreTranslate's and DeepL's APIs (heed.serve.compat), through
                          /v1/translate's handler, each answering in its own error shape
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import math
@@ -49,12 +52,13 @@ from heed.errors import Abandoned, ConfigError, HeedError
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention
 from heed.explain.align_methods import AlignOptions
-from heed.explain.given_pairs import nbest_source_shares
+from heed.explain.readings import READINGS, PairSize, Reading, explain
 from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel, OwnSearchModel
 from heed.plumbing.files import open_regular
 from heed.plumbing.limits import search_work
 from heed.serve.batcher import Batcher, QueueFull
-from heed.serve.costs import Cost, align_cost, attribute_cost, heads_cost, lens_cost, refusal, translate_cost
+from heed.serve.costs import (Cost, align_cost, attribute_cost, heads_cost, lens_cost, reading_cost, refusal,
+                              translate_cost)
 from heed.serve.schemas import (
     DECODE_FIELDS,
     AlignRequest,
@@ -62,6 +66,7 @@ from heed.serve.schemas import (
     AttributeRequest,
     AttributeResponse,
     ErrorResponse,
+    ExplainResponse,
     HeadsRequest,
     HeadsResponse,
     Health,
@@ -70,6 +75,7 @@ from heed.serve.schemas import (
     ModelsResponse,
     TranslateRequest,
     TranslateResponse,
+    reading_request,
 )
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -211,6 +217,8 @@ class _Key:
     reading: AlignOptions | None = None  # align: how the attention is read
     top: int = 0  # lens: tokens per layer and position
     languages: tuple[str | None, str | None] = (None, None)  # a many-language model's (src_lang, tgt_lang)
+    read: str = ""  # explain: the reading's name (heed.explain.readings)
+    options: Any = None  # explain: the reading's Options (frozen, hashable)
 
 
 def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -382,7 +390,7 @@ def _explained(translator: Translator, key: _Key, texts: Sequence[str], nbests: 
     pass over every hypothesis of the batch)."""
     if "source_share" not in key.explain:
         return results
-    for result, shares in zip(results, nbest_source_shares(translator, texts, nbests)):
+    for result, shares in zip(results, translator.nbest_source_shares(texts, nbests)):
         for hypothesis, share in zip(result["hypotheses"], shares):
             if share is not None:
                 hypothesis["source_share"] = {"sentence": share.sentence,
@@ -415,10 +423,16 @@ def _lensed(translator: Translator, key: _Key, items: list[Any], abandoned: Call
             for source, target in _until(abandoned, items)]
 
 
+def _read(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
+    return [explain(key.read, translator.model, translator.codec, translator.device, [source], [target], key.options,
+                    max_src_len=translator.max_src_len, stop=abandoned)[0].to_dict()
+            for source, target in _until(abandoned, items)]
+
+
 # task -> its handler: (translator, key, items, abandoned) -> one JSON-ready result per item
 _TASKS: dict[str, Callable[[Translator, _Key, list[Any], Callable[[], bool]], list[Any]]] = {
     "translate": _translated, "explore": _explored, "align": _aligned, "attribute": _attributed, "heads": _heads,
-    "lens": _lensed,
+    "lens": _lensed, "explain": _read,
 }
 
 
@@ -507,7 +521,50 @@ class _Routes:
                                         ("/v1/heads", self.heads, HeadsResponse),
                                         ("/v1/lens", self.lens, LensResponse)):
             router.add_api_route(path, handler, methods=["POST"], response_model=response, responses=WORK_ERRORS)
+        for reading in READINGS.values():
+            router.add_api_route(f"/v1/explain/{reading.name}", self.reading_route(reading), methods=["POST"],
+                                 name=f"explain_{reading.name}", summary=f"Explain: {reading.name}",
+                                 description=reading.summary, response_model=ExplainResponse, responses=WORK_ERRORS)
+        router.add_api_route("/v1/explain/{reading}", self.unknown_reading, methods=["POST"], include_in_schema=False)
         return router
+
+    def reading_route(self, reading: Reading) -> Callable[..., Any]:
+        """POST /v1/explain/NAME's handler, taking the reading's request (heed.serve.schemas.reading_request)."""
+
+        async def handler(request: Any) -> Response:
+            return await self.explain(reading, request)
+
+        request = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                    annotation=reading_request(reading))
+        handler.__signature__ = inspect.Signature([request], return_annotation=Response)  # type: ignore[attr-defined]
+        return handler
+
+    async def unknown_reading(self, reading: str) -> Response:
+        raise ApiError(404, f"no reading named {reading!r}; readings: {', '.join(READINGS)}", "reading")
+
+    async def explain(self, reading: Reading, request: Any) -> Response:
+        """A reading of given pairs: refused in one line (422 on "model") for a model that is not what
+        it needs, checked as /v1/heads is, its cost counted by the reading's own cost function, read a
+        sentence a turn."""
+        name, translator = self._model(request)
+        refused = reading.refusal(translator.model)
+        if refused is not None:
+            raise ApiError(422, f"model {name!r}: {refused}", "model")
+        _check_sentences(request.sources, "sources", self.settings)
+        _one_target_each(request.sources, request.targets, "source")
+        _check_targets(request.targets, self.settings)
+        sizes = _check_known_targets(translator, request.sources, request.targets)
+        try:
+            options = reading.parse({field: getattr(request, field) for field in reading.options.model_fields})
+        except HeedError as e:
+            raise ApiError(422, str(e), None) from None
+        layers, heads = _grid(translator)
+        self._within(reading_cost(reading.name, [reading.cost(PairSize(s, t, layers, heads), options)
+                                                 for s, t in sizes]))
+        key = _Key(name, "explain", languages=(request.src_lang, request.tgt_lang), read=reading.name, options=options)
+        a_turn_each = [self.settings.slice_work] * len(request.sources)  # read a sentence at a time
+        results = await self._decoded(key, list(zip(request.sources, request.targets)), a_turn_each)
+        return await _answer({"model": name, "reading": reading.name, "results": results})
 
     def _model(self, request: Any, needs: type | None = None, why: str = "") -> tuple[str, Translator]:
         """The request's model by name (the only one when there is one), for the request's language

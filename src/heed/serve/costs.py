@@ -14,6 +14,7 @@ from typing import Any
 
 from heed.plumbing.limits import (
     ALL_PARTS,
+    PairCost,
     attention_weights,
     attribution_work,
     forced_work,
@@ -144,3 +145,13 @@ def lens_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], *, top: int, lay
                 f"{_plural(len(src_lens), 'sentence')}, {layers} layers, top {top}",
                 {"work": "sources", "numbers": "top" if top > 1 else "sources"},
                 {"numbers": "send fewer or shorter sentences, or a smaller top"})
+
+
+def reading_cost(name: str, pairs: Sequence[PairCost]) -> Cost:
+    """A reading of heed.explain.readings over given pairs: what each pair costs, as the reading
+    counts it (Reading.cost), summed."""
+    return Cost([p.work for p in pairs], sum(p.weights for p in pairs), sum(p.numbers for p in pairs),
+                f"{_plural(len(pairs), 'sentence pair')}, the reading {name}",
+                {"work": "sources", "weights": "sources", "numbers": "sources"},
+                {"work": "send fewer or shorter pairs", "weights": "send fewer or shorter pairs",
+                 "numbers": "send fewer or shorter pairs"})

@@ -281,3 +281,56 @@ class ErrorBody(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorBody
+
+
+# ------------------------------------------------------------------- /v1/explain/{reading}
+class ExplainRequest(_Pair):
+    """Given translations read by a reading (heed.explain.readings): each reading's request is this
+    with its options' fields (reading_request)."""
+
+    model: Optional[str] = Field(None, description="a loaded model's name (GET /v1/models); may be left out "
+                                                   "when one model is loaded")
+    sources: list[str] = Field(description="source sentences, non-blank, at most --max-chars each and "
+                                           "--max-sentences in all")
+    targets: list[Union[str, list[str]]] = Field(description="per source, the translation the model reads as its "
+                                                             "output: a text or its tokens")
+
+
+_READING_REQUESTS: dict[int, tuple[Any, type[BaseModel]]] = {}
+
+
+def reading_request(reading: Any) -> type[BaseModel]:
+    """ExplainRequest with the fields of `reading.options` (a heed.explain.readings.Reading), made
+    once per reading: its name in the OpenAPI schema is Explain + the reading's, CamelCased, + Request."""
+    made = _READING_REQUESTS.get(id(reading))
+    if made is not None and made[0] is reading:
+        return made[1]
+    fields: dict[str, Any] = {}
+    for name, info in reading.options.model_fields.items():
+        annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        fields[name] = (annotation, Field(info.default, description=info.description))
+    title = "".join(part.capitalize() for part in reading.name.split("_"))
+    model = create_model(f"Explain{title}Request", __base__=ExplainRequest, __doc__=reading.summary[:1].upper() +
+                         reading.summary[1:] + f" (a model that is a {reading.needs}).", **fields)
+    _READING_REQUESTS[id(reading)] = (reading, model)
+    return model
+
+
+class LabelledOut(BaseModel):
+    dims: list[str] = Field(description="the axes' names: layer, head, target (tgt_tokens, then </s>), source "
+                                        "(src_tokens, then </s>), prefix (<s>, then tgt_tokens), top")
+    values: Any = Field(description="nested lists, one level per axis")
+
+
+class ReadingOut(LabelledOut):
+    reading: str
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    extras: dict[str, LabelledOut] = Field(default_factory=dict, description="what the reading gives besides, "
+                                                                             "labelled alike")
+
+
+class ExplainResponse(BaseModel):
+    model: str
+    reading: str
+    results: list[ReadingOut]
