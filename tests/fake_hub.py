@@ -13,10 +13,10 @@ closes), "redirect-loop" (every file redirects to itself), "size" (metadata decl
 "nested" (metadata of 100,000 nested arrays)."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
-import contextlib
 import threading
 import time
 import warnings
@@ -45,7 +45,7 @@ class FakeHub:
         self.repos[repo] = (commit, files)
         return commit
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:
         self._thread.start()
         return self
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.fake_hub import FakeHub, serving_tiny_marian
+from tests.fake_hub import serving_tiny_marian
 
 import heed
 from heed import hub as heed_hub
