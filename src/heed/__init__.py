@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from heed.version import __version__ as __version__  # heed.__version__
 
 if TYPE_CHECKING:
     import os

@@ -48,7 +48,6 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-import heed
 from heed.config import Config, load_config, save_config
 from heed.data.codec import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE, Codec
 from heed.data.tokenize import spm_model_path
@@ -66,6 +65,7 @@ from heed.plumbing.files import (
     resolve_dir,
     verifying,
 )
+from heed.version import __version__
 
 FORMAT_VERSION = 1
 META_FILE = "heed.json"
@@ -130,7 +130,7 @@ def write_model_files(directory: Path, *, model: nn.Module | dict[str, torch.Ten
         shutil.copyfile(metrics, directory / METRICS_FILE)
     files = {p.name: file_digest(p)[1] for p in sorted(directory.iterdir())
              if p.name in REQUIRED_FILES + READ_IF_PRESENT and p.is_file()}
-    meta = {"format": FORMAT_VERSION, "heed_version": heed.__version__, "kind": kind, **(info or {}), "files": files}
+    meta = {"format": FORMAT_VERSION, "heed_version": __version__, "kind": kind, **(info or {}), "files": files}
     _write_json(directory / META_FILE, meta)
 
 

@@ -39,9 +39,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import heed
 from heed.errors import ModelDirError
 from heed.plumbing.files import atomic_write_text, make_temp_dir
+from heed.version import __version__
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
@@ -218,7 +218,7 @@ class _Client:
         self.opener = urllib.request.build_opener(_RedirectWithinLimits())
 
     def _open(self, url: str) -> http.client.HTTPResponse:
-        headers = {"User-Agent": f"heed/{heed.__version__}"}
+        headers = {"User-Agent": f"heed/{__version__}"}
         if self.bearer:
             headers["Authorization"] = f"Bearer {self.bearer}"
         try:

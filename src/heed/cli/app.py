@@ -13,8 +13,8 @@ import typer
 import typer.core
 from rich.console import Console
 
-import heed
 from heed.errors import HeedError
+from heed.version import __version__
 
 app = typer.Typer(
     name="heed",
@@ -165,7 +165,7 @@ def _version(value: bool) -> None:
     if value:
         import torch
 
-        typer.echo(f"heed {heed.__version__} (torch {torch.__version__}, python {sys.version.split()[0]})")
+        typer.echo(f"heed {__version__} (torch {torch.__version__}, python {sys.version.split()[0]})")
         raise typer.Exit()
 
 

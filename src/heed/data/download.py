@@ -38,9 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import heed
 from heed.errors import DataError, HeedError, OutputError
 from heed.plumbing.files import atomic_write_text, make_temp_dir, sweep_stale
+from heed.version import __version__
 
 MAX_DOWNLOAD_BYTES = 256 << 20  # far above any file here (the largest is 6 MB): a runaway answer stops
 # Inflated, a file may hold at most this much (the largest here, fra.txt, is 11.7 MB): a small zip
@@ -150,7 +150,7 @@ def _url(url: str, mirror: str | None) -> str:
 def _fetch(url: str, name: str, progress: Progress | None) -> bytes:
     """The body of `url` (at most MAX_DOWNLOAD_BYTES, within DEADLINE_SECONDS), or a HeedError
     naming the URL."""
-    request = urllib.request.Request(url, headers={"User-Agent": f"heed/{heed.__version__} (heed data get)"})
+    request = urllib.request.Request(url, headers={"User-Agent": f"heed/{__version__} (heed data get)"})
     started, deadline = time.monotonic(), DEADLINE_SECONDS
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310 (fixed https URLs)
@@ -295,7 +295,7 @@ def _matches(path: Path, sha256: str) -> bool:
 
 
 def _source_text(dataset: Dataset, recorded: list[tuple[str, str, str]], off_release: list[str]) -> str:
-    lines = [f"# {dataset.name}", "", f"Downloaded by heed {heed.__version__} (`heed data get {dataset.name}`).", "",
+    lines = [f"# {dataset.name}", "", f"Downloaded by heed {__version__} (`heed data get {dataset.name}`).", "",
              f"License: {dataset.license}", "", f"Cite: {dataset.citation(off_release=bool(off_release))}", ""]
     if off_release:
         lines += [f"Not the pinned release: {', '.join(off_release)} (taken with --any-release; the sha256 below is "

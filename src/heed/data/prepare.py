@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import heed
 from heed.config import Config, config_to_dict
 from heed.data.codec import Codec, check_corpus_files, iter_pairs, side_groups, train_group
 from heed.data.corpus import Pair
@@ -41,6 +40,7 @@ from heed.data.tokenize import Tokenizer, train_tokenizer
 from heed.data.vocab import Vocab
 from heed.errors import ConfigError, DataError, HeedError, ModelDirError, OutputError
 from heed.plumbing.files import file_digest, make_temp_dir
+from heed.version import __version__
 
 DEFAULT_SAMPLE_PAIRS = 1_000_000  # SentencePiece's own advice: 1M-10M sentences train a model well
 SAMPLE_SEED = 0  # the same corpus always gives the same sample, tokenizers and shards
@@ -135,7 +135,7 @@ def prepare(config: Config, output: Path, *, tokenizers_from: Path | None = None
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
-            "heed_version": heed.__version__,
+            "heed_version": __version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "sentences": sum(s["sentences"] for s in shards),
             "src_tokens": sum(s["src_tokens"] for s in shards),

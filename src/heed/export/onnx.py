@@ -40,11 +40,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-import heed
 from heed.errors import ConfigError, HeedError, ModelDirError, install_hint
 from heed.nn.model_config import ModelConfig, without_family_tag
 from heed.nn.protocol import FamilyGraphs, TrainableModel
 from heed.plumbing.files import file_digest, open_regular, resolve_dir, verifying
+from heed.version import __version__
 
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -216,9 +216,9 @@ def load_manifest(path: str | os.PathLike[str], *, verify: bool | None = None) -
         raise ModelDirError(f"{file}: not a heed export manifest; export the model again")
     written_by = str(data.get("heed_version", "?"))
     if (not isinstance(data.get("format"), int) or data["format"] > FORMAT_VERSION
-            or _version_tuple(written_by) > _version_tuple(heed.__version__)):
+            or _version_tuple(written_by) > _version_tuple(__version__)):
         raise ModelDirError(f"{file}: written by heed {written_by} (export format {data.get('format')}), newer "
-                            f"than this heed {heed.__version__}; upgrade heed ({UPGRADE_HINT})")
+                            f"than this heed {__version__}; upgrade heed ({UPGRADE_HINT})")
     model = _check_manifest_schema(data, file, directory)
     for name, digest in data["files"].items():
         target = directory / name
@@ -352,7 +352,7 @@ def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
         manifest = {
             "format": FORMAT_VERSION,
             "kind": kind,
-            "heed_version": heed.__version__,
+            "heed_version": __version__,
             **runtime,
             "torch_version": torch.__version__,
             "int8": int8,

@@ -772,9 +772,9 @@ def unpaired(translators: Mapping[str, Translator]) -> list[str]:
 
 
 def _version() -> str:
-    import heed
+    from heed.version import __version__
 
-    return heed.__version__
+    return __version__
 
 
 def _model_name(requested: str | None, models: Mapping[str, Translator]) -> str:
