@@ -41,7 +41,7 @@ from pydantic_core import PydanticUndefined
 
 from heed.decode_config import DecodeConfig
 from heed.errors import ConfigError
-from heed.nn import families
+from heed.nn import families, family_config
 from heed.nn.model_config import ModelConfig, family_of, without_family_tag
 from heed.plumbing import yamlio
 from heed.plumbing.files import atomic_write_text, open_regular, open_stream
@@ -377,7 +377,7 @@ class Config(_Strict):
         name = family_of(data["model"])
         if name not in families.FAMILIES:
             return data  # the union's error names model.family
-        family = families.config_class(name)
+        family = family_config.config_class(name)
         section = data.get("data")
         if isinstance(section, dict):  # with its defaults, as the family reads it
             section = {**{name: info.default for name, info in DataConfig.model_fields.items()
@@ -656,7 +656,7 @@ class _AnyFamily:
 
     @property
     def model_fields(self) -> dict[str, Any]:
-        return {name: info for family in families.config_classes().values()
+        return {name: info for family in family_config.config_classes().values()
                 for name, info in family.model_fields.items()}
 
 

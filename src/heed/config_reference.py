@@ -17,7 +17,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from heed.config import Config
-from heed.nn.families import config_classes
+from heed.nn.family_config import config_classes
 from heed.nn.model_config import ModelConfig
 
 

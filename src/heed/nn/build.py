@@ -1,46 +1,17 @@
-"""The one builder that reads the model's config (heed.nn.model_config): `Family`, what a model
-family gives the rest of heed, and build_model, which builds `model.family`'s model through the
-registry (heed.nn.families: one line per family, naming its config class and its Family)."""
+"""The one builder that reads the model's config (heed.nn.model_config): build_model, which builds
+`model.family`'s model through the registry (heed.nn.families: one line per family, naming its
+config class and its Family, what a model family gives the rest of heed; re-exported here)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 
 from heed.errors import ConfigError
-from heed.nn.families import family
+from heed.nn.families import Family, family
 from heed.nn.model_config import ModelConfig
-from heed.nn.protocol import FamilyGraphs, TrainableModel
-
-
-@dataclass(frozen=True)
-class Family:
-    """A model family's torch half, as the rest of heed meets it (its config class, torch-free, is
-    the other half: both are named by the family's line in heed.nn.families):
-    - `build`: a config of the family -> a fresh TrainableModel;
-    - `describe`: the model in a few words, for log lines ("luong attention, general score");
-    - `sizes`: the config fields that make it large, for a "too large" message;
-    - `graphs`: its ONNX export contract for a config (FamilyGraphs, heed.export), or None when
-      the family does not export (a research family, say);
-    - `ct2`: its CTranslate2 converter (model, config, src_tokens=, tgt_tokens=, max_src_len=, unk_id=) ->
-      a CTranslate2 spec, or None when CTranslate2 cannot run the family;
-    - `converters`: pretrained checkpoints it holds, by Hugging Face `model_type` (heed.pretrained):
-      (directory, config.json) -> heed.nn.transformer.convert.common.Converted, and by the kind of a
-      native release (a directory without config.json), which `releases` recognises: kind ->
-      (directory -> bool). Give them as heed.nn.families.LazyMapping of import paths, so building a
-      model imports no converter."""
-
-    build: Callable[..., TrainableModel]
-    describe: Callable[..., str]
-    sizes: Callable[..., str]
-    graphs: Callable[..., FamilyGraphs] | None = None
-    ct2: Callable[..., object] | None = None
-    converters: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
-    releases: Mapping[str, Callable[[Path], bool]] = field(default_factory=dict)
+from heed.nn.protocol import TrainableModel
 
 
 def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
@@ -89,3 +60,6 @@ def check_size(cfg: ModelConfig, build: Callable[[], torch.nn.Module], *, vocab:
                           f"alone, and this machine has {memory / 1e9:,.1f} GB ({sizes}); make them smaller",
                           field="model")
     return count
+
+
+__all__ = ["Family", "ModelConfig", "build_model", "check_size", "physical_memory"]

@@ -4,7 +4,7 @@ A line names the family's two halves by import path ("module:attribute"), and ea
 only when it is needed:
 - `config`: its `model:` class (a heed.nn.family_config.FamilyConfig), imported when a config is
   read (heed.nn.model_config validates `model:` through the classes registered at that moment);
-- `family`: its heed.nn.build.Family (build, describe, sizes, graphs, ct2, converters, releases),
+- `family`: its Family (below: build, describe, sizes, graphs, ct2, converters, releases),
   imported when a model is built, exported or imported, never when a config is read.
 
 A family of heed's is a folder under heed/nn plus its line in FAMILIES; a family from elsewhere (a
@@ -12,13 +12,13 @@ plug-in, a test) is one `register_family` call."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-if TYPE_CHECKING:
-    from heed.nn.build import Family
-    from heed.nn.family_config import FamilyConfig
+if TYPE_CHECKING:  # annotations only: the registry loads no torch
+    from heed.nn.protocol import FamilyGraphs, TrainableModel
 
 V = TypeVar("V")
 
@@ -29,6 +29,32 @@ class FamilyLine:
 
     config: str
     family: str
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family's torch half, as the rest of heed meets it (its config class, torch-free, is
+    the other half: both are named by the family's line in FAMILIES):
+    - `build`: a config of the family -> a fresh TrainableModel;
+    - `describe`: the model in a few words, for log lines ("luong attention, general score");
+    - `sizes`: the config fields that make it large, for a "too large" message;
+    - `graphs`: its ONNX export contract for a config (FamilyGraphs, heed.export), or None when
+      the family does not export (a research family, say);
+    - `ct2`: its CTranslate2 converter (model, config, src_tokens=, tgt_tokens=, max_src_len=, unk_id=) ->
+      a CTranslate2 spec, or None when CTranslate2 cannot run the family;
+    - `converters`: pretrained checkpoints it holds, by Hugging Face `model_type` (heed.pretrained):
+      (directory, config.json) -> heed.nn.transformer.convert.common.Converted, and by the kind of a
+      native release (a directory without config.json), which `releases` recognises: kind ->
+      (directory -> bool). Give them as a LazyMapping (below) of import paths, so building a
+      model imports no converter."""
+
+    build: Callable[..., TrainableModel]
+    describe: Callable[..., str]
+    sizes: Callable[..., str]
+    graphs: Callable[..., FamilyGraphs] | None = None
+    ct2: Callable[..., object] | None = None
+    converters: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    releases: Mapping[str, Callable[[Path], bool]] = field(default_factory=dict)
 
 
 # model.family -> its line. A new family is a folder under heed/nn plus one line here.
@@ -42,7 +68,7 @@ FAMILIES: dict[str, FamilyLine] = {
 def register_family(name: str, *, config: str, family: str) -> None:
     """Make family `name` known to config reading (`model.family: name`) and to building: `config`
     and `family` are the import paths ("module:attribute") of its FamilyConfig class and its
-    heed.nn.build.Family. Registering a name again with the same paths does nothing; with others it
+    Family. Registering a name again with the same paths does nothing; with others it
     is an error (one name, one family)."""
     line = FamilyLine(config=config, family=family)
     for path in (config, family):
@@ -65,18 +91,8 @@ def load(path: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
-def config_class(name: str) -> type[FamilyConfig]:
-    """Family `name`'s `model:` class (torch-free); KeyError for a family not registered."""
-    return load(FAMILIES[name].config)  # type: ignore[no-any-return]
-
-
-def config_classes() -> dict[str, type[FamilyConfig]]:
-    """Every registered family's `model:` class, in registry order."""
-    return {name: config_class(name) for name in FAMILIES}
-
-
 def family(name: str) -> Family:
-    """Family `name`'s torch half (heed.nn.build.Family); imports its model code."""
+    """Family `name`'s torch half; imports its model code."""
     return load(FAMILIES[name].family)  # type: ignore[no-any-return]
 
 

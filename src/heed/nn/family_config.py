@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from heed.nn import families
+
 # `model.copy` is the name users write; it hides pydantic's deprecated BaseModel.copy (use
 # model_copy), which pydantic warns about when the class is created: only that warning is silenced.
 with warnings.catch_warnings():
@@ -31,8 +33,6 @@ with warnings.catch_warnings():
         def _fields_of_another_family(cls, data: Any) -> Any:
             if not isinstance(data, dict):
                 return data
-            from heed.nn.families import config_classes
-
             mine = cls.model_fields["family"].default
             owners: dict[str, str] = {}  # field -> the first family in the registry that has it
             for name, other in config_classes().items():
@@ -75,3 +75,13 @@ with warnings.catch_warnings():
             builds, as heed.nn.protocol.HeadsModel.head_grid gives them; None when its heads cannot be
             read or trained one by one (guided alignment training needs them)."""
             return None
+
+
+def config_class(name: str) -> type[FamilyConfig]:
+    """Family `name`'s `model:` class (torch-free); KeyError for a family not registered."""
+    return families.load(families.FAMILIES[name].config)  # type: ignore[no-any-return]
+
+
+def config_classes() -> dict[str, type[FamilyConfig]]:
+    """Every registered family's `model:` class, in registry order."""
+    return {name: config_class(name) for name in families.FAMILIES}

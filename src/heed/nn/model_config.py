@@ -21,7 +21,7 @@ from pydantic_core import core_schema
 
 from heed.nn import families
 from heed.nn.families import FamilyLine
-from heed.nn.family_config import FamilyConfig
+from heed.nn.family_config import FamilyConfig, config_class
 
 DEFAULT_FAMILY = "rnn"
 
@@ -57,7 +57,7 @@ def without_family_tag(loc: Sequence[str | int], at: int = 0) -> tuple[list[str 
     input was validated as at `at` ("rnn", "hidden_size"). Returns it without, and that family's class."""
     loc = list(loc)
     if len(loc) > at and loc[at] in families.FAMILIES:
-        return loc[:at] + loc[at + 1:], families.config_class(str(loc[at]))
+        return loc[:at] + loc[at + 1:], config_class(str(loc[at]))
     return loc, None
 
 
