@@ -36,7 +36,7 @@ class Family:
     """A model family's torch half, as the rest of heed meets it (its config class, torch-free, is
     the other half: both are named by the family's line in FAMILIES):
     - `build`: a config of the family -> a fresh TrainableModel;
-    - `describe`: the model in a few words, for log lines ("luong attention, general score");
+    - `describe`: the model in a few words, for log lines (its attention, say);
     - `sizes`: the config fields that make it large, for a "too large" message;
     - `graphs`: its ONNX export contract for a config (FamilyGraphs, heed.export), or None when
       the family does not export (a research family, say);
