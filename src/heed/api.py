@@ -52,14 +52,10 @@ from heed.explain.forced import SweepResult
 from heed.explain.pairs import Stoppable, Subject, check_texts, forced_pairs, known_target_ids
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention, intervening
-from heed.nn.protocol import (
-    OwnSearchModel,
-    TrainableModel,
-    TranslationModel,
-)
+from heed.nn.protocol import TrainableModel, TranslationModel
 from heed.plumbing.runtime import check_bf16, limit_onednn_cache, resolve_device
 from heed.results import Alignment, HeadMaps, Translation
-from heed.search import BeamTree, DecodeConfig, Decoded, translate_ids
+from heed.search import BeamTree, DecodeConfig, Decoded, OwnSearchModel, translate_ids
 
 if TYPE_CHECKING:
     from heed.explain.attribution import Attribution, AttributionMethod, Contrast

@@ -1,7 +1,7 @@
 """A CTranslate2 export (heed.export.ct2) run by CTranslate2's own search, behind heed's Translator.
 
 CTranslate2 has no step function to hand heed's search: it searches itself, in C++. So this model
-is an `OwnSearchModel` (heed.nn.protocol): `translate_ids` takes what heed's `search.translate_ids`
+is an `OwnSearchModel` (heed.search): `translate_ids` takes what heed's `search.translate_ids`
 takes (source ids, a DecodeConfig, batch size, prefixes) and gives the same `Decoded` hypotheses,
 with heed's tokens, scores and lengths:
 - greedy, and the best hypothesis of a beam search without penalties: CTranslate2's search gives
@@ -63,7 +63,7 @@ def needs_heed(what: str) -> HeedError:
 
 
 class CT2Seq2Seq:
-    """A CTranslate2 model directory behind heed's Translator (heed.nn.protocol.OwnSearchModel)."""
+    """A CTranslate2 model directory behind heed's Translator (heed.search.OwnSearchModel)."""
 
     has_attention = True
 

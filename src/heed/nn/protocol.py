@@ -7,8 +7,8 @@ one builder registered in heed.nn.build; everything outside heed/nn talks to the
                    alignments), for_decoding (the step's weight layout)
     training       + loss, compile_teacher_forced
     export         + family, and the family's graphs (heed.export)
-    own search     a runtime that searches itself (a CTranslate2 export): translate_ids instead
-                   of encode/step, and has_attention, parameters (OwnSearchModel)
+    own search     a runtime that searches itself (a CTranslate2 export): heed.search.OwnSearchModel,
+                   beside the search whose result it gives
 
 A decoder state is a `TensorState`: named tensors, each with its declared batch (row) axis, so beam
 reordering, ensembles and the exported step graph's inputs and outputs handle any family's state
@@ -16,17 +16,13 @@ without knowing its fields.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from torch import Tensor, nn
 
 from heed.nn.loss import SeqLoss, TargetBatch
-
-if TYPE_CHECKING:
-    from heed.decode_config import DecodeConfig
-    from heed.search import Decoded
 
 
 class Encoded(Protocol):
@@ -117,24 +113,6 @@ class TranslationModel(SearchModel, Protocol):
         """Teacher-forced: tgt_in (batch, tgt_len) starting with BOS -> logits (batch, tgt_len, vocab)
         and the attention behind each position (batch, tgt_len, src_len), the same numbers as
         step by step."""
-        ...
-
-
-@runtime_checkable
-class OwnSearchModel(Protocol):
-    """A runtime that runs its own search (heed.export.ct2_run.CT2Seq2Seq: CTranslate2's C++ search):
-    Translator hands it the sources and the DecodeConfig instead of running heed.search over it."""
-
-    has_attention: bool
-
-    def num_parameters(self) -> int: ...
-
-    def translate_ids(self, src_ids: Sequence[list[int]], cfg: "DecodeConfig", *, batch_size: int = 64,
-                      prefixes: Sequence[Sequence[int]] | None = None, free_prefix: int = 0, trace: bool = False,
-                      stop: Callable[[], bool] | None = None) -> "list[Decoded]":
-        """What heed.search.translate_ids gives: per source (ids without specials), in input order,
-        its n-best hypotheses (each prefix's tokens past the first `free_prefix` charged their
-        log-probabilities)."""
         ...
 
 

@@ -23,11 +23,14 @@ Conventions, the same in greedy and beam search:
     left_to_right  greedy search and sampling
     beam           beam search, for a batch and for one sentence
     tree           the beam search tree the explorer draws
+
+A runtime that runs its own search (a CTranslate2 export) is an `OwnSearchModel`: it gives what
+`translate_ids` gives, and Translator calls it instead.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -47,7 +50,7 @@ from heed.search.scoring import (
 )
 from heed.search.tree import BeamTree, TreeNode
 
-__all__ = ["MAX_BEAM", "MAX_OUTPUT_TOKENS", "BeamTree", "DecodeConfig", "Decoded", "Encoded", "Hypothesis", "Prefix",
+__all__ = ["MAX_BEAM", "MAX_OUTPUT_TOKENS", "BeamTree", "DecodeConfig", "Decoded", "Encoded", "Hypothesis", "OwnSearchModel", "Prefix",
            "SearchModel", "SearchState", "Step", "TreeNode", "beam_search", "beam_search_one", "coverage_penalty",
            "greedy_search", "hypothesis_score", "length_penalty", "max_output_lengths", "sample", "search",
            "translate_ids"]
@@ -82,6 +85,25 @@ class Decoded(NamedTuple):
 
     hypotheses: list[Hypothesis]
     tree: BeamTree | None = None
+
+
+@runtime_checkable
+class OwnSearchModel(Protocol):
+    """A runtime that runs its own search (heed.export.ct2_run.CT2Seq2Seq: CTranslate2's C++ search):
+    Translator hands it the sources and the DecodeConfig instead of running heed.search over it."""
+
+    has_attention: bool
+
+    def num_parameters(self) -> int: ...
+
+    def translate_ids(self, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, batch_size: int = 64,
+                      prefixes: Sequence[Sequence[int]] | None = None, free_prefix: int = 0, trace: bool = False,
+                      stop: Callable[[], bool] | None = None) -> list[Decoded]:
+        """What heed.search.translate_ids gives: per source (ids without specials), in input order,
+        its n-best hypotheses (each prefix's tokens past the first `free_prefix` charged their
+        log-probabilities)."""
+        ...
+
 
 
 def translate_ids(model: SearchModel, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, device: torch.device,

@@ -53,9 +53,10 @@ from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention
 from heed.explain.align_methods import AlignOptions
 from heed.explain.readings import READINGS, PairSize, Reading, explain
-from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel, OwnSearchModel
+from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel
 from heed.plumbing.files import open_regular
 from heed.plumbing.limits import search_work
+from heed.search import OwnSearchModel
 from heed.serve.batcher import Batcher, QueueFull
 from heed.serve.costs import (Cost, align_cost, attribute_cost, heads_cost, lens_cost, reading_cost, refusal,
                               translate_cost)
