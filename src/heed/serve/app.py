@@ -39,7 +39,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -58,8 +58,10 @@ from heed.plumbing.files import open_regular
 from heed.plumbing.limits import search_work
 from heed.search import OwnSearchModel
 from heed.serve.batcher import Batcher, QueueFull
+from heed.serve.compat import Keys, install
 from heed.serve.costs import (Cost, align_cost, attribute_cost, heads_cost, lens_cost, reading_cost, refusal,
                               translate_cost)
+from heed.serve.settings import ApiError, ServeSettings
 from heed.serve.schemas import (
     DECODE_FIELDS,
     AlignRequest,
@@ -85,55 +87,6 @@ CJK_FONT = Path(__file__).parent.parent / "fonts" / "HeedCJKSans-Regular.ttf"
 WORK_ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}, 503: {"model": ErrorResponse},
                                                504: {"model": ErrorResponse}}
 log = logging.getLogger("heed.serve")
-
-
-class ServeSettings(BaseModel):
-    """The server's limits and batching; each is a `heed serve` option."""
-
-    max_sentences: int = Field(64, ge=1, description="sentences per request")
-    max_chars: int = Field(1000, ge=1, description="characters per sentence")
-    max_body: int = Field(1 << 20, ge=1024, description="request body bytes")
-    max_queue: int = Field(1024, ge=1, description="sentences waiting for the decoder; more get 503")
-    timeout: float = Field(30.0, gt=0, description="seconds per request, queue and decoding included; then 504")
-    batch_wait_ms: float = Field(5.0, ge=0, description="how long the decoder gathers requests into a batch")
-    batch_sentences: int = Field(64, ge=1, description="sentences of one batch at most")
-    batching: bool = Field(True, description="gather concurrent requests into one batch (off: one at a time)")
-    max_beam: int = Field(64, ge=1, description="beam size (and samples per sentence) at most")
-    max_output: int = Field(1024, ge=1, description="output tokens a sentence may be allowed at most: "
-                                                     "floor(max_len_a * the model's max_src_len + max_len_b), "
-                                                     "and a forced prefix's tokens")
-    max_work: int = Field(1 << 18, ge=1, description="decoder rows x steps a request may ask for at most: per "
-                                                     "sentence, the beam (or samples) times its longest output "
-                                                     "(its own max length, or its prefix); a teacher-forced pass "
-                                                     "its target's tokens, and each reading its passes (attribution: "
-                                                     "a pass per output token and integration point; the logit lens: "
-                                                     "a pass per layer; the source share: a pass per hypothesis)")
-    max_weights: int = Field(1 << 21, ge=1, description="attention weights a request may read at most: layers x "
-                                                        "heads x (target x source, and source x source and target x "
-                                                        "target for the self-attention parts read), summed over its "
-                                                        "sentences: /v1/heads' maps, and every part of every pass of "
-                                                        "ALTI+, rollout and value norms (the source share, /v1/align's "
-                                                        "weights)")
-    max_answer: int = Field(1 << 22, ge=1, description="numbers (and tokens) a request's answer may hold at most, "
-                                                       "counted before it runs: attention matrices, attributions, "
-                                                       "the logit lens' lists, head maps (about 10-20 bytes of JSON "
-                                                       "each)")
-    slice_work: int = Field(1 << 12, ge=1, description="decoder rows x steps a request is given per turn of the "
-                                                       "decoder: a costlier request is decoded a slice at a time, "
-                                                       "with the other requests' batches between its slices "
-                                                       "(the readings: attribution, head maps, the logit lens, ALTI+ and "
-                                                       "the source share: a sentence a turn)")
-    read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send a whole request "
-                                                        "(headers and body); a slower one is disconnected")
-
-
-class ApiError(Exception):
-    """A request the server refuses: becomes {"error": {...}} with `status`."""
-
-    def __init__(self, status: int, message: str, field: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.field, self.headers = status, message, field, dict(headers or {})
 
 
 def _error(status: int, message: str, field: str | None = None,
@@ -482,8 +435,6 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     _add_pages(app)
     routes = _Routes(models, infos, batcher, settings)
     app.include_router(routes.router())
-    from heed.serve.compat import Keys, install  # it builds on this module: imported once this one is
-
     install(app, models, routes.translate, settings, keys=Keys(api_keys))
     return app
 

@@ -20,11 +20,11 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from heed.api import Translator
-from heed.serve.app import ServeSettings
 from heed.serve.compat import deepl, libretranslate
 from heed.serve.compat.engine import Engine, TranslateCall
 from heed.serve.compat.keys import Keys, read_keys
 from heed.serve.compat.languages import Catalog
+from heed.serve.settings import ServeSettings
 
 __all__ = ["Keys", "install", "read_keys"]
 

@@ -18,11 +18,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from heed.errors import HeedError
-from heed.serve.app import ApiError
 from heed.serve.compat.detect import Detector, Guess, NoDetector
 from heed.serve.compat.languages import Catalog, Route
 from heed.serve.compat.segments import Segmented, segment
 from heed.serve.schemas import TranslateRequest
+from heed.serve.settings import ApiError
 
 # POST /v1/translate's handler: a request -> its JSON response (or an ApiError).
 TranslateCall = Callable[[TranslateRequest], Awaitable[Response]]

@@ -23,11 +23,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.requests import Request
 
-from heed.serve.app import ServeSettings
 from heed.serve.compat.engine import Engine, Refusal
 from heed.serve.compat.fields import BadField, Fields, read_fields
 from heed.serve.compat.keys import Keys
 from heed.serve.compat.languages import UnknownLanguage, name_of
+from heed.serve.settings import ServeSettings
 
 log = logging.getLogger("heed.serve")
 PATHS = ("/translate", "/languages", "/detect", "/frontend/settings")
