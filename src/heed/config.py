@@ -25,7 +25,7 @@ import os
 import stat
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -53,6 +53,8 @@ CORPUS_PATH_KEYS = ("tsv", "src", "tgt", "align")
 DATA_ROOT = "data.root"
 PREPARED = "data.prepared"  # a directory of data: resolved like a corpus path
 DATA_ROOT_ENV = "HEED_DATA_ROOT"
+# A caller's completion of a config mapping before validation (config_from_dict's `complete`).
+Completion = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class _Strict(BaseModel):
@@ -430,11 +432,12 @@ def decode_length_problem(decode: DecodeConfig) -> str | None:
 
 
 def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = (), *, environment: bool = True,
-                streams: bool = True) -> Config:
+                streams: bool = True, complete: Completion | None = None) -> Config:
     """Read a YAML config, apply `section.field=value` overrides, validate. `environment=False`
     ignores HEED_DATA_ROOT (for the configs heed saved itself, whose paths are relative to them).
     A user's config may come through a pipe or a named pipe; with `streams=False` (a model
-    directory's, which heed wrote) anything but a regular file is refused.
+    directory's, which heed wrote) anything but a regular file is refused. `complete`: see
+    config_from_dict.
 
     Raises ConfigError naming the file (or `--set`) and the dotted field."""
     path = Path(path)
@@ -463,30 +466,31 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = (), *, 
         raise ConfigError(f"expected a mapping of sections (data:, model:, ...), got {type(raw).__name__}", path=path)
     # a streamed config's relative paths are the current directory's (/dev/fd/63's folder means nothing)
     base_dir = Path.cwd() if streamed else path.parent
-    return config_from_dict(raw, source=path, base_dir=base_dir, overrides=overrides, environment=environment)
+    return config_from_dict(raw, source=path, base_dir=base_dir, overrides=overrides, environment=environment,
+                            complete=complete)
 
 
 def config_from_dict(raw: dict[str, Any], *, source: str | os.PathLike[str] | None = None,
                      base_dir: str | os.PathLike[str] = ".", overrides: Sequence[str] = (),
-                     environment: bool = True) -> Config:
+                     environment: bool = True, complete: Completion | None = None) -> Config:
     """Validate a config mapping. Relative corpus paths in `raw` resolve against its data root
     (`data_root`), output_dir against `base_dir`; paths in `overrides` against the current directory.
     The config returned holds absolute corpus paths and `data.root` None: the root has done its work.
-    A user's config (`environment`) with train.init takes that model's sections (heed.train.init)."""
+    `complete`: the caller's completion of the mapping (paths resolved, overrides applied) before
+    it is validated; a ConfigError it raises names the file, or `--set` where the field was set
+    there. Training's (heed.train.setup.merge_init) fills in what train.init's model fixes; reading
+    a config by itself opens no other model directory."""
     parsed = [parse_override(item) for item in overrides]
     base = Path(base_dir)
     raw = _resolve_paths(_deep_copy(raw), base, data_root(raw, base, dict(parsed), environment=environment))
     for key, value in parsed:
         _set_dotted(raw, key, value)
     overridden = [key for key, _ in parsed]
-    if environment and isinstance(raw.get("train"), dict) and raw["train"].get("init"):
-        from heed.train.init import merge_init  # a fine-tuning run: its init model's architecture and tokenizers
-
+    if complete is not None:
         try:
-            raw = merge_init(raw)
+            raw = complete(raw)
         except ConfigError as e:
-            raise ConfigError(e.message, field=e.field, path="--set" if "train.init" in overridden and
-                              e.field == "train.init" else source) from None
+            raise ConfigError(e.message, field=e.field, path="--set" if e.field in overridden else source) from None
     try:
         config = Config.model_validate(raw)
     except ValidationError as e:

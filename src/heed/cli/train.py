@@ -49,14 +49,14 @@ def train(
     -m heed train ...`) across machines; a resume needs as many processes as the run had."""
     import shlex
 
-    from heed.config import load_config
     from heed.plumbing.distributed import World
     from heed.train import score_command
     from heed.train import train as run_training
+    from heed.train.setup import load_run_config
 
     overrides = list(set_) + ([f"output_dir={output_dir.absolute()}"] if output_dir is not None else []) \
         + ([f"train.init={init.absolute()}"] if init is not None else [])
-    cfg = load_config(config, overrides)
+    cfg = load_run_config(config, overrides)  # train.init's model merged in
     world = World.from_env()
     if processes > 1 and world.is_distributed and world.size != processes:
         raise HeedError(f"--processes {processes}, but torchrun's WORLD_SIZE is {world.size}; give one of them")
@@ -159,10 +159,10 @@ def prepare(
         return
     if config is None:
         raise HeedError("give a CONFIG to prepare (or --verify DIR to check a prepared corpus)")
-    from heed.config import load_config
     from heed.data.prepare import prepare as run_prepare
+    from heed.train.setup import load_run_config
 
-    cfg = load_config(config, list(set_))
+    cfg = load_run_config(config, list(set_))  # a run's data: a fine-tuning run's with train.init's tokenizers
     bars = PhaseProgress(enabled=progress)
     try:
         result = run_prepare(cfg, output if output is not None else cfg.output_dir / "prepared",

@@ -1,10 +1,29 @@
 """Opening a training run: the output directory checked and locked, the data loaded (and its
 tokenizers built or restored), the checkpoint to resume read and checked against the config, the
 world and the data. A fresh run creates nothing until its data has loaded. Under torchrun rank 0
-opens the run and hands the others its checkpoint and tokenizers."""
+opens the run and hands the others its checkpoint and tokenizers.
+
+Fine-tuning: `train.init: DIR` (`heed train CONFIG --init DIR`) starts a run from a model
+directory, an imported pretrained translator (heed import) or any model heed trained, on the run's
+own corpus.
+
+    a config's mapping + DIR's config.yaml --merge_init--> the run's config: DIR's architecture
+        (model:), its tokenizers and vocabularies (data.tokenizer, data.vocab, data.shared_vocab),
+        its language pair and decode settings where the config gives none (load_run_config reads
+        a run's config so: merge_init completes the mapping before heed.config validates it)
+    DIR --init_model--> its codec (the run tokenizes with it: ids stay the model's); the run's
+        model then loads DIR's weights
+
+A field the config does give must agree with DIR's (a mismatch is a ConfigError naming it), except
+the dropouts, which are training settings a fine-tuning run may change. A resumed run reads DIR's
+config again (not its weights: the checkpoint has the run's own). The run's saved config holds
+the merged sections, so its model directory loads without DIR. heed.config itself never opens DIR:
+reading a config does no I/O of other model directories."""
 from __future__ import annotations
 
 import contextlib
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,18 +32,22 @@ from rich.console import Console
 from rich.markup import escape
 
 from heed.checkpoint import (
+    CONFIG_FILE,
     METRICS_FILE,
     Checkpoint,
+    find_model_dir,
     load_checkpoint,
+    read_meta,
     resolve_dir,
+    verify_files,
 )
-from heed.config import Config, TrainConfig
+from heed.config import Config, TrainConfig, config_to_dict, load_config
 from heed.data.batching import epoch_rng, kept_indices, plan_batches
 from heed.data.codec import Codec, Corpora, Example, load_corpora, open_prepared, write_heldout
 from heed.data.corpus import Pair
 from heed.data.prepared import PreparedCorpus
 from heed.data.supervision import TokenLinks, training_links
-from heed.errors import ConfigError, HeedError
+from heed.errors import ConfigError, HeedError, ModelDirError
 from heed.plumbing.distributed import (
     World,
     run_on_main,
@@ -32,7 +55,6 @@ from heed.plumbing.distributed import (
 )
 from heed.plumbing.lock import RunLock
 from heed.train.alignment import check_guided
-from heed.train.init import InitModel, init_model
 from heed.train.resume import (
     check_resumable,
     check_same_data,
@@ -41,6 +63,80 @@ from heed.train.resume import (
     codec_from_files,
     run_fingerprint,
 )
+
+# Fields of `model:` a fine-tuning run may set to other values than its init model's.
+TRAINING_FIELDS = frozenset({"dropout", "attention_dropout"})
+# Fields of `data:` that make the ids: the init model's, whatever the config says.
+CODEC_FIELDS = ("tokenizer", "vocab", "shared_vocab")
+
+
+@dataclass(frozen=True)
+class InitModel:
+    """The model a fine-tuning run starts from: its directory (whose weights the run's model loads,
+    heed.checkpoint.load_weights_into) and its codec, for the run's language pair."""
+
+    directory: Path
+    codec: Codec
+
+
+def _init_config(directory: Path) -> dict[str, Any]:
+    try:
+        model_dir = find_model_dir(directory)
+        return config_to_dict(load_config(model_dir / CONFIG_FILE, environment=False, streams=False))
+    except (ModelDirError, ConfigError) as e:
+        raise ConfigError(f"{directory}: not a model directory to start from ({e})", field="train.init") from None
+
+
+def _agrees(given: Any, theirs: Any) -> bool:
+    """Whether what a config gives (a value, or a section of some of the fields) says what the
+    init model's resolved config says."""
+    if isinstance(given, dict) and isinstance(theirs, dict):
+        return all(key in theirs and _agrees(value, theirs[key]) for key, value in given.items())
+    return bool(given == theirs)
+
+
+def merge_init(raw: dict[str, Any]) -> dict[str, Any]:
+    """A user's config mapping (paths resolved, not validated) with what train.init's model fixes
+    filled in (heed.config.config_from_dict's `complete` for a training run's config): its `model:` (but the dropouts the config gives), data.tokenizer, data.vocab and
+    data.shared_vocab, the language pair and `decode:` where the config gives none. A field the
+    config gives that says otherwise is a ConfigError naming it. `raw` itself without train.init."""
+    train = raw.get("train")
+    init = train.get("init") if isinstance(train, dict) else None
+    if not init or not isinstance(raw.get("model", {}), dict) or not isinstance(raw.get("data", {}), dict):
+        return raw  # nothing to fine-tune from, or a section validation refuses anyway
+    theirs = _init_config(Path(init))
+    model = raw.get("model") or {}
+    for field, value in model.items():
+        if field not in TRAINING_FIELDS and not _agrees(value, theirs["model"].get(field)):
+            raise ConfigError(f"is {value!r} here but {theirs['model'].get(field)!r} in train.init's model ({init}): "
+                              "a fine-tuning run keeps the model's architecture; leave it out", field=f"model.{field}")
+    raw["model"] = {**theirs["model"], **{f: v for f, v in model.items() if f in TRAINING_FIELDS}}
+    data = raw.setdefault("data", {})
+    for field in CODEC_FIELDS:
+        if field in data and not _agrees(data[field], theirs["data"][field]):
+            raise ConfigError(f"differs from train.init's model ({init}), whose tokenizers and vocabularies a "
+                              "fine-tuning run reads its corpus with; leave it out", field=f"data.{field}")
+        data[field] = theirs["data"][field]
+    for field in ("src_lang", "tgt_lang"):
+        data[field] = data.get(field) or theirs["data"].get(field)
+    raw.setdefault("decode", theirs["decode"])
+    return raw
+
+
+def init_model(config: Config) -> InitModel | None:
+    """train.init's directory, its files checked against their sha256, and its codec with the run's
+    data.src_lang and data.tgt_lang (`config` is what merge_init made); None without train.init."""
+    if config.train.init is None:
+        return None
+    directory = find_model_dir(config.train.init)
+    verify_files(directory, read_meta(directory))
+    return InitModel(directory, Codec.load(directory, data=config.data, copy=config.model.copy))
+
+
+def load_run_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Config:
+    """A training run's config (`heed train`, `heed prepare`): heed.config.load_config with
+    train.init's model merged in before validation (merge_init)."""
+    return load_config(path, overrides, complete=merge_init)
 
 
 def run_updates(batches_per_epoch: int, train: TrainConfig, world: World) -> int:
