@@ -148,3 +148,88 @@ def test_the_private_import_reader_sees_one(tmp_path):
 
 def test_the_reading_modules_of_explain_do_not_import_the_facade():
     assert [name for name in FACADE_FREE if "api" in _rooms_imported(SRC / name)] == []
+
+
+# ------------------------------------------------------------------------------ no import cycle
+# Every import statement of every module (module-level, in a function, under TYPE_CHECKING) is an
+# arrow to the most specific heed module it names (`from heed.a import b` is heed.a.b where that is
+# a module, else heed.a). No module may reach itself along the arrows: the facade (heed.api, and
+# the root package's heed.load) stands above what it uses, never beside it.
+
+
+def _module_name(path: pathlib.Path, src: pathlib.Path) -> str:
+    parts = path.relative_to(src.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(src: pathlib.Path) -> dict[str, set[str]]:
+    """module -> the modules of the package at `src` its import statements name (see above)."""
+    modules = {_module_name(path, src): path for path in sorted(src.rglob("*.py"))}
+    root = src.name
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        named: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                named += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from its package, up level - 1
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*up, *([base] if base else [])])
+                named += [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        graph[name] = {target for n in named if n.split(".")[0] == root
+                       and (target := known(n)) is not None and target != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` as [a, b, ..., a], or None."""
+    state: dict[str, str] = {}  # "open" while on the path, "done" after
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
+        path.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)) is not None:
+            return found
+    return None
+
+
+def test_no_import_cycle_among_heeds_modules():
+    cycle = find_cycle(import_graph(SRC))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_sees_a_cycle_through_a_function_and_type_checking(tmp_path):
+    """The check can fail: a cycle closed only by a TYPE_CHECKING import, through a relative import
+    and a function-level one, is found and printed."""
+    pkg = tmp_path / "heed"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from heed.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("from .c import x\n")
+    (pkg / "sub" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import heed.a\nx = 1\n")
+    graph = import_graph(pkg)
+    assert graph["heed.a"] == {"heed.sub.b"} and graph["heed.sub.b"] == {"heed.sub.c"}
+    assert find_cycle(graph) == ["heed.a", "heed.sub.b", "heed.sub.c", "heed.a"]
+    (pkg / "sub" / "c.py").write_text("x = 1\n")
+    assert find_cycle(import_graph(pkg)) is None

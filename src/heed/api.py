@@ -30,7 +30,6 @@ import contextlib
 import copy
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +53,7 @@ from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention, intervening
 from heed.nn.protocol import TrainableModel, TranslationModel
 from heed.plumbing.runtime import check_bf16, limit_onednn_cache, resolve_device
-from heed.results import Alignment, HeadMaps, Translation
+from heed.results import Alignment, BeamNode, Exploration, HeadMaps, Translation
 from heed.search import BeamTree, DecodeConfig, Decoded, OwnSearchModel, translate_ids
 
 if TYPE_CHECKING:
@@ -66,43 +65,6 @@ if TYPE_CHECKING:
 
 EOS_TOKEN = SPECIALS[EOS]
 UNK_TOKEN = SPECIALS[UNK]
-
-
-@dataclass(frozen=True)
-class BeamNode:
-    """A candidate beam search ranked: `token` appended to the output of node `parent`.
-
-    step: output position (-1: the root, before the first token); log_prob: cumulative; score: the
-    ranking score of a finished node, else its log_prob; status: "root", "kept", "finished" or
-    "pruned" (see heed.search.TreeNode)."""
-
-    id: int
-    parent: int | None
-    step: int
-    token: str
-    log_prob: float
-    score: float
-    status: str
-
-
-@dataclass(frozen=True)
-class Exploration:
-    """One sentence looked at closely (what the explorer page shows).
-
-    hypotheses:   the n-best Translations, best first (empty source: one empty Translation)
-    steps:        for the best hypothesis, one list per output position (its tokens, then </s>): the
-                  model's `alternatives` most likely tokens there as (token, log_prob), given the
-                  hypothesis' tokens before it (teacher forced; PAD and BOS left out)
-    beam:         the beam search tree, root first; None for greedy search and sampling
-    nodes:        for each hypothesis, its finished node in `beam` (None without a tree)
-    alignments:   for each hypothesis, its word Alignment (None for a model without attention)
-    """
-
-    hypotheses: list[Translation]
-    steps: list[list[tuple[str, float]]]
-    beam: list[BeamNode] | None
-    nodes: list[int | None]
-    alignments: list["Alignment | None"]
 
 
 def _load_parts(path: str | os.PathLike[str], *, exported: bool, device: torch.device,

@@ -1,5 +1,6 @@
 """The named things heed's looking and translating give, beside heed.api (which re-exports them):
-a Translation, an Alignment of given pairs, every head's HeadMaps, and what a reading of a model
+a Translation, an Exploration of one sentence (its BeamNodes: the beam search tree), an Alignment
+of given pairs, every head's HeadMaps, and what a reading of a model
 gives (heed.explain.readings): one labelled result type, whatever the reading, so the command line,
 the server and Python show every reading the same way.
 
@@ -181,4 +182,42 @@ class HeadMaps:
 MAP_PARTS = ("cross", "encoder", "decoder")
 
 
-__all__ = ["AXES", "MAP_PARTS", "Alignment", "HeadMaps", "Labelled", "ReadingResult", "Translation"]
+@dataclass(frozen=True)
+class BeamNode:
+    """A candidate beam search ranked: `token` appended to the output of node `parent`.
+
+    step: output position (-1: the root, before the first token); log_prob: cumulative; score: the
+    ranking score of a finished node, else its log_prob; status: "root", "kept", "finished" or
+    "pruned" (see heed.search.TreeNode)."""
+
+    id: int
+    parent: int | None
+    step: int
+    token: str
+    log_prob: float
+    score: float
+    status: str
+
+
+@dataclass(frozen=True)
+class Exploration:
+    """One sentence looked at closely (what the explorer page shows).
+
+    hypotheses:   the n-best Translations, best first (empty source: one empty Translation)
+    steps:        for the best hypothesis, one list per output position (its tokens, then </s>): the
+                  model's `alternatives` most likely tokens there as (token, log_prob), given the
+                  hypothesis' tokens before it (teacher forced; PAD and BOS left out)
+    beam:         the beam search tree, root first; None for greedy search and sampling
+    nodes:        for each hypothesis, its finished node in `beam` (None without a tree)
+    alignments:   for each hypothesis, its word Alignment (None for a model without attention)
+    """
+
+    hypotheses: list[Translation]
+    steps: list[list[tuple[str, float]]]
+    beam: list[BeamNode] | None
+    nodes: list[int | None]
+    alignments: list[Alignment | None]
+
+
+__all__ = ["AXES", "MAP_PARTS", "Alignment", "BeamNode", "Exploration", "HeadMaps", "Labelled", "ReadingResult",
+           "Translation"]
