@@ -318,3 +318,21 @@ def test_a_field_with_several_homes_lists_them():
         config_from_dict({**DATES, "model": {"seed": 3}})
     assert str(e.value) == ("field 'model.seed': unknown field here; "
                             "'seed' belongs under 'data.dates', 'data.names', 'data.split', 'train' or 'decode'")
+
+
+def test_reading_a_config_opens_no_other_model_directory(tmp_path):
+    """train.init names a model directory; heed.config reads the path alone (no I/O of it), and
+    training's reader (heed.train.setup.load_run_config) is what opens it, refusing one that is not
+    a model directory in one message naming train.init, the file, or --set where it was set."""
+    from heed.train.setup import load_run_config
+
+    path = tmp_path / "fine.yaml"
+    path.write_text(yaml.safe_dump({"data": {"task": "dates"}, "train": {"init": "nowhere"}}), encoding="utf-8")
+    assert load_config(path).train.init == tmp_path / "nowhere"
+    with pytest.raises(ConfigError) as e:
+        load_run_config(path)
+    assert e.value.field == "train.init" and "not a model directory to start from" in str(e.value)
+    assert str(path) in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_run_config(path, [f"train.init={tmp_path / 'elsewhere'}"])
+    assert e.value.field == "train.init" and "--set" in str(e.value)
