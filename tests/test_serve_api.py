@@ -448,10 +448,10 @@ def test_align_refuses_a_lone_surrogate_in_a_target(client: TestClient) -> None:
 def test_a_sentence_the_constraints_leave_no_hypothesis_has_a_null_score(client: TestClient, monkeypatch) -> None:
     """When no hypothesis finishes with a finite score (the constraints left the search no allowed
     token), the answer is an empty text scored -inf (JSON null), not a certain empty translation."""
-    import heed.api
+    import heed.translations
     from heed.search import Decoded
 
-    monkeypatch.setattr(heed.api, "translate_ids", lambda model, src_ids, cfg, **kw: [Decoded([]) for _ in src_ids])
+    monkeypatch.setattr(heed.translations, "translate_ids", lambda model, src_ids, cfg, **kw: [Decoded([]) for _ in src_ids])
     status, body = _post(client, "/v1/translate", {"model": "tiny", "sentences": ["le 5 mai 2001"]})
     assert status == 200
     hypothesis = body["results"][0]["hypotheses"][0]

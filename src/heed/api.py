@@ -33,28 +33,26 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
-from pydantic import ValidationError
 
+from heed import decoding, translations
 from heed.checkpoint import load_model_dir
-from heed.config import Config, decode_length_problem
-from heed.data.batching import collate, specials_of
+from heed.config import Config
 from heed.data.codec import Codec
 from heed.data.units import Units
-from heed.data.vocab import BOS, EOS, SPECIALS, UNK
+from heed.data.vocab import EOS, SPECIALS, UNK
 from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError  # noqa: F401 (Abandoned: what stopped work raises, heed.api.Abandoned)
-from heed.explain.align import Link, hard_alignment, load_dictionary, replace_unknowns, word_attention
+from heed.explain.align import Link
 from heed.explain.align_methods import AlignOptions, recorded_options
 from heed.explain.attention_gap import AttentionGap
 from heed.explain.forced import SweepResult
-from heed.explain.pairs import Stoppable, Subject, check_texts, forced_pairs, known_target_ids
+from heed.explain.pairs import Subject, forced_pairs
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention, intervening
 from heed.nn.protocol import TrainableModel, TranslationModel
 from heed.plumbing.runtime import check_bf16, limit_onednn_cache, resolve_device
 from heed.results import Alignment, BeamNode, Exploration, HeadMaps, Translation
-from heed.search import BeamTree, DecodeConfig, Decoded, OwnSearchModel, translate_ids
+from heed.search import DecodeConfig
 
 if TYPE_CHECKING:
     from heed.explain.attribution import Attribution, AttributionMethod, Contrast
@@ -215,18 +213,11 @@ class Translator:
         """The language codes of a many-language model; empty for a model of one pair."""
         return self.codec.languages
 
-    def _precision(self) -> contextlib.AbstractContextManager:
-        """bf16 autocast for a bf16 translator (float32 inputs such as fresh states meet bf16 weights)."""
-        if self.bf16:
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
     @property
     def max_src_len(self) -> int:
         """The longest source, in tokens, that `translate` reads: the model's `data.max_src_len`, or
         fewer where a Transformer learned fewer positions (`model.max_positions`, one for </s>)."""
-        limit = self.config.model.position_limit
-        return self.config.data.max_src_len if limit is None else min(self.config.data.max_src_len, limit - 1)
+        return translations.source_limit(self.config)
 
     @property
     def decode_config(self) -> DecodeConfig:
@@ -273,9 +264,10 @@ class Translator:
 
         `stop`: asked before every search step; once it is true the search raises Abandoned (the
         server stops the work of a request that timed out)."""
-        cfg = self._decode(decode, beam, options)
-        return [nbest for nbest, _ in self._run(texts, cfg, batch_size=batch_size, replace_unk=replace_unk,
-                                                dictionary=dictionary, prefix=prefix, trace=False, stop=stop)]
+        cfg = decoding.chosen(self.config.decode, decode, beam, options, tgt_vocab_size=len(self.codec.tgt_vocab))
+        runs = translations.decode(self.subject, texts, cfg, max_src_len=self.max_src_len, batch_size=batch_size,
+                                   replace_unk=replace_unk, dictionary=dictionary, prefix=prefix, stop=stop)
+        return [nbest for nbest, _ in runs]
 
     def explore(self, texts: Sequence[str], *, beam: int | None = None, alternatives: int = 5,
                 batch_size: int = 64, replace_unk: bool = False,
@@ -288,148 +280,19 @@ class Translator:
         pass), so use `translate` to translate."""
         if alternatives < 1:
             raise HeedError(f"alternatives must be at least 1, got {alternatives}")
-        cfg = self._decode(decode, beam, options)
-        runs = self._run(texts, cfg, batch_size=batch_size, replace_unk=replace_unk, dictionary=None,
-                         prefix=prefix, trace=True, stop=stop)
+        cfg = decoding.chosen(self.config.decode, decode, beam, options, tgt_vocab_size=len(self.codec.tgt_vocab))
+        runs = translations.decode(self.subject, texts, cfg, max_src_len=self.max_src_len, batch_size=batch_size,
+                                   replace_unk=replace_unk, prefix=prefix, trace=True, stop=stop)
         best = [nbest[0] for nbest, _ in runs]
-        steps = self._step_alternatives(best, alternatives, batch_size=batch_size, stop=stop)
+        steps = translations.step_alternatives(self.subject, best, alternatives, batch_size=batch_size, stop=stop)
         out = []
         for (nbest, decoded), alts in zip(runs, steps):
             tree = None if decoded is None else decoded.tree
-            beam_nodes = None if tree is None else self._beam_nodes(tree, nbest[0].src_tokens)
+            beam_nodes = None if tree is None else translations.beam_nodes(self.codec, tree, nbest[0].src_tokens)
             nodes = [None] * len(nbest) if decoded is None else [h.node for h in decoded.hypotheses]
-            out.append(Exploration(nbest, alts, beam_nodes, nodes, [self.word_alignment(t) for t in nbest]))
+            alignments = [translations.word_alignment(self.codec, t) for t in nbest]
+            out.append(Exploration(nbest, alts, beam_nodes, nodes, alignments))
         return out
-
-    def _run(self, texts: Sequence[str], cfg: DecodeConfig, *, batch_size: int, replace_unk: bool,
-             dictionary: Mapping[str, str] | str | os.PathLike[str] | None,
-             prefix: Sequence[str | Sequence[str] | None] | None,
-             trace: bool, stop: Callable[[], bool] | None = None) -> list[tuple[list[Translation], Decoded | None]]:
-        """Decode `texts`: per text, its n-best Translations and the search's raw Decoded (None for
-        an empty text, which is not decoded)."""
-        if isinstance(texts, str):
-            raise TypeError("translate() takes a list of sentences; wrap a single one in a list")
-        check_texts(texts, "texts")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        table = self._dictionary(dictionary)
-        replace_unk = replace_unk or table is not None
-        if replace_unk and not self.model.has_attention:
-            raise HeedError("this model has no attention, so nothing says which source word an <unk> stands "
-                            "for; translate without unknown-word replacement")
-        full = [self.codec.src_tokens(t) for t in texts]
-        src_tokens = [toks[: self.max_src_len] for toks in full]
-        prefix_ids = self.prefix_ids(prefix, len(texts), sources=src_tokens)
-        frame = self.codec.target_frame()  # a many-language model's target language token, forced first
-        if frame:
-            prefix_ids = [_framed(frame, ids) for ids in (prefix_ids or [[] for _ in texts])]
-        framing = len(self.codec.source_frame)  # a many-language model's source language token, not the text
-        todo = [i for i, toks in enumerate(src_tokens) if toks[framing:]]
-        sources = [self.codec.src_ids(src_tokens[i]) for i in todo]
-        prefixes = None if prefix_ids is None else [prefix_ids[i] for i in todo]
-        if isinstance(self.model, OwnSearchModel):  # a CTranslate2 export: its own search, in C++
-            decoded = self.model.translate_ids(sources, cfg, batch_size=batch_size, prefixes=prefixes,
-                                               free_prefix=len(frame), trace=trace, stop=stop)
-        else:
-            model = self.model if stop is None else Stoppable(self.model, stop)
-            with self._precision():
-                decoded = translate_ids(model, sources, cfg, device=self.device, batch_size=batch_size,
-                                        prefixes=prefixes, free_prefix=len(frame), trace=trace)
-        no_attention = None if not self.model.has_attention else np.zeros((1, 1), np.float32)
-        empty = Translation("", [], [], 0.0, no_attention)
-        out: list[tuple[list[Translation], Decoded | None]] = [([empty], None) for _ in texts]
-        for i, result in zip(todo, decoded):
-            nbest = [self._translation(h.tokens, h.attention, float(h.score), float(h.log_prob), src_tokens[i],
-                                       len(full[i]) - len(src_tokens[i]), replace_unk, table)
-                     for h in result.hypotheses]
-            # No hypothesis finished with a finite score: the constraints left no allowed token.
-            # An empty text scored -inf says so (0.0 would read as a certain, empty translation).
-            weights = None if no_attention is None else np.zeros((1, len(src_tokens[i]) + 1), np.float32)
-            failed = Translation("", [], src_tokens[i], float("-inf"), weights, len(full[i]) - len(src_tokens[i]),
-                                 float("-inf"))
-            out[i] = (nbest or [failed], result)
-        return out
-
-    def _translation(self, ids: list[int], attention: torch.Tensor | None, score: float, log_prob: float,
-                     src_tokens: list[str], truncated: int, replace_unk: bool,
-                     table: dict[str, str] | None) -> Translation:
-        tokens, text = self.codec.decode_tgt(ids, src_tokens)  # a copy model's temporary ids: the source's tokens
-        matrix = None if attention is None else attention.float().numpy()
-        if replace_unk and UNK_TOKEN in tokens:
-            assert matrix is not None
-            # Rows: output tokens without </s>; columns: source tokens without </s>.
-            tokens = replace_unknowns(tokens, src_tokens, matrix[: len(tokens), : len(src_tokens)],
-                                      unk=UNK_TOKEN, dictionary=table)
-            text = self.codec.tgt_tokenizer.detokenize(tokens)
-        return Translation(text, tokens, src_tokens, score, matrix, truncated, log_prob)
-
-    def prefix_ids(self, prefix: Sequence[str | Sequence[str] | None] | None, count: int, *,
-                   sources: Sequence[Sequence[str]] | None = None) -> list[list[int]] | None:
-        """Target ids of each text's forced prefix ([] for none); HeedError naming `prefix[k]` for a
-        wrong count, a special token or a token the target vocabulary lacks. A copy model also takes
-        a token it can copy from the text's source tokens (`sources[k]`)."""
-        if prefix is None:
-            return None
-        if isinstance(prefix, str) or len(prefix) != count:
-            raise HeedError(f"prefix must be a list with one entry per sentence ({count}); give None for no prefix")
-        out = []
-        for k, entry in enumerate(prefix):
-            if entry is None:
-                out.append([])
-                continue
-            tokens = self.codec.tgt_tokens(entry) if isinstance(entry, str) else list(entry)
-            out.append(known_target_ids(self.codec, tokens, () if sources is None else sources[k], f"prefix[{k}]"))
-        return out
-
-    def _step_alternatives(self, best: Sequence[Translation], k: int, *, batch_size: int,
-                           stop: Callable[[], bool] | None = None) -> list[list[list[tuple[str, float]]]]:
-        """For each translation, per output position (tokens, then </s>), the model's k most likely
-        tokens there given the translation's tokens before it: one teacher-forced pass per batch."""
-        vocabs = [self.codec.target_vocab(t.src_tokens) for t in best]  # a copy model's: extended per sentence
-        examples = [(self.codec.src_ids(t.src_tokens), vocab.encode(t.tokens)) for t, vocab in zip(best, vocabs)]
-        todo = [i for i, t in enumerate(best) if t.src_tokens]
-        out: list[list[list[tuple[str, float]]]] = [[] for _ in best]
-        k = min(k, len(self.codec.tgt_vocab) - 2)  # PAD and BOS are never candidates
-        model = self.model if stop is None else Stoppable(self.model, stop)
-        with torch.inference_mode(), self._precision():
-            for start in range(0, len(todo), batch_size):
-                group = todo[start : start + batch_size]
-                batch = collate([examples[i] for i in group], group, specials_of(self.model)).to(self.device)
-                logits = model(batch.src, batch.src_lengths, batch.tgt_in).logits  # (batch, tgt_len, vocab)
-                logp = torch.log_softmax(logits.float(), dim=-1)
-                logp[..., [self.model.pad_id, self.model.bos_id]] = float("-inf")
-                values, ids = (x.cpu().tolist() for x in logp.topk(k, dim=-1))  # (batch, tgt_len, k)
-                for row, i in enumerate(group):
-                    # a copy model's temporary ids past this sentence's own have log-prob -inf: left out
-                    out[i] = [[(vocabs[i].lookup(t), lp) for t, lp in zip(ids[row][j], values[row][j])
-                               if t < len(vocabs[i])]
-                              for j in range(len(examples[i][1]) + 1)]
-        return out
-
-    def _beam_nodes(self, tree: BeamTree, src_tokens: Sequence[str]) -> list[BeamNode]:
-        vocab = self.codec.target_vocab(src_tokens)
-        return [BeamNode(n.id, n.parent, n.step, SPECIALS[BOS] if n.token is None else vocab.lookup(n.token),
-                         n.log_prob, n.score, n.status) for n in tree.nodes]
-
-    def word_alignment(self, translation: Translation) -> "Alignment | None":
-        """The word alignment behind a translation: its token attention lifted to whitespace words
-        (source pieces summed, output pieces averaged; `heed.explain.align.word_attention`), each output
-        word linked to the source word with the most weight. None without attention."""
-        if translation.attention is None:
-            return None
-        src_ids = self.codec.src_tokenizer.word_ids(translation.src_tokens)
-        tgt_ids = self.codec.tgt_tokenizer.word_ids(translation.tokens)
-        matrix = word_attention(translation.attention[: len(translation.tokens), : len(translation.src_tokens)],
-                                src_ids, tgt_ids)  # (tgt_words, src_words)
-        return Alignment(_words(self.codec.src_tokenizer, translation.src_tokens, src_ids),
-                         _words(self.codec.tgt_tokenizer, translation.tokens, tgt_ids),
-                         matrix.astype(np.float32), hard_alignment(matrix))
-
-    @staticmethod
-    def _dictionary(dictionary: Mapping[str, str] | str | os.PathLike[str] | None) -> dict[str, str] | None:
-        if dictionary is None:
-            return None
-        return dict(dictionary) if isinstance(dictionary, Mapping) else load_dictionary(dictionary)
 
     def default_reading(self, tgt_units: Units = "words") -> tuple[AlignOptions, str]:
         """How `heed align` reads this model when no reading is asked for, and why (for messages):
@@ -510,7 +373,7 @@ class Translator:
         if isinstance(src_texts, str) or isinstance(tgt_texts, str):
             raise TypeError("attribute() takes lists of sentences; wrap a single one in a list")
         check_attribution(self.model, method, steps)
-        targets = self._own_or_given(src_texts, tgt_texts, stop=stop)
+        targets = _own_or_given(self, src_texts, tgt_texts, stop=stop)
         return attribute(*self.subject, src_texts, targets, method=method, steps=steps, stop=stop,
                          max_src_len=self.max_src_len)
 
@@ -522,7 +385,7 @@ class Translator:
         from heed.explain.given_pairs import check_contrast, contrast
 
         check_contrast(self.model, src_texts, contrasts, method, steps)
-        outputs = self._own_or_given(src_texts, tgt_texts)
+        outputs = _own_or_given(self, src_texts, tgt_texts)
         return contrast(*self.subject, src_texts, contrasts, outputs, method=method, steps=steps,
                         max_src_len=self.max_src_len)
 
@@ -533,7 +396,7 @@ class Translator:
         from heed.explain.given_pairs import check_source_share, source_shares
 
         check_source_share(self.model, reading)
-        targets = self._own_or_given(src_texts, tgt_texts)
+        targets = _own_or_given(self, src_texts, tgt_texts)
         return source_shares(*self.subject, src_texts, targets, reading=reading, batch_size=batch_size,
                              max_src_len=self.max_src_len)
 
@@ -544,32 +407,13 @@ class Translator:
         from heed.explain.given_pairs import check_lens, logit_lens
 
         check_lens(self.model, top)
-        targets = self._own_or_given(src_texts, tgt_texts)
+        targets = _own_or_given(self, src_texts, tgt_texts)
         return logit_lens(*self.subject, src_texts, targets, top=top, max_src_len=self.max_src_len)
-
-    def nbest_source_shares(self, sources: Sequence[str],
-                            nbests: Sequence[Sequence[Translation]]) -> list[list["SourceShare | None"]]:
-        """Each n-best list's hypotheses' source shares, per source; None for every hypothesis of a
-        blank source (heed.explain.given_pairs.nbest_source_shares)."""
-        from heed.explain.given_pairs import nbest_source_shares
-
-        return nbest_source_shares(*self.subject, sources, nbests, max_src_len=self.max_src_len)
 
     @property
     def subject(self) -> Subject:
         """(model, codec, device): what heed.explain reads, without this facade."""
         return Subject(self.model, self.codec, self.device)
-
-    def _own_or_given(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None, *,
-                      stop: Callable[[], bool] | None = None) -> Sequence[str | Sequence[str]]:
-        """The translations to read: `tgt_texts` (one per source), or the model's own (as tokens;
-        the search asks `stop` as translate_nbest does)."""
-        from heed.explain.given_pairs import check_given
-
-        check_given(src_texts, tgt_texts)
-        if tgt_texts is None:
-            return [nbest[0].tokens for nbest in self.translate_nbest(src_texts, stop=stop)]
-        return tgt_texts
 
     def explain(self, name: str, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None,
                 **options: Any) -> list["ReadingResult"]:
@@ -580,7 +424,7 @@ class Translator:
         from heed.explain.readings import check, explain
 
         parsed = check(name, self.model).parse(options)  # a model or an option refused before anything is decoded
-        targets = self._own_or_given(src_texts, tgt_texts)
+        targets = _own_or_given(self, src_texts, tgt_texts)
         return explain(name, *self.subject, src_texts, targets, parsed, max_src_len=self.max_src_len)
 
     def forced_pairs(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
@@ -597,58 +441,24 @@ class Translator:
         """Translate one sentence; returns the text."""
         return self.translate([text], **kwargs)[0].text
 
-    def resolve_decode(self, overrides: Mapping[str, Any] | None = None) -> DecodeConfig:
-        """The model's decode config with `overrides` (DecodeConfig fields, by their names) applied,
-        and, for sampling without a seed, a fresh seed (so the config says how to draw the same
-        again). A bad value is a ConfigError naming `decode.FIELD`."""
-        return self.ready_decode(self._decode_config(dict(overrides or {})))
+    def resolve_decode(self, overrides: Mapping[str, Any] | None = None, *, beam: int | None = None) -> DecodeConfig:
+        """The model's decode config with `overrides` (DecodeConfig fields, by their names) and a beam
+        size asked for by itself (`beam`: beam_size, and n_best at most it unless n_best is given)
+        applied, and, for sampling without a seed, a fresh seed (so the config says how to draw the
+        same again). A bad value is a ConfigError naming `decode.FIELD` (heed.decoding)."""
+        return decoding.resolve(self.config.decode, overrides, beam=beam, tgt_vocab_size=len(self.codec.tgt_vocab))
 
-    def with_beam(self, overrides: Mapping[str, Any], beam: int | None) -> dict[str, Any]:
-        """`overrides` with a beam size asked for by itself (translate()'s `beam=`, the CLI's
-        --beam): beam_size, and n_best at most it unless n_best is given too."""
-        update = dict(overrides)
-        if beam is not None:
-            update["beam_size"] = beam
-            update.setdefault("n_best", min(self.config.decode.n_best, beam))
-        return update
 
-    def ready_decode(self, cfg: DecodeConfig) -> DecodeConfig:
-        """`cfg` checked against this model (a ConfigError for constraints its vocabulary cannot meet)
-        and, for sampling without a seed, given a fresh one."""
-        distinct = len(self.codec.tgt_vocab) - len(SPECIALS) + 1  # every ordinary token, and <unk>
-        if cfg.no_repeat_ngram == 1 and cfg.min_len > distinct:
-            raise ConfigError(f"min_len {cfg.min_len} with no_repeat_ngram 1 asks for {cfg.min_len} different tokens, "
-                              f"and the target vocabulary has {distinct}; lower min_len or no_repeat_ngram",
-                              field="decode.min_len")
-        if cfg.sampling and cfg.seed is None:
-            cfg = cfg.model_copy(update={"seed": int(torch.randint(0, 2**31 - 1, ()).item())})
-        return cfg
+def _own_or_given(translator: Translator, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None,
+                  *, stop: Callable[[], bool] | None = None) -> Sequence[str | Sequence[str]]:
+    """The translations an explanation method reads: `tgt_texts` (one per source), or the model's
+    own (as tokens; the search asks `stop` as translate_nbest does)."""
+    from heed.explain.given_pairs import check_given
 
-    def _decode(self, decode: DecodeConfig | None, beam: int | None, options: Mapping[str, Any]) -> DecodeConfig:
-        """What a translating method decodes with: `decode` as given, or the model's config with
-        `beam` and `options`; never both."""
-        if decode is None:
-            return self.resolve_decode(self.with_beam(options, beam))
-        if beam is not None or options:
-            raise TypeError("give decode= (a whole DecodeConfig) or beam= and decoding options, not both")
-        return self.ready_decode(decode)
-
-    def _decode_config(self, update: dict[str, Any]) -> DecodeConfig:
-        if not update:
-            return self.config.decode
-        try:
-            cfg = DecodeConfig.model_validate({**self.config.decode.model_dump(), **update})
-        except ValidationError as e:
-            err = e.errors(include_url=False)[0]
-            # A check across fields (n_best <= beam_size) has no location; its message starts with the field.
-            first_word = err["msg"].removeprefix("Value error, ").split(" ")[0]
-            field = ".".join(str(p) for p in err["loc"]) or (first_word if first_word in DecodeConfig.model_fields
-                                                             else None)
-            raise ConfigError(err["msg"].removeprefix("Value error, "), field=f"decode.{field}" if field else "decode") from None
-        problem = decode_length_problem(cfg)
-        if problem is not None:
-            raise ConfigError(problem, field="decode.max_len_b")
-        return cfg
+    check_given(src_texts, tgt_texts)
+    if tgt_texts is None:
+        return [nbest[0].tokens for nbest in translator.translate_nbest(src_texts, stop=stop)]
+    return tgt_texts
 
 
 def runs_torch(model: Any) -> bool:
@@ -658,19 +468,6 @@ def runs_torch(model: Any) -> bool:
     return isinstance(model, torch.nn.Module)
 
 
-def _framed(frame: list[int], ids: list[int]) -> list[int]:
-    """A forced prefix starting with the target language's token `frame`: added unless the prefix
-    (an explorer's, made of a translation's tokens) already starts with it."""
-    return ids if ids[:len(frame)] == frame else frame + ids
-
-
-def _words(tokenizer: Any, tokens: list[str], word_ids: list[int | None]) -> list[str]:
-    """The whitespace words `tokens` make, by `word_ids` (Tokenizer.word_ids)."""
-    pieces: dict[int, list[str]] = {}
-    for token, word in zip(tokens, word_ids):
-        if word is not None:
-            pieces.setdefault(word, []).append(token)
-    return [tokenizer.detokenize(pieces[w]).strip() for w in sorted(pieces)]
 
 
 __all__ = ["Alignment", "BeamNode", "Exploration", "HeadMaps", "Translation", "Translator"]

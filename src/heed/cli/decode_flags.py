@@ -104,7 +104,7 @@ def resolve_decode(translator: "Translator", decode: dict[str, Any], *, label: s
     if beam is None and overrides.get("sampling"):
         beam = 1  # sampling draws instead of searching: the model's beam size would only clash
     try:
-        cfg = translator.resolve_decode(translator.with_beam(overrides, beam))
+        cfg = translator.resolve_decode(overrides, beam=beam)
     except ConfigError as e:
         raise HeedError(_decode_flag_message(e, decode)) from None
     if cfg.sampling and decode.get("seed") is None:

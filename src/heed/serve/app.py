@@ -44,6 +44,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from heed import translations
 from heed.api import Exploration, Translation, Translator, runs_torch
 from heed.checkpoint import METRICS_FILE
 from heed.data.corpus import text_problem
@@ -52,6 +53,7 @@ from heed.errors import Abandoned, ConfigError, HeedError
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention
 from heed.explain.align_methods import AlignOptions
+from heed.explain.given_pairs import nbest_source_shares
 from heed.explain.readings import READINGS, PairSize, Reading, explain
 from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel
 from heed.plumbing.files import open_regular
@@ -274,7 +276,7 @@ def _hypothesis(translator: Translator, t: Translation, *, attention: bool, node
     out: dict[str, Any] = {"text": t.text, "tokens": t.tokens, "score": _finite(t.score), "log_prob": _finite(t.log_prob),
                            "attention": None, "alignment": None, "node": node, "source_share": None}
     if attention and t.attention is not None and t.src_tokens:
-        a = alignment if alignment is not None else translator.word_alignment(t)
+        a = alignment if alignment is not None else translations.word_alignment(translator.codec, t)
         out["attention"] = _matrix(t.attention)
         out["alignment"] = None if a is None else {"src_words": a.src_words, "tgt_words": a.tgt_words,
                                                    "links": [list(link) for link in a.links]}
@@ -344,7 +346,8 @@ def _explained(translator: Translator, key: _Key, texts: Sequence[str], nbests: 
     pass over every hypothesis of the batch)."""
     if "source_share" not in key.explain:
         return results
-    for result, shares in zip(results, translator.nbest_source_shares(texts, nbests)):
+    for result, shares in zip(results, nbest_source_shares(*translator.subject, texts, nbests,
+                                                                      max_src_len=translator.max_src_len)):
         for hypothesis, share in zip(result["hypotheses"], shares):
             if share is not None:
                 hypothesis["source_share"] = {"sentence": share.sentence,
@@ -567,7 +570,8 @@ class _Routes:
         if request.prefix is not None:
             _check_prefix_text(request.prefix)
             try:
-                prefix_ids = translator.prefix_ids(request.prefix, len(request.sentences), sources=sources)
+                prefix_ids = translations.prefix_ids(translator.codec, request.prefix, len(request.sentences),
+                                                     sources=sources)
             except HeedError as e:
                 field, _, message = str(e).partition(": ")
                 if not field.startswith("prefix["):  # about the list as a whole
