@@ -52,7 +52,7 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "heed"
 FORBIDDEN = {
     "nn": {"explain", "train", "cli", "serve", "api", "export"},
     "search": {"explain", "train", "cli", "serve", "api"},
-    "explain": {"train", "cli", "serve"},
+    "explain": {"api", "train", "cli", "serve"},
     "data": {"explain", "train", "cli", "serve", "api", "nn", "search"},
     "plumbing": {"api", "checkpoint", "cli", "config", "data", "demo", "evaluate", "explain", "export", "nn",
                  "search", "serve", "train", "viz"},

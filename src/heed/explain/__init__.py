@@ -5,5 +5,6 @@ align_methods), forced decoding, the layer x head sweep and a corpus's AER (forc
 off given pairs (given_pairs), value norms (heads), rollout and ALTI+ (contributions), the logit
 lens (logit_lens), how far two models' attention is apart (attention_gap), attribution by gradients
 (attribution), whether attention explains the output (faithfulness), and attention over training
-(history). Reads models through heed.nn's protocols, as (model, codec, device); only faithfulness
-and history take heed.api's Translator. Never imports training, the CLI or the server."""
+(history). Reads models through heed.nn's protocols, as (model, codec, device); faithfulness is
+handed a Translator (its translate and interventions) and history may be, but neither imports
+heed.api. Never imports the facade, training, the CLI or the server."""

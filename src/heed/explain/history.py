@@ -15,19 +15,31 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 
-from heed.checkpoint import METRICS_FILE, RECENT_PREFIX, recent_model_dirs
+from heed.checkpoint import METRICS_FILE, RECENT_PREFIX, load_model_dir, recent_model_dirs
 from heed.data.batching import Batch
 from heed.errors import HeedError
+from heed.explain.pairs import Subject
 from heed.nn.protocol import HeadsModel
 
 if TYPE_CHECKING:
-    from heed.api import Translator
+    from heed.config import Config
     from heed.decode_config import DecodeConfig
+
+
+class Loaded(Protocol):
+    """A loaded model as this module reads it: what it reads (model, codec, device) and its config
+    (heed.api.Translator is one)."""
+
+    @property
+    def subject(self) -> Subject: ...
+
+    @property
+    def config(self) -> Config: ...
 
 KEEP_HINT = "train with train.keep_checkpoints: N (e.g. 20) to keep one model directory per evaluation"
 
@@ -125,38 +137,51 @@ def dev_lines(run: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
 
 def attention_over_training(run: str | os.PathLike[str], src_text: str,
                             tgt_text: str | Sequence[str] | None = None, *, most: int = 12,
-                            decode: DecodeConfig | None = None, final: Translator | None = None,
+                            decode: DecodeConfig | None = None, final: Loaded | None = None,
                             device: str = "auto") -> AttentionHistory:
     """One pair's attention at each kept checkpoint of `run` (at most `most`, evenly spaced, the
     first and the last among them). `tgt_text`: the output every checkpoint reads (teacher
     forcing), a text or its tokens; None: the translation of `src_text` (with `decode`, default
     the model's own decode config) by the run's model/ (its best model), or by the newest
     checkpoint when the run has no model/ yet (`final`: that model, when the caller has loaded it
-    already). The checkpoints must share the run's tokenizers and vocabularies (a HeedError names
-    the first that does not)."""
-    from heed.api import Translator
+    already: a heed.api.Translator, say). Every model is read as (model, codec, device), never
+    through the facade. The checkpoints must share the run's tokenizers and vocabularies (a
+    HeedError names the first that does not)."""
+    from heed import decoding, translations
     from heed.explain.forced import attention_shape
+    from heed.explain.given_pairs import attention_layers
+    from heed.plumbing.runtime import resolve_device
 
     checkpoints = kept_checkpoints(run)
     chosen = evenly(checkpoints, most)
     root = run_dir(run)
     if final is None:
-        final = Translator.load(final_model(root), device=device)
-    if not final.model.has_attention:
+        torch_device = resolve_device(device, field="device")
+        loaded = load_model_dir(final_model(root), device=torch_device)
+        subject, config = Subject(loaded.model, loaded.codec, torch_device), loaded.config
+    else:
+        subject, config = final.subject, final.config
+    if not subject.model.has_attention:
         raise HeedError(f"{root}: the model has no attention (model.decoder: none), so there is nothing to draw")
-    tokens = final.translate([src_text], decode=decode)[0].tokens if tgt_text is None else tgt_text
+    if tgt_text is None:
+        cfg = decoding.ready(decode or config.decode, tgt_vocab_size=len(subject.codec.tgt_vocab))
+        nbest, _ = translations.decode(subject, [src_text], cfg, max_src_len=translations.source_limit(config))[0]
+        tokens: str | Sequence[str] = nbest[0].tokens  # the run's model's own translation
+    else:
+        tokens = tgt_text
     dev = dev_lines(root)
     snapshots = []
     src_tokens: list[str] = []
     tgt_tokens: list[str] = []
     for step, path in chosen:
-        translator = Translator.load(path, device=device)
-        difference = final.codec.difference(translator.codec)
+        checkpoint = load_model_dir(path, device=subject.device)
+        difference = subject.codec.difference(checkpoint.codec)
         if difference is not None:
             raise HeedError(f"{path}: {difference} differs from the run's model's; the checkpoints of one run "
                             "share them (was this directory copied in from another run?)")
-        maps = translator.attention_layers([src_text], [tokens])[0]
-        layer = attention_shape(translator.model)[2]
+        maps = attention_layers(checkpoint.model, checkpoint.codec, subject.device, [src_text], [tokens],
+                                max_src_len=translations.source_limit(checkpoint.config))[0]
+        layer = attention_shape(checkpoint.model)[2]
         src_tokens, tgt_tokens = maps.src_tokens, maps.tgt_tokens
         snapshots.append(Snapshot(step, path, dev.get(step), maps.cross[layer].mean(axis=0)))
     return AttentionHistory(src_tokens, tgt_tokens, snapshots, len(checkpoints))
