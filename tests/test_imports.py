@@ -233,3 +233,15 @@ def test_the_cycle_finder_sees_a_cycle_through_a_function_and_type_checking(tmp_
     assert find_cycle(graph) == ["heed.a", "heed.sub.b", "heed.sub.c", "heed.a"]
     (pkg / "sub" / "c.py").write_text("x = 1\n")
     assert find_cycle(import_graph(pkg)) is None
+
+
+def test_the_facade_stays_small():
+    """heed.api is the facade above the rest, not a room of its own: under 700 lines, and Translator
+    at most 25 methods (properties, classmethods and staticmethods counted); what it does lives in
+    the modules below it (translations, decoding, explain/)."""
+    source = (SRC / "api.py").read_text(encoding="utf-8")
+    translator = next(node for node in ast.parse(source).body
+                      if isinstance(node, ast.ClassDef) and node.name == "Translator")
+    methods = [node.name for node in translator.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    assert len(source.splitlines()) < 700
+    assert len(methods) <= 25, methods
