@@ -87,9 +87,12 @@ def _write_sbd(directory: Path) -> None:
 def _language_name(code: str) -> str:
     """CLDR's English name of `code` ("fr" -> "French") where babel (the [serve] extra) knows it, else the code."""
     try:
-        from babel import Locale
+        from babel import Locale, UnknownLocaleError
+    except ImportError:
+        return code
+    try:
         return str(Locale.parse(code).get_display_name("en") or code)
-    except Exception:  # babel missing, or a code CLDR lacks: the code itself is an honest name
+    except (UnknownLocaleError, ValueError):  # a code CLDR lacks: the code itself is an honest name
         return code
 
 
