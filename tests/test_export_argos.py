@@ -56,7 +56,7 @@ def test_the_package_is_one_directory_with_argos_files(package):
     names = zipfile.ZipFile(package).namelist()
     assert {n.split("/")[0] for n in names} == {"translate-en_fr"}
     for required in ("metadata.json", "sentencepiece.model", "model/model.bin", "model/config.json",
-                     "model/shared_vocabulary.json", "spacy/config.cfg"):
+                     "model/shared_vocabulary.json", "minisbd/heed.onnx"):
         assert f"translate-en_fr/{required}" in names
     metadata = json.loads(zipfile.ZipFile(package).read("translate-en_fr/metadata.json"))
     assert (metadata["from_code"], metadata["to_code"], metadata["type"]) == ("en", "fr", "translate")
@@ -74,11 +74,11 @@ print(json.dumps([argostranslate.translate.translate(s, "en", "fr") for s in sou
 
 def test_argos_translates_as_heeds_ct2_export(package, spm_transformer, tiny_corpus, tmp_path):
     """argostranslate installs the package into a temporary packages directory and, greedy
-    (ARGOS_BEAM_SIZE=1) with spaCy's rule-based sentencizer on the packaged blank pipeline
-    (ARGOS_CHUNK_TYPE=SPACY: nothing downloaded), writes what heed.load of the CTranslate2 export
-    writes, sentence for sentence."""
+    (ARGOS_BEAM_SIZE=1), its sentences split by the package's own MiniSBD model (Argos's default
+    chunk type: nothing downloaded, no MiniSBD cache made), writes what heed.load of the CTranslate2
+    export writes."""
     pytest.importorskip("argostranslate", reason="argostranslate is not installed (pip install 'heed-nmt[argos]')")
-    # Argos translates sentence by sentence: "5 sept. 2021" is two sentences to spaCy's sentencizer
+    # Argos translates sentence by sentence: "5 sept. 2021" is two sentences to the package's splitter
     # ("5 sept." and "2021"), so only sources it keeps whole are compared with heed's line-by-line output.
     sources = [s for s in tiny_corpus["test_src"].read_text(encoding="utf-8").splitlines() if "." not in s]
     assert len(sources) >= 10
@@ -87,7 +87,7 @@ def test_argos_translates_as_heeds_ct2_export(package, spm_transformer, tiny_cor
     home = tmp_path / "home"
     env = {**os.environ, "HOME": str(home), "XDG_DATA_HOME": str(home / "data"), "XDG_CONFIG_HOME": str(home / "config"),
            "XDG_CACHE_HOME": str(home / "cache"), "ARGOS_PACKAGES_DIR": str(tmp_path / "packages"),
-           "ARGOS_CHUNK_TYPE": "SPACY", "ARGOS_BEAM_SIZE": "1", "ARGOS_DEVICE_TYPE": "cpu",
+           "ARGOS_BEAM_SIZE": "1", "ARGOS_DEVICE_TYPE": "cpu",
            "ARGOS_INTRA_THREADS": "1", "ARGOS_PACKAGE_INDEX": "http://127.0.0.1:9/"}
     done = subprocess.run([sys.executable, "-c", ARGOS_SCRIPT, str(package)], input=json.dumps(sources), env=env,
                           capture_output=True, text=True, timeout=300, check=False)
@@ -95,6 +95,23 @@ def test_argos_translates_as_heeds_ct2_export(package, spm_transformer, tiny_cor
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got == expected
     assert (tmp_path / "packages" / "translate-en_fr" / "metadata.json").is_file()
+    minisbd_cache = home / "data" / "argos-translate" / "minisbd"  # where Argos has MiniSBD download models
+    assert not minisbd_cache.exists() or not any(minisbd_cache.iterdir())
+
+
+def test_the_packaged_splitter_ends_sentences_at_final_punctuation(tmp_path):
+    """MiniSBD itself runs the package's splitter: . ! ? followed by a space end a sentence, a point
+    inside a number does not, and a line without one is one sentence."""
+    minisbd = pytest.importorskip("minisbd", reason="minisbd (argostranslate's) is not installed")
+    from heed.export.argos_sbd import FILE, write_minisbd
+
+    write_minisbd(tmp_path)
+    split = minisbd.SBDetect(str(tmp_path / FILE), use_gpu=False).sentences
+    assert split("Hello there. How are you? Fine!  It costs 3.14 euros.") == [
+        "Hello there.", "How are you?", "Fine!", "It costs 3.14 euros."]
+    assert split("VENDREDI 5 JUILLET 1912") == ["VENDREDI 5 JUILLET 1912"]
+    assert split("5 sept. 2021") == ["5 sept.", "2021"]
+    assert split("Wait... what？ 好。") == ["Wait...", "what？", "好。"]
 
 
 def _refused(model: Path, out: Path, *fragments: str) -> None:

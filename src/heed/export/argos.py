@@ -6,8 +6,9 @@ format LibreTranslate installs: a zip (`.argosmodel`) of one directory,
       model/                heed's CTranslate2 export's model files (heed.export.ct2), nothing else
       sentencepiece.model   the model's one SentencePiece model: Argos tokenizes the source and
                             detokenizes the target with the same one
-      spacy/                a blank multilingual spaCy pipeline: with ARGOS_CHUNK_TYPE=SPACY Argos adds
-                            its rule-based sentencizer to it, so sentence splitting downloads nothing
+      minisbd/heed.onnx     the sentence splitter (heed.export.argos_sbd: a rule in MiniSBD's format),
+                            which Argos uses as it is (its default ARGOS_CHUNK_TYPE, or MINISBD, as
+                            LibreTranslate's image sets it): nothing is downloaded
       README.md             where it came from
 
 Argos (1.11) reads exactly one `sentencepiece.model` for both sides, so only a model trained with
@@ -73,17 +74,6 @@ def _add_source_eos(config_json: Path) -> None:
     config_json.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
-def _write_sbd(directory: Path) -> None:
-    """A blank multilingual spaCy pipeline (no trained weights, nothing to download): Argos's
-    SpacySentencizerSmall loads it and adds spaCy's rule-based sentencizer."""
-    try:
-        import spacy  # type: ignore[import-not-found]
-    except ImportError:
-        raise HeedError(f"Argos packages need spaCy (argostranslate's dependency), which is not installed: "
-                        f"{INSTALL_HINT}") from None
-    spacy.blank("xx").to_disk(directory)
-
-
 def _language_name(code: str) -> str:
     """CLDR's English name of `code` ("fr" -> "French") where babel (the [serve] extra) knows it, else the code."""
     try:
@@ -113,6 +103,7 @@ def export_argos(model_dir: str | os.PathLike[str], out: str | os.PathLike[str],
     import heed
     from heed.checkpoint import CONFIG_FILE, load_model_dir
     from heed.export import ct2
+    from heed.export.argos_sbd import write_minisbd
     from heed.export.onnx import export_model, is_exported_dir
 
     src, tgt = check_language_code(source_lang, "--source-lang"), check_language_code(target_lang, "--target-lang")
@@ -137,7 +128,7 @@ def export_argos(model_dir: str | os.PathLike[str], out: str | os.PathLike[str],
             os.replace(exported / name, package / "model" / name)
         _add_source_eos(package / "model" / "config.json")
         (package / SPM_FILE).write_bytes(spm_model)
-        _write_sbd(package / "spacy")
+        write_minisbd(package / "minisbd")
         (package / "metadata.json").write_text(json.dumps(_metadata(src, tgt, loaded), indent=2) + "\n",
                                                encoding="utf-8")
         (package / "README.md").write_text(
