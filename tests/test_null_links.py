@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from cli_helpers import invoke
 from fastapi.testclient import TestClient
 
 from heed.api import Translator
@@ -17,8 +18,6 @@ from heed.explain.align import hard_alignment
 from heed.explain.align_methods import AlignOptions, UnitMaps, recorded_options
 from heed.explain.forced import word_rules
 from heed.serve.app import create_app
-
-from cli_helpers import invoke
 
 
 def test_a_row_whose_best_word_holds_less_than_the_threshold_gets_no_link():
@@ -145,3 +144,18 @@ def test_null_links_chosen_on_a_dev_gold_raise_precision_more_than_they_cost_rec
     assert fewer.n_a < every.n_a, figures
     assert gained >= 2.0 and gained >= lost + 1.0, figures
     assert fewer.aer <= every.aer, figures
+
+
+@pytest.mark.parametrize("entry", [{"null_threshold": 2}, {"null_threshold": "0.5"}, {"join": "mean"}])
+def test_a_recorded_reading_with_a_bad_join_or_threshold_is_refused_naming_heed_json(trained_run, tmp_path, entry):
+    import shutil
+
+    from heed.errors import ModelDirError
+
+    model = shutil.copytree(trained_run / "model", tmp_path / "model")
+    meta = json.loads((model / "heed.json").read_text(encoding="utf-8"))
+    meta["alignment"] = {"method": "argmax", "layer": 0, "head": 0, "weights": "attention", "units": "chars",
+                         "dev_aer": 0.1, "default_dev_aer": 0.2, **entry}
+    (model / "heed.json").write_text(json.dumps(meta), encoding="utf-8")
+    with pytest.raises(ModelDirError, match='"alignment" is not the reading heed records'):
+        Translator.load(model)
