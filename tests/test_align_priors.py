@@ -128,3 +128,38 @@ def test_edited_recorded_priors_fail_their_sha256(model_dir, dates_priors, gold_
     with open(model_dir / "priors.eflomal", "a", encoding="utf-8") as f:
         f.write("LEX\ta\tb\t1\n")
     assert_user_error(_align(model_dir, gold_files, "--aligner", "priors"), "sha256")
+
+
+def test_markup_placed_by_the_priors_says_so(model_dir, dates_priors, gold_files, tmp_path):
+    assert invoke("data", "priors", model_dir, dates_priors).exit_code == 0
+    sources = (gold_files / "test.src").read_text(encoding="utf-8").splitlines()[:5]
+    tagged = tmp_path / "tagged.src"
+    tagged.write_text("".join(f"<b>{s.split()[0]}</b> {' '.join(s.split()[1:])}\n" for s in sources), encoding="utf-8")
+    targets = tmp_path / "refs.tgt"
+    targets.write_text("".join((gold_files / "test.tgt").read_text(encoding="utf-8").splitlines(keepends=True)[:5]),
+                       encoding="utf-8")
+    for aligner in ("priors", "both"):
+        result = invoke("markup", model_dir, "--src", tagged, "--tgt", targets, "--aligner", aligner)
+        assert result.exit_code == 0, result.output
+        assert f"aligner: {aligner} (priors" in result.stderr
+        assert len(result.stdout.splitlines()) == 5 and all("<b>" in line for line in result.stdout.splitlines())
+
+
+def test_carry_without_priors_for_the_priors_aligner_is_an_error(trained_run):
+    import heed
+    from heed.errors import HeedError
+    from heed.markup import carry, parse
+
+    translator = heed.load(trained_run / "model", device="cpu")
+    with pytest.raises(HeedError, match="needs statistical priors"):
+        carry(translator, parse("<b>March</b> 3 2001", "html"), ["2001-03-03"], aligner="priors")
+
+
+def test_markup_aligner_flags_out_of_place_are_refused(model_dir, gold_files, tmp_path):
+    assert_user_error(invoke("markup", model_dir, "--src", gold_files / "test.src", "--aligner", "best"),
+                      "--aligner must be one of model, priors, both")
+    assert_user_error(invoke("markup", model_dir, "--src", gold_files / "test.src", "--aligner", "priors"),
+                      "records no statistical priors")
+    assert_user_error(invoke("translate", model_dir, "-i", gold_files / "test.src", "-o", tmp_path / "out.txt",
+                             "--aligner", "both"), "--format html or xml")
+    assert not (tmp_path / "out.txt").exists()

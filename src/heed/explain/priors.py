@@ -21,7 +21,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -184,6 +184,24 @@ def join_links(model: Sequence[set[Link]], priors: Sequence[set[Link]], rule: Jo
     return [(m & p) if rule == "intersect" else (m | p) for m, p in zip(model, priors)]
 
 
+def aligner_links(aligner: Aligner, model: Callable[[], list[set[Link]]], pairs: Sequence[Pair],
+                  priors: Priors | None, *, units: Units, rule: Join = BOTH_RULE) -> list[set[Link]]:
+    """The links `aligner` chooses for `pairs`: `model()` (the model's reading, only called when
+    used), eflomal with `priors` on the pairs alone, or both joined by `rule`. A HeedError when
+    priors are needed and missing, or counted in other units than `units`."""
+    if aligner not in ALIGNERS:
+        raise HeedError(f"aligner must be one of {', '.join(ALIGNERS)}, got {aligner!r}")
+    if aligner == "model":
+        return model()
+    if priors is None:
+        raise HeedError(f"aligner {aligner!r} needs statistical priors: the model directory's (heed data priors "
+                        "MODEL FILE) or a priors file")
+    if priors.units != units:
+        raise DataError(f"priors counted in target {priors.units}, but the alignment is in {units}", path=priors.path)
+    theirs = priors_links(pairs, priors)
+    return theirs if aligner == "priors" else join_links(model(), theirs, rule)
+
+
 def model_priors(directory: Path) -> Priors | None:
     """The priors a model directory records (heed.json's "priors", its sha256 in "files"), or None."""
     from heed.plumbing.files import file_digest
@@ -240,6 +258,24 @@ def priors_for(model: Path, given: Path | None, known: KnownWords, units: Units)
     return priors
 
 
-__all__ = ["ALIGNERS", "BOTH_RULE", "JOINS", "PRIORS_FILE", "Aligner", "Join", "KnownWords", "Priors",
-           "check_vocabulary", "join_links", "model_priors", "needs_eflomal", "priors_for", "priors_links", "priors_text", "read_priors",
-           "record_priors", "unit_text"]
+__all__ = [
+    "ALIGNERS",
+    "BOTH_RULE",
+    "JOINS",
+    "PRIORS_FILE",
+    "Aligner",
+    "Join",
+    "KnownWords",
+    "Priors",
+    "aligner_links",
+    "check_vocabulary",
+    "join_links",
+    "model_priors",
+    "needs_eflomal",
+    "priors_for",
+    "priors_links",
+    "priors_text",
+    "read_priors",
+    "record_priors",
+    "unit_text",
+]
