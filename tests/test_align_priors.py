@@ -163,3 +163,30 @@ def test_markup_aligner_flags_out_of_place_are_refused(model_dir, gold_files, tm
     assert_user_error(invoke("translate", model_dir, "-i", gold_files / "test.src", "-o", tmp_path / "out.txt",
                              "--aligner", "both"), "--format html or xml")
     assert not (tmp_path / "out.txt").exists()
+
+
+def test_v1_align_takes_the_aligner_and_says_which_it_used(model_dir, dates_priors, gold_files):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    import heed
+    from heed.cli.serve import recorded_priors
+    from heed.serve.app import create_app
+
+    assert invoke("data", "priors", model_dir, dates_priors).exit_code == 0
+    translator = heed.load(model_dir, device="cpu")
+    sources = (gold_files / "test.src").read_text(encoding="utf-8").splitlines()[:4]
+    targets = (gold_files / "test.tgt").read_text(encoding="utf-8").splitlines()[:4]
+    body = {"sources": sources, "targets": targets, "tgt_units": "chars"}
+    with TestClient(create_app({"m": translator}, priors=recorded_priors({"m": model_dir}))) as client:
+        plain = client.post("/v1/align", json=body).json()
+        assert plain["aligner"] == "model"
+        for aligner in ("priors", "both"):
+            got = client.post("/v1/align", json={**body, "aligner": aligner})
+            assert got.status_code == 200, got.text
+            assert got.json()["aligner"] == aligner and len(got.json()["results"]) == 4
+        assert client.post("/v1/align", json={**body, "aligner": "priors", "tgt_units": "words"}).json()[
+            "error"]["field"] == "tgt_units"
+    with TestClient(create_app({"m": translator})) as client:
+        refused = client.post("/v1/align", json={**body, "aligner": "priors"})
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "aligner"

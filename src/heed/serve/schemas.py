@@ -81,6 +81,10 @@ class AlignRequest(_Pair):
         None, description="the decoder layer read (default: the last), or mean")
     tgt_units: Literal["words", "chars"] = Field("words", description="target positions: whitespace words, or "
                                                  "characters (spaces left out)")
+    aligner: Literal["model", "priors", "both"] = Field(
+        "model", description="whose links: the model's reading, eflomal on these pairs alone with the statistical "
+                             "priors the model directory records (heed data priors), or both joined (the attention "
+                             "returned is the model's either way)")
 
 
 class LensRequest(_Pair):
@@ -234,6 +238,8 @@ class AlignResult(BaseModel):
 
 class AlignResponse(BaseModel):
     model: str
+    aligner: Literal["model", "priors", "both"] = Field("model", description="whose links these are (the request's "
+                                                                             "aligner)")
     results: list[AlignResult]
 
 
