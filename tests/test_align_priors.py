@@ -48,6 +48,20 @@ def test_join_is_the_intersection_or_the_union():
     assert join_links(model, theirs, "union") == [{(0, 0), (1, 1), (2, 2)}]
 
 
+def test_the_product_rule_lets_the_priors_break_the_models_doubt():
+    import numpy as np
+
+    from heed.explain.priors import product_links
+    from heed.results import Alignment
+
+    # target word 0 is torn between source words 0 and 1 (0.5 / 0.4); the priors have seen (b, y) twice
+    reading = Alignment(["a", "b"], ["y", "z"], np.array([[0.5, 0.4], [0.1, 0.9]], dtype=np.float32), [])
+    table = {("b", "y"): 2.0}
+    # p(i | y) = (1, 3) / 4 and p(i | z) = (1, 1) / 2: 0.5 * 1/4 < 0.4 * 3/4
+    assert product_links(reading, table, units="words", weight=1.0) == {(1, 0), (1, 1)}
+    assert product_links(reading, table, units="words", weight=0.0) == {(0, 0), (1, 1)}  # the model alone
+
+
 @pytest.fixture(scope="module")
 def dates_priors(tiny_corpus, tmp_path_factory) -> Path:
     """The tiny model's training corpus's priors, target in characters (the dates gold's units)."""
@@ -80,6 +94,7 @@ def test_recorded_priors_are_listed_with_their_sha256_and_used_by_heed_align(mod
         assert result.exit_code == 0, result.output
         assert f"aligner: aligner {aligner}" in " ".join(result.stderr.split()), result.stderr
         assert len(result.stdout.splitlines()) == 20
+    assert "product (weight 1) of" in " ".join(result.stderr.split())  # the last, both: the measured rule
     result = _align(model_dir, gold_files, "--aligner", "both", "--join", "intersect")
     assert result.exit_code == 0 and "intersect of" in " ".join(result.stderr.split())
 
@@ -121,6 +136,14 @@ def test_priors_in_other_units_and_a_join_without_both_are_refused(model_dir, da
                     "--aligner", "priors", "--priors", dates_priors)  # words, but the priors count chars
     assert_user_error(result, "--tgt-units chars")
     assert_user_error(_align(model_dir, gold_files, "--join", "union"), "--aligner both")
+
+
+@pytest.mark.parametrize("weight", ["-0.5", "11", "nan"])
+def test_a_priors_weight_outside_its_range_is_refused(model_dir, dates_priors, gold_files, tmp_path, weight):
+    result = _align(model_dir, gold_files, "--aligner", "both", "--priors", dates_priors, "--join", "product",
+                    "--priors-weight", weight, "-o", tmp_path / "out.align")
+    assert_user_error(result, "weight must be between 0 and 10")
+    assert not (tmp_path / "out.align").exists()
 
 
 def test_edited_recorded_priors_fail_their_sha256(model_dir, dates_priors, gold_files):

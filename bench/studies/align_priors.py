@@ -4,7 +4,7 @@ task's gold by construction (source words -> target characters).
 A tiny RNN is trained on generated dates; eflomal's priors are learned on its training corpus (as
 `heed data align --priors-out FILE --priors-units chars` does); then, on --n new pairs, the AER of
 the model's default reading, of eflomal with the priors on those pairs alone, and of their
-intersection and union (the candidates for the `both` rule). And the time eflomal with priors
+intersection, union and product with weights (the candidates for the `both` rule). And the time eflomal with priors
 takes on the new pairs, beyond the model's forward pass (target: under 1 s for 1,000 pairs).
 
     python bench/studies/align_priors.py [--train 3000] [--n 1000] [--epochs 4] [--out runs/align-priors] [--reuse]
@@ -23,7 +23,15 @@ from heed.data.corpus import Pair
 from heed.data.dates import generate_dates_aligned, write_splits
 from heed.explain.align import AerCounts
 from heed.explain.external import eflomal_directions
-from heed.explain.priors import join_links, priors_links, priors_text, read_priors, unit_text
+from heed.explain.priors import (
+    join_links,
+    lexical_table,
+    priors_links,
+    priors_text,
+    product_links,
+    read_priors,
+    unit_text,
+)
 from heed.train import train
 
 
@@ -82,7 +90,8 @@ def main() -> None:
     src, tgt = [p.src for p in test], [p.tgt for p in test]
     options, _ = translator.default_reading("chars")
     started = time.perf_counter()
-    model = [set(a.links) for a in translator.align(src, tgt, options=options)]
+    readings = translator.align(src, tgt, options=options)
+    model = [set(a.links) for a in readings]
     forward_pass = time.perf_counter() - started
     times = []
     for _ in range(3):
@@ -98,6 +107,11 @@ def main() -> None:
     print(f"AER  model {aer(model, gold):.4f}  priors {aer(theirs, gold):.4f}  "
           f"intersect {aer(join_links(model, theirs, 'intersect'), gold):.4f}  "
           f"union {aer(join_links(model, theirs, 'union'), gold):.4f}")
+    table = lexical_table(priors)
+    started = time.perf_counter()
+    products = {w: [product_links(r, table, units="chars", weight=w) for r in readings] for w in (0.5, 1.0, 2.0, 4.0)}
+    print(f"AER  product (model attention x priors' lexical p^w, {(time.perf_counter() - started) / 4:.2f} s each)  "
+          + "  ".join(f"w={w:g} {aer(links, gold):.4f}" for w, links in products.items()))
 
 
 if __name__ == "__main__":

@@ -265,6 +265,7 @@ class AlignerChoice(str, enum.Enum):
 class JoinRule(str, enum.Enum):
     intersect = "intersect"
     union = "union"
+    product = "product"
 
 
 class SymmetrizeHow(str, enum.Enum):
@@ -333,8 +334,12 @@ def align(
                                                "this priors file (heed data align --priors-out) instead of the "
                                                "model's recorded one."),
     join: Optional[JoinRule] = typer.Option(None, "--join", help="With --aligner both: intersect or union of the "
-                                            "model's links and the priors'. Default: the rule measured best "
+                                            "model's links and the priors', or product: each target word's source "
+                                            "word by the model's attention times the priors' lexical probability "
+                                            "(to the power --priors-weight). Default: the rule measured best "
                                             "(heed.explain.priors.BOTH_RULE)."),
+    priors_weight: float = typer.Option(1.0, "--priors-weight", help="With --join product: the exponent on the "
+                                        "priors' probability, 0 (the model alone) to 10."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     progress: Optional[bool] = progress_option(),
@@ -376,6 +381,9 @@ def align(
                         "model alone (use --aligner model)")
     if join is not None and aligner is not AlignerChoice.both:
         raise HeedError("--join joins the model's links with the priors': give it with --aligner both")
+    from heed.explain.priors import check_weight
+
+    check_weight(priors_weight)
     translator = Translator.load(model, device=device, **languages)
     priors = None
     if aligner is not AlignerChoice.model:
@@ -399,16 +407,18 @@ def align(
                          measure=SweepMeasure("F1", f", against {reference}", False))
         return
     what = options.describe(attention_shape(translator.model)[:2])
-    if priors is None or aligner is AlignerChoice.both:
+    if priors is None:
         links = _align_all(translator, src_texts, tgt_texts, options, batch_size=batch_size, progress=progress)
-    if priors is not None:
-        from heed.explain.priors import BOTH_RULE, join_links, priors_links
+    else:
+        from heed.explain.priors import BOTH_RULE, aligner_links
 
-        theirs_links = priors_links(pairs, priors)
         rule = (join or JoinRule(BOTH_RULE)).value
-        links = theirs_links if aligner is AlignerChoice.priors else join_links(links, theirs_links, rule)  # type: ignore[arg-type]
+        links = aligner_links(aligner.value, lambda: translator.align(src_texts, tgt_texts, options=options,  # type: ignore[arg-type]
+                                                                      batch_size=batch_size),
+                              pairs, priors, units=options.tgt_units, rule=rule, weight=priors_weight)  # type: ignore[arg-type]
+        weighted = f" (weight {priors_weight:g})" if rule == "product" else ""
         what = (f"aligner priors ({priors.path})" if aligner is AlignerChoice.priors
-                else f"aligner both ({rule} of {what} and the priors of {priors.path})")
+                else f"aligner both ({rule}{weighted} of {what} and the priors of {priors.path})")
         stderr().print(f"aligner: {what}", soft_wrap=True)
     if reverse is not None:
         links = _symmetrized(links, reverse, src_texts, tgt_texts, options.method, symmetrize, batch_size,

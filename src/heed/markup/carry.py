@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from heed.api import Translator
     from heed.explain.align_methods import AlignOptions
     from heed.explain.priors import Aligner, Priors
+    from heed.results import Alignment
 
 
 def target_units(translator: Translator) -> Units:
@@ -61,9 +62,8 @@ def carry_many(translator: Translator, documents: Sequence[Marked], outputs: Seq
     if pairs:
         chosen = options
 
-        def model() -> list[set[tuple[int, int]]]:
-            return [set(a.links) for a in translator.align([p[2] for p in pairs], [p[3] for p in pairs],
-                                                           options=chosen, batch_size=batch_size)]
+        def model() -> list[Alignment]:
+            return translator.align([p[2] for p in pairs], [p[3] for p in pairs], options=chosen, batch_size=batch_size)
 
         aligned = aligner_links(aligner, model, [Pair(p[2], p[3]) for p in pairs], priors, units=options.tgt_units)
         links = {(d, k): sorted(found) for (d, k, _, _), found in zip(pairs, aligned)}

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -512,8 +513,11 @@ def _priors_aligned(results: list[dict[str, Any]], request: AlignRequest, priors
     from heed.data.pharaoh import to_pharaoh
     from heed.explain.priors import aligner_links
 
+    from heed.results import Alignment
+
     pairs = [Pair(s, t) for s, t in zip(request.sources, request.targets)]
-    model = [{tuple(link) for link in r["links"]} for r in results]
+    model = [Alignment(r["src_words"], r["tgt_words"], np.asarray(r["attention"], dtype=np.float32),
+                       [(int(i), int(j)) for i, j in r["links"]]) for r in results]
     chosen = aligner_links(request.aligner, lambda: model, pairs, priors, units=request.tgt_units)  # type: ignore[arg-type]
     return [{**r, "links": [list(link) for link in sorted(found)], "pharaoh": to_pharaoh(sorted(found))}
             for r, found in zip(results, chosen)]
