@@ -73,7 +73,8 @@ def main() -> None:
         "decode": {"max_len_b": 12, "max_len_a": 0.0},
         "output_dir": str(args.out / "run"),
     })
-    if not (args.reuse and (args.out / "run" / "model").is_dir()):
+    reused = args.reuse and (args.out / "run" / "model").is_dir()
+    if not reused:
         train(config)
     trained = time.perf_counter() - started
     translator = heed.load(args.out / "run" / "model", device="cpu")
@@ -100,7 +101,8 @@ def main() -> None:
         times.append(time.perf_counter() - started)
     gold = list(golds.test)
     print(f"CPU: {cpu()}")
-    print(f"trained {args.train:,} pairs x {args.epochs} epochs in {trained:.0f} s; priors learned in {learned:.1f} s "
+    print(f"{'reused the model of' if reused else 'trained'} {args.train:,} pairs x {args.epochs} epochs"
+          f"{'' if reused else f' in {trained:.0f} s'}; priors learned in {learned:.1f} s "
           f"({len(priors.lines):,} lines)")
     print(f"{args.n:,} new pairs: model's forward pass + reading {forward_pass:.2f} s; eflomal with priors "
           f"{min(times):.2f} s (best of 3; {', '.join(f'{t:.2f}' for t in times)})")
@@ -112,6 +114,37 @@ def main() -> None:
     products = {w: [product_links(r, table, units="chars", weight=w) for r in readings] for w in (0.5, 1.0, 2.0, 4.0)}
     print(f"AER  product (model attention x priors' lexical p^w, {(time.perf_counter() - started) / 4:.2f} s each)  "
           + "  ".join(f"w={w:g} {aer(links, gold):.4f}" for w, links in products.items()))
+
+    markup(translator, test, gold, priors)
+
+
+def markup(translator, test, gold, priors) -> None:  # type: ignore[no-untyped-def]
+    """Each source word that writes output characters wrapped in its own tag (markup_dates.tagged),
+    carried onto the reference by each aligner: tags placed exactly, and the character F1 of the
+    placed tags against the characters their words write."""
+    from markup_dates import placed_tags, tagged  # this folder's study: run as a script
+
+    from heed.markup import carry_many, parse
+
+    sources, golds_by_tag = zip(*(tagged(p.src, sure) for p, (sure, _) in zip(test, gold)))
+    for aligner in ("model", "priors", "both"):
+        started = time.perf_counter()
+        placed = carry_many(translator, [parse(text, "html") for text in sources], [[p.tgt] for p in test],
+                            aligner=aligner, priors=priors)  # type: ignore[arg-type]
+        seconds = time.perf_counter() - started
+        exact = hits = found = wanted = 0
+        for out, want in zip(placed, golds_by_tag):
+            got = dict(placed_tags(out))
+            for tag, (start, end) in want:
+                exact += got.get(tag) == (start, end)
+                g_start, g_end = got.get(tag, (0, 0))
+                hits += max(0, min(end, g_end) - max(start, g_start))
+                found += g_end - g_start
+                wanted += end - start
+        precision, recall = hits / max(found, 1), hits / max(wanted, 1)
+        total = sum(map(len, golds_by_tag))
+        print(f"markup {aligner:6s}: {exact}/{total} tags exact = {100 * exact / total:.2f}%, character F1 "
+              f"{2 * precision * recall / max(precision + recall, 1e-9):.4f} ({seconds:.1f} s)")
 
 
 if __name__ == "__main__":
