@@ -246,3 +246,9 @@ def test_the_facade_stays_small():
     methods = [node.name for node in translator.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
     assert len(source.splitlines()) < 700
     assert len(methods) <= 25, methods
+
+
+def test_no_module_imports_the_root_package():
+    """The root package imports heed.api (heed.load), so a module under it that imported the root
+    (`import heed` for heed.__version__) would sit beside the facade; the version is heed.version's."""
+    assert [name for name, imported in import_graph(SRC).items() if "heed" in imported] == []

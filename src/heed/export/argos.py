@@ -87,24 +87,24 @@ def _language_name(code: str) -> str:
 
 
 def _metadata(src: str, tgt: str, loaded: Any) -> dict[str, Any]:
-    import heed
+    from heed.version import __version__
 
     name = _language_name
 
     return {"package_version": PACKAGE_VERSION, "argos_version": ARGOS_VERSION, "from_code": src,
             "from_name": name(src), "to_code": tgt, "to_name": name(tgt), "type": "translate",
-            "links": [], "heed_version": heed.__version__, "heed_model": loaded.config.model.model_dump(mode="json")}
+            "links": [], "heed_version": __version__, "heed_model": loaded.config.model.model_dump(mode="json")}
 
 
 def export_argos(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], *, source_lang: str | None,
                  target_lang: str | None, int8: bool = False) -> Path:
     """`heed export --format argos`: write the Argos package of the model directory `model_dir` to
     the file `out` (".argosmodel" appended if missing). Returns the package's path."""
-    import heed
     from heed.checkpoint import CONFIG_FILE, load_model_dir
     from heed.export import ct2
     from heed.export.argos_sbd import write_minisbd
     from heed.export.onnx import export_model, is_exported_dir
+    from heed.version import __version__
 
     src, tgt = check_language_code(source_lang, "--source-lang"), check_language_code(target_lang, "--target-lang")
     ct2.require_ctranslate2()
@@ -133,7 +133,7 @@ def export_argos(model_dir: str | os.PathLike[str], out: str | os.PathLike[str],
                                                encoding="utf-8")
         (package / "README.md").write_text(
             f"# {src} -> {tgt}\n\nA heed Transformer ({loaded.directory.name}), exported by `heed export "
-            f"--format argos` with heed {heed.__version__}.\n", encoding="utf-8")
+            f"--format argos` with heed {__version__}.\n", encoding="utf-8")
         fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as archive:
