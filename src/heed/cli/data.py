@@ -3,7 +3,6 @@ and a corpus's word links from a statistical aligner (heed.explain.external)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -36,7 +35,7 @@ def data_get(
     name: str = typer.Argument(..., metavar="NAME", help="multi30k or tatoeba-fra-eng (heed data list)."),
     directory: Path = typer.Argument(Path("data"), metavar="DIR", help="Where to write DIR/NAME/ (default: data, "
                                      "the folder the recipes in configs/ read)."),
-    mirror: Optional[str] = typer.Option(None, "--mirror", metavar="URL", help="Fetch the same paths from this "
+    mirror: str | None = typer.Option(None, "--mirror", metavar="URL", help="Fetch the same paths from this "
                                          "host instead of the official one (a mirror you trust)."),
     any_release: bool = typer.Option(False, "--any-release", help="Take a source that publishes one moving "
                                      "release (Tatoeba) as it is now, when it is no longer the release heed pins."),
@@ -51,7 +50,7 @@ def data_get(
     with Progress("bytes downloaded", enabled=True) as bar:  # lines in a log too: a download can be slow
         last = {"name": "", "seen": 0}
 
-        def progress(file: str, seen: int, total: Optional[int]) -> None:
+        def progress(file: str, seen: int, total: int | None) -> None:
             if file != last["name"]:
                 last.update(name=file, seen=0)
             bar.advance(seen - last["seen"])
@@ -74,7 +73,7 @@ def data_get(
 def data_task(
     name: str = typer.Argument(..., metavar="TASK", help="dates or names: a generated task."),
     directory: Path = typer.Argument(..., metavar="DIR", help="Where to write its files."),
-    config: Optional[Path] = typer.Option(None, "--config", help="A config whose data.dates / data.names "
+    config: Path | None = typer.Option(None, "--config", help="A config whose data.dates / data.names "
                                           "settings to use (sizes, seed, languages); default: the defaults."),
 ) -> None:
     """Write a generated task to DIR: {train,dev,test}.src and .tgt, and {train,dev,test}.align, its gold
@@ -89,7 +88,10 @@ def data_task(
         raise HeedError(f"TASK must be dates or names, got {name!r}")
     data = DataConfig(task=name) if config is None else load_config(config).data.model_copy(update={"task": name})
     written = write_task(data, directory)
-    counts = {split: sum(1 for _ in open(written[f"{split}.src"], encoding="utf-8")) for split in ("train", "dev", "test")}
+    counts = {}
+    for split in ("train", "dev", "test"):
+        with open(written[f"{split}.src"], encoding="utf-8") as lines:
+            counts[split] = sum(1 for _ in lines)
     typer.echo(f"{name}: {counts['train']:,} train / {counts['dev']:,} dev / {counts['test']:,} test pairs -> {directory} "
                f"({', '.join(sorted(written))})")
     units = "--tgt-units chars " if name == "dates" else ""
@@ -101,9 +103,9 @@ def data_task(
 @friendly_errors
 def data_align(
     output: Path = typer.Option(..., "--output", "-o", help="The Pharaoh file to write, one line per pair."),
-    tsv: Optional[Path] = typer.Option(None, "--tsv", help="A corpus as source<TAB>target lines."),
-    src: Optional[Path] = typer.Option(None, "--src", help="The source side, one sentence a line."),
-    tgt: Optional[Path] = typer.Option(None, "--tgt", help="The target side, line-aligned with --src."),
+    tsv: Path | None = typer.Option(None, "--tsv", help="A corpus as source<TAB>target lines."),
+    src: Path | None = typer.Option(None, "--src", help="The source side, one sentence a line."),
+    tgt: Path | None = typer.Option(None, "--tgt", help="The target side, line-aligned with --src."),
     symmetrize: SymmetrizeHow = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="How the two "
                                              "directions join: grow-diag-final (and; Koehn et al. 2005), intersect "
                                              "or union."),
