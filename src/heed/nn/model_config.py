@@ -39,7 +39,8 @@ def _adapter(lines: tuple[tuple[str, FamilyLine], ...]) -> TypeAdapter[Any]:
     """The union of these families' configs, tagged by family name (pydantic puts the tag in an
     error's location: without_family_tag takes it out)."""
     choices = tuple(Annotated[families.load(line.config), Tag(name)] for name, line in lines)
-    union = Annotated[Union[choices],  # type: ignore[valid-type]
+    # Union[choices] of a tuple made at run time: `|` has no spelling for a tuple of any length
+    union = Annotated[Union[choices],  # type: ignore[valid-type]  # noqa: UP007
                       Discriminator(family_of, custom_error_type="unknown_family",
                                     custom_error_message="unknown model family; choose "
                                                          + " or ".join(name for name, _ in lines))]

@@ -37,11 +37,11 @@ class Encoded(Protocol):
         """bool (batch, src_len), True = real token."""
         ...
 
-    def repeat(self, times: int) -> "Encoded":
+    def repeat(self, times: int) -> Encoded:
         """Each source serving `times` decoder rows in a row (one per beam or sample)."""
         ...
 
-    def select(self, sources: Tensor) -> "Encoded":
+    def select(self, sources: Tensor) -> Encoded:
         """Sources `sources` (n,) long, with all their decoder rows."""
         ...
 
@@ -49,7 +49,7 @@ class Encoded(Protocol):
 class SearchState(Protocol):
     """A decoder's state for a batch of rows."""
 
-    def select(self, indices: Tensor) -> "SearchState":
+    def select(self, indices: Tensor) -> SearchState:
         """Rows `indices` (n,) long, in that order (beams reordered, finished rows dropped)."""
         ...
 
@@ -129,9 +129,9 @@ class OwnSearchModel(Protocol):
 
     def num_parameters(self) -> int: ...
 
-    def translate_ids(self, src_ids: Sequence[list[int]], cfg: "DecodeConfig", *, batch_size: int = 64,
+    def translate_ids(self, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, batch_size: int = 64,
                       prefixes: Sequence[Sequence[int]] | None = None, free_prefix: int = 0, trace: bool = False,
-                      stop: Callable[[], bool] | None = None) -> "list[Decoded]":
+                      stop: Callable[[], bool] | None = None) -> list[Decoded]:
         """What heed.search.translate_ids gives: per source (ids without specials), in input order,
         its n-best hypotheses (each prefix's tokens past the first `free_prefix` charged their
         log-probabilities)."""
@@ -302,12 +302,12 @@ class TensorState:
     def __getitem__(self, name: str) -> Tensor:
         return self.tensors[name]
 
-    def select(self, indices: Tensor) -> "TensorState":
+    def select(self, indices: Tensor) -> TensorState:
         """Rows `indices` (n,) long of every tensor, in that order."""
         return type(self)({name: t.index_select(self.batch_axes[name], indices) for name, t in self.tensors.items()},
                           self.batch_axes)
 
-    def replaced(self, tensors: Mapping[str, Tensor]) -> "TensorState":
+    def replaced(self, tensors: Mapping[str, Tensor]) -> TensorState:
         """The same kind of state holding `tensors` (a step's new values, by the same names)."""
         return type(self)(tensors, self.batch_axes)
 
@@ -346,5 +346,19 @@ class FamilyGraphs(Protocol):
         """The step graph's per-source inputs, by name."""
         ...
 
-__all__ = ["AttentionMaps", "AttributableModel", "FamilyGraphs", "SelfAttentionModel", "Encoded", "HeadsModel", "SearchModel", "SearchState", "Seq2SeqOutput", "Step", "TensorState", "TrainableModel", "ValueNormModel",
-           "TranslationModel"]
+__all__ = [
+    "AttentionMaps",
+    "AttributableModel",
+    "Encoded",
+    "FamilyGraphs",
+    "HeadsModel",
+    "SearchModel",
+    "SearchState",
+    "SelfAttentionModel",
+    "Seq2SeqOutput",
+    "Step",
+    "TensorState",
+    "TrainableModel",
+    "TranslationModel",
+    "ValueNormModel",
+]

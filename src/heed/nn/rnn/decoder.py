@@ -50,7 +50,7 @@ class DecoderState(TensorState):
     """
 
     @staticmethod
-    def of(rnn: RNNState, feed: Tensor | None = None, coverage: Tensor | None = None) -> "DecoderState":
+    def of(rnn: RNNState, feed: Tensor | None = None, coverage: Tensor | None = None) -> DecoderState:
         """From the RNN's state tuple (h,) or (h, c), and the feed and coverage where the decoder has them."""
         tensors = dict(zip(("h", "c"), rnn))
         if feed is not None:

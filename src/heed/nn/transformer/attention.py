@@ -116,7 +116,7 @@ except ImportError:  # torch < 2.3: no cuDNN backend to avoid
     sdpa_kernel = None
 
 
-def sdpa_backends(q: Tensor) -> "list[SDPBackend] | None":
+def sdpa_backends(q: Tensor) -> list[SDPBackend] | None:
     """The SDPA backends heed allows for `q`'s device: on CUDA all but cuDNN's; None = torch's choice."""
     return _SHAPE_FREE_BACKENDS if q.is_cuda and sdpa_kernel is not None else None
 
