@@ -49,16 +49,24 @@ from heed.checkpoint import METRICS_FILE
 from heed.data.corpus import text_problem
 from heed.decode_config import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError
-from heed.nn.ensemble import Ensemble
-from heed.nn.intervention import Intervention
 from heed.explain.align_methods import AlignOptions
 from heed.explain.readings import READINGS, PairSize, Reading, explain
+from heed.nn.ensemble import Ensemble
+from heed.nn.intervention import Intervention
 from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel, OwnSearchModel
 from heed.plumbing.files import open_regular
 from heed.plumbing.limits import search_work
 from heed.serve.batcher import Batcher, QueueFull
-from heed.serve.costs import (Cost, align_cost, attribute_cost, heads_cost, lens_cost, reading_cost, refusal,
-                              translate_cost)
+from heed.serve.costs import (
+    Cost,
+    align_cost,
+    attribute_cost,
+    heads_cost,
+    lens_cost,
+    reading_cost,
+    refusal,
+    translate_cost,
+)
 from heed.serve.schemas import (
     DECODE_FIELDS,
     AlignRequest,

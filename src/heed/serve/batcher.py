@@ -217,14 +217,14 @@ class Batcher:
         items = [item for _, taken in live for item in taken]
         try:
             results = list(self._run_batch(live[0][0].key, items, lambda: all(job.abandoned for job, _ in live)))
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001  # handed to the jobs: each request answers with its own error
             if len(live) == 1:
                 self._fail(live[0][0], error)
                 return
             for job, taken in live:
                 try:
                     self._done(job, list(self._run_batch(job.key, taken, lambda job=job: job.abandoned)))
-                except Exception as alone:
+                except Exception as alone:  # noqa: BLE001  # this job's own failure, answered to its request
                     self._fail(job, alone)
             return
         per_sentence = (time.monotonic() - started) / max(1, len(items))
