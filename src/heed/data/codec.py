@@ -296,7 +296,7 @@ class Codec:
 
     @classmethod
     def build(cls, pairs: Sequence[Pair], data: DataConfig, *,
-              warn: Callable[[str], None] | None = None, copy: bool = False) -> "Codec":
+              warn: Callable[[str], None] | None = None, copy: bool = False) -> Codec:
         """Train tokenizers, then count vocabularies, on the training pairs only.
 
         `warn(message)` hears of what the config asked for and did not get: a SentencePiece
@@ -309,7 +309,7 @@ class Codec:
         (src_tok, src_vocab), (tgt_tok, tgt_vocab) = built["src"], built["tgt"]
         return cls(src_tok, tgt_tok, src_vocab, tgt_vocab, copy)
 
-    def with_languages(self, src: str | None, tgt: str | None) -> "Codec":
+    def with_languages(self, src: str | None, tgt: str | None) -> Codec:
         """This codec with a many-language model's source language `src` and target language `tgt`
         (codes of `languages`; None keeps a side as it is): sources then start with `src`'s token,
         targets with `tgt`'s (heed.data.tokenize.PretrainedPieces). A HeedError names a code the
@@ -381,7 +381,7 @@ class Codec:
         tokens = self.target_vocab(src_tokens).decode(ids)
         return tokens, self.tgt_tokenizer.detokenize(tokens)
 
-    def difference(self, other: "Codec", *, sides: Sequence[str] = ("src", "tgt")) -> str | None:
+    def difference(self, other: Codec, *, sides: Sequence[str] = ("src", "tgt")) -> str | None:
         """What makes `other` read or write text differently from this codec on `sides`, in words
         ("the target vocabulary (12 tokens here, 14 there)"), or None when the two are the same.
         Tokenizers compare by their spec (a SentencePiece model by its sha256; the vocab_size a
@@ -414,7 +414,7 @@ class Codec:
         self.tgt_vocab.save(directory / TGT_VOCAB_FILE)
 
     @classmethod
-    def load(cls, directory: str | Path, *, data: DataConfig | None = None, copy: bool = False) -> "Codec":
+    def load(cls, directory: str | Path, *, data: DataConfig | None = None, copy: bool = False) -> Codec:
         """Read what `save` wrote. Each tokenizer's `kind` in tokenizers.json is checked against
         the files beside it (a SentencePiece model for bpe/unigram and only then; single
         characters in a char vocabulary) and, given `data` (the model's resolved config), against

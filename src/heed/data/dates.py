@@ -233,9 +233,7 @@ class _Form:
     def allows(self, d: date) -> bool:
         if self.two_digit_year and not TWO_DIGIT_YEARS[0] <= d.year <= TWO_DIGIT_YEARS[1]:
             return False
-        if self.order_sensitive and d.day <= 12 and d.day != d.month:
-            return False
-        return True
+        return not (self.order_sensitive and d.day <= 12 and d.day != d.month)
 
 
 def _shape(pattern: str) -> tuple[tuple[str, ...], str]:

@@ -153,7 +153,7 @@ def _fetch(url: str, name: str, progress: Progress | None) -> bytes:
     request = urllib.request.Request(url, headers={"User-Agent": f"heed/{heed.__version__} (heed data get)"})
     started, deadline = time.monotonic(), DEADLINE_SECONDS
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310 (fixed https URLs)
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
             total = response.headers.get("Content-Length")
             total_bytes = int(total) if total and total.isdigit() else None
             if total_bytes is not None and total_bytes > MAX_DOWNLOAD_BYTES:
@@ -298,8 +298,8 @@ def _source_text(dataset: Dataset, recorded: list[tuple[str, str, str]], off_rel
     lines = [f"# {dataset.name}", "", f"Downloaded by heed {heed.__version__} (`heed data get {dataset.name}`).", "",
              f"License: {dataset.license}", "", f"Cite: {dataset.citation(off_release=bool(off_release))}", ""]
     if off_release:
-        lines += [f"Not the pinned release: {', '.join(off_release)} (taken with --any-release; the sha256 below is "
-                  "what was downloaded, checked against nothing).", ""]
+        lines += [(f"Not the pinned release: {', '.join(off_release)} (taken with --any-release; the sha256 below is "
+                  "what was downloaded, checked against nothing)."), ""]
     if dataset.note:
         lines += [dataset.note, ""]
     lines += ["| file | sha256 | from |", "|---|---|---|"]
