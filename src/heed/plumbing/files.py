@@ -96,7 +96,7 @@ def _replace(target: Path, mode: str, shown: str, st: os.stat_result | None) -> 
     tmp = target.with_name(f"{stem}{os.getpid()}.{os.urandom(4).hex()}.tmp")
     text = {} if mode == "wb" else {"encoding": "utf-8", "newline": "\n"}
     try:
-        f = open(tmp, mode.replace("w", "x"), **text)
+        f = open(tmp, mode.replace("w", "x"), **text)  # noqa: SIM115  # closed below, before the replace or on failure
     except OSError as e:
         raise _output_error(e, shown) from None
     try:

@@ -111,7 +111,7 @@ def parse(text: str, *, strings: bool = False) -> Any:
     """The YAML document in `text` (None for an empty one; with `strings`, every scalar a str).
     Raises YamlError."""
     try:
-        return yaml.load(text, Loader=_StrictStringLoader if strings else _StrictLoader)  # noqa: S506 (safe loaders)
+        return yaml.load(text, Loader=_StrictStringLoader if strings else _StrictLoader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         problem = e.problem or str(e).splitlines()[0]
