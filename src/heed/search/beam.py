@@ -48,12 +48,12 @@ class _Finished(NamedTuple):
     step: Tensor  # (batch, n_best) long
     row: Tensor  # (batch, n_best) long, flat row of the step's input
 
-    def put(self, index: Tensor, part: "_Finished") -> "_Finished":
+    def put(self, index: Tensor, part: _Finished) -> _Finished:
         """These sentences' rows replaced by `part`'s: index (n,) long, part (n, n_best)."""
         return _Finished(*(whole.index_copy(0, index, rows) for whole, rows in zip(self, part)))
 
     @staticmethod
-    def empty(batch: int, n_best: int, device: torch.device) -> "_Finished":
+    def empty(batch: int, n_best: int, device: torch.device) -> _Finished:
         return _Finished(torch.full((batch, n_best), NEG_INF, device=device),
                          torch.full((batch, n_best), NEG_INF, device=device),
                          torch.zeros(batch, n_best, dtype=torch.long, device=device),

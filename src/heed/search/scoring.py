@@ -163,16 +163,16 @@ class Prefix(NamedTuple):
     lengths: Tensor
     free: int = 0
 
-    def select(self, rows: Tensor) -> "Prefix":
+    def select(self, rows: Tensor) -> Prefix:
         return Prefix(self.tokens.index_select(0, rows), self.lengths.index_select(0, rows), self.free)
 
-    def repeat(self, times: int) -> "Prefix":
+    def repeat(self, times: int) -> Prefix:
         """Each row `times` times in a row (one per beam or sample)."""
         return Prefix(self.tokens.repeat_interleave(times, 0), self.lengths.repeat_interleave(times, 0), self.free)
 
     @staticmethod
     def of(prefixes: Sequence[Sequence[int]], *, pad_id: int, device: torch.device | str = "cpu",
-           free: int = 0) -> "Prefix":
+           free: int = 0) -> Prefix:
         """From one list of ids per row (an empty list: no prefix); each row's first `free` ids score 0."""
         width = max(1, max(map(len, prefixes), default=0))
         tokens = torch.full((len(prefixes), width), pad_id, dtype=torch.long)
