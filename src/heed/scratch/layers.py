@@ -42,7 +42,6 @@ class Embedding:
         np.add.at(dW, self.ids.ravel(), dout.reshape(-1, dW.shape[1]))  # repeated ids add up
         if self.padding_idx is not None:
             dW[self.padding_idx] = 0.0
-        return None
 
 
 class TimeEmbedding(Embedding):
