@@ -38,9 +38,9 @@ __all__ = [
     "MissingFontWarning",
     "attention_grid",
     "attention_heatmap",
-    "head_grid",
     "cjk_font",
     "figure_format",
+    "head_grid",
     "length_plot",
     "save_figure",
 ]
@@ -87,7 +87,7 @@ class MissingFontWarning(UserWarning):
 # ---------------------------------------------------------------- fonts
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _codepoints(path: str, face_index: int = 0) -> frozenset[int]:
     """The code points a font file maps to glyphs (its cmap), read with fontTools."""
     from fontTools.ttLib import TTFont  # a matplotlib dependency; only needed here
@@ -95,7 +95,7 @@ def _codepoints(path: str, face_index: int = 0) -> frozenset[int]:
     try:
         with TTFont(path, fontNumber=face_index, lazy=True) as font:
             return frozenset(font.getBestCmap() or ())
-    except Exception:  # an unreadable or exotic font file covers nothing, it is not an error
+    except Exception:  # noqa: BLE001  # an unreadable or exotic font file covers nothing, it is not an error
         return frozenset()
 
 
@@ -118,7 +118,7 @@ def _is_regular(entry: font_manager.FontEntry) -> bool:
     return entry.style == "normal" and entry.weight in (400, "normal", "regular", "book")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cjk_font() -> str | None:
     """Family name of an installed font with glyphs for Hangul, Kana and CJK ideographs, or None.
 
