@@ -44,7 +44,7 @@ def test_heed_prepare_loads_no_model_code():
 # docs/design.md draws the rooms; these are the arrows it forbids, read off every module's imports
 # (function-level ones too, which a lazy import would otherwise hide).
 
-import pathlib  # noqa: E402
+import pathlib
 
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "heed"
 
