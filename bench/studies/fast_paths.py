@@ -51,7 +51,7 @@ from heed.nn.rnn.decoder import _RNNDecoder
 from heed.search import DecodeConfig, search
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: floor.py, the suite's
-from floor import corpus_lengths  # noqa: E402
+from floor import corpus_lengths
 
 BATCH = 128
 
@@ -261,9 +261,9 @@ def encoder_by_groups(embed: int, hidden: int) -> None:
             lengths = torch.tensor([30 - (i % groups) for i in range(BATCH)])
             embedded = torch.randn(BATCH, 30, embed, requires_grad=True)
             distinct, counts = torch.unique(lengths, return_counts=True)
-            runs = {"packed": lambda: encoder._run_packed(embedded, lengths),
-                    "by length": lambda: encoder._run_by_length(embedded, lengths, distinct.tolist(),
-                                                                counts.tolist())}
+            runs = {"packed": lambda e=encoder, x=embedded, n=lengths: e._run_packed(x, n),
+                    "by length": lambda e=encoder, x=embedded, n=lengths, d=distinct, c=counts: e._run_by_length(
+                        x, n, d.tolist(), c.tolist())}
             cells = []
             for training in (True, False):
                 times = {}
