@@ -107,7 +107,7 @@ def _block_ngrams(logp: Tensor, seq: Tensor, n: int) -> None:
     logp.masked_fill_(banned, NEG_INF)
 
 
-def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Tensor, cfg: DecodeConfig,
+def step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Tensor, cfg: DecodeConfig,
                     model: Any, *, may_be_full: bool, prefix: Prefix | None = None) -> Tensor:
     """log p(y_t | y_<t, x) with the search's constraints applied, for output position t.
 
@@ -182,25 +182,25 @@ class Prefix(NamedTuple):
         return Prefix(tokens.to(device), lengths.to(device), free)
 
 
-def _with_prefix(max_len: Tensor, prefix: Prefix | None) -> Tensor:
+def with_prefix(max_len: Tensor, prefix: Prefix | None) -> Tensor:
     """max_len (batch,) raised to each forced prefix's length: a prefix is never cut."""
     return max_len if prefix is None else torch.maximum(max_len, prefix.lengths)
 
 
-def _extremes(max_len: Tensor) -> tuple[int, int]:
+def extremes(max_len: Tensor) -> tuple[int, int]:
     """The shortest and longest max_len of the batch, in one host sync before the step loop."""
     shortest, longest = torch.stack([max_len.min(), max_len.max()]).tolist()
     return shortest, longest
 
 
-def _checked_attention(attention: Tensor | None, cfg: DecodeConfig) -> Tensor | None:
+def checked_attention(attention: Tensor | None, cfg: DecodeConfig) -> Tensor | None:
     if attention is None and cfg.coverage_penalty:
         raise ConfigError("the coverage penalty needs a model with attention; set it to 0",
                           field="coverage_penalty")
     return attention
 
 
-def _all_rows(values: Tensor, index: Tensor, total: int, fill: float = 0) -> Tensor:
+def all_rows(values: Tensor, index: Tensor, total: int, fill: float = 0) -> Tensor:
     """values (n, ...) placed at rows `index` (n,) of a (total, ...) tensor filled with `fill`;
     `values` itself while n == total (no sentence has left the batch, so index is every row)."""
     if values.size(0) == total:
@@ -208,7 +208,7 @@ def _all_rows(values: Tensor, index: Tensor, total: int, fill: float = 0) -> Ten
     return values.new_full((total, *values.shape[1:]), fill).index_copy_(0, index, values)
 
 
-def _to_hypotheses(tokens: Tensor, lengths: Tensor, scores: Tensor, log_probs: Tensor,
+def to_hypotheses(tokens: Tensor, lengths: Tensor, scores: Tensor, log_probs: Tensor,
                    attention: Tensor | None, src_lengths: Tensor) -> list[Hypothesis]:
     """Rows into Hypothesis objects (one host transfer for everything).
 
