@@ -47,7 +47,7 @@ import heed.search
 from heed.data.batching import Batch, collate, token_batches
 from heed.data.vocab import PAD
 from heed.nn.build import ModelConfig, build_model
-from heed.nn.rnn.decoder import _RNNDecoder
+from heed.nn.rnn.decoder import RNNDecoder
 from heed.search import DecodeConfig, search
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: floor.py, the suite's
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def step_loop(b: Batch) -> None:  # the same model call, its decoder on the step loop every decoder inherits
         plain.zero_grad(set_to_none=True)
-        with mock.patch.object(type(decoder), "forward_features", _RNNDecoder.forward_features):
+        with mock.patch.object(type(decoder), "forward_features", RNNDecoder.forward_features):
             plain(b.src, b.src_lengths, b.tgt_in, need_attention=False).logits.sum().backward()
 
     row("Luong without input feeding: all target steps in one call, forward + backward",
