@@ -20,7 +20,7 @@ their file (ConfigError, ModelDirError).
 from __future__ import annotations
 
 import os
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import yaml
 from yaml.composer import ComposerError
@@ -52,13 +52,21 @@ class TooLargeError(Exception):
         super().__init__(f"too large for {what} ({got}; at most {limit >> 20} MiB); is this the right file?")
 
 
-class _Strict:
+# the loader _Strict is mixed into, as a type checker sees it (at run time the mixin's base is object,
+# and its super() calls reach the loader class it is combined with)
+if TYPE_CHECKING:
+    _Loader = yaml.SafeLoader
+else:
+    _Loader = object
+
+
+class _Strict(_Loader):
     """The refusals of anchors/aliases, duplicate keys and deep nesting (see module doc), mixed
     into a PyYAML loader."""
 
     _depth = 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             # Refused at the first sight, before any expansion: this is what defeats the alias bomb.
@@ -68,7 +76,7 @@ class _Strict:
             raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
         self._depth += 1
         try:
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 
@@ -87,7 +95,7 @@ class _Strict:
                 raise ConstructorError(None, None, f"duplicate key '{written}' (first on line {seen}); "
                                        "keep one of the two", key_node.start_mark)
             first_line[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+        return super().construct_mapping(node, deep=deep)
 
     def construct_object(self, node: Node, deep: bool = False) -> Any:
         try:
