@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import functools
 from collections.abc import Sequence
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import Discriminator, Tag, TypeAdapter
 from pydantic_core import core_schema
@@ -62,24 +62,29 @@ def without_family_tag(loc: Sequence[str | int], at: int = 0) -> tuple[list[str 
     return loc, None
 
 
-class ModelConfig(abc.ABC):
-    """Architecture: the family, then its fields (see the module doc). `ModelConfig(**fields)`
-    returns the family's config; every family config is a ModelConfig."""
+if TYPE_CHECKING:
+    # what a type checker sees: every family config is a FamilyConfig, which declares everything heed
+    # reads of a model's config outside the family's folder; inside it, a family narrows to its class
+    ModelConfig = FamilyConfig
+else:
+    class ModelConfig(abc.ABC):
+        """Architecture: the family, then its fields (see the module doc). `ModelConfig(**fields)`
+        returns the family's config; every family config is a ModelConfig."""
 
-    def __new__(cls, **fields: Any) -> Any:  # type: ignore[misc]
-        return validate_model(fields)
+        def __new__(cls, **fields: Any) -> Any:  # type: ignore[misc]
+            return validate_model(fields)
 
-    @classmethod
-    def model_validate(cls, data: Any) -> Any:
-        return validate_model(data)
+        @classmethod
+        def model_validate(cls, data: Any) -> Any:
+            return validate_model(data)
 
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
-        # Validated at call time, through the registry as it is then: a schema built into a model
-        # class (heed.config.Config) would know only the families of the moment it was built.
-        return core_schema.no_info_plain_validator_function(validate_model)
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+            # Validated at call time, through the registry as it is then: a schema built into a model
+            # class (heed.config.Config) would know only the families of the moment it was built.
+            return core_schema.no_info_plain_validator_function(validate_model)
 
+    ModelConfig.register(FamilyConfig)
 
-ModelConfig.register(FamilyConfig)
 
 __all__ = ["DEFAULT_FAMILY", "FamilyConfig", "ModelConfig", "family_of", "validate_model", "without_family_tag"]
