@@ -33,7 +33,7 @@ import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -468,7 +468,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     settings = settings or ServeSettings()
     models = dict(translators)
     infos = {name: model_info(name, t, (metrics or {}).get(name)) for name, t in models.items()}
-    batcher = Batcher(lambda key, items, abandoned: _run_batch(models, key, items, abandoned),
+    batcher = Batcher(lambda key, items, abandoned: _run_batch(models, cast(_Key, key), items, abandoned),
                       max_wait=settings.batch_wait_ms / 1000,
                       max_sentences=settings.batch_sentences, max_queue=settings.max_queue,
                       slice_work=settings.slice_work, enabled=settings.batching)
@@ -697,7 +697,7 @@ class _Routes:
             search = [search_work(width, t) for t in steps]
         self._within(attribute_cost([s for s, _ in sizes], [t for _, t in sizes], points=request.steps,
                                     method=request.method, search=search))
-        targets = request.targets or [None] * len(request.sentences)
+        targets: list[str | list[str] | None] = [*request.targets] if request.targets else [None] * len(request.sentences)
         key = _Key(name, "attribute", method=request.method, steps=request.steps,
                    languages=(request.src_lang, request.tgt_lang))
         a_turn_each = [self.settings.slice_work] * len(request.sentences)  # explained a sentence at a time

@@ -22,7 +22,9 @@ def _optional_decode_fields() -> dict[str, Any]:
     """Every DecodeConfig field as an optional request field with the same limits."""
     fields: dict[str, Any] = {}
     for name, info in DecodeConfig.model_fields.items():
-        annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        # the field's type with its constraints (Annotated[type, *metadata]), the tuple spelt out for Python 3.10
+        typed = (info.annotation, *info.metadata)
+        annotation = Annotated[typed] if info.metadata else info.annotation
         # Optional[...], not `| None`: an annotation built at run time from a field's type, whichever
         # typing form that is (`|` is defined on classes, not on every form typing has)
         fields[name] = (Optional[annotation],  # noqa: UP045
@@ -37,11 +39,17 @@ class _Pair(_Strict):
                                                       "model's)")
 
 
-DecodeOptions = create_model("DecodeOptions", __base__=_Pair, **_optional_decode_fields())
+def _decode_options() -> Any:
+    """The model of every decode option, made at run time from DecodeConfig (so to a type checker
+    it is Any: it cannot know the fields)."""
+    return create_model("DecodeOptions", __base__=_Pair, **_optional_decode_fields())
+
+
+DecodeOptions = _decode_options()
 DECODE_FIELDS = tuple(DecodeConfig.model_fields)
 
 
-class TranslateRequest(DecodeOptions):  # type: ignore[misc, valid-type]
+class TranslateRequest(DecodeOptions):  # type: ignore[misc, valid-type]  # a base made at run time
     """Sentences to translate, with any decoding option."""
 
     model: str | None = Field(None, description="a loaded model's name (GET /v1/models); may be left out "
@@ -309,7 +317,9 @@ def reading_request(reading: Any) -> type[BaseModel]:
         return made[1]
     fields: dict[str, Any] = {}
     for name, info in reading.options.model_fields.items():
-        annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        # the field's type with its constraints (Annotated[type, *metadata]), the tuple spelt out for Python 3.10
+        typed = (info.annotation, *info.metadata)
+        annotation = Annotated[typed] if info.metadata else info.annotation
         fields[name] = (annotation, Field(info.default, description=info.description))
     title = "".join(part.capitalize() for part in reading.name.split("_"))
     model = create_model(f"Explain{title}Request", __base__=ExplainRequest, __doc__=reading.summary[:1].upper() +
