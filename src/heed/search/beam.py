@@ -313,7 +313,11 @@ def beam_search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: Decod
     fin = _Finished.empty(batch, cfg.n_best, device)  # (batch, n_best) where the done sentences' go
     for t in range(longest + 1):
         n = act.ids.numel()
-        out = model.step(prev, state, act.enc) if t else first_rows
+        if t:
+            assert prev is not None and state is not None  # step t - 1's
+            out = model.step(prev, state, act.enc)
+        else:
+            out = first_rows
         attn = checked_attention(out.attention, cfg)
         logp = step_log_probs(out.logits, t, seq, act.row_max_len, cfg, model,
                                may_be_full=t >= shortest, prefix=act.prefix)  # (n * beam, vocab)
@@ -321,6 +325,7 @@ def beam_search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: Decod
         local_parent = parent + act.first_row  # rows of this input
         step_coverage = None  # (n * beam, src_len) each live beam's coverage including this step
         if cfg.coverage_penalty:
+            assert attn is not None  # checked_attention refused a model without attention
             step_coverage = attn.float() if coverage is None else coverage + attn.float()
         # Most steps finish nothing. On the CPU asking costs less than _finish's dozen small ops
         # (beam 5 at batch 1: 7% of the decode); on a GPU the question is a device sync, so it always runs.
@@ -414,6 +419,7 @@ def beam_search_one(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: D
             parent = [0] * len(parent)  # the copies are the first step's one row
         step_coverage = None
         if cfg.coverage_penalty:
+            assert attn is not None  # checked_attention refused a model without attention
             step_coverage = attn.float() if coverage is None else coverage + attn.float()  # (rows, src_len)
 
         finished = _finish_one(finished, cand_lp, token, parent, t, step_coverage, src_mask, cfg, eos)

@@ -77,6 +77,7 @@ def hypothesis_score(log_prob: Tensor, lengths: Tensor, coverage: Tensor | None,
     log_prob (...), lengths (...) with EOS, coverage (..., src_len) or None when beta = 0."""
     score = log_prob / length_penalty(lengths, cfg.length_penalty, cfg.length_norm)
     if cfg.coverage_penalty:
+        assert coverage is not None and mask is not None, "the coverage penalty's attention sums and mask"
         score = score + coverage_penalty(coverage, mask, cfg.coverage_penalty)
     return score
 
@@ -138,7 +139,7 @@ def step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Tens
         logp[:, eos] = NEG_INF
     if cfg.no_repeat_ngram and seq is not None:
         _block_ngrams(logp, seq, cfg.no_repeat_ngram)
-    if may_be_full:
+    if raw_eos is not None:  # may_be_full
         full = row_max_len <= t  # (rows,) output full: EOS only
         logp.masked_fill_(full.unsqueeze(1), NEG_INF)
         logp[:, eos] = torch.where(full, raw_eos, logp[:, eos])
