@@ -90,7 +90,7 @@ class Reading:
         if callable(self.run):
             return self.run
         module, _, function = self.run.partition(":")
-        return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), function)
 
     def refusal(self, model: Any) -> str | None:
         """The one line a model that is not what this reading needs is refused with; None for one that is."""
