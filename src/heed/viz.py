@@ -346,9 +346,10 @@ def _draw_heatmap(
     return image
 
 
-def _colorbar(fig: FigureBase, image: Any, axes: Any, label: str, **size: float) -> None:
+def _colorbar(fig: FigureBase, image: Any, axes: Any, label: str, *, fraction: float, pad: float,
+              aspect: float) -> None:
     """The 0..1 colour scale beside `axes` (one axes or a list), labelled, without a frame."""
-    colorbar = fig.colorbar(image, ax=axes, **size)
+    colorbar = fig.colorbar(image, ax=axes, fraction=fraction, pad=pad, aspect=aspect)
     colorbar.set_label(label, fontfamily=BASE_FONT, fontsize=9)
     colorbar.ax.tick_params(labelsize=8)
     colorbar.outline.set_visible(False)
@@ -423,7 +424,7 @@ def attention_grid(
 
     n = len(items)
     sizes = []
-    for (src, tgt, _), title in zip(items, titles or [None] * n):
+    for (src, tgt, _), title in zip(items, titles or [""] * n):  # "": no title
         w, h = _heatmap_size([display_token(t) for t in src], [display_token(t) for t in tgt], bool(title))
         sizes.append((w - 0.8, h))  # the colorbar is shared
     widest = sorted((w for w, _ in sizes), reverse=True)
@@ -438,8 +439,8 @@ def attention_grid(
     axes = [fig.add_subplot(grid[k // cols, k % cols]) for k in range(n)]
     image = None
     for k, ((src, tgt, _), matrix) in enumerate(zip(items, matrices)):
-        title = titles[k] if titles is not None else None
-        image = _draw_heatmap(axes[k], src, tgt, matrix, family=family, title=title)
+        heading = titles[k] if titles is not None else None
+        image = _draw_heatmap(axes[k], src, tgt, matrix, family=family, title=heading)
         axes[k].set_aspect("equal", adjustable="box")  # square cells, whatever the panel's share
         axes[k].set_anchor("W")
     _colorbar(fig, image, axes, label, fraction=0.03, pad=0.02, aspect=40)
