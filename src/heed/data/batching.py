@@ -69,11 +69,11 @@ class _Tensors:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Self:
         """A copy with every tensor on `device`."""
-        return replace(self, **{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})  # type: ignore[arg-type]
+        return replace(self, **{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})  # type: ignore[type-var, arg-type]
 
     def pin_memory(self) -> Self:
         """A copy in page-locked memory, for `to("cuda", non_blocking=True)` (needs CUDA)."""
-        return replace(self, **{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})  # type: ignore[arg-type]
+        return replace(self, **{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})  # type: ignore[type-var, arg-type]
 
 
 @dataclass

@@ -37,6 +37,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import heed
 from heed.errors import DataError, HeedError, OutputError
@@ -184,7 +185,7 @@ def _fetch(url: str, name: str, progress: Progress | None) -> bytes:
         raise HeedError(f"{url}: cannot download ({reason}); check the network, or give --mirror") from None
 
 
-def _inflated(stream: io.BufferedIOBase, member: str, url: str) -> bytes:
+def _inflated(stream: io.BufferedIOBase | IO[bytes], member: str, url: str) -> bytes:
     """All of `stream`, inflated, or a DataError once it passes MAX_INFLATED_BYTES (read in bounded
     pieces, so a zip bomb costs at most that much memory)."""
     data = stream.read(MAX_INFLATED_BYTES + 1)

@@ -103,7 +103,7 @@ def parse_gold_pharaoh(
 def read_text_lines(path: str | Path) -> list[str]:
     """The lines of a Pharaoh file; a DataError naming the line for one over MAX_LINE_CHARS (read
     no further than that)."""
-    lines = []
+    lines: list[str] = []
     try:
         with open_regular(path, "r", encoding="utf-8") as f:
             while line := f.readline(MAX_LINE_CHARS + 1):
@@ -158,8 +158,8 @@ def read_gold_for(path: str | Path, sizes: Sequence[tuple[int, int] | None], *, 
         size = sizes[number - 1] if number <= len(sizes) else None  # a line too many: counted below
         if size is not None:
             most = size[0] * size[1]
-            links = _count_tokens(line, most)
-            if links > most:
+            count = _count_tokens(line, most)
+            if count > most:
                 raise DataError(f"more than {most:,} links, but the sentence pair has {size[0]} source words and "
                                 f"{size[1]} target {unit}: at most one link for each pair of them", path=path,
                                 line=number)

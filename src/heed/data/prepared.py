@@ -161,7 +161,7 @@ class ShardWriter:
             name = shard_file(index, part)
             with open(self.directory / name, "wb") as f:
                 out = _HashingFile(f)
-                np.lib.format.write_array(out, np.ascontiguousarray(values),  # type: ignore[arg-type]
+                np.lib.format.write_array(out, np.ascontiguousarray(values),
                                           allow_pickle=False)
             files[part] = {"file": name, "bytes": out.size, "sha256": out.digest.hexdigest()}
         self.shards.append({"sentences": len(lengths), "src_tokens": self._used["src"],

@@ -291,7 +291,7 @@ class PretrainedPieces(SentencePieceTokenizer):
         a HeedError naming the code when the model has no such language, or none at all."""
         if code is not None and code not in self.languages:
             if not self.languages:
-                return super().for_language(code)  # refused: no language tokens
+                return super().for_language(code)  # type: ignore[return-value]  # refused (raises): no language tokens
             close = closest_languages(code, self.languages)
             raise HeedError(f"language {code!r} is not one of this model's {len(self.languages)}"
                             + (f"; did you mean {', '.join(close)}?" if close else
