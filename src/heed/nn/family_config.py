@@ -22,7 +22,7 @@ with warnings.catch_warnings():
         model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
         family: str = Field(description="the model family")
-        copy: bool = Field(  # type: ignore[assignment]  (the field BaseModel.copy's name: see above)
+        copy: bool = Field(  # type: ignore[assignment]  # the field BaseModel.copy's name: see above
             False, description="copy attention: source tokens copied to the output (a family without it leaves this "
                                "false)")
 

@@ -50,7 +50,7 @@ def _adapter(lines: tuple[tuple[str, FamilyLine], ...]) -> TypeAdapter[Any]:
 def validate_model(data: Any) -> FamilyConfig:
     """`data` (a `model:` mapping or a family config) as its family's config, among the families
     registered now; a pydantic ValidationError otherwise."""
-    return _adapter(tuple(families.FAMILIES.items())).validate_python(data)  # type: ignore[no-any-return]
+    return _adapter(tuple(families.FAMILIES.items())).validate_python(data)
 
 
 def without_family_tag(loc: Sequence[str | int], at: int = 0) -> tuple[list[str | int], type[FamilyConfig] | None]:

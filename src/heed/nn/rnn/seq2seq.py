@@ -135,7 +135,7 @@ class Seq2Seq(nn.Module):
             cross_entropy = generator_loss(features.features, self.decoder.generator, batch.tgt_out,
                                            ignore_index=self.pad_id, label_smoothing=label_smoothing)
             attention = features.attention
-        heads = None if attention_layer is None else attention[:, None]  # type: ignore[index]
+        heads = None if attention_layer is None else attention[:, None]
         if not weighted:
             return SeqLoss(cross_entropy, cross_entropy, None, heads)
         assert attention is not None
