@@ -67,7 +67,7 @@ def load(path: str) -> Any:
 
 def config_class(name: str) -> type[FamilyConfig]:
     """Family `name`'s `model:` class (torch-free); KeyError for a family not registered."""
-    return load(FAMILIES[name].config)  # type: ignore[no-any-return]
+    return load(FAMILIES[name].config)
 
 
 def config_classes() -> dict[str, type[FamilyConfig]]:
@@ -77,7 +77,7 @@ def config_classes() -> dict[str, type[FamilyConfig]]:
 
 def family(name: str) -> Family:
     """Family `name`'s torch half (heed.nn.build.Family); imports its model code."""
-    return load(FAMILIES[name].family)  # type: ignore[no-any-return]
+    return load(FAMILIES[name].family)
 
 
 def families() -> dict[str, Family]:
@@ -93,7 +93,7 @@ class LazyMapping(Mapping[str, V]):
         self._paths = dict(paths)
 
     def __getitem__(self, key: str) -> V:
-        return load(self._paths[key])  # type: ignore[no-any-return]
+        return load(self._paths[key])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._paths)

@@ -20,7 +20,7 @@ their file (ConfigError, ModelDirError).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 from yaml.composer import ComposerError
@@ -130,7 +130,7 @@ def parse(text: str, *, strings: bool = False) -> Any:
         raise YamlError(str(e).splitlines()[0]) from None
 
 
-def read_capped(f: BinaryIO, limit: int = MAX_BYTES) -> bytes:
+def read_capped(f: IO[bytes], limit: int = MAX_BYTES) -> bytes:
     """All of `f`, or TooLargeError past `limit` bytes (read stops there, so /dev/zero cannot fill memory)."""
     data = f.read(limit + 1)
     if len(data) > limit:

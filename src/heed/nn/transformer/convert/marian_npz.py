@@ -195,9 +195,9 @@ class Npz(Mapping[str, torch.Tensor]):
     def _header(self, f: IO[bytes], name: str) -> tuple[tuple[int, ...], bool, np.dtype[Any]]:
         version = np.lib.format.read_magic(f)
         if version == (1, 0):
-            return np.lib.format.read_array_header_1_0(f)  # type: ignore[no-any-return]
+            return np.lib.format.read_array_header_1_0(f)
         if version == (2, 0):
-            return np.lib.format.read_array_header_2_0(f)  # type: ignore[no-any-return]
+            return np.lib.format.read_array_header_2_0(f)
         raise ValueError(f".npy version {version} is not one Marian writes")
 
     def shape(self, name: str) -> tuple[int, ...]:
