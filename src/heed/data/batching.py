@@ -152,7 +152,8 @@ def _cuts(widths: Sequence[int], batch_tokens: int, max_sentences: int | None) -
     size = widest = 0
     limit = len(widths) + 1 if max_sentences is None else max_sentences
     for k, width in enumerate(widths):  # plain comparisons, no max(): once per training pair per epoch
-        width = max(width, widest)
+        if width < widest:  # noqa: PLR1730  # no max(): see the loop's comment
+            width = widest
         if size and (size >= limit or (size + 1) * width > batch_tokens):
             cuts.append(k)
             size, width = 0, widths[k]

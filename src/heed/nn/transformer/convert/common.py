@@ -125,7 +125,7 @@ class WeightFile:
                 try:
                     check_regular(self.path)
                     with safe_open(str(self.path), "pt") as f:
-                        self._shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f}
+                        self._shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118  # safetensors' safe_open is not iterable
                 except (SafetensorError, OSError, RuntimeError, ValueError) as e:
                     raise _unreadable(self.path, e) from None
             else:
