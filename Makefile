@@ -17,7 +17,7 @@ STAMP  := $(VENV)/.heed-installed
 $(STAMP): pyproject.toml tools/make_venv.py
 	$(PYTHON) tools/make_venv.py $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install torch==2.13.0
-	$(BIN)/python -m pip install -e '.[dev,docs,serve,onnx,ct2,explain,hub,markup,subtitles]'
+	$(BIN)/python -m pip install -e '.[dev,docs,serve,onnx,ct2,argos,explain,hub,markup,subtitles]'
 	$(BIN)/python -m pip install -e '.[align]' || echo "eflomal could not be built (no C compiler?): heed data align and its tests are skipped" >&2
 	touch $(STAMP)
 

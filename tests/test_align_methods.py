@@ -473,7 +473,8 @@ def test_training_records_the_best_reading_on_the_dev_gold_and_heed_align_uses_i
     (tmp_path / "t").write_text("\n".join(tgt) + "\n", encoding="utf-8")
     files = ["--src", tmp_path / "s", "--tgt", tmp_path / "t", "--tgt-units", "chars"]
     chosen = AlignOptions(method=reading["method"], layer=reading["layer"], head=reading["head"],
-                          weights=reading["weights"], tgt_units="chars")
+                          weights=reading["weights"], tgt_units="chars", join=reading["join"],
+                          null_threshold=reading["null_threshold"])
     want = "".join(" ".join(f"{i}-{j}" for i, j in sorted(a.links)) + "\n" for a in translator.align(src, tgt, options=chosen))
     out = invoke("align", tmp_path / "run", *files)
     assert out.exit_code == 0, out.output

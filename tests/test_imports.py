@@ -17,7 +17,8 @@ def test_importing_the_api_does_not_import_the_trainer():
 
 def test_importing_the_exported_model_runtime_loads_neither_the_trainer_nor_onnx():
     assert _loaded_after("import heed.api, heed.export.ort, heed.export.onnx, heed.export.load, heed.export.ct2, "
-                         "heed.export.ct2_run", ("heed.train", "onnx", "onnxruntime", "ctranslate2")) == []
+                         "heed.export.ct2_run, heed.export.argos, heed.export.argos_sbd",
+                         ("heed.train", "onnx", "onnxruntime", "ctranslate2", "argostranslate", "minisbd")) == []
 
 
 def test_reading_a_config_loads_neither_torch_nor_the_model_code():

@@ -256,6 +256,11 @@ class AlignUnits(str, enum.Enum):
     chars = "chars"
 
 
+class AlignJoin(str, enum.Enum):
+    sum = "sum"
+    max = "max"
+
+
 class SymmetrizeHow(str, enum.Enum):
     intersect = "intersect"
     union = "union"
@@ -273,6 +278,13 @@ WEIGHTS_OPTION = typer.Option(None, "--weights", help="attention: the weights as
                               "directory; rollout and alti mix the heads (--layer, no --head). Default: the model's "
                               "default reading: the weights training recorded, else the measured rule's (value-norm "
                               "for a Transformer model directory, attention for an RNN, an ensemble or an export).")
+JOIN_OPTION = typer.Option(None, "--join", help="How a source word's pieces join: sum (the chance of looking at any of "
+                           "them) or max (its sharpest piece). Default: what training measured on its dev gold, else "
+                           "sum.")
+NULL_THRESHOLD_OPTION = typer.Option(None, "--null-threshold", help="In [0, 1]: leave a target word unlinked when its "
+                                     "best source word holds less than this share of its row's weight on the source "
+                                     "(null links; 0 links every word). Default: what training measured on its dev "
+                                     "gold, else 0.")
 SYMMETRIZE_OPTION = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="With --reverse: keep links both "
                                  "agree on (intersect), either has (union), or grow-diag-final-and (Koehn et al. 2005).")
 
@@ -297,6 +309,8 @@ def align(
                                        "their mean), or 'mean'. Default: the heads guided alignment trained, else the "
                                        "mean of the layer's heads."),
     weights: AlignWeights | None = WEIGHTS_OPTION,
+    join: AlignJoin | None = JOIN_OPTION,
+    null_threshold: float | None = NULL_THRESHOLD_OPTION,
     tgt_units: AlignUnits = typer.Option(AlignUnits.words, "--tgt-units", help="Target positions in whitespace words, "
                                          "or in characters (spaces not counted; the dates task's gold is so)."),
     reverse: Path | None = typer.Option(None, "--reverse", help="A model trained the other way (target -> "
@@ -335,7 +349,9 @@ def align(
     pre-norm Transformer and of the mean of all layers for a post-norm one; argmax of an RNN's
     attention as it is; an ensemble's or an export's reported attention (the last layer's heads
     averaged). --layer, --head, --method and --weights choose another reading, and --sweep --gold
-    scores them all. With --gold the alignment error rate goes to stdout, or to
+    scores them all. --join and --null-threshold say how source pieces join and when a target word
+    is left unlinked, on whichever reading (the recorded reading's own, measured at training, by
+    default). With --gold the alignment error rate goes to stdout, or to
     stderr when the alignments do, beside the diagonal baseline (target word j -> source word
     round(j*|src|/|tgt|)), which a useful reading must beat. --beside OTHER reads the pairs with
     another model (its int8 export, say) and says how far its attention and links are."""
@@ -345,7 +361,8 @@ def align(
     from heed.explain.forced import attention_shape
 
     options = _align_options(method, layer, head, tgt_units, weights, gold=gold, sweep_all=sweep_all, reference=reference,
-                             reverse=reverse, output=output, beside=beside, plot=plot)
+                             reverse=reverse, output=output, beside=beside, plot=plot, join=join,
+                             null_threshold=null_threshold)
     pairs = list(read_parallel(src, tgt, streams=True))
     src_texts, tgt_texts = [p.src for p in pairs], [p.tgt for p in pairs]
     units = [(len(p.src.split()), unit_count(p.tgt, options.tgt_units)) for p in pairs]
@@ -354,7 +371,8 @@ def align(
     # Cut after the gold is read against the whole pairs: its links past a cut count as missed.
     src_texts = cut_long_texts(translator, src_texts, str(src), side="src")
     tgt_texts = cut_long_texts(translator, tgt_texts, str(tgt))
-    options = _recorded_reading_of(translator, options, given=(method, layer, head, weights))
+    options = _words_asked(_recorded_reading_of(translator, options, given=(method, layer, head, weights)), join,
+                           null_threshold)
     other = None if beside is None else with_pair(Translator.load(beside, device=device), languages)
     if sweep_all:
         default = translator.default_reading(options.tgt_units)
@@ -387,14 +405,19 @@ def align(
 def _align_options(method: AlignMethod | None, layer: str | None, head: str | None, tgt_units: AlignUnits,
                    weights: AlignWeights | None, *,
                    gold: Path | None, sweep_all: bool, reference: Path | None, reverse: Path | None,
-                   output: Path | None, beside: Path | None, plot: Path) -> AlignOptions:
+                   output: Path | None, beside: Path | None, plot: Path, join: AlignJoin | None = None,
+                   null_threshold: float | None = None) -> AlignOptions:
     """`heed align`'s reading of the attention, once its flags are known to go together."""
-    from heed.explain.align_methods import AlignOptions, parse_index
+    from heed.explain.align_methods import AlignOptions, check_null_threshold, parse_index
 
     try:
-        options = AlignOptions(method=(method or AlignMethod.argmax).value, layer=parse_index(layer, "--layer"),
-                               head=parse_index(head, "--head", several=True), tgt_units=tgt_units.value,
-                               weights=(weights or AlignWeights.attention).reading)
+        if null_threshold is not None:
+            check_null_threshold(null_threshold, "--null-threshold")
+        options = _words_asked(AlignOptions(method=(method or AlignMethod.argmax).value,
+                                            layer=parse_index(layer, "--layer"),
+                                            head=parse_index(head, "--head", several=True), tgt_units=tgt_units.value,
+                                            weights=(weights or AlignWeights.attention).reading),
+                               join, null_threshold)
     except ValueError as e:
         raise HeedError(str(e)) from None
     if sweep_all and gold is None and reference is None:
@@ -438,6 +461,15 @@ def _align_all(translator: Translator, src_texts: list[str], tgt_texts: list[str
     return links
 
 
+def _words_asked(options: AlignOptions, join: AlignJoin | None, null_threshold: float | None) -> AlignOptions:
+    """`options` with --join and --null-threshold where given (checked by _align_options)."""
+    from dataclasses import replace
+
+    if join is not None:
+        options = replace(options, join=join.value)
+    return options if null_threshold is None else replace(options, null_threshold=null_threshold)
+
+
 def _recorded_reading_of(translator: Translator, options: AlignOptions, *, given: tuple[Any, ...]) -> AlignOptions:
     """With no reading flag `given`: the model's default reading (Translator.default_reading: the one
     training recorded, or the rule measured for its kind), with the units asked for, said on stderr
@@ -462,7 +494,8 @@ def _reading_beside(translator: Translator, other: Translator, options: AlignOpt
     from heed.explain.align_methods import AlignOptions, check_selection
     from heed.explain.forced import attention_shape, check_weights
 
-    plain = AlignOptions(method=options.method, tgt_units=options.tgt_units)
+    plain = AlignOptions(method=options.method, tgt_units=options.tgt_units, join=options.join,
+                         null_threshold=options.null_threshold)
     grid = attention_shape(translator.model)[:2]
     if grid == (1, 1) and options.weights == "attention":
         return plain  # layer 0, head 0 of one attention is the attention every model reports

@@ -25,7 +25,15 @@ def export_command(
                                       "alignments; needs heed-nmt[ct2]). Its greedy output and best beam "
                                       "hypothesis are heed's; below the best, an n-best list is CTranslate2's "
                                       "search's, which can miss a hypothesis heed's finds (most often a short "
-                                      "one) and show the next instead."),
+                                      "one) and show the next instead. argos: an Argos Translate package "
+                                      "(-o NAME.argosmodel) of the CTranslate2 model, for LibreTranslate: a "
+                                      "Transformer with one SentencePiece model for both sides "
+                                      "(data.shared_vocab); needs --source-lang, --target-lang and "
+                                      "heed-nmt[argos]."),
+    source_lang: str = typer.Option(None, "--source-lang", help="With --format argos: the source language's "
+                                    "ISO 639 code (en), as LibreTranslate lists it."),
+    target_lang: str = typer.Option(None, "--target-lang", help="With --format argos: the target language's "
+                                    "ISO 639 code."),
 ) -> None:
     """Export a model for deployment: the model for a runtime (ONNX graphs, or CTranslate2's model
     with --format ctranslate2), the tokenizers and vocabularies, and a manifest (heed version, model
@@ -34,5 +42,10 @@ def export_command(
     (or '[ct2]')."""
     from heed.export.onnx import export_model
 
-    out = export_model(model, output, int8=int8, kind=export_format)
+    if export_format == "argos":
+        from heed.export.argos import export_argos
+
+        out = export_argos(model, output, source_lang=source_lang, target_lang=target_lang, int8=int8)
+    else:
+        out = export_model(model, output, int8=int8, kind=export_format)
     typer.echo(f"exported {model} -> {out} ({export_format}{', int8' if int8 else ''})")

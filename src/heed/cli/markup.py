@@ -80,16 +80,18 @@ def carried(translator: Translator, documents: list[Marked], targets: list[str] 
     results: list[str] = []
     for start in range(0, len(documents), CHUNK):
         chunk = documents[start:start + CHUNK]
+        own = None
         if targets is None:
             sentences = [s for d in chunk for s in d.sentences]
-            translated = [t.text for t in translator.translate(sentences, decode=cfg)] if sentences else []
-            given, at = [], 0
+            translated = translator.translate(sentences, decode=cfg) if sentences else []
+            own, at = [], 0
             for d in chunk:
-                given.append(translated[at:at + len(d.sentences)])
+                own.append(translated[at:at + len(d.sentences)])
                 at += len(d.sentences)
+            given = [[t.text for t in d] for d in own]
         else:
             given = [[t] if d.sentences else [] for d, t in zip(chunk, targets[start:start + CHUNK])]
-        results += [line.replace("\n", " ") for line in carry_many(translator, chunk, given)]
+        results += [line.replace("\n", " ") for line in carry_many(translator, chunk, given, translations=own)]
         bar.advance(len(chunk))
     return results
 

@@ -32,6 +32,7 @@ _LINK = re.compile(r"(\d+)(?:-(\d+)(?:-([SPsp]))?|[?p](\d+))")
 _TOKEN = re.compile(r"\S+")
 MAX_LINE_CHARS = 1 << 20  # 1M characters: some 100,000 links, far more than any sentence pair's
 MAX_POSITION_DIGITS = 9  # a word position below a billion; Python refuses to read an int past 4,300 digits
+COUNTED_LINKS = 4096  # a line of more links than this and than its pair has is refused unparsed
 SHOWN_CHARS = 40  # the most of a malformed token a message repeats
 
 
@@ -157,9 +158,11 @@ def read_gold_for(path: str | Path, sizes: Sequence[tuple[int, int] | None], *, 
     for number, line in enumerate(lines, 1):
         size = sizes[number - 1] if number <= len(sizes) else None  # a line too many: counted below
         if size is not None:
+            # Counted before parsing only where the line is far past its pair: a short line with a
+            # link outside the pair is told so by the parser, more usefully than by a count.
             most = size[0] * size[1]
-            count = _count_tokens(line, most)
-            if count > most:
+            count = _count_tokens(line, max(most, COUNTED_LINKS))
+            if count > max(most, COUNTED_LINKS):
                 raise DataError(f"more than {most:,} links, but the sentence pair has {size[0]} source words and "
                                 f"{size[1]} target {unit}: at most one link for each pair of them", path=path,
                                 line=number)

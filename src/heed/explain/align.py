@@ -99,17 +99,20 @@ def target_word_mean(tgt_word_ids: Sequence[int | None]) -> np.ndarray:
     return np.divide(mean, pieces, out=np.zeros_like(mean), where=pieces > 0)
 
 
-def hard_alignment(weights: Any) -> list[Link]:
+def hard_alignment(weights: Any, null_threshold: float = 0.0) -> list[Link]:
     """For each target position j, the source position i it attends to most: `[(i, j), ...]`.
 
     `weights`: `(tgt_len, src_len)`. Pairs come in target order, source first (Pharaoh order).
     Ties go to the leftmost source position. Rows that are all zero (padding steps, which
-    `masked_softmax` gives weights of exactly 0) get no link.
+    `masked_softmax` gives weights of exactly 0) get no link, and neither does a row whose largest
+    weight is less than `null_threshold` of the row's sum (a null link: a diffuse row looks nowhere).
     """
     matrix = weight_matrix(weights)  # (tgt_len, src_len)
-    best = matrix.argmax(axis=1).tolist()  # (tgt_len,)
-    real = (matrix != 0).any(axis=1).tolist()  # (tgt_len,): one array pass, not a np.any a row
-    return [(i, j) for j, (i, r) in enumerate(zip(best, real)) if r]
+    best = matrix.argmax(axis=1)  # (tgt_len,)
+    top = matrix.max(axis=1, initial=0.0)  # (tgt_len,)
+    total = matrix.sum(axis=1)  # (tgt_len,)
+    keep = (top != 0) & (top >= null_threshold * total)  # an all-zero row: no link whatever the threshold
+    return [(i, j) for j, (i, k) in enumerate(zip(best.tolist(), keep.tolist())) if k]
 
 
 
@@ -152,6 +155,16 @@ class AerCounts:
         self.a_and_p += len(a & p)
         self.n_a += len(a)
         self.n_s += len(s)
+
+    @property
+    def precision(self) -> float:
+        """|A ∩ P| / |A| (Och & Ney 2003); 1 with no hypothesis links (nothing claimed, nothing wrong)."""
+        return self.a_and_p / self.n_a if self.n_a else 1.0
+
+    @property
+    def recall(self) -> float:
+        """|A ∩ S| / |S| (Och & Ney 2003); 1 with no sure gold links."""
+        return self.a_and_s / self.n_s if self.n_s else 1.0
 
     @property
     def aer(self) -> float:

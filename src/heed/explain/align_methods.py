@@ -15,8 +15,15 @@ token k (row tgt_len predicts </s>). From that stack an `AlignOptions` picks:
 - the target units: whitespace `words` (the Pharaoh convention), or the target's `chars` (spaces
   left out; what the generated dates task's gold alignments are written in);
 
+- how a source word's pieces join (`join`): summed (a word's weight is the chance of looking at any
+  of its pieces, heed.explain.align.word_attention's way) or their largest;
+- when a target unit is left unlinked (`null_threshold`, null links): a gold leaves words aligned
+  to nothing (function words, punctuation, the dates task's "-"), and a diffuse row is the model
+  saying it looked nowhere in particular. A unit whose best source word holds less than
+  `null_threshold` of the row's weight on the source's words gets no link; 0 links every unit.
+
 then links every target unit to the source word with the most weight (heed.explain.align.hard_alignment). Source units are always
-whitespace words: pieces of a source word are summed (heed.explain.align.word_attention).
+whitespace words.
 
 Baselines that need no model: `diagonal_alignment` (target unit j -> source word
 round(j * |src| / |tgt|)) and any Pharaoh file (a fast_align run). `symmetrize` joins a forward
@@ -43,6 +50,11 @@ WEIGHTS: tuple[Weights, ...] = ("attention", "value_norm", "rollout", "alti")
 THROUGH_LAYERS: tuple[Weights, ...] = ("rollout", "alti")
 WEIGHT_NAMES: dict[Weights, str] = {"attention": "attention", "value_norm": "value norms", "rollout": "rollout",
                                     "alti": "ALTI+"}
+Join = Literal["sum", "max"]
+JOINS: tuple[Join, ...] = ("sum", "max")
+# The thresholds training measures on its dev gold (heed.train.alignment): 0 (every unit linked)
+# first, so that it wins ties.
+NULL_THRESHOLDS: tuple[float, ...] = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 Symmetrize = Literal["intersect", "union", "grow-diag-final"]
 METHODS: tuple[Method, ...] = ("argmax", "shift")
 SYMMETRIZE: tuple[Symmetrize, ...] = ("intersect", "union", "grow-diag-final")
@@ -63,6 +75,10 @@ class AlignOptions:
              "rollout" (Abnar & Zuidema 2020) or "alti" (ALTI+, Ferrando et al. 2022): what each
              source token contributed to the prediction through every layer up to `layer`, all
              heads mixed (heed.explain.contributions), so `head` must be left unset
+    join:    how a source word's pieces join: "sum" (default) or "max" (its sharpest piece)
+    null_threshold: in [0, 1]; a target unit whose largest weight on a source word is less than
+             this share of its row's weight on the source's words is left unlinked (0: every unit
+             linked, as heed always did)
     """
 
     method: Method = "argmax"
@@ -70,8 +86,13 @@ class AlignOptions:
     head: int | tuple[int, ...] | Literal["mean"] | None = None
     tgt_units: Units = "words"
     weights: Weights = "attention"
+    join: Join = "sum"
+    null_threshold: float = 0.0
 
     def __post_init__(self) -> None:
+        check_null_threshold(self.null_threshold)
+        if self.join not in JOINS:
+            raise ValueError(f"join must be one of {', '.join(JOINS)}, got {self.join!r}")
         if self.method not in METHODS:
             raise ValueError(f"alignment method must be one of {', '.join(METHODS)}, got {self.method!r}")
         if self.tgt_units not in ("words", "chars"):
@@ -101,11 +122,16 @@ class AlignOptions:
         if self.weights in THROUGH_LAYERS:
             layer = ("the last decoder layer" if self.layer is None else "each decoder layer's, averaged"
                      if self.layer == MEAN else f"up to decoder layer {self.layer}")
-            return f"{method}, {WEIGHT_NAMES[self.weights]} {layer}"
+            return f"{method}, {WEIGHT_NAMES[self.weights]} {layer}{self._words()}"
         weighed = ", weighed by value norms" if self.weights == "value_norm" else ""
         if head_grid == (1, 1):
-            return f"{method}, the attention{weighed}"
-        return f"{method}, {self.selection()}{weighed}"
+            return f"{method}, the attention{weighed}{self._words()}"
+        return f"{method}, {self.selection()}{weighed}{self._words()}"
+
+    def _words(self) -> str:
+        """How pieces join and when a unit stays unlinked, where not the default."""
+        joined = ", pieces' max" if self.join == "max" else ""
+        return joined + (f", unlinked below {self.null_threshold:g}" if self.null_threshold > 0 else "")
 
     def selection(self) -> str:
         """Which heads this reads: 'layer 2, head 0', 'all layers, mean of heads 1, 3' style."""
@@ -120,14 +146,23 @@ def _is_index(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def check_null_threshold(value: Any, name: str = "null threshold") -> None:
+    """ValueError in one line unless `value` is a number in [0, 1] (NaN and infinities are not)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not 0.0 <= value <= 1.0:  # NaN fails both comparisons
+        raise ValueError(f"{name} must be a number in [0, 1] (a share of a row's weight), got {value!r}")
+
+
 def recorded_options(reading: Mapping[str, Any], tgt_units: Units | None = None) -> AlignOptions:
     """The AlignOptions of a reading training recorded (heed.json's "alignment": method, layer, head,
-    weights, units), in `tgt_units` (default: the recorded units). ValueError, KeyError or
-    TypeError for an entry heed did not write."""
+    weights, units, and since null links join and null_threshold, which older directories lack: sum
+    and 0), in `tgt_units` (default: the recorded units). ValueError, KeyError or TypeError for an
+    entry heed did not write."""
     head = reading["head"]
     return AlignOptions(method=reading["method"], layer=reading["layer"],
                         head=tuple(head) if isinstance(head, list) else head,
-                        weights=reading["weights"], tgt_units=tgt_units or reading["units"])
+                        weights=reading["weights"], tgt_units=tgt_units or reading["units"],
+                        join=reading.get("join", "sum"), null_threshold=reading.get("null_threshold", 0.0))
 
 
 def parse_index(text: str | None, name: str, *, several: bool = False) -> int | tuple[int, ...] | Literal["mean"] | None:
@@ -199,9 +234,18 @@ class UnitMaps:
             tgt_mean = target_word_mean(tgt_word_ids)
         return cls(src_sum, tgt_mean)
 
-    def lift(self, token_attention: np.ndarray) -> np.ndarray:
-        """(..., tgt_len, src_len) token attention -> (..., tgt_units, src_words)."""
-        return self.tgt_mean @ token_attention @ self.src_sum
+    def lift(self, token_attention: np.ndarray, join: Join = "sum") -> np.ndarray:
+        """(..., tgt_len, src_len) token attention -> (..., tgt_units, src_words); a source word's
+        pieces summed, or with join="max" their largest."""
+        rows = self.tgt_mean @ token_attention  # (..., tgt_units, src_len)
+        if join == "sum":
+            return rows @ self.src_sum
+        out = np.zeros((*rows.shape[:-1], self.src_sum.shape[1]))  # (..., tgt_units, src_words)
+        for word in range(self.src_sum.shape[1]):
+            pieces = np.flatnonzero(self.src_sum[:, word])
+            if pieces.size:
+                out[..., word] = rows[..., pieces].max(axis=-1)
+        return out
 
 
 def diagonal_alignment(n_src: int, n_tgt: int) -> list[Link]:

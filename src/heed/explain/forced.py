@@ -23,11 +23,14 @@ from heed.data.corpus import Pair, normalize
 from heed.data.units import Units
 from heed.explain.align import AerCounts, Link, hard_alignment
 from heed.explain.align_methods import (
+    JOINS,
     MEAN,
     METHODS,
+    NULL_THRESHOLDS,
     THROUGH_LAYERS,
     WEIGHT_NAMES,
     AlignOptions,
+    Join,
     Method,
     UnitMaps,
     Weights,
@@ -116,9 +119,11 @@ def check_weights(model: Any, weights: Weights, *, heads: bool = True) -> None:
 
 
 def links_of(pair: ForcedPair, maps: UnitMaps, options: AlignOptions, default_layer: int) -> tuple[np.ndarray, list[Link]]:
-    """The unit attention `(tgt_units, src_words)` `options` picks, and its argmax links."""
-    matrix = maps.lift(method_rows(select_attention(pair.attention, options, default_layer), options.method))
-    return matrix, hard_alignment(matrix)
+    """The unit attention `(tgt_units, src_words)` `options` picks, and its argmax links (none for a
+    unit whose row is more diffuse than `options.null_threshold` allows)."""
+    matrix = maps.lift(method_rows(select_attention(pair.attention, options, default_layer), options.method),
+                       options.join)
+    return matrix, hard_alignment(matrix, options.null_threshold)
 
 
 @dataclass
@@ -229,6 +234,47 @@ def _count_readings(result: SweepResult, weights: Weights, pair: ForcedPair | No
             for head in result.heads_of(weights):
                 c = -1 if head == MEAN else int(head)
                 result.counts[(weights, method, layer, head)].add(hard_alignment(full[r, c]), sure, possible)
+
+
+@dataclass
+class WordRuleResult:
+    """AER and link counts of one reading under every way of joining a source word's pieces
+    (JOINS) x null threshold (NULL_THRESHOLDS), over one gold set: what training measures to
+    choose `join` and `null_threshold` (heed.train.alignment) and bench/studies/null_links.py reports."""
+
+    options: AlignOptions
+    counts: dict[tuple[Join, float], AerCounts] = field(default_factory=dict)
+
+    def best(self) -> tuple[AlignOptions, float]:
+        """The lowest AER's options; ties go to the first in (JOINS x NULL_THRESHOLDS) order: sum, 0."""
+        key = min(self.counts, key=lambda k: self.counts[k].aer)
+        return replace(self.options, join=key[0], null_threshold=key[1]), self.counts[key].aer
+
+
+def word_rules(model: Any, codec: Codec, pairs: Sequence[Pair], gold: DevGold, options: AlignOptions, *,
+               device: torch.device, joins: Sequence[Join] = JOINS,
+               thresholds: Sequence[float] = NULL_THRESHOLDS) -> WordRuleResult:
+    """`options`' reading of `pairs` scored against `gold` under every join x null threshold, from
+    one teacher-forced pass."""
+    model.eval()
+    options = replace(options, tgt_units=gold.units)
+    heads = not options.default_attention
+    default_layer = attention_shape(model)[2] if heads else 0
+    result = WordRuleResult(options, {(j, t): AerCounts() for j in joins for t in thresholds})
+    for k, pair in forced_attention(model, codec, [p.src for p in pairs], [p.tgt for p in pairs], device=device,
+                                    batch_size=64, heads=heads, weights=options.weights):
+        if pair is None:
+            for counts in result.counts.values():
+                counts.add([], gold.sure[k], gold.possible[k])
+            continue
+        maps = pair.unit_maps(codec, pairs[k].tgt, gold.units)
+        rows = method_rows(select_attention(pair.attention, options, default_layer), options.method)
+        for join in joins:
+            matrix = maps.lift(rows, join)  # (tgt_units, src_words)
+            for threshold in thresholds:
+                result.counts[(join, threshold)].add(hard_alignment(matrix, threshold), gold.sure[k],
+                                                     gold.possible[k])
+    return result
 
 
 def corpus_aer(model: Any, codec: Codec, pairs: Sequence[Pair], gold: DevGold, *, device: torch.device,

@@ -308,7 +308,7 @@ def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
     from heed.export import ct2
 
     if kind not in KINDS:
-        raise HeedError(f"unknown export format {kind!r}; choose one of: {', '.join(KINDS)}")
+        raise HeedError(f"unknown export format {kind!r}; choose one of: {', '.join(KINDS)}, argos")
     if kind == "onnx":
         require("onnx")
         if int8:

@@ -19,7 +19,7 @@ from heed.markup.document import Kind, Marked, parse
 from heed.markup.placement import Units, place
 
 if TYPE_CHECKING:
-    from heed.api import Translator
+    from heed.api import Translation, Translator
     from heed.explain.align_methods import AlignOptions
 
 
@@ -36,9 +36,12 @@ def carry(translator: Translator, marked: Marked, outputs: Sequence[str], *,
 
 
 def carry_many(translator: Translator, documents: Sequence[Marked], outputs: Sequence[Sequence[str]], *,
-               options: AlignOptions | None = None, batch_size: int = 64) -> list[str]:
+               options: AlignOptions | None = None, batch_size: int = 64,
+               translations: Sequence[Sequence[Translation]] | None = None) -> list[str]:
     """`carry` for many documents, their sentences aligned in one batched pass. Renders each
-    document's tree in place: render a Marked once."""
+    document's tree in place: render a Marked once. `translations` (optional, as `outputs`): the
+    model's own Translations of the sentences; where the reading is the attention the search
+    reports, their links are read off it (`own_links`) instead of a second, forced pass."""
     for marked, translated in zip(documents, outputs, strict=True):
         if len(translated) != len(marked.sentences):
             raise ValueError(f"{len(marked.sentences)} sentences but {len(translated)} translations")
@@ -48,6 +51,11 @@ def carry_many(translator: Translator, documents: Sequence[Marked], outputs: Seq
             for k, (run, out) in enumerate(zip(marked.runs, translated))]
     pairs = [(d, k, run.text, out) for d, k, run, out in runs if run.spans and out.strip()]
     links: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    if translations is not None:
+        mine = [(d, k, t) for d, k, _, out in pairs if (t := translations[d][k]).text == out]
+        found = own_links(translator, [t for _, _, t in mine], options)
+        links.update({(d, k): f for (d, k, _), f in zip(mine, found) if f is not None})
+        pairs = [p for p in pairs if (p[0], p[1]) not in links]
     if pairs:
         aligned = translator.align([p[2] for p in pairs], [p[3] for p in pairs], options=options,
                                    batch_size=batch_size)
@@ -65,9 +73,38 @@ def translate_markup(translator: Translator, texts: Sequence[str], *, kind: Kind
     `decode`: Translator.translate's options (beam, ...)."""
     documents = [parse(text, kind, ignore_tags=ignore_tags) for text in texts]
     sentences = [s for d in documents for s in d.sentences]
-    translated = [t.text for t in translator.translate(sentences, **decode)] if sentences else []
-    outputs, at = [], 0
+    translated = translator.translate(sentences, **decode) if sentences else []
+    own: list[list[Translation]] = []
+    at = 0
     for document in documents:
-        outputs.append(translated[at:at + len(document.sentences)])
+        own.append(translated[at:at + len(document.sentences)])
         at += len(document.sentences)
-    return carry_many(translator, documents, outputs, options=options)
+    return carry_many(translator, documents, [[t.text for t in d] for d in own], options=options, translations=own)
+
+
+def own_links(translator: Translator, translations: Sequence[Translation], options: AlignOptions
+              ) -> list[list[tuple[int, int]] | None]:
+    """For each translation, the links `translator.align(source, translation.text, options=options)`
+    gives, read off the attention the search recorded while writing it: a forced pass over the
+    model's own output computes that same attention again (the same states, token by token). None
+    where that does not hold or cannot be checked: a reading other than the reported attention (a
+    layer or a head of a model with several, value norms, rollout), a source cut at max_src_len,
+    or a text that does not tokenize back into the tokens the search wrote."""
+    from heed.explain.forced import ForcedPair, attention_shape, links_of
+
+    layers, heads, default_layer = attention_shape(translator.model)
+    if not (options.weights == "attention" and (options.default_attention or (layers, heads) == (1, 1))):
+        return [None] * len(translations)
+    out: list[list[tuple[int, int]] | None] = []
+    for translation in translations:
+        attention = translation.attention
+        if (attention is None or translation.truncated or not translation.tokens
+                or attention.shape != (len(translation.tokens) + 1, len(translation.src_tokens) + 1)
+                or translator.codec.tgt_tokens(translation.text) != translation.tokens):
+            out.append(None)
+            continue
+        pair = ForcedPair(translation.src_tokens, translation.tokens,
+                          attention[None, None, :, : len(translation.src_tokens)])  # (1, 1, tgt_len + 1, src_len)
+        maps = pair.unit_maps(translator.codec, translation.text, options.tgt_units)
+        out.append(list(links_of(pair, maps, options, default_layer)[1]))
+    return out

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from heed.errors import DataError
 from heed.markup import cues as formats
-from heed.markup.carry import target_units
+from heed.markup.carry import own_links, target_units
 from heed.markup.cues import Cue, Cues, Kind, kind_of, read_cues
 from heed.markup.placement import Span, Units, place, unit_ranges
 from heed.plumbing.files import atomic_write_text, open_regular
@@ -195,34 +195,6 @@ def carry_cues(translator: Translator, subs: Cues, groups: Sequence[Sequence[int
             for k, piece in zip(group, pieces):
                 texts[k] = piece
     return texts
-
-
-def own_links(translator: Translator, translations: Sequence[Translation], options: AlignOptions
-              ) -> list[list[tuple[int, int]] | None]:
-    """For each translation, the links `translator.align(source, translation.text, options=options)`
-    gives, read off the attention the search recorded while writing it: a forced pass over the
-    model's own output computes that same attention again (the same states, token by token). None
-    where that does not hold or cannot be checked: a reading other than the reported attention (a
-    layer or a head of a model with several, value norms, rollout), a source cut at max_src_len,
-    or a text that does not tokenize back into the tokens the search wrote."""
-    from heed.explain.forced import ForcedPair, attention_shape, links_of
-
-    layers, heads, default_layer = attention_shape(translator.model)
-    if not (options.weights == "attention" and (options.default_attention or (layers, heads) == (1, 1))):
-        return [None] * len(translations)
-    out: list[list[tuple[int, int]] | None] = []
-    for translation in translations:
-        attention = translation.attention
-        if (attention is None or translation.truncated or not translation.tokens
-                or attention.shape != (len(translation.tokens) + 1, len(translation.src_tokens) + 1)
-                or translator.codec.tgt_tokens(translation.text) != translation.tokens):
-            out.append(None)
-            continue
-        pair = ForcedPair(translation.src_tokens, translation.tokens,
-                          attention[None, None, :, : len(translation.src_tokens)])  # (1, 1, tgt_len + 1, src_len)
-        maps = pair.unit_maps(translator.codec, translation.text, options.tgt_units)
-        out.append(list(links_of(pair, maps, options, default_layer)[1]))
-    return out
 
 
 def translate_cues(translator: Translator, subs: Cues, *, layout: Layout = Layout(),

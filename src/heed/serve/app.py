@@ -671,7 +671,7 @@ class _Routes:
                           reading=request.weights, grid=_grid(translator))
         self._within(cost)
         reading = AlignOptions(method=request.method, layer=request.layer, weights=request.weights,
-                               tgt_units=request.tgt_units)
+                               tgt_units=request.tgt_units, join=request.join, null_threshold=request.null_threshold)
         key = _Key(name, "align", languages=(request.src_lang, request.tgt_lang), reading=reading)
         # ALTI+, rollout and value norms weigh every head: a pair a turn
         costs = cost.work if request.weights == "attention" else [self.settings.slice_work] * len(cost.work)

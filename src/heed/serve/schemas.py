@@ -91,6 +91,11 @@ class AlignRequest(_Pair):
         None, description="the decoder layer read (default: the last), or mean")
     tgt_units: Literal["words", "chars"] = Field("words", description="target positions: whitespace words, or "
                                                  "characters (spaces left out)")
+    join: Literal["sum", "max"] = Field("sum", description="how a source word's pieces join: summed, or their largest")
+    null_threshold: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False,
+                                  description="leave a target unit unlinked when its best source word holds less than "
+                                              "this share of its row's weight on the source (null links; 0 links "
+                                              "every unit)")
 
 
 class LensRequest(_Pair):

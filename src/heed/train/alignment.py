@@ -35,8 +35,8 @@ from heed.data.corpus import Pair
 from heed.data.supervision import TokenLinks
 from heed.data.units import Units
 from heed.errors import ConfigError
-from heed.explain.align_methods import AlignOptions
-from heed.explain.forced import corpus_aer, sweep
+from heed.explain.align_methods import AlignOptions, recorded_options
+from heed.explain.forced import corpus_aer, sweep, word_rules
 from heed.nn.protocol import HeadsModel
 
 TRAINED_MARGIN = 0.001  # the trained heads stay heed align's reading unless a reading beats them by this AER on the dev gold
@@ -160,12 +160,39 @@ def alignment_reading(model: Any, codec: Codec, dev_pairs: Sequence[Pair], gold:
       aligns better by more than TRAINED_MARGIN.
     - Else, with a dev gold and a model whose heads can be read: every reading of the best model's
       attention scored on the dev pairs (explain.forced.sweep), and the best one.
+    - With a dev gold, then, how the chosen reading joins a source word's pieces (sum, max) and
+      below which share of its row's weight a target unit is left unlinked (null links), each
+      measured on the same gold (explain.forced.word_rules): the lowest AER, every unit linked by
+      summed pieces on ties. Where that changes the reading, dev_aer is its AER and
+      every_unit_linked_dev_aer the AER before.
     None otherwise."""
     if not getattr(model, "has_attention", False) or not isinstance(model, HeadsModel):
         return None
     if gold is None:
         return None if guide is None else {**_fields(guide.options), "trained": True}
     model.eval()
+    reading = _best_reading(model, codec, dev_pairs, gold, guide, device=device, say=say)
+    options = recorded_options(reading)
+    # Then how pieces join and which target units stay unlinked, measured on the same gold for the
+    # reading chosen (a gold leaves words unaligned; docs/look-inside.md, section 8).
+    rules = word_rules(model, codec, dev_pairs, gold, options, device=device)
+    best, aer = rules.best()
+    if (best.join, best.null_threshold) == (options.join, options.null_threshold):
+        return reading
+    plain = rules.counts[(options.join, options.null_threshold)]
+    chosen = rules.counts[(best.join, best.null_threshold)]
+    say(f"alignment: on the dev gold, {'pieces joined by their max' if best.join == 'max' else 'pieces summed'}"
+        + (f" and no link below {best.null_threshold:g} of a row's weight" if best.null_threshold else "")
+        + f" align at AER {100 * aer:.1f}% (precision {100 * plain.precision:.1f} -> {100 * chosen.precision:.1f}%, "
+          f"recall {100 * plain.recall:.1f} -> {100 * chosen.recall:.1f}%); heed align uses it")
+    return {**reading, "join": best.join, "null_threshold": best.null_threshold, "dev_aer": aer,
+            "every_unit_linked_dev_aer": plain.aer}
+
+
+def _best_reading(model: Any, codec: Codec, dev_pairs: Sequence[Pair], gold: DevGold,
+                  guide: GuidedAlignment | None, *, device: torch.device,
+                  say: Callable[[str], None]) -> dict[str, Any]:
+    """The reading (layer, head, method, weights) alignment_reading records, every unit linked."""
     result = sweep(model, codec, [p.src for p in dev_pairs], [p.tgt for p in dev_pairs], gold.sure, gold.possible,
                    units=gold.units, device=device, batch_size=64)
     best, aer = result.best()
@@ -193,4 +220,4 @@ def _fields(options: AlignOptions) -> dict[str, Any]:
     """An AlignOptions as heed.json records it (explain.align_methods.recorded_options reads it back)."""
     head = list(options.head) if isinstance(options.head, tuple) else options.head
     return {"method": options.method, "layer": options.layer, "head": head, "weights": options.weights,
-            "units": options.tgt_units}
+            "units": options.tgt_units, "join": options.join, "null_threshold": options.null_threshold}

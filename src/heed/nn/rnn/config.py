@@ -6,7 +6,8 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from heed.nn.family_config import FamilyConfig
 from heed.plumbing.limits import MAX_LAYERS
@@ -83,13 +84,18 @@ with warnings.catch_warnings():
                 raise ValueError("attention_positions is for 'attention: location' only; remove it")
             return value
 
-        @field_validator("attention_window", "copy")
-        @classmethod
-        def _needs_attention(cls, value: int | bool | None, info: ValidationInfo) -> int | bool | None:
-            """A local window (any int: its own bound refuses 0) or copy attention on the plain decoder."""
-            if value not in (None, False) and info.data.get("decoder") == "plain":
-                raise ValueError(_PLAIN_HAS_NO_ATTENTION[info.field_name])
-            return value
+        @model_validator(mode="after")
+        def _needs_attention(self) -> RNNConfig:
+            """A local window (any int: its own bound refuses 0) or copy attention on the plain decoder,
+            refused at the field's own location. A model validator, not a field one: `copy` is
+            FamilyConfig's field, validated before `decoder` is."""
+            for name in ("attention_window", "copy"):
+                value = getattr(self, name)
+                if value not in (None, False) and self.decoder == "plain":
+                    raise ValidationError.from_exception_data(type(self).__name__, [InitErrorDetails(
+                        type=PydanticCustomError("value_error", _PLAIN_HAS_NO_ATTENTION[name]), loc=(name,),
+                        input=value)])
+            return self
 
         @field_validator("coverage")
         @classmethod
