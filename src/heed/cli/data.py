@@ -48,13 +48,14 @@ def data_get(
     if mirror is not None and _scheme(mirror) not in ("http", "https"):
         raise HeedError(f"--mirror {mirror}: give an http:// or https:// URL")
     with Progress("bytes downloaded", enabled=True) as bar:  # lines in a log too: a download can be slow
-        last = {"name": "", "seen": 0}
+        last_file, last_seen = "", 0
 
         def progress(file: str, seen: int, total: int | None) -> None:
-            if file != last["name"]:
-                last.update(name=file, seen=0)
-            bar.advance(seen - last["seen"])
-            last["seen"] = seen
+            nonlocal last_file, last_seen
+            if file != last_file:
+                last_file, last_seen = file, 0
+            bar.advance(seen - last_seen)
+            last_seen = seen
 
         got = get(name, directory, mirror=mirror, any_release=any_release, progress=progress)
     dataset = DATASETS[name]
@@ -119,7 +120,7 @@ def data_align(
     import time
 
     from heed.data.codec import MAX_TEXT_PAIRS
-    from heed.data.corpus import read_parallel, read_tsv
+    from heed.data.corpus import Pair, read_parallel, read_tsv
     from heed.data.pharaoh import to_pharaoh
     from heed.explain.external import eflomal_links
     from heed.plumbing.files import atomic_open
@@ -127,13 +128,13 @@ def data_align(
     if (tsv is None) == (src is None and tgt is None) or (src is None) != (tgt is None):
         raise HeedError("give the corpus as --tsv FILE, or as --src FILE --tgt FILE")
     started = time.perf_counter()
-    pairs = []
+    pairs: list[Pair] = []
     for pair in read_tsv(tsv) if tsv is not None else read_parallel(src, tgt):  # type: ignore[arg-type]
         if len(pairs) == MAX_TEXT_PAIRS:  # eflomal holds the whole corpus in memory, as training from text does
             raise DataError(f"more than {MAX_TEXT_PAIRS:,} pairs, more than heed data align holds in memory; align "
                             "the corpus in parts of at most that many lines and join the files", path=tsv or src)
         pairs.append(pair)
-    links = eflomal_links(pairs, how=symmetrize.value,  # type: ignore[arg-type]
+    links = eflomal_links(pairs, how=symmetrize.value,
                           warn=lambda message: typer.echo(f"warning: {message}", err=True))
     with atomic_open(output) as sink:
         sink.writelines(to_pharaoh(sorted(pair_links)) + "\n" for pair_links in links)

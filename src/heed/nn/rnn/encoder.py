@@ -13,7 +13,7 @@ from heed.nn.masks import lengths_to_mask
 from heed.nn.rnn.state import RNNState, as_state, map_state, select_batch
 
 RNNKind = Literal["lstm", "gru"]
-RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
+RNN_CLASSES: dict[str, type[nn.LSTM | nn.GRU]] = {"lstm": nn.LSTM, "gru": nn.GRU}
 
 
 @dataclass(frozen=True)
