@@ -3,13 +3,17 @@ and a corpus's word links from a statistical aligner (heed.explain.external)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from heed.cli.app import friendly_errors
-from heed.cli.explain import SymmetrizeHow
+from heed.cli.explain import AlignUnits, SymmetrizeHow
 from heed.cli.progress import Progress
 from heed.errors import DataError, HeedError
+
+if TYPE_CHECKING:
+    from heed.data.corpus import Pair
 
 data_app = typer.Typer(name="data", help="The recipes' corpora: list them, or download one (checked by sha256); "
                        "write a generated task with its gold alignments; or word-align a corpus (eflomal).",
@@ -110,6 +114,13 @@ def data_align(
     symmetrize: SymmetrizeHow = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="How the two "
                                              "directions join: grow-diag-final (and; Koehn et al. 2005), intersect "
                                              "or union."),
+    priors_out: Path | None = typer.Option(None, "--priors-out", metavar="FILE", help="Also write the corpus's "
+                                              "statistical priors (eflomal's lexical, jump and fertility counts) to "
+                                              "FILE, for aligning new pairs without the corpus: record them in a "
+                                              "model directory with `heed data priors MODEL FILE`."),
+    priors_units: AlignUnits = typer.Option(AlignUnits.words, "--priors-units", help="What the priors count as a "
+                                            "target word: whitespace words, or characters without the spaces (the "
+                                            "dates task's gold, `heed align --tgt-units chars`)."),
 ) -> None:
     """Word-align a corpus with eflomal, a statistical aligner (`pip install 'heed-nmt[align]'`), in both
     directions, joined by --symmetrize: one Pharaoh line per pair ("i-j", 0-based whitespace words,
@@ -120,7 +131,7 @@ def data_align(
     import time
 
     from heed.data.codec import MAX_TEXT_PAIRS
-    from heed.data.corpus import Pair, read_parallel, read_tsv
+    from heed.data.corpus import read_parallel, read_tsv
     from heed.data.pharaoh import to_pharaoh
     from heed.explain.external import eflomal_links
     from heed.plumbing.files import atomic_open
@@ -134,10 +145,18 @@ def data_align(
             raise DataError(f"more than {MAX_TEXT_PAIRS:,} pairs, more than heed data align holds in memory; align "
                             "the corpus in parts of at most that many lines and join the files", path=tsv or src)
         pairs.append(pair)
-    links = eflomal_links(pairs, how=symmetrize.value,
-                          warn=lambda message: typer.echo(f"warning: {message}", err=True))
+    warn = lambda message: typer.echo(f"warning: {message}", err=True)
+    priors = None
+    if priors_out is not None:  # learned first: nothing is written when it fails
+        priors = _priors_of(pairs, priors_units.value)
+    links = eflomal_links(pairs, how=symmetrize.value, warn=warn)
     with atomic_open(output) as sink:
         sink.writelines(to_pharaoh(sorted(pair_links)) + "\n" for pair_links in links)
+    if priors_out is not None and priors is not None:
+        with atomic_open(priors_out) as sink:
+            sink.write(priors)
+        typer.echo(f"priors ({priors_units.value}) -> {priors_out}; record them in a model directory with "
+                   f"`heed data priors MODEL {priors_out}`")
     typer.echo(f"{len(pairs):,} pairs aligned by eflomal ({symmetrize.value}; {sum(map(len, links)):,} links) in "
                f"{time.perf_counter() - started:.1f} s -> {output}")
 
@@ -146,3 +165,35 @@ def _scheme(url: str) -> str:
     from urllib.parse import urlsplit
 
     return urlsplit(url).scheme
+
+
+def _priors_of(pairs: list[Pair], units: str) -> str:
+    """The priors file's text: eflomal's two directions on the corpus in `units`, counted."""
+    from heed.data.corpus import Pair
+    from heed.explain.external import eflomal_directions
+    from heed.explain.priors import needs_eflomal, priors_text, unit_text
+
+    needs_eflomal()
+    unit_pairs = [Pair(p.src, unit_text(p.tgt, units)) for p in pairs]  # type: ignore[arg-type]
+    forward, backward = eflomal_directions(unit_pairs)
+    return priors_text(pairs, forward, backward, units=units)  # type: ignore[arg-type]
+
+
+@data_app.command("priors")
+@friendly_errors
+def data_priors(
+    model: Path = typer.Argument(..., metavar="MODEL", help="The model directory to record the priors in."),
+    priors: Path = typer.Argument(..., metavar="FILE", help="A priors file from `heed data align --priors-out` on "
+                                  "the model's training corpus."),
+) -> None:
+    """Record statistical priors in a model directory: FILE is checked (whole, its words in the model's
+    vocabulary), copied in as priors.eflomal and listed in heed.json with its sha256, so `heed align
+    --aligner priors|both`, `heed markup --aligner` and the server's /v1/align use them."""
+    from heed.checkpoint import find_model_dir, read_meta, verify_files
+    from heed.data.codec import Codec
+    from heed.explain.priors import KnownWords, record_priors
+
+    directory = find_model_dir(model)
+    verify_files(directory, read_meta(directory))
+    got = record_priors(directory, priors, KnownWords(Codec.load(directory)))
+    typer.echo(f"priors of {got.pairs:,} pairs ({got.units}, {len(got.lines):,} lines) -> {directory}/priors.eflomal")

@@ -261,6 +261,18 @@ class AlignJoin(str, enum.Enum):
     max = "max"
 
 
+class AlignerChoice(str, enum.Enum):
+    model = "model"
+    priors = "priors"
+    both = "both"
+
+
+class CombineRule(str, enum.Enum):
+    intersect = "intersect"
+    union = "union"
+    product = "product"
+
+
 class SymmetrizeHow(str, enum.Enum):
     intersect = "intersect"
     union = "union"
@@ -328,6 +340,20 @@ def align(
                                    "instead of writing alignments; with --reference: the agreement F1 with its links "
                                    "the same way (with both: both, the F1 heatmap in PLOT-f1)."),
     plot: Path = typer.Option(Path("aer_sweep.png"), "--plot", help="With --sweep: the heatmap's file (.png, .svg, .pdf)."),
+    aligner: AlignerChoice = typer.Option(AlignerChoice.model, "--aligner", help="Whose links: model (the model's "
+                                          "reading), priors (eflomal on these pairs alone with the statistical "
+                                          "priors the model directory records, or --priors), or both (the two "
+                                          "combined by --combine)."),
+    priors_file: Path | None = typer.Option(None, "--priors", metavar="FILE", help="With --aligner priors/both: "
+                                               "this priors file (heed data align --priors-out) instead of the "
+                                               "model's recorded one."),
+    combine: CombineRule | None = typer.Option(None, "--combine", help="With --aligner both: intersect or union of the "
+                                            "model's links and the priors', or product: each target word's source "
+                                            "word by the model's attention times the priors' lexical probability "
+                                            "(to the power --priors-weight). Default: the rule measured best "
+                                            "(heed.explain.priors.BOTH_RULE)."),
+    priors_weight: float = typer.Option(1.0, "--priors-weight", help="With --combine product: the exponent on the "
+                                        "priors' probability, 0 (the model alone) to 10."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     progress: bool | None = progress_option(),
@@ -367,7 +393,20 @@ def align(
     src_texts, tgt_texts = [p.src for p in pairs], [p.tgt for p in pairs]
     units = [(len(p.src.split()), unit_count(p.tgt, options.tgt_units)) for p in pairs]
     golden, theirs = _read_golds(gold, reference, units, options.tgt_units, sides=f"{src} and {tgt}")
+    if aligner is not AlignerChoice.model and (sweep_all or reverse is not None or beside is not None):
+        raise HeedError(f"--aligner {aligner.value} aligns by the priors too; --sweep, --reverse and --beside read the "
+                        "model alone (use --aligner model)")
+    if combine is not None and aligner is not AlignerChoice.both:
+        raise HeedError("--combine combines the model's links with the priors': give it with --aligner both")
+    from heed.explain.priors import check_weight
+
+    check_weight(priors_weight)
     translator = Translator.load(model, device=device, **languages)
+    priors = None
+    if aligner is not AlignerChoice.model:
+        from heed.explain.priors import KnownWords, priors_for
+
+        priors = priors_for(model, priors_file, KnownWords(translator.codec), options.tgt_units)
     # Cut after the gold is read against the whole pairs: its links past a cut count as missed.
     src_texts = cut_long_texts(translator, src_texts, str(src), side="src")
     tgt_texts = cut_long_texts(translator, tgt_texts, str(tgt))
@@ -385,8 +424,20 @@ def align(
                                                 batch_size=batch_size), f1_plot, len(pairs), default=default,
                          measure=SweepMeasure("F1", f", against {reference}", False))
         return
-    links = _align_all(translator, src_texts, tgt_texts, options, batch_size=batch_size, progress=progress)
     what = options.describe(attention_shape(translator.model)[:2])
+    if priors is None:
+        links = _align_all(translator, src_texts, tgt_texts, options, batch_size=batch_size, progress=progress)
+    else:
+        from heed.explain.priors import BOTH_RULE, aligner_links
+
+        rule = (combine or CombineRule(BOTH_RULE)).value
+        links = aligner_links(aligner.value, lambda: translator.align(src_texts, tgt_texts, options=options,  # type: ignore[arg-type]
+                                                                      batch_size=batch_size),
+                              pairs, priors, units=options.tgt_units, rule=rule, weight=priors_weight)  # type: ignore[arg-type]
+        weighted = f" (weight {priors_weight:g})" if rule == "product" else ""
+        what = (f"aligner priors ({priors.path})" if aligner is AlignerChoice.priors
+                else f"aligner both ({rule}{weighted} of {what} and the priors of {priors.path})")
+        stderr().print(f"aligner: {what}", soft_wrap=True)
     if reverse is not None:
         links = _symmetrized(links, reverse, src_texts, tgt_texts, options.method, symmetrize, batch_size,
                              device=device, languages=languages)

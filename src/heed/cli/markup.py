@@ -18,6 +18,7 @@ from heed.plumbing.files import atomic_open, open_stream
 if TYPE_CHECKING:
     from heed.api import Translator
     from heed.decode_config import DecodeConfig
+    from heed.explain.priors import Priors
     from heed.markup import Marked
 
 CHUNK = 64  # fragments translated and aligned together
@@ -36,6 +37,12 @@ def markup_command(
     ignore_tags: str = typer.Option("", "--ignore-tags", help="Comma-separated elements kept verbatim and "
                                     "untranslated, beside code, script, style and translate=\"no\"."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write here (default: stdout)."),
+    aligner: str = typer.Option("model", "--aligner", help="Whose links place the tags: model (the model's "
+                                "reading), priors (eflomal on these sentences alone with the statistical priors the "
+                                "model directory records, or --priors), or both (the two joined)."),
+    priors_file: Path | None = typer.Option(None, "--priors", metavar="FILE", help="With --aligner priors/both: "
+                                            "this priors file (heed data align --priors-out) instead of the "
+                                            "model's recorded one."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     progress: bool | None = progress_option(),
     *,
@@ -59,9 +66,10 @@ def markup_command(
             raise HeedError(f"{src}: line {number} holds {len(document.sentences)} blocks; with --tgt give one "
                             "sentence a line")
     translator = Translator.load(model, device=device, **languages)
+    chosen = chosen_priors(translator, model, aligner, priors_file)
     cfg = resolve_decode(translator, decode) if targets is None else None
     with Progress("sentences", total=len(documents), enabled=progress) as bar:
-        results = carried(translator, documents, targets, cfg, bar)
+        results = carried(translator, documents, targets, cfg, bar, aligner=aligner, priors=chosen)
     if output is None:
         for line in results:
             typer.echo(line.replace("\n", " "))
@@ -71,10 +79,27 @@ def markup_command(
     typer.echo(f"markup: {output}", err=True)
 
 
+def chosen_priors(translator: Translator, model: Path, aligner: str, given: Path | None) -> Priors | None:
+    """The priors `--aligner` needs (none for model), said on stderr: the note of which aligner
+    placed the tags. A HeedError for an unknown aligner or priors without a use."""
+    from heed.explain.priors import ALIGNERS, KnownWords, priors_for
+    from heed.markup import target_units
+
+    if aligner not in ALIGNERS:
+        raise HeedError(f"--aligner must be one of {', '.join(ALIGNERS)}, got {aligner!r}")
+    if aligner == "model":
+        if given is not None:
+            raise HeedError("--priors is for --aligner priors or both")
+        return None
+    priors = priors_for(model, given, KnownWords(translator.codec), target_units(translator))
+    typer.echo(f"aligner: {aligner} (priors {priors.path})", err=True)
+    return priors
+
+
 def carried(translator: Translator, documents: list[Marked], targets: list[str] | None,
-            cfg: DecodeConfig | None, bar: Progress) -> list[str]:
+            cfg: DecodeConfig | None, bar: Progress, *, aligner: str = "model", priors: Priors | None = None) -> list[str]:
     """Each document translated (decoded with `cfg`), or projected onto its line of `targets`, with
-    its markup carried across: CHUNK documents translated and aligned together."""
+    its markup carried across by `aligner`'s links: CHUNK documents translated and aligned together."""
     from heed.markup import carry_many
 
     results: list[str] = []
@@ -91,7 +116,8 @@ def carried(translator: Translator, documents: list[Marked], targets: list[str] 
             given = [[t.text for t in d] for d in own]
         else:
             given = [[t] if d.sentences else [] for d, t in zip(chunk, targets[start:start + CHUNK])]
-        results += [line.replace("\n", " ") for line in carry_many(translator, chunk, given, translations=own)]
+        results += [line.replace("\n", " ") for line in carry_many(translator, chunk, given, translations=own,
+                                                                      aligner=aligner, priors=priors)]  # type: ignore[arg-type]
         bar.advance(len(chunk))
     return results
 

@@ -149,8 +149,25 @@ def serve(
                            f"{len(translators[name].languages)} languages and is served without a default pair: "
                            "every request must give src_lang and tgt_lang (the explorer has pickers for them); "
                            "--src-lang and --tgt-lang give a default", soft_wrap=True)
-        app_ = create_app(translators, settings, metrics=metrics, api_keys=keys)
+        priors = recorded_priors(dict(zip(labels, models)))
+        app_ = create_app(translators, settings, metrics=metrics, api_keys=keys, priors=priors)
         uvicorn.run(app_, host=host, port=port, log_level=log_level, http=read_timeout_protocol(settings.read_timeout))
+
+
+def recorded_priors(paths: dict[str, Path]) -> dict[str, Any]:
+    """Per served model directory, the statistical priors it records (heed data priors), read and
+    checked once at start: /v1/align's aligner priors/both."""
+    from heed.checkpoint import find_model_dir
+    from heed.explain.priors import model_priors
+    from heed.export.onnx import exported_dir
+
+    found = {}
+    for label, path in paths.items():
+        if exported_dir(path) is None:
+            priors = model_priors(find_model_dir(path))
+            if priors is not None:
+                found[label] = priors
+    return found
 
 
 def parse_ensembles(specs: Sequence[str]) -> dict[str, list[Path]]:

@@ -116,6 +116,10 @@ def translate(
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
     explain: Explain | None = typer.Option(None, "--explain", help=EXPLAIN_HELP),
     text_format: TextFormat = typer.Option(TextFormat.text, "--format", help=FORMAT_HELP),
+    aligner: str = typer.Option("model", "--aligner", help="With --format html|xml: whose links place the tags, "
+                                "model, priors or both (as heed markup --aligner); the first MODEL's priors."),
+    priors_file: Path | None = typer.Option(None, "--priors", metavar="FILE", help="With --aligner priors/both: "
+                                               "this priors file instead of the model's recorded one."),
     cue_width: int = typer.Option(42, "--cue-width", min=10, max=200, help="With --format srt|vtt: characters a "
                                   "subtitle line, re-wrapped at spaces."),
     cue_lines: int = typer.Option(2, "--cue-lines", min=1, max=10, help="With --format srt|vtt: lines a cue."),
@@ -158,6 +162,11 @@ def translate(
     if text_format is not TextFormat.text and (cfg.n_best > 1 or explain is not None or replace_unk):
         raise HeedError(f"--format {text_format.value} writes one fragment a line: not with --n-best, --explain or "
                         "--replace-unk")
+    if aligner != "model" and text_format not in (TextFormat.html, TextFormat.xml):
+        raise HeedError("--aligner places markup: give it with --format html or xml")
+    from heed.cli.markup import chosen_priors
+
+    priors = chosen_priors(translator, models[0], aligner, priors_file)
     name = str(input) if input is not None else "<stdin>"
     interactive = input is None and sys.stdin.isatty()
     chunk_size = 1 if interactive else batch_size * 16
@@ -201,7 +210,8 @@ def translate(
         with Progress("lines translated", enabled=show_progress) as bar:
             for lines in chunks(read_lines(source, name), chunk_size):
                 documents = parse_lines(lines, name, text_format.value, first=first)
-                sink.writelines(line + "\n" for line in carried(translator, documents, None, cfg, bar))
+                sink.writelines(line + "\n" for line in carried(translator, documents, None, cfg, bar,
+                                                                   aligner=aligner, priors=priors))
                 sink.flush()
                 first += len(lines)
 

@@ -30,7 +30,7 @@ def eflomal_links(pairs: Sequence[Pair], *, how: Symmetrize = "grow-diag-final",
     `how`. HeedError when eflomal is not installed. `warn` (else warnings.warn) hears how many
     pairs eflomal leaves unaligned for their length (more than EFLOMAL_MAX_WORDS words a side)."""
     try:
-        import eflomal
+        import eflomal  # noqa: F401  # here only to say how to install it when it is missing
     except ImportError:
         raise HeedError(f"aligning with eflomal needs the eflomal package: {INSTALL}") from None
     too_long = [n for n, p in enumerate(pairs, 1)
@@ -41,13 +41,24 @@ def eflomal_links(pairs: Sequence[Pair], *, how: Symmetrize = "grow-diag-final",
                    f"{'have' if len(too_long) > 1 else 'has'} a side of more than {EFLOMAL_MAX_WORDS:,} words, which "
                    "eflomal leaves unaligned: their lines are empty (split long sentences)")
         (warn or (lambda m: warnings.warn(m, stacklevel=3)))(message)
+    ahead, behind = eflomal_directions(pairs)
+    return [symmetrize(f, b, how) for f, b in zip(ahead, behind)]
+
+
+def eflomal_directions(pairs: Sequence[Pair], *, priors_input: Sequence[str] | None = None, samplers: int = 3,
+                       rel_iterations: float = 1.0) -> tuple[list[set[Link]], list[set[Link]]]:
+    """eflomal's forward and backward links of every pair, both source-first (heed.explain.priors
+    keeps them as priors; `priors_input`: a priors file's eflomal lines, to align a few pairs with;
+    `samplers`, `rel_iterations`: eflomal's Gibbs samplers and its share of the default iterations)."""
+    import eflomal
+
     with tempfile.TemporaryDirectory(prefix="heed-eflomal-") as work:
         forward, backward = Path(work) / "forward.align", Path(work) / "backward.align"
-        eflomal.Aligner().align([p.src + "\n" for p in pairs], [p.tgt + "\n" for p in pairs],
-                                links_filename_fwd=str(forward), links_filename_rev=str(backward), quiet=True)
+        eflomal.Aligner(n_samplers=samplers, rel_iterations=rel_iterations).align(
+            [p.src + "\n" for p in pairs], [p.tgt + "\n" for p in pairs],
+            links_filename_fwd=str(forward), links_filename_rev=str(backward), quiet=True, priors_input=priors_input)
         # both files are source-first, one line per pair (an empty line for a pair eflomal left unlinked)
-        ahead, behind = _lines(forward, len(pairs)), _lines(backward, len(pairs))
-    return [symmetrize(f, b, how) for f, b in zip(ahead, behind)]
+        return _lines(forward, len(pairs)), _lines(backward, len(pairs))
 
 
 def _lines(path: Path, pairs: int) -> list[set[Link]]:

@@ -6,7 +6,9 @@
 
 The alignment is a forced pass of the model over each (sentence, translation) pair, read as the
 model's recorded reading (the heads guided alignment trained, else the rule measured for its kind:
-Translator.default_reading), unless `options` names another; so a translation the model did not
+Translator.default_reading), unless `options` names another; or, with `aligner` "priors" or
+"both", eflomal with the statistical `priors` (heed.explain.priors) on the pairs alone, or those
+links joined with the model's; so a translation the model did not
 write is carried the same way (projection onto a given translation). A model that writes
 characters is aligned in characters, so a tag can wrap part of a target word.
 """
@@ -21,6 +23,8 @@ from heed.markup.placement import Units, place
 if TYPE_CHECKING:
     from heed.api import Translation, Translator
     from heed.explain.align_methods import AlignOptions
+    from heed.explain.priors import Aligner, Priors
+    from heed.results import Alignment
 
 
 def target_units(translator: Translator) -> Units:
@@ -29,19 +33,26 @@ def target_units(translator: Translator) -> Units:
 
 
 def carry(translator: Translator, marked: Marked, outputs: Sequence[str], *,
-          options: AlignOptions | None = None, batch_size: int = 64) -> str:
+          options: AlignOptions | None = None, batch_size: int = 64, aligner: Aligner = "model",
+          priors: Priors | None = None) -> str:
     """`marked` with each sentence replaced by its translation in `outputs` (same order) and its
     inline elements placed by the alignment of sentence and translation (see the module doc)."""
-    return carry_many(translator, [marked], [outputs], options=options, batch_size=batch_size)[0]
+    return carry_many(translator, [marked], [outputs], options=options, batch_size=batch_size, aligner=aligner,
+                      priors=priors)[0]
 
 
 def carry_many(translator: Translator, documents: Sequence[Marked], outputs: Sequence[Sequence[str]], *,
                options: AlignOptions | None = None, batch_size: int = 64,
-               translations: Sequence[Sequence[Translation]] | None = None) -> list[str]:
+               translations: Sequence[Sequence[Translation]] | None = None, aligner: Aligner = "model",
+               priors: Priors | None = None) -> list[str]:
     """`carry` for many documents, their sentences aligned in one batched pass. Renders each
     document's tree in place: render a Marked once. `translations` (optional, as `outputs`): the
     model's own Translations of the sentences; where the reading is the attention the search
-    reports, their links are read off it (`own_links`) instead of a second, forced pass."""
+    reports, their links are read off it (`own_links`) instead of a second, forced pass.
+    `aligner`: whose links (heed.explain.priors.aligner_links); priors or both align every pair."""
+    from heed.data.corpus import Pair
+    from heed.explain.priors import aligner_links
+
     for marked, translated in zip(documents, outputs, strict=True):
         if len(translated) != len(marked.sentences):
             raise ValueError(f"{len(marked.sentences)} sentences but {len(translated)} translations")
@@ -51,15 +62,19 @@ def carry_many(translator: Translator, documents: Sequence[Marked], outputs: Seq
             for k, (run, out) in enumerate(zip(marked.runs, translated))]
     pairs = [(d, k, run.text, out) for d, k, run, out in runs if run.spans and out.strip()]
     links: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    if translations is not None:
+    if translations is not None and aligner == "model":
         mine = [(d, k, t) for d, k, _, out in pairs if (t := translations[d][k]).text == out]
         found = own_links(translator, [t for _, _, t in mine], options)
         links.update({(d, k): f for (d, k, _), f in zip(mine, found) if f is not None})
         pairs = [p for p in pairs if (p[0], p[1]) not in links]
     if pairs:
-        aligned = translator.align([p[2] for p in pairs], [p[3] for p in pairs], options=options,
-                                   batch_size=batch_size)
-        links = {(d, k): list(a.links) for (d, k, _, _), a in zip(pairs, aligned)}
+        chosen = options
+
+        def model() -> list[Alignment]:
+            return translator.align([p[2] for p in pairs], [p[3] for p in pairs], options=chosen, batch_size=batch_size)
+
+        aligned = aligner_links(aligner, model, [Pair(p[2], p[3]) for p in pairs], priors, units=options.tgt_units)
+        links.update({(d, k): sorted(found) for (d, k, _, _), found in zip(pairs, aligned)})  # beside own_links
     placed: list[list[tuple[str, list[tuple[int, int]]]]] = [[] for _ in documents]
     for d, k, run, out in runs:
         placed[d].append((out, place(run.text, run.spans, out, links.get((d, k), []), options.tgt_units)))
@@ -68,7 +83,7 @@ def carry_many(translator: Translator, documents: Sequence[Marked], outputs: Seq
 
 def translate_markup(translator: Translator, texts: Sequence[str], *, kind: Kind = "html",
                      ignore_tags: Sequence[str] = (), options: AlignOptions | None = None,
-                     **decode: Any) -> list[str]:
+                     aligner: Aligner = "model", priors: Priors | None = None, **decode: Any) -> list[str]:
     """Each of `texts`, a fragment of `kind`, translated with its inline markup carried across;
     `decode`: Translator.translate's options (beam, ...)."""
     documents = [parse(text, kind, ignore_tags=ignore_tags) for text in texts]
@@ -79,7 +94,8 @@ def translate_markup(translator: Translator, texts: Sequence[str], *, kind: Kind
     for document in documents:
         own.append(translated[at:at + len(document.sentences)])
         at += len(document.sentences)
-    return carry_many(translator, documents, [[t.text for t in d] for d in own], options=options, translations=own)
+    return carry_many(translator, documents, [[t.text for t in d] for d in own], options=options, translations=own,
+                      aligner=aligner, priors=priors)
 
 
 def own_links(translator: Translator, translations: Sequence[Translation], options: AlignOptions

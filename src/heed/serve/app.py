@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, cast
 
+import numpy as np
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -50,6 +51,7 @@ from heed.data.corpus import text_problem
 from heed.decode_config import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError
 from heed.explain.align_methods import AlignOptions
+from heed.explain.priors import Priors
 from heed.explain.readings import READINGS, PairSize, Reading, explain
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention
@@ -458,10 +460,11 @@ def _until(abandoned: Callable[[], bool], items: list[Any]) -> Iterator[Any]:
 
 def create_app(translators: Mapping[str, Translator], settings: ServeSettings | None = None, *,
                metrics: Mapping[str, Mapping[str, Any] | None] | None = None,
-               api_keys: frozenset[str] = frozenset()) -> FastAPI:
+               api_keys: frozenset[str] = frozenset(), priors: Mapping[str, Priors] | None = None) -> FastAPI:
     """The FastAPI app serving `translators` by name; `metrics`: per name, its last training
     evaluations (GET /v1/models); `api_keys`: the keys LibreTranslate's and DeepL's routes ask for
-    (heed.serve.compat; none: they ask for none). The batcher's worker thread starts here and stops
+    (heed.serve.compat; none: they ask for none); `priors`: per name, the statistical priors its
+    model directory records (heed.explain.priors), for /v1/align's aligner. The batcher's worker thread starts here and stops
     at shutdown."""
     if not translators:
         raise ValueError("give at least one model")
@@ -488,6 +491,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     _add_error_handlers(app)
     _add_pages(app)
     routes = _Routes(models, infos, batcher, settings)
+    routes.priors = dict(priors or {})
     app.include_router(routes.router())
     from heed.serve.compat import Keys, install  # it builds on this module: imported once this one is
 
@@ -510,6 +514,22 @@ def _add_pages(app: FastAPI) -> None:
         return FileResponse(CJK_FONT, media_type="font/ttf", headers={"Cache-Control": "public, max-age=86400"})
 
 
+def _priors_aligned(results: list[dict[str, Any]], request: AlignRequest, priors: Priors) -> list[dict[str, Any]]:
+    """/v1/align's results with the links `request.aligner` chooses (heed.explain.priors.aligner_links:
+    eflomal with the model's priors on the request's pairs alone, or joined with the model's links)."""
+    from heed.data.corpus import Pair
+    from heed.data.pharaoh import to_pharaoh
+    from heed.explain.priors import aligner_links
+    from heed.results import Alignment
+
+    pairs = [Pair(s, t) for s, t in zip(request.sources, request.targets)]
+    model = [Alignment(r["src_words"], r["tgt_words"], np.asarray(r["attention"], dtype=np.float32),
+                       [(int(i), int(j)) for i, j in r["links"]]) for r in results]
+    chosen = aligner_links(request.aligner, lambda: model, pairs, priors, units=request.tgt_units)
+    return [{**r, "links": [list(link) for link in sorted(found)], "pharaoh": to_pharaoh(sorted(found))}
+            for r, found in zip(results, chosen)]
+
+
 class _Routes:
     """The JSON API: one handler per route over the served models, their infos, the batcher and the
     limits. Each handler checks its request (`_model` is the prologue they share), then hands the
@@ -518,6 +538,7 @@ class _Routes:
     def __init__(self, models: dict[str, Translator], infos: dict[str, dict[str, Any]], batcher: Batcher,
                  settings: ServeSettings) -> None:
         self.models, self.infos, self.batcher, self.settings = models, infos, batcher, settings
+        self.priors: dict[str, Priors] = {}
 
     def router(self) -> APIRouter:
         router = APIRouter()
@@ -669,6 +690,15 @@ class _Routes:
         units = [len(t.split()) if request.tgt_units == "words" else len("".join(t.split())) for t in request.targets]
         cost = align_cost(src_lens, tgt_lens, [len(s.split()) for s in request.sources], units,
                           reading=request.weights, grid=_grid(translator))
+        priors = None
+        if request.aligner != "model":
+            priors = self.priors.get(name)
+            if priors is None:
+                raise ApiError(422, f"model {name!r} records no statistical priors (heed data priors MODEL FILE); "
+                                    "use aligner model", "aligner")
+            if priors.units != request.tgt_units:
+                raise ApiError(422, f"model {name!r}'s priors count target {priors.units}: give tgt_units "
+                                    f"{priors.units}", "tgt_units")
         self._within(cost)
         reading = AlignOptions(method=request.method, layer=request.layer, weights=request.weights,
                                tgt_units=request.tgt_units, join=request.join, null_threshold=request.null_threshold)
@@ -676,7 +706,12 @@ class _Routes:
         # ALTI+, rollout and value norms weigh every head: a pair a turn
         costs = cost.work if request.weights == "attention" else [self.settings.slice_work] * len(cost.work)
         results = await self._decoded(key, list(zip(request.sources, request.targets)), costs)
-        return await _answer({"model": name, "results": results})
+        if priors is not None:
+            try:
+                results = await asyncio.to_thread(_priors_aligned, results, request, priors)
+            except HeedError as e:  # eflomal not installed
+                raise ApiError(422, str(e), "aligner") from None
+        return await _answer({"model": name, "aligner": request.aligner, "results": results})
 
     async def attribute(self, request: AttributeRequest) -> Response:
         name, translator = self._model(request, AttributableModel,

@@ -96,6 +96,10 @@ class AlignRequest(_Pair):
                                   description="leave a target unit unlinked when its best source word holds less than "
                                               "this share of its row's weight on the source (null links; 0 links "
                                               "every unit)")
+    aligner: Literal["model", "priors", "both"] = Field(
+        "model", description="whose links: the model's reading, eflomal on these pairs alone with the statistical "
+                             "priors the model directory records (heed data priors), or both joined (the attention "
+                             "returned is the model's either way)")
 
 
 class LensRequest(_Pair):
@@ -249,6 +253,8 @@ class AlignResult(BaseModel):
 
 class AlignResponse(BaseModel):
     model: str
+    aligner: Literal["model", "priors", "both"] = Field("model", description="whose links these are (the request's "
+                                                                             "aligner)")
     results: list[AlignResult]
 
 
