@@ -10,7 +10,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.heed-installed
 
-.PHONY: demo test bench docs clean
+.PHONY: demo test lint bench docs clean
 
 # eflomal (the align extra, heed data align) ships as source and needs a C compiler: where it cannot
 # be built, its tests are skipped and the rest installs as usual.
@@ -28,6 +28,12 @@ demo: $(STAMP)
 # worker, so a file's module fixtures are made once; `pytest tests/...` alone runs in one process.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
+
+# ruff (pyproject's [tool.ruff]) over the code, its tests, benchmarks and tools; mypy (pyproject's
+# [tool.mypy], with pydantic's plugin) over the package.
+lint: $(STAMP)
+	$(BIN)/python -m ruff check src tests bench tools
+	$(BIN)/python -m mypy src/heed
 
 # The suite: the benchmarks in bench/ that need nothing outside the repository (about 10 minutes on
 # 2 cores); the peer comparison needs ../shared: bash bench/compare/run.sh --peers-dir DIR --install.

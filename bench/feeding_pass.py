@@ -23,7 +23,7 @@ from unittest import mock
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import floor  # noqa: E402  (bench/floor.py: the model and batches)
+import floor
 
 
 def step(model, optimizer, batch, *, fused: bool, bf16: bool) -> None:

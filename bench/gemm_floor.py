@@ -41,7 +41,7 @@ from typing import NamedTuple
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from floor import BATCH, EMBED, HIDDEN, PAD, corpus_lengths, make_batches  # noqa: E402
+from floor import BATCH, EMBED, HIDDEN, PAD, corpus_lengths, make_batches
 
 Shape = tuple[str, int, int, int]  # ("mm", m, k, n): (m, k) @ (k, n); ("bmm", b, s, h): b x (1, h) @ (h, s) & back
 
@@ -111,11 +111,11 @@ def time_shape(shape: Shape, dtype: torch.dtype, repeats: int) -> float:
     kind, a, b, c = shape
     if kind == "mm":
         x, w = torch.randn(a, b, dtype=dtype), torch.randn(b, c, dtype=dtype)
-        run = lambda: torch.mm(x, w)  # noqa: E731
+        run = lambda: torch.mm(x, w)
     else:  # b x (1, h) @ (h, s) and b x (1, s) @ (s, h): one score and one context product
         q, keys = torch.randn(a, 1, c, dtype=dtype), torch.randn(a, c, b, dtype=dtype)
         p, values = torch.randn(a, 1, b, dtype=dtype), torch.randn(a, b, c, dtype=dtype)
-        run = lambda: (torch.bmm(q, keys), torch.bmm(p, values))  # noqa: E731
+        run = lambda: (torch.bmm(q, keys), torch.bmm(p, values))
     for _ in range(3):
         run()
     times = []

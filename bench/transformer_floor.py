@@ -37,9 +37,10 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -150,7 +151,7 @@ class MatmulsOnly:
         self.cfg, self.vocab, self.device, self.dtype = cfg, tgt_vocab, device, dtype
         self._tensors: dict[tuple[int, ...], Tensor] = {}
 
-    def prepare(self, batches: list[Any]) -> "MatmulsOnly":
+    def prepare(self, batches: list[Any]) -> MatmulsOnly:
         """Make every batch's operands now, so the timed steps do products and nothing else."""
         for b in batches:
             self.loss(b)

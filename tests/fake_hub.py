@@ -24,6 +24,10 @@ from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 
 class FakeHub:
@@ -45,7 +49,7 @@ class FakeHub:
         self.repos[repo] = (commit, files)
         return commit
 
-    def __enter__(self) -> FakeHub:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

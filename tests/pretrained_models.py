@@ -12,7 +12,7 @@ import io
 import json
 import os
 import shutil
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ def teacher_forced(translator, src_ids: list[int], tgt_ids: list[int]):
     return logits.log_softmax(-1), batch.tgt_out[0]
 
 
-@lru_cache(maxsize=None)
+@cache
 def tatoeba(start: int, count: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(French, English) sentences start .. start + count of Tatoeba, or of the dates task where the
     shared data is not on this machine."""

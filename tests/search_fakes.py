@@ -72,10 +72,10 @@ class FakeEnc:
     mask: Tensor  # bool (rows, src_len), True = real token; one row per decoder row
     group: int = 1  # decoder rows per source
 
-    def repeat(self, times: int) -> "FakeEnc":
+    def repeat(self, times: int) -> FakeEnc:
         return FakeEnc(self.mask.repeat_interleave(times, dim=0), self.group * times)
 
-    def select(self, sources: Tensor) -> "FakeEnc":
+    def select(self, sources: Tensor) -> FakeEnc:
         rows = (sources.unsqueeze(1) * self.group + torch.arange(self.group)).view(-1)
         return FakeEnc(self.mask.index_select(0, rows), self.group)
 
@@ -86,7 +86,7 @@ class PrefixState:
 
     fed: Tensor  # (batch, t) long
 
-    def select(self, indices: Tensor) -> "PrefixState":
+    def select(self, indices: Tensor) -> PrefixState:
         return PrefixState(self.fed.index_select(0, indices))
 
 

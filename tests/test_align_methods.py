@@ -6,8 +6,8 @@ import json
 import re
 
 import numpy as np
-import torch
 import pytest
+import torch
 from cli_helpers import assert_user_error, invoke
 
 from heed.data.dates import generate_dates, generate_dates_aligned
@@ -64,7 +64,7 @@ def test_a_layer_a_head_and_their_means_are_picked_from_the_stack():
     stack = np.zeros((2, 3, 1, 2))  # (layers, heads, rows, src)
     stack[1, 2, 0] = [0.0, 1.0]
     stack[0, :, 0] = [1.0, 0.0]
-    pick = lambda layer, head: select_attention(stack, AlignOptions(layer=layer, head=head), 1)[0].tolist()  # noqa: E731
+    pick = lambda layer, head: select_attention(stack, AlignOptions(layer=layer, head=head), 1)[0].tolist()
     assert pick(1, 2) == [0.0, 1.0]
     assert pick(None, None) == pytest.approx([0.0, 1 / 3])  # the default layer (1), heads averaged
     assert pick("mean", 2) == [0.5, 0.5]
@@ -163,7 +163,7 @@ def test_heed_data_task_writes_the_splits_and_their_gold(tmp_path):
     assert "--tgt-units chars --gold" in result.stdout
     src = (tmp_path / "dates" / "test.src").read_text(encoding="utf-8").splitlines()
     tgt = (tmp_path / "dates" / "test.tgt").read_text(encoding="utf-8").splitlines()
-    sure, possible = read_gold_alignments(tmp_path / "dates" / "test.align")
+    sure, _possible = read_gold_alignments(tmp_path / "dates" / "test.align")
     assert len(src) == len(tgt) == len(sure) == 1000
     splits, golds = generate_dates_aligned(n_train=20000, n_dev=500, n_test=1000)
     assert src == [p.src for p in splits.test] and [set(s) for s, _ in golds.test] == sure
@@ -490,9 +490,10 @@ def test_without_a_recorded_reading_heed_align_reads_the_rule_measured_for_the_m
     heed align uses it when training recorded no reading, and says so; a flag reads another way."""
     import shutil
 
+    from model_files import rehash
+
     from heed.api import Translator
     from heed.checkpoint import read_meta
-    from model_files import rehash
 
     model = tmp_path / "model"
     shutil.copytree(transformer_run / "model", model)
@@ -520,8 +521,8 @@ def test_without_a_recorded_reading_heed_align_reads_the_rule_measured_for_the_m
     rnn = Translator.load(trained_run)  # the tiny Luong RNN, without input feeding: its attention as it is
     assert rnn.model.measured_reading == ("an RNN without input feeding", "argmax", None, "attention")
     assert rnn.recorded_reading is None  # its corpus has no dev gold
-    assert rnn.default_reading() == (AlignOptions(), "the rule measured for an RNN without input feeding "
-                                                     "(docs/look-inside.md, section 8)")
+    assert rnn.default_reading() == (AlignOptions(), ("the rule measured for an RNN without input feeding "
+                                                     "(docs/look-inside.md, section 8)"))
 
 
 @pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "measured"])
@@ -534,8 +535,9 @@ def test_align_beside_an_int8_export_reads_it_plainly_where_it_cannot_give_the_m
     still refused, naming --beside."""
     import shutil
 
-    from heed.export.onnx import export_model
     from model_files import rehash
+
+    from heed.export.onnx import export_model
 
     model = tmp_path / "model"
     shutil.copytree(transformer_run / "model", model)
@@ -603,7 +605,7 @@ def test_sweep_against_a_reference_gives_agreement_f1_by_layer_and_head(transfor
     assert row.replace("│", " ").split()[2] == "100.0"  # layer 0: head 0, head 1, ...
     plain = invoke("align", transformer_run, *files, "--reference", reference, "-o", tmp_path / "default.align")
     f1 = re.search(r"F1 (\d\.\d{4})", plain.stdout).group(1)
-    assert re.search(rf"^default: F1 = {f1} ", swept.stdout, re.M), (f1, swept.stdout)
+    assert re.search(rf"^default: F1 = {f1} ", swept.stdout, re.MULTILINE), (f1, swept.stdout)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert_user_error(invoke("align", transformer_run, *files, "--sweep"), "--gold FILE", "--reference FILE")
 
@@ -624,8 +626,9 @@ def test_align_beside_an_rnns_export_reads_its_one_attention_without_a_note(trai
     """An RNN's recorded layer 0, head 0 is its one attention, which its export reports too: no note."""
     import shutil
 
-    from heed.export.onnx import export_model
     from model_files import rehash
+
+    from heed.export.onnx import export_model
 
     model = tmp_path / "model"
     shutil.copytree(trained_run / "model", model)

@@ -10,13 +10,15 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from heed.api import Translator  # noqa: E402
-from heed.data.pharaoh import parse_gold_pharaoh
-from heed.errors import HeedError  # noqa: E402
-from heed.data.pharaoh import read_gold_alignments  # noqa: E402
-from heed.explain.align import alignment_error_rate  # noqa: E402
-from heed.explain.attention_gap import attention_gap  # noqa: E402
-from heed.export.onnx import export_model  # noqa: E402
+from heed.api import Translator
+from heed.data.pharaoh import (
+    parse_gold_pharaoh,
+    read_gold_alignments,
+)
+from heed.errors import HeedError
+from heed.explain.align import alignment_error_rate
+from heed.explain.attention_gap import attention_gap
+from heed.export.onnx import export_model
 
 
 def test_the_gap_by_hand() -> None:

@@ -107,7 +107,7 @@ def test_a_shared_embedding_table_is_read_for_the_source_first():
     src_table, tgt_table = model.token_embeddings()
     assert src_table is tgt_table
     src_ids, tgt_ids = [5, 6, 7, 8], [9, 10, 11]
-    src_part, prefix, _, delta, _ = attribute_ids(model, src_ids, tgt_ids, method="integrated_gradients", steps=100,
+    src_part, _prefix, _, delta, _ = attribute_ids(model, src_ids, tgt_ids, method="integrated_gradients", steps=100,
                                                   device=torch.device("cpu"))
     _, read = _log_probs(model, src_ids, tgt_ids)
     assert read["source"].shape == (1, 5, 16) and read["target"].shape == (1, 4, 16)

@@ -548,7 +548,7 @@ def _(c: Ctx) -> Call:
 
 @case("corpus-gzip-bomb")
 def _(c: Ctx) -> Call:
-    line = "le 3 mars 1998\t1998-03-03\n".encode()
+    line = b"le 3 mars 1998\t1998-03-03\n"
     bomb = c.tmp / "bomb.tsv.gz"
     with gzip.open(bomb, "wb", compresslevel=9) as f:
         for _ in range(64):  # 64 MB of one line repeated: about 1000x
@@ -2169,7 +2169,9 @@ def test_a_hostile_file_costs_little_memory(name: str, ctx: Ctx) -> None:
     out, err = ctx.tmp / "bomb.stdout", ctx.tmp / "bomb.stderr"
     with open(out, "w") as stdout_file, open(err, "w") as stderr_file:
         process = subprocess.Popen([sys.executable, "-m", "heed", *map(str, call.argv)], stdin=subprocess.DEVNULL,
-                                   stdout=stdout_file, stderr=stderr_file, env=env, preexec_fn=cap)
+                                   stdout=stdout_file, stderr=stderr_file, env=env,
+                                   # setrlimit must run in the child before exec: no other hook does that
+                                   preexec_fn=cap)  # noqa: PLW1509
     deadline = time.monotonic() + TIME_LIMIT * 2
     pid, status, usage = os.wait4(process.pid, os.WNOHANG)
     while pid == 0 and time.monotonic() < deadline:  # reaped here, not by Popen: its own peak memory is in `usage`

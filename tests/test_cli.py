@@ -300,7 +300,8 @@ def test_every_route_names_the_held_out_references_test_tgt(tmp_path):
 
     cfg = config_from_dict({"data": {"task": "dates", "dates": {"n_train": 20, "n_dev": 5, "n_test": 5}},
                             "output_dir": str(tmp_path / "demo")})
-    _, _, data_dir = _write_data(cfg, tmp_path / "demo", Console(file=open(os.devnull, "w")))
+    with open(os.devnull, "w") as devnull:
+        _, _, data_dir = _write_data(cfg, tmp_path / "demo", Console(file=devnull))
     assert (data_dir / "test.tgt").is_file() and not (data_dir / "test.ref").exists()
     written = invoke("data", "task", "dates", tmp_path / "task")
     assert written.exit_code == 0 and (tmp_path / "task" / "test.tgt").is_file(), written.output

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 pytest.importorskip("fastapi", reason="heed-nmt[serve] is not installed")
-from fastapi.testclient import TestClient  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
-from heed.cli import app  # noqa: E402
+from heed.cli import app
 
 runner = CliRunner()
 OPTIONS = ["--names", "--host", "--port", "--device", "--threads", "--bf16", "--max-sentences", "--max-chars",

@@ -82,8 +82,8 @@ def test_without_a_compiler_one_line_says_so_and_training_runs_eagerly(make_conf
         patched.setattr(torch, "compile", no_compile)
         fallback = run(make_config, tmp_path / "fallback", compile=True, console=Console(file=out, width=200))
     said = [line for line in out.getvalue().splitlines() if "compile" in line.replace(str(tmp_path), "")]
-    assert said == ["train.compile: no C++ compiler for torch.compile (looked for heed-test-no-such-c++; "
-                    "set CXX or install g++); training eagerly"]
+    assert said == [("train.compile: no C++ compiler for torch.compile (looked for heed-test-no-such-c++; "
+                    "set CXX or install g++); training eagerly")]
     assert inductor_config.cpp.cxx != ("heed-test-no-such-c++",)  # the patch ended
     eager = run(make_config, tmp_path / "eager", compile=False)
     assert losses(fallback.output_dir) == losses(eager.output_dir)  # the eager pass, bit for bit
@@ -93,8 +93,8 @@ def test_target_lengths_past_the_limit_run_the_eager_pass(monkeypatch):
     """Each target length is a compile of its own; after COMPILED_TARGET_LENGTHS of them, batches of
     new lengths take the eager pass (and give the same features). The compiler is stubbed: this
     tests the routing, not inductor."""
-    import heed.nn.rnn.seq2seq as seq2seq
     from heed.nn.build import ModelConfig
+    from heed.nn.rnn import seq2seq
 
     calls = []
 

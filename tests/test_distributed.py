@@ -240,12 +240,12 @@ def test_two_cpu_ranks_equal_one_process_accumulating_two_and_resume_after_kill_
 def test_a_failed_collective_is_one_line_naming_the_rank():
     from heed.plumbing.distributed import PeerFailed, collective_errors
 
-    with pytest.raises(PeerFailed, match=r"^rank 1: lost the other processes \(Connection closed by peer\)"):
-        with collective_errors(World(rank=1, size=2, local_rank=1)):
-            raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer\nmore detail")
-    with pytest.raises(RuntimeError, match="a bug of one process"):  # one process: nothing to blame on peers
-        with collective_errors(World()):
-            raise RuntimeError("a bug of one process")
+    with (pytest.raises(PeerFailed, match=r"^rank 1: lost the other processes \(Connection closed by peer\)"),
+          collective_errors(World(rank=1, size=2, local_rank=1))):
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer\nmore detail")
+    # one process: nothing to blame on peers
+    with pytest.raises(RuntimeError, match="a bug of one process"), collective_errors(World()):
+        raise RuntimeError("a bug of one process")
 
 
 def test_two_cpu_ranks_on_a_prepared_corpus_equal_one_process_accumulating_two(tmp_path, tiny_config):

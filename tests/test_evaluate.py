@@ -98,7 +98,7 @@ def test_default_buckets_are_fixed_per_unit_whatever_the_test_set():
     assert default_buckets("tokens")[-1] == Bucket(101, None)
     for unit in ("words", "tokens", "chars"):  # every length falls in exactly one bucket
         buckets = default_buckets(unit)
-        assert all(sum(n in b for b in buckets) == 1 for n in range(0, 400))
+        assert all(sum(n in b for b in buckets) == 1 for n in range(400))
 
 
 def test_two_test_sets_of_different_lengths_get_the_same_default_buckets():
@@ -137,7 +137,7 @@ def test_repeated_token_rate_counts_tokens_equal_to_the_one_before():
     from heed.evaluate import repeated_token_rate
 
     # "the the cat sat sat sat": tokens 1, 4 and 5 repeat their predecessor -> 3 of 6
-    assert repeated_token_rate(["the the cat sat sat sat".split()]) == 0.5
+    assert repeated_token_rate([["the", "the", "cat", "sat", "sat", "sat"]]) == 0.5
     # a repeat elsewhere in the sentence is not a loop: "a b a" has none at n = 1
     assert repeated_token_rate([["a", "b", "a"]]) == 0.0
     # pooled over outputs: 3 repeats in 6 + 4 tokens

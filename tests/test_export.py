@@ -14,18 +14,18 @@ import torch
 pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
-from served_exports import served_beside_pytorch  # noqa: E402
+from served_exports import served_beside_pytorch
 
-import heed  # noqa: E402
-from heed.checkpoint import load_model_dir, save_model_dir  # noqa: E402
-from heed.errors import HeedError, ModelDirError  # noqa: E402
-from heed.export.load import load_exported  # noqa: E402
-from heed.export.onnx import ENCODER_FILE, MANIFEST_FILE, STEP_FILE, export_model, sha256  # noqa: E402
-from heed.export.ort import OrtSeq2Seq  # noqa: E402
-from heed.nn.build import ModelConfig, build_model  # noqa: E402
-from heed.nn.rnn.attention import SCORES  # noqa: E402
-from heed.nn.rnn.config import RNNConfig  # noqa: E402
-from heed.search import DecodeConfig, search  # noqa: E402
+import heed
+from heed.checkpoint import load_model_dir, save_model_dir
+from heed.errors import HeedError, ModelDirError
+from heed.export.load import load_exported
+from heed.export.onnx import ENCODER_FILE, MANIFEST_FILE, STEP_FILE, export_model, sha256
+from heed.export.ort import OrtSeq2Seq
+from heed.nn.build import ModelConfig, build_model
+from heed.nn.rnn.attention import SCORES
+from heed.nn.rnn.config import RNNConfig
+from heed.search import DecodeConfig, search
 
 KINDS = {
     "luong-feeding": dict(decoder="luong", input_feeding=True),

@@ -14,19 +14,19 @@ import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from served_exports import served_beside_pytorch  # noqa: E402
+from served_exports import served_beside_pytorch
 
-import heed  # noqa: E402
-from heed.data.vocab import SPECIALS  # noqa: E402
-from heed.errors import ConfigError, HeedError  # noqa: E402
-from heed.export.ct2 import model_files, write_ct2  # noqa: E402
-from heed.export.ct2_run import CT2Seq2Seq  # noqa: E402
-from heed.export.onnx import MANIFEST_FILE, export_model  # noqa: E402
-from heed.nn.build import ModelConfig, build_model  # noqa: E402
-from heed.plumbing.runtime import cpu_int8_products_exact  # noqa: E402
+import heed
+from heed.data.vocab import SPECIALS
+from heed.errors import ConfigError, HeedError
+from heed.export.ct2 import model_files, write_ct2
+from heed.export.ct2_run import CT2Seq2Seq
+from heed.export.onnx import MANIFEST_FILE, export_model
+from heed.nn.build import ModelConfig, build_model
+from heed.plumbing.runtime import cpu_int8_products_exact
 
 VARIANTS = {
-    "pre-sinusoidal-tied": dict(),
+    "pre-sinusoidal-tied": {},
     "post-norm": dict(norm="post"),
     "learned-positions-untied": dict(positions="learned", tie_embeddings=False, max_positions=6),
     "shared-embeddings": dict(share_embeddings=True),
@@ -182,7 +182,7 @@ def test_an_int8_export_multiplies_in_int16_where_int8_products_saturate(ct2_dir
                                                                          monkeypatch, exact):
     import ctranslate2
 
-    import heed.export.ct2_run as ct2_run
+    from heed.export import ct2_run
 
     int8 = export_model(transformer_run, tmp_path / "int8", kind="ctranslate2", int8=True)
     monkeypatch.setattr(ct2_run, "cpu_int8_products_exact", lambda: exact)

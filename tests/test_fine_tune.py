@@ -34,7 +34,7 @@ def base(request, tmp_path_factory):
 
 def write_config(tmp_path, kind: str, init, **sections) -> tuple:
     fr, en = tatoeba(0, 360)
-    for name, rows in (("train", range(0, 300)), ("dev", range(300, 360))):
+    for name, rows in (("train", range(300)), ("dev", range(300, 360))):
         (tmp_path / f"{name}.fr").write_text("".join(fr[i] + "\n" for i in rows), encoding="utf-8")
         (tmp_path / f"{name}.en").write_text("".join(en[i] + "\n" for i in rows), encoding="utf-8")
     data = {"train": {"src": "train.fr", "tgt": "train.en"}, "dev": {"src": "dev.fr", "tgt": "dev.en"},

@@ -45,7 +45,7 @@ def test_heed_prepare_loads_no_model_code():
 # docs/design.md draws the rooms; these are the arrows it forbids, read off every module's imports
 # (function-level ones too, which a lazy import would otherwise hide).
 
-import pathlib  # noqa: E402
+import pathlib
 
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "heed"
 
@@ -145,6 +145,20 @@ def test_the_private_import_reader_sees_one(tmp_path):
     bad.write_text("from __future__ import annotations\nfrom heed.api import Translator, _check_texts\n"
                    "def f():\n    from heed.api import _Stoppable\n")
     assert _private_imports(bad) == ["heed.api._check_texts", "heed.api._Stoppable"]
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_private_name_crosses_a_module_anywhere_in_heed():
+    """A name with a leading underscore is its module's own: one another module needs is public
+    (docs/design.md, the arrows). A module may still import its own names."""
+    found = [f"{path.relative_to(SRC)} imports {private}" for path in sorted(SRC.rglob("*.py"))
+             for private in _private_imports(path)
+             if private.rpartition(".")[0] != _module_name(path)]
+    assert found == []
 
 
 def test_the_reading_modules_of_explain_do_not_import_the_facade():

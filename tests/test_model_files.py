@@ -219,7 +219,7 @@ def _nan_model(trained_run: Path, target: Path) -> Path:
 
     shutil.copytree(trained_run / "model", target)
     weights = load_file(str(target / "model.safetensors"))
-    first = sorted(k for k, v in weights.items() if v.is_floating_point())[0]
+    first = min(k for k, v in weights.items() if v.is_floating_point())
     weights[first].view(-1)[0] = float("nan")
     save_file(weights, str(target / "model.safetensors"))
     return rehash(target)

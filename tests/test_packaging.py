@@ -74,8 +74,8 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_help_and_translates(built, tra
                                 *(p for p in sys.path if Path(p).name == "system-torch")) if Path(p).is_dir()]
     (Path(ours) / "heed-test-dependencies.pth").write_text("\n".join(dependencies) + "\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    where = subprocess.run([str(python), "-c", "import heed, heed.serve.app as a; print(heed.__file__); "
-                            "print(a.STATIC_DIR.joinpath('index.html').is_file(), a.CJK_FONT.is_file())"],
+    where = subprocess.run([str(python), "-c", ("import heed, heed.serve.app as a; print(heed.__file__); "
+                            "print(a.STATIC_DIR.joinpath('index.html').is_file(), a.CJK_FONT.is_file())")],
                            capture_output=True, text=True, env=env, timeout=120)
     assert where.returncode == 0, where.stderr
     location, carried = where.stdout.split("\n")[:2]

@@ -85,7 +85,7 @@ def test_resume_in_the_middle_of_a_prepared_epoch_continues_the_identical_loss_s
 
 
 def test_resume_onto_a_prepared_corpus_that_changed_is_refused(prepared, tmp_path, tiny_config):
-    raw, directory = prepared
+    raw, _directory = prepared
     copy = tmp_path / "copy"
     prepare(config_from_dict(raw), copy, shard_tokens=1500)
     options = {"train": {**raw["train"], "max_steps": 2}, "output_dir": str(tmp_path / "run")}
@@ -107,7 +107,7 @@ def test_a_small_sample_bounds_sentencepiece_training_and_still_encodes_every_pa
     raw = tiny_config(tmp_path / "out")
     raw["data"]["tokenizer"] = {"src": {"kind": "bpe", "vocab_size": 80}, "tgt": {"kind": "char"}}
     prepare(config_from_dict(raw), tmp_path / "p", sample_pairs=30)
-    corpus, codec = open_prepared(config_from_dict(prepared_config(raw, tmp_path / "p")).data, verify_hashes=False)
+    corpus, _codec = open_prepared(config_from_dict(prepared_config(raw, tmp_path / "p")).data, verify_hashes=False)
     assert len(corpus) == 200
     assert "sample of at most 30 pairs" in read_manifest(tmp_path / "p")["tokenizers"]
 
@@ -123,8 +123,8 @@ def test_prepare_warns_of_a_smaller_sentencepiece_vocabulary_in_the_words_raw_tr
     build_codec(iter(pairs), config, sample_pairs=10, warn=from_prepare.append)
     pieces = codec.src_tokenizer.num_pieces
     assert from_prepare == from_raw == [
-        f"data.tokenizer.src.vocab_size is 8000, but the training corpus supports only {pieces} bpe pieces: "
-        f"the src tokenizer has {pieces} (set vocab_size to {pieces} or less to silence this)"]
+        (f"data.tokenizer.src.vocab_size is 8000, but the training corpus supports only {pieces} bpe pieces: "
+        f"the src tokenizer has {pieces} (set vocab_size to {pieces} or less to silence this)")]
 
 
 def test_prepare_reuses_the_tokenizers_of_a_model_directory(tiny_config, trained_run, tmp_path):

@@ -66,7 +66,7 @@ def heed_ids(translations, vocab) -> list[list[int]]:
 
 
 def test_source_and_target_ids_are_hugging_faces(pair):
-    hf, tokenizer, translator, _, _ = pair
+    _hf, tokenizer, translator, _, _ = pair
     codec = translator.codec
     fr, en = tatoeba(0, 500)
     for s, t in zip(fr, en):
@@ -127,7 +127,7 @@ def test_beam_5_best_is_hugging_faces_with_the_language_forced(pair):
 
 
 def test_the_imported_directory_records_languages_and_the_pair_is_chosen_at_load(pair):
-    hf, tokenizer, translator, directory, kind = pair
+    _hf, _tokenizer, translator, directory, kind = pair
     src, tgt = PAIRS[kind]
     meta = json.loads((directory / "heed.json").read_text())
     assert meta["pretrained"]["architecture"] == "M2M100ForConditionalGeneration"
@@ -147,7 +147,7 @@ def test_cli_language_flags(pair):
 
     from heed.cli import app
 
-    hf, tokenizer, translator, directory, kind = pair
+    _hf, _tokenizer, translator, directory, kind = pair
     src, tgt = PAIRS[kind]
     runner = CliRunner()
     fr = list(tatoeba(5000, 3)[0])
@@ -169,7 +169,7 @@ def test_import_records_a_default_pair_and_refuses_one_the_model_lacks(pair, tmp
 
     from heed.cli import app
 
-    hf, tokenizer, translator, directory, kind = pair
+    _hf, _tokenizer, translator, directory, kind = pair
     src, tgt = PAIRS[kind]
     hf_dir = directory.parent / "hf"
     runner = CliRunner()
@@ -191,7 +191,7 @@ def test_the_server_takes_the_pair_per_request(pair):
 
     from heed.serve.app import ServeSettings, create_app
 
-    hf, tokenizer, translator, directory, kind = pair
+    _hf, _tokenizer, translator, directory, kind = pair
     src, tgt = PAIRS[kind]
     fr = list(tatoeba(5000, 2)[0])
     with TestClient(create_app({"m": heed.load(directory)}, ServeSettings())) as client:

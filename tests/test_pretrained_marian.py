@@ -64,7 +64,7 @@ def hf_tokens(hf, tokenizer, texts, *, beams: int, early_stopping) -> list[list[
 
 
 def test_imported_ids_are_marian_tokenizers(pair):
-    hf, tokenizer, translator, _ = pair
+    _hf, tokenizer, translator, _ = pair
     codec = translator.codec
     for fr, en in zip(*tatoeba(5000, 100)):
         assert codec.encode_src(fr) + [codec.src_vocab.eos_id] == tokenizer(fr).input_ids
@@ -119,7 +119,7 @@ def test_beam_5_best_is_hugging_faces_with_its_length_penalty(pair):
 
 
 def test_an_imported_directory_is_an_ordinary_checked_model_directory(pair, tmp_path):
-    hf, tokenizer, translator, directory = pair
+    hf, _tokenizer, _translator, directory = pair
     loaded = load_model_dir(directory, verify=True)
     meta = json.loads((directory / "heed.json").read_text())
     assert meta["pretrained"]["architecture"] == "MarianMTModel"
@@ -168,7 +168,7 @@ def test_translate_and_align_take_an_imported_directory(pair, tmp_path):
 
     from heed.cli import app
 
-    hf, tokenizer, translator, directory = pair
+    _hf, _tokenizer, translator, directory = pair
     fr, en = tatoeba(5000, 3)
     (tmp_path / "s.txt").write_text("".join(s + "\n" for s in fr), encoding="utf-8")
     (tmp_path / "t.txt").write_text("".join(t + "\n" for t in en), encoding="utf-8")

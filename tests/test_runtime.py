@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-import heed.plumbing.runtime as runtime
 from heed.errors import ConfigError, HeedError
+from heed.plumbing import runtime
 from heed.plumbing.runtime import check_bf16, resolve_device, torch_threads
 
 

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 pytest.importorskip("fastapi", reason="heed-nmt[serve] is not installed")
-import httpx  # noqa: E402
-from fastapi.testclient import TestClient  # noqa: E402
+import httpx
+from fastapi.testclient import TestClient
 
-from heed.api import Translator  # noqa: E402
-from heed.data.dates import generate_dates  # noqa: E402
-from heed.serve.app import ServeSettings, create_app, last_metrics  # noqa: E402
+from heed.api import Translator
+from heed.data.dates import generate_dates
+from heed.serve.app import ServeSettings, create_app, last_metrics
 
 SETTINGS = dict(max_sentences=60, max_chars=80, max_body=64 * 1024, max_queue=200, timeout=60.0)
 

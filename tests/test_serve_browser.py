@@ -43,11 +43,13 @@ def _missing() -> str | None:
 if _missing():
     pytest.skip(_missing(), allow_module_level=True)
 
-import uvicorn  # noqa: E402
-from playwright.sync_api import ConsoleMessage, Page, sync_playwright  # noqa: E402
+import itertools
 
-from heed.api import Translator  # noqa: E402
-from heed.serve.app import ServeSettings, create_app, last_metrics  # noqa: E402
+import uvicorn
+from playwright.sync_api import ConsoleMessage, Page, sync_playwright
+
+from heed.api import Translator
+from heed.serve.app import ServeSettings, create_app, last_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -144,7 +146,7 @@ class Explorer:
         if message.type in ("error", "assert"):
             self.errors.append(f"console.{message.type}: {message.text}")
 
-    def open(self) -> "Explorer":
+    def open(self) -> Explorer:
         self.page.goto(self.server.url)
         self.page.wait_for_selector("#model option", state="attached")
         return self
@@ -424,7 +426,7 @@ def test_a_60_token_source_stays_readable(explorer: Explorer) -> None:
     assert len(labels) == 61 and all(size >= 10 for *_, size in labels)
     upright = [(left, right) for rotated, left, right, _ in labels if not rotated]
     assert len(upright) >= 60
-    assert all(a[1] <= b[0] + 0.5 for a, b in zip(upright, upright[1:]))
+    assert all(a[1] <= b[0] + 0.5 for a, b in itertools.pairwise(upright))
     # the panel scrolls, the page does not
     assert explorer.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     # the alignment spans its card: every source token in view (no scrolling), upright labels apart
@@ -438,7 +440,7 @@ def test_a_60_token_source_stays_readable(explorer: Explorer) -> None:
                                          "return [r.left, r.right]; }")
     assert all(box[0] - 1 <= left and right <= box[1] + 1 for turned, left, right in spots if not turned)
     upright = [(left, right) for turned, left, right in spots if not turned]
-    assert len(upright) >= 45 and all(a[1] <= b[0] + 0.5 for a, b in zip(upright, upright[1:]))
+    assert len(upright) >= 45 and all(a[1] <= b[0] + 0.5 for a, b in itertools.pairwise(upright))
 
 
 def _png_size(path: Path) -> tuple[int, int]:

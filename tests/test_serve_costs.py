@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 pytest.importorskip("fastapi", reason="heed-nmt[serve] is not installed")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from heed.api import Translator  # noqa: E402
-from heed.plumbing.limits import ALL_PARTS, attention_weights, attribution_work  # noqa: E402
-from heed.serve.app import ServeSettings, create_app  # noqa: E402
+from heed.api import Translator
+from heed.plumbing.limits import ALL_PARTS, attention_weights, attribution_work
+from heed.serve.app import ServeSettings, create_app
 
 SOURCES = ["3 mars 1998", "le 12 juin 2004"]
 

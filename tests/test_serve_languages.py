@@ -12,14 +12,14 @@ import pytest
 
 pytest.importorskip("fastapi", reason="heed-nmt[serve] is not installed")
 pytest.importorskip("transformers")
-from fastapi.testclient import TestClient  # noqa: E402
-from tests.pretrained_models import make_m2m100, tatoeba  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from fastapi.testclient import TestClient
+from tests.pretrained_models import make_m2m100, tatoeba
+from typer.testing import CliRunner
 
-import heed  # noqa: E402
-from heed.cli import app  # noqa: E402
-from heed.pretrained import import_model  # noqa: E402
-from heed.serve.app import create_app, unpaired  # noqa: E402
+import heed
+from heed.cli import app
+from heed.pretrained import import_model
+from heed.serve.app import create_app, unpaired
 
 
 @pytest.fixture(scope="module")

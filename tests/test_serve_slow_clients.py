@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("fastapi", reason="heed-nmt[serve] is not installed")
-import httpx  # noqa: E402
-import uvicorn  # noqa: E402
+import httpx
+import uvicorn
 
-from heed.api import Translator  # noqa: E402
-from heed.serve.app import ServeSettings, create_app  # noqa: E402
-from heed.serve.slow_clients import read_timeout_protocol  # noqa: E402
+from heed.api import Translator
+from heed.serve.app import ServeSettings, create_app
+from heed.serve.slow_clients import read_timeout_protocol
 
 READ_TIMEOUT = 1.5
 
@@ -49,7 +49,7 @@ def _closed_within(sock: socket.socket, seconds: float) -> float | None:
         try:
             if sock.recv(1024) == b"":
                 return time.monotonic() - started
-        except socket.timeout:
+        except TimeoutError:
             continue
         except ConnectionResetError:
             return time.monotonic() - started

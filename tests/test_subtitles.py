@@ -369,8 +369,9 @@ def test_the_bench_srt_puts_a_sentences_cues_close_and_sentences_apart():
 def test_heed_translate_format_srt_gives_the_libraries_result_from_a_file_and_from_stdin(trained_run, tmp_path):
     """`heed translate --format srt` is translate_subtitles, from --input to --output (written
     whole) and from stdin to stdout; --cue-width reaches the layout; a broken file is one line."""
-    import heed
     from cli_helpers import assert_user_error, invoke
+
+    import heed
 
     text, _ = dates_srt(12, seed=9)
     (tmp_path / "in.srt").write_text(text, encoding="utf-8")

@@ -192,8 +192,8 @@ def test_the_server_serves_a_transformer(transformer_run):
     (None, ("--set", "model.family=transformer"),
      ("model", "'embed_size', 'hidden_size', 'input_feeding' are fields of family rnn, not transformer")),
     ({"family": "transformer"}, ("--set", "model.copy=true"), ("model", "'copy' is not supported by the transformer")),
-    ({"family": "transformer", "attention": "location"}, (), ("model", "'attention' is a field of family rnn, not "
-                                                                       "transformer; remove it")),
+    ({"family": "transformer", "attention": "location"}, (), ("model", ("'attention' is a field of family rnn, not "
+                                                                       "transformer; remove it"))),
     ({"family": "transformer", "share_embeddings": True}, (),
      ("model.share_embeddings", "needs one vocabulary for both; set data.shared_vocab: true")),
     ({"family": "transformer"}, ("--set", "data.shared_vocab=true", "--set", "data.tokenizer.src.kind=word"),

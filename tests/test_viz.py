@@ -185,7 +185,7 @@ def test_korean_heatmap_renders_hangul_glyphs():
 
 def test_bundled_font_draws_hangul_where_no_cjk_font_is_installed(tmp_path):
     # A fresh process that sees no system font with CJK glyphs falls back to heed's own subset.
-    script = """
+    script = f"""
 import warnings, io
 from matplotlib import font_manager
 from heed import viz
@@ -194,14 +194,14 @@ font_manager.fontManager.ttflist = [e for e in font_manager.fontManager.ttflist
                                     if not probe <= viz._codepoints(e.fname)]
 font_manager.findSystemFonts = lambda *a, **k: []
 assert viz.cjk_font() == viz.BUNDLED_CJK_FAMILY, viz.cjk_font()
-fig = viz.attention_heatmap(%r, %r, [[1.0 / %d] * %d] * %d)
+fig = viz.attention_heatmap({KO_SRC!r}, {KO_TGT!r}, [[1.0 / {len(KO_SRC)}] * {len(KO_SRC)}] * {len(KO_TGT)})
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     fig.savefig(io.BytesIO(), format="png")
 bad = [str(w.message) for w in caught if "missing from font" in str(w.message) or w.category is viz.MissingFontWarning]
 assert not bad, bad
 print("ok")
-""" % (KO_SRC, KO_TGT, len(KO_SRC), len(KO_SRC), len(KO_TGT))
+"""
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 

@@ -23,13 +23,13 @@ An environment made the old way (with `--system-site-packages`) is replaced.
 """
 from __future__ import annotations
 
-import importlib.metadata as metadata
 import os
 import re
 import shutil
 import sys
 import sysconfig
 import venv
+from importlib import metadata
 from pathlib import Path
 
 SHARED_DIR = "system-torch"
@@ -86,7 +86,7 @@ def make_venv(env: Path) -> list[str]:
     """Create `env` (replacing one that sees the system's site-packages) with pip, and share this
     Python's torch with it. Returns the names of the shared distributions (empty: no system torch)."""
     config = env / "pyvenv.cfg"
-    if config.exists() and re.search(r"include-system-site-packages\s*=\s*true", config.read_text(), re.I):
+    if config.exists() and re.search(r"include-system-site-packages\s*=\s*true", config.read_text(), re.IGNORECASE):
         print(f"{env} sees the system's site-packages (made by an older Makefile): replacing it", flush=True)
         shutil.rmtree(env)
     if not (env / "bin" / "python").exists():

@@ -42,9 +42,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script folder, not a package
 
-from corpora import Dates, Multi30k, hypotheses, tokens_per_step  # noqa: E402
-from measure import StepFailed, bench_env, loadavg, machine, run_measured  # noqa: E402
-from systems import SYSTEMS, TRANSFORMER, Bench, NotAvailable, System  # noqa: E402
+from corpora import Dates, Multi30k, hypotheses, tokens_per_step
+from measure import StepFailed, bench_env, loadavg, machine, run_measured
+from systems import SYSTEMS, TRANSFORMER, Bench, NotAvailable, System
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE_SEED = 42  # the seed of the reference tables (and of the shared peers' configs)
@@ -447,15 +447,15 @@ def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dic
              f"embedding {ds.embed}, 1-layer biLSTM encoder {ds.hidden // 2} per direction, 1-layer LSTM decoder "
              f"{ds.hidden}, Luong general attention with input feeding, no dropout; Adam 1e-3 constant, clip 5, "
              f"batches of 128 sentences, seed {args.seed}, {args.steps} steps")
-    out = [f"## {ds.title}{', Transformer' if bench.transformer else ''}"
-           f"{variant_suffix(args, ', {} threads each', ', seed {}')}", "",
-           f"{started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min. Machine: {info['cpu']}, {info['cores']} cores; "
+    out = [(f"## {ds.title}{', Transformer' if bench.transformer else ''}"
+           f"{variant_suffix(args, ', {} threads each', ', seed {}')}"), "",
+           (f"{started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min. Machine: {info['cpu']}, {info['cores']} cores; "
            f"torch {info['torch']} in every system (CPU), {info['threads']} thread(s) each "
            f"(`OMP_NUM_THREADS={info['threads']}`, heed `train.threads: {info['threads']}`); Python {info['python']}; "
            "systems run one after another: every system trains, then heed trains again (its tokens/s is the mean "
            "of its first and last run); then each decoding setting runs every system back to back, the order "
            "reversed from one setting to the next, so a drift of the host's speed favours no one. "
-           "GPU memory: not measured (a CPU run; the peers' configs are CPU-only).", "",
+           "GPU memory: not measured (a CPU run; the peers' configs are CPU-only)."), "",
            "Command:", "", "```", command, "```", "",
            f"Model: {model}. Data: {ds.describe()}. Decoding: at most {bench.max_len} tokens, no length penalty.",
            "", table(results, floor, tps, args, n_test, ds.metric), ""]
@@ -496,16 +496,16 @@ def report(results: list[dict], floor: dict | None, gemm: dict | None, info: dic
                        "vocabularies up to a multiple of 8 and build them with their own rules from the same pieces.")
     notes = [
         "How each figure is measured:",
-        "- training throughput: each system's own log, target tokens (EOS included) per second, pooled over the "
+        ("- training throughput: each system's own log, target tokens (EOS included) per second, pooled over the "
         "50-step windows after step 50 (`parse_train.py`; heed: the `tok_per_s` of its `metrics.jsonl`, pooled the "
         "same way); ms per step = target tokens per step / throughput. Peak RSS: `/usr/bin/time -v` "
         "(\"Maximum resident set size\"); CPU time from the same, a check on the wall-clock figures when other "
-        "load was present.",
-        "- decoding: each system's own timer, model loading excluded: Joey \"Generation took\", OpenNMT-py "
+        "load was present."),
+        ("- decoding: each system's own timer, model loading excluded: Joey \"Generation took\", OpenNMT-py "
         "\"Total translation time\" (refined by its tokens/s), fairseq-generate \"Translated … in Xs\", heed the "
         "`Translator.translate` call (bench/compare/heed_decode.py). fairseq has no separate greedy decoder: "
         "its greedy is beam search with beam 1. Decoding time grows with the output length: compare the "
-        "mean output tokens too.",
+        "mean output tokens too."),
         f"- {ds.metric}: on the first {n_test:,} outputs of the batch-{args.decode_batch} decodes (the test set).",
         loss_note,
         params_note,

@@ -10,6 +10,7 @@ The peers' configs, scripts and parsers are read from the shared peers folder, n
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -300,7 +301,7 @@ class Heed(System):
         windows = [w for w in windows if w.get("kind") == "train"]
         # parse_train.py's pooling: the windows ending in (50, steps], each of (almost) the same
         # tokens per step, so the pooled rate is the step-weighted harmonic mean of the window rates
-        chosen = [(w["step"] - prev["step"], w["tok_per_s"]) for prev, w in zip(windows, windows[1:])
+        chosen = [(w["step"] - prev["step"], w["tok_per_s"]) for prev, w in itertools.pairwise(windows)
                   if LOG_EVERY < w["step"] <= self.b.steps]
         if not chosen:
             raise StepFailed(f"no throughput windows after step {LOG_EVERY} in {metrics}")

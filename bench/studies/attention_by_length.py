@@ -85,7 +85,9 @@ def main() -> None:
         config, shared, buckets = table[name]
         runs = {model: args.out / f"{name}-{model}" for model in MODELS}
 
-        def train(model: str) -> None:
+        # this dataset's values bound as defaults: the pool runs the function within this iteration
+        def train(model: str, config: Path = config, shared: list[str] = shared, runs: dict[str, Path] = runs,
+                  name: str = name) -> None:
             sets = [*shared, *MODELS[model], "train.threads=1"]
             cmd = [*HEED, "train", str(config), "--output-dir", str(runs[model]), "--no-progress"]
             run(cmd + [a for s in sets for a in ("--set", s)], args.out / f"{name}-{model}.train.log")

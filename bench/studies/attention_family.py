@@ -105,14 +105,14 @@ def make_data(corpus: Path, out: Path, *, max_words: int, n_test: int, n_dev: in
     copy_names = []
     for fr, en in names:
         name = invented_name(rng, vocabulary)
-        swap = lambda s: " ".join(name if t == "Tom" else t for t in s.split())  # noqa: E731
+        swap = lambda s, name=name: " ".join(name if t == "Tom" else t for t in s.split())
         copy_names.append((swap(fr), swap(en), name))
     copy_numbers = []
     for fr, en, number in numbers:
         new = str(rng.randint(10_000, 9_999_999))
         while new in vocabulary:
             new = str(rng.randint(10_000, 9_999_999))
-        swap = lambda s: " ".join(new if t == number else t for t in s.split())  # noqa: E731
+        swap = lambda s, new=new, number=number: " ".join(new if t == number else t for t in s.split())
         copy_numbers.append((swap(fr), swap(en), new))
     out.mkdir(parents=True, exist_ok=True)
     for split, rows in [("train", train), ("dev", dev), ("test", test)]:
@@ -230,14 +230,14 @@ def report(results: dict) -> str:
     runs = results["runs"]
     variants = [v for v in VARIANTS if any(r["variant"] == v for r in runs)]
     ok = {v: [r for r in runs if r["variant"] == v and "scores" in r] for v in variants}
-    lines = [f"Seeds {', '.join(str(s) for s in results['seeds'])}; {results['steps']} updates each; "
-             f"data {results['data']}; {results['cpu']}.", "",
-             "| attention | runs | test BLEU (beam 5) | repeated % | dropped % | names copied % | names as <unk> % "
-             "| numbers copied % | names copied with replace_unk % |",
+    lines = [(f"Seeds {', '.join(str(s) for s in results['seeds'])}; {results['steps']} updates each; "
+             f"data {results['data']}; {results['cpu']}."), "",
+             ("| attention | runs | test BLEU (beam 5) | repeated % | dropped % | names copied % | names as <unk> % "
+             "| numbers copied % | names copied with replace_unk % |"),
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for v in variants:
         rs = ok[v]
-        col = lambda k: mean_sd([r["scores"][k] for r in rs])  # noqa: E731
+        col = lambda k, rs=rs: mean_sd([r["scores"][k] for r in rs])
         lines.append(f"| {v} | {len(rs)} | {col('bleu')} | {col('repeated_pct')} | {col('dropped_pct')} | "
                      f"{col('copy_names_pct')} | {col('copy_names_unk_pct')} | {col('copy_numbers_pct')} | "
                      f"{col('copy_names_replace_unk_pct')} |")
@@ -262,9 +262,9 @@ def report(results: dict) -> str:
 
 
 def cpu_name() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                 "unknown CPU")
-    flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "")
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "unknown CPU")
+    flags = next((line for line in cpuinfo if line.startswith("flags")), "")
     return f"{model}, {os.cpu_count()} cores, {'AVX-512' if 'avx512f' in flags else 'AVX2'}"
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import torch
 
@@ -35,7 +36,7 @@ def main() -> None:
     torch.set_num_threads(1)
     translator = heed.load(args.model)
     model = translator.model
-    lines = open(args.sources, encoding="utf-8").read().splitlines()[:args.sentences]
+    lines = Path(args.sources).read_text(encoding="utf-8").splitlines()[:args.sentences]
     codec = translator.codec
     ids = [codec.src_ids(codec.src_tokens(line)[:translator.max_src_len]) for line in lines]
     # each sentence as translate_ids batches it: (1, src_len) ids + EOS, (1,)

@@ -31,15 +31,15 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
-import floor  # noqa: E402  (bench/floor.py: the dates model's batches)
+import floor
 
-from heed.config import load_config  # noqa: E402
-from heed.data.batching import token_batches  # noqa: E402
-from heed.data.codec import Codec, load_corpora  # noqa: E402
-from heed.data.vocab import PAD  # noqa: E402
-from heed.nn.build import ModelConfig, build_model  # noqa: E402
-from heed.nn.loss import generator_loss  # noqa: E402
-from heed.plumbing.runtime import compiler_problem  # noqa: E402
+from heed.config import load_config
+from heed.data.batching import token_batches
+from heed.data.codec import Codec, load_corpora
+from heed.data.vocab import PAD
+from heed.nn.build import ModelConfig, build_model
+from heed.nn.loss import generator_loss
+from heed.plumbing.runtime import compiler_problem
 
 
 def compare_setup(n_batches: int) -> tuple[ModelConfig, int, int, list[dict]]:
@@ -88,8 +88,8 @@ def decode(model_dir: Path, source: Path, beam: int) -> None:
             seconds[name] += took
     print(f"decode beam {beam}, batch 64, {len(texts):,} sentences twice; compile (200-sentence warm-up): "
           f"{compile_s:.1f} s; same outputs: {outputs['eager'] == outputs['compiled']}")
-    for name in seconds:
-        print(f"{name:9s} {2 * len(texts) / seconds[name]:9,.1f} sentences/s  {seconds['eager'] / seconds[name]:.2f}x")
+    for name, took in seconds.items():
+        print(f"{name:9s} {2 * len(texts) / took:9,.1f} sentences/s  {seconds['eager'] / took:.2f}x")
 
 
 def main() -> None:

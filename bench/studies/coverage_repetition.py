@@ -31,7 +31,7 @@ from heed.search import DecodeConfig, greedy_search
 
 PAD, BOS, EOS = 0, 1, 2
 VARIANTS = {
-    "no coverage": dict(),
+    "no coverage": {},
     "coverage": dict(coverage=True),
     "coverage + loss 1.0": dict(coverage=True, coverage_loss=1.0),
 }

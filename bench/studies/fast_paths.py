@@ -47,11 +47,11 @@ import heed.search
 from heed.data.batching import Batch, collate, token_batches
 from heed.data.vocab import PAD
 from heed.nn.build import ModelConfig, build_model
-from heed.nn.rnn.decoder import _RNNDecoder
+from heed.nn.rnn.decoder import RNNDecoder
 from heed.search import DecodeConfig, search
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: floor.py, the suite's
-from floor import corpus_lengths  # noqa: E402
+from floor import corpus_lengths
 
 BATCH = 128
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def step_loop(b: Batch) -> None:  # the same model call, its decoder on the step loop every decoder inherits
         plain.zero_grad(set_to_none=True)
-        with mock.patch.object(type(decoder), "forward_features", _RNNDecoder.forward_features):
+        with mock.patch.object(type(decoder), "forward_features", RNNDecoder.forward_features):
             plain(b.src, b.src_lengths, b.tgt_in, need_attention=False).logits.sum().backward()
 
     row("Luong without input feeding: all target steps in one call, forward + backward",
@@ -261,9 +261,9 @@ def encoder_by_groups(embed: int, hidden: int) -> None:
             lengths = torch.tensor([30 - (i % groups) for i in range(BATCH)])
             embedded = torch.randn(BATCH, 30, embed, requires_grad=True)
             distinct, counts = torch.unique(lengths, return_counts=True)
-            runs = {"packed": lambda: encoder._run_packed(embedded, lengths),
-                    "by length": lambda: encoder._run_by_length(embedded, lengths, distinct.tolist(),
-                                                                counts.tolist())}
+            runs = {"packed": lambda e=encoder, x=embedded, n=lengths: e._run_packed(x, n),
+                    "by length": lambda e=encoder, x=embedded, n=lengths, d=distinct, c=counts: e._run_by_length(
+                        x, n, d.tolist(), c.tolist())}
             cells = []
             for training in (True, False):
                 times = {}

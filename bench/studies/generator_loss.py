@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: floor.py, the suite's
-import floor  # noqa: E402  (bench/floor.py: the model and batches)
+import floor
 
-from heed.nn.loss import generator_loss  # noqa: E402
+from heed.nn.loss import generator_loss
 
 PAD = 0
 

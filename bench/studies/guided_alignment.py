@@ -26,9 +26,10 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from look_inside import cpu_name
 
@@ -146,7 +147,7 @@ def main() -> None:
     print(f"\n{cpu_name()}, {args.steps} updates each, 1 thread each, overrides: {' '.join(args.set) or 'none'}\n")
     for name, run in runs.items():
         log = Path(f"{run}.log").read_text(encoding="utf-8")
-        test = re.findall(r"^test .*$", log, flags=re.M)
+        test = re.findall(r"^test .*$", log, flags=re.MULTILINE)
         took = "trained earlier" if seconds[name] is None else f"{seconds[name]:.0f} s"
         print(f"{name}: {test[-1] if test else 'no test line'} ({took})")
     print("\n| reading | plain P / R / F1 | guided P / R / F1 |\n|---|---|---|")

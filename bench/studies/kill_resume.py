@@ -179,8 +179,8 @@ def main() -> int:
         finish = subprocess.run(child_command(config, run, resume=resumed), env=env, capture_output=True, text=True,
                                 timeout=600)
         if finish.returncode != 0:
-            problems = [f"the {'resume' if resumed else 'restart'} failed ({finish.returncode}): "
-                        f"{finish.stderr.strip().splitlines()[-1:]}"]
+            problems = [(f"the {'resume' if resumed else 'restart'} failed ({finish.returncode}): "
+                        f"{finish.stderr.strip().splitlines()[-1:]}")]
         else:
             problems = compare(reference, run)
         identical += not problems

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import platform
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -94,11 +95,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, default=None, help="only the first N pairs")
     args = parser.parse_args()
-    src = open(args.src, encoding="utf-8").read().splitlines()[: args.limit]
-    ref = open(args.ref, encoding="utf-8").read().splitlines()[: args.limit]
+    src = Path(args.src).read_text(encoding="utf-8").splitlines()[: args.limit]
+    ref = Path(args.ref).read_text(encoding="utf-8").splitlines()[: args.limit]
     gold = args.gold
     if gold is not None and args.limit is not None:
-        lines = open(gold, encoding="utf-8").read().splitlines()[: args.limit]
+        lines = Path(gold).read_text(encoding="utf-8").splitlines()[: args.limit]
         gold = "/tmp/look_inside_gold.align"
         with open(gold, "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")

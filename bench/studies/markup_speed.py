@@ -13,12 +13,11 @@ import statistics
 import time
 
 import torch
+from markup_dates import tagged
 
 import heed
 from heed.data.dates import generate_dates_aligned
 from heed.markup import translate_markup
-
-from markup_dates import tagged  # noqa: I001 (the benchmark beside this one)
 
 
 def main() -> None:
@@ -36,13 +35,13 @@ def main() -> None:
     plain = [p.src for p in splits.test]
     runs: dict[str, list[tuple[float, float]]] = {"plain": [], "markup": []}
     for _ in range(args.rounds):
-        for name in runs:
+        for name, times in runs.items():
             wall, cpu = time.perf_counter(), time.process_time()
             if name == "plain":
                 translator.translate(plain, beam=args.beam, batch_size=args.batch)
             else:
                 translate_markup(translator, marked, kind="html", beam=args.beam, batch_size=args.batch)
-            runs[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+            times.append((time.perf_counter() - wall, time.process_time() - cpu))
     for k, label in ((1, "CPU"), (0, "wall")):
         p, m = (statistics.median(r[k] for r in runs[name]) for name in ("plain", "markup"))
         print(f"{label}: plain {p:.2f} s, markup {m:.2f} s, markup / plain {m / p:.3f}")

@@ -237,8 +237,8 @@ def main() -> None:
                       f"final evaluation included), {args.steps / seconds:.2f} steps/s, peak RSS {rss:,.0f} MB")
                 assert "stopped: max steps" in text, text[-2000:]
                 rows[f"train {name}"] = f"| train {args.steps} steps, {name} | {seconds:,.1f} | | {rss:,.0f} | |"
-        print("\n| N = {:,} pairs | wall s | sentences/s | peak RSS MB | on disk MB |\n|---|---:|---:|---:|---:|"
-              .format(args.pairs))
+        print(f"\n| N = {args.pairs:,} pairs | wall s | sentences/s | peak RSS MB | on disk MB |\n|---|---:|---:|---:|---:|"
+              )
         print("\n".join(rows.values()))
     finally:
         if args.keep is None:

@@ -54,8 +54,8 @@ def study(path: str, src: list[str], ref: list[str], gold: str, units: str, work
 
 def main() -> None:
     args = test_set_parser(__doc__, gold_required=True).parse_args()
-    src = open(args.src, encoding="utf-8").read().splitlines()
-    ref = open(args.ref, encoding="utf-8").read().splitlines()
+    src = Path(args.src).read_text(encoding="utf-8").splitlines()
+    ref = Path(args.ref).read_text(encoding="utf-8").splitlines()
     print(f"CPU: {cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}; "
           f"{len(src)} pairs, attention read on the references (teacher forcing), greedy BLEU")
     with tempfile.TemporaryDirectory() as work:

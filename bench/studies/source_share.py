@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from pathlib import Path
 
 import numpy as np
 from look_inside import cpu_name
@@ -64,8 +65,8 @@ def main() -> None:
     torch.set_num_threads(1)
     rng = random.Random(args.seed)
     translator = Translator.load(args.model, device="cpu")
-    src = open(args.src, encoding="utf-8").read().splitlines()[: args.limit]
-    ref = open(args.ref, encoding="utf-8").read().splitlines()[: args.limit]
+    src = Path(args.src).read_text(encoding="utf-8").splitlines()[: args.limit]
+    ref = Path(args.ref).read_text(encoding="utf-8").splitlines()[: args.limit]
     started = time.perf_counter()
     outputs = translator.translate(src, beam=1)
     if args.poor_chrf is None:

@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from heed.api import Translator
 
 
-def load(path: "str | os.PathLike[str] | Sequence[str | os.PathLike[str]]", *, device: str = "auto",
-         bf16: bool = False, src_lang: str | None = None, tgt_lang: str | None = None) -> "Translator":
+def load(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, device: str = "auto",
+         bf16: bool = False, src_lang: str | None = None, tgt_lang: str | None = None) -> Translator:
     """Load a trained model directory (or a `heed export` directory, run by ONNX Runtime);
     `heed.load(path).translate(["..."])`. A list of directories loads an ensemble that decodes
     with the mean of their log-probabilities (heed.nn.ensemble); they must share tokenizers and vocabularies.

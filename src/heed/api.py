@@ -66,7 +66,7 @@ UNK_TOKEN = SPECIALS[UNK]
 
 
 def _load_parts(path: str | os.PathLike[str], *, exported: bool, device: torch.device,
-                verify: bool | None) -> "tuple[TrainableModel | OrtSeq2Seq, Codec, Config, dict[str, Any] | None]":
+                verify: bool | None) -> tuple[TrainableModel | OrtSeq2Seq, Codec, Config, dict[str, Any] | None]:
     """(model, codec, config, the reading training recorded) of a model directory (loaded onto
     `device`; its heed.json's "alignment", or None) or an exported directory (no reading)."""
     if exported:
@@ -88,7 +88,8 @@ def _recorded_reading(meta: dict[str, Any], directory: Path) -> dict[str, Any] |
         recorded_options(reading)
         trained = reading.get("trained", False)
         if not isinstance(trained, bool):
-            raise ValueError("trained must be true or false")
+            # caught below with the entry's other defects, all worded as one ModelDirError
+            raise ValueError("trained must be true or false")  # noqa: TRY004
         # a dev sweep's reading always has its rates; trained heads have them only where there was a gold
         rates = [reading[key] if not trained else reading.get(key) for key in ("dev_aer", "default_dev_aer")]
         if not all((trained and rate is None) or (isinstance(rate, (int, float)) and 0 <= rate <= 1) for rate in rates):
@@ -99,7 +100,7 @@ def _recorded_reading(meta: dict[str, Any], directory: Path) -> dict[str, Any] |
     return reading
 
 
-def _ready(model: "TrainableModel | OrtSeq2Seq", *, device: torch.device, bf16: bool) -> Any:
+def _ready(model: TrainableModel | OrtSeq2Seq, *, device: torch.device, bf16: bool) -> Any:
     """The model as Translator decodes with it: a PyTorch model cast to bf16 (if asked), moved to
     `device`, in eval mode, its decoder's weights column-major on the CPU; an exported model as it
     is, after checking it is asked for nothing it cannot do."""
@@ -132,7 +133,7 @@ class Translator:
     An ensemble (heed.nn.ensemble.Ensemble, from `Translator.load` of several paths) has each of its
     models made ready so."""
 
-    def __init__(self, model: "TrainableModel | OrtSeq2Seq | Ensemble", codec: Codec, config: Config, *,
+    def __init__(self, model: TrainableModel | OrtSeq2Seq | Ensemble, codec: Codec, config: Config, *,
                  device: torch.device, bf16: bool = False, recorded_reading: dict[str, Any] | None = None) -> None:
         if isinstance(model, Ensemble):
             self.model: TranslationModel = Ensemble([_ready(m, device=device, bf16=bf16) for m in model.members])
@@ -151,7 +152,7 @@ class Translator:
     @classmethod
     def load(cls, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, device: str = "auto",
              bf16: bool = False, verify: bool | None = None, src_lang: str | None = None,
-             tgt_lang: str | None = None) -> "Translator":
+             tgt_lang: str | None = None) -> Translator:
         """Load a model directory, or the `model/` inside a training output directory, or a directory
         `heed export` wrote (run by ONNX Runtime on the CPU; `device` "auto" means the CPU there), or
         a pretrained model on the Hugging Face hub, "hf:ORG/NAME[@REVISION]" (imported once into
@@ -193,7 +194,7 @@ class Translator:
         ensemble = cls(Ensemble([m for m, _, _, _ in parts]), codec, config, device=torch_device, bf16=bf16)
         return ensemble.with_languages(src_lang, tgt_lang)
 
-    def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> "Translator":
+    def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> Translator:
         """This translator (the same model, not copied) reading `src_lang` and writing `tgt_lang`,
         codes of a many-language model's `languages` (an imported M2M-100 or NLLB model: "fr",
         "fra_Latn"); None keeps the model's own (its config's data.src_lang, data.tgt_lang). Its
@@ -330,7 +331,7 @@ class Translator:
         return align_sweep(*self.subject, src_texts, tgt_texts, sure, possible, tgt_units=tgt_units,
                            batch_size=batch_size)
 
-    def attention_gap(self, other: "Translator", src_texts: Sequence[str], tgt_texts: Sequence[str], *,
+    def attention_gap(self, other: Translator, src_texts: Sequence[str], tgt_texts: Sequence[str], *,
                       batch_size: int = 64) -> AttentionGap:
         """How far `other`'s attention is from this translator's on the same pairs, e.g. an int8
         export's beside its float32 model (heed.explain.given_pairs.attention_gap_of)."""
@@ -363,8 +364,8 @@ class Translator:
             yield
 
     def attribute(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
-                  method: "AttributionMethod" = "integrated_gradients", steps: int = 50,
-                  stop: Callable[[], bool] | None = None) -> list["Attribution"]:
+                  method: AttributionMethod = "integrated_gradients", steps: int = 50,
+                  stop: Callable[[], bool] | None = None) -> list[Attribution]:
         """Attribution of every output token to the source tokens and the output before it, beside
         the attention (heed.explain.given_pairs.attribute; Captum, `pip install 'heed-nmt[explain]'`).
         `stop`: asked before every pass; once it is true the work raises Abandoned."""
@@ -379,7 +380,7 @@ class Translator:
 
     def contrast(self, src_texts: Sequence[str], contrasts: Sequence[str | Sequence[str]],
                  tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
-                 method: "AttributionMethod" = "integrated_gradients", steps: int = 50) -> list["Contrast"]:
+                 method: AttributionMethod = "integrated_gradients", steps: int = 50) -> list[Contrast]:
         """Why this output and not `contrasts[k]`: each source token's attribution to the difference
         of the two outputs' log-probabilities (heed.explain.given_pairs.contrast; Captum)."""
         from heed.explain.given_pairs import check_contrast, contrast
@@ -390,7 +391,7 @@ class Translator:
                         max_src_len=self.max_src_len)
 
     def source_share(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
-                     reading: "Reading" = "alti", batch_size: int = 64) -> list["SourceShare"]:
+                     reading: Reading = "alti", batch_size: int = 64) -> list[SourceShare]:
         """Each prediction's source share against its target-prefix share, by ALTI+ (or rollout) at the
         last decoder layer (heed.explain.given_pairs.source_shares); a Transformer model directory."""
         from heed.explain.given_pairs import check_source_share, source_shares
@@ -401,7 +402,7 @@ class Translator:
                              max_src_len=self.max_src_len)
 
     def logit_lens(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
-                   top: int = 5) -> list["LogitLens"]:
+                   top: int = 5) -> list[LogitLens]:
         """Each decoder layer's likeliest tokens at every output position, read through the output
         layer (heed.explain.given_pairs.logit_lens); a Transformer model directory."""
         from heed.explain.given_pairs import check_lens, logit_lens
@@ -416,7 +417,7 @@ class Translator:
         return Subject(self.model, self.codec, self.device)
 
     def explain(self, name: str, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None,
-                **options: Any) -> list["ReadingResult"]:
+                **options: Any) -> list[ReadingResult]:
         """The reading `name` of heed.explain.readings (READINGS: heads, value_norms, rollout, alti,
         source_share, logit_lens, attribution, ...) while the model reads `tgt_texts[k]` (a text, or
         its tokens; default: its own translation) as its output for `src_texts[k]`; `options`: the

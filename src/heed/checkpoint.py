@@ -309,7 +309,7 @@ class TrainerState:
         return dict(self.__dict__)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "TrainerState":
+    def from_json(cls, data: dict[str, Any]) -> TrainerState:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 

@@ -79,7 +79,7 @@ class CorpusConfig(_Strict):
                                "train.alignment.supervision, and `heed align --gold` scores a test set")
 
     @model_validator(mode="after")
-    def _one_form(self) -> "CorpusConfig":
+    def _one_form(self) -> CorpusConfig:
         if self.tsv is not None and (self.src is not None or self.tgt is not None):
             raise ValueError("give either 'tsv', or 'src' and 'tgt', not both")
         if self.tsv is None and (self.src is None or self.tgt is None):
@@ -190,7 +190,7 @@ class DataConfig(_Strict):
             and self.train is None and self.prepared is None
 
     @model_validator(mode="after")
-    def _one_source(self) -> "DataConfig":
+    def _one_source(self) -> DataConfig:
         if self.task is not None:
             given = [name for name in (*CORPUS_SPLITS, "split", "prepared") if getattr(self, name) is not None]
             if given:
@@ -245,7 +245,7 @@ class ScheduleConfig(_Strict):
                                          "warmup_steps": "warmup", "decay": "warmup"}
 
     @model_validator(mode="after")
-    def _fields_of_name(self) -> "ScheduleConfig":
+    def _fields_of_name(self) -> ScheduleConfig:
         for field in sorted(self.model_fields_set):
             owner = self._OWNERS.get(field)
             if owner is not None and owner != self.name:
@@ -305,7 +305,7 @@ class GuidedAlignmentConfig(_Strict):
                             "('self' needs the attention formed first)")
 
     @model_validator(mode="after")
-    def _heads_once(self) -> "GuidedAlignmentConfig":
+    def _heads_once(self) -> GuidedAlignmentConfig:
         if len(set(self.heads)) != len(self.heads):
             raise ValueError(f"heads {self.heads} name a head twice")
         if self.units == "chars" and not isinstance(self.supervision, Path):
@@ -387,7 +387,7 @@ class Config(_Strict):
         return {**data, "model": family.complete(data["model"], section)}
 
     @model_validator(mode="after")
-    def _supervision_fits_data(self) -> "Config":
+    def _supervision_fits_data(self) -> Config:
         guided, data = self.train.alignment, self.data
         if guided is None:
             return self
@@ -527,9 +527,7 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = yamlio.parse(text) if text.strip() else None
     except yamlio.YamlError as e:
         raise ConfigError(f"cannot parse value '{text}' ({e.problem})", field=key, path="--set") from None
-    if (_is_corpus_path(key) or key in (OUTPUT_DIR, DATA_ROOT, PREPARED)) and isinstance(value, str):
-        value = os.path.abspath(value)
-    elif key == SUPERVISION and isinstance(value, str) and value not in SUPERVISION_WORDS:
+    if (_is_corpus_path(key) or key in (OUTPUT_DIR, DATA_ROOT, PREPARED)) and isinstance(value, str) or key == SUPERVISION and isinstance(value, str) and value not in SUPERVISION_WORDS:
         value = os.path.abspath(value)
     elif key.count(".") == 1 and key.split(".")[0] == "data" and key.split(".")[1] in CORPUS_SPLITS \
             and isinstance(value, dict):

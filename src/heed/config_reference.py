@@ -65,7 +65,7 @@ def type_name(annotation: Any) -> str:
         return " or ".join(parts) + (" or null" if type(None) in args else "")
     if origin is typing.Literal:
         return " | ".join(f'"{a}"' if isinstance(a, str) else str(a) for a in args)
-    if origin in (list, typing.List):
+    if origin in (list, list):
         return f"list of {type_name(args[0])}"
     if origin is tuple:
         return "[" + ", ".join(type_name(a) for a in args) + "]"
@@ -132,9 +132,9 @@ def fields(model: type[BaseModel] = Config, prefix: str = "",
 def reference() -> str:
     """The reference as Markdown: a table of fields per section."""
     out = ["# Configuration reference", "",
-           "Every field of a heed config (`heed train CONFIG`, `--set FIELD=VALUE`), generated from the "
+           ("Every field of a heed config (`heed train CONFIG`, `--set FIELD=VALUE`), generated from the "
            "validated models in `heed.config` by `heed config` (tests/test_config_reference.py keeps this "
-           "file equal to it). A field not listed is an error naming it; numbers are finite.", ""]
+           "file equal to it). A field not listed is an error naming it; numbers are finite."), ""]
     docs = {name: doc for name, doc in (i for i in fields() if isinstance(i, tuple))}
     current: str | None = None  # the section whose table is open
     for item in fields():

@@ -51,7 +51,7 @@ class DecodeConfig(BaseModel):
                                          "samples in any batch (None: a fresh seed)")
 
     @model_validator(mode="after")
-    def _check(self) -> "DecodeConfig":
+    def _check(self) -> DecodeConfig:
         if self.sampling:
             if self.beam_size != 1:
                 raise ValueError(f"sampling draws n_best samples instead of a beam search; set beam_size to 1 "

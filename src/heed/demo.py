@@ -203,9 +203,9 @@ def _show_attention(translator: Translator, outputs: list[Translation], test: li
     from heed.explain.align_methods import AlignOptions, diagonal_alignment
     from heed.viz import attention_grid, save_figure
 
-    picks = [next((i for i in range(len(test)) if guess_language(test[i].src) == language), None)
-             for language in ("ko", "en")]
-    picks = [i for i in picks if i is not None and outputs[i].attention is not None]
+    firsts = [next((i for i in range(len(test)) if guess_language(test[i].src) == language), None)
+              for language in ("ko", "en")]
+    picks = [i for i in firsts if i is not None and outputs[i].attention is not None]
     if not picks:
         return None
     items = [(*outputs[i].labels(), outputs[i].attention) for i in picks]

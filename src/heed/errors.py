@@ -5,7 +5,7 @@ the file and line, or the config field.
 """
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 # heed's name on PyPI (`heed` there is an unrelated project); the import name and the command stay `heed`.
 DISTRIBUTION = "heed-nmt"
@@ -27,7 +27,7 @@ class HeedError(Exception):
 class DataError(HeedError):
     """Bad corpus input: the message names the file and (1-based) line."""
 
-    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None) -> None:
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None, line: int | None = None) -> None:
         self.path = None if path is None else str(path)
         self.line = line
         where = self.path or ""
@@ -39,7 +39,7 @@ class DataError(HeedError):
 class ConfigError(HeedError):
     """Bad configuration: the message names the file and the dotted field."""
 
-    def __init__(self, message: str, *, field: str | None = None, path: str | Path | None = None) -> None:
+    def __init__(self, message: str, *, field: str | None = None, path: str | os.PathLike[str] | None = None) -> None:
         self.message = message  # without the file and field, for callers that name them their own way
         self.field = field
         self.path = None if path is None else str(path)
@@ -62,7 +62,7 @@ class Abandoned(HeedError):
 class OutputError(HeedError):
     """A file heed was told to write and cannot: the message names the path as the user gave it."""
 
-    def __init__(self, message: str, *, path: str | Path) -> None:
+    def __init__(self, message: str, *, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
         self.reason = message
         super().__init__(f"{self.path}: {message}")

@@ -200,7 +200,7 @@ class _RedirectWithinLimits(urllib.request.HTTPRedirectHandler):
 
     max_redirections = MAX_REDIRECTS
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
             raise ModelDirError(f"{req.full_url}: the hub redirects to {newurl[:80]!r}, which is not http(s)")
         new = super().redirect_request(req, fp, code, msg, headers, newurl)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -113,7 +114,7 @@ def dictionary_table(dictionary: Mapping[str, str] | str | os.PathLike[str] | No
     """A word dictionary for <unk> replacement: a mapping as given, or a `src<TAB>tgt` file read."""
     if dictionary is None:
         return None
-    return dict(dictionary) if isinstance(dictionary, Mapping) else load_dictionary(dictionary)
+    return dict(dictionary) if isinstance(dictionary, Mapping) else load_dictionary(Path(dictionary))
 
 
 def prefix_ids(codec: Codec, prefix: Sequence[str | Sequence[str] | None] | None, count: int, *,
@@ -125,7 +126,7 @@ def prefix_ids(codec: Codec, prefix: Sequence[str | Sequence[str] | None] | None
         return None
     if isinstance(prefix, str) or len(prefix) != count:
         raise HeedError(f"prefix must be a list with one entry per sentence ({count}); give None for no prefix")
-    out = []
+    out: list[list[int]] = []
     for k, entry in enumerate(prefix):
         if entry is None:
             out.append([])

@@ -38,9 +38,9 @@ __all__ = [
     "MissingFontWarning",
     "attention_grid",
     "attention_heatmap",
-    "head_grid",
     "cjk_font",
     "figure_format",
+    "head_grid",
     "length_plot",
     "save_figure",
 ]
@@ -87,7 +87,7 @@ class MissingFontWarning(UserWarning):
 # ---------------------------------------------------------------- fonts
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _codepoints(path: str, face_index: int = 0) -> frozenset[int]:
     """The code points a font file maps to glyphs (its cmap), read with fontTools."""
     from fontTools.ttLib import TTFont  # a matplotlib dependency; only needed here
@@ -95,7 +95,7 @@ def _codepoints(path: str, face_index: int = 0) -> frozenset[int]:
     try:
         with TTFont(path, fontNumber=face_index, lazy=True) as font:
             return frozenset(font.getBestCmap() or ())
-    except Exception:  # an unreadable or exotic font file covers nothing, it is not an error
+    except Exception:  # noqa: BLE001  # an unreadable or exotic font file covers nothing, it is not an error
         return frozenset()
 
 
@@ -118,7 +118,7 @@ def _is_regular(entry: font_manager.FontEntry) -> bool:
     return entry.style == "normal" and entry.weight in (400, "normal", "regular", "book")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cjk_font() -> str | None:
     """Family name of an installed font with glyphs for Hangul, Kana and CJK ideographs, or None.
 
@@ -346,9 +346,10 @@ def _draw_heatmap(
     return image
 
 
-def _colorbar(fig: FigureBase, image: Any, axes: Any, label: str, **size: float) -> None:
+def _colorbar(fig: FigureBase, image: Any, axes: Any, label: str, *, fraction: float, pad: float,
+              aspect: float) -> None:
     """The 0..1 colour scale beside `axes` (one axes or a list), labelled, without a frame."""
-    colorbar = fig.colorbar(image, ax=axes, **size)
+    colorbar = fig.colorbar(image, ax=axes, fraction=fraction, pad=pad, aspect=aspect)
     colorbar.set_label(label, fontfamily=BASE_FONT, fontsize=9)
     colorbar.ax.tick_params(labelsize=8)
     colorbar.outline.set_visible(False)
@@ -423,7 +424,7 @@ def attention_grid(
 
     n = len(items)
     sizes = []
-    for (src, tgt, _), title in zip(items, titles or [None] * n):
+    for (src, tgt, _), title in zip(items, titles or [""] * n):  # "": no title
         w, h = _heatmap_size([display_token(t) for t in src], [display_token(t) for t in tgt], bool(title))
         sizes.append((w - 0.8, h))  # the colorbar is shared
     widest = sorted((w for w, _ in sizes), reverse=True)
@@ -438,8 +439,8 @@ def attention_grid(
     axes = [fig.add_subplot(grid[k // cols, k % cols]) for k in range(n)]
     image = None
     for k, ((src, tgt, _), matrix) in enumerate(zip(items, matrices)):
-        title = titles[k] if titles is not None else None
-        image = _draw_heatmap(axes[k], src, tgt, matrix, family=family, title=title)
+        heading = titles[k] if titles is not None else None
+        image = _draw_heatmap(axes[k], src, tgt, matrix, family=family, title=heading)
         axes[k].set_aspect("equal", adjustable="box")  # square cells, whatever the panel's share
         axes[k].set_anchor("W")
     _colorbar(fig, image, axes, label, fraction=0.03, pad=0.02, aspect=40)

@@ -33,7 +33,7 @@ def server() -> Iterator[tuple[str, Files]]:
     files = Files()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        def do_GET(self) -> None:
             files.asked.append(self.path)
             body = files.content.get(self.path)
             if body is None:
@@ -61,7 +61,7 @@ def sha(data: bytes) -> str:
 
 TRAIN = "ein Hund läuft\nzwei Katzen\n".encode()
 ABOUT = b"** Info ** a readme\n"
-PAIRS = "Go.\tVa !\nHi.\tSalut !\n".encode()
+PAIRS = b"Go.\tVa !\nHi.\tSalut !\n"
 
 
 def _zip(members: dict[str, bytes]) -> bytes:
@@ -165,7 +165,7 @@ def test_an_unreachable_host_leaves_no_folder_behind(tmp_path, heed_cli, assert_
 
 def test_a_server_that_trickles_is_stopped_at_the_deadline(tmp_path, monkeypatch):
     class Trickle(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Length", "1000")
             self.end_headers()

@@ -212,5 +212,5 @@ def test_a_vocabulary_smaller_than_asked_is_reported(tmp_path, make_config):
                         warn=heard.append)
     pieces = codec.src_tokenizer.num_pieces
     assert pieces < 8000
-    assert heard == [f"data.tokenizer.src.vocab_size is 8000, but the training corpus supports only {pieces} bpe "
-                     f"pieces: the src tokenizer has {pieces} (set vocab_size to {pieces} or less to silence this)"]
+    assert heard == [(f"data.tokenizer.src.vocab_size is 8000, but the training corpus supports only {pieces} bpe "
+                     f"pieces: the src tokenizer has {pieces} (set vocab_size to {pieces} or less to silence this)")]

@@ -113,7 +113,7 @@ def test_worked_example_local_p_window_and_gaussian_by_hand() -> None:
 def test_location_weights_sum_to_one_over_real_tokens_and_are_zero_on_padding(one_step: bool) -> None:
     module = make_attention("location", None)
     query, keys, values, mask = make_inputs(one_step=one_step)
-    context, weights = attend(module, query, keys, values, mask)
+    _context, weights = attend(module, query, keys, values, mask)
     w = weights.unsqueeze(1) if one_step else weights  # (batch, tgt_len, src_len)
     step_mask = mask.unsqueeze(1).expand_as(w)
     assert torch.equal(w[~step_mask], torch.zeros_like(w[~step_mask]))

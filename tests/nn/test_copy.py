@@ -98,12 +98,12 @@ def test_an_all_padding_row_gives_the_vocabulary_distribution_not_nan(dtype: tor
 
 # --- in the decoders ----------------------------------------------------------------------------------
 
-from heed.config import config_from_dict  # noqa: E402
-from heed.errors import ConfigError  # noqa: E402
-from heed.nn.build import ModelConfig, build_model  # noqa: E402
-from heed.nn.rnn.attention import SCORES  # noqa: E402
-from heed.nn.rnn.seq2seq import Seq2Seq  # noqa: E402
-from heed.search import DecodeConfig, Prefix, beam_search, greedy_search, sample, search  # noqa: E402
+from heed.config import config_from_dict
+from heed.errors import ConfigError
+from heed.nn.build import ModelConfig, build_model
+from heed.nn.rnn.attention import SCORES
+from heed.nn.rnn.seq2seq import Seq2Seq
+from heed.search import DecodeConfig, Prefix, beam_search, greedy_search, sample, search
 
 S, V = 8, 9  # source and target vocabulary sizes
 TABLE = [0, 1, 2, 3, 4, 5, -1, -1]  # source ids 4, 5 are target words 4, 5; 6, 7 the target lacks
@@ -311,9 +311,9 @@ def test_copy_is_off_by_default_and_adds_only_the_switch() -> None:
 
 # --- copy with coverage: See et al. 2017's full model ---------------------------------------------------
 
-from dataclasses import replace  # noqa: E402
+from dataclasses import replace
 
-from heed.nn.rnn.copy import LOG_TINY, mixture_loss  # noqa: E402
+from heed.nn.rnn.copy import LOG_TINY, mixture_loss
 
 
 @pytest.mark.parametrize("name", COVERAGE_CONFIGS)

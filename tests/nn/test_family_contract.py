@@ -39,8 +39,8 @@ from heed.search import DecodeConfig, beam_search, greedy_search
 
 BOS = 1
 
-from toy_family.config import ToyConfig  # noqa: E402
-from toy_family.model import build_toy  # noqa: E402
+from toy_family.config import ToyConfig
+from toy_family.model import build_toy
 
 KINDS = [*MODEL_KINDS, "toy"]
 

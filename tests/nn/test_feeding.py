@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from heed.nn.build import ModelConfig, build_model
-from heed.nn.rnn.decoder import DecoderOutput, _RNNDecoder
+from heed.nn.rnn.decoder import DecoderOutput, RNNDecoder
 from heed.nn.rnn.feeding import InputFeedingLSTM
 
 SRC_LENGTHS = torch.tensor([7, 3, 5, 1])
@@ -40,7 +40,7 @@ def run(model, fused: bool):
 
 def logits_of(model, fused: bool, tgt, state, enc) -> DecoderOutput:
     """The fused pass, or the step loop every decoder inherits (the reference), then the generator."""
-    pass_ = model.decoder.forward_fused if fused else partial(_RNNDecoder.forward_features, model.decoder)
+    pass_ = model.decoder.forward_fused if fused else partial(RNNDecoder.forward_features, model.decoder)
     out = pass_(tgt, state, enc)
     return DecoderOutput(model.decoder.generator(out.features), out.attention)
 

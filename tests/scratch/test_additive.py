@@ -54,7 +54,7 @@ def test_additive_score_backward_matches_central_differences(rng, one_step):
     layer = AdditiveScore(rand(rng, A, Q), rand(rng, A), rand(rng, 1, A))
     query, keys = rand(rng, *query_shape(one_step)), rand(rng, B, S, A)
     R = rand(rng, *query_shape(one_step)[:-1], S)  # f = sum(scores * R), so dscores = R
-    f = lambda: float((layer.forward(query, keys) * R).sum())  # noqa: E731
+    f = lambda: float((layer.forward(query, keys) * R).sum())
     f()
     dquery, dkeys = layer.backward(R)
     names = ("W_q", "b_q", "v")

@@ -80,7 +80,7 @@ def test_affine_with_and_without_bias(rng):
         layer = Affine(rand(rng, H, D), rand(rng, H) if bias else None)
         x = rand(rng, B, D)
         (R,) = projections(rng, [np.zeros((B, H))])
-        f = lambda: float((layer.forward(x) * R).sum())  # noqa: E731
+        f = lambda layer=layer, x=x, R=R: float((layer.forward(x) * R).sum())
         f()
         dx = layer.backward(R)
         assert_all_close(check_gradients(f, {"x": x, **layer_params(layer)}, {"x": dx, **layer_grads(layer)}))
@@ -90,7 +90,7 @@ def test_time_affine(rng):
     layer = TimeAffine(rand(rng, H, D), rand(rng, H))
     x = rand(rng, B, T, D)
     (R,) = projections(rng, [np.zeros((B, T, H))])
-    f = lambda: float((layer.forward(x) * R).sum())  # noqa: E731
+    f = lambda: float((layer.forward(x) * R).sum())
     f()
     dx = layer.backward(R)
     assert_all_close(check_gradients(f, {"x": x, **layer_params(layer)}, {"x": dx, **layer_grads(layer)}))
@@ -103,7 +103,7 @@ def test_embedding_adds_repeated_ids_and_skips_padding_row(rng, cls, ids_shape):
     ids.flat[0], ids.flat[1] = 0, 4
     ids.flat[2] = 4  # a repeated id
     (R,) = projections(rng, [np.zeros(ids_shape + (D,))])
-    f = lambda: float((layer.forward(ids) * R).sum())  # noqa: E731
+    f = lambda: float((layer.forward(ids) * R).sum())
     f()
     layer.backward(R)
     numeric = numerical_gradient(f, layer.params[0])
@@ -117,7 +117,7 @@ def test_elementwise_layers(rng, cls):
     layer = cls()
     x = rand(rng, B, T, D)
     (R,) = projections(rng, [x])
-    f = lambda: float((layer.forward(x) * R).sum())  # noqa: E731
+    f = lambda: float((layer.forward(x) * R).sum())
     f()
     dx = layer.backward(R)
     assert_all_close(check_gradients(f, {"x": x}, {"x": dx}))
@@ -129,7 +129,7 @@ def test_softmax_with_loss_ignores_padding_targets(rng):
     targets = rng.integers(1, 5, (B, T))
     targets[0, 2:] = 0
     targets[2, :] = 0
-    f = lambda: 2.5 * layer.forward(logits, targets)  # noqa: E731
+    f = lambda: 2.5 * layer.forward(logits, targets)
     f()
     dlogits = layer.backward(2.5)
     assert_all_close(check_gradients(f, {"logits": logits}, {"logits": dlogits}))
@@ -172,7 +172,7 @@ def test_weight_sum(rng):
     layer = WeightSum()
     values, weights = rand(rng, B, S, H), rand(rng, B, S)
     (R,) = projections(rng, [np.zeros((B, H))])
-    f = lambda: float((layer.forward(values, weights) * R).sum())  # noqa: E731
+    f = lambda: float((layer.forward(values, weights) * R).sum())
     f()
     dvalues, dweights = layer.backward(R)
     assert_all_close(check_gradients(f, {"values": values, "weights": weights},
@@ -185,7 +185,7 @@ def test_attention_weight(rng, masked):
     query, keys = rand(rng, B, H), rand(rng, B, S, H)
     mask = src_mask() if masked else None
     (R,) = projections(rng, [np.zeros((B, S))])
-    f = lambda: float((layer.forward(query, keys, mask) * R).sum())  # noqa: E731
+    f = lambda: float((layer.forward(query, keys, mask) * R).sum())
     f()
     dquery, dkeys = layer.backward(R)
     assert_all_close(check_gradients(f, {"query": query, "keys": keys}, {"query": dquery, "keys": dkeys}))
@@ -197,7 +197,7 @@ def test_attention_one_step(rng, masked):
     query, keys, values = rand(rng, B, H), rand(rng, B, S, H), rand(rng, B, S, H)
     mask = src_mask() if masked else None
     (R,) = projections(rng, [np.zeros((B, H))])
-    f = lambda: float((layer.forward(query, keys, values, mask) * R).sum())  # noqa: E731
+    f = lambda: float((layer.forward(query, keys, values, mask) * R).sum())
     f()
     grads = dict(zip(("query", "keys", "values"), layer.backward(R)))
     assert_all_close(check_gradients(f, {"query": query, "keys": keys, "values": values}, grads))
@@ -209,7 +209,7 @@ def test_time_attention(rng, masked):
     queries, keys, values = rand(rng, B, T, H), rand(rng, B, S, H), rand(rng, B, S, H)
     mask = src_mask() if masked else None
     (R,) = projections(rng, [np.zeros((B, T, H))])
-    f = lambda: float((layer.forward(queries, keys, values, mask) * R).sum())  # noqa: E731
+    f = lambda: float((layer.forward(queries, keys, values, mask) * R).sum())
     f()
     grads = dict(zip(("queries", "keys", "values"), layer.backward(R)))
     assert_all_close(check_gradients(f, {"queries": queries, "keys": keys, "values": values}, grads))
@@ -239,7 +239,7 @@ def test_whole_model_gradients_match_central_differences(score):
     src_lengths = np.array([4, 2, 0])
     tgt_in = np.array([[1, 4, 5], [1, 3, 0], [1, 0, 0]])
     tgt_out = np.array([[4, 5, 2], [3, 2, 0], [2, 0, 0]])
-    f = lambda: model.forward(src, src_lengths, tgt_in, tgt_out)  # noqa: E731
+    f = lambda: model.forward(src, src_lengths, tgt_in, tgt_out)
     f()
     model.backward()
     analytic = {name: g.copy() for name, g in model.named_grads().items()}

@@ -2,9 +2,8 @@
 line names (with toy_family.config:ToyConfig)."""
 from __future__ import annotations
 
+from heed.nn.build import Family
 from toy_family.config import describe, sizes
 from toy_family.model import build_toy
-
-from heed.nn.build import Family
 
 FAMILY = Family(build=build_toy, describe=describe, sizes=sizes)

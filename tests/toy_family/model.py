@@ -20,10 +20,10 @@ class ToyEncoded:
     mask: Tensor  # (batch, src_len), True = real token
     group: int = 1  # decoder rows per source (beams, after `repeat`)
 
-    def repeat(self, times: int) -> "ToyEncoded":
+    def repeat(self, times: int) -> ToyEncoded:
         return ToyEncoded(self.keys, self.mask, self.group * times)
 
-    def select(self, sources: Tensor) -> "ToyEncoded":
+    def select(self, sources: Tensor) -> ToyEncoded:
         return ToyEncoded(self.keys.index_select(0, sources), self.mask.index_select(0, sources), self.group)
 
     def rows(self) -> tuple[Tensor, Tensor]:

@@ -7,7 +7,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, Optional, TypeVar
+from typing import Any, TypeVar
 
 import typer
 import typer.core
@@ -141,7 +141,7 @@ def flags_in_place(command: F, name: str, flags: list[inspect.Parameter],
 def language_options(command: F) -> F:
     """Give `command` --src-lang and --tgt-lang, a many-language model's pair; the command takes a
     keyword-only `languages`: {"src_lang": ..., "tgt_lang": ...}, as Translator.load takes them."""
-    flags = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+    flags = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
                                default=typer.Option(None, flag, show_default=False, help=(
                                    f"A many-language model's {side} language: an imported M2M-100 or NLLB model's "
                                    f"code (fr, fra_Latn). Default: the model's data.{field}.")))

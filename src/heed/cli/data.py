@@ -3,7 +3,7 @@ and a corpus's word links from a statistical aligner (heed.explain.external)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -11,6 +11,9 @@ from heed.cli.app import friendly_errors
 from heed.cli.explain import AlignUnits, SymmetrizeHow
 from heed.cli.progress import Progress
 from heed.errors import DataError, HeedError
+
+if TYPE_CHECKING:
+    from heed.data.corpus import Pair
 
 data_app = typer.Typer(name="data", help="The recipes' corpora: list them, or download one (checked by sha256); "
                        "write a generated task with its gold alignments; or word-align a corpus (eflomal).",
@@ -36,7 +39,7 @@ def data_get(
     name: str = typer.Argument(..., metavar="NAME", help="multi30k or tatoeba-fra-eng (heed data list)."),
     directory: Path = typer.Argument(Path("data"), metavar="DIR", help="Where to write DIR/NAME/ (default: data, "
                                      "the folder the recipes in configs/ read)."),
-    mirror: Optional[str] = typer.Option(None, "--mirror", metavar="URL", help="Fetch the same paths from this "
+    mirror: str | None = typer.Option(None, "--mirror", metavar="URL", help="Fetch the same paths from this "
                                          "host instead of the official one (a mirror you trust)."),
     any_release: bool = typer.Option(False, "--any-release", help="Take a source that publishes one moving "
                                      "release (Tatoeba) as it is now, when it is no longer the release heed pins."),
@@ -49,13 +52,14 @@ def data_get(
     if mirror is not None and _scheme(mirror) not in ("http", "https"):
         raise HeedError(f"--mirror {mirror}: give an http:// or https:// URL")
     with Progress("bytes downloaded", enabled=True) as bar:  # lines in a log too: a download can be slow
-        last = {"name": "", "seen": 0}
+        last_file, last_seen = "", 0
 
-        def progress(file: str, seen: int, total: Optional[int]) -> None:
-            if file != last["name"]:
-                last.update(name=file, seen=0)
-            bar.advance(seen - last["seen"])
-            last["seen"] = seen
+        def progress(file: str, seen: int, total: int | None) -> None:
+            nonlocal last_file, last_seen
+            if file != last_file:
+                last_file, last_seen = file, 0
+            bar.advance(seen - last_seen)
+            last_seen = seen
 
         got = get(name, directory, mirror=mirror, any_release=any_release, progress=progress)
     dataset = DATASETS[name]
@@ -74,7 +78,7 @@ def data_get(
 def data_task(
     name: str = typer.Argument(..., metavar="TASK", help="dates or names: a generated task."),
     directory: Path = typer.Argument(..., metavar="DIR", help="Where to write its files."),
-    config: Optional[Path] = typer.Option(None, "--config", help="A config whose data.dates / data.names "
+    config: Path | None = typer.Option(None, "--config", help="A config whose data.dates / data.names "
                                           "settings to use (sizes, seed, languages); default: the defaults."),
 ) -> None:
     """Write a generated task to DIR: {train,dev,test}.src and .tgt, and {train,dev,test}.align, its gold
@@ -89,7 +93,10 @@ def data_task(
         raise HeedError(f"TASK must be dates or names, got {name!r}")
     data = DataConfig(task=name) if config is None else load_config(config).data.model_copy(update={"task": name})
     written = write_task(data, directory)
-    counts = {split: sum(1 for _ in open(written[f"{split}.src"], encoding="utf-8")) for split in ("train", "dev", "test")}
+    counts = {}
+    for split in ("train", "dev", "test"):
+        with open(written[f"{split}.src"], encoding="utf-8") as lines:
+            counts[split] = sum(1 for _ in lines)
     typer.echo(f"{name}: {counts['train']:,} train / {counts['dev']:,} dev / {counts['test']:,} test pairs -> {directory} "
                f"({', '.join(sorted(written))})")
     units = "--tgt-units chars " if name == "dates" else ""
@@ -101,13 +108,13 @@ def data_task(
 @friendly_errors
 def data_align(
     output: Path = typer.Option(..., "--output", "-o", help="The Pharaoh file to write, one line per pair."),
-    tsv: Optional[Path] = typer.Option(None, "--tsv", help="A corpus as source<TAB>target lines."),
-    src: Optional[Path] = typer.Option(None, "--src", help="The source side, one sentence a line."),
-    tgt: Optional[Path] = typer.Option(None, "--tgt", help="The target side, line-aligned with --src."),
+    tsv: Path | None = typer.Option(None, "--tsv", help="A corpus as source<TAB>target lines."),
+    src: Path | None = typer.Option(None, "--src", help="The source side, one sentence a line."),
+    tgt: Path | None = typer.Option(None, "--tgt", help="The target side, line-aligned with --src."),
     symmetrize: SymmetrizeHow = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="How the two "
                                              "directions join: grow-diag-final (and; Koehn et al. 2005), intersect "
                                              "or union."),
-    priors_out: Optional[Path] = typer.Option(None, "--priors-out", metavar="FILE", help="Also write the corpus's "
+    priors_out: Path | None = typer.Option(None, "--priors-out", metavar="FILE", help="Also write the corpus's "
                                               "statistical priors (eflomal's lexical, jump and fertility counts) to "
                                               "FILE, for aligning new pairs without the corpus: record them in a "
                                               "model directory with `heed data priors MODEL FILE`."),
@@ -132,7 +139,7 @@ def data_align(
     if (tsv is None) == (src is None and tgt is None) or (src is None) != (tgt is None):
         raise HeedError("give the corpus as --tsv FILE, or as --src FILE --tgt FILE")
     started = time.perf_counter()
-    pairs = []
+    pairs: list[Pair] = []
     for pair in read_tsv(tsv) if tsv is not None else read_parallel(src, tgt):  # type: ignore[arg-type]
         if len(pairs) == MAX_TEXT_PAIRS:  # eflomal holds the whole corpus in memory, as training from text does
             raise DataError(f"more than {MAX_TEXT_PAIRS:,} pairs, more than heed data align holds in memory; align "
@@ -142,7 +149,7 @@ def data_align(
     priors = None
     if priors_out is not None:  # learned first: nothing is written when it fails
         priors = _priors_of(pairs, priors_units.value)
-    links = eflomal_links(pairs, how=symmetrize.value, warn=warn)  # type: ignore[arg-type]
+    links = eflomal_links(pairs, how=symmetrize.value, warn=warn)
     with atomic_open(output) as sink:
         sink.writelines(to_pharaoh(sorted(pair_links)) + "\n" for pair_links in links)
     if priors_out is not None and priors is not None:
@@ -160,7 +167,7 @@ def _scheme(url: str) -> str:
     return urlsplit(url).scheme
 
 
-def _priors_of(pairs: list, units: str) -> str:  # type: ignore[type-arg]
+def _priors_of(pairs: list[Pair], units: str) -> str:
     """The priors file's text: eflomal's two directions on the corpus in `units`, counted."""
     from heed.data.corpus import Pair
     from heed.explain.external import eflomal_directions

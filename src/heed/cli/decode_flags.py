@@ -88,14 +88,16 @@ def decode_flags() -> list[tuple[str, str, type, str]]:
 def decode_options(command: F) -> F:
     """Give `command` the decode flags (decode_flags()), each None (= the model's decode config) unless given. The
     command takes a keyword-only `decode`: {DecodeConfig field: value} of the flags given."""
-    flags = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
+    # Optional[...], not `| None`: an annotation built at run time from a field's type, whichever typing
+    # form that is (`|` is defined on classes, not on every form typing has)
+    flags = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],  # noqa: UP045
                                default=typer.Option(None, flag, help=f"{help} Default: the model's decode config.",
                                                     show_default=False, rich_help_panel=DECODE_PANEL))
              for field, flag, kind, help in decode_flags()]
     return flags_in_place(command, "decode", flags, lambda given: {k: v for k, v in given.items() if v is not None})
 
 
-def resolve_decode(translator: "Translator", decode: dict[str, Any], *, label: str = "") -> "DecodeConfig":
+def resolve_decode(translator: Translator, decode: dict[str, Any], *, label: str = "") -> DecodeConfig:
     """The translator's decode config with the flags given (`decode`, from `decode_options`) applied,
     validated; a bad value is a HeedError naming its flag. Sampling without --seed gets one seed,
     printed on stderr, for all the input (and for the user to draw the same again)."""

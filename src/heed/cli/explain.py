@@ -6,7 +6,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import typer
 from rich.console import Console
@@ -48,20 +48,20 @@ DRAW_GRID_OPTION = typer.Option(False, "--grid", help="Draw every head of every 
 def attention(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory; with --checkpoints "
                                  "or --entropy, the training output directory)."),
-    sentences: Optional[List[str]] = typer.Argument(None, help="Source sentences to translate and plot (one with "
+    sentences: list[str] | None = typer.Argument(None, help="Source sentences to translate and plot (one with "
                                                     "--checkpoints, none with --entropy)."),
     output: Path = typer.Option(Path("attention.png"), "--output", "-o", help="Figure file: .png, .svg or .pdf."),
     checkpoints: bool = typer.Option(False, "--checkpoints", help="Draw how the sentence's attention changed over "
                                      "training: one heatmap per kept checkpoint of the run (checkpoints/step-*, "
                                      "train.keep_checkpoints), all reading the same output."),
-    target: Optional[str] = typer.Option(None, "--tgt", help="With --checkpoints: the output every checkpoint "
+    target: str | None = typer.Option(None, "--tgt", help="With --checkpoints: the output every checkpoint "
                                          "reads (default: the run's model's translation of the sentence)."),
     most: int = typer.Option(12, "--most", min=1, max=48, help="With --checkpoints: draw at most this many, evenly "
                              "spaced (the first and the last always)."),
     entropy: bool = typer.Option(False, "--entropy", help="Draw each head's attention entropy over training from "
                                  "the run's metrics.jsonl (logged at every dev evaluation)."),
-    layer: Optional[str] = DRAW_LAYER_OPTION,
-    head: Optional[str] = DRAW_HEAD_OPTION,
+    layer: str | None = DRAW_LAYER_OPTION,
+    head: str | None = DRAW_HEAD_OPTION,
     grid: bool = DRAW_GRID_OPTION,
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     *,
@@ -127,7 +127,7 @@ def attention(
     typer.echo(f"attention heatmap: {path}")
 
 
-def _check_source_lengths(translator: Translator, sentences: List[str]) -> None:
+def _check_source_lengths(translator: Translator, sentences: list[str]) -> None:
     """A HeedError naming the first sentence too long to draw (more than MAX_HEATMAP_TOKENS tokens)."""
     from heed.viz import MAX_HEATMAP_TOKENS
 
@@ -138,8 +138,8 @@ def _check_source_lengths(translator: Translator, sentences: List[str]) -> None:
                             f"than {MAX_HEATMAP_TOKENS} tokens a side is unreadable: give a shorter sentence")
 
 
-def _head_options(layer: Optional[str], head: Optional[str], grid: bool, *, other: bool,
-                  sentences: int) -> Optional[tuple[AlignOptions, bool]]:
+def _head_options(layer: str | None, head: str | None, grid: bool, *, other: bool,
+                  sentences: int) -> tuple[AlignOptions, bool] | None:
     """heed attention's --layer / --head / --grid as (the heads to draw, whether as a grid), or
     None (the translation's own attention); refused where they cannot apply."""
     from heed.explain.align_methods import AlignOptions, parse_index
@@ -162,7 +162,7 @@ def _head_options(layer: Optional[str], head: Optional[str], grid: bool, *, othe
     return options, grid
 
 
-def _heads_figure(translator: Translator, sentences: List[str], translations: List[Any],
+def _heads_figure(translator: Translator, sentences: list[str], translations: list[Any],
                   options: AlignOptions, grid: bool) -> Any:
     """The heads --layer / --head (or --grid) pick, read by teacher forcing each sentence's translation."""
     from heed.explain.align_methods import check_selection, select_attention
@@ -184,7 +184,7 @@ def _heads_figure(translator: Translator, sentences: List[str], translations: Li
     return attention_grid(items, titles=[f"{s}  ({options.selection()})" for s, _ in pairs])
 
 
-def _draw_history(run: Path, sentence: str, target: Optional[str], *, most: int, output: Path, device: str,
+def _draw_history(run: Path, sentence: str, target: str | None, *, most: int, output: Path, device: str,
                   decode: dict[str, Any]) -> None:
     """heed attention RUN --checkpoints: one heatmap per kept checkpoint, in step order."""
     from heed.api import EOS_TOKEN, Translator
@@ -307,32 +307,32 @@ def align(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
     tgt: Path = typer.Option(..., "--tgt", help="Their translations, line-aligned with --src."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the alignments (default: stdout)."),
-    gold: Optional[Path] = typer.Option(None, "--gold", help="Optional gold alignments (Pharaoh; i-j or i-j-S sure, i-j-P, "
+    output: Path | None = typer.Option(None, "--output", "-o", help="Where to write the alignments (default: stdout)."),
+    gold: Path | None = typer.Option(None, "--gold", help="Optional gold alignments (Pharaoh; i-j or i-j-S sure, i-j-P, "
                                         "i?j or ipj possible): print the alignment error rate, beside the diagonal "
                                         "baseline's."),
-    method: Optional[AlignMethod] = METHOD_OPTION,
-    layer: Optional[str] = typer.Option(None, "--layer", help="Decoder layer to read (0-based) or 'mean' for all "
+    method: AlignMethod | None = METHOD_OPTION,
+    layer: str | None = typer.Option(None, "--layer", help="Decoder layer to read (0-based) or 'mean' for all "
                                         "layers' average. Default: the model's default reading: the layer training "
                                         "recorded, else the measured rule's (a pre-norm Transformer's second-to-last, "
                                         "a post-norm one's mean of all layers, an RNN's only one; an ensemble's or "
                                         "export's reported attention, its last)."),
-    head: Optional[str] = typer.Option(None, "--head", help="Attention head (0-based), heads joined by commas (0,3: "
+    head: str | None = typer.Option(None, "--head", help="Attention head (0-based), heads joined by commas (0,3: "
                                        "their mean), or 'mean'. Default: the heads guided alignment trained, else the "
                                        "mean of the layer's heads."),
-    weights: Optional[AlignWeights] = WEIGHTS_OPTION,
-    join: Optional[AlignJoin] = JOIN_OPTION,
-    null_threshold: Optional[float] = NULL_THRESHOLD_OPTION,
+    weights: AlignWeights | None = WEIGHTS_OPTION,
+    join: AlignJoin | None = JOIN_OPTION,
+    null_threshold: float | None = NULL_THRESHOLD_OPTION,
     tgt_units: AlignUnits = typer.Option(AlignUnits.words, "--tgt-units", help="Target positions in whitespace words, "
                                          "or in characters (spaces not counted; the dates task's gold is so)."),
-    reverse: Optional[Path] = typer.Option(None, "--reverse", help="A model trained the other way (target -> "
+    reverse: Path | None = typer.Option(None, "--reverse", help="A model trained the other way (target -> "
                                            "source): its alignments are joined with this model's by --symmetrize."),
     symmetrize: SymmetrizeHow = SYMMETRIZE_OPTION,
-    reference: Optional[Path] = typer.Option(None, "--reference", help="Another aligner's Pharaoh file (eflomal's from "
+    reference: Path | None = typer.Option(None, "--reference", help="Another aligner's Pharaoh file (eflomal's from "
                                              "`heed data align`, fast_align's): the model's precision, recall and F1 "
                                              "against it (a silver measure without a gold), and with --gold its AER "
                                              "beside the model's."),
-    beside: Optional[Path] = typer.Option(None, "--beside", help="Another model on the same vocabularies (e.g. the "
+    beside: Path | None = typer.Option(None, "--beside", help="Another model on the same vocabularies (e.g. the "
                                           "int8 export of this one): its attention read on the same pairs, the mean "
                                           "|difference| per cell and the links that differ (and its AER with --gold)."),
     sweep_all: bool = typer.Option(False, "--sweep", help="With --gold: the AER of every method x layer x head (and "
@@ -344,10 +344,10 @@ def align(
                                           "reading), priors (eflomal on these pairs alone with the statistical "
                                           "priors the model directory records, or --priors), or both (the two "
                                           "combined by --combine)."),
-    priors_file: Optional[Path] = typer.Option(None, "--priors", metavar="FILE", help="With --aligner priors/both: "
+    priors_file: Path | None = typer.Option(None, "--priors", metavar="FILE", help="With --aligner priors/both: "
                                                "this priors file (heed data align --priors-out) instead of the "
                                                "model's recorded one."),
-    combine: Optional[CombineRule] = typer.Option(None, "--combine", help="With --aligner both: intersect or union of the "
+    combine: CombineRule | None = typer.Option(None, "--combine", help="With --aligner both: intersect or union of the "
                                             "model's links and the priors', or product: each target word's source "
                                             "word by the model's attention times the priors' lexical probability "
                                             "(to the power --priors-weight). Default: the rule measured best "
@@ -356,7 +356,7 @@ def align(
                                         "priors' probability, 0 (the model alone) to 10."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    progress: Optional[bool] = progress_option(),
+    progress: bool | None = progress_option(),
     *,
     languages: dict[str, Any],
 ) -> None:
@@ -453,11 +453,11 @@ def align(
     _print_scores(links, units, what, golden, (reference, theirs), (beside, besides), err=output is None)
 
 
-def _align_options(method: Optional[AlignMethod], layer: Optional[str], head: Optional[str], tgt_units: AlignUnits,
-                   weights: Optional[AlignWeights], *,
-                   gold: Optional[Path], sweep_all: bool, reference: Optional[Path], reverse: Optional[Path],
-                   output: Optional[Path], beside: Optional[Path], plot: Path, join: Optional[AlignJoin] = None,
-                   null_threshold: Optional[float] = None) -> "AlignOptions":
+def _align_options(method: AlignMethod | None, layer: str | None, head: str | None, tgt_units: AlignUnits,
+                   weights: AlignWeights | None, *,
+                   gold: Path | None, sweep_all: bool, reference: Path | None, reverse: Path | None,
+                   output: Path | None, beside: Path | None, plot: Path, join: AlignJoin | None = None,
+                   null_threshold: float | None = None) -> AlignOptions:
     """`heed align`'s reading of the attention, once its flags are known to go together."""
     from heed.explain.align_methods import AlignOptions, check_null_threshold, parse_index
 
@@ -487,7 +487,7 @@ def _align_options(method: Optional[AlignMethod], layer: Optional[str], head: Op
     return options
 
 
-def _read_golds(gold: Optional[Path], reference: Optional[Path], units: list[tuple[int, int]], tgt_units: str, *,
+def _read_golds(gold: Path | None, reference: Path | None, units: list[tuple[int, int]], tgt_units: str, *,
                 sides: str) -> tuple[Any, Any]:
     """(sure, possible) of --gold, and every link of --reference (another aligner's: sure or not,
     each counts), each None when not given; both checked against the pairs' word counts `units`."""
@@ -499,8 +499,8 @@ def _read_golds(gold: Optional[Path], reference: Optional[Path], units: list[tup
     return golden, theirs
 
 
-def _align_all(translator: "Translator", src_texts: list[str], tgt_texts: list[str], options: "AlignOptions", *,
-               batch_size: int, progress: Optional[bool]) -> list[set[tuple[int, int]]]:
+def _align_all(translator: Translator, src_texts: list[str], tgt_texts: list[str], options: AlignOptions, *,
+               batch_size: int, progress: bool | None) -> list[set[tuple[int, int]]]:
     """Every pair's links, in chunks of 16 batches so the progress bar moves."""
     links: list[set[tuple[int, int]]] = []
     with Progress("sentences aligned", total=len(src_texts), enabled=progress) as bar:
@@ -512,7 +512,7 @@ def _align_all(translator: "Translator", src_texts: list[str], tgt_texts: list[s
     return links
 
 
-def _words_asked(options: "AlignOptions", join: Optional[AlignJoin], null_threshold: Optional[float]) -> "AlignOptions":
+def _words_asked(options: AlignOptions, join: AlignJoin | None, null_threshold: float | None) -> AlignOptions:
     """`options` with --join and --null-threshold where given (checked by _align_options)."""
     from dataclasses import replace
 
@@ -521,7 +521,7 @@ def _words_asked(options: "AlignOptions", join: Optional[AlignJoin], null_thresh
     return options if null_threshold is None else replace(options, null_threshold=null_threshold)
 
 
-def _recorded_reading_of(translator: "Translator", options: "AlignOptions", *, given: tuple[Any, ...]) -> "AlignOptions":
+def _recorded_reading_of(translator: Translator, options: AlignOptions, *, given: tuple[Any, ...]) -> AlignOptions:
     """With no reading flag `given`: the model's default reading (Translator.default_reading: the one
     training recorded, or the rule measured for its kind), with the units asked for, said on stderr
     unless it is the plain default. Else `options`."""
@@ -535,8 +535,8 @@ def _recorded_reading_of(translator: "Translator", options: "AlignOptions", *, g
     return chosen
 
 
-def _reading_beside(translator: "Translator", other: "Translator", options: "AlignOptions", *, name: str,
-                    default: bool) -> "AlignOptions":
+def _reading_beside(translator: Translator, other: Translator, options: AlignOptions, *, name: str,
+                    default: bool) -> AlignOptions:
     """The reading --beside's model `other` is read with: `options` where it can give them; else, for the
     model's default reading (`default`: no reading flag given; the one training recorded, or the rule
     measured), the attention `other` reports (an export's, an ensemble's: its heads averaged), said in
@@ -580,8 +580,8 @@ def _symmetrized(links: list[set[tuple[int, int]]], reverse: Path, src_texts: li
     return [join(f, {(i, j) for j, i in b.links}, how.value) for f, b in zip(links, other)]
 
 
-def _beside(translator: "Translator", other: "Translator", links: list[set[tuple[int, int]]], src_texts: list[str],
-            tgt_texts: list[str], options: "AlignOptions", *, batch_size: int, name: str,
+def _beside(translator: Translator, other: Translator, links: list[set[tuple[int, int]]], src_texts: list[str],
+            tgt_texts: list[str], options: AlignOptions, *, batch_size: int, name: str,
             err: bool) -> list[set[tuple[int, int]]]:
     """--beside: `other`'s links on the same pairs, after a line saying how far its attention and
     links are from `translator`'s."""
@@ -593,7 +593,7 @@ def _beside(translator: "Translator", other: "Translator", links: list[set[tuple
     return besides
 
 
-def _write_lines(lines: list[str], output: Optional[Path]) -> None:
+def _write_lines(lines: list[str], output: Path | None) -> None:
     """To stdout, or to `output` written whole."""
     if output is None:
         sys.stdout.writelines(lines)
@@ -616,22 +616,22 @@ MAX_ATTRIBUTION_PLOTS = 8
 def attribute(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory); not an export."),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
-    tgt: Optional[Path] = typer.Option(None, "--tgt", help="Translations to explain, line-aligned with --src "
+    tgt: Path | None = typer.Option(None, "--tgt", help="Translations to explain, line-aligned with --src "
                                        "(default: the model's own translations)."),
     output: Path = typer.Option(Path("attribution.json"), "--output", "-o", help="The attributions, as JSON."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw attention beside attribution (.png, .svg, "
+    plot: Path | None = typer.Option(None, "--plot", help="Also draw attention beside attribution (.png, .svg, "
                                         f".pdf) for the first {MAX_ATTRIBUTION_PLOTS} sentences."),
     method: AttributeMethod = typer.Option(AttributeMethod.integrated_gradients, "--method",
                                            help="integrated_gradients (complete; --steps points) or grad_x_input."),
     steps: int = typer.Option(50, "--steps", min=1, max=MAX_ATTRIBUTION_STEPS,
                               help=f"Integrated gradients' integration points (1 to {MAX_ATTRIBUTION_STEPS})."),
-    contrast: Optional[str] = typer.Option(None, "--contrast", metavar="OTHER OUTPUT", help="Why this output and "
+    contrast: str | None = typer.Option(None, "--contrast", metavar="OTHER OUTPUT", help="Why this output and "
                                            "not OTHER OUTPUT: attribute log p(output) - log p(OTHER) to the source "
                                            "tokens (--src of one sentence; --contrast-file for several)."),
-    contrast_file: Optional[Path] = typer.Option(None, "--contrast-file", help="Like --contrast, one other output "
+    contrast_file: Path | None = typer.Option(None, "--contrast-file", help="Like --contrast, one other output "
                                                  "per line, line-aligned with --src."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    progress: Optional[bool] = progress_option(),
+    progress: bool | None = progress_option(),
     *,
     languages: dict[str, Any],
 ) -> None:
@@ -706,8 +706,8 @@ def _plot_attributions(results: list[Any], method: str, plot: Path) -> None:
     typer.echo(f"figure: {save_figure(figure, plot)}")
 
 
-def _contrasts(contrast: Optional[str], contrast_file: Optional[Path], sources: int, *, plot: Optional[Path],
-               src: Path) -> Optional[list[str]]:
+def _contrasts(contrast: str | None, contrast_file: Path | None, sources: int, *, plot: Path | None,
+               src: Path) -> list[str] | None:
     """The other outputs of --contrast / --contrast-file, one per source, or None without them."""
     if contrast is None and contrast_file is None:
         return None
@@ -734,8 +734,8 @@ def _contrasts(contrast: Optional[str], contrast_file: Optional[Path], sources: 
     return others
 
 
-def _contrast(translator: "Translator", sources: list[str], targets: Optional[list[str]], others: list[str], *,
-              method: str, steps: int, output: Path, progress: Optional[bool], files: dict[str, str]) -> None:
+def _contrast(translator: Translator, sources: list[str], targets: list[str] | None, others: list[str], *,
+              method: str, steps: int, output: Path, progress: bool | None, files: dict[str, str]) -> None:
     """`heed attribute --contrast`: every sentence's Contrast to the JSON, a line each on stdout;
     `files` names the files of src_texts and tgt_texts for errors."""
     import json
@@ -774,10 +774,10 @@ def faithfulness_command(
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
     ref: Path = typer.Option(..., "--ref", help="Reference translations, line-aligned with --src."),
     permute_seed: int = typer.Option(0, "--permute-seed", min=0, help="Seed of the permutations."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write the figures as JSON."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write the figures as JSON."),
     batch_size: int = typer.Option(64, "--batch-size", min=1),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    progress: Optional[bool] = progress_option(),
+    progress: bool | None = progress_option(),
     *,
     decode: dict[str, Any],
     languages: dict[str, Any],
@@ -847,7 +847,7 @@ def _print_aer(links: list[set], golden: tuple[list[set], list[set]], units: lis
 
 
 def _print_scores(links: list[set], units: list[tuple[int, int]], what: str, golden: Any,
-                  reference: tuple[Optional[Path], Optional[list[set]]], beside: tuple[Optional[Path], Optional[list[set]]],
+                  reference: tuple[Path | None, list[set] | None], beside: tuple[Path | None, list[set] | None],
                   *, err: bool) -> None:
     """With a gold, the AER of the model and of the others, each (file, its links or None) of
     --reference and --beside; with a reference, the model's precision, recall and F1 against it
@@ -881,7 +881,7 @@ class SweepMeasure(NamedTuple):
 AER_MEASURE = SweepMeasure("AER", "", True)
 
 
-def _print_sweep(result: Any, plot: Path, sentences: int, *, default: tuple["AlignOptions", str],
+def _print_sweep(result: Any, plot: Path, sentences: int, *, default: tuple[AlignOptions, str],
                  measure: SweepMeasure = AER_MEASURE) -> None:
     """`heed align --sweep`: one table of `measure` per method and weighting (layers x heads and
     their means), the best reading, the default one (`default`: Translator.default_reading's reading

@@ -6,7 +6,7 @@ import contextlib
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.console import Console
 
@@ -40,7 +40,7 @@ def chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def read_sources(src: Path, tgt: Optional[Path], *, empty: str) -> tuple[list[str], Optional[list[str]]]:
+def read_sources(src: Path, tgt: Path | None, *, empty: str) -> tuple[list[str], list[str] | None]:
     """--src's sentences and, with --tgt, their line-aligned translations (the corpus reader's checks);
     a HeedError naming the line of an empty source (`empty` says why that matters)."""
     from heed.plumbing.files import open_stream
@@ -59,7 +59,7 @@ def read_sources(src: Path, tgt: Optional[Path], *, empty: str) -> tuple[list[st
     return sources, targets
 
 
-def warn_long_sources(translator: "Translator", sources: Sequence[str], name: str) -> None:
+def warn_long_sources(translator: Translator, sources: Sequence[str], name: str) -> None:
     """translate's warning, for commands that read all their sources at once (attribute,
     faithfulness): the lines of `name` longer than the model's max_src_len, which are cut to it."""
     limit = translator.max_src_len
@@ -75,7 +75,7 @@ def truncation_message(lines: Sequence[int], name: str, limit: int, shown: int =
             "sentences)")
 
 
-def max_tgt_len(translator: "Translator") -> int:
+def max_tgt_len(translator: Translator) -> int:
     """The longest given target, in tokens, the commands read, as Translator.max_src_len bounds a
     source: the model's `data.max_tgt_len` (longer training pairs were dropped), or fewer where a
     Transformer learned fewer positions (`model.max_positions`, one for the <s> the decoder reads)."""
@@ -83,7 +83,7 @@ def max_tgt_len(translator: "Translator") -> int:
     return translator.config.data.max_tgt_len if limit is None else min(translator.config.data.max_tgt_len, limit - 1)
 
 
-def cut_long_texts(translator: "Translator", texts: Sequence[str], name: str, *,
+def cut_long_texts(translator: Translator, texts: Sequence[str], name: str, *,
                    side: Literal["src", "tgt"] = "tgt") -> list[str]:
     """The rule for given texts, one place for every command that reads them (align's --src and
     --tgt, attribute's --tgt and --contrast-file, lens's --tgt, attention's --tgt), as translate
@@ -143,7 +143,7 @@ def _longest(most: int, fits: Callable[[int], bool]) -> int:
     return low
 
 
-def given_files(src: Path, tgt: Optional[Path]) -> dict[str, str]:
+def given_files(src: Path, tgt: Path | None) -> dict[str, str]:
     """lines_named's files for a command's --src and --tgt: the library's src_texts and tgt_texts."""
     return {"src_texts": str(src), **({"tgt_texts": str(tgt)} if tgt is not None else {})}
 
@@ -163,7 +163,7 @@ def lines_named(files: Mapping[str, str], first: int = 1) -> Iterator[None]:
         raise HeedError(text) from None
 
 
-def check_figure_path(path: Optional[Path]) -> None:
+def check_figure_path(path: Path | None) -> None:
     """A wrong figure suffix is a user error before any translating, not after."""
     from heed.viz import figure_format
 
@@ -171,11 +171,11 @@ def check_figure_path(path: Optional[Path]) -> None:
         figure_format(path)
 
 
-def print_table(table: "Table") -> None:
+def print_table(table: Table) -> None:
     Console(highlight=False, soft_wrap=False).print(table)
 
 
-def model_names(models: Sequence[Path], names: Optional[str]) -> list[str]:
+def model_names(models: Sequence[Path], names: str | None) -> list[str]:
     """--names split at commas, or each model's directory name (its parent's for a `model/`
     inside a training output directory); the paths as given where those repeat."""
     if names is not None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -25,14 +25,14 @@ MAX_SHOWN = 5  # sentences whose tables are printed; the JSON holds every one
 def lens(
     model: Path = typer.Argument(..., help="Transformer model directory (or a training output directory)."),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
-    tgt: Optional[Path] = typer.Option(None, "--tgt", help="Translations to read, line-aligned with --src "
+    tgt: Path | None = typer.Option(None, "--tgt", help="Translations to read, line-aligned with --src "
                                        "(default: the model's own translations)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write every layer's top tokens, their "
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write every layer's top tokens, their "
                                           "probabilities and the real token's probability and rank, as JSON."),
     top: int = typer.Option(5, "--top", min=1, max=MAX_LENS_TOP, help=f"Tokens kept per layer and position in the "
                             f"JSON (1 to {MAX_LENS_TOP})."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    progress: Optional[bool] = progress_option(),
+    progress: bool | None = progress_option(),
     *,
     languages: dict[str, Any],
 ) -> None:
@@ -69,7 +69,7 @@ def lens(
         typer.echo(f"lens: {output}")
 
 
-def _table(number: int, r: "LogitLens") -> Table:
+def _table(number: int, r: LogitLens) -> Table:
     """A row per output token, a column per decoder layer: the layer's top token and its probability,
     and the real token's rank there when it is not the top (long outputs stay readable: a model
     has fewer layers than a sentence has tokens)."""

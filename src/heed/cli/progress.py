@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from heed.cli.app import escape, stderr
 from heed.plumbing.heartbeat import PROGRESS_LINE_SECONDS, Heartbeat
 
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
+
 
 class PhaseProgress:
     """`heed prepare`'s progress: one counting bar per phase ("counting", "writing"), on a terminal only."""
 
-    def __init__(self, enabled: Optional[bool]) -> None:
+    def __init__(self, enabled: bool | None) -> None:
         self.enabled = enabled  # as Progress's
-        self.phase: Optional[str] = None
-        self.bar: Optional[Progress] = None
+        self.phase: str | None = None
+        self.bar: Progress | None = None
 
     def __call__(self, phase: str, pairs: int) -> None:
         if phase != self.phase:
@@ -51,11 +54,11 @@ class Progress:
     terminal, nothing elsewhere; True = also the lines elsewhere; False = nothing. The count never
     passes `total`: a total that was too small grows. `warn` prints above the bar."""
 
-    def __init__(self, what: str, total: Optional[int] = None, *, enabled: Optional[bool] = None) -> None:
+    def __init__(self, what: str, total: int | None = None, *, enabled: bool | None = None) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         self.console = stderr()
-        self._bar: Optional[Progress] = None
+        self._bar: Progress | None = None
         self._what, self._total, self._done = what, total, 0
         self._lines = bool(enabled) and not self.console.is_terminal
         self._started = time.monotonic()
@@ -69,7 +72,7 @@ class Progress:
                                  redirect_stdout=False, redirect_stderr=False)
             self._task = self._bar.add_task(what, total=total)
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Self:
         if self._bar is not None:
             self._bar.start()
         if self._beat is not None:

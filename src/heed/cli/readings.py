@@ -8,7 +8,7 @@ import inspect
 import json
 import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import typer
 import typer.core
@@ -30,7 +30,7 @@ class ReadingsGroup(typer.core.TyperGroup):
     """`heed explain`: one command per registered reading, made when the group is asked for its
     commands (help, a run, the snapshot of every command's help)."""
 
-    _made: dict[str, tuple[Any, Any]] = {}  # name -> (the Reading, its command), made once per Reading
+    _made: ClassVar[dict[str, tuple[Any, Any]]] = {}  # name -> (the Reading, its command), made once per Reading
 
     @property  # type: ignore[override]
     def commands(self) -> dict[str, Any]:
@@ -66,7 +66,7 @@ def _flag_type(annotation: Any) -> Any:
     return args[0] if args else annotation
 
 
-def option_flags(reading: "Reading") -> list[inspect.Parameter]:
+def option_flags(reading: Reading) -> list[inspect.Parameter]:
     """Each field of the reading's Options as a flag (--field-name), its default the field's and its
     help the field's description."""
     flags = []
@@ -84,7 +84,7 @@ def option_flags(reading: "Reading") -> list[inspect.Parameter]:
     return flags
 
 
-def reading_command(reading: "Reading") -> Any:
+def reading_command(reading: Reading) -> Any:
     """The click command of `heed explain NAME`."""
 
     @friendly_errors
@@ -92,12 +92,12 @@ def reading_command(reading: "Reading") -> Any:
     def command(
         model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
         src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
-        tgt: Optional[Path] = typer.Option(None, "--tgt", help="Translations to read, line-aligned with --src "
+        tgt: Path | None = typer.Option(None, "--tgt", help="Translations to read, line-aligned with --src "
                                            "(default: the model's own translations)."),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the results as JSON here "
+        output: Path | None = typer.Option(None, "--output", "-o", help="Write the results as JSON here "
                                               "(default: stdout)."),
         device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-        progress: Optional[bool] = progress_option(),
+        progress: bool | None = progress_option(),
         *,
         options: dict[str, Any],
         languages: dict[str, Any],
@@ -112,8 +112,8 @@ def reading_command(reading: "Reading") -> Any:
     return typer.main.get_command(one)
 
 
-def run_reading(name: str, model: Path, src: Path, tgt: Optional[Path], output: Optional[Path], device: str,
-                progress: Optional[bool], options: dict[str, Any], languages: dict[str, Any]) -> None:
+def run_reading(name: str, model: Path, src: Path, tgt: Path | None, output: Path | None, device: str,
+                progress: bool | None, options: dict[str, Any], languages: dict[str, Any]) -> None:
     """Load the model, refuse it in one line if it is not what the reading needs, read the pairs
     CHUNK at a time, and write one JSON list: each pair's ReadingResult.to_dict()."""
     from heed.api import Translator

@@ -4,7 +4,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
 import typer
 
@@ -75,11 +75,11 @@ def limit_options(command: F) -> F:
 @limit_options
 @language_options
 def serve(
-    models: Optional[List[Path]] = typer.Argument(None, help="Model directories (or training output directories, "
+    models: list[Path] | None = typer.Argument(None, help="Model directories (or training output directories, "
                                                   "or `heed export` directories) to serve."),
-    names: Optional[str] = typer.Option(None, "--names", metavar="A,B,...",
+    names: str | None = typer.Option(None, "--names", metavar="A,B,...",
                                         help="One name per model for the API (default: directory names)."),
-    ensembles: List[str] = typer.Option([], "--ensemble", metavar="NAME=DIR,DIR[,...]",
+    ensembles: list[str] = typer.Option([], "--ensemble", metavar="NAME=DIR,DIR[,...]",
                                         help="Also serve an ensemble of these models under NAME: each step decodes "
                                              "with the mean of their log-probabilities (as `heed translate A B`); "
                                              "they must share tokenizers and vocabularies (repeatable)."),
@@ -87,11 +87,11 @@ def serve(
                              "the network (it has no authentication)."),
     port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port (0: any free one)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
+    threads: int | None = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
     limits: dict[str, Any] = LIMITS,  # the LIMIT_OPTIONS flags, here (limit_options)
     log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level: debug, info, warning, error."),
-    api_keys: Optional[Path] = typer.Option(None, "--api-keys", metavar="FILE",
+    api_keys: Path | None = typer.Option(None, "--api-keys", metavar="FILE",
                                             help="Keys the LibreTranslate and DeepL APIs ask for, one a line "
                                                  "(LibreTranslate's api_key, DeepL's Authorization: DeepL-Auth-Key); "
                                                  "without it they ask for none. heed's /v1 API asks for none."),

@@ -5,7 +5,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -22,16 +22,16 @@ if TYPE_CHECKING:
 @friendly_errors
 def train(
     config: Path = typer.Argument(..., help="YAML config (see configs/*.yaml)."),
-    set_: List[str] = typer.Option([], "--set", metavar="FIELD=VALUE",
+    set_: list[str] = typer.Option([], "--set", metavar="FIELD=VALUE",
                                    help="Override a config field, e.g. --set train.epochs=20 (repeatable)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in the output directory exactly."),
     allow_data_change: bool = typer.Option(
         False, "--allow-data-change", help="With --resume: go on even if a corpus file changed since the checkpoint."),
-    output_dir: Optional[Path] = typer.Option(None, "--output-dir", help="Where to write (overrides output_dir)."),
-    init: Optional[Path] = typer.Option(None, "--init", help="Fine-tune: start from this model directory (an "
+    output_dir: Path | None = typer.Option(None, "--output-dir", help="Where to write (overrides output_dir)."),
+    init: Path | None = typer.Option(None, "--init", help="Fine-tune: start from this model directory (an "
                                         "imported pretrained translator, or any heed model), with its architecture, "
                                         "tokenizers and vocabularies (overrides train.init)."),
-    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
+    progress: bool | None = typer.Option(None, "--progress/--no-progress",
                                             help="A progress bar on a terminal; where stderr is a log, also a line "
                                                  f"every {PROGRESS_LINE_SECONDS:g} s besides the one per log_every. "
                                                  "Default: a bar on a terminal, a line per log_every elsewhere."),
@@ -105,7 +105,7 @@ def train(
         typer.echo(f"model written to {result.model_dir}")
 
 
-def _how_started(world: "World", processes: int) -> tuple[list[str], str]:
+def _how_started(world: World, processes: int) -> tuple[list[str], str]:
     """How this run was started, for the commands it prints: (the launcher, a note). `heed` (with
     --processes among the arguments), or torchrun's command line when torchrun started it on one
     machine (`torchrun --nproc-per-node N -m heed`); across machines heed cannot rebuild torchrun's
@@ -119,19 +119,19 @@ def _how_started(world: "World", processes: int) -> tuple[list[str], str]:
 
 @friendly_errors
 def prepare(
-    config: Optional[Path] = typer.Argument(None, help="YAML config whose data.train corpus to prepare."),
-    set_: List[str] = typer.Option([], "--set", metavar="FIELD=VALUE", help="Override a config field (repeatable)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="The directory to write (new or empty; "
+    config: Path | None = typer.Argument(None, help="YAML config whose data.train corpus to prepare."),
+    set_: list[str] = typer.Option([], "--set", metavar="FIELD=VALUE", help="Override a config field (repeatable)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="The directory to write (new or empty; "
                                           "default: OUTPUT_DIR/prepared)."),
-    tokenizers: Optional[Path] = typer.Option(None, "--tokenizers", help="Reuse the tokenizers and vocabularies in "
+    tokenizers: Path | None = typer.Option(None, "--tokenizers", help="Reuse the tokenizers and vocabularies in "
                                               "this directory (a model directory or a prepared corpus)."),
     sample: int = typer.Option(1_000_000, "--sample", min=1, help="SentencePiece tokenizers train on a uniform "
                                "sample of at most this many pairs (word and char vocabularies count every pair)."),
     shard_tokens: int = typer.Option(1 << 25, "--shard-tokens", min=1, help="Close a shard once it holds this many "
                                      "token ids (both sides)."),
-    verify: Optional[Path] = typer.Option(None, "--verify", help="Instead of preparing: check a prepared corpus's "
+    verify: Path | None = typer.Option(None, "--verify", help="Instead of preparing: check a prepared corpus's "
                                           "files against its manifest (sizes and sha256)."),
-    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
+    progress: bool | None = typer.Option(None, "--progress/--no-progress",
                                             help="Progress bars (default: on a terminal)."),
 ) -> None:
     """Tokenize a training corpus once into memory-mapped shards, for corpora larger than memory;
@@ -175,7 +175,7 @@ def prepare(
 
 @friendly_errors
 def average(
-    checkpoints: List[Path] = typer.Argument(..., metavar="CHECKPOINT...",
+    checkpoints: list[Path] = typer.Argument(..., metavar="CHECKPOINT...",
                                              help="Two or more checkpoint directories (runs/x/checkpoints/last, "
                                                   "best) or model directories of one architecture."),
     output: Path = typer.Option(..., "--output", "-o", help="The model directory to write (replaced if it holds "
@@ -209,8 +209,8 @@ def config_command() -> None:
 def demo(
     output_dir: Path = typer.Option(Path("runs/demo"), "--output-dir", help="Where the demo writes its run."),
     quick: bool = typer.Option(False, "--quick", help="A small, fast run (a smoke test, not the real result)."),
-    set_: List[str] = typer.Option([], "--set", metavar="FIELD=VALUE", help="Override a field of configs/demo.yaml."),
-    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress"),
+    set_: list[str] = typer.Option([], "--set", metavar="FIELD=VALUE", help="Override a field of configs/demo.yaml."),
+    progress: bool | None = typer.Option(None, "--progress/--no-progress"),
 ) -> None:
     """Generate the multilingual dates task, train a Luong-attention model on it, show translations,
     test accuracy and an attention heatmap."""

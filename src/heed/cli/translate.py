@@ -7,7 +7,7 @@ import io
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import typer
 
@@ -28,10 +28,10 @@ if TYPE_CHECKING:
 
 
 
-def _translate_chunks(translator: "Translator", lines: Iterable[str], *, name: str, chunk_size: int,
-                      progress: Progress, decode: "DecodeConfig", batch_size: int, replace_unk: bool = False,
-                      dictionary: Optional[dict[str, str]] = None,
-                      sources: Optional[list[str]] = None) -> "Iterator[list[list[Translation]]]":
+def _translate_chunks(translator: Translator, lines: Iterable[str], *, name: str, chunk_size: int,
+                      progress: Progress, decode: DecodeConfig, batch_size: int, replace_unk: bool = False,
+                      dictionary: dict[str, str] | None = None,
+                      sources: list[str] | None = None) -> Iterator[list[list[Translation]]]:
     """`translator.translate_nbest(chunk, decode=decode, ...)` (per line, its n-best list, best
     first) for each `chunk_size` lines, advancing `progress` and warning about sources cut to the
     model's max_src_len by their line numbers in `name`; `sources` (a list) is set to each chunk's
@@ -54,8 +54,8 @@ def _translate_chunks(translator: "Translator", lines: Iterable[str], *, name: s
 
 
 
-def nbest_lines(first_id: int, chunk: "Sequence[list[Translation]]",
-                shares: "Optional[Sequence[list[str]]]" = None) -> Iterator[str]:
+def nbest_lines(first_id: int, chunk: Sequence[list[Translation]],
+                shares: Sequence[list[str]] | None = None) -> Iterator[str]:
     """Moses-style n-best lines, `SENT_ID ||| text ||| score`, best first for each source; SENT_ID
     counts sources from 0, `first_id` being `chunk[0]`'s; with `shares` (per source, per hypothesis)
     a fourth field `source_share=S`."""
@@ -92,8 +92,8 @@ EXPLAIN_HELP = ("source-share: after each translation, a tab and its ALTI+ sourc
                 "Transformer model directory; one more teacher-forced pass per output.")
 
 
-def source_share_fields(translator: "Translator", sources: Sequence[str],
-                        chunk: "Sequence[list[Translation]]") -> list[list[str]]:
+def source_share_fields(translator: Translator, sources: Sequence[str],
+                        chunk: Sequence[list[Translation]]) -> list[list[str]]:
     """Each hypothesis's sentence source share as printed (4 decimals), per source; '-' for an
     empty source (nothing to share)."""
     from heed.explain.given_pairs import nbest_source_shares
@@ -106,21 +106,21 @@ def source_share_fields(translator: "Translator", sources: Sequence[str],
 @decode_options
 @language_options
 def translate(
-    models: List[Path] = typer.Argument(..., metavar="MODEL...", help=ENSEMBLE_HELP),
-    input: Optional[Path] = typer.Option(None, "--input", "-i", help="Source sentences, one per line (default: stdin)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write translations (default: stdout)."),
+    models: list[Path] = typer.Argument(..., metavar="MODEL...", help=ENSEMBLE_HELP),
+    input: Path | None = typer.Option(None, "--input", "-i", help="Source sentences, one per line (default: stdin)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Where to write translations (default: stdout)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentences per batch."),
     replace_unk: bool = typer.Option(False, "--replace-unk", help=REPLACE_UNK_HELP),
-    dictionary: Optional[Path] = typer.Option(None, "--dictionary", help=DICTIONARY_HELP),
+    dictionary: Path | None = typer.Option(None, "--dictionary", help=DICTIONARY_HELP),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    progress: Optional[bool] = progress_option(),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
+    progress: bool | None = progress_option(),
+    threads: int | None = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
-    explain: Optional[Explain] = typer.Option(None, "--explain", help=EXPLAIN_HELP),
+    explain: Explain | None = typer.Option(None, "--explain", help=EXPLAIN_HELP),
     text_format: TextFormat = typer.Option(TextFormat.text, "--format", help=FORMAT_HELP),
     aligner: str = typer.Option("model", "--aligner", help="With --format html|xml: whose links place the tags, "
                                 "model, priors or both (as heed markup --aligner); the first MODEL's priors."),
-    priors_file: Optional[Path] = typer.Option(None, "--priors", metavar="FILE", help="With --aligner priors/both: "
+    priors_file: Path | None = typer.Option(None, "--priors", metavar="FILE", help="With --aligner priors/both: "
                                                "this priors file instead of the model's recorded one."),
     cue_width: int = typer.Option(42, "--cue-width", min=10, max=200, help="With --format srt|vtt: characters a "
                                   "subtitle line, re-wrapped at spaces."),
@@ -183,9 +183,9 @@ def translate(
             return run_marked(source, sink)
         first_id = 0
         lines: list[str] = []
-        with Progress("lines translated", enabled=show_progress) as progress:
+        with Progress("lines translated", enabled=show_progress) as bar:
             for chunk in _translate_chunks(translator, read_lines(source, name), name=name, chunk_size=chunk_size,
-                                           progress=progress, decode=cfg, batch_size=batch_size,
+                                           progress=bar, decode=cfg, batch_size=batch_size,
                                            replace_unk=replace_unk, dictionary=table, sources=lines):
                 shares = None if explain is None else source_share_fields(translator, lines, chunk)
                 if cfg.n_best > 1:
@@ -209,10 +209,10 @@ def translate(
         from heed.cli.markup import carried, parse_lines
 
         first = 1
-        with Progress("lines translated", enabled=show_progress) as progress:
+        with Progress("lines translated", enabled=show_progress) as bar:
             for lines in chunks(read_lines(source, name), chunk_size):
                 documents = parse_lines(lines, name, text_format.value, first=first)
-                sink.writelines(line + "\n" for line in carried(translator, documents, None, cfg, progress,
+                sink.writelines(line + "\n" for line in carried(translator, documents, None, cfg, bar,
                                                                    aligner=aligner, priors=priors))
                 sink.flush()
                 first += len(lines)
@@ -268,22 +268,22 @@ PLOT_METRIC_HELP = "The score the plot shows."
 @decode_options
 @language_options
 def evaluate(
-    models: List[Path] = typer.Argument(..., metavar="MODEL...", help=ENSEMBLE_HELP),
+    models: list[Path] = typer.Argument(..., metavar="MODEL...", help=ENSEMBLE_HELP),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
     ref: Path = typer.Option(..., "--ref", help="Reference translations, line-aligned with --src."),
     batch_size: int = typer.Option(64, "--batch-size", min=1),
-    hyps: Optional[Path] = typer.Option(None, "--hyps", help="Also write the translations here."),
+    hyps: Path | None = typer.Option(None, "--hyps", help="Also write the translations here."),
     replace_unk: bool = typer.Option(False, "--replace-unk", help=REPLACE_UNK_HELP),
-    dictionary: Optional[Path] = typer.Option(None, "--dictionary", help=DICTIONARY_HELP),
+    dictionary: Path | None = typer.Option(None, "--dictionary", help=DICTIONARY_HELP),
     by_length: bool = typer.Option(False, "--by-length", help="Also score each source-length bucket: a table "
                                    "of sentences, BLEU, chrF and exact match per bucket."),
-    buckets: Optional[str] = typer.Option(None, "--buckets", metavar="RANGES", help=BUCKETS_HELP),
-    length_unit: Optional[LengthUnit] = typer.Option(None, "--length-unit", help=LENGTH_UNIT_HELP),
-    plot: Optional[Path] = typer.Option(None, "--plot", help=PLOT_HELP),
+    buckets: str | None = typer.Option(None, "--buckets", metavar="RANGES", help=BUCKETS_HELP),
+    length_unit: LengthUnit | None = typer.Option(None, "--length-unit", help=LENGTH_UNIT_HELP),
+    plot: Path | None = typer.Option(None, "--plot", help=PLOT_HELP),
     plot_metric: PlotMetric = typer.Option(PlotMetric.bleu, "--plot-metric", help=PLOT_METRIC_HELP),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    progress: Optional[bool] = progress_option(),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
+    progress: bool | None = progress_option(),
+    threads: int | None = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
     *,
     decode: dict[str, Any],
@@ -326,7 +326,7 @@ def evaluate(
         _show_by_length(results, unit, len(pairs), plot, plot_metric.value)
 
 
-def _parse_buckets(spec: Optional[str]) -> "Optional[list[Bucket]]":
+def _parse_buckets(spec: str | None) -> list[Bucket] | None:
     from heed.evaluate import parse_buckets
 
     return None if spec is None else parse_buckets(spec)
@@ -335,8 +335,8 @@ def _parse_buckets(spec: Optional[str]) -> "Optional[list[Bucket]]":
 
 
 def _scores_by_length(srcs: Sequence[str], outputs: dict[str, list[str]], refs: Sequence[str],
-                      buckets: "Optional[list[Bucket]]", unit: str,
-                      translations: "Sequence[Translation]") -> "dict[str, list[BucketScore]]":
+                      buckets: list[Bucket] | None, unit: str,
+                      translations: Sequence[Translation]) -> dict[str, list[BucketScore]]:
     """{model name: bucket scores}; every model's sentences fall in the same buckets. Token
     lengths are those of `translations`' source tokens (one model's tokenizer)."""
     from heed.evaluate import by_length, default_buckets, source_lengths
@@ -346,7 +346,7 @@ def _scores_by_length(srcs: Sequence[str], outputs: dict[str, list[str]], refs: 
     return {name: by_length(srcs, hyps, refs, buckets, lengths=lengths) for name, hyps in outputs.items()}
 
 
-def _show_by_length(results: "dict[str, list[BucketScore]]", unit: str, total: int, plot: Optional[Path],
+def _show_by_length(results: dict[str, list[BucketScore]], unit: str, total: int, plot: Path | None,
                     metric: str) -> None:
     """The by-length table on stdout, a row per bucket (and model, when there are several), and,
     with `plot`, the figure."""
@@ -387,15 +387,15 @@ def _show_by_length(results: "dict[str, list[BucketScore]]", unit: str, total: i
 @decode_options
 @language_options
 def compare(
-    models: List[Path] = typer.Argument(..., help="Model directories (or training output directories) to compare."),
+    models: list[Path] = typer.Argument(..., help="Model directories (or training output directories) to compare."),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
     ref: Path = typer.Option(..., "--ref", help="Reference translations, line-aligned with --src."),
-    names: Optional[str] = typer.Option(None, "--names", metavar="A,B,...",
+    names: str | None = typer.Option(None, "--names", metavar="A,B,...",
                                         help="One name per model for the table and plot (default: directory names)."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the models' scores by length on one figure: "
+    plot: Path | None = typer.Option(None, "--plot", help="Draw the models' scores by length on one figure: "
                                         ".png, .svg or .pdf."),
     plot_metric: PlotMetric = typer.Option(PlotMetric.bleu, "--plot-metric", help=PLOT_METRIC_HELP),
-    buckets: Optional[str] = typer.Option(None, "--buckets", metavar="RANGES", help=BUCKETS_HELP.replace(
+    buckets: str | None = typer.Option(None, "--buckets", metavar="RANGES", help=BUCKETS_HELP.replace(
         "; implies --by-length", "")),
     length_unit: LengthUnit = typer.Option(LengthUnit.words, "--length-unit", help=(
         "What source length counts: whitespace words, characters, or tokens (the first model's "

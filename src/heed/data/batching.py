@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 from torch import Tensor
+from typing_extensions import Self
 
 from heed.data.vocab import HEED_SPECIALS, Specials
 
@@ -66,13 +67,13 @@ class _Tensors:
         """bool (batch, src_len), True = real token."""
         return _mask(self.src_lengths, self.src.size(1))
 
-    def to(self: B, device: torch.device | str, non_blocking: bool = False) -> B:
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Self:
         """A copy with every tensor on `device`."""
-        return replace(self, **{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})  # type: ignore[arg-type]
+        return replace(self, **{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})  # type: ignore[type-var, arg-type]
 
-    def pin_memory(self: B) -> B:
+    def pin_memory(self) -> Self:
         """A copy in page-locked memory, for `to("cuda", non_blocking=True)` (needs CUDA)."""
-        return replace(self, **{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})  # type: ignore[arg-type]
+        return replace(self, **{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})  # type: ignore[type-var, arg-type]
 
 
 @dataclass
@@ -151,7 +152,7 @@ def _cuts(widths: Sequence[int], batch_tokens: int, max_sentences: int | None) -
     size = widest = 0
     limit = len(widths) + 1 if max_sentences is None else max_sentences
     for k, width in enumerate(widths):  # plain comparisons, no max(): once per training pair per epoch
-        if width < widest:
+        if width < widest:  # noqa: PLR1730  # no max(): see the loop's comment
             width = widest
         if size and (size >= limit or (size + 1) * width > batch_tokens):
             cuts.append(k)

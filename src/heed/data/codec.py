@@ -49,6 +49,11 @@ class Corpora:
     train_read: int | None = None  # with data.split: the pairs read from data.train (its lines)
 
 
+def _word_gold(links: list[tuple[set[tuple[int, int]], set[tuple[int, int]]]]) -> DevGold:
+    """Per pair (sure, possible) links as a DevGold over words."""
+    return DevGold([sure for sure, _ in links], [possible for _, possible in links], "words")
+
+
 @dataclass(frozen=True)
 class DevGold:
     """Gold alignments of the dev pairs, one (sure, possible) set pair each; `units`: what target
@@ -79,17 +84,17 @@ def load_corpora(data: DataConfig, *, progress: ReadProgress | None = None) -> C
         d = data.dates
         splits, golds = generate_dates_aligned(n_train=d.n_train, n_dev=d.n_dev, n_test=d.n_test, seed=d.seed,
                                                languages=tuple(d.languages), verbose_forms=d.verbose_forms)
-        gold = DevGold([set(s) for s, _ in golds.dev], [set(p) for _, p in golds.dev], "chars")
+        dev_gold = DevGold([set(s) for s, _ in golds.dev], [set(p) for _, p in golds.dev], "chars")
         train_gold = DevGold([set(s) for s, _ in golds.train], [set(p) for _, p in golds.train], "chars")
-        return Corpora(list(splits.train), list(splits.dev), list(splits.test), gold, train_gold)
+        return Corpora(list(splits.train), list(splits.dev), list(splits.test), dev_gold, train_gold)
     if data.task == "names":
         n = data.names
         names = generate_names(n_train=n.n_train, n_dev=n.n_dev, n_test=n.n_test, seed=n.seed,
                                train_names=n.train_names, heldout_names=n.heldout_names)
         links = [parse_gold_pharaoh(e.gold) for e in names.dev]
         train_links = [parse_gold_pharaoh(e.gold) for e in names.train]
-        return Corpora(*([e.pair for e in split] for split in names), DevGold(*map(list, zip(*links)), "words")
-                       if links else None, DevGold(*map(list, zip(*train_links)), "words"))
+        return Corpora([e.pair for e in names.train], [e.pair for e in names.dev], [e.pair for e in names.test],
+                       _word_gold(links) if links else None, _word_gold(train_links))
     check_corpus_files(data)
 
     def read(corpus: CorpusConfig | None, split: str) -> list[Pair]:
@@ -118,7 +123,7 @@ def load_corpora(data: DataConfig, *, progress: ReadProgress | None = None) -> C
         return split_corpus(train, dev=data.split.dev, test=data.split.test, seed=data.split.seed,
                             source=str(source))
     dev = read(data.dev, "dev")
-    gold = None
+    gold: DevGold | None = None
     if data.dev is not None and data.dev.align is not None:
         sizes = [(len(p.src.split()), len(p.tgt.split())) for p in dev]
         if data.reverse:  # the file aligns the corpus as written: its source is now the target
@@ -296,7 +301,7 @@ class Codec:
 
     @classmethod
     def build(cls, pairs: Sequence[Pair], data: DataConfig, *,
-              warn: Callable[[str], None] | None = None, copy: bool = False) -> "Codec":
+              warn: Callable[[str], None] | None = None, copy: bool = False) -> Codec:
         """Train tokenizers, then count vocabularies, on the training pairs only.
 
         `warn(message)` hears of what the config asked for and did not get: a SentencePiece
@@ -309,7 +314,7 @@ class Codec:
         (src_tok, src_vocab), (tgt_tok, tgt_vocab) = built["src"], built["tgt"]
         return cls(src_tok, tgt_tok, src_vocab, tgt_vocab, copy)
 
-    def with_languages(self, src: str | None, tgt: str | None) -> "Codec":
+    def with_languages(self, src: str | None, tgt: str | None) -> Codec:
         """This codec with a many-language model's source language `src` and target language `tgt`
         (codes of `languages`; None keeps a side as it is): sources then start with `src`'s token,
         targets with `tgt`'s (heed.data.tokenize.PretrainedPieces). A HeedError names a code the
@@ -381,7 +386,7 @@ class Codec:
         tokens = self.target_vocab(src_tokens).decode(ids)
         return tokens, self.tgt_tokenizer.detokenize(tokens)
 
-    def difference(self, other: "Codec", *, sides: Sequence[str] = ("src", "tgt")) -> str | None:
+    def difference(self, other: Codec, *, sides: Sequence[str] = ("src", "tgt")) -> str | None:
         """What makes `other` read or write text differently from this codec on `sides`, in words
         ("the target vocabulary (12 tokens here, 14 there)"), or None when the two are the same.
         Tokenizers compare by their spec (a SentencePiece model by its sha256; the vocab_size a
@@ -414,7 +419,7 @@ class Codec:
         self.tgt_vocab.save(directory / TGT_VOCAB_FILE)
 
     @classmethod
-    def load(cls, directory: str | Path, *, data: DataConfig | None = None, copy: bool = False) -> "Codec":
+    def load(cls, directory: str | Path, *, data: DataConfig | None = None, copy: bool = False) -> Codec:
         """Read what `save` wrote. Each tokenizer's `kind` in tokenizers.json is checked against
         the files beside it (a SentencePiece model for bpe/unigram and only then; single
         characters in a char vocabulary) and, given `data` (the model's resolved config), against

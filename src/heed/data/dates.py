@@ -205,12 +205,17 @@ _EN_VERBOSE_FORMS: tuple[_Render, ...] = (
 )
 
 
+def _render_cldr(pattern: str, locale: Locale, d: date, r: random.Random) -> list[_Segment]:
+    """A _Render of a CLDR pattern (the random choice is unused: CLDR forms have one spelling)."""
+    return _cldr_segments(pattern, d, locale)
+
+
 def _cldr_segments(pattern: str, d: date, locale: Locale) -> list[_Segment]:
     """A CLDR pattern rendered field by field (as babel's format_date renders it whole)."""
     fields = DateTimeFormat(d, locale)
     out: list[_Segment] = []
-    for kind, value in tokenize_pattern(pattern):
-        if kind == "chars":
+    for _, value in tokenize_pattern(pattern):
+        if isinstance(value, str):  # a "chars" token: the text between fields; a field is (letter, count)
             out.append((value, ()))
             continue
         letter, count = value
@@ -233,9 +238,7 @@ class _Form:
     def allows(self, d: date) -> bool:
         if self.two_digit_year and not TWO_DIGIT_YEARS[0] <= d.year <= TWO_DIGIT_YEARS[1]:
             return False
-        if self.order_sensitive and d.day <= 12 and d.day != d.month:
-            return False
-        return True
+        return not (self.order_sensitive and d.day <= 12 and d.day != d.month)
 
 
 def _shape(pattern: str) -> tuple[tuple[str, ...], str]:
@@ -246,8 +249,8 @@ def _shape(pattern: str) -> tuple[tuple[str, ...], str]:
     """
     shape: list[str] = []
     order = ""
-    for kind, value in tokenize_pattern(pattern):
-        if kind == "chars":
+    for _, value in tokenize_pattern(pattern):
+        if isinstance(value, str):  # a "chars" token: the text between fields; a field is (letter, count)
             shape.append(value)
             continue
         letter, count = value
@@ -283,7 +286,7 @@ def _forms(languages: tuple[str, ...], verbose: bool) -> dict[str, tuple[_Form, 
             lang_forms.append(
                 _Form(
                     name=f"{lang}:{pattern}",
-                    render=lambda d, r, p=pattern, loc=locale: _cldr_segments(p, d, loc),
+                    render=functools.partial(_render_cldr, pattern, locale),
                     two_digit_year="yy" in shape,
                     order_sensitive=len(order) == 2 and len(orders_by_shape[shape]) > 1,
                     shape=shape,

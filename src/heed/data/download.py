@@ -37,6 +37,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from heed.errors import DataError, HeedError, OutputError
 from heed.plumbing.files import atomic_write_text, make_temp_dir, sweep_stale
@@ -153,7 +154,7 @@ def _fetch(url: str, name: str, progress: Progress | None) -> bytes:
     request = urllib.request.Request(url, headers={"User-Agent": f"heed/{__version__} (heed data get)"})
     started, deadline = time.monotonic(), DEADLINE_SECONDS
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310 (fixed https URLs)
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
             total = response.headers.get("Content-Length")
             total_bytes = int(total) if total and total.isdigit() else None
             if total_bytes is not None and total_bytes > MAX_DOWNLOAD_BYTES:
@@ -184,7 +185,7 @@ def _fetch(url: str, name: str, progress: Progress | None) -> bytes:
         raise HeedError(f"{url}: cannot download ({reason}); check the network, or give --mirror") from None
 
 
-def _inflated(stream: io.BufferedIOBase, member: str, url: str) -> bytes:
+def _inflated(stream: io.BufferedIOBase | IO[bytes], member: str, url: str) -> bytes:
     """All of `stream`, inflated, or a DataError once it passes MAX_INFLATED_BYTES (read in bounded
     pieces, so a zip bomb costs at most that much memory)."""
     data = stream.read(MAX_INFLATED_BYTES + 1)
@@ -298,8 +299,8 @@ def _source_text(dataset: Dataset, recorded: list[tuple[str, str, str]], off_rel
     lines = [f"# {dataset.name}", "", f"Downloaded by heed {__version__} (`heed data get {dataset.name}`).", "",
              f"License: {dataset.license}", "", f"Cite: {dataset.citation(off_release=bool(off_release))}", ""]
     if off_release:
-        lines += [f"Not the pinned release: {', '.join(off_release)} (taken with --any-release; the sha256 below is "
-                  "what was downloaded, checked against nothing).", ""]
+        lines += [(f"Not the pinned release: {', '.join(off_release)} (taken with --any-release; the sha256 below is "
+                  "what was downloaded, checked against nothing)."), ""]
     if dataset.note:
         lines += [dataset.note, ""]
     lines += ["| file | sha256 | from |", "|---|---|---|"]

@@ -75,7 +75,7 @@ class ExtendedVocab:
     unknowns: tuple[str, ...]
 
     @classmethod
-    def of(cls, src_tokens: Sequence[str], tgt_vocab: Vocab) -> "ExtendedVocab":
+    def of(cls, src_tokens: Sequence[str], tgt_vocab: Vocab) -> ExtendedVocab:
         return cls(tgt_vocab, copyable_unknowns(src_tokens, tgt_vocab))
 
     def __len__(self) -> int:

@@ -104,7 +104,7 @@ def parse_gold_pharaoh(
 def read_text_lines(path: str | Path) -> list[str]:
     """The lines of a Pharaoh file; a DataError naming the line for one over MAX_LINE_CHARS (read
     no further than that)."""
-    lines = []
+    lines: list[str] = []
     try:
         with open_regular(path, "r", encoding="utf-8") as f:
             while line := f.readline(MAX_LINE_CHARS + 1):
@@ -161,8 +161,8 @@ def read_gold_for(path: str | Path, sizes: Sequence[tuple[int, int] | None], *, 
             # Counted before parsing only where the line is far past its pair: a short line with a
             # link outside the pair is told so by the parser, more usefully than by a count.
             most = size[0] * size[1]
-            links = _count_tokens(line, max(most, COUNTED_LINKS))
-            if links > max(most, COUNTED_LINKS):
+            count = _count_tokens(line, max(most, COUNTED_LINKS))
+            if count > max(most, COUNTED_LINKS):
                 raise DataError(f"more than {most:,} links, but the sentence pair has {size[0]} source words and "
                                 f"{size[1]} target {unit}: at most one link for each pair of them", path=path,
                                 line=number)

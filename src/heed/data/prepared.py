@@ -161,7 +161,7 @@ class ShardWriter:
             name = shard_file(index, part)
             with open(self.directory / name, "wb") as f:
                 out = _HashingFile(f)
-                np.lib.format.write_array(out, np.ascontiguousarray(values),  # type: ignore[arg-type]
+                np.lib.format.write_array(out, np.ascontiguousarray(values),
                                           allow_pickle=False)
             files[part] = {"file": name, "bytes": out.size, "sha256": out.digest.hexdigest()}
         self.shards.append({"sentences": len(lengths), "src_tokens": self._used["src"],
@@ -452,7 +452,7 @@ class PreparedCorpus:
             self._rows_cache = (shard_index, rows)
         return self._rows_cache[1]
 
-    def window(self, start: int, stop: int) -> "Window":
+    def window(self, start: int, stop: int) -> Window:
         """Kept pairs number `start` .. `stop - 1` (positions among the kept pairs, corpus order)."""
         if not 0 <= start <= stop <= len(self):
             raise IndexError(f"window {start}:{stop} outside 0:{len(self)}")
@@ -488,7 +488,7 @@ class PreparedCorpus:
                 yield self.example(s, int(row))
 
     def batches(self, *, batch_tokens: int, max_sentences: int | None, seed: int, epoch: int,
-                pool_sentences: int, pool_size: int = 100, specials: Specials = HEED_SPECIALS) -> "PreparedEpoch":
+                pool_sentences: int, pool_size: int = 100, specials: Specials = HEED_SPECIALS) -> PreparedEpoch:
         """The training batches of `epoch` (see the module doc), built lazily as they are read, with
         the vocabulary's special ids (`specials`)."""
         return PreparedEpoch(self, batch_tokens=batch_tokens, max_sentences=max_sentences, seed=seed, epoch=epoch,

@@ -64,7 +64,7 @@ class Tokenizer(ABC):
         """The tokens `tokenize` starts every text with (a language's token); none here."""
         return []
 
-    def for_language(self, code: str | None) -> "Tokenizer":
+    def for_language(self, code: str | None) -> Tokenizer:
         """This tokenizer with texts in language `code` (PretrainedPieces); a HeedError for any
         code, since this tokenizer's model has no language tokens."""
         if code is not None:
@@ -268,7 +268,7 @@ class PretrainedPieces(SentencePieceTokenizer):
         return self._languages
 
     @classmethod
-    def load(cls, directory: Path, name: str, spec: dict[str, Any]) -> "PretrainedPieces":
+    def load(cls, directory: Path, name: str, spec: dict[str, Any]) -> PretrainedPieces:
         model = read_spm_model(directory, name, spec)
         languages = spec.get("languages", {})
         if not isinstance(languages, dict) or not all(isinstance(k, str) and isinstance(v, str)
@@ -286,12 +286,12 @@ class PretrainedPieces(SentencePieceTokenizer):
         return [sp.id_to_piece(i) for i in range(self.vocab_size)
                 if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))]
 
-    def for_language(self, code: str | None) -> "PretrainedPieces":
+    def for_language(self, code: str | None) -> PretrainedPieces:
         """This tokenizer, its texts starting with language `code`'s token (None: no language token);
         a HeedError naming the code when the model has no such language, or none at all."""
         if code is not None and code not in self.languages:
             if not self.languages:
-                return super().for_language(code)  # refused: no language tokens
+                return super().for_language(code)  # type: ignore[return-value]  # refused (raises): no language tokens
             close = closest_languages(code, self.languages)
             raise HeedError(f"language {code!r} is not one of this model's {len(self.languages)}"
                             + (f"; did you mean {', '.join(close)}?" if close else

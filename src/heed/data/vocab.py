@@ -135,7 +135,7 @@ class Vocab:
         return len(self._tokens)
 
     def __contains__(self, token: object) -> bool:
-        return token in self._ids or token in (self._tokens[i] for i in self.specials)
+        return token in self._ids or any(token == self._tokens[i] for i in self.specials)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Vocab) and self._tokens == other._tokens and self.specials == other.specials

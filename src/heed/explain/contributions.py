@@ -212,7 +212,7 @@ class SourceShare:
                 "prefix": self.prefix.tolist()}
 
 
-__all__ = ["READINGS", "SourceShare", "Contributions", "Mixing", "Reading", "alti_mixing", "contributions", "rollout_mixing"]
+__all__ = ["READINGS", "Contributions", "Mixing", "Reading", "SourceShare", "alti_mixing", "contributions", "rollout_mixing"]
 
 
 # ------------------------------------------------------------------------ readings (heed.explain.readings)

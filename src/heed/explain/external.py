@@ -30,7 +30,7 @@ def eflomal_links(pairs: Sequence[Pair], *, how: Symmetrize = "grow-diag-final",
     `how`. HeedError when eflomal is not installed. `warn` (else warnings.warn) hears how many
     pairs eflomal leaves unaligned for their length (more than EFLOMAL_MAX_WORDS words a side)."""
     try:
-        import eflomal
+        import eflomal  # noqa: F401  # here only to say how to install it when it is missing
     except ImportError:
         raise HeedError(f"aligning with eflomal needs the eflomal package: {INSTALL}") from None
     too_long = [n for n, p in enumerate(pairs, 1)

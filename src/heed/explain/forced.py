@@ -97,10 +97,10 @@ def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_tex
                 reported = model(batch.src, batch.src_lengths, batch.tgt_in).attention  # (B, T+1, S+1)
                 assert reported is not None
                 stack = reported[None, None]
-        stack = stack.float().cpu().numpy()
+        array = stack.float().cpu().numpy()
         for row, k in enumerate(group):
             n_src, n_tgt = len(examples[k][0]), len(examples[k][1])
-            yield k, ForcedPair(src_tokens[k], tgt_tokens[k], stack[:, :, row, : n_tgt + 1, :n_src])
+            yield k, ForcedPair(src_tokens[k], tgt_tokens[k], array[:, :, row, : n_tgt + 1, :n_src])
 
 
 def check_weights(model: Any, weights: Weights, *, heads: bool = True) -> None:
@@ -141,7 +141,7 @@ class SweepResult:
     heads: int
     default_layer: int
     weights: tuple[Weights, ...] = ("attention",)
-    counts: dict[tuple[Weights, Method, int | str, int | str], AerCounts] = field(default_factory=dict)
+    counts: dict[tuple[Weights, Method, int | str, int | str | tuple[int, ...]], AerCounts] = field(default_factory=dict)
     diagonal: AerCounts = field(default_factory=AerCounts)
     sentences: int = 0
 

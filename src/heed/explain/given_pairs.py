@@ -237,11 +237,11 @@ def attribute(
     src_texts: Sequence[str],
     tgt_texts: Sequence[str | Sequence[str]],
     *,
-    method: "AttributionMethod" = "integrated_gradients",
+    method: AttributionMethod = "integrated_gradients",
     steps: int = 50,
     stop: Callable[[], bool] | None = None,
     max_src_len: int | None = None,
-) -> list["Attribution"]:
+) -> list[Attribution]:
     """Attribution of every output token to the source tokens and the output before it
     (heed.explain.attribution; Captum, `pip install 'heed-nmt[explain]'`), beside the attention.
 
@@ -335,10 +335,10 @@ def source_shares(
     src_texts: Sequence[str],
     tgt_texts: Sequence[str | Sequence[str]],
     *,
-    reading: "Reading" = "alti",
+    reading: Reading = "alti",
     batch_size: int = 64,
     max_src_len: int | None = None,
-) -> list["SourceShare"]:
+) -> list[SourceShare]:
     """Each prediction's source share against its target-prefix share at the last decoder layer
     (heed.explain.contributions: ALTI+, or rollout), while the model reads `tgt_texts[k]` (a text,
     or its tokens) as its output for `src_texts[k]`. A low share marks a token produced mostly from
@@ -362,8 +362,8 @@ def source_shares(
 
 
 def nbest_source_shares(model: Any, codec: Codec, device: torch.device, sources: Sequence[str],
-                        nbests: Sequence[Sequence["Translation"]], *,
-                        max_src_len: int | None = None) -> list[list["SourceShare | None"]]:
+                        nbests: Sequence[Sequence[Translation]], *,
+                        max_src_len: int | None = None) -> list[list[SourceShare | None]]:
     """Each n-best list's hypotheses' source shares (source_shares, one teacher-forced pass over
     every hypothesis), per source; None for every hypothesis of a blank source (nothing to share)."""
     pairs = [(k, n) for k, nbest in enumerate(nbests) for n in range(len(nbest)) if sources[k].strip()]
@@ -393,7 +393,7 @@ def logit_lens(
     *,
     top: int = 5,
     max_src_len: int | None = None,
-) -> list["LogitLens"]:
+) -> list[LogitLens]:
     """What each decoder layer would predict were it the last, at every output position, while the
     model reads `tgt_texts[k]` (a text, or its tokens) as its output (heed.explain.logit_lens). A
     Transformer model directory only."""
@@ -425,10 +425,10 @@ def contrast(
     contrasts: Sequence[str | Sequence[str]],
     outputs: Sequence[str | Sequence[str]],
     *,
-    method: "AttributionMethod" = "integrated_gradients",
+    method: AttributionMethod = "integrated_gradients",
     steps: int = 50,
     max_src_len: int | None = None,
-) -> list["Contrast"]:
+) -> list[Contrast]:
     """Why the model gives `outputs[k]` and not `contrasts[k]` for `src_texts[k]`: each source
     token's attribution to the difference of the two outputs' log-probabilities
     (heed.explain.attribution.Contrast; Captum). A PyTorch model directory in float32; the

@@ -24,7 +24,8 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
@@ -34,6 +35,9 @@ from heed.data.units import Units
 from heed.errors import DataError, HeedError
 from heed.explain.align_methods import Symmetrize, symmetrize
 from heed.explain.external import INSTALL, eflomal_directions
+
+if TYPE_CHECKING:
+    from heed.data.codec import Codec
 
 Aligner = Literal["model", "priors", "both"]
 ALIGNERS: tuple[str, ...] = ("model", "priors", "both")
@@ -81,7 +85,7 @@ def unit_text(text: str, units: Units) -> str:
     return " ".join(text.split()) if units == "words" else " ".join("".join(text.split()))
 
 
-def needs_eflomal():  # type: ignore[no-untyped-def]
+def needs_eflomal() -> ModuleType:
     """The eflomal module, or a HeedError saying how to install it."""
     try:
         import eflomal
@@ -148,10 +152,10 @@ def read_priors(path: str | os.PathLike[str]) -> Priors:
 class KnownWords:
     """Whether the model's codec reads a word (a priors unit) without its unknown id."""
 
-    def __init__(self, codec) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, codec: Codec) -> None:
         self.codec = codec
 
-    def __call__(self, side: str):  # type: ignore[no-untyped-def]
+    def __call__(self, side: str) -> Callable[[str], bool]:
         codec = self.codec
         unk = codec.special_ids()["unk_id"]
         if side == "src":
@@ -163,7 +167,7 @@ def check_vocabulary(priors: Priors, known: KnownWords) -> None:
     """Refuse priors learned on another corpus or vocabulary: fewer than MIN_KNOWN of their source
     (or target) words are words the model reads without an unknown token."""
     for side in ("src", "tgt"):
-        words = priors.words(side)  # type: ignore[arg-type]
+        words = priors.words(side)
         if not words:
             continue
         share = sum(map(known(side), words)) / len(words)
@@ -190,11 +194,17 @@ def join_links(model: Sequence[set[Link]], priors: Sequence[set[Link]], rule: Jo
 
 
 class Reading(Protocol):
-    """What the product rule reads of the model's alignment of a pair (heed.results.Alignment)."""
+    """What the rules read of the model's alignment of a pair (heed.results.Alignment, frozen: so
+    read-only here)."""
 
-    src_words: list[str]
-    tgt_words: list[str]
-    attention: np.ndarray  # (target units, len(src_words))
+    @property
+    def src_words(self) -> list[str]: ...
+    @property
+    def tgt_words(self) -> list[str]: ...
+    @property
+    def attention(self) -> np.ndarray: ...  # (target units, len(src_words))
+    @property
+    def links(self) -> list[Link]: ...
 
 
 def lexical_table(priors: Priors) -> dict[tuple[str, str], float]:
@@ -239,7 +249,7 @@ def aligner_links(aligner: Aligner, model: Callable[[], Sequence[Reading]], pair
         raise HeedError(f"aligner must be one of {', '.join(ALIGNERS)}, got {aligner!r}")
     check_weight(weight)
     if aligner == "model":
-        return [set(r.links) for r in model()]  # type: ignore[attr-defined]
+        return [set(r.links) for r in model()]
     if priors is None:
         raise HeedError(f"aligner {aligner!r} needs statistical priors: the model directory's (heed data priors "
                         "MODEL FILE) or a priors file")
@@ -251,7 +261,7 @@ def aligner_links(aligner: Aligner, model: Callable[[], Sequence[Reading]], pair
     theirs = priors_links(pairs, priors)
     if aligner == "priors":
         return theirs
-    return join_links([set(r.links) for r in model()], theirs, rule)  # type: ignore[attr-defined]
+    return join_links([set(r.links) for r in model()], theirs, rule)
 
 
 def model_priors(directory: Path) -> Priors | None:

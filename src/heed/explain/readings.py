@@ -77,7 +77,7 @@ class Reading:
     name: str
     needs: str
     options: type[Options]
-    run: Callable[..., list["ReadingResult"]] | str
+    run: Callable[..., list[ReadingResult]] | str
     cost: Callable[[PairSize, Any], PairCost]
     summary: str
 
@@ -86,11 +86,11 @@ class Reading:
 
         return getattr(heed.nn.protocol, self.needs)
 
-    def runner(self) -> Callable[..., list["ReadingResult"]]:
+    def runner(self) -> Callable[..., list[ReadingResult]]:
         if callable(self.run):
             return self.run
         module, _, function = self.run.partition(":")
-        return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), function)
 
     def refusal(self, model: Any) -> str | None:
         """The one line a model that is not what this reading needs is refused with; None for one that is."""
@@ -149,7 +149,7 @@ def check(name: str, model: Any) -> Reading:
 
 def explain(name: str, model: Any, codec: Any, device: Any, src_texts: Sequence[str],
             tgt_texts: Sequence[str | Sequence[str]] | None, options: Options | Mapping[str, Any] | None = None, *,
-            max_src_len: int | None = None, stop: Callable[[], bool] | None = None) -> list["ReadingResult"]:
+            max_src_len: int | None = None, stop: Callable[[], bool] | None = None) -> list[ReadingResult]:
     """Run the reading `name` on the model: one ReadingResult per pair. `tgt_texts` are the
     translations to read (heed.api.Translator.explain reads the model's own where they are None);
     `stop`: asked before every pass, Abandoned once it is true."""

@@ -34,9 +34,10 @@ def write_minisbd(directory: Path) -> None:
         raise HeedError(f"Argos packages need onnx to write their sentence splitter: {install_hint('argos')}") from None
     end = np.array([u in ENDS for u in UNITS], np.float32)
     space = np.array([u in SPACES or u == "<PAD>" for u in UNITS], np.float32)
-    constants = {"end_table": end, "space_table": space, "w": W, "b": B, "zero": np.array([0], np.int64),
-                 "one": np.array([1], np.int64), "big": np.array([2**62], np.int64), "axis2": np.array([2], np.int64),
-                 "f0": np.array(0.0, np.float32), "f1": np.array(1.0, np.float32)}
+    constants: dict[str, np.ndarray] = {
+        "end_table": end, "space_table": space, "w": W, "b": B, "zero": np.array([0], np.int64),
+        "one": np.array([1], np.int64), "big": np.array([2**62], np.int64), "axis2": np.array([2], np.int64),
+        "f0": np.array(0.0, np.float32), "f1": np.array(1.0, np.float32)}
     node = helper.make_node
     nodes = [
         node("Gather", ["end_table", "units"], ["end"]),                 # (batch, len): 1 at . ! ?

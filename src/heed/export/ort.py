@@ -78,7 +78,7 @@ class OrtSeq2Seq:
                 pair = tuple(ort.InferenceSession(str(directory / name), sess_options=options,
                                                   providers=["CPUExecutionProvider"])
                              for name in (ENCODER_FILE, STEP_FILE))
-            except Exception as e:  # onnxruntime raises its own exception types for a bad graph
+            except Exception as e:  # noqa: BLE001  # onnxruntime raises its own exception types for a bad graph
                 raise ModelDirError(f"{directory}: onnxruntime cannot load the graphs ({str(e).splitlines()[0]}); "
                                     "export the model again with this heed") from None
             for name, session in zip((ENCODER_FILE, STEP_FILE), pair):
@@ -99,7 +99,7 @@ class OrtSeq2Seq:
     def init_state(self, enc: Any) -> Any:
         return self.graphs.init_state(enc)
 
-    def step(self, prev_tokens: Tensor, state: TensorState, enc: Any) -> "ExportedStep":
+    def step(self, prev_tokens: Tensor, state: TensorState, enc: Any) -> ExportedStep:
         """prev_tokens (rows,) -> logits (rows, vocab), the next state, the attention (rows, src_len)
         or None. The state's tensors are the step graph's inputs by name, and `<name>_out` its
         outputs (heed.export.onnx): any family's state, without knowing its fields."""

@@ -49,10 +49,10 @@ class EnsembleEncoded:
         """bool (batch, src_len), True = real token: the same for every member (same source ids)."""
         return self.members[0].mask
 
-    def repeat(self, times: int) -> "EnsembleEncoded":
+    def repeat(self, times: int) -> EnsembleEncoded:
         return EnsembleEncoded(tuple(enc.repeat(times) for enc in self.members))
 
-    def select(self, sources: Tensor) -> "EnsembleEncoded":
+    def select(self, sources: Tensor) -> EnsembleEncoded:
         return EnsembleEncoded(tuple(enc.select(sources) for enc in self.members))
 
 
@@ -62,7 +62,7 @@ class EnsembleState:
 
     members: tuple[SearchState, ...]
 
-    def select(self, indices: Tensor) -> "EnsembleState":
+    def select(self, indices: Tensor) -> EnsembleState:
         return EnsembleState(tuple(state.select(indices) for state in self.members))
 
 

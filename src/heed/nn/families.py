@@ -93,7 +93,7 @@ def load(path: str) -> Any:
 
 def family(name: str) -> Family:
     """Family `name`'s torch half; imports its model code."""
-    return load(FAMILIES[name].family)  # type: ignore[no-any-return]
+    return load(FAMILIES[name].family)
 
 
 def families() -> dict[str, Family]:
@@ -109,7 +109,7 @@ class LazyMapping(Mapping[str, V]):
         self._paths = dict(paths)
 
     def __getitem__(self, key: str) -> V:
-        return load(self._paths[key])  # type: ignore[no-any-return]
+        return load(self._paths[key])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._paths)

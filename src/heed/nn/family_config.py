@@ -24,7 +24,7 @@ with warnings.catch_warnings():
         model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
         family: str = Field(description="the model family")
-        copy: bool = Field(  # type: ignore[assignment]  (the field BaseModel.copy's name: see above)
+        copy: bool = Field(  # type: ignore[assignment]  # the field BaseModel.copy's name: see above
             False, description="copy attention: source tokens copied to the output (a family without it leaves this "
                                "false)")
 
@@ -79,7 +79,7 @@ with warnings.catch_warnings():
 
 def config_class(name: str) -> type[FamilyConfig]:
     """Family `name`'s `model:` class (torch-free); KeyError for a family not registered."""
-    return families.load(families.FAMILIES[name].config)  # type: ignore[no-any-return]
+    return families.load(families.FAMILIES[name].config)
 
 
 def config_classes() -> dict[str, type[FamilyConfig]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import functools
 from collections.abc import Sequence
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import Discriminator, Tag, TypeAdapter
 from pydantic_core import core_schema
@@ -39,7 +39,8 @@ def _adapter(lines: tuple[tuple[str, FamilyLine], ...]) -> TypeAdapter[Any]:
     """The union of these families' configs, tagged by family name (pydantic puts the tag in an
     error's location: without_family_tag takes it out)."""
     choices = tuple(Annotated[families.load(line.config), Tag(name)] for name, line in lines)
-    union = Annotated[Union[choices],  # type: ignore[valid-type]
+    # Union[choices] of a tuple made at run time: `|` has no spelling for a tuple of any length
+    union = Annotated[Union[choices],  # type: ignore[valid-type]  # noqa: UP007
                       Discriminator(family_of, custom_error_type="unknown_family",
                                     custom_error_message="unknown model family; choose "
                                                          + " or ".join(name for name, _ in lines))]
@@ -49,7 +50,7 @@ def _adapter(lines: tuple[tuple[str, FamilyLine], ...]) -> TypeAdapter[Any]:
 def validate_model(data: Any) -> FamilyConfig:
     """`data` (a `model:` mapping or a family config) as its family's config, among the families
     registered now; a pydantic ValidationError otherwise."""
-    return _adapter(tuple(families.FAMILIES.items())).validate_python(data)  # type: ignore[no-any-return]
+    return _adapter(tuple(families.FAMILIES.items())).validate_python(data)
 
 
 def without_family_tag(loc: Sequence[str | int], at: int = 0) -> tuple[list[str | int], type[FamilyConfig] | None]:
@@ -61,24 +62,29 @@ def without_family_tag(loc: Sequence[str | int], at: int = 0) -> tuple[list[str 
     return loc, None
 
 
-class ModelConfig(abc.ABC):
-    """Architecture: the family, then its fields (see the module doc). `ModelConfig(**fields)`
-    returns the family's config; every family config is a ModelConfig."""
+if TYPE_CHECKING:
+    # what a type checker sees: every family config is a FamilyConfig, which declares everything heed
+    # reads of a model's config outside the family's folder; inside it, a family narrows to its class
+    ModelConfig = FamilyConfig
+else:
+    class ModelConfig(abc.ABC):
+        """Architecture: the family, then its fields (see the module doc). `ModelConfig(**fields)`
+        returns the family's config; every family config is a ModelConfig."""
 
-    def __new__(cls, **fields: Any) -> Any:  # type: ignore[misc]
-        return validate_model(fields)
+        def __new__(cls, **fields: Any) -> Any:  # type: ignore[misc]
+            return validate_model(fields)
 
-    @classmethod
-    def model_validate(cls, data: Any) -> Any:
-        return validate_model(data)
+        @classmethod
+        def model_validate(cls, data: Any) -> Any:
+            return validate_model(data)
 
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
-        # Validated at call time, through the registry as it is then: a schema built into a model
-        # class (heed.config.Config) would know only the families of the moment it was built.
-        return core_schema.no_info_plain_validator_function(validate_model)
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+            # Validated at call time, through the registry as it is then: a schema built into a model
+            # class (heed.config.Config) would know only the families of the moment it was built.
+            return core_schema.no_info_plain_validator_function(validate_model)
 
+    ModelConfig.register(FamilyConfig)
 
-ModelConfig.register(FamilyConfig)
 
 __all__ = ["DEFAULT_FAMILY", "FamilyConfig", "ModelConfig", "family_of", "validate_model", "without_family_tag"]

@@ -33,11 +33,11 @@ class Encoded(Protocol):
         """bool (batch, src_len), True = real token."""
         ...
 
-    def repeat(self, times: int) -> "Encoded":
+    def repeat(self, times: int) -> Encoded:
         """Each source serving `times` decoder rows in a row (one per beam or sample)."""
         ...
 
-    def select(self, sources: Tensor) -> "Encoded":
+    def select(self, sources: Tensor) -> Encoded:
         """Sources `sources` (n,) long, with all their decoder rows."""
         ...
 
@@ -45,7 +45,7 @@ class Encoded(Protocol):
 class SearchState(Protocol):
     """A decoder's state for a batch of rows."""
 
-    def select(self, indices: Tensor) -> "SearchState":
+    def select(self, indices: Tensor) -> SearchState:
         """Rows `indices` (n,) long, in that order (beams reordered, finished rows dropped)."""
         ...
 
@@ -280,12 +280,12 @@ class TensorState:
     def __getitem__(self, name: str) -> Tensor:
         return self.tensors[name]
 
-    def select(self, indices: Tensor) -> "TensorState":
+    def select(self, indices: Tensor) -> TensorState:
         """Rows `indices` (n,) long of every tensor, in that order."""
         return type(self)({name: t.index_select(self.batch_axes[name], indices) for name, t in self.tensors.items()},
                           self.batch_axes)
 
-    def replaced(self, tensors: Mapping[str, Tensor]) -> "TensorState":
+    def replaced(self, tensors: Mapping[str, Tensor]) -> TensorState:
         """The same kind of state holding `tensors` (a step's new values, by the same names)."""
         return type(self)(tensors, self.batch_axes)
 
@@ -324,5 +324,19 @@ class FamilyGraphs(Protocol):
         """The step graph's per-source inputs, by name."""
         ...
 
-__all__ = ["AttentionMaps", "AttributableModel", "FamilyGraphs", "SelfAttentionModel", "Encoded", "HeadsModel", "SearchModel", "SearchState", "Seq2SeqOutput", "Step", "TensorState", "TrainableModel", "ValueNormModel",
-           "TranslationModel"]
+__all__ = [
+    "AttentionMaps",
+    "AttributableModel",
+    "Encoded",
+    "FamilyGraphs",
+    "HeadsModel",
+    "SearchModel",
+    "SearchState",
+    "SelfAttentionModel",
+    "Seq2SeqOutput",
+    "Step",
+    "TensorState",
+    "TrainableModel",
+    "TranslationModel",
+    "ValueNormModel",
+]

@@ -74,7 +74,7 @@ class World:
         return self.size > 1
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "World":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> World:
         """The world torchrun describes in RANK, WORLD_SIZE and LOCAL_RANK; a single process
         (`World()`) when none is set. A half-set or malformed environment is a HeedError."""
         env = os.environ if environ is None else environ
@@ -158,7 +158,7 @@ def process_group(world: World, device: torch.device, backend: str) -> Iterator[
         del store  # now, not at interpreter exit, where its server thread's teardown aborts the process
 
 
-def _leave(store: "dist.Store", world: World, seconds: float = 30.0) -> None:
+def _leave(store: dist.Store, world: World, seconds: float = 30.0) -> None:
     """Say this rank is done; a rank hosting the store waits (up to `seconds`) until every rank has
     said so, so that no peer loses the store while it still tears its connections down (that
     aborted a peer with "terminate called without an active exception")."""
@@ -192,7 +192,7 @@ def join_timeout() -> float:
     return seconds
 
 
-def _join(world: World) -> "dist.Store":
+def _join(world: World) -> dist.Store:
     """Rank 0's TCP store at MASTER_ADDR:MASTER_PORT, joined by every rank within `join_timeout()`:
     a rank still waiting after a few seconds says so on stderr, and one that waits in vain stops
     with one line (a RANK=1 started without its rank 0 used to wait silently for ever)."""

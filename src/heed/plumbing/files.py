@@ -94,9 +94,9 @@ def _replace(target: Path, mode: str, shown: str, st: os.stat_result | None) -> 
     stem = f".{target.name[:200]}."
     sweep_stale(target.parent, stem, ".tmp")
     tmp = target.with_name(f"{stem}{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    text = {} if mode == "wb" else {"encoding": "utf-8", "newline": "\n"}
+    encoding, newline = (None, None) if mode == "wb" else ("utf-8", "\n")
     try:
-        f = open(tmp, mode.replace("w", "x"), **text)
+        f = open(tmp, mode.replace("w", "x"), encoding=encoding, newline=newline)  # noqa: SIM115  # closed below, before the replace or on failure
     except OSError as e:
         raise _output_error(e, shown) from None
     try:
@@ -133,8 +133,8 @@ def _write_through(target: Path, mode: str, shown: str) -> Iterator[IO[Any]]:
                               path=shown) from None
         raise _output_error(e, shown) from None
     os.set_blocking(fd, True)  # once open, writes wait for a slow reader instead of failing with EAGAIN
-    text = {} if mode == "wb" else {"encoding": "utf-8", "newline": "\n"}
-    f = os.fdopen(fd, mode, **text)
+    encoding, newline = (None, None) if mode == "wb" else ("utf-8", "\n")
+    f = os.fdopen(fd, mode, encoding=encoding, newline=newline)
     try:
         with _ours(shown, extra=(errno.EPIPE,)):
             yield f
@@ -231,7 +231,7 @@ def _open_without_waiting(path: str | os.PathLike[str], mode: str, encoding: str
         if regular_only and not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, f"is {file_kind(st.st_mode)}, not a regular file", os.fspath(path))
         os.set_blocking(fd, True)
-        return os.fdopen(fd, mode, **({} if encoding is None else {"encoding": encoding}))
+        return os.fdopen(fd, mode, encoding=encoding)
     except BaseException:
         os.close(fd)
         raise

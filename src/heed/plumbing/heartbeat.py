@@ -7,9 +7,12 @@ import os
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import Optional
+from typing import TYPE_CHECKING
 
 from heed.errors import HeedError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 PROGRESS_LINE_SECONDS = 5.0  # where stderr is a log and progress was asked for: a line this often
 
@@ -36,7 +39,7 @@ class Heartbeat:
     """`with Heartbeat(say):` calls `say()` every `seconds` (default: line_seconds()) from a daemon
     thread until the block ends; `say` reads what it reports from its owner (a count, a step)."""
 
-    def __init__(self, say: Callable[[], None], seconds: Optional[float] = None) -> None:
+    def __init__(self, say: Callable[[], None], seconds: float | None = None) -> None:
         self.seconds = line_seconds() if seconds is None else seconds
         self._say = say
         self._stop = threading.Event()
@@ -46,12 +49,12 @@ class Heartbeat:
         while not self._stop.wait(self.seconds):
             self._say()
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
-    def __exit__(self, kind: Optional[type[BaseException]], value: Optional[BaseException],
-                 traceback: Optional[TracebackType]) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()

@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import FrameType
 
 GRACE_SECONDS = 30.0  # after one rank fails, how long the others have to notice before they are stopped
@@ -30,12 +30,11 @@ LAUNCHER_ENV = "HEED_LAUNCHER_PID"  # set in each rank's environment: the launch
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def die_with_launcher(environ: dict[str, str] | None = None) -> bool:
+def die_with_launcher(environ: Mapping[str, str] | None = None) -> bool:
     """In a rank that heed's launcher started: have Linux send SIGKILL to this process when its
     parent dies, and exit now if the launcher is already gone (it died before this call). Returns
     whether the death signal is set (False: not a launched rank, or not Linux)."""
-    environ = os.environ if environ is None else environ
-    launcher = environ.get(LAUNCHER_ENV)
+    launcher = (os.environ if environ is None else environ).get(LAUNCHER_ENV)
     if not launcher or not sys.platform.startswith("linux"):
         return False
     import ctypes
@@ -107,7 +106,7 @@ def _wait(ranks: list[subprocess.Popen]) -> int:
         codes = [p.poll() for p in ranks]
         if all(c is not None for c in codes):
             # A rank a signal ended reports -N; a shell says 128 + N.
-            done = [128 - c if c < 0 else c for c in codes]  # type: ignore[operator]
+            done = [128 - c if c < 0 else c for c in codes if c is not None]  # every one is, here
             return done[0] if done[0] != 0 else next((c for c in done if c != 0), 0)
         if failed_at is None and any(c not in (None, 0) for c in codes):
             failed_at = time.monotonic()

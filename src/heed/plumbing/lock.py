@@ -18,9 +18,12 @@ import os
 import socket
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from heed.errors import HeedError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 try:
     import fcntl
@@ -41,7 +44,7 @@ class RunLock:
         self.note: str | None = None
         self._file: IO[str] | None = None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> Self:
         if fcntl is None:
             return self
         while True:

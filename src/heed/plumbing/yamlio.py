@@ -20,7 +20,7 @@ their file (ConfigError, ModelDirError).
 from __future__ import annotations
 
 import os
-from typing import Any, BinaryIO
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 from yaml.composer import ComposerError
@@ -52,13 +52,21 @@ class TooLargeError(Exception):
         super().__init__(f"too large for {what} ({got}; at most {limit >> 20} MiB); is this the right file?")
 
 
-class _Strict:
+# the loader _Strict is mixed into, as a type checker sees it (at run time the mixin's base is object,
+# and its super() calls reach the loader class it is combined with)
+if TYPE_CHECKING:
+    _Loader = yaml.SafeLoader
+else:
+    _Loader = object
+
+
+class _Strict(_Loader):
     """The refusals of anchors/aliases, duplicate keys and deep nesting (see module doc), mixed
     into a PyYAML loader."""
 
     _depth = 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             # Refused at the first sight, before any expansion: this is what defeats the alias bomb.
@@ -68,7 +76,7 @@ class _Strict:
             raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
         self._depth += 1
         try:
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 
@@ -87,7 +95,7 @@ class _Strict:
                 raise ConstructorError(None, None, f"duplicate key '{written}' (first on line {seen}); "
                                        "keep one of the two", key_node.start_mark)
             first_line[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+        return super().construct_mapping(node, deep=deep)
 
     def construct_object(self, node: Node, deep: bool = False) -> Any:
         try:
@@ -111,7 +119,7 @@ def parse(text: str, *, strings: bool = False) -> Any:
     """The YAML document in `text` (None for an empty one; with `strings`, every scalar a str).
     Raises YamlError."""
     try:
-        return yaml.load(text, Loader=_StrictStringLoader if strings else _StrictLoader)  # noqa: S506 (safe loaders)
+        return yaml.load(text, Loader=_StrictStringLoader if strings else _StrictLoader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         problem = e.problem or str(e).splitlines()[0]
@@ -122,7 +130,7 @@ def parse(text: str, *, strings: bool = False) -> Any:
         raise YamlError(str(e).splitlines()[0]) from None
 
 
-def read_capped(f: BinaryIO, limit: int = MAX_BYTES) -> bytes:
+def read_capped(f: IO[bytes], limit: int = MAX_BYTES) -> bytes:
     """All of `f`, or TooLargeError past `limit` bytes (read stops there, so /dev/zero cannot fill memory)."""
     data = f.read(limit + 1)
     if len(data) > limit:

@@ -34,6 +34,7 @@ class AttentionWeight:
 
     def backward(self, dweights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """dweights (batch, src_len) -> dquery (batch, hidden), dkeys (batch, src_len, hidden)."""
+        assert self.cache is not None, "backward before forward"
         query, keys, weights = self.cache
         dscores = softmax_backward(weights, dweights)  # (batch, src_len)
         dquery = (dscores[:, None, :] @ keys)[:, 0]  # (batch, hidden)
@@ -56,6 +57,7 @@ class WeightSum:
 
     def backward(self, dcontext: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """dcontext (batch, hidden) -> dvalues (batch, src_len, hidden), dweights (batch, src_len)."""
+        assert self.cache is not None, "backward before forward"
         values, weights = self.cache
         dvalues = weights[:, :, None] * dcontext[:, None, :]
         dweights = (values @ dcontext[:, :, None])[:, :, 0]
@@ -112,8 +114,10 @@ class TimeAttention:
     def backward(self, dcontexts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """dcontexts (batch, tgt_len, hidden) -> dqueries (batch, tgt_len, hidden),
         dkeys, dvalues (batch, src_len, hidden)."""
+        assert self.cache is not None, "backward before forward"
         queries, keys, values = self.cache
         weights = self.weights
+        assert weights is not None
         dvalues = weights.transpose(0, 2, 1) @ dcontexts  # (batch, src_len, hidden)
         dweights = dcontexts @ values.transpose(0, 2, 1)  # (batch, tgt_len, src_len)
         dscores = softmax_backward(weights, dweights)
@@ -154,6 +158,7 @@ class AdditiveScore:
         """dscores (batch, [tgt_len,] src_len) -> dquery (batch, [tgt_len,] query_size),
         dkeys (batch, src_len, attn)."""
         W_q, _, v = self.params
+        assert self.cache is not None, "backward before forward"
         steps, hidden, one_step = self.cache
         B, T, Q = steps.shape
         d = dscores[:, None, :] if one_step else dscores  # (batch, tgt_len, src_len)
@@ -199,6 +204,7 @@ class AdditiveAttention:
         """dcontext (batch, [tgt_len,] hidden) -> dquery (batch, [tgt_len,] query_size),
         dkeys (batch, src_len, attn), dvalues (batch, src_len, hidden)."""
         weights, values = self.weights, self.values
+        assert weights is not None and values is not None, "backward before forward"
         w = weights[:, None, :] if weights.ndim == 2 else weights  # (batch, tgt_len, src_len)
         dc = dcontext[:, None, :] if dcontext.ndim == 2 else dcontext  # (batch, tgt_len, hidden)
         dvalues = w.transpose(0, 2, 1) @ dc  # (batch, src_len, hidden)

@@ -29,7 +29,7 @@ class BridgeError(ValueError):
     """The torch model is not the scratch model's twin (architecture, config or shapes differ)."""
 
 
-def twin_config(model: AttentionSeq2seq) -> "ModelConfig":
+def twin_config(model: AttentionSeq2seq) -> ModelConfig:
     """The heed.nn ModelConfig whose `build_model` has exactly the scratch model's computation."""
     from heed.nn.build import ModelConfig
 
@@ -100,7 +100,7 @@ def _check_shapes(model: AttentionSeq2seq, state: dict[str, Any]) -> None:
                 raise BridgeError(f"{torch_name}: torch shape {shape} != scratch shape {param.shape}")
 
 
-def load_from_torch(model: AttentionSeq2seq, torch_model: "Seq2Seq") -> AttentionSeq2seq:
+def load_from_torch(model: AttentionSeq2seq, torch_model: Seq2Seq) -> AttentionSeq2seq:
     """Copy torch_model's weights into `model` (in place, converted to model.dtype); return model."""
     score, *_ = _check_twin(torch_model)
     if score != model.score:
@@ -117,7 +117,7 @@ def load_from_torch(model: AttentionSeq2seq, torch_model: "Seq2Seq") -> Attentio
     return model
 
 
-def torch_to_scratch(torch_model: "Seq2Seq", *, dtype: type = np.float64) -> AttentionSeq2seq:
+def torch_to_scratch(torch_model: Seq2Seq, *, dtype: type = np.float64) -> AttentionSeq2seq:
     """A new scratch model with torch_model's architecture and weights."""
     score, src_vocab, tgt_vocab, embed, hidden, attention_hidden = _check_twin(torch_model)
     model = AttentionSeq2seq(src_vocab, tgt_vocab, embed_size=embed, hidden_size=hidden, score=score,
@@ -127,7 +127,7 @@ def torch_to_scratch(torch_model: "Seq2Seq", *, dtype: type = np.float64) -> Att
     return load_from_torch(model, torch_model)
 
 
-def load_into_torch(model: AttentionSeq2seq, torch_model: "Seq2Seq") -> "Seq2Seq":
+def load_into_torch(model: AttentionSeq2seq, torch_model: Seq2Seq) -> Seq2Seq:
     """Copy `model`'s weights into torch_model (in place, in torch_model's dtype); return torch_model.
 
     A summed LSTM bias is split by keeping torch's bias_hh_l0 and putting the rest in bias_ih_l0;
@@ -154,7 +154,7 @@ def load_into_torch(model: AttentionSeq2seq, torch_model: "Seq2Seq") -> "Seq2Seq
     return torch_model
 
 
-def scratch_to_torch(model: AttentionSeq2seq, torch_model: "Seq2Seq | None" = None) -> "Seq2Seq":
+def scratch_to_torch(model: AttentionSeq2seq, torch_model: Seq2Seq | None = None) -> Seq2Seq:
     """Copy `model` into torch_model, or into a new twin built by heed.nn.build (in model's dtype)."""
     if torch_model is None:
         import torch

@@ -39,10 +39,10 @@ class Embedding:
     def backward(self, dout: np.ndarray) -> None:
         (dW,) = self.grads
         dW[...] = 0.0
+        assert self.ids is not None, "backward before forward"
         np.add.at(dW, self.ids.ravel(), dout.reshape(-1, dW.shape[1]))  # repeated ids add up
         if self.padding_idx is not None:
             dW[self.padding_idx] = 0.0
-        return None
 
 
 class TimeEmbedding(Embedding):
@@ -71,6 +71,7 @@ class Affine:
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
         W = self.params[0]
+        assert self.x is not None, "backward before forward"
         x2 = self.x.reshape(-1, W.shape[1])  # (rows, in)
         d2 = dout.reshape(-1, W.shape[0])  # (rows, out)
         np.matmul(d2.T, x2, out=self.grads[0])  # (out, in)
@@ -96,6 +97,7 @@ class Tanh:
         return self.out
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
+        assert self.out is not None, "backward before forward"
         return dout * (1.0 - self.out * self.out)
 
 
@@ -141,6 +143,7 @@ class SoftmaxWithLoss:
         return float(-(picked * valid).sum() / max(count, 1))
 
     def backward(self, dout: float = 1.0) -> np.ndarray:
+        assert self.cache is not None, "backward before forward"
         logp, t, valid, count, shape = self.cache
         dx = np.exp(logp)  # softmax (rows, vocab)
         dx[np.arange(t.size), t] -= 1.0
@@ -179,6 +182,7 @@ class LSTM:
     def backward(self, dh: np.ndarray, dc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """dh, dc (batch, hidden) -> dx (batch, in), dh_prev, dc_prev."""
         Wx, Wh, _ = self.params
+        assert self.cache is not None, "backward before forward"
         x, h_prev, c_prev, gates, tanh_c = self.cache
         dA = np.empty_like(gates)
         dc_prev = _gate_grads(dA, gates, tanh_c, c_prev, dh, dc)
@@ -298,6 +302,7 @@ class TimeLSTM:
 
     def backward(self, dhs: np.ndarray, dh: np.ndarray | None = None, dc: np.ndarray | None = None) -> np.ndarray:
         Wx, Wh, _ = self.params
+        assert self.cache is not None, "backward before forward"
         x_tm, gates, hs_state, cs_state, tanh_c, mask_tm, (B, T, D) = self.cache
         H = Wh.shape[1]
         dtype = Wh.dtype

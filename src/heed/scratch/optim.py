@@ -19,7 +19,7 @@ class Adam:
         self.v: list[np.ndarray] | None = None
 
     def update(self, params: list[np.ndarray], grads: list[np.ndarray]) -> None:
-        if self.m is None:
+        if self.m is None or self.v is None:
             self.m = [np.zeros_like(p) for p in params]
             self.v = [np.zeros_like(p) for p in params]
         self.t += 1

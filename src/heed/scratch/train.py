@@ -66,12 +66,12 @@ class EpochReport(NamedTuple):
 
 class Trained(NamedTuple):
     model: AttentionSeq2seq
-    src_vocab: "Vocab"
-    tgt_vocab: "Vocab"
+    src_vocab: Vocab
+    tgt_vocab: Vocab
     history: list[EpochReport]
 
 
-def char_vocab(texts: Sequence[str]) -> "Vocab":
+def char_vocab(texts: Sequence[str]) -> Vocab:
     from heed.data.vocab import Vocab
 
     return Vocab.build(list(t) for t in texts)
@@ -84,7 +84,7 @@ def _padded(rows: Sequence[list[int]], width: int) -> np.ndarray:
     return out
 
 
-def encode(pairs: Sequence["Pair"], src_vocab: "Vocab", tgt_vocab: "Vocab") -> Encoded:
+def encode(pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab) -> Encoded:
     srcs = [src_vocab.encode(list(p.src), add_eos=True) for p in pairs]
     tgts = [tgt_vocab.encode(list(p.tgt)) for p in pairs]
     width = max(map(len, tgts)) + 1
@@ -115,11 +115,11 @@ def batch_rows(src_lengths: np.ndarray, batch_size: int, rng: np.random.Generato
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def decode(ids: np.ndarray, vocab: "Vocab") -> str:
+def decode(ids: np.ndarray, vocab: Vocab) -> str:
     return "".join(vocab.decode(ids))
 
 
-def exact_match(model: AttentionSeq2seq, data: Encoded, tgt_vocab: "Vocab", *, batch_size: int = 500,
+def exact_match(model: AttentionSeq2seq, data: Encoded, tgt_vocab: Vocab, *, batch_size: int = 500,
                 max_len: int | None = None) -> float:
     """Fraction of rows whose greedy output equals the reference exactly (EOS included)."""
     max_len = data.tgt_out.shape[1] + 5 if max_len is None else max_len
@@ -135,7 +135,7 @@ def exact_match(model: AttentionSeq2seq, data: Encoded, tgt_vocab: "Vocab", *, b
     return right / len(data.src_lengths)
 
 
-def train(train_pairs: Sequence["Pair"], eval_pairs: Sequence["Pair"], *, epochs: int, batch_size: int = 128,
+def train(train_pairs: Sequence[Pair], eval_pairs: Sequence[Pair], *, epochs: int, batch_size: int = 128,
           hidden: int = 256, embed: int = 16, score: str = "dot", lr: float = 1e-3, max_grad: float = 5.0,
           seed: int = 0, dtype: type = np.float32, stop_at: float | None = None,
           log: Callable[[str], None] = print, every: float | None = None) -> Trained:

@@ -42,6 +42,7 @@ class LayerNorm:
         gamma = self.params[0]
         d = dout.shape[-1]
         rows = dout.reshape(-1, d)
+        assert self.xhat is not None, "backward before forward"
         xhat = self.xhat.reshape(-1, d)
         self.grads[0][...] = (rows * xhat).sum(axis=0)
         self.grads[1][...] = rows.sum(axis=0)
@@ -105,6 +106,7 @@ class MultiHeadAttention:
         return context @ w_out.T + b_out
 
     def backward(self, dout: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        assert self.cache is not None, "backward before forward"
         query, key, value, qh, kh, vh, weights, context, scale = self.cache
         w_in, _, w_out, _ = self.params
         d = self.d

@@ -17,17 +17,17 @@ from heed.search.scoring import (
     NEG_INF,
     Hypothesis,
     Prefix,
-    _all_rows,
-    _checked_attention,
-    _extremes,
-    _step_log_probs,
-    _to_hypotheses,
-    _with_prefix,
+    all_rows,
+    checked_attention,
+    extremes,
     hypothesis_score,
     length_penalty,
     max_output_lengths,
+    step_log_probs,
+    to_hypotheses,
+    with_prefix,
 )
-from heed.search.tree import BeamTree, _build_trees, _TraceStep
+from heed.search.tree import BeamTree, TraceStep, build_trees
 
 
 class _CopiedStep(NamedTuple):
@@ -48,12 +48,12 @@ class _Finished(NamedTuple):
     step: Tensor  # (batch, n_best) long
     row: Tensor  # (batch, n_best) long, flat row of the step's input
 
-    def put(self, index: Tensor, part: "_Finished") -> "_Finished":
+    def put(self, index: Tensor, part: _Finished) -> _Finished:
         """These sentences' rows replaced by `part`'s: index (n,) long, part (n, n_best)."""
         return _Finished(*(whole.index_copy(0, index, rows) for whole, rows in zip(self, part)))
 
     @staticmethod
-    def empty(batch: int, n_best: int, device: torch.device) -> "_Finished":
+    def empty(batch: int, n_best: int, device: torch.device) -> _Finished:
         return _Finished(torch.full((batch, n_best), NEG_INF, device=device),
                          torch.full((batch, n_best), NEG_INF, device=device),
                          torch.zeros(batch, n_best, dtype=torch.long, device=device),
@@ -250,10 +250,10 @@ class _History:
 
     def add(self, live_token: Tensor, back: Tensor, attention: Tensor | None, rows: Tensor) -> None:
         """The new live beam k of sentence b is global row b * beam + k, like its input row."""
-        self.tokens.append(_all_rows(live_token, rows, self.total_rows, self.pad_id))
-        self.back.append(_all_rows(back, rows, self.total_rows))
+        self.tokens.append(all_rows(live_token, rows, self.total_rows, self.pad_id))
+        self.back.append(all_rows(back, rows, self.total_rows))
         if attention is not None:
-            self.attention.append(_all_rows(attention.float(), rows, self.total_rows))
+            self.attention.append(all_rows(attention.float(), rows, self.total_rows))
 
 
 def _first_step(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig,
@@ -268,7 +268,7 @@ def _first_step(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: Decod
     first_rows = _CopiedStep(
         first.logits.index_select(0, copies), first.state.select(copies),
         None if first.attention is None else first.attention.index_select(0, copies))
-    max_len = _with_prefix(max_output_lengths(src_lengths, cfg).to(device), prefix)  # (batch,)
+    max_len = with_prefix(max_output_lengths(src_lengths, cfg).to(device), prefix)  # (batch,)
     rows = torch.arange(batch * beam, device=device)
     first_row = rows[::beam].unsqueeze(1)
     return first_rows, _Active(
@@ -289,7 +289,7 @@ def beam_search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: Decod
     after them. `trees`: a list to receive one BeamTree per sentence (the candidates of every
     step, kept, finished and pruned), and each hypothesis' `node`; it costs a host copy a step.
 
-    Each step: log-probs of every live beam (_step_log_probs) -> the 2 * beam best extensions
+    Each step: log-probs of every live beam (step_log_probs) -> the 2 * beam best extensions
     per sentence (_select_top) -> EOS ones among the top beam finish
     (_finish) -> the beam best others live on (_prune) and the decoder state follows them
     (state.select). A sentence is done once no live beam can beat its n_best-th finished one
@@ -299,9 +299,9 @@ def beam_search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: Decod
     cfg = cfg or DecodeConfig()
     beam, device, batch = cfg.beam_size, src.device, src.size(0)
     first_rows, act = _first_step(model, src, src_lengths, cfg, prefix)
-    shortest, longest = _extremes(act.max_len)
+    shortest, longest = extremes(act.max_len)
     on_gpu = device.type != "cpu"
-    recorded: list[_TraceStep] = []
+    recorded: list[TraceStep] = []
     history = _History(batch * beam, model.pad_id)
     # Only beam 0 of each sentence is live at first; the others start at -inf so the first step
     # does not fill the beam with copies of the same extension.
@@ -313,14 +313,19 @@ def beam_search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: Decod
     fin = _Finished.empty(batch, cfg.n_best, device)  # (batch, n_best) where the done sentences' go
     for t in range(longest + 1):
         n = act.ids.numel()
-        out = model.step(prev, state, act.enc) if t else first_rows
-        attn = _checked_attention(out.attention, cfg)
-        logp = _step_log_probs(out.logits, t, seq, act.row_max_len, cfg, model,
+        if t:
+            assert prev is not None and state is not None  # step t - 1's
+            out = model.step(prev, state, act.enc)
+        else:
+            out = first_rows
+        attn = checked_attention(out.attention, cfg)
+        logp = step_log_probs(out.logits, t, seq, act.row_max_len, cfg, model,
                                may_be_full=t >= shortest, prefix=act.prefix)  # (n * beam, vocab)
         cand_lp, token, parent = _select_top(cum, logp, beam)  # (n, 2 * beam)
         local_parent = parent + act.first_row  # rows of this input
         step_coverage = None  # (n * beam, src_len) each live beam's coverage including this step
         if cfg.coverage_penalty:
+            assert attn is not None  # checked_attention refused a model without attention
             step_coverage = attn.float() if coverage is None else coverage + attn.float()
         # Most steps finish nothing. On the CPU asking costs less than _finish's dozen small ops
         # (beam 5 at batch 1: 7% of the decode); on a GPU the question is a device sync, so it always runs.
@@ -330,7 +335,7 @@ def beam_search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: Decod
                               act.mask, cfg, model.eos_id)
         cum, live_token, back, picked = _prune(cand_lp, token, local_parent, beam, model.eos_id)  # (n * beam,)
         if trees is not None:
-            recorded.append(_TraceStep(act.ids.cpu(), cand_lp.cpu(), token.cpu(), parent.cpu(), picked.cpu()))
+            recorded.append(TraceStep(act.ids.cpu(), cand_lp.cpu(), token.cpu(), parent.cpu(), picked.cpu()))
         done = _is_done(act.fin, cum.view(n, beam), act.max_len, cfg)  # (n,)
         history.add(live_token, back if n == batch else act.rows[back], attn, act.rows)
         n_done = int(done.sum())  # the one host sync per step (see greedy_search): how many are done
@@ -349,7 +354,7 @@ def beam_search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: Decod
 
 
 def _hypotheses_of(fin: _Finished, history: _History, src_lengths: Tensor, model: SearchModel, cfg: DecodeConfig,
-                   recorded: list[_TraceStep], trees: list[BeamTree] | None) -> list[list[Hypothesis]]:
+                   recorded: list[TraceStep], trees: list[BeamTree] | None) -> list[list[Hypothesis]]:
     """Each sentence's finished hypotheses, best first, their tokens and attention backtracked
     through the history (and its tree, when asked)."""
     batch = fin.score.size(0)
@@ -357,10 +362,10 @@ def _hypotheses_of(fin: _Finished, history: _History, src_lengths: Tensor, model
     tokens, attention = _backtrack(fin_step, fin_row, torch.stack(history.tokens), torch.stack(history.back),
                                    torch.stack(history.attention) if history.attention else None, model.eos_id,
                                    model.pad_id)
-    hyps = _to_hypotheses(tokens, fin_step, fin.score.reshape(-1), fin.log_prob.reshape(-1), attention,
+    hyps = to_hypotheses(tokens, fin_step, fin.score.reshape(-1), fin.log_prob.reshape(-1), attention,
                           src_lengths.repeat_interleave(cfg.n_best))
     if trees is not None:
-        trees.extend(_build_trees(recorded, batch, cfg.beam_size, model.eos_id, hyps, fin.step.cpu(), fin.row.cpu(),
+        trees.extend(build_trees(recorded, batch, cfg.beam_size, model.eos_id, hyps, fin.step.cpu(), fin.row.cpu(),
                                   cfg))
     valid = torch.isfinite(fin.score).cpu().tolist()  # (batch, n_best) empty slots are -inf
     return [[h for h, ok in zip(hyps[b * cfg.n_best:(b + 1) * cfg.n_best], valid[b]) if ok]
@@ -378,7 +383,7 @@ def beam_search_one(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: D
     the bookkeeping after each step's top-k (finishing, pruning, stopping, the history) done on
     Python lists of its 2 * beam candidates instead of some 25 small tensor ops. At batch 1 those
     ops cost more than a small model's step (bench/RESULTS.md, "Beam search for one sentence").
-    The model's step, the constrained log-probs (_step_log_probs), the candidate top-k
+    The model's step, the constrained log-probs (step_log_probs), the candidate top-k
     (_select_top) and the penalties are beam_search's own functions, so ties break the same way.
 
     src (1, src_len), src_lengths (1,); prefix: one row, or None. Returns up to n_best
@@ -387,7 +392,7 @@ def beam_search_one(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: D
     beam, eos, device = cfg.beam_size, model.eos_id, src.device
     enc = model.encode(src, src_lengths)
     src_mask, src_len = enc.mask, int(src_lengths[0])
-    max_len_t = _with_prefix(max_output_lengths(src_lengths, cfg).to(device), prefix)  # (1,) broadcasts over rows
+    max_len_t = with_prefix(max_output_lengths(src_lengths, cfg).to(device), prefix)  # (1,) broadcasts over rows
     max_len = int(max_len_t[0])
     bound_lp = np.float32(length_penalty(max_len_t + 1, cfg.length_penalty, cfg.length_norm)[0]) if cfg.length_penalty else None
     row_prefix = None if prefix is None else prefix.repeat(beam)
@@ -406,14 +411,15 @@ def beam_search_one(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: D
     back_hist: list[list[int]] = []  # [t][k]: the row of step t's input it extends
     attn_hist: list[np.ndarray] = []  # [t]: step t's attention, (rows of its input, src_len)
     for t in range(max_len + 1):
-        attn = _checked_attention(out.attention, cfg)
+        attn = checked_attention(out.attention, cfg)
         logits = out.logits if t else out.logits.expand(beam, -1).contiguous()
-        logp = _step_log_probs(logits, t, seq, max_len_t, cfg, model, may_be_full=t >= max_len, prefix=row_prefix)
+        logp = step_log_probs(logits, t, seq, max_len_t, cfg, model, may_be_full=t >= max_len, prefix=row_prefix)
         cand_lp, token, parent = (x[0].tolist() for x in _select_top(cum, logp, beam))  # 2 * beam each
         if not t:
             parent = [0] * len(parent)  # the copies are the first step's one row
         step_coverage = None
         if cfg.coverage_penalty:
+            assert attn is not None  # checked_attention refused a model without attention
             step_coverage = attn.float() if coverage is None else coverage + attn.float()  # (rows, src_len)
 
         finished = _finish_one(finished, cand_lp, token, parent, t, step_coverage, src_mask, cfg, eos)

@@ -10,14 +10,14 @@ from heed.search.scoring import (
     NEG_INF,
     Hypothesis,
     Prefix,
-    _all_rows,
-    _checked_attention,
-    _extremes,
-    _step_log_probs,
-    _to_hypotheses,
-    _with_prefix,
+    all_rows,
+    checked_attention,
+    extremes,
     hypothesis_score,
     max_output_lengths,
+    step_log_probs,
+    to_hypotheses,
+    with_prefix,
 )
 
 
@@ -114,8 +114,8 @@ def _left_to_right(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: De
     enc = model.encode(src, src_lengths)
     src_mask = enc.mask  # (batch, src_len)
     state = model.init_state(enc)
-    max_len = _with_prefix(max_output_lengths(src_lengths, cfg).to(device), prefix)  # (batch,)
-    shortest, longest = _extremes(max_len)
+    max_len = with_prefix(max_output_lengths(src_lengths, cfg).to(device), prefix)  # (batch,)
+    shortest, longest = extremes(max_len)
     steps = longest + 1
 
     # A sentence that has emitted EOS leaves the batch (as in beam_search): `active` holds the ids
@@ -130,8 +130,8 @@ def _left_to_right(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: De
     for t in range(steps):
         n = active.numel()
         out = model.step(prev, state, enc)
-        attn = _checked_attention(out.attention, cfg)
-        logp = _step_log_probs(out.logits, t, seq, act_max_len, cfg, model,
+        attn = checked_attention(out.attention, cfg)
+        logp = step_log_probs(out.logits, t, seq, act_max_len, cfg, model,
                                may_be_full=t >= shortest, prefix=act_prefix)  # (n, vocab)
         if noise is None:
             best, token = logp.max(dim=-1)  # (n,)
@@ -145,9 +145,9 @@ def _left_to_right(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: De
         if t >= shortest:
             token = token.masked_fill(act_max_len <= t, model.eos_id)  # even if the model gives EOS -inf
         log_prob = log_prob + best if n == batch else log_prob.index_add(0, active, best)
-        tokens.append(_all_rows(token, active, batch, model.pad_id))
+        tokens.append(all_rows(token, active, batch, model.pad_id))
         if attn is not None:
-            attn = _all_rows(attn.float(), active, batch)  # (batch, src_len), zero for the sentences already done
+            attn = all_rows(attn.float(), active, batch)  # (batch, src_len), zero for the sentences already done
             attention.append(attn)
             if cfg.coverage_penalty:
                 coverage = attn if coverage is None else coverage + attn
@@ -173,4 +173,4 @@ def _left_to_right(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: De
     lengths = (token_rows == model.eos_id).long().argmax(dim=1)  # position of EOS = tokens before it
     scores = hypothesis_score(log_prob, lengths + 1, coverage, src_mask, cfg)
     attn_rows = torch.stack(attention, dim=1) if attention else None  # (batch, steps_run, src_len)
-    return _to_hypotheses(token_rows, lengths, scores, log_prob, attn_rows, src_lengths)
+    return to_hypotheses(token_rows, lengths, scores, log_prob, attn_rows, src_lengths)

@@ -77,6 +77,7 @@ def hypothesis_score(log_prob: Tensor, lengths: Tensor, coverage: Tensor | None,
     log_prob (...), lengths (...) with EOS, coverage (..., src_len) or None when beta = 0."""
     score = log_prob / length_penalty(lengths, cfg.length_penalty, cfg.length_norm)
     if cfg.coverage_penalty:
+        assert coverage is not None and mask is not None, "the coverage penalty's attention sums and mask"
         score = score + coverage_penalty(coverage, mask, cfg.coverage_penalty)
     return score
 
@@ -107,7 +108,7 @@ def _block_ngrams(logp: Tensor, seq: Tensor, n: int) -> None:
     logp.masked_fill_(banned, NEG_INF)
 
 
-def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Tensor, cfg: DecodeConfig,
+def step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Tensor, cfg: DecodeConfig,
                     model: Any, *, may_be_full: bool, prefix: Prefix | None = None) -> Tensor:
     """log p(y_t | y_<t, x) with the search's constraints applied, for output position t.
 
@@ -138,7 +139,7 @@ def _step_log_probs(logits: Tensor, t: int, seq: Tensor | None, row_max_len: Ten
         logp[:, eos] = NEG_INF
     if cfg.no_repeat_ngram and seq is not None:
         _block_ngrams(logp, seq, cfg.no_repeat_ngram)
-    if may_be_full:
+    if raw_eos is not None:  # may_be_full
         full = row_max_len <= t  # (rows,) output full: EOS only
         logp.masked_fill_(full.unsqueeze(1), NEG_INF)
         logp[:, eos] = torch.where(full, raw_eos, logp[:, eos])
@@ -163,16 +164,16 @@ class Prefix(NamedTuple):
     lengths: Tensor
     free: int = 0
 
-    def select(self, rows: Tensor) -> "Prefix":
+    def select(self, rows: Tensor) -> Prefix:
         return Prefix(self.tokens.index_select(0, rows), self.lengths.index_select(0, rows), self.free)
 
-    def repeat(self, times: int) -> "Prefix":
+    def repeat(self, times: int) -> Prefix:
         """Each row `times` times in a row (one per beam or sample)."""
         return Prefix(self.tokens.repeat_interleave(times, 0), self.lengths.repeat_interleave(times, 0), self.free)
 
     @staticmethod
     def of(prefixes: Sequence[Sequence[int]], *, pad_id: int, device: torch.device | str = "cpu",
-           free: int = 0) -> "Prefix":
+           free: int = 0) -> Prefix:
         """From one list of ids per row (an empty list: no prefix); each row's first `free` ids score 0."""
         width = max(1, max(map(len, prefixes), default=0))
         tokens = torch.full((len(prefixes), width), pad_id, dtype=torch.long)
@@ -182,25 +183,25 @@ class Prefix(NamedTuple):
         return Prefix(tokens.to(device), lengths.to(device), free)
 
 
-def _with_prefix(max_len: Tensor, prefix: Prefix | None) -> Tensor:
+def with_prefix(max_len: Tensor, prefix: Prefix | None) -> Tensor:
     """max_len (batch,) raised to each forced prefix's length: a prefix is never cut."""
     return max_len if prefix is None else torch.maximum(max_len, prefix.lengths)
 
 
-def _extremes(max_len: Tensor) -> tuple[int, int]:
+def extremes(max_len: Tensor) -> tuple[int, int]:
     """The shortest and longest max_len of the batch, in one host sync before the step loop."""
     shortest, longest = torch.stack([max_len.min(), max_len.max()]).tolist()
     return shortest, longest
 
 
-def _checked_attention(attention: Tensor | None, cfg: DecodeConfig) -> Tensor | None:
+def checked_attention(attention: Tensor | None, cfg: DecodeConfig) -> Tensor | None:
     if attention is None and cfg.coverage_penalty:
         raise ConfigError("the coverage penalty needs a model with attention; set it to 0",
                           field="coverage_penalty")
     return attention
 
 
-def _all_rows(values: Tensor, index: Tensor, total: int, fill: float = 0) -> Tensor:
+def all_rows(values: Tensor, index: Tensor, total: int, fill: float = 0) -> Tensor:
     """values (n, ...) placed at rows `index` (n,) of a (total, ...) tensor filled with `fill`;
     `values` itself while n == total (no sentence has left the batch, so index is every row)."""
     if values.size(0) == total:
@@ -208,7 +209,7 @@ def _all_rows(values: Tensor, index: Tensor, total: int, fill: float = 0) -> Ten
     return values.new_full((total, *values.shape[1:]), fill).index_copy_(0, index, values)
 
 
-def _to_hypotheses(tokens: Tensor, lengths: Tensor, scores: Tensor, log_probs: Tensor,
+def to_hypotheses(tokens: Tensor, lengths: Tensor, scores: Tensor, log_probs: Tensor,
                    attention: Tensor | None, src_lengths: Tensor) -> list[Hypothesis]:
     """Rows into Hypothesis objects (one host transfer for everything).
 

@@ -40,7 +40,7 @@ class BeamTree:
     nodes: list[TreeNode]
 
 
-class _TraceStep(NamedTuple):
+class TraceStep(NamedTuple):
     """One step's candidates, copied to the CPU: active (n,) sentence ids; cand_log_prob, token,
     parent (n, 2 * beam) with parent the live beam slot extended; picked (n, beam) the candidates
     that live on, by column."""
@@ -52,7 +52,7 @@ class _TraceStep(NamedTuple):
     picked: Tensor
 
 
-def _build_trees(recorded: Sequence[_TraceStep], batch: int, beam: int, eos_id: int, hyps: Sequence[Hypothesis],
+def build_trees(recorded: Sequence[TraceStep], batch: int, beam: int, eos_id: int, hyps: Sequence[Hypothesis],
                  fin_step: Tensor, fin_row: Tensor, cfg: DecodeConfig) -> list[BeamTree]:
     """One BeamTree per sentence from the recorded steps; sets each finished hypothesis' `node`.
     hyps (batch * n_best) with fin_step, fin_row (batch, n_best) as beam_search keeps them."""

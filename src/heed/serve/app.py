@@ -33,7 +33,7 @@ import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from fastapi import APIRouter, FastAPI, Request
@@ -51,21 +51,28 @@ from heed.checkpoint import METRICS_FILE
 from heed.data.corpus import text_problem
 from heed.decode_config import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError
-from heed.nn.ensemble import Ensemble
-from heed.nn.intervention import Intervention
 from heed.explain.align_methods import AlignOptions
 from heed.explain.given_pairs import nbest_source_shares
 from heed.explain.priors import Priors
 from heed.explain.readings import READINGS, PairSize, Reading, explain
+from heed.nn.ensemble import Ensemble
+from heed.nn.intervention import Intervention
 from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel
 from heed.plumbing.files import open_regular
 from heed.plumbing.limits import search_work
 from heed.search import OwnSearchModel
 from heed.serve.batcher import Batcher, QueueFull
 from heed.serve.compat import Keys, install
-from heed.serve.costs import (Cost, align_cost, attribute_cost, heads_cost, lens_cost, reading_cost, refusal,
-                              translate_cost)
-from heed.serve.settings import ApiError, ServeSettings
+from heed.serve.costs import (
+    Cost,
+    align_cost,
+    attribute_cost,
+    heads_cost,
+    lens_cost,
+    reading_cost,
+    refusal,
+    translate_cost,
+)
 from heed.serve.schemas import (
     DECODE_FIELDS,
     AlignRequest,
@@ -84,6 +91,7 @@ from heed.serve.schemas import (
     TranslateResponse,
     reading_request,
 )
+from heed.serve.settings import ApiError, ServeSettings
 
 STATIC_DIR = Path(__file__).parent / "static"
 CJK_FONT = Path(__file__).parent.parent / "fonts" / "HeedCJKSans-Regular.ttf"
@@ -420,7 +428,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     settings = settings or ServeSettings()
     models = dict(translators)
     infos = {name: model_info(name, t, (metrics or {}).get(name)) for name, t in models.items()}
-    batcher = Batcher(lambda key, items, abandoned: _run_batch(models, key, items, abandoned),
+    batcher = Batcher(lambda key, items, abandoned: _run_batch(models, cast(_Key, key), items, abandoned),
                       max_wait=settings.batch_wait_ms / 1000,
                       max_sentences=settings.batch_sentences, max_queue=settings.max_queue,
                       slice_work=settings.slice_work, enabled=settings.batching)
@@ -467,13 +475,12 @@ def _priors_aligned(results: list[dict[str, Any]], request: AlignRequest, priors
     from heed.data.corpus import Pair
     from heed.data.pharaoh import to_pharaoh
     from heed.explain.priors import aligner_links
-
     from heed.results import Alignment
 
     pairs = [Pair(s, t) for s, t in zip(request.sources, request.targets)]
     model = [Alignment(r["src_words"], r["tgt_words"], np.asarray(r["attention"], dtype=np.float32),
                        [(int(i), int(j)) for i, j in r["links"]]) for r in results]
-    chosen = aligner_links(request.aligner, lambda: model, pairs, priors, units=request.tgt_units)  # type: ignore[arg-type]
+    chosen = aligner_links(request.aligner, lambda: model, pairs, priors, units=request.tgt_units)
     return [{**r, "links": [list(link) for link in sorted(found)], "pharaoh": to_pharaoh(sorted(found))}
             for r, found in zip(results, chosen)]
 
@@ -681,7 +688,7 @@ class _Routes:
             search = [search_work(width, t) for t in steps]
         self._within(attribute_cost([s for s, _ in sizes], [t for _, t in sizes], points=request.steps,
                                     method=request.method, search=search))
-        targets = request.targets or [None] * len(request.sentences)
+        targets: list[str | list[str] | None] = [*request.targets] if request.targets else [None] * len(request.sentences)
         key = _Key(name, "attribute", method=request.method, steps=request.steps,
                    languages=(request.src_lang, request.tgt_lang))
         a_turn_each = [self.settings.slice_work] * len(request.sentences)  # explained a sentence at a time

@@ -173,7 +173,7 @@ class Batcher:
             self._jobs.popleft()
             self._queued -= len(first.items)  # out of the queue; a remainder comes back in _done
             group = [self._slice(first, self.max_sentences)]
-            size, rest = len(group[0][1]), deque()
+            size, rest = len(group[0][1]), deque[Job]()
             while self._jobs and self.enabled and size < self.max_sentences:
                 job = self._jobs.popleft()
                 if self._gone(job):
@@ -217,14 +217,14 @@ class Batcher:
         items = [item for _, taken in live for item in taken]
         try:
             results = list(self._run_batch(live[0][0].key, items, lambda: all(job.abandoned for job, _ in live)))
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001  # handed to the jobs: each request answers with its own error
             if len(live) == 1:
                 self._fail(live[0][0], error)
                 return
             for job, taken in live:
                 try:
-                    self._done(job, list(self._run_batch(job.key, taken, lambda job=job: job.abandoned)))
-                except Exception as alone:
+                    self._done(job, list(self._run_batch(job.key, taken, lambda job=job: job.abandoned)))  # type: ignore[misc]  # a lambda's default
+                except Exception as alone:  # noqa: BLE001  # this job's own failure, answered to its request
                     self._fail(job, alone)
             return
         per_sentence = (time.monotonic() - started) / max(1, len(items))

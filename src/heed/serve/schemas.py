@@ -6,7 +6,7 @@ home of their defaults and limits: every field optional, None = the model's own 
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -22,40 +22,50 @@ def _optional_decode_fields() -> dict[str, Any]:
     """Every DecodeConfig field as an optional request field with the same limits."""
     fields: dict[str, Any] = {}
     for name, info in DecodeConfig.model_fields.items():
-        annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
-        fields[name] = (Optional[annotation], Field(None, description=(info.description or name) +
-                                                    " (default: the model's decode config)"))
+        # the field's type with its constraints (Annotated[type, *metadata]), the tuple spelt out for Python 3.10
+        typed = (info.annotation, *info.metadata)
+        annotation = Annotated[typed] if info.metadata else info.annotation
+        # Optional[...], not `| None`: an annotation built at run time from a field's type, whichever
+        # typing form that is (`|` is defined on classes, not on every form typing has)
+        fields[name] = (Optional[annotation],  # noqa: UP045
+                        Field(None, description=(info.description or name) + " (default: the model's decode config)"))
     return fields
 
 
 class _Pair(_Strict):
-    src_lang: Optional[str] = Field(None, description="a many-language model's source language (an imported M2M-100 "
+    src_lang: str | None = Field(None, description="a many-language model's source language (an imported M2M-100 "
                                                       "or NLLB model's code: fr, fra_Latn; default: the model's)")
-    tgt_lang: Optional[str] = Field(None, description="a many-language model's target language (default: the "
+    tgt_lang: str | None = Field(None, description="a many-language model's target language (default: the "
                                                       "model's)")
 
 
-DecodeOptions = create_model("DecodeOptions", __base__=_Pair, **_optional_decode_fields())
+def _decode_options() -> Any:
+    """The model of every decode option, made at run time from DecodeConfig (so to a type checker
+    it is Any: it cannot know the fields)."""
+    return create_model("DecodeOptions", __base__=_Pair, **_optional_decode_fields())
+
+
+DecodeOptions = _decode_options()
 DECODE_FIELDS = tuple(DecodeConfig.model_fields)
 
 
-class TranslateRequest(DecodeOptions):  # type: ignore[misc, valid-type]
+class TranslateRequest(DecodeOptions):  # type: ignore[misc, valid-type]  # a base made at run time
     """Sentences to translate, with any decoding option."""
 
-    model: Optional[str] = Field(None, description="a loaded model's name (GET /v1/models); may be left out "
+    model: str | None = Field(None, description="a loaded model's name (GET /v1/models); may be left out "
                                                    "when one model is loaded")
     sentences: list[str] = Field(..., description="source sentences, non-blank, at most --max-chars each "
                                                   "and --max-sentences in all")
     replace_unk: bool = Field(False, description="replace each <unk> output token by the source token it "
                                                  "attended to most")
-    prefix: Optional[list[Optional[Union[str, list[str]]]]] = Field(
+    prefix: list[str | list[str] | None] | None = Field(
         None, description="per sentence, the output's forced start: a target text or a list of target tokens "
                           "(null: none); the search continues after it")
     attention: bool = Field(True, description="return each hypothesis' attention matrix and word alignment")
     trace: bool = Field(False, description="also return each step's top tokens (`steps`) and, for beam "
                                            "search, the search tree (`beam`)")
     alternatives: int = Field(5, ge=1, le=50, description="with trace: top tokens per output step")
-    intervention: Optional[Literal["uniform", "permute", "drop_top"]] = Field(
+    intervention: Literal["uniform", "permute", "drop_top"] | None = Field(
         None, description="decode with every attention over the source replaced: uniform weights, the weights "
                           "permuted among the source tokens, or the top-weighted token dropped (heed faithfulness); "
                           "a PyTorch model only")
@@ -69,7 +79,7 @@ class TranslateRequest(DecodeOptions):  # type: ignore[misc, valid-type]
 class AlignRequest(_Pair):
     """Given translations to align with their sources (forced decoding), read as heed align reads them."""
 
-    model: Optional[str] = None
+    model: str | None = None
     sources: list[str]
     targets: list[str]
     method: Literal["argmax", "shift"] = Field("argmax", description="argmax: link each target word by the step "
@@ -77,7 +87,7 @@ class AlignRequest(_Pair):
     weights: Literal["attention", "value_norm", "rollout", "alti"] = Field(
         "attention", description="the attention as it is, weighed by value norms, rolled out through the layers, or "
                                  "ALTI+ contributions (all but attention: a Transformer model directory)")
-    layer: Optional[Union[Annotated[int, Field(ge=0)], Literal["mean"]]] = Field(
+    layer: Annotated[int, Field(ge=0)] | Literal["mean"] | None = Field(
         None, description="the decoder layer read (default: the last), or mean")
     tgt_units: Literal["words", "chars"] = Field("words", description="target positions: whitespace words, or "
                                                  "characters (spaces left out)")
@@ -95,9 +105,9 @@ class AlignRequest(_Pair):
 class LensRequest(_Pair):
     """The logit lens: each decoder layer read through the output layer (a Transformer model directory)."""
 
-    model: Optional[str] = None
+    model: str | None = None
     sources: list[str]
-    targets: list[Union[str, list[str]]] = Field(description="per source, a translation: a text or its tokens")
+    targets: list[str | list[str]] = Field(description="per source, a translation: a text or its tokens")
     top: int = Field(5, ge=1, le=MAX_LENS_TOP, description="tokens per layer and position")
 
 
@@ -118,9 +128,9 @@ class LensResponse(BaseModel):
 class AttributeRequest(_Pair):
     """Sentences whose outputs to attribute to their inputs (Captum; heed[explain] on the server)."""
 
-    model: Optional[str] = None
+    model: str | None = None
     sentences: list[str]
-    targets: Optional[list[Union[str, list[str]]]] = Field(
+    targets: list[str | list[str]] | None = Field(
         None, description="translations to explain, one per sentence, as texts or tokens (default: the model's own)")
     method: Literal["integrated_gradients", "grad_x_input"] = "integrated_gradients"
     steps: int = Field(50, ge=1, le=MAX_ATTRIBUTION_STEPS, description="integrated gradients' integration points")
@@ -131,14 +141,14 @@ class AttributionOut(BaseModel):
     tgt_tokens: list[str]
     prefix_tokens: list[str]
     method: str
-    steps: Optional[int]
+    steps: int | None
     baseline: str
     source: list[list[float]] = Field(description="(len(tgt_tokens) + 1) x (len(src_tokens) + 1), </s> last")
     prefix: list[list[float]] = Field(description="(len(tgt_tokens) + 1) x len(prefix_tokens)")
-    attention: Optional[list[list[float]]]
+    attention: list[list[float]] | None
     log_probs: list[float]
-    delta: Optional[list[float]] = Field(description="integrated gradients' completeness gap per output token")
-    agreement: Optional[list[float]] = Field(description="per output token, Spearman's rank correlation of "
+    delta: list[float] | None = Field(description="integrated gradients' completeness gap per output token")
+    agreement: list[float] | None = Field(description="per output token, Spearman's rank correlation of "
                                                          "attention and |attribution| over the source")
 
 
@@ -150,9 +160,9 @@ class AttributeResponse(BaseModel):
 class HeadsRequest(_Pair):
     """Every head of every layer while the model reads given translations (teacher forcing)."""
 
-    model: Optional[str] = None
+    model: str | None = None
     sources: list[str]
-    targets: list[Union[str, list[str]]] = Field(description="per source, a translation: a text or its tokens")
+    targets: list[str | list[str]] = Field(description="per source, a translation: a text or its tokens")
     parts: list[Literal["cross", "encoder", "decoder"]] = Field(["cross"], description="which maps; a "
                                                                 "Transformer's self-attention on request")
 
@@ -162,8 +172,8 @@ class HeadMapsOut(BaseModel):
     tgt_tokens: list[str]
     cross: list[list[list[list[float]]]] = Field(description="(layers, heads, len(tgt_tokens) + 1, "
                                                              "len(src_tokens) + 1)")
-    encoder: Optional[list[list[list[list[float]]]]] = None
-    decoder: Optional[list[list[list[list[float]]]]] = None
+    encoder: list[list[list[list[float]]]] | None = None
+    decoder: list[list[list[list[float]]]] | None = None
 
 
 class HeadsResponse(BaseModel):
@@ -185,16 +195,16 @@ class SourceShareOut(BaseModel):
 class HypothesisOut(BaseModel):
     text: str
     tokens: list[str]
-    score: Optional[float] = Field(description="the ranking score: log-probability after length/coverage "
+    score: float | None = Field(description="the ranking score: log-probability after length/coverage "
                                                "penalties; null where the constraints (min_len, n-gram blocking) "
                                                "left no allowed token, so the output was cut")
-    log_prob: Optional[float]
-    attention: Optional[list[list[float]]] = Field(
+    log_prob: float | None
+    attention: list[list[float]] | None = Field(
         None, description="(len(tokens) + 1) rows (the last: </s>) x (len(src_tokens) + 1) columns (the last: "
                           "</s>); null for a model without attention")
-    alignment: Optional[WordAlignment] = None
-    node: Optional[int] = Field(None, description="with trace and beam search: its finished node in `beam`")
-    source_share: Optional[SourceShareOut] = Field(None, description="with explain source_share")
+    alignment: WordAlignment | None = None
+    node: int | None = Field(None, description="with trace and beam search: its finished node in `beam`")
+    source_share: SourceShareOut | None = Field(None, description="with explain source_share")
 
 
 class Alternative(BaseModel):
@@ -204,7 +214,7 @@ class Alternative(BaseModel):
 
 class BeamNodeOut(BaseModel):
     id: int
-    parent: Optional[int]
+    parent: int | None
     step: int
     token: str
     log_prob: float = Field(description="cumulative")
@@ -221,10 +231,10 @@ class SentenceResult(BaseModel):
     src_tokens: list[str]
     truncated: int = Field(description="source tokens dropped beyond the model's max_src_len")
     hypotheses: list[HypothesisOut] = Field(description="the n-best list, best first")
-    steps: Optional[list[list[Alternative]]] = Field(
+    steps: list[list[Alternative]] | None = Field(
         None, description="with trace: per output position of the best hypothesis (its tokens, then </s>), the "
                           "model's top tokens there given the tokens before")
-    beam: Optional[BeamTreeOut] = None
+    beam: BeamTreeOut | None = None
 
 
 class TranslateResponse(BaseModel):
@@ -265,7 +275,7 @@ class ModelInfo(BaseModel):
                                                "(its corpora, output directory, train.init, ...: the server's own "
                                                "files); data.src_lang and data.tgt_lang: a many-language model's "
                                                "default pair, null where requests must give theirs")
-    metrics: Optional[dict[str, Any]] = Field(None, description="the last dev and test lines of its training log")
+    metrics: dict[str, Any] | None = Field(None, description="the last dev and test lines of its training log")
     runtime: Literal["pytorch", "onnx", "ctranslate2", "ensemble"] = Field(
         "pytorch", description="what runs it: a model directory (pytorch), an export, or an ensemble")
     gives: dict[str, bool] = Field(default_factory=dict,
@@ -287,7 +297,7 @@ class Health(BaseModel):
 class ErrorBody(BaseModel):
     status: int
     message: str
-    field: Optional[str] = Field(None, description="the request field at fault, e.g. sentences[2]")
+    field: str | None = Field(None, description="the request field at fault, e.g. sentences[2]")
 
 
 class ErrorResponse(BaseModel):
@@ -299,11 +309,11 @@ class ExplainRequest(_Pair):
     """Given translations read by a reading (heed.explain.readings): each reading's request is this
     with its options' fields (reading_request)."""
 
-    model: Optional[str] = Field(None, description="a loaded model's name (GET /v1/models); may be left out "
+    model: str | None = Field(None, description="a loaded model's name (GET /v1/models); may be left out "
                                                    "when one model is loaded")
     sources: list[str] = Field(description="source sentences, non-blank, at most --max-chars each and "
                                            "--max-sentences in all")
-    targets: list[Union[str, list[str]]] = Field(description="per source, the translation the model reads as its "
+    targets: list[str | list[str]] = Field(description="per source, the translation the model reads as its "
                                                              "output: a text or its tokens")
 
 
@@ -318,7 +328,9 @@ def reading_request(reading: Any) -> type[BaseModel]:
         return made[1]
     fields: dict[str, Any] = {}
     for name, info in reading.options.model_fields.items():
-        annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        # the field's type with its constraints (Annotated[type, *metadata]), the tuple spelt out for Python 3.10
+        typed = (info.annotation, *info.metadata)
+        annotation = Annotated[typed] if info.metadata else info.annotation
         fields[name] = (annotation, Field(info.default, description=info.description))
     title = "".join(part.capitalize() for part in reading.name.split("_"))
     model = create_model(f"Explain{title}Request", __base__=ExplainRequest, __doc__=reading.summary[:1].upper() +

@@ -7,7 +7,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from rich.console import Console
@@ -25,6 +25,9 @@ from heed.checkpoint import (
 )
 from heed.plumbing.files import atomic_write_text
 from heed.plumbing.heartbeat import Heartbeat
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 
 class TrainLog:
@@ -57,7 +60,7 @@ class TrainLog:
                                                loss="-", speed="-")
         self.total_steps = total_steps
 
-    def __enter__(self) -> "TrainLog":
+    def __enter__(self) -> Self:
         if self.progress is not None:
             self.progress.start()
         if self.beat is not None:
@@ -110,7 +113,7 @@ class TrainLog:
         elapsed = time.monotonic() - self.started
         self.say(f"step {self.step}/{self.total_steps} | epoch {self.epoch:.2f} | {elapsed:.0f} s")
 
-    def show(self, window: "Window") -> None:
+    def show(self, window: Window) -> None:
         if self.progress is not None and window.tokens:
             self.progress.update(self.task, loss=f"{float(window.loss_sum) / window.tokens:.3f}",
                                  speed=f"{window.speed():,.0f}")

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from rich.console import Console
@@ -111,6 +111,9 @@ from heed.train.log import TrainLog, Window, best_so_far
 from heed.train.resume import saved_step
 from heed.train.schedule import HIGHER_IS_BETTER, LRSchedule, better, reached
 from heed.train.setup import RunData, RunSetup, run_updates
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 # ----------------------------------------------------------------------------------- results
 
@@ -273,7 +276,7 @@ class Trainer:
             self._held.close()
             raise
 
-    def __enter__(self) -> "Trainer":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

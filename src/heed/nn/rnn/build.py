@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from heed.nn.model_config import ModelConfig
-from heed.nn.rnn.decoder import BahdanauDecoder, LuongDecoder, PlainDecoder, _RNNDecoder
+from heed.nn.rnn.decoder import BahdanauDecoder, LuongDecoder, PlainDecoder, RNNDecoder
 from heed.nn.rnn.encoder import Bridge, RNNEncoder
 from heed.nn.rnn.seq2seq import Seq2Seq
 
@@ -22,7 +22,7 @@ def build_rnn(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad
                   dropout=cfg.dropout, pad_id=pad_id)
     attention = dict(attention_hidden=cfg.attention_hidden, attention_positions=cfg.attention_positions,
                      attention_window=cfg.attention_window, coverage=cfg.coverage)
-    decoder: _RNNDecoder
+    decoder: RNNDecoder
     copy = dict(copy_source_to_target=source_to_target if cfg.copy else None, unk_id=unk_id)
     if cfg.decoder == "luong":
         decoder = LuongDecoder(score=cfg.score, input_feeding=cfg.input_feeding, **copy, **attention, **common)

@@ -119,7 +119,7 @@ with warnings.catch_warnings():
             return value
 
         @model_validator(mode="after")
-        def _check(self) -> "RNNConfig":
+        def _check(self) -> RNNConfig:
             if self.bidirectional and self.hidden_size % 2:
                 raise ValueError("hidden_size must be even for a bidirectional encoder (each direction gets half)")
             if self.bridge == "copy" and self.encoder_layers < self.decoder_layers:

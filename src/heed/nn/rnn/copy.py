@@ -32,6 +32,8 @@ class PointerGenerator(nn.Module):
     (heed.data.extended.source_to_target); target_size: V, the target vocabulary's size; unk_id:
     the target id of <unk>."""
 
+    source_to_target: Tensor  # a buffer: (source vocabulary,) long
+
     def __init__(self, *, context_size: int, state_size: int, input_size: int,
                  source_to_target: Sequence[int], target_size: int, unk_id: int) -> None:
         super().__init__()

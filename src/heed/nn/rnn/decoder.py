@@ -50,7 +50,7 @@ class DecoderState(TensorState):
     """
 
     @staticmethod
-    def of(rnn: RNNState, feed: Tensor | None = None, coverage: Tensor | None = None) -> "DecoderState":
+    def of(rnn: RNNState, feed: Tensor | None = None, coverage: Tensor | None = None) -> DecoderState:
         """From the RNN's state tuple (h,) or (h, c), and the feed and coverage where the decoder has them."""
         tensors = dict(zip(("h", "c"), rnn))
         if feed is not None:
@@ -102,7 +102,7 @@ class _StepFeatures(NamedTuple):
     copy_input: Tensor | None
 
 
-class _RNNDecoder(nn.Module):
+class RNNDecoder(nn.Module):
     """What the three decoders share: target embedding, an RNN, dropout and the generator."""
 
     has_attention = True
@@ -242,7 +242,7 @@ class _RNNDecoder(nn.Module):
         return DecoderOutput(logits, out.attention)
 
 
-class LuongDecoder(_RNNDecoder):
+class LuongDecoder(RNNDecoder):
     """Luong et al. 2015: h_t = RNN(y_{t-1} [; h~_{t-1}]), c_t = attend(h_t),
     h~_t = tanh(W_c [h_t; c_t]) (eq. 5), logits = W_gen h~_t (eq. 6)."""
 
@@ -353,7 +353,7 @@ class LuongDecoder(_RNNDecoder):
         return DecoderFeatures(features, weights.transpose(0, 1) if need_attention else None)
 
 
-class BahdanauDecoder(_RNNDecoder):
+class BahdanauDecoder(RNNDecoder):
     """Bahdanau et al. 2015, A.1.2: c_t = attend(s_{t-1}); s_t = RNN([y_{t-1}; c_t], s_{t-1});
     readout t_t = tanh(W_o [s_t; c_t; y_{t-1}]) (tanh in place of the paper's maxout), logits = W t_t."""
 
@@ -386,7 +386,7 @@ class BahdanauDecoder(_RNNDecoder):
                              self._copy_input(context, s_t, embedded))
 
 
-class PlainDecoder(_RNNDecoder):
+class PlainDecoder(RNNDecoder):
     """The encoder-decoder without attention (Cho et al. 2014): the encoder's final top-layer state
     is the one summary c of the source, fed with y_{t-1} into every step; logits = W s_t."""
 

@@ -13,7 +13,7 @@ from heed.nn.masks import lengths_to_mask
 from heed.nn.rnn.state import RNNState, as_state, map_state, select_batch
 
 RNNKind = Literal["lstm", "gru"]
-RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
+RNN_CLASSES: dict[str, type[nn.LSTM | nn.GRU]] = {"lstm": nn.LSTM, "gru": nn.GRU}
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class EncoderOutput:
     group: int = 1
     src: Tensor | None = None
 
-    def repeat(self, times: int) -> "EncoderOutput":
+    def repeat(self, times: int) -> EncoderOutput:
         """Each source serving `times` decoder rows in a row (batch * times rows): one per beam.
         states, keys and mask stay one copy per source (the decoder attends for a source's rows in
         one grouped call, so beam search reads each source once a step, not once per beam); only
@@ -52,7 +52,7 @@ class EncoderOutput:
             src=self.src,
         )
 
-    def select(self, sources: Tensor) -> "EncoderOutput":
+    def select(self, sources: Tensor) -> EncoderOutput:
         """Sources `sources` (new_batch,) long, with all their decoder rows: search drops finished
         sentences."""
         rows = sources
@@ -67,7 +67,7 @@ class EncoderOutput:
             src=None if self.src is None else self.src.index_select(0, sources),
         )
 
-    def with_keys(self, keys: Tensor | None) -> "EncoderOutput":
+    def with_keys(self, keys: Tensor | None) -> EncoderOutput:
         return replace(self, keys=keys)
 
 

@@ -77,6 +77,7 @@ class InputFeedingLSTM(torch.autograd.Function):
                 z[:, H:] = h[k]
                 g = gates[k, t]
                 add = gx[t] if k == 0 else biases[k]
+                assert add is not None  # layer 0 adds gx, the others their bias
                 if mixed:
                     torch.add(add, torch.mm(z, w_rec[k].t()), out=g)
                 else:

@@ -27,7 +27,7 @@ from heed.errors import HeedError
 from heed.nn.masks import lengths_to_mask
 from heed.nn.model_config import ModelConfig
 from heed.nn.rnn.coverage import initial_coverage
-from heed.nn.rnn.decoder import DecoderState, _RNNDecoder
+from heed.nn.rnn.decoder import DecoderState, RNNDecoder
 from heed.nn.rnn.encoder import EncoderOutput
 from heed.nn.rnn.seq2seq import Seq2Seq
 
@@ -87,10 +87,10 @@ class StepGraph(nn.Module):
     summary (rows, hidden) for plain; states (batch, src_len, hidden), keys (batch, src_len, ·)
     and src_mask bool (batch, src_len), True = real token, for attention.
     rows = batch * group: a source's `group` rows (its beams) are consecutive and attend in one
-    grouped call, as `_RNNDecoder._attend` does, so beams never copy the source.
+    grouped call, as `RNNDecoder._attend` does, so beams never copy the source.
     Outputs: logits (rows, vocab), h [, c] [, feed] [, coverage c^{t+1}] [, attention (rows, src_len)]."""
 
-    def __init__(self, decoder: _RNNDecoder, kind: str) -> None:
+    def __init__(self, decoder: RNNDecoder, kind: str) -> None:
         super().__init__()
         self.decoder: Any = decoder  # Any: the three decoders' own attributes (input_feeding, combine, readout)
         self.kind = kind

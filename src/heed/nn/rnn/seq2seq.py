@@ -11,7 +11,7 @@ from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.protocol import MeasuredReading, Seq2SeqOutput
 from heed.nn.rnn.copy import mixture_loss
 from heed.nn.rnn.coverage import coverage_loss
-from heed.nn.rnn.decoder import DecoderFeatures, DecoderState, DecoderStep, _RNNDecoder
+from heed.nn.rnn.decoder import DecoderFeatures, DecoderState, DecoderStep, RNNDecoder
 from heed.nn.rnn.encoder import Bridge, EncoderOutput, RNNEncoder
 from heed.plumbing.runtime import compile_function
 
@@ -27,7 +27,7 @@ class Seq2Seq(nn.Module):
     `coverage_loss`: lambda of See et al. 2017, eq. 13, the weight of the coverage loss in `loss`;
     needs a decoder with coverage (0 = no coverage loss)."""
 
-    def __init__(self, encoder: RNNEncoder, bridge: Bridge, decoder: _RNNDecoder, *,
+    def __init__(self, encoder: RNNEncoder, bridge: Bridge, decoder: RNNDecoder, *,
                  pad_id: int = 0, bos_id: int = 1, eos_id: int = 2, unk_id: int = 3, coverage_loss: float = 0.0) -> None:
         super().__init__()
         if coverage_loss < 0 or (coverage_loss > 0 and not decoder.coverage):
@@ -135,7 +135,7 @@ class Seq2Seq(nn.Module):
             cross_entropy = generator_loss(features.features, self.decoder.generator, batch.tgt_out,
                                            ignore_index=self.pad_id, label_smoothing=label_smoothing)
             attention = features.attention
-        heads = None if attention_layer is None else attention[:, None]  # type: ignore[index]
+        heads = None if attention_layer is None else attention[:, None]
         if not weighted:
             return SeqLoss(cross_entropy, cross_entropy, None, heads)
         assert attention is not None

@@ -94,12 +94,13 @@ class MultiHeadAttention(nn.Module):
             mask = below if mask is None else mask & below
         dropout = self.dropout if self.training else 0.0
         intervened = over_source and intervention_active()
+        weights: Tensor | None
         if need_weights or intervened:
-            weights = masked_softmax(q @ k.transpose(-1, -2) / math.sqrt(self.d_k), mask)  # eq. 1
+            read = masked_softmax(q @ k.transpose(-1, -2) / math.sqrt(self.d_k), mask)  # eq. 1
             if intervened:
-                weights = intervene(weights, mask)
-            context = F.dropout(weights, dropout, self.training) @ v  # (batch, heads, q_len, d_k)
-            weights = weights if need_weights else None
+                read = intervene(read, mask)
+            context = F.dropout(read, dropout, self.training) @ v  # (batch, heads, q_len, d_k)
+            weights = read if need_weights else None
         else:
             weights = None
             context = fused_heads(q, k, v, mask, dropout)
@@ -113,10 +114,10 @@ try:
     # H100, measured: bench/RESULTS.md), and token-bucketed batches bring new shapes all the time.
     _SHAPE_FREE_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 except ImportError:  # torch < 2.3: no cuDNN backend to avoid
-    sdpa_kernel = None
+    sdpa_kernel = None  # type: ignore[assignment]  # the older torch's missing function
 
 
-def sdpa_backends(q: Tensor) -> "list[SDPBackend] | None":
+def sdpa_backends(q: Tensor) -> list[SDPBackend] | None:
     """The SDPA backends heed allows for `q`'s device: on CUDA all but cuDNN's; None = torch's choice."""
     return _SHAPE_FREE_BACKENDS if q.is_cuda and sdpa_kernel is not None else None
 

@@ -63,7 +63,7 @@ with warnings.catch_warnings():
             return value
 
         @model_validator(mode="after")
-        def _check(self) -> "TransformerConfig":
+        def _check(self) -> TransformerConfig:
             for field in ("copy", "coverage"):
                 if getattr(self, field):
                     raise ValueError(f"'{field}' is not supported by the transformer family yet; remove "
@@ -74,8 +74,8 @@ with warnings.catch_warnings():
 
         def data_problem(self, data: Any) -> tuple[str, str] | None:
             if self.share_embeddings and not data.shared_vocab:
-                return ("model.share_embeddings", "one embedding table for both sides needs one vocabulary for both; "
-                        "set data.shared_vocab: true, or model.share_embeddings: false")
+                return ("model.share_embeddings", ("one embedding table for both sides needs one vocabulary for both; "
+                        "set data.shared_vocab: true, or model.share_embeddings: false"))
             return None
 
         @property

@@ -42,6 +42,8 @@ class SinusoidalPositions(nn.Module):
     /NLLB have it: halves, frequencies 10000^(-i / (d/2 - 1)), and the first token at position 2
     (after fairseq's padding index, 1)."""
 
+    inverse_frequency: Tensor  # a buffer: (d_model / 2,)
+
     def __init__(self, d_model: int, layout: SinusoidLayout = "interleaved") -> None:
         super().__init__()
         if d_model % 2 or (layout == "fairseq" and d_model < 4):

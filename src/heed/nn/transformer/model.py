@@ -57,12 +57,12 @@ class TransformerEncoded:
     group: int = 1
     src: Tensor | None = None
 
-    def repeat(self, times: int) -> "TransformerEncoded":
+    def repeat(self, times: int) -> TransformerEncoded:
         """Each source serving `times` decoder rows: nothing is copied, the grouped attention reads
         one copy per source for all its rows."""
         return replace(self, group=self.group * times)
 
-    def select(self, sources: Tensor) -> "TransformerEncoded":
+    def select(self, sources: Tensor) -> TransformerEncoded:
         """Sources `sources` (n,) long, with all their decoder rows."""
         return TransformerEncoded(
             mask=self.mask.index_select(0, sources),
@@ -158,7 +158,7 @@ class _Stack(nn.Module):
     """What both stacks share: the embedding with positions, `layers` layers of `layer_class`, and
     (pre-norm leaves the last sum unnormalised) one LayerNorm after the stack (Wang et al. 2019)."""
 
-    def __init__(self, layer_class: type[EncoderLayer] | type[DecoderLayer], *, vocab_size: int, d_model: int,
+    def __init__(self, layer_class: type[EncoderLayer | DecoderLayer], *, vocab_size: int, d_model: int,
                  heads: int, layers: int, ff_size: int, dropout: float, attention_dropout: float, norm: NormPlace,
                  positions: PositionKind, max_positions: int, pad_id: int, activation: Activation = "relu",
                  scale_embeddings: bool = True, sinusoid_layout: SinusoidLayout = "interleaved") -> None:

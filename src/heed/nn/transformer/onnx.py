@@ -18,8 +18,8 @@ import torch
 from torch import Tensor, nn
 
 from heed.nn.masks import lengths_to_mask
-from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import TensorState
+from heed.nn.transformer.config import TransformerConfig
 from heed.nn.transformer.model import TransformerEncoded, TransformerSeq2Seq, cache_names, cache_state, empty_cache
 
 
@@ -57,7 +57,7 @@ class TransformerGraphs:
 
     has_attention = True
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         self.layers = cfg.layers
         self.heads = cfg.heads
         self.d_k = cfg.d_model // cfg.heads

@@ -125,7 +125,7 @@ class WeightFile:
                 try:
                     check_regular(self.path)
                     with safe_open(str(self.path), "pt") as f:
-                        self._shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+                        self._shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118  # safetensors' safe_open is not iterable
                 except (SafetensorError, OSError, RuntimeError, ValueError) as e:
                     raise _unreadable(self.path, e) from None
             else:
@@ -236,9 +236,9 @@ def read_piece_ids(path: Path, size: int) -> dict[int, str]:
 def full_vocab(by_id: dict[int, str], size: int, specials: Specials, path: Path) -> Vocab:
     """A Vocab of `size` ids from {id: token}; ids the files leave out (the embedding has rows no
     token uses) get placeholder names no text produces."""
-    for i in by_id:
+    for i, token in by_id.items():
         if not 0 <= i < size:
-            raise ModelDirError(f"{path}: token {shown(by_id[i])} has id {i}, past the model's vocabulary of {size}")
+            raise ModelDirError(f"{path}: token {shown(token)} has id {i}, past the model's vocabulary of {size}")
     seen: set[str] = set()
     for token in by_id.values():
         if token in seen:

@@ -55,10 +55,8 @@ FAIRSEQ_PAD = 1  # fairseq's positions count from its padding index; M2M-100's i
 # M2M100Tokenizer's language lists (transformers' tokenization_m2m_100.py): language i of the list
 # tokenizer_config.json's `language_codes` names has the token __code__ and id len(vocab.json) + i.
 M2M100_LANGUAGES = {
-    "m2m100": ("af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he hi hr "
-               "ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg mk ml mn mr ms my ne nl no ns oc or "
-               "pa pl ps pt ro ru sd si sk sl so sq sr ss su sv sw ta th tl tn tr uk ur uz vi wo xh yi yo zh zu").split(),
-    "wmt21": "en ha is ja cs ru zh de".split(),
+    "m2m100": ["af", "am", "ar", "ast", "az", "ba", "be", "bg", "bn", "br", "bs", "ca", "ceb", "cs", "cy", "da", "de", "el", "en", "es", "et", "fa", "ff", "fi", "fr", "fy", "ga", "gd", "gl", "gu", "ha", "he", "hi", "hr", "ht", "hu", "hy", "id", "ig", "ilo", "is", "it", "ja", "jv", "ka", "kk", "km", "kn", "ko", "lb", "lg", "ln", "lo", "lt", "lv", "mg", "mk", "ml", "mn", "mr", "ms", "my", "ne", "nl", "no", "ns", "oc", "or", "pa", "pl", "ps", "pt", "ro", "ru", "sd", "si", "sk", "sl", "so", "sq", "sr", "ss", "su", "sv", "sw", "ta", "th", "tl", "tn", "tr", "uk", "ur", "uz", "vi", "wo", "xh", "yi", "yo", "zh", "zu"],
+    "wmt21": ["en", "ha", "is", "ja", "cs", "ru", "zh", "de"],
 }
 NOT_LANGUAGES = frozenset({"<s>", "<pad>", "</s>", "<unk>", "<mask>"})
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -40,6 +40,9 @@ from heed.errors import ModelDirError
 from heed.nn.transformer.convert.common import Converted, Tensors, buildable, check_pieces, read_spm, shown
 from heed.plumbing import yamlio
 from heed.plumbing.files import open_regular, reason
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 ARCHITECTURE = "Marian transformer (.npz)"
 CONFIG_KEY = "special:model.yml"
@@ -168,10 +171,10 @@ class Npz(Mapping[str, torch.Tensor]):
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "Npz":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *_: Any) -> None:
+    def __exit__(self, *_: object) -> None:
         self.close()
 
     def _damaged(self, e: BaseException, member: str | None = None) -> ModelDirError:
@@ -192,9 +195,9 @@ class Npz(Mapping[str, torch.Tensor]):
     def _header(self, f: IO[bytes], name: str) -> tuple[tuple[int, ...], bool, np.dtype[Any]]:
         version = np.lib.format.read_magic(f)
         if version == (1, 0):
-            return np.lib.format.read_array_header_1_0(f)  # type: ignore[no-any-return]
+            return np.lib.format.read_array_header_1_0(f)
         if version == (2, 0):
-            return np.lib.format.read_array_header_2_0(f)  # type: ignore[no-any-return]
+            return np.lib.format.read_array_header_2_0(f)
         raise ValueError(f".npy version {version} is not one Marian writes")
 
     def shape(self, name: str) -> tuple[int, ...]:
