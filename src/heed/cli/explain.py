@@ -414,30 +414,14 @@ def align(
                            null_threshold)
     other = None if beside is None else with_pair(Translator.load(beside, device=device), languages)
     if sweep_all:
-        default = translator.default_reading(options.tgt_units)
-        if golden is not None:
-            _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
-                                                batch_size=batch_size), plot, len(pairs), default=default)
-        if theirs is not None:  # F1 against another aligner's links = 1 - AER with them as sure and possible
-            f1_plot = plot if golden is None else plot.with_name(f"{plot.stem}-f1{plot.suffix}")
-            _print_sweep(translator.align_sweep(src_texts, tgt_texts, theirs, theirs, tgt_units=options.tgt_units,
-                                                batch_size=batch_size), f1_plot, len(pairs), default=default,
-                         measure=SweepMeasure("F1", f", against {reference}", False))
+        _print_sweeps(translator, src_texts, tgt_texts, golden, (reference, theirs), options, plot, batch_size)
         return
     what = options.describe(attention_shape(translator.model)[:2])
     if priors is None:
         links = _align_all(translator, src_texts, tgt_texts, options, batch_size=batch_size, progress=progress)
     else:
-        from heed.explain.priors import BOTH_RULE, aligner_links
-
-        rule = (combine or CombineRule(BOTH_RULE)).value
-        links = aligner_links(aligner.value, lambda: translator.align(src_texts, tgt_texts, options=options,  # type: ignore[arg-type]
-                                                                      batch_size=batch_size),
-                              pairs, priors, units=options.tgt_units, rule=rule, weight=priors_weight)  # type: ignore[arg-type]
-        weighted = f" (weight {priors_weight:g})" if rule == "product" else ""
-        what = (f"aligner priors ({priors.path})" if aligner is AlignerChoice.priors
-                else f"aligner both ({rule}{weighted} of {what} and the priors of {priors.path})")
-        stderr().print(f"aligner: {what}", soft_wrap=True)
+        links, what = _links_with_priors(translator, aligner, combine, priors, priors_weight, pairs,
+                                         (src_texts, tgt_texts), options, what, batch_size=batch_size)
     if reverse is not None:
         links = _symmetrized(links, reverse, src_texts, tgt_texts, options.method, symmetrize, batch_size,
                              device=device, languages=languages)
@@ -451,6 +435,40 @@ def align(
                           _reading_beside(translator, other, options, name=str(beside), default=chosen),
                           batch_size=batch_size, name=str(beside), err=output is None)
     _print_scores(links, units, what, golden, (reference, theirs), (beside, besides), err=output is None)
+
+
+def _print_sweeps(translator: Any, src_texts: list[str], tgt_texts: list[str], golden: Any,
+                  reference: tuple[Path | None, Any], options: AlignOptions, plot: Path, batch_size: int) -> None:
+    """--sweep: every reading's AER against --gold, and its F1 against --reference's links."""
+    default = translator.default_reading(options.tgt_units)
+    if golden is not None:
+        _print_sweep(translator.align_sweep(src_texts, tgt_texts, *golden, tgt_units=options.tgt_units,
+                                            batch_size=batch_size), plot, len(src_texts), default=default)
+    path, theirs = reference
+    if theirs is not None:  # F1 against another aligner's links = 1 - AER with them as sure and possible
+        f1_plot = plot if golden is None else plot.with_name(f"{plot.stem}-f1{plot.suffix}")
+        _print_sweep(translator.align_sweep(src_texts, tgt_texts, theirs, theirs, tgt_units=options.tgt_units,
+                                            batch_size=batch_size), f1_plot, len(src_texts), default=default,
+                     measure=SweepMeasure("F1", f", against {path}", False))
+
+
+def _links_with_priors(translator: Any, aligner: AlignerChoice, combine: CombineRule | None, priors: Any,
+                       weight: float, pairs: list[Any], texts: tuple[list[str], list[str]], options: AlignOptions,
+                       what: str, *, batch_size: int) -> tuple[list[set[tuple[int, int]]], str]:
+    """(links, what gave them) of --aligner priors or both, the model reading `texts` (the pairs as
+    cut to its lengths); stderr names the aligner."""
+    from heed.explain.priors import BOTH_RULE, aligner_links
+
+    src_texts, tgt_texts = texts
+    rule = (combine or CombineRule(BOTH_RULE)).value
+    links = aligner_links(aligner.value, lambda: translator.align(src_texts, tgt_texts, options=options,
+                                                                  batch_size=batch_size),
+                          pairs, priors, units=options.tgt_units, rule=rule, weight=weight)  # type: ignore[arg-type]
+    weighted = f" (weight {weight:g})" if rule == "product" else ""
+    what = (f"aligner priors ({priors.path})" if aligner is AlignerChoice.priors
+            else f"aligner both ({rule}{weighted} of {what} and the priors of {priors.path})")
+    stderr().print(f"aligner: {what}", soft_wrap=True)
+    return links, what
 
 
 def _align_options(method: AlignMethod | None, layer: str | None, head: str | None, tgt_units: AlignUnits,

@@ -155,17 +155,8 @@ def translate(
     table = load_dictionary(dictionary) if dictionary is not None else None
     translator = Translator.load(models, device=device, bf16=bf16, **languages)
     cfg = resolve_decode(translator, decode)  # before reading: a bad flag fails before any input is typed
-    if explain is not None:
-        from heed.nn.protocol import ContributionModel
-
-        if not isinstance(translator.model, ContributionModel):
-            raise HeedError("--explain source-share reads every attention block of one Transformer model directory "
-                            "(not an RNN, an ensemble or an export)")
-    if text_format is not TextFormat.text and (cfg.n_best > 1 or explain is not None or replace_unk):
-        raise HeedError(f"--format {text_format.value} writes one fragment a line: not with --n-best, --explain or "
-                        "--replace-unk")
-    if aligner != "model" and text_format not in (TextFormat.html, TextFormat.xml):
-        raise HeedError("--aligner places markup: give it with --format html or xml")
+    _check_combination(translator, cfg, explain=explain is not None, text_format=text_format,
+                       replace_unk=replace_unk, aligner=aligner)
     from heed.cli.markup import chosen_priors
 
     priors = chosen_priors(translator, models[0], aligner, priors_file)
@@ -178,44 +169,13 @@ def translate(
 
     def run(source: Any, sink: TextIO) -> None:
         if text_format in SUBTITLES:
-            return run_subtitles(source, sink)
+            return _write_subtitles(translator, source, sink, name=name, kind=text_format.value, cfg=cfg,
+                                    width=cue_width, lines=cue_lines)
         if text_format is not TextFormat.text:
-            return run_marked(source, sink)
-        first_id = 0
-        lines: list[str] = []
-        with Progress("lines translated", enabled=show_progress) as bar:
-            for chunk in _translate_chunks(translator, read_lines(source, name), name=name, chunk_size=chunk_size,
-                                           progress=bar, decode=cfg, batch_size=batch_size,
-                                           replace_unk=replace_unk, dictionary=table, sources=lines):
-                shares = None if explain is None else source_share_fields(translator, lines, chunk)
-                if cfg.n_best > 1:
-                    sink.writelines(nbest_lines(first_id, chunk, shares))
-                elif shares is None:
-                    sink.writelines(nbest[0].text + "\n" for nbest in chunk)
-                else:
-                    sink.writelines(f"{nbest[0].text}\t{share[0]}\n" for nbest, share in zip(chunk, shares))
-                sink.flush()
-                first_id += len(chunk)
-
-    def run_subtitles(source: Any, sink: TextIO) -> None:
-        from heed.markup.cues import decode as decode_subtitles
-        from heed.markup.subtitles import Layout, translate_subtitles
-
-        text = decode_subtitles(source.read(), name)
-        sink.write(translate_subtitles(translator, text, text_format.value, path=name, decode=cfg,  # type: ignore[arg-type]
-                                       layout=Layout(width=cue_width, max_lines=cue_lines)))
-
-    def run_marked(source: Any, sink: TextIO) -> None:
-        from heed.cli.markup import carried, parse_lines
-
-        first = 1
-        with Progress("lines translated", enabled=show_progress) as bar:
-            for lines in chunks(read_lines(source, name), chunk_size):
-                documents = parse_lines(lines, name, text_format.value, first=first)
-                sink.writelines(line + "\n" for line in carried(translator, documents, None, cfg, bar,
-                                                                   aligner=aligner, priors=priors))
-                sink.flush()
-                first += len(lines)
+            return _write_marked(translator, source, sink, name=name, kind=text_format.value, cfg=cfg,
+                                 chunk_size=chunk_size, progress=show_progress, aligner=aligner, priors=priors)
+        _write_plain(translator, source, sink, name=name, cfg=cfg, chunk_size=chunk_size, progress=show_progress,
+                     batch_size=batch_size, replace_unk=replace_unk, table=table, explain=explain is not None)
 
     with torch_threads(threads), (open_stream(input) if input is not None else _stdin_bytes()) as source:
         if output is None:
@@ -223,6 +183,68 @@ def translate(
         else:
             with atomic_open(output) as sink:
                 run(source, sink)
+
+
+def _check_combination(translator: Any, cfg: Any, *, explain: bool, text_format: TextFormat, replace_unk: bool,
+                       aligner: str) -> None:
+    """A HeedError for flags that cannot go together on this model."""
+    if explain:
+        from heed.nn.protocol import ContributionModel
+
+        if not isinstance(translator.model, ContributionModel):
+            raise HeedError("--explain source-share reads every attention block of one Transformer model directory "
+                            "(not an RNN, an ensemble or an export)")
+    if text_format is not TextFormat.text and (cfg.n_best > 1 or explain or replace_unk):
+        raise HeedError(f"--format {text_format.value} writes one fragment a line: not with --n-best, --explain or "
+                        "--replace-unk")
+    if aligner != "model" and text_format not in (TextFormat.html, TextFormat.xml):
+        raise HeedError("--aligner places markup: give it with --format html or xml")
+
+
+def _write_plain(translator: Any, source: Any, sink: TextIO, *, name: str, cfg: Any, chunk_size: int,
+                 progress: bool | None, batch_size: int, replace_unk: bool, table: Any, explain: bool) -> None:
+    """`heed translate`'s lines: the best translation of each, its n-best, or with its source share."""
+    first_id = 0
+    lines: list[str] = []
+    with Progress("lines translated", enabled=progress) as bar:
+        for chunk in _translate_chunks(translator, read_lines(source, name), name=name, chunk_size=chunk_size,
+                                       progress=bar, decode=cfg, batch_size=batch_size,
+                                       replace_unk=replace_unk, dictionary=table, sources=lines):
+            shares = source_share_fields(translator, lines, chunk) if explain else None
+            if cfg.n_best > 1:
+                sink.writelines(nbest_lines(first_id, chunk, shares))
+            elif shares is None:
+                sink.writelines(nbest[0].text + "\n" for nbest in chunk)
+            else:
+                sink.writelines(f"{nbest[0].text}\t{share[0]}\n" for nbest, share in zip(chunk, shares))
+            sink.flush()
+            first_id += len(chunk)
+
+
+def _write_subtitles(translator: Any, source: Any, sink: TextIO, *, name: str, kind: str, cfg: Any, width: int,
+                     lines: int) -> None:
+    """A whole SRT or WebVTT input translated cue by cue (heed.markup.subtitles)."""
+    from heed.markup.cues import decode as decode_subtitles
+    from heed.markup.subtitles import Layout, translate_subtitles
+
+    text = decode_subtitles(source.read(), name)
+    sink.write(translate_subtitles(translator, text, kind, path=name, decode=cfg,  # type: ignore[arg-type]
+                                   layout=Layout(width=width, max_lines=lines)))
+
+
+def _write_marked(translator: Any, source: Any, sink: TextIO, *, name: str, kind: str, cfg: Any, chunk_size: int,
+                  progress: bool | None, aligner: str, priors: Any) -> None:
+    """A fragment of HTML or XML a line, translated with its markup carried across (heed.markup)."""
+    from heed.cli.markup import carried, parse_lines
+
+    first = 1
+    with Progress("lines translated", enabled=progress) as bar:
+        for lines in chunks(read_lines(source, name), chunk_size):
+            documents = parse_lines(lines, name, kind, first=first)
+            sink.writelines(line + "\n" for line in carried(translator, documents, None, cfg, bar,
+                                                               aligner=aligner, priors=priors))
+            sink.flush()
+            first += len(lines)
 
 
 def _stdin_bytes() -> Any:
