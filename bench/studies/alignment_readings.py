@@ -35,18 +35,22 @@ VARIANTS = {
 def train_one(name: str, guided: bool, out: Path, seed: int, epochs: int) -> Path:
     """Train one variant with `heed train` (its own process, one thread); the run's directory."""
     config, overrides = VARIANTS[name]
-    run = out / f"{name}-{'guided' if guided else 'plain'}-s{seed}"
-    if (run / "model" / "heed.json").exists():
-        return run
-    sets = {**overrides, "train.seed": str(seed), "train.epochs": str(epochs), "output_dir": str(run),
-            "train.keep_checkpoints": "1"}
+    sets = {**overrides, "train.seed": str(seed), "train.epochs": str(epochs), "train.keep_checkpoints": "1"}
     if guided:  # head 0 of the second-to-last layer (Garg et al.), an RNN's one attention
         sets["train.alignment"] = "{supervision: task}"
+    return heed_train(config, sets, out / f"{name}-{'guided' if guided else 'plain'}-s{seed}", out)
+
+
+def heed_train(config: str, sets: dict[str, str], run: Path, log_dir: Path) -> Path:
+    """`heed train configs/CONFIG --set KEY=VALUE ...` into `run`, in its own process on one thread,
+    its output in LOG_DIR/RUN.log and its seconds in RUN/train_seconds; a run trained before is kept."""
+    if (run / "model" / "heed.json").exists():
+        return run
     argv = [sys.executable, "-m", "heed", "train", str(REPO / "configs" / config)]
-    for key, value in sets.items():
+    for key, value in {**sets, "output_dir": str(run)}.items():
         argv += ["--set", f"{key}={value}"]
     started = time.perf_counter()
-    with open(out / f"{run.name}.log", "w", encoding="utf-8") as log:
+    with open(log_dir / f"{run.name}.log", "w", encoding="utf-8") as log:
         subprocess.run(argv, check=True, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     (run / "train_seconds").write_text(f"{time.perf_counter() - started:.0f}\n", encoding="utf-8")
     return run

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from alignment_readings import heed_train
 from look_inside import cpu_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,19 +35,8 @@ VARIANTS = {
 def train_one(name: str, out: Path, seed: int, epochs: int) -> Path:
     """Train one variant with `heed train` (its own process, one thread); the run's directory."""
     config, overrides = VARIANTS[name]
-    run = out / f"{name}-s{seed}-e{epochs}"
-    if (run / "model" / "heed.json").exists():
-        return run
-    sets = {**overrides, "train.seed": str(seed), "train.epochs": str(epochs), "output_dir": str(run),
-            "train.keep_checkpoints": "1"}
-    argv = [sys.executable, "-m", "heed", "train", str(REPO / "configs" / config)]
-    for key, value in sets.items():
-        argv += ["--set", f"{key}={value}"]
-    started = time.perf_counter()
-    with open(out / f"{run.name}.log", "w", encoding="utf-8") as log:
-        subprocess.run(argv, check=True, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    (run / "train_seconds").write_text(f"{time.perf_counter() - started:.0f}\n", encoding="utf-8")
-    return run
+    sets = {**overrides, "train.seed": str(seed), "train.epochs": str(epochs), "train.keep_checkpoints": "1"}
+    return heed_train(config, sets, out / f"{name}-s{seed}-e{epochs}", out)
 
 
 def score(run: Path, gold_dir: Path) -> dict:
