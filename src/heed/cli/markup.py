@@ -100,19 +100,14 @@ def carried(translator: Translator, documents: list[Marked], targets: list[str] 
             cfg: DecodeConfig | None, bar: Progress, *, aligner: str = "model", priors: Priors | None = None) -> list[str]:
     """Each document translated (decoded with `cfg`), or projected onto its line of `targets`, with
     its markup carried across by `aligner`'s links: CHUNK documents translated and aligned together."""
-    from heed.markup import carry_many
+    from heed.markup import carry_many, translate_documents
 
     results: list[str] = []
     for start in range(0, len(documents), CHUNK):
         chunk = documents[start:start + CHUNK]
         own = None
         if targets is None:
-            sentences = [s for d in chunk for s in d.sentences]
-            translated = translator.translate(sentences, decode=cfg) if sentences else []
-            own, at = [], 0
-            for d in chunk:
-                own.append(translated[at:at + len(d.sentences)])
-                at += len(d.sentences)
+            own = translate_documents(translator, chunk, decode=cfg)
             given = [[t.text for t in d] for d in own]
         else:
             given = [[t] if d.sentences else [] for d, t in zip(chunk, targets[start:start + CHUNK])]

@@ -87,15 +87,22 @@ def translate_markup(translator: Translator, texts: Sequence[str], *, kind: Kind
     """Each of `texts`, a fragment of `kind`, translated with its inline markup carried across;
     `decode`: Translator.translate's options (beam, ...)."""
     documents = [parse(text, kind, ignore_tags=ignore_tags) for text in texts]
+    own = translate_documents(translator, documents, **decode)
+    return carry_many(translator, documents, [[t.text for t in d] for d in own], options=options, translations=own,
+                      aligner=aligner, priors=priors)
+
+
+def translate_documents(translator: Translator, documents: Sequence[Marked], **decode: Any
+                        ) -> list[list[Translation]]:
+    """Each document's sentences translated, all documents' in one call (`decode`: Translator.translate's
+    options), as one list per document."""
     sentences = [s for d in documents for s in d.sentences]
     translated = translator.translate(sentences, **decode) if sentences else []
-    own: list[list[Translation]] = []
-    at = 0
+    own, at = [], 0
     for document in documents:
         own.append(translated[at:at + len(document.sentences)])
         at += len(document.sentences)
-    return carry_many(translator, documents, [[t.text for t in d] for d in own], options=options, translations=own,
-                      aligner=aligner, priors=priors)
+    return own
 
 
 def own_links(translator: Translator, translations: Sequence[Translation], options: AlignOptions
