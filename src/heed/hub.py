@@ -30,7 +30,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import time
 import urllib.error
 import urllib.parse
@@ -230,12 +229,9 @@ class _Client:
         except http.client.HTTPException as e:
             raise ModelDirError(f"{self.where}: the hub's answer is not HTTP ({type(e).__name__}); check "
                                 "HF_ENDPOINT") from None
-        except TimeoutError:
-            raise ModelDirError(f"{self.where}: the hub at {self.base} gave no answer within "
-                                f"{READ_TIMEOUT_SECONDS:.0f} s; try again later") from None
-        except (urllib.error.URLError, OSError) as e:
+        except OSError as e:  # URLError wraps what the socket said; a timeout may come bare
             reason = getattr(e, "reason", e)
-            if isinstance(reason, (TimeoutError, socket.timeout)):
+            if isinstance(reason, TimeoutError):
                 raise ModelDirError(f"{self.where}: the hub at {self.base} gave no answer within "
                                     f"{READ_TIMEOUT_SECONDS:.0f} s; try again later") from None
             raise _Unreachable(f"{self.base}: {getattr(reason, 'strerror', None) or reason}") from None
