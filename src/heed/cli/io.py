@@ -69,10 +69,14 @@ def warn_long_sources(translator: Translator, sources: Sequence[str], name: str)
 
 
 def truncation_message(lines: Sequence[int], name: str, limit: int, shown: int = 10) -> str:
+    return (f"{name}: {lines_are(lines, shown)} longer than the model's max_src_len ({limit} tokens); only the "
+            f"first {limit} tokens were translated (split long sentences)")
+
+
+def lines_are(lines: Sequence[int], shown: int = 10) -> str:
+    """"line 3 is" or "lines 3, 7 and 12 more are": the first `shown` line numbers, for a message."""
     listed = ", ".join(map(str, lines[:shown])) + (f" and {len(lines) - shown} more" if len(lines) > shown else "")
-    return (f"{name}: line{'s' * (len(lines) > 1)} {listed} {'are' if len(lines) > 1 else 'is'} longer than the "
-            f"model's max_src_len ({limit} tokens); only the first {limit} tokens were translated (split long "
-            "sentences)")
+    return f"line{'s' * (len(lines) > 1)} {listed} {'are' if len(lines) > 1 else 'is'}"
 
 
 def max_tgt_len(translator: Translator) -> int:
@@ -114,9 +118,7 @@ def cut_long_texts(translator: Translator, texts: Sequence[str], name: str, *,
         cut.append(k + 1)
     if cut:
         field = "max_src_len" if side == "src" else "max_tgt_len"
-        listed = ", ".join(map(str, cut[:10])) + (f" and {len(cut) - 10} more" if len(cut) > 10 else "")
-        where = (f"{name} is" if name.startswith("--") else
-                 f"{name}: line{'s' * (len(cut) > 1)} {listed} {'are' if len(cut) > 1 else 'is'}")
+        where = f"{name} is" if name.startswith("--") else f"{name}: {lines_are(cut)}"
         Progress("", enabled=False).warn(
             f"{where} longer than the model's {field} ({limit} tokens); only what fits in {limit} tokens (whole "
             "words where one fits) was read (split long sentences)")
