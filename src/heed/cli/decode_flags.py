@@ -63,8 +63,9 @@ def flag_words(text: str) -> str:
     return _DECODE_FIELD_WORD.sub(lambda m: DECODE_FLAG[m.group(m.lastindex or 0)], text)
 
 
-def _flag_type(annotation: Any) -> Any:
-    """int, float, bool or a Literal of choices: a field's type without its None (seed: int | None)."""
+def flag_type(annotation: Any) -> Any:
+    """int, float, str, bool or a Literal of choices: a pydantic field's type without its None
+    (seed: int | None), as a typer flag takes it."""
     if typing.get_origin(annotation) is typing.Literal:
         return annotation
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -81,7 +82,7 @@ def decode_flags() -> list[tuple[str, str, type, str]]:
         words = flag_words(info.description or field)
         text = words[:1].upper() + words[1:] + "."
         note = _COMMAND_LINE_NOTES.get(field)
-        flags.append((field, DECODE_FLAG_NAMES[field], _flag_type(info.annotation), f"{text} {note}" if note else text))
+        flags.append((field, DECODE_FLAG_NAMES[field], flag_type(info.annotation), f"{text} {note}" if note else text))
     return flags
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -15,6 +14,7 @@ import typer.core
 import typer.main
 
 from heed.cli.app import HeedCommand, flags_in_place, friendly_errors, language_options
+from heed.cli.decode_flags import flag_type
 from heed.cli.io import cut_long_texts, given_files, lines_named, read_sources, warn_long_sources
 from heed.cli.progress import Progress, progress_option
 from heed.plumbing.files import atomic_open
@@ -58,21 +58,13 @@ explain_app = typer.Typer(name="explain", cls=ReadingsGroup, no_args_is_help=Tru
                                "source, ...), the tokens that label them, and its extras.")
 
 
-def _flag_type(annotation: Any) -> Any:
-    """int, float, str, bool or a Literal of choices: a field's type without its None."""
-    if typing.get_origin(annotation) is typing.Literal:
-        return annotation
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    return args[0] if args else annotation
-
-
 def option_flags(reading: Reading) -> list[inspect.Parameter]:
     """Each field of the reading's Options as a flag (--field-name), its default the field's and its
     help the field's description."""
     flags = []
     for field, info in reading.options.model_fields.items():
         flag = "--" + field.replace("_", "-")
-        kind = _flag_type(info.annotation)
+        kind = flag_type(info.annotation)
         if kind is bool:
             flag = f"{flag}/--no-{field.replace('_', '-')}"
         bounds = {key: getattr(m, attr) for m in info.metadata for key, attr in (("min", "ge"), ("max", "le"))
