@@ -43,13 +43,13 @@ from heed.data.units import Units
 from heed.data.vocab import EOS, SPECIALS, UNK
 from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError  # noqa: F401 (Abandoned: what stopped work raises, heed.api.Abandoned)
 from heed.explain.align import Link
-from heed.explain.align_methods import AlignOptions, recorded_options
+from heed.explain.align_methods import ALIGNMENT_LAYER, AlignOptions, recorded_options
 from heed.explain.attention_gap import AttentionGap
 from heed.explain.forced import SweepResult
 from heed.explain.pairs import Subject, forced_pairs
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention, intervening
-from heed.nn.protocol import TrainableModel, TranslationModel
+from heed.nn.protocol import AlignmentLayerModel, TrainableModel, TranslationModel
 from heed.plumbing.runtime import check_bf16, limit_onednn_cache, resolve_device
 from heed.results import Alignment, BeamNode, Exploration, HeadMaps, Translation
 from heed.search import DecodeConfig
@@ -297,16 +297,21 @@ class Translator:
 
     def default_reading(self, tgt_units: Units = "words") -> tuple[AlignOptions, str]:
         """How `heed align` reads this model when no reading is asked for, and why (for messages):
-        the reading its training recorded (the heads guided alignment trained, or the best on its
-        dev gold), else the rule measured for its kind of model (heed.nn.protocol.MeasuredReading:
+        the reading its training recorded (its alignment layer or the heads guided alignment trained,
+        or the best on its dev gold), else its alignment layer where it has one, else the rule measured for its kind of model (heed.nn.protocol.MeasuredReading:
         docs/look-inside.md, section 8), else the attention as reported (an ensemble, an export)."""
         if self.recorded_reading is not None:
             reading = self.recorded_reading
             scored = (f"AER {100 * reading['dev_aer']:.1f}% against the default's "
                       f"{100 * reading['default_dev_aer']:.1f}%" if reading.get("dev_aer") is not None else "")
-            why = (f"the heads guided alignment trained{' (dev ' + scored + ')' if scored else ''}"
+            options = recorded_options(reading, tgt_units)
+            trained = "the alignment layer" if options.weights == ALIGNMENT_LAYER else "the heads"
+            why = (f"{trained} guided alignment trained{' (dev ' + scored + ')' if scored else ''}"
                    if reading.get("trained") else f"the best on the dev gold at training ({scored})")
-            return recorded_options(reading, tgt_units), why
+            return options, why
+        if isinstance(self.model, AlignmentLayerModel):
+            return (AlignOptions(weights=ALIGNMENT_LAYER, tgt_units=tgt_units),
+                    "the model's alignment layer (model.alignment_layer)")
         measured = getattr(self.model, "measured_reading", None)
         if measured is None:
             return AlignOptions(tgt_units=tgt_units), "the attention the model reports"

@@ -244,6 +244,7 @@ class AlignWeights(str, enum.Enum):
     value_norm = "value-norm"
     rollout = "rollout"
     alti = "alti"
+    alignment_layer = "alignment-layer"
 
     @property
     def reading(self) -> str:
@@ -287,8 +288,11 @@ WEIGHTS_OPTION = typer.Option(None, "--weights", help="attention: the weights as
                               "rollout: attention rolled out through every layer with the residual (Abnar & Zuidema "
                               "2020); alti: ALTI+, each source token's contribution through every layer (Ferrando et "
                               "al. 2022). All but attention read contributions and need a Transformer model "
-                              "directory; rollout and alti mix the heads (--layer, no --head). Default: the model's "
-                              "default reading: the weights training recorded, else the measured rule's (value-norm "
+                              "directory; rollout and alti mix the heads (--layer, no --head). alignment-layer: the "
+                              "weights of the model's alignment layer (model.alignment_layer: an attention that "
+                              "reads the whole target, trained to align; no --layer). Default: the model's "
+                              "default reading: the weights training recorded (its alignment layer where it has "
+                              "one), else the measured rule's (value-norm "
                               "for a Transformer model directory, attention for an RNN, an ensemble or an export).")
 JOIN_OPTION = typer.Option(None, "--join", help="How a source word's pieces join: sum (the chance of looking at any of "
                            "them) or max (its sharpest piece). Default: what training measured on its dev gold, else "

@@ -43,13 +43,16 @@ from heed.data.units import Units, char_token_index
 from heed.explain.align import Link, source_word_sum, target_word_mean
 
 Method = Literal["argmax", "shift"]
-Weights = Literal["attention", "value_norm", "rollout", "alti"]
-WEIGHTS: tuple[Weights, ...] = ("attention", "value_norm", "rollout", "alti")
+Weights = Literal["attention", "value_norm", "rollout", "alti", "alignment_layer"]
+WEIGHTS: tuple[Weights, ...] = ("attention", "value_norm", "rollout", "alti", "alignment_layer")
+# The weights of a model's alignment layer (model.alignment_layer, heed.nn.transformer.alignment_layer):
+# one layer beside the decoder's, so no decoder layer to choose.
+ALIGNMENT_LAYER: Weights = "alignment_layer"
 # Readings of what every head of every earlier layer contributed (heed.explain.contributions): one
 # per decoder layer, all heads mixed, so no head of their own to choose.
 THROUGH_LAYERS: tuple[Weights, ...] = ("rollout", "alti")
 WEIGHT_NAMES: dict[Weights, str] = {"attention": "attention", "value_norm": "value norms", "rollout": "rollout",
-                                    "alti": "ALTI+"}
+                                    "alti": "ALTI+", "alignment_layer": "the alignment layer"}
 Join = Literal["sum", "max"]
 JOINS: tuple[Join, ...] = ("sum", "max")
 # The thresholds training measures on its dev gold (heed.train.alignment): 0 (every unit linked)
@@ -74,7 +77,10 @@ class AlignOptions:
              contributions, not of weights; the heads' mean then favours the heads that move more;
              "rollout" (Abnar & Zuidema 2020) or "alti" (ALTI+, Ferrando et al. 2022): what each
              source token contributed to the prediction through every layer up to `layer`, all
-             heads mixed (heed.explain.contributions), so `head` must be left unset
+             heads mixed (heed.explain.contributions), so `head` must be left unset;
+             "alignment_layer": the weights of the model's alignment layer (Garg et al. 2019's
+             full-context layer, trained to align: heed.nn.transformer.alignment_layer), whose heads
+             `head` chooses, `layer` left unset
     join:    how a source word's pieces join: "sum" (default) or "max" (its sharpest piece)
     null_threshold: in [0, 1]; a target unit whose largest weight on a source word is less than
              this share of its row's weight on the source's words is left unlinked (0: every unit
@@ -102,6 +108,9 @@ class AlignOptions:
         if self.weights in THROUGH_LAYERS and self.head not in (None, MEAN):
             raise ValueError(f"{WEIGHT_NAMES[self.weights]} mixes every head of every layer; choose a layer, not "
                              f"a head (got head {self.head!r})")
+        if self.weights == ALIGNMENT_LAYER and self.layer is not None:
+            raise ValueError(f"the alignment layer is one layer beside the decoder's; choose no layer (got layer "
+                             f"{self.layer!r})")
         if self.layer not in (None, MEAN) and not _is_index(self.layer):
             raise ValueError(f"layer must be a 0-based index or 'mean', got {self.layer!r}")
         if isinstance(self.head, tuple):
@@ -123,6 +132,10 @@ class AlignOptions:
             layer = ("the last decoder layer" if self.layer is None else "each decoder layer's, averaged"
                      if self.layer == MEAN else f"up to decoder layer {self.layer}")
             return f"{method}, {WEIGHT_NAMES[self.weights]} {layer}{self._words()}"
+        if self.weights == ALIGNMENT_LAYER:
+            head = ("mean of heads" if self.head in (None, MEAN) else f"head {self.head}" if isinstance(self.head, int)
+                    else f"mean of heads {', '.join(map(str, self.head))}")
+            return f"{method}, the alignment layer, {head}{self._words()}"
         weighed = ", weighed by value norms" if self.weights == "value_norm" else ""
         if head_grid == (1, 1):
             return f"{method}, the attention{weighed}{self._words()}"
@@ -197,6 +210,8 @@ def check_selection(options: AlignOptions, layers: int, heads: int) -> None:
 def select_attention(stack: np.ndarray, options: AlignOptions, default_layer: int) -> np.ndarray:
     """stack (layers, heads, rows, src_len) -> the attention `options` picks, (rows, src_len)."""
     check_selection(options, stack.shape[0], stack.shape[1])
+    if options.weights == ALIGNMENT_LAYER:  # the stack is the alignment layer's one layer
+        default_layer = 0
     layer = default_layer if options.layer is None else options.layer
     by_layer = stack.mean(axis=0) if layer == MEAN else stack[layer]  # (heads, rows, src_len)
     if isinstance(options.head, tuple):

@@ -23,6 +23,7 @@ from heed.data.corpus import Pair, normalize
 from heed.data.units import Units
 from heed.explain.align import AerCounts, Link, hard_alignment
 from heed.explain.align_methods import (
+    ALIGNMENT_LAYER,
     JOINS,
     MEAN,
     METHODS,
@@ -39,7 +40,7 @@ from heed.explain.align_methods import (
     select_attention,
 )
 from heed.explain.contributions import contributions
-from heed.nn.protocol import ContributionModel, HeadsModel, ValueNormModel
+from heed.nn.protocol import AlignmentLayerModel, ContributionModel, HeadsModel, ValueNormModel
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,9 @@ def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_tex
     weights (with heads): "value_norm" weighs each weight by the norm of its source position's
     value vector through its head (heed.nn.protocol.ValueNormModel; Kobayashi et al. 2020);
     "rollout" and "alti" give each decoder layer's source contributions instead, normalised per row
-    (heed.explain.contributions; heed.nn.protocol.ContributionModel), as (layers, 1, ...)."""
+    (heed.explain.contributions; heed.nn.protocol.ContributionModel), as (layers, 1, ...);
+    "alignment_layer" gives the model's alignment layer's every head instead, as (1, heads, ...)
+    (heed.nn.protocol.AlignmentLayerModel)."""
     check_weights(model, weights, heads=heads)
     src_tokens = [codec.src_tokens(t) for t in src_texts]
     tgt_tokens = [codec.tgt_tokens(t) for t in tgt_texts]
@@ -89,6 +92,8 @@ def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_tex
             if weights in THROUGH_LAYERS:
                 shares = contributions(model, batch.src, batch.src_lengths, batch.tgt_in, reading=weights)  # type: ignore[arg-type]
                 stack = shares.alignment()[:, None]  # (L, 1, B, T+1, S+1)
+            elif weights == ALIGNMENT_LAYER:
+                stack = model.alignment_heads(batch.src, batch.src_lengths, batch.tgt_in)  # (1, H, B, T+1, S+1)
             elif heads:
                 stack = model.attention_heads(batch.src, batch.src_lengths, batch.tgt_in)  # (L, H, B, T+1, S+1)
                 if weights == "value_norm":
@@ -109,6 +114,8 @@ def check_weights(model: Any, weights: Weights, *, heads: bool = True) -> None:
         raise ValueError("this model gives only its averaged attention (an ensemble, an exported model, or a family "
                          "without per-head maps); "
                          "choosing a layer or a head needs a PyTorch model directory of a family with them")
+    if weights == ALIGNMENT_LAYER and not isinstance(model, AlignmentLayerModel):
+        raise ValueError(no_alignment_layer(model))
     if weights == "value_norm" and not (heads and isinstance(model, ValueNormModel)):
         raise ValueError("weighing attention by value norms needs each head's value vectors, which a Transformer "
                          "model directory gives (an RNN's attention, an ensemble or an export does not)")
@@ -116,6 +123,13 @@ def check_weights(model: Any, weights: Weights, *, heads: bool = True) -> None:
         raise ValueError(f"{WEIGHT_NAMES[weights]} reads every attention block of the encoder and the decoder, which "
                          "a Transformer model directory gives (an RNN's one attention, an ensemble or an export "
                          "does not)")
+
+
+def no_alignment_layer(model: Any) -> str:
+    """The one line a model without an alignment layer is refused with, when its layer is asked for."""
+    return (f"this model ({type(model).__name__}) has no alignment layer: a Transformer trained with "
+            "model.alignment_layer: true and train.alignment has one; read its attention instead (leave out "
+            "--weights alignment-layer)")
 
 
 def links_of(pair: ForcedPair, maps: UnitMaps, options: AlignOptions, default_layer: int) -> tuple[np.ndarray, list[Link]]:

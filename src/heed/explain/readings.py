@@ -211,6 +211,12 @@ def _attribution_cost(size: PairSize, options: Any) -> PairCost:
     return PairCost(attribution_work(t, points), 0, s + 2 * t + (t + 1) * (2 * (s + 1) + (t + 1) + 4))
 
 
+def _alignment_layer_cost(size: PairSize, options: Any) -> PairCost:
+    """A teacher-forced pass and the alignment layer's heads, read and returned."""
+    weights = attention_weights(size.src_len, size.tgt_len, 1, size.heads)
+    return PairCost(forced_work(size.tgt_len), weights, weights + size.src_len + size.tgt_len)
+
+
 GIVEN = "heed.explain.given_pairs:"  # the readings that were Translator methods first, wrapped there
 
 
@@ -231,6 +237,9 @@ register(Reading("source_share", "ContributionModel", SourceShareOptions, GIVEN 
                                      "token's part in it"))
 register(Reading("logit_lens", "ContributionModel", LensOptions, GIVEN + "logit_lens_reading", _lens_cost,
                  "each decoder layer read through the output layer: the real token's probability, the top tokens"))
+register(Reading("alignment_layer", "AlignmentLayerModel", NoOptions, "heed.explain.alignment_layer:run",
+                 _alignment_layer_cost, "the alignment layer's every head over the source (a model trained with "
+                                        "model.alignment_layer; Garg et al. 2019)"))
 register(Reading("attribution", "AttributableModel", AttributionOptions, GIVEN + "attribution_reading",
                  _attribution_cost, "each source token's attribution to each output token's log-probability (Captum)"))
 

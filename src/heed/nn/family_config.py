@@ -76,6 +76,12 @@ with warnings.catch_warnings():
             read or trained one by one (guided alignment training needs them)."""
             return None
 
+        @property
+        def has_alignment_layer(self) -> bool:
+            """Whether the model this config builds has an alignment layer (heed.nn.protocol.AlignmentLayerModel),
+            which guided alignment training trains instead of a decoder layer's heads."""
+            return False
+
 
 def config_class(name: str) -> type[FamilyConfig]:
     """Family `name`'s `model:` class (torch-free); KeyError for a family not registered."""

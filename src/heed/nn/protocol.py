@@ -141,6 +141,18 @@ class HeadsModel(Protocol):
         ...
 
 
+@runtime_checkable
+class AlignmentLayerModel(Protocol):
+    """A model with an alignment layer (model.alignment_layer: true, a Transformer; Garg et al. 2019's
+    full-context alignment): an attention over the source that reads the whole target, trained by
+    guided alignment and used only to align."""
+
+    def alignment_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced: the alignment layer's every head over the source, (1, heads, batch,
+        tgt_len, src_len), row t for target token t, as one layer of attention_heads."""
+        ...
+
+
 class MeasuredReading(NamedTuple):
     """The alignment reading measured best for a kind of model on gold by construction
     (docs/look-inside.md, section 8; bench/studies/alignment_readings.py): what `heed align` reads when
@@ -325,6 +337,7 @@ class FamilyGraphs(Protocol):
         ...
 
 __all__ = [
+    "AlignmentLayerModel",
     "AttentionMaps",
     "AttributableModel",
     "Encoded",

@@ -19,6 +19,12 @@ there when the token is chosen, which shift-att, a step late, cannot give at dec
 
 In an RNN the supervised row is the step whose attention feeds the prediction of token t (with or
 without input feeding): the supervision fixes what the row means by construction.
+
+A model with an alignment layer (model.alignment_layer; heed.nn.transformer.alignment_layer, Garg et
+al.'s full-context alignment) has the same loss trained on that layer's heads instead (their mean,
+row t for target token t), and no decoder head is supervised: the layer reads the whole target,
+detached from the translator. With `self` the labels are still the shift-att of train.alignment's
+decoder layer (Garg et al. 2019, 4.3: the model's own attention as the target).
 """
 from __future__ import annotations
 
@@ -35,11 +41,13 @@ from heed.data.corpus import Pair
 from heed.data.supervision import TokenLinks
 from heed.data.units import Units
 from heed.errors import ConfigError
-from heed.explain.align_methods import AlignOptions, recorded_options
+from heed.explain.align_methods import ALIGNMENT_LAYER, AlignOptions, recorded_options
 from heed.explain.forced import corpus_aer, sweep, word_rules
+from heed.nn.loss import TargetBatch
 from heed.nn.protocol import HeadsModel
 
 TRAINED_MARGIN = 0.001  # the trained heads stay heed align's reading unless a reading beats them by this AER on the dev gold
+ALIGNER_PREFIX = "aligner."  # an alignment layer's parameters' names (AligningTransformer.aligner)
 LOG_FLOOR = 1e-9  # attention below this counts as this in the log: a masked-out or underflowed weight stays finite
 
 
@@ -95,11 +103,14 @@ class GuidedAlignment:
     start_step: int
     links: TokenLinks | None
     units: Units  # what the supervision's target positions counted (the reading's default units)
+    aligner: bool = False  # the model's alignment layer is trained, not `heads` of `layer`
 
     @property
     def options(self) -> AlignOptions:
         """The reading of the trained heads: argmax (the step that predicts each token, which they were
-        trained at) of their mean attention."""
+        trained at) of their mean attention; the alignment layer's heads' mean where it is trained."""
+        if self.aligner:
+            return AlignOptions(method="argmax", weights=ALIGNMENT_LAYER, tgt_units=self.units)
         return AlignOptions(method="argmax", layer=self.layer,
                             head=self.heads[0] if len(self.heads) == 1 else tuple(self.heads), tgt_units=self.units)
 
@@ -110,6 +121,10 @@ def check_guided(config: Config, *, planned_updates: int | None) -> None:
     `planned_updates` (None: not known, not checked)."""
     guided = config.train.alignment
     if guided is None:
+        if config.model.has_alignment_layer:
+            raise ConfigError("an alignment layer learns from guided alignment's supervision: add train.alignment "
+                              "(supervision: a links file, task or self), or set model.alignment_layer: false",
+                              field="model.alignment_layer")
         return
     grid = config.model.attention_grid
     if grid is None:
@@ -147,7 +162,41 @@ def guided_alignment(config: Config, links: TokenLinks | None, corpora: Corpora)
     units: Units = (corpora.train_gold.units if guided.supervision == "task" and corpora.train_gold is not None
                     else guided.units)
     return GuidedAlignment(trained_layer(guided, grid[0]), list(guided.heads), guided.weight, guided.start_step, links,
-                           units)
+                           units, config.model.has_alignment_layer)
+
+
+def clip_groups(model: Any) -> list[list[Tensor]]:
+    """The parameters whose gradient norm is clipped together: all of them, and an alignment layer's
+    (heed.nn.transformer.alignment_layer) apart, so that its gradients never scale the translator's
+    and the translator trains as it would without the layer."""
+    translator: list[Tensor] = []
+    aligner: list[Tensor] = []
+    for name, parameter in model.named_parameters():
+        (aligner if name.startswith(ALIGNER_PREFIX) else translator).append(parameter)
+    return [translator, aligner] if aligner else [translator]
+
+
+def guided_loss(model: Any, batch: TargetBatch, guide: GuidedAlignment, target: Tensor | None, *,
+                label_smoothing: float) -> tuple[Tensor, Tensor]:
+    """(the model's loss plus guide.weight times L_a, L_a alone) of one batch, from one pass: L_a on
+    `guide.heads` of `guide.layer`, or with `guide.aligner` on every head of the model's alignment
+    layer (heed.nn.transformer.alignment_layer). `target` (batch, tgt_len, src_len): the links'
+    supervision; None reads `self`'s labels off the same pass (shift_att_target)."""
+    self_labels = target is None
+    if guide.aligner:
+        aligned = model.loss_with_alignment(batch, label_smoothing=label_smoothing,
+                                            attention_layer=guide.layer if self_labels else None)
+        out, attention = aligned.loss, aligned.alignment
+        heads = list(range(attention.size(1)))
+    else:
+        out = model.loss(batch, label_smoothing=label_smoothing, attention_layer=guide.layer)
+        attention, heads = out.attention, guide.heads
+    if target is None:
+        assert out.attention is not None
+        target = shift_att_target(out.attention, batch.src_lengths, (batch.tgt_out != model.pad_id).sum(1))
+    assert attention is not None
+    align = alignment_loss(attention, heads, target)
+    return out.total + guide.weight * align.to(out.total.dtype), align.detach()
 
 
 def alignment_reading(model: Any, codec: Codec, dev_pairs: Sequence[Pair], gold: DevGold | None,
@@ -205,12 +254,14 @@ def _best_reading(model: Any, codec: Codec, dev_pairs: Sequence[Pair], gold: Dev
     trained = replace(guide.options, tgt_units=gold.units)
     trained_aer = corpus_aer(model, codec, dev_pairs, gold, device=device, options=trained) or 0.0
     # The evidence decides: the trained heads, unless another reading aligns the dev gold better
-    # (`self` teaches the heads shift-att's links, which can be worse than the plain reading's).
-    use_trained = trained_aer <= aer + TRAINED_MARGIN
-    say(f"alignment: the trained heads ({trained.describe(result.head_grid)}) align the dev gold at AER "
+    # (`self` teaches the heads shift-att's links, which can be worse than the plain reading's). An
+    # alignment layer is there to align: heed align reads it, and the line says how it compares.
+    use_trained = guide.aligner or trained_aer <= aer + TRAINED_MARGIN
+    what = "the alignment layer" if guide.aligner else f"the trained heads ({trained.describe(result.head_grid)})"
+    say(f"alignment: {what} align{'s' if guide.aligner else ''} the dev gold at AER "
         f"{100 * trained_aer:.1f}% (the default reading {100 * default:.1f}%, the best of the sweep "
         f"{100 * aer:.1f}%: {best.describe(result.head_grid)}); heed align uses "
-        + ("the trained heads" if use_trained else "the sweep's best"))
+        + ("the alignment layer" if guide.aligner else "the trained heads" if use_trained else "the sweep's best"))
     if not use_trained:
         return best_reading
     return {**_fields(trained), "trained": True, "dev_aer": trained_aer, "default_dev_aer": default}

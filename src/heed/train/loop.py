@@ -100,11 +100,11 @@ from heed.plumbing.runtime import (
 )
 from heed.train.alignment import (
     GuidedAlignment,
-    alignment_loss,
     alignment_reading,
     alignment_target,
+    clip_groups,
     guided_alignment,
-    shift_att_target,
+    guided_loss,
 )
 from heed.train.dev import DevResult, decode_pairs, dev_batches, dev_loss
 from heed.train.log import TrainLog, Window, best_so_far
@@ -190,13 +190,7 @@ class _BatchLoss(nn.Module):
         guide = self.guide
         if not guided or guide is None:
             return self.model.loss(targets, label_smoothing=self.label_smoothing).total, None
-        out = self.model.loss(targets, label_smoothing=self.label_smoothing,  # type: ignore[call-arg]
-                              attention_layer=guide.layer)
-        assert out.attention is not None
-        if target is None:
-            target = shift_att_target(out.attention, src_lengths, (tgt_out != self.model.pad_id).sum(1))
-        align = alignment_loss(out.attention, guide.heads, target)
-        return out.total + guide.weight * align.to(out.total.dtype), align.detach()
+        return guided_loss(self.model, targets, guide, target, label_smoothing=self.label_smoothing)
 
 
 class Trainer:
@@ -567,7 +561,8 @@ class Trainer:
             loss_sum, align_sum = agreed[0], agreed[1]
             self._agreed = (bool(agreed[2] > 0), bool(agreed[3] > 0))
         if cfg.clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
+            for group in clip_groups(self.model):
+                torch.nn.utils.clip_grad_norm_(group, cfg.clip)
         self.optimizer.step()
         if self._check_loss_every_step:  # reading the loss waits for nothing on the CPU
             value = float(loss_sum)

@@ -3,4 +3,6 @@ pre- or post-norm layers, sinusoidal or learned positions, tied embeddings, a ke
 
     config  TransformerConfig (`model:` with family: transformer; torch-free)
     model   TransformerSeq2Seq and build_transformer; layers, attention; onnx, ct2 (its exports)
+    alignment_layer  AligningTransformer: the full-context alignment layer (Garg et al. 2019),
+                     used only to align; the family's builder
 """

@@ -53,6 +53,12 @@ with warnings.catch_warnings():
                                        "sines then all cosines (halves: Marian's), or fairseq's (M2M-100's, NLLB's: "
                                        "halves with frequencies 10000^(-i/(d/2-1)), positions from 2)")
 
+        alignment_layer: bool = Field(
+            False, description="an extra attention layer that reads the whole target (no causal mask) and attends "
+                               "over the source, trained by train.alignment's supervision and used only to align "
+                               "(Garg et al. 2019's full-context alignment; heed align reads it by default); "
+                               "translation never runs it")
+
         @field_validator("heads")
         @classmethod
         def _heads_divide_d_model(cls, value: int, info: ValidationInfo) -> int:
@@ -90,6 +96,10 @@ with warnings.catch_warnings():
         @property
         def attention_grid(self) -> tuple[int, int]:
             return self.layers, self.heads
+
+        @property
+        def has_alignment_layer(self) -> bool:
+            return self.alignment_layer
 
         @property
         def position_limit(self) -> int | None:
