@@ -4,6 +4,7 @@ construction, never changes a translation, survives a model directory, and is wh
 Translator.explain and the server read by default; a model without one is refused in one line."""
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -157,3 +158,43 @@ def test_an_alignment_layer_without_its_supervision_is_refused_naming_the_field(
 def test_an_alignment_layer_asks_for_no_decoder_layer():
     with pytest.raises(ValueError, match="choose no layer"):
         AlignOptions(weights=ALIGNMENT_LAYER, layer=0)
+
+
+def test_an_export_translates_as_the_model_and_leaves_the_layer_out(runs, tmp_path):
+    """ONNX and CTranslate2 exports carry the translator alone: the same translations, and the layer
+    asked of the export is refused in one line."""
+    if importlib.util.find_spec("onnxruntime") is None:
+        pytest.skip("onnxruntime (heed-nmt[onnx]) is not installed")
+    root, _, layered = runs
+    sources = [p.src for p in _sources(root).test[:8]]
+    model = Translator.load(layered.model_dir)
+    formats = ["onnx"] + (["ctranslate2"] if importlib.util.find_spec("ctranslate2") else [])
+    for kind in formats:
+        out = invoke("export", layered.model_dir, "-o", tmp_path / kind, "--format", kind)
+        assert out.exit_code == 0, out.output
+        exported = Translator.load(tmp_path / kind)
+        assert [t.text for t in exported.translate(sources)] == [t.text for t in model.translate(sources)]
+    with pytest.raises(HeedError, match="has no alignment layer.*an export leaves it out"):
+        Translator.load(tmp_path / "onnx").align(sources[:1], ["1998-03-03"], options=AlignOptions(weights=ALIGNMENT_LAYER))
+
+
+def test_the_server_aligns_by_the_layer_by_default_and_refuses_it_of_a_model_without_one(runs):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from heed.serve.app import create_app
+
+    root, plain, layered = runs
+    pairs = _sources(root).test[:3]
+    body = {"sources": [p.src for p in pairs], "targets": [p.tgt for p in pairs], "tgt_units": "chars"}
+    with_layer, without = Translator.load(layered.model_dir), Translator.load(plain.model_dir)
+    expected = with_layer.align(body["sources"], body["targets"],
+                                options=AlignOptions(weights=ALIGNMENT_LAYER, tgt_units="chars"))
+    with TestClient(create_app({"layer": with_layer, "plain": without})) as client:
+        answer = client.post("/v1/align", json={**body, "model": "layer"})
+        assert answer.status_code == 200, answer.text
+        assert [r["links"] for r in answer.json()["results"]] == [[list(link) for link in a.links] for a in expected]
+        refused = client.post("/v1/align", json={**body, "model": "plain", "weights": "alignment_layer"})
+        assert refused.status_code == 422
+        assert refused.json()["error"]["field"] == "weights"
+        assert "has no alignment layer" in refused.json()["error"]["message"]

@@ -1176,6 +1176,19 @@ def _(c: Ctx) -> Call:
                 ["--head must be a 0-based index", "got 'top'"])
 
 
+@case("align-alignment-layer-missing")
+def _(c: Ctx) -> Call:
+    out = c.file("hyp.align", "old\n")
+    return Call(["align", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"], "--weights",
+                 "alignment-layer", "-o", out], ["has no alignment layer", "model.alignment_layer: true"], keep=[out])
+
+
+@case("explain-alignment-layer-missing")
+def _(c: Ctx) -> Call:
+    return Call(["explain", "alignment_layer", c.run, "--src", c.corpus["test_src"], "--tgt", c.corpus["test_ref"]],
+                ["the reading 'alignment_layer' needs a AlignmentLayerModel"])
+
+
 @case("align-gold-chars-outside")
 def _(c: Ctx) -> Call:
     n = len(c.corpus["test_src"].read_text(encoding="utf-8").splitlines())

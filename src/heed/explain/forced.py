@@ -110,12 +110,12 @@ def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_tex
 
 def check_weights(model: Any, weights: Weights, *, heads: bool = True) -> None:
     """ValueError saying which model a reading needs, when `model` cannot give `weights`."""
+    if weights == ALIGNMENT_LAYER and not isinstance(model, AlignmentLayerModel):
+        raise ValueError(no_alignment_layer(model))
     if heads and not isinstance(model, HeadsModel):
         raise ValueError("this model gives only its averaged attention (an ensemble, an exported model, or a family "
                          "without per-head maps); "
                          "choosing a layer or a head needs a PyTorch model directory of a family with them")
-    if weights == ALIGNMENT_LAYER and not isinstance(model, AlignmentLayerModel):
-        raise ValueError(no_alignment_layer(model))
     if weights == "value_norm" and not (heads and isinstance(model, ValueNormModel)):
         raise ValueError("weighing attention by value norms needs each head's value vectors, which a Transformer "
                          "model directory gives (an RNN's attention, an ensemble or an export does not)")
@@ -127,9 +127,9 @@ def check_weights(model: Any, weights: Weights, *, heads: bool = True) -> None:
 
 def no_alignment_layer(model: Any) -> str:
     """The one line a model without an alignment layer is refused with, when its layer is asked for."""
-    return (f"this model ({type(model).__name__}) has no alignment layer: a Transformer trained with "
-            "model.alignment_layer: true and train.alignment has one; read its attention instead (leave out "
-            "--weights alignment-layer)")
+    return (f"this model ({type(model).__name__}) has no alignment layer: a Transformer model directory trained "
+            "with model.alignment_layer: true and train.alignment has one (an export leaves it out); read its "
+            "attention instead (leave out --weights alignment-layer)")
 
 
 def links_of(pair: ForcedPair, maps: UnitMaps, options: AlignOptions, default_layer: int) -> tuple[np.ndarray, list[Link]]:

@@ -51,13 +51,14 @@ from heed.checkpoint import METRICS_FILE
 from heed.data.corpus import text_problem
 from heed.decode_config import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError
-from heed.explain.align_methods import AlignOptions
+from heed.explain.align_methods import ALIGNMENT_LAYER, AlignOptions
+from heed.explain.forced import no_alignment_layer
 from heed.explain.given_pairs import nbest_source_shares
 from heed.explain.priors import Priors
 from heed.explain.readings import READINGS, PairSize, Reading, explain
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention
-from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel
+from heed.nn.protocol import AlignmentLayerModel, AttributableModel, ContributionModel, HeadsModel
 from heed.plumbing.files import open_regular
 from heed.plumbing.limits import search_work
 from heed.search import OwnSearchModel
@@ -469,6 +470,18 @@ def _add_pages(app: FastAPI) -> None:
         return FileResponse(CJK_FONT, media_type="font/ttf", headers={"Cache-Control": "public, max-age=86400"})
 
 
+def _align_weights(translator: Translator, request: AlignRequest) -> Any:
+    """The weights /v1/align reads: the request's, or where it names none the model's alignment layer
+    when it has one (heed align's default too); ApiError on "weights" for an alignment layer asked of
+    a model without one."""
+    has_layer = isinstance(translator.model, AlignmentLayerModel)
+    if "weights" not in request.model_fields_set:
+        return ALIGNMENT_LAYER if has_layer and request.layer is None else request.weights
+    if request.weights == ALIGNMENT_LAYER and not has_layer:
+        raise ApiError(422, no_alignment_layer(translator.model), "weights")
+    return request.weights
+
+
 def _priors_aligned(results: list[dict[str, Any]], request: AlignRequest, priors: Priors) -> list[dict[str, Any]]:
     """/v1/align's results with the links `request.aligner` chooses (heed.explain.priors.aligner_links:
     eflomal with the model's priors on the request's pairs alone, or joined with the model's links)."""
@@ -644,8 +657,9 @@ class _Routes:
         src_lens = [len(translator.codec.src_tokens(source)[:translator.max_src_len]) for source in request.sources]
         tgt_lens = [len(translator.codec.tgt_tokens(target)) for target in request.targets]
         units = [len(t.split()) if request.tgt_units == "words" else len("".join(t.split())) for t in request.targets]
+        weights = _align_weights(translator, request)
         cost = align_cost(src_lens, tgt_lens, [len(s.split()) for s in request.sources], units,
-                          reading=request.weights, grid=_grid(translator))
+                          reading=weights, grid=_grid(translator))
         priors = None
         if request.aligner != "model":
             priors = self.priors.get(name)
@@ -656,11 +670,11 @@ class _Routes:
                 raise ApiError(422, f"model {name!r}'s priors count target {priors.units}: give tgt_units "
                                     f"{priors.units}", "tgt_units")
         self._within(cost)
-        reading = AlignOptions(method=request.method, layer=request.layer, weights=request.weights,
+        reading = AlignOptions(method=request.method, layer=request.layer, weights=weights,
                                tgt_units=request.tgt_units, join=request.join, null_threshold=request.null_threshold)
         key = _Key(name, "align", languages=(request.src_lang, request.tgt_lang), reading=reading)
         # ALTI+, rollout and value norms weigh every head: a pair a turn
-        costs = cost.work if request.weights == "attention" else [self.settings.slice_work] * len(cost.work)
+        costs = cost.work if weights == "attention" else [self.settings.slice_work] * len(cost.work)
         results = await self._decoded(key, list(zip(request.sources, request.targets)), costs)
         if priors is not None:
             try:

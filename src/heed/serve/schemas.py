@@ -84,9 +84,11 @@ class AlignRequest(_Pair):
     targets: list[str]
     method: Literal["argmax", "shift"] = Field("argmax", description="argmax: link each target word by the step "
                                                "that predicts it; shift: by the step that reads it (shift-att)")
-    weights: Literal["attention", "value_norm", "rollout", "alti"] = Field(
+    weights: Literal["attention", "value_norm", "rollout", "alti", "alignment_layer"] = Field(
         "attention", description="the attention as it is, weighed by value norms, rolled out through the layers, or "
-                                 "ALTI+ contributions (all but attention: a Transformer model directory)")
+                                 "ALTI+ contributions (all but attention: a Transformer model directory), or the "
+                                 "weights of the model's alignment layer (model.alignment_layer; the default for a "
+                                 "model that has one)")
     layer: Annotated[int, Field(ge=0)] | Literal["mean"] | None = Field(
         None, description="the decoder layer read (default: the last), or mean")
     tgt_units: Literal["words", "chars"] = Field("words", description="target positions: whitespace words, or "

@@ -29,7 +29,7 @@ Shapes: `batch, src_len, tgt_len, d_model, heads`.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -38,7 +38,8 @@ from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.masks import lengths_to_mask, masked_softmax
 from heed.nn.model_config import ModelConfig
 from heed.nn.transformer.attention import MultiHeadAttention
-from heed.nn.transformer.layers import FeedForward
+from heed.nn.transformer.config import TransformerConfig
+from heed.nn.transformer.layers import DecoderLayer, FeedForward
 from heed.nn.transformer.model import TransformerEncoded, TransformerSeq2Seq, build_transformer
 
 
@@ -96,8 +97,8 @@ class AligningTransformer(TransformerSeq2Seq):
         TransformerFeatures, the source mask, the layer's weights (batch, heads, tgt_len, src_len))."""
         src_mask = lengths_to_mask(src_lengths, src.size(1))  # (batch, src_len)
         memory = self.encoder(src, src_mask)
-        enc = TransformerEncoded(src_mask, tuple(layer.cross_attn.project_memory(memory)
-                                                 for layer in self.decoder.layers), src=src)
+        layers = cast(list[DecoderLayer], list(self.decoder.layers))
+        enc = TransformerEncoded(src_mask, tuple(layer.cross_attn.project_memory(memory) for layer in layers), src=src)
         features = self._decode_all(tgt_in, enc, need_attention=False, heads_of_layer=attention_layer)
         # Row k predicts tgt_in[k + 1] (</s> for the last real row, whose next input is padding:
         # its embedding is 0). tgt_in's rows are the target's rows: real where tgt_in is.
@@ -130,7 +131,7 @@ def build(cfg: ModelConfig, **sizes: Any) -> TransformerSeq2Seq:
     when `cfg.alignment_layer`. The layer is made under a forked generator, so the translator's
     initial weights and every random draw after them are those of the model without it."""
     model = build_transformer(cfg, **sizes)
-    if not getattr(cfg, "alignment_layer", False):
+    if not isinstance(cfg, TransformerConfig) or not cfg.alignment_layer:
         return model
     with torch.random.fork_rng(devices=[]):
         aligner = AlignmentLayer(cfg.d_model, cfg.heads, cfg.ff_size)
