@@ -366,6 +366,13 @@ def _(c: Ctx) -> Call:
     return Call(["train", c.yaml_config(), "--set", "model.dropout=&a [*a]"], ["model.dropout"])
 
 
+@case("train-alignment-layer-without-supervision")
+def _(c: Ctx) -> Call:
+    config = c.yaml_config(edit=lambda d: d.update(model={"family": "transformer", "layers": 1, "d_model": 16,
+                                                          "heads": 2, "ff_size": 32, "alignment_layer": True}))
+    return Call(["train", config], ["model.alignment_layer", "add train.alignment"])
+
+
 @case("train-bf16-without-cpu-support")
 def _(c: Ctx) -> Call:
     return Call(["train", c.yaml_config(edit=lambda d: d["train"].update(bf16=True, device="cpu"))],
