@@ -19,11 +19,19 @@ from heed.data.pharaoh import to_pharaoh
 from heed.errors import ConfigError, HeedError
 from heed.explain.align_methods import ALIGNMENT_LAYER, AlignOptions
 from heed.explain.forced import corpus_aer
+from heed.nn.build import build_model
 from heed.nn.protocol import AlignmentLayerModel
 from heed.nn.transformer.alignment_layer import AligningTransformer
 from heed.nn.transformer.model import TransformerSeq2Seq
 from heed.train import train
-from heed.train.alignment import check_guided
+from heed.train.alignment import (
+    GuidedAlignment,
+    alignment_loss,
+    alignment_target,
+    check_guided,
+    guided_loss,
+    shift_att_target,
+)
 
 EPOCHS = 10
 
@@ -198,3 +206,34 @@ def test_the_server_aligns_by_the_layer_by_default_and_refuses_it_of_a_model_wit
         assert refused.status_code == 422
         assert refused.json()["error"]["field"] == "weights"
         assert "has no alignment layer" in refused.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("supervision", ["links", "self"])
+def test_the_alignment_loss_reaches_the_layer_alone(supervision, tmp_path):
+    """guided_loss on a model with the layer: L_a (links, or `self`'s shift-att of the decoder's layer)
+    has gradients in the layer's weights and none in the translator's."""
+    config = _dates(tmp_path, layer=True, supervision="task")
+    torch.manual_seed(0)
+    model = build_model(config.model, src_vocab_size=20, tgt_vocab_size=15)
+    src = torch.randint(4, 20, (3, 6))
+    src[2, 4:] = 0
+    tgt_in, tgt_out = torch.randint(4, 15, (3, 5)), torch.randint(4, 15, (3, 5))
+    tgt_in[:, 0], tgt_out[1, 3:] = 1, 0
+    tgt_in[1, 4:] = 0
+    batch = type("B", (), {"src": src, "src_lengths": torch.tensor([6, 6, 4]), "tgt_in": tgt_in, "tgt_out": tgt_out})()
+    links = [np.array([[0, 0], [1, 2]]), np.array([[0, 1]]), np.array([[2, 3]])]
+    target = alignment_target(links, torch.arange(3), 5, 6) if supervision == "links" else None
+    guide = GuidedAlignment(0, [0], 1.0, 0, None, "words", aligner=True)
+    _, align = guided_loss(model, batch, guide, target, label_smoothing=0.0)
+    # L_a alone again, with its graph, to see where its gradients go
+    aligned = model.loss_with_alignment(batch, attention_layer=0)
+    labels = target if target is not None else shift_att_target(aligned.loss.attention, batch.src_lengths,
+                                                                 (tgt_out != 0).sum(1))
+    loss = alignment_loss(aligned.alignment, [0, 1], labels)
+    assert torch.isfinite(loss) and loss > 0 and torch.allclose(loss, align)
+    loss.backward()
+    for name, parameter in model.named_parameters():
+        if not name.startswith("aligner."):  # the translator's: read detached
+            assert parameter.grad is None or not parameter.grad.any(), name
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters()
+               if n.startswith("aligner."))
