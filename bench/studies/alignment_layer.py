@@ -94,6 +94,7 @@ def dates(args: argparse.Namespace) -> dict:
 def xdomain(args: argparse.Namespace) -> dict:
     from heed.api import Translator
     from heed.data.pharaoh import read_gold_alignments
+    from heed.explain.align_methods import AlignOptions
 
     data = args.data.resolve()
     config = REPO / "configs" / "tatoeba_fra_eng_transformer.yaml"
@@ -114,17 +115,23 @@ def xdomain(args: argparse.Namespace) -> dict:
     out = {}
     for name, run in paths.items():
         translator = Translator.load(run / "model", device="cpu")
-        options, why = translator.default_reading("words")
-        hits = found = wanted = 0
-        for alignment, ref in zip(translator.align(src, tgt, options=options), reference):
-            links = set(alignment.links)
-            hits, found, wanted = hits + len(links & ref), found + len(links), wanted + len(ref)
-        p, r = hits / max(found, 1), hits / max(wanted, 1)
-        f1 = 2 * p * r / max(p + r, 1e-12)
-        out[name] = {**test_scores(run), "precision": p, "recall": r, "f1": f1, "reading": why,
-                     "seconds": seconds[name]}
-        print(f"| {name} | {100 * p:.1f} | {100 * r:.1f} | **{100 * f1:.1f}** | {why} | "
-              f"{out[name]['bleu']:.2f} | {out[name]['steps']} |", flush=True)
+        readings = {name: translator.default_reading("words")}
+        if name == "alignment layer":  # its translator is the plain run's: read it as a plain model is read
+            rule = translator.model.measured_reading
+            readings["plain (the layer run's translator)"] = (
+                AlignOptions(method=rule.method, layer=rule.layer, weights=rule.weights),
+                f"the rule measured for {rule.kind}")
+        for row, (options, why) in readings.items():
+            hits = found = wanted = 0
+            for alignment, ref in zip(translator.align(src, tgt, options=options), reference):
+                links = set(alignment.links)
+                hits, found, wanted = hits + len(links & ref), found + len(links), wanted + len(ref)
+            p, r = hits / max(found, 1), hits / max(wanted, 1)
+            f1 = 2 * p * r / max(p + r, 1e-12)
+            out[row] = {**test_scores(run), "precision": p, "recall": r, "f1": f1, "reading": why,
+                        "seconds": seconds[name]}
+            print(f"| {row} | {100 * p:.1f} | {100 * r:.1f} | **{100 * f1:.1f}** | {why} | "
+                  f"{out[row]['bleu']:.2f} | {out[row]['steps']} |", flush=True)
     return out
 
 
