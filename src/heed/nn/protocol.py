@@ -88,6 +88,38 @@ class SearchModel(Protocol):
         ...
 
 
+class StepFeatures(NamedTuple):
+    """A decoding step up to the output layer: features (rows, d) its input, the next state, the
+    attention (rows, src_len) or None."""
+
+    features: Tensor
+    state: SearchState
+    attention: Tensor | None
+
+
+@runtime_checkable
+class ShortlistModel(Protocol):
+    """A model whose step can stop before its output layer, so that search multiplies only a
+    shortlist's rows of it (the Transformer family)."""
+
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> Encoded: ...
+
+    def init_state(self, enc: Encoded) -> SearchState: ...
+
+    def step_features(self, prev_tokens: Tensor, state: SearchState, enc: Encoded) -> StepFeatures:
+        """prev_tokens (rows,) -> the step up to the output layer."""
+        ...
+
+    def output_layer(self) -> tuple[Tensor, Tensor | None]:
+        """The output layer: weight (vocab, d), bias (vocab,) or None; logits = features W^T + b."""
+        ...
+
+
 class Seq2SeqOutput(NamedTuple):
     """A teacher-forced pass."""
 
