@@ -38,8 +38,9 @@ def _translate_chunks(translator: Translator, lines: Iterable[str], *, name: str
     lines before it is yielded."""
     first = 1
     for chunk in chunks(iter(lines), chunk_size):
+        # attention only for --replace-unk (which asks for it itself): what the lines need
         translations = translator.translate_nbest(chunk, decode=decode, batch_size=batch_size,
-                                                  replace_unk=replace_unk, dictionary=dictionary)
+                                                  replace_unk=replace_unk, dictionary=dictionary, attention=False)
         cut = [first + k for k, nbest in enumerate(translations) if nbest[0].truncated]
         if cut:
             progress.warn(truncation_message(cut, name, translator.max_src_len))
@@ -48,10 +49,6 @@ def _translate_chunks(translator: Translator, lines: Iterable[str], *, name: str
         if sources is not None:
             sources[:] = chunk
         yield translations
-
-
-
-
 
 
 def nbest_lines(first_id: int, chunk: Sequence[list[Translation]],
