@@ -13,11 +13,12 @@ The layer-by-layer mapping is the family's own: heed.nn.transformer.ct2.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from heed.errors import ConfigError, HeedError, install_hint
+
+if TYPE_CHECKING:
+    from heed.nn.protocol import TorchModel
 
 INSTALL_HINT = install_hint("ct2")
 MODEL_FILES = ("model.bin", "config.json")
@@ -65,7 +66,7 @@ def check_exportable(model_cfg: Any, config_path: Path) -> None:
 
 
 
-def write_ct2(model: nn.Module, cfg: Any, codec: Any, directory: Path, *, max_src_len: int, int8: bool) -> None:
+def write_ct2(model: TorchModel, cfg: Any, codec: Any, directory: Path, *, max_src_len: int, int8: bool) -> None:
     """Write CTranslate2's model files (model_files) for a model whose family has a converter
     (heed.nn.build.Family.ct2) into `directory`;
     `int8`: weights stored as int8 (CTranslate2's int8 GEMMs, activations quantized per call)."""
