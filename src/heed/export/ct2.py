@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from heed.errors import ConfigError, HeedError, install_hint
 from heed.search.shortlist import Shortlist, vmap_text
+
+if TYPE_CHECKING:
+    from heed.nn.protocol import TorchModel
 
 INSTALL_HINT = install_hint("ct2")
 MODEL_FILES = ("model.bin", "config.json")
@@ -52,7 +53,7 @@ def check_exportable(model_cfg: Any, config_path: Path) -> None:
                           field="model.family", path=config_path)
 
 
-def write_ct2(model: nn.Module, cfg: Any, codec: Any, directory: Path, *, max_src_len: int, int8: bool,
+def write_ct2(model: TorchModel, cfg: Any, codec: Any, directory: Path, *, max_src_len: int, int8: bool,
               shortlist: Shortlist | None = None) -> None:
     """Write CTranslate2's model files (model_files) for a model whose family has a converter
     (heed.nn.build.Family.ct2) into `directory`;

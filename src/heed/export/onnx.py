@@ -118,7 +118,7 @@ def export_graphs(model: TrainableModel, cfg: ModelConfig, directory: Path) -> d
     `directory`, traced from its family's graph modules; check both with onnx.checker. Returns each
     graph's input and output names."""
     onnx = require("onnx")
-    model = model.float().cpu().eval()  # type: ignore[attr-defined]
+    model = model.float().cpu().eval()
     graphs = family_graphs(cfg)
     names = graphs.names()
     for role, (module, example, axes) in graphs.modules(model).items():

@@ -27,16 +27,16 @@ from torch import Tensor, nn
 from heed.nn.layout import for_decoding
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.masks import lengths_to_mask
-from heed.nn.model_config import ModelConfig
 from heed.nn.protocol import (
     AttentionBlock,
     AttentionMaps,
     MeasuredReading,
     Seq2SeqOutput,
-    StepFeatures,
     TensorState,
 )
+from heed.nn.transformer.attention import MultiHeadAttention
 from heed.nn.transformer.cache import KVCache
+from heed.nn.transformer.config import TransformerConfig
 from heed.nn.transformer.layers import (
     Activation,
     CacheSlot,
@@ -86,6 +86,14 @@ class TransformerEncoded:
 
 class TransformerStep(NamedTuple):
     logits: Tensor  # (rows, vocab)
+    state: TensorState | KVCache  # the key/value cache, one step longer
+    attention: Tensor  # (rows, src_len) the alignment layer's cross-attention, mean over heads
+
+
+class TransformerStepFeatures(NamedTuple):
+    """`step` up to the output layer (heed.nn.protocol.StepFeatures)."""
+
+    features: Tensor  # (rows, d_model) after the final norm
     state: TensorState | KVCache  # the key/value cache, one step longer
     attention: Tensor  # (rows, src_len) the alignment layer's cross-attention, mean over heads
 
@@ -214,6 +222,12 @@ class TransformerDecoder(_Stack):
                                                                                                         vocab_size)
 
 
+def _cross_attention(layer: nn.Module) -> MultiHeadAttention:
+    """A decoder layer's attention over the source (nn.ModuleList gives its items as bare Modules)."""
+    assert isinstance(layer, DecoderLayer)
+    return layer.cross_attn
+
+
 class TransformerSeq2Seq(nn.Module):
     """Encoder + decoder + generator; the family "transformer" of heed.nn.build."""
 
@@ -249,7 +263,7 @@ class TransformerSeq2Seq(nn.Module):
     @property
     def head_grid(self) -> tuple[int, int]:
         """(decoder layers, heads per layer) of attention_heads (heed.nn.protocol.HeadsModel)."""
-        return len(self.decoder.layers), self.decoder.layers[0].cross_attn.heads
+        return len(self.decoder.layers), _cross_attention(self.decoder.layers[0]).heads
 
     # ------------------------------------------------------------------ search
 
@@ -261,7 +275,7 @@ class TransformerSeq2Seq(nn.Module):
         shown each encoder layer's self-attention (heed.nn.protocol.AttentionBlock)."""
         mask = lengths_to_mask(src_lengths, src.size(1))
         states = self.encoder(src, mask, weights=weights, visit=visit)
-        memory = tuple(layer.cross_attn.project_memory(states) for layer in self.decoder.layers)
+        memory = tuple(_cross_attention(layer).project_memory(states) for layer in self.decoder.layers)
         return TransformerEncoded(mask, memory, src=src)
 
     def init_state(self, enc: TransformerEncoded) -> KVCache:
@@ -279,7 +293,7 @@ class TransformerSeq2Seq(nn.Module):
         return TransformerStep(self.decoder.generator(out.features), out.state, out.attention)
 
     def step_features(self, prev_tokens: Tensor, state: TensorState | KVCache,
-                      enc: TransformerEncoded) -> StepFeatures:
+                      enc: TransformerEncoded) -> TransformerStepFeatures:
         """`step` up to the output layer: features (rows, d_model) after the final norm
         (heed.search.shortlist multiplies them by a shortlist's rows of the output layer)."""
         dec = self.decoder
@@ -306,12 +320,13 @@ class TransformerSeq2Seq(nn.Module):
                 attention = out.cross_weights.mean(1).squeeze(1)  # (rows, heads, 1, src_len) -> (rows, src_len)
         assert attention is not None
         next_state = state.advanced() if isinstance(state, KVCache) else cache_state(tensors)
-        return StepFeatures(dec.norm(x).squeeze(1), next_state, attention)
+        return TransformerStepFeatures(dec.norm(x).squeeze(1), next_state, attention)
 
     def output_layer(self) -> tuple[Tensor, Tensor | None]:
         """The output layer's weight (vocab, d_model) and bias (vocab,) (heed.search.shortlist)."""
-        generator = self.decoder.generator
-        return generator.weight, generator.bias
+        weight, bias = self.decoder.generator.weight, self.decoder.generator.bias
+        assert isinstance(weight, Tensor) and (bias is None or isinstance(bias, Tensor))
+        return weight, bias
 
     # ------------------------------------------------------------------ teacher forcing
 
@@ -373,7 +388,8 @@ class TransformerSeq2Seq(nn.Module):
         """||f_h(x_j)||, the norm of what source position j adds through head h of each decoder
         layer's cross-attention (MultiHeadAttention.head_outputs): (layers, heads, batch, src_len)."""
         memory = self.encode(src, src_lengths).memory
-        norms = [layer.cross_attn.head_outputs(v).norm(dim=-1) for layer, (_, v) in zip(self.decoder.layers, memory)]
+        norms = [_cross_attention(layer).head_outputs(v).norm(dim=-1)
+                 for layer, (_, v) in zip(self.decoder.layers, memory)]
         return torch.stack(norms).transpose(1, 2)  # (layers, batch, heads, src_len) -> (layers, heads, batch, src_len)
 
     def attention_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
@@ -428,7 +444,7 @@ class TransformerSeq2Seq(nn.Module):
         for_decoding(self.decoder)
 
 
-def build_transformer(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
+def build_transformer(cfg: TransformerConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
                       bos_id: int = 1, eos_id: int = 2, unk_id: int = 3,
                       source_to_target: Sequence[int] | None = None) -> TransformerSeq2Seq:
     """The family's builder (heed.nn.transformer.family): a fresh model for a `family: transformer`
