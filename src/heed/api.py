@@ -31,7 +31,7 @@ import copy
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -50,7 +50,7 @@ from heed.explain.given_pairs import check_given
 from heed.explain.pairs import Subject, forced_pairs
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention, intervening
-from heed.nn.protocol import TrainableModel, TranslationModel
+from heed.nn.protocol import SearchModel, TrainableModel, TranslationModel
 from heed.plumbing.runtime import check_bf16, limit_onednn_cache, resolve_device
 from heed.results import MAP_PARTS, Alignment, BeamNode, Exploration, HeadMaps, Translation
 from heed.search import DecodeConfig
@@ -114,10 +114,10 @@ def _ready(model: TrainableModel | OrtSeq2Seq, *, device: torch.device, bf16: bo
     if bf16:
         check_bf16(device, what="--bf16")
     limit_onednn_cache(bf16)
-    model = (model.to(torch.bfloat16) if bf16 else model).to(device).eval()
+    ready = cast("TrainableModel", (model.to(torch.bfloat16) if bf16 else model).to(device).eval())
     if device.type == "cpu":
-        model.for_decoding()  # few rows a step: the faster GEMM layout there
-    return model
+        ready.for_decoding()  # few rows a step: the faster GEMM layout there
+    return ready
 
 
 class Translator:
@@ -138,7 +138,9 @@ class Translator:
     def __init__(self, model: TrainableModel | OrtSeq2Seq | Ensemble, codec: Codec, config: Config, *,
                  device: torch.device, bf16: bool = False, recorded_reading: dict[str, Any] | None = None) -> None:
         if isinstance(model, Ensemble):
-            self.model: TranslationModel = Ensemble([_ready(m, device=device, bf16=bf16) for m in model.members])
+            members = [_ready(cast("TrainableModel | OrtSeq2Seq", m), device=device, bf16=bf16) for m in model.members]
+            # an Ensemble's search states are its own (EnsembleState), which search only hands back to it
+            self.model: TranslationModel = cast("TranslationModel", Ensemble(members))
         else:
             self.model = _ready(model, device=device, bf16=bf16)
         self.codec = codec
@@ -193,7 +195,8 @@ class Translator:
                                 "their tokenizers and vocabularies (train them on the same data and data settings)")
         shortest = min(c.data.max_src_len for _, _, c, _ in parts)
         config = config.model_copy(update={"data": config.data.model_copy(update={"max_src_len": shortest})})
-        ensemble = cls(Ensemble([m for m, _, _, _ in parts]), codec, config, device=torch_device, bf16=bf16)
+        ensemble = cls(Ensemble([cast("SearchModel", m) for m, _, _, _ in parts]), codec, config, device=torch_device,
+                       bf16=bf16)
         return ensemble.with_languages(src_lang, tgt_lang)
 
     def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> Translator:
@@ -292,7 +295,7 @@ class Translator:
         for (nbest, decoded), alts in zip(runs, steps):
             tree = None if decoded is None else decoded.tree
             beam_nodes = None if tree is None else translations.beam_nodes(self.codec, tree, nbest[0].src_tokens)
-            nodes = [None] * len(nbest) if decoded is None else [h.node for h in decoded.hypotheses]
+            nodes: list[int | None] = [None] * len(nbest) if decoded is None else [h.node for h in decoded.hypotheses]
             alignments = [translations.word_alignment(self.codec, t) for t in nbest]
             out.append(Exploration(nbest, alts, beam_nodes, nodes, alignments))
         return out
@@ -312,7 +315,7 @@ class Translator:
         measured = getattr(self.model, "measured_reading", None)
         if measured is None:
             return AlignOptions(tgt_units=tgt_units), "the attention the model reports"
-        options = AlignOptions(method=measured.method, layer=measured.layer, weights=measured.weights,  # type: ignore[arg-type]
+        options = AlignOptions(method=measured.method, layer=measured.layer, weights=measured.weights,
                                tgt_units=tgt_units)
         return options, f"the rule measured for {measured.kind} (docs/look-inside.md, section 8)"
 

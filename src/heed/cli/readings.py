@@ -71,22 +71,27 @@ def option_flags(reading: Reading) -> list[inspect.Parameter]:
             flag = f"{flag}/--no-{field.replace('_', '-')}"
         several = typing.get_origin(info.annotation) is tuple  # a tuple of values: the flag given once for each
         if several:
-            one = flag_type(typing.get_args(info.annotation)[0])
-            if typing.get_origin(one) is typing.Literal:  # typer takes a list of an Enum's, not of a Literal's
-                one = enum.Enum(field, {value: value for value in typing.get_args(one)}, type=str)  # type: ignore[misc]
-            kind = list[one]  # type: ignore[valid-type]
+            item = flag_type(typing.get_args(info.annotation)[0])
+            if typing.get_origin(item) is typing.Literal:  # typer takes a list of an Enum's, not of a Literal's
+                item = _choices(field, typing.get_args(item))
+            kind = list.__class_getitem__(item)  # list[item], made at run time
         bounds = {key: getattr(m, attr) for m in info.metadata for key, attr in (("min", "ge"), ("max", "le"))
                   if hasattr(m, attr)}
         words = info.description or field
         if several:
             words += "; the flag once for each" + (" source, in order" if field in reading.options.per_pair else "")
         default = (None if info.is_required() else list(info.default)) if several else info.default
-        if several and kind == list[str]:
+        if several and typing.get_args(kind) == (str,):
             bounds["metavar"] = "TEXT"
         flags.append(inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
                                        default=typer.Option(default, flag, rich_help_panel=READING_PANEL,
                                                             help=words[:1].upper() + words[1:] + ".", **bounds)))
     return flags
+
+
+def _choices(name: str, values: tuple[str, ...]) -> Any:
+    """A str Enum of `values`, which typer offers as a flag's choices (a list of Literal's it does not take)."""
+    return enum.Enum(name, {value: value for value in values}, type=str)
 
 
 def reading_command(reading: Reading) -> Any:

@@ -206,7 +206,19 @@ def entropy_history(run: str | os.PathLike[str]) -> tuple[list[int], np.ndarray]
     return [step for step, _ in rows], np.asarray([entropy for _, entropy in rows], dtype=np.float64)
 
 
-def attention_entropy(model: HeadsModel, batches: Iterable[Batch]) -> list[list[float]] | None:
+class EntropyModel(HeadsModel, Protocol):
+    """What attention_entropy reads: a model's heads (HeadsModel), whether it attends, its padding
+    id, and eval mode (a torch Module's)."""
+
+    pad_id: int
+
+    @property
+    def has_attention(self) -> bool: ...
+
+    def eval(self) -> Any: ...
+
+
+def attention_entropy(model: EntropyModel, batches: Iterable[Batch]) -> list[list[float]] | None:
     """The mean entropy (nats) of the attention over the source of every decoder layer's every head,
     over the target tokens of `batches` (on the model's device) read teacher-forced: [layer][head]
     (an RNN's one attention is [[h]]); low = peaked, log(source length) = uniform. What training

@@ -577,8 +577,9 @@ class _Routes:
         `shown` names (_SHOWN); an option given per pair (Options.per_pair) travels with its pair."""
         per_pair = {field: getattr(options, field) for field in options.per_pair}
         common = options.model_copy(update=dict.fromkeys(per_pair, ())) if per_pair else options
+        read: Sequence[str | Sequence[str] | None] = [None] * len(sources) if targets is None else targets
         items = [(source, target, {field: (values[k],) for field, values in per_pair.items()})
-                 for k, (source, target) in enumerate(zip(sources, targets or [None] * len(sources)))]
+                 for k, (source, target) in enumerate(zip(sources, read))]
         key = _Key(name, "explain", languages=(request.src_lang, request.tgt_lang), read=reading.name, options=common,
                    shown=shown)
         a_turn_each = [self.settings.slice_work] * len(sources)  # read a sentence at a time
