@@ -115,7 +115,7 @@ def reading_command(reading: Reading) -> Any:
         run_reading(reading.name, model, src, tgt, output, device, progress, options, languages)
 
     command.__doc__ = (f"{reading.summary[:1].upper() + reading.summary[1:]} (the reading {reading.name!r}; "
-                       f"a model that is a {reading.needs}).")
+                       f"a model that is {reading.a_model()}).")
     generated = flags_in_place(command, "options", option_flags(reading), dict)
     one = typer.Typer(add_completion=False, rich_markup_mode=None)
     one.command(reading.name, cls=HeedCommand)(generated)

@@ -103,6 +103,10 @@ class Reading:
         module, _, function = self.run.partition(":")
         return getattr(importlib.import_module(module), function)
 
+    def a_model(self) -> str:
+        """The protocol it needs with its article: "a HeadsModel", "an AttributableModel"."""
+        return f"{'an' if self.needs[:1] in 'AEIOU' else 'a'} {self.needs}"
+
     def refusal(self, model: Any) -> str | None:
         """The one line a model that is not what this reading needs is refused with; None for one that is."""
         protocol = self.protocol()
@@ -110,7 +114,7 @@ class Reading:
             return None
         first = re.split(r"(?<! al)\. |: ", " ".join((protocol.__doc__ or self.needs).split()))[0].rstrip(".")
         what = first[:1].lower() + first[1:]
-        return (f"the reading {self.name!r} needs a {self.needs} ({what}), and this model "
+        return (f"the reading {self.name!r} needs {self.a_model()} ({what}), and this model "
                 f"({type(model).__name__}) is not one")
 
     def parse(self, options: Options | Mapping[str, Any] | None) -> Options:

@@ -335,7 +335,7 @@ def reading_request(reading: Any) -> type[BaseModel]:
         fields[name] = (annotation, Field(info.default, description=info.description))
     title = "".join(part.capitalize() for part in reading.name.split("_"))
     model = create_model(f"Explain{title}Request", __base__=ExplainRequest, __doc__=reading.summary[:1].upper() +
-                         reading.summary[1:] + f" (a model that is a {reading.needs}).", **fields)
+                         reading.summary[1:] + f" (a model that is {reading.a_model()}).", **fields)
     _READING_REQUESTS[id(reading)] = (reading, model)
     return model
 
