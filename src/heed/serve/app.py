@@ -647,9 +647,9 @@ class _Routes:
                 raise ApiError(422, f"model {name!r} is exported: its attention is inside its ONNX graph, so it cannot "
                                     "be intervened on", "intervention")
             intervention = Intervention(request.intervention, request.intervention_seed)
-        if request.explain and not isinstance(translator.model, ContributionModel):
-            raise ApiError(422, f"model {name!r} cannot give a source share: it reads every attention block of a "
-                                "Transformer model directory (not an RNN, an ensemble or an export)", "explain")
+        refused = READINGS["source_share"].refusal(translator.model) if request.explain else None
+        if refused is not None:
+            raise ApiError(422, f"model {name!r}: {refused}", "explain")
         width = decode.n_best if decode.sampling else decode.beam_size
         lever = "prefix" if request.prefix is not None and any(request.prefix) else (
             "n_best" if decode.sampling else "beam_size")
