@@ -258,5 +258,7 @@ def test_every_readings_server_answers_are_as_recorded(family: str, fixed_models
         for path, body in asked:
             answer = client.post(path, json=body)
             assert answer.status_code == 200, (path, answer.text)
-            answers[f"{path} {json.dumps(body, sort_keys=True)}"] = answer.json()
+            # /v1/translate's echo of its decode config follows DecodeConfig, not the readings
+            answers[f"{path} {json.dumps(body, sort_keys=True)}"] = {k: v for k, v in answer.json().items()
+                                                                     if k != "decode"}
     _check_values(f"readings_server_{family}.json", answers)
