@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from heed import decoding, translations
-from heed.checkpoint import load_model_dir
+from heed.checkpoint import find_model_dir, load_model_dir
 from heed.config import Config
 from heed.data.codec import Codec
 from heed.data.units import Units
@@ -54,6 +54,7 @@ from heed.nn.protocol import SearchModel, TrainableModel, TranslationModel
 from heed.plumbing.runtime import check_bf16, limit_onednn_cache, resolve_device
 from heed.results import MAP_PARTS, Alignment, BeamNode, Exploration, HeadMaps, Translation
 from heed.search import DecodeConfig
+from heed.search.shortlist import Shortlist, Vocabularies, recorded_shortlist
 
 if TYPE_CHECKING:
     from heed.explain.attribution import Attribution, AttributionMethod, Contrast
@@ -77,6 +78,15 @@ def _load_parts(path: str | os.PathLike[str], *, exported: bool, device: torch.d
         return (*load_exported(path, verify=verify), None)
     loaded = load_model_dir(path, device=device, verify=verify)
     return loaded.model, loaded.codec, loaded.config, _recorded_reading(loaded.meta, loaded.directory)
+
+
+def _shortlist(path: str | os.PathLike[str], codec: Codec, *, exported: bool) -> Shortlist | None:
+    """The vocabulary shortlist a model directory records (heed.search.shortlist), checked; None for
+    none, and for an export (a CTranslate2 export carries it as its vocabulary map)."""
+    if exported:
+        return None
+    directory = find_model_dir(path)
+    return recorded_shortlist(directory, Vocabularies.of(directory, codec))
 
 
 def _recorded_reading(meta: dict[str, Any], directory: Path) -> dict[str, Any] | None:
@@ -152,6 +162,9 @@ class Translator:
         # reading that aligned best with the dev gold. `heed align` uses it unless told another
         # (AlignOptions fields, and the dev AER beside the default reading's where there was a gold).
         self.recorded_reading = recorded_reading
+        # The vocabulary shortlist its model directory records (`heed data shortlist`), which a search
+        # with DecodeConfig.shortlist uses; None for none (set by `load`).
+        self.shortlist: Shortlist | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, device: str = "auto",
@@ -186,6 +199,7 @@ class Translator:
         if len(parts) == 1:
             model, codec, config, reading = parts[0]
             translator = cls(model, codec, config, device=torch_device, bf16=bf16, recorded_reading=reading)
+            translator.shortlist = _shortlist(paths[0], codec, exported=exported[0])
             return translator.with_languages(src_lang, tgt_lang)
         (_, codec, config, _), first = parts[0], paths[0]
         for p, (_, other, _, _) in zip(paths[1:], parts[1:]):
@@ -263,16 +277,18 @@ class Translator:
                         dictionary: Mapping[str, str] | str | os.PathLike[str] | None = None,
                         prefix: Sequence[str | Sequence[str] | None] | None = None,
                         stop: Callable[[], bool] | None = None, decode: DecodeConfig | None = None,
-                        **options: Any) -> list[list[Translation]]:
+                        attention: bool = True, **options: Any) -> list[list[Translation]]:
         """As `translate`, but every sentence's n-best list (`n_best=` hypotheses, best first; fewer
         only where the constraints leave fewer). An empty text gives one empty Translation; one the
         constraints leave no finished hypothesis gives an empty Translation scored -inf.
 
         `stop`: asked before every search step; once it is true the search raises Abandoned (the
-        server stops the work of a request that timed out)."""
+        server stops the work of a request that timed out). `attention=False`: the caller reads no
+        Translation.attention, which a CTranslate2 export then does not compute (a third of its time)."""
         cfg = decoding.chosen(self.config.decode, decode, beam, options, tgt_vocab_size=len(self.codec.tgt_vocab))
         runs = translations.decode(self.subject, texts, cfg, max_src_len=self.max_src_len, batch_size=batch_size,
-                                   replace_unk=replace_unk, dictionary=dictionary, prefix=prefix, stop=stop)
+                                   replace_unk=replace_unk, dictionary=dictionary, prefix=prefix, stop=stop,
+                                   shortlist=self.shortlist, attention=attention)
         return [nbest for nbest, _ in runs]
 
     def explore(self, texts: Sequence[str], *, beam: int | None = None, alternatives: int = 5,

@@ -46,14 +46,13 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from torch import nn
 
 from heed.config import Config, load_config, save_config
 from heed.data.codec import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TOKENIZERS_FILE, Codec
 from heed.data.tokenize import spm_model_path
 from heed.errors import ConfigError, ModelDirError, OutputError
 from heed.nn.build import build_model
-from heed.nn.protocol import TrainableModel
+from heed.nn.protocol import TorchModel, TrainableModel
 from heed.plumbing.files import (
     atomic_write_text,
     check_regular,
@@ -116,13 +115,13 @@ def _write_reason(error: Exception) -> str:
 # ------------------------------------------------------------------------------ model directory
 
 
-def write_model_files(directory: Path, *, model: nn.Module | dict[str, torch.Tensor], config: Config,
+def write_model_files(directory: Path, *, model: TorchModel | dict[str, torch.Tensor], config: Config,
                       codec: Codec, metrics: Path | None = None, kind: str = "model",
                       info: dict[str, Any] | None = None) -> None:
     """Write a model directory's files into `directory` (no swap; see `save_model_dir`).
     `heed.json` is written last, so its presence marks a complete directory."""
     directory.mkdir(parents=True, exist_ok=True)
-    state = model.state_dict() if isinstance(model, nn.Module) else model
+    state = model if isinstance(model, dict) else model.state_dict()
     _save_tensors(dict(state), directory / WEIGHTS_FILE)
     save_config(config, directory / CONFIG_FILE)
     codec.save(directory)
@@ -134,7 +133,7 @@ def write_model_files(directory: Path, *, model: nn.Module | dict[str, torch.Ten
     _write_json(directory / META_FILE, meta)
 
 
-def save_model_dir(target: str | os.PathLike[str], *, model: nn.Module | dict[str, torch.Tensor],
+def save_model_dir(target: str | os.PathLike[str], *, model: TorchModel | dict[str, torch.Tensor],
                    config: Config, codec: Codec, metrics: Path | None = None,
                    info: dict[str, Any] | None = None) -> Path:
     """Atomically (re)write the model directory `target`."""
@@ -267,7 +266,7 @@ def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str =
     return LoadedModel(model, config, codec, directory, meta)
 
 
-def load_weights_into(model: nn.Module, directory: Path) -> None:
+def load_weights_into(model: TorchModel, directory: Path) -> None:
     """The weights of model directory `directory` into `model` (built from its config.yaml), checked
     finite; a ModelDirError naming the file when they are not, or do not fit the model."""
     state = load_weights(directory / WEIGHTS_FILE)
@@ -369,7 +368,7 @@ def rank_rng_states(states: dict[str, torch.Tensor], rank: int) -> dict[str, tor
     return {k[len(prefix):]: v for k, v in states.items() if k.startswith(prefix)}
 
 
-def save_checkpoint(target: str | os.PathLike[str], *, model: nn.Module, optimizer: torch.optim.Optimizer,
+def save_checkpoint(target: str | os.PathLike[str], *, model: TorchModel, optimizer: torch.optim.Optimizer,
                     trainer: TrainerState, config: Config, codec: Codec, metrics: Path | None = None,
                     other_ranks_rng: Sequence[dict[str, torch.Tensor]] = ()) -> Path:
     """Atomically write a training checkpoint (a model directory + training state) at `target`.
@@ -399,7 +398,7 @@ class Checkpoint:
     rng: dict[str, torch.Tensor]
     config: Config
 
-    def restore(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, rank: int = 0) -> None:
+    def restore(self, model: TorchModel, optimizer: torch.optim.Optimizer, *, rank: int = 0) -> None:
         """Load weights and optimizer state; set the global torch RNGs to those rank `rank` saved
         (call inside fork_rng)."""
         model.load_state_dict(self.weights, strict=True)

@@ -333,7 +333,7 @@ def _sources(items: list[Any]) -> tuple[list[str], list[Any] | None]:
 def _translated(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
     texts, prefix = _sources(items)
     nbests = translator.translate_nbest(texts, replace_unk=key.replace_unk, prefix=prefix, stop=abandoned,
-                                        decode=key.decode)
+                                        decode=key.decode, attention=key.attention)
     results = [_sentence(translator, s, n, attention=key.attention) for s, n in zip(texts, nbests)]
     return _explained(translator, key, texts, nbests, results)
 
