@@ -145,7 +145,7 @@ def test_a_model_without_the_layer_is_refused_in_one_line_when_it_is_asked_for(r
     with pytest.raises(HeedError) as caught:
         translator.align(src, tgt, options=AlignOptions(weights=ALIGNMENT_LAYER))
     assert "has no alignment layer" in str(caught.value) and "\n" not in str(caught.value)
-    with pytest.raises(HeedError, match="needs a AlignmentLayerModel"):
+    with pytest.raises(HeedError, match="needs an AlignmentLayerModel"):
         translator.explain("alignment_layer", src, tgt)
     (tmp_path / "s").write_text("\n".join(src) + "\n", encoding="utf-8")
     (tmp_path / "t").write_text("\n".join(tgt) + "\n", encoding="utf-8")
@@ -154,7 +154,7 @@ def test_a_model_without_the_layer_is_refused_in_one_line_when_it_is_asked_for(r
                              "--weights", "alignment-layer", "-o", out), "has no alignment layer")
     assert not out.exists()
     assert_user_error(invoke("explain", "alignment_layer", plain.model_dir, "--src", tmp_path / "s", "--device",
-                             "cpu"), "needs a AlignmentLayerModel")
+                             "cpu"), "needs an AlignmentLayerModel")
 
 
 def test_an_alignment_layer_without_its_supervision_is_refused_naming_the_field(tmp_path):

@@ -294,8 +294,9 @@ class Trainer:
         """Drop DistributedDataParallel (and its gradient reducer, which holds the process group)
         while the group still exists. Left to the garbage collector, the reducer outlived the group
         and the rank aborted at exit ("terminate called without an active exception")."""
-        if isinstance(getattr(self, "batch_loss", None), DistributedDataParallel):
-            self.batch_loss = self.batch_loss.module
+        wrapped = getattr(self, "batch_loss", None)
+        if isinstance(wrapped, DistributedDataParallel):
+            self.batch_loss = wrapped.module
             gc.collect()  # the wrapper's hooks make reference cycles: free it now, not at exit
 
     def _build(self, data: RunData, checkpoint: Checkpoint | None,
@@ -561,8 +562,8 @@ class Trainer:
             loss_sum, align_sum = agreed[0], agreed[1]
             self._agreed = (bool(agreed[2] > 0), bool(agreed[3] > 0))
         if cfg.clip is not None:
-            for group in clip_groups(self.model):
-                torch.nn.utils.clip_grad_norm_(group, cfg.clip)
+            for parameters in clip_groups(self.model):
+                torch.nn.utils.clip_grad_norm_(parameters, cfg.clip)
         self.optimizer.step()
         if self._check_loss_every_step:  # reading the loss waits for nothing on the CPU
             value = float(loss_sum)

@@ -36,7 +36,6 @@ from torch import Tensor, nn
 
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.masks import lengths_to_mask, masked_softmax
-from heed.nn.model_config import ModelConfig
 from heed.nn.transformer.attention import MultiHeadAttention
 from heed.nn.transformer.config import TransformerConfig
 from heed.nn.transformer.layers import DecoderLayer, FeedForward
@@ -126,12 +125,12 @@ class AligningTransformer(TransformerSeq2Seq):
         return AlignedLoss(SeqLoss(cross_entropy, cross_entropy, None, features.layer_heads), weights)
 
 
-def build(cfg: ModelConfig, **sizes: Any) -> TransformerSeq2Seq:
+def build(cfg: TransformerConfig, **sizes: Any) -> TransformerSeq2Seq:
     """The family's builder: heed.nn.transformer.model.build_transformer, with the alignment layer
     when `cfg.alignment_layer`. The layer is made under a forked generator, so the translator's
     initial weights and every random draw after them are those of the model without it."""
     model = build_transformer(cfg, **sizes)
-    if not isinstance(cfg, TransformerConfig) or not cfg.alignment_layer:
+    if not cfg.alignment_layer:
         return model
     with torch.random.fork_rng(devices=[]):
         aligner = AlignmentLayer(cfg.d_model, cfg.heads, cfg.ff_size)
