@@ -197,7 +197,7 @@ class Case:
     def readings(self, run: str, *, join: str = "sum", reverse: bool = False) -> list:  # type: ignore[type-arg]
         """The run's default reading (its trained head, or the measured rule) of the test pairs
         (the other way round for the reverse model), pieces joined by `join`, every word linked."""
-        key = ("readings", run, join, reverse, self.test.name)
+        key = ("readings", self.runs[run], join, reverse, self.test.name)
         if key not in self.cache:
             translator = self.translator(run)
             options = replace(translator.default_reading("words")[0], join=join, null_threshold=0.0)
