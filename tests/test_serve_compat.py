@@ -417,3 +417,76 @@ def test_the_curl_commands_of_docs_clients_md_answer(open_server: str) -> None:
         assert done.returncode == 0 and code == "200", (command, done.stdout, done.stderr)
         answer = json.loads(body)
         assert not (isinstance(answer, dict) and ({"error", "message"} & set(answer))), (command, answer)
+
+
+# ------------------------------------------------------------------------------ CORS
+
+def _served_app(trained_run: Path, *flags: str) -> Any:
+    """The app `heed serve MODEL FLAGS` would run (uvicorn.run caught)."""
+    import uvicorn
+
+    calls: dict[str, Any] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(uvicorn, "run", lambda app_, **kwargs: calls.update(app=app_, **kwargs))
+        done = CliRunner().invoke(app, ["serve", str(trained_run), "--names", "fr-en", "--device", "cpu", *flags])
+    assert done.exit_code == 0, done.output
+    return calls["app"]
+
+
+PREFLIGHT = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+
+
+def test_any_origin_may_call_the_compat_apis_by_default_but_not_v1(trained_run: Path) -> None:
+    """As LibreTranslate: a browser extension's preflight is answered, its POST and even its
+    error carry Access-Control-Allow-Origin; heed's own /v1 answers no other origin."""
+    from fastapi.testclient import TestClient
+
+    page = {"Origin": "moz-extension://4b9d-twp"}
+    with TestClient(_served_app(trained_run)) as client:
+        for path in ("/translate", "/detect", "/languages", "/v2/translate"):
+            pre = client.options(path, headers={**page, **PREFLIGHT, "Access-Control-Request-Headers":
+                                                "content-type,authorization"})
+            assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "*", (path, pre.text)
+            assert "POST" in pre.headers["access-control-allow-methods"]
+            assert "authorization" in pre.headers["access-control-allow-headers"].lower()
+        done = client.post("/translate", json={"q": "12 mars", "source": "fr", "target": "en"}, headers=page)
+        assert done.status_code == 200 and done.headers["access-control-allow-origin"] == "*"
+        wrong = client.post("/translate", json={"q": "12 mars", "source": "fr", "target": "xx"}, headers=page)
+        assert wrong.status_code == 400 and set(wrong.json()) == {"error"}
+        assert wrong.headers["access-control-allow-origin"] == "*"  # the page can read why
+        assert client.get("/languages", headers=page).headers["access-control-allow-origin"] == "*"
+        own = client.options("/v1/translate", headers={**page, **PREFLIGHT})
+        assert own.status_code == 405 and "access-control-allow-origin" not in own.headers
+        answered = client.post("/v1/translate", json={"sentences": ["12 mars"]}, headers=page)
+        assert answered.status_code == 200 and "access-control-allow-origin" not in answered.headers
+
+
+def test_cors_origins_lets_only_the_origins_named_or_none(trained_run: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    body = {"q": "12 mars", "source": "fr", "target": "en"}
+    with TestClient(_served_app(trained_run, "--cors-origins", "https://app.example/, http://127.0.0.1:5173")) as c:
+        for origin in ("https://app.example", "http://127.0.0.1:5173"):
+            pre = c.options("/translate", headers={"Origin": origin, **PREFLIGHT})
+            assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == origin
+            assert c.post("/translate", json=body, headers={"Origin": origin}).headers[
+                "access-control-allow-origin"] == origin
+        pre = c.options("/translate", headers={"Origin": "https://evil.example", **PREFLIGHT})
+        assert pre.status_code == 400 and "access-control-allow-origin" not in pre.headers
+        other = c.post("/translate", json=body, headers={"Origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in other.headers  # the browser withholds the answer
+    with TestClient(_served_app(trained_run, "--cors-origins", "none")) as c:
+        pre = c.options("/translate", headers={"Origin": "https://app.example", **PREFLIGHT})
+        assert pre.status_code == 405 and set(pre.json()) == {"error"}  # in LibreTranslate's shape
+        assert "access-control-allow-origin" not in c.post("/translate", json=body,
+                                                           headers={"Origin": "https://app.example"}).headers
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("https://app.example/page", "not an origin"),
+    ("app.example", "not an origin"),
+    ("*,https://app.example", "* alone"),
+])
+def test_a_cors_origin_that_is_no_origin_is_one_line(trained_run: Path, spec: str, words: str) -> None:
+    done = CliRunner().invoke(app, ["serve", str(trained_run), "--cors-origins", spec])
+    assert done.exit_code == 2 and "--cors-origins" in done.output and words in done.output, done.output
