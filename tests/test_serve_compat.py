@@ -490,3 +490,68 @@ def test_cors_origins_lets_only_the_origins_named_or_none(trained_run: Path) -> 
 def test_a_cors_origin_that_is_no_origin_is_one_line(trained_run: Path, spec: str, words: str) -> None:
     done = CliRunner().invoke(app, ["serve", str(trained_run), "--cors-origins", spec])
     assert done.exit_code == 2 and "--cors-origins" in done.output and words in done.output, done.output
+
+
+# ------------------------------------------------------------------------------ markup inside the limits
+
+def test_markup_counts_its_alignment_pass_in_max_work(trained_run: Path) -> None:
+    """A budget that the search of a text fills exactly: the text passes plain, and with a tag it
+    is refused before anything runs, in each API's shape, for the alignment pass that carries the tag."""
+    from fastapi.testclient import TestClient
+
+    from heed.api import Translator
+    from heed.serve.app import ServeSettings, create_app
+
+    model = Translator.load(trained_run, device="cpu")
+    with TestClient(create_app({"fr-en": model}, ServeSettings(max_work=1))) as client:
+        told = client.post("/v1/translate", json={"sentences": ["12 mars 1999"]}).json()["error"]["message"]
+    search = int(re.search(r"asks for ([\d,]+) decoder", told).group(1).replace(",", ""))  # type: ignore[union-attr]
+    with TestClient(create_app({"fr-en": model}, ServeSettings(max_work=search))) as client:
+        plain = client.post("/translate", json={"q": "12 mars 1999", "source": "fr", "target": "en"})
+        assert plain.status_code == 200, plain.text
+        marked = client.post("/translate", json={"q": "<b>12</b> mars 1999", "source": "fr", "target": "en",
+                                                 "format": "html"})
+        assert marked.status_code == 400 and set(marked.json()) == {"error"}, marked.text
+        assert "--max-work" in marked.json()["error"] and "alignment pass" in marked.json()["error"]
+        dl = client.post("/v2/translate", json={"text": ["<b>12</b> mars 1999"], "target_lang": "EN-US",
+                                                "tag_handling": "html"})
+        assert dl.status_code == 400 and set(dl.json()) == {"message"} and "--max-work" in dl.json()["message"]
+        untagged = client.post("/translate", json={"q": "<p>12 mars 1999</p>", "source": "fr", "target": "en",
+                                                   "format": "html"})
+        assert untagged.status_code == 200  # a block without inline tags needs no alignment
+
+
+def test_an_alignment_pass_past_the_timeout_is_cut_in_each_apis_shape(trained_run: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An alignment pass that would never end (each batch checks the deadline and goes on) is
+    stopped at --timeout, and the request answered in the API's shape, the translation done."""
+    from fastapi.testclient import TestClient
+
+    from heed.api import Translator
+    from heed.errors import Abandoned
+    from heed.serve.app import ServeSettings, create_app
+
+    stopped: list[float] = []
+
+    def endless(self: Translator, *args: Any, stop: Any = None, **kwargs: Any) -> Any:
+        while not stop():
+            time.sleep(0.01)
+        stopped.append(time.monotonic())
+        raise Abandoned()
+
+    monkeypatch.setattr(Translator, "align", endless)
+    text = "<b>12 mars 1999.</b> 3 avril 2001."  # two sentences in one run: aligned by a forced pass
+    with TestClient(create_app({"fr-en": Translator.load(trained_run, device="cpu")}, ServeSettings(timeout=3.0))) \
+            as client:
+        assert client.post("/translate", json={"q": "12 mars 1999.", "source": "fr", "target": "en"}).status_code == 200
+        asked = time.monotonic()
+        lt = client.post("/translate", json={"q": text, "source": "fr", "target": "en", "format": "html"})
+        assert lt.status_code == 500 and set(lt.json()) == {"error"}, lt.text
+        assert "--timeout" in lt.json()["error"] and "markup" in lt.json()["error"]
+        for _ in range(200):  # the pass's thread sees the deadline at its next check
+            if stopped:
+                break
+            time.sleep(0.01)
+        assert stopped and stopped[-1] - asked < 3.0 + 2.0  # the pass was told to stop at the deadline
+        dl = client.post("/v2/translate", json={"text": [text], "target_lang": "EN-US", "tag_handling": "html"})
+        assert dl.status_code == 504 and set(dl.json()) == {"message"} and "--timeout" in dl.json()["message"]

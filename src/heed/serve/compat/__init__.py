@@ -39,7 +39,7 @@ def install(app: FastAPI, translators: Mapping[str, Translator], translate: Tran
     """Add LibreTranslate's and DeepL's routes to `app`, translating through `translate` (POST
     /v1/translate's handler), and the net that words any other error on their paths in their shape."""
     keys = keys or Keys()
-    engine = Engine(Catalog.of(translators), translate, max_texts=settings.max_sentences)
+    engine = Engine(Catalog.of(translators), translate, settings)
     app.include_router(libretranslate.LibreTranslate(engine, settings, keys).router())
     app.include_router(deepl.DeepL(engine, settings, keys).router())
     app.add_middleware(ErrorShapes, shapes=[(_libretranslate, libretranslate.error), (_deepl, deepl.error)])
