@@ -327,6 +327,10 @@ def test_nllb_codes_become_two_letter_codes_where_the_mapping_is_clear() -> None
     ("", []),
     ("a\r\nb", ["a", "b"]),
     ("你好。再见！", ["你好。", "再见！"]),
+    ("Le 8 déc. 1927 il neige. Donnerstag, 28. August 2064. SAM. 29 JUIL. 2034",
+     ["Le 8 déc. 1927 il neige.", "Donnerstag, 28. August 2064.", "SAM. 29 JUIL. 2034"]),
+    ("Il pleut. Etc. and so on! Né en 1999. Puis 1993. 9. 11. Fin", ["Il pleut.", "Etc. and so on!", "Né en 1999.",
+                                                                   "Puis 1993. 9. 11. Fin"]),
 ])
 def test_segments_are_sentences_and_joining_puts_the_rest_back(text: str, pieces: list[str]) -> None:
     cut = segment(text)
