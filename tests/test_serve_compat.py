@@ -173,7 +173,7 @@ def test_a_wrong_or_missing_key_is_the_clients_error(keyed: str, dates: list[str
     ({"q": "x", "source": "fr"}, 400, "missing target parameter"),
     ({"q": "x", "source": "fr", "target": "en", "format": "pdf"}, 400, "pdf format is not supported"),
     ({"q": ["12 mars"] * 9, "source": "fr", "target": "en"}, 413, "q: 9 texts"),
-    ({"q": ["12 mars. 3 avril. 4 mai."] * 3, "source": "fr", "target": "en"}, 413, "q: 9 sentences"),
+    ({"q": ["Il pleut. Il neige. Il vente."] * 3, "source": "fr", "target": "en"}, 413, "q: 9 sentences"),
     ({"q": [""] * 5000, "source": "fr", "target": "en"}, 413, "q: 5000 texts"),
     ({"q": ["12 mars", "1" * 61], "source": "fr", "target": "en"}, 413, "q[1]: the sentence has 61 characters"),
     ({"q": ["12 mars", 3], "source": "fr", "target": "en"}, 400, "q[1] must be a string"),
@@ -544,7 +544,7 @@ def test_an_alignment_pass_past_the_timeout_is_cut_in_each_apis_shape(trained_ru
         raise Abandoned()
 
     monkeypatch.setattr(Translator, "align", endless)
-    text = "<b>12 mars 1999.</b> 3 avril 2001."  # two sentences in one run: aligned by a forced pass
+    text = "<b>Le 12 mars.</b> Le 3 avril."  # two sentences in one run: aligned by a forced pass
     with TestClient(create_app({"fr-en": Translator.load(trained_run, device="cpu")}, ServeSettings(timeout=3.0))) \
             as client:
         assert client.post("/translate", json={"q": "12 mars 1999.", "source": "fr", "target": "en"}).status_code == 200
