@@ -6,7 +6,7 @@ in turn, --rounds rounds in an order that turns each round; the CPU time of the 
 request (the server's work and the in-process client's, which is the same for the three), its
 median per API and each over /v1's. A busy machine moves the wall clock much more than this.
 
-    python bench/studies/compat_overhead.py MODEL [--requests 640] [--clients 64] [--rounds 9]
+    python bench/studies/compat_overhead.py MODEL [--requests 640] [--clients 64] [--rounds 9] [--no-batching]
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ BODIES = {"/v1/translate": lambda s: {"sentences": [s], "attention": False},
 
 
 async def measure(args: argparse.Namespace) -> dict[str, list[float]]:
-    app = create_app({"fr-en": Translator.load(args.model, device="cpu")}, ServeSettings())
+    app = create_app({"fr-en": Translator.load(args.model, device="cpu")}, ServeSettings(batching=not args.no_batching))
     sources = [s for s, _ in date_sentences()]
 
     async def load(client: httpx.AsyncClient, path: str) -> None:
@@ -56,6 +56,7 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=640)
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--no-batching", action="store_true", help="each request decoded alone (heed serve --no-batching)")
     args = p.parse_args()
     info = machine_info()
     print(f"CPU: {info['cpu']}, {info['logical_cpus']} logical CPU(s); torch {info['torch']}, heed {info['heed']}")
