@@ -123,13 +123,15 @@ class Engine:
             return Translated([j[0] for j in joined], [_distinct(j) for j in joined])
         # a run cut into one piece was translated as it is: the search's own Translation of it
         searched = _translations(results) if own else [None] * len(results)
-        firsts = [sum(len(u.cut.pieces) for u in units[:g]) for g in range(len(units))]
         outputs: list[list[str]] = [[] for _ in marked]
         translations: list[list[Translation | None]] = [[] for _ in marked]
-        for (k, _), unit, first, j in zip(runs, units, firsts, joined):
+        first = 0  # the unit's first piece
+        for (k, _), unit, j in zip(runs, units, joined):
             outputs[k].append(j[0])
             translations[k].append(searched[first] if len(unit.cut.pieces) == 1 else None)
+            first += len(unit.cut.pieces)
         return Translated(await self._carry(paired, marked, outputs, translations, deadline), [[] for _ in marked])
+
     async def detect(self, text: str, among: Sequence[str] | None = None, *, markup: bool = False) -> list[Guess]:
         """The likeliest source languages of `text` (with `markup`, its tags left out), best first,
         from `among` (default: every language a served model reads). One candidate is the answer,
