@@ -616,7 +616,7 @@ def _resolve_paths(raw: dict[str, Any], base: Path, root: Path) -> dict[str, Any
         raw[OUTPUT_DIR] = os.path.abspath(base / output_dir)
     train = raw.get("train")
     init = train.get("init") if isinstance(train, dict) else None
-    if isinstance(init, str) and not os.path.isabs(init):  # a model directory, beside the config like output_dir
+    if isinstance(train, dict) and isinstance(init, str) and not os.path.isabs(init):  # a model directory, beside the config like output_dir
         train["init"] = os.path.abspath(base / init)
     guided = train.get("alignment") if isinstance(train, dict) else None
     if isinstance(guided, dict):

@@ -40,6 +40,9 @@ class DecodeConfig(BaseModel):
     no_repeat_ngram: int = Field(0, ge=0, description="forbid repeating any n-gram of this size; 0 = off")
     forbid_unk: bool = Field(False, description="never emit <unk>: a copy model copies the source word instead, "
                                                 "any other model writes its next most likely token")
+    shortlist: bool = Field(False, description="search only the target pieces the model's vocabulary shortlist "
+                                               "lists for the batch's sources (`heed data shortlist`): faster, "
+                                               "and at times another output")
     sampling: bool = Field(False, description="draw n_best samples per sentence instead of searching "
                                               "(beam_size must be 1)")
     temperature: float = Field(1.0, gt=0.0, description="with sampling: divide the logits by this; < 1 is sharper")

@@ -68,9 +68,9 @@ def convert_directory(directory: Path) -> Any:
                             "hf:ORG/NAME")
     if not (directory / "config.json").exists():
         for family in families().values():
-            for kind, recognises in family.releases.items():
+            for release, recognises in family.releases.items():
                 if recognises(directory):
-                    return family.converters[kind](directory, None)
+                    return family.converters[release](directory, None)
     config = read_json(directory / "config.json")
     kind = config.get("model_type") if isinstance(config, dict) else None
     converters = {name: convert for family in families().values() for name, convert in family.converters.items()}

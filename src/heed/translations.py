@@ -24,6 +24,7 @@ from heed.explain.align import hard_alignment, load_dictionary, replace_unknowns
 from heed.explain.pairs import Stoppable, Subject, check_texts, known_target_ids, precision
 from heed.results import Alignment, BeamNode, Translation
 from heed.search import BeamTree, Decoded, OwnSearchModel, translate_ids
+from heed.search.shortlist import Shortlist, needs_shortlist_model, shortlisted_search
 
 UNK_TOKEN = SPECIALS[UNK]
 
@@ -31,11 +32,14 @@ UNK_TOKEN = SPECIALS[UNK]
 def decode(subject: Subject, texts: Sequence[str], cfg: DecodeConfig, *, max_src_len: int, batch_size: int = 64,
            replace_unk: bool = False, dictionary: Mapping[str, str] | str | os.PathLike[str] | None = None,
            prefix: Sequence[str | Sequence[str] | None] | None = None, trace: bool = False,
-           stop: Callable[[], bool] | None = None) -> list[tuple[list[Translation], Decoded | None]]:
+           stop: Callable[[], bool] | None = None, shortlist: Shortlist | None = None,
+           attention: bool = True) -> list[tuple[list[Translation], Decoded | None]]:
     """Decode `texts` with the subject's model, each cut to `max_src_len` source tokens (what
     heed.api.Translator.translate_nbest and explore run; their docs say what the options do): per
     text, its n-best Translations and the search's raw Decoded (None for an empty text, which is
-    not decoded)."""
+    not decoded). With `cfg.shortlist` the search runs over `shortlist` (the model directory's;
+    a CTranslate2 export uses its own vocabulary map). Without `attention` (and `replace_unk`) a
+    runtime where it costs (a CTranslate2 export) may leave Translation.attention None."""
     model_in, codec, device = subject
     if isinstance(texts, str):
         raise TypeError("translate() takes a list of sentences; wrap a single one in a list")
@@ -59,7 +63,17 @@ def decode(subject: Subject, texts: Sequence[str], cfg: DecodeConfig, *, max_src
     prefixes = None if forced is None else [forced[i] for i in todo]
     if isinstance(model_in, OwnSearchModel):  # a CTranslate2 export: its own search, in C++
         decoded = model_in.translate_ids(sources, cfg, batch_size=batch_size, prefixes=prefixes,
-                                           free_prefix=len(frame), trace=trace, stop=stop)
+                                           free_prefix=len(frame), trace=trace, stop=stop,
+                                           attention=attention or replace_unk)
+    elif cfg.shortlist:
+        if shortlist is None:
+            raise HeedError("--shortlist: this model records no vocabulary shortlist; build one from its training "
+                            "corpus with `heed data shortlist MODEL --src FILE --tgt FILE`, or translate without it")
+        if trace:
+            raise HeedError("the explorer's beam tree is drawn over the whole vocabulary; explore without --shortlist")
+        with precision(model_in, device):
+            decoded = shortlisted_search(needs_shortlist_model(model_in), shortlist, sources, cfg, device=device,
+                                         batch_size=batch_size, prefixes=prefixes, free_prefix=len(frame), stop=stop)
     else:
         model = model_in if stop is None else Stoppable(model_in, stop)
         with precision(model_in, device):

@@ -18,7 +18,7 @@ import math
 import os
 import unicodedata
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -514,7 +514,7 @@ def head_grid(src_tokens: Sequence[str], tgt_tokens: Sequence[str], cross: Any, 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
-def length_plot(table: dict[str, Sequence[tuple[str, float]]], *, metric: str = "BLEU",
+def length_plot(table: Mapping[str, Sequence[tuple[str, float]]], *, metric: str = "BLEU",
                 unit: str = "tokens") -> Figure:
     """Scores by sentence-length bucket, one line with markers per model.
 

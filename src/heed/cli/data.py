@@ -1,7 +1,9 @@
-"""`heed data list | get | task | align`: the recipes' corpora (heed.data.download), generated tasks,
-and a corpus's word links from a statistical aligner (heed.explain.external)."""
+"""`heed data list | get | task | align | priors | shortlist`: the recipes' corpora (heed.data.download),
+generated tasks, a corpus's word links from a statistical aligner (heed.explain.external) and its
+priors, and a model's vocabulary shortlist (heed.search.shortlist)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -197,3 +199,64 @@ def data_priors(
     verify_files(directory, read_meta(directory))
     got = record_priors(directory, priors, KnownWords(Codec.load(directory)))
     typer.echo(f"priors of {got.pairs:,} pairs ({got.units}, {len(got.lines):,} lines) -> {directory}/priors.eflomal")
+
+
+@data_app.command("shortlist")
+@friendly_errors
+def data_shortlist(
+    model: Path = typer.Argument(..., metavar="MODEL", help="The model directory the shortlist is for."),
+    tsv: Path | None = typer.Option(None, "--tsv", help="A corpus as source<TAB>target lines (the model's training "
+                                    "corpus, or one like it)."),
+    src: Path | None = typer.Option(None, "--src", help="The corpus's source side, one sentence a line."),
+    tgt: Path | None = typer.Option(None, "--tgt", help="The target side, line-aligned with --src."),
+    k: int = typer.Option(50, "--k", min=1, max=10_000, help="Target pieces listed for each source piece."),
+    common: int = typer.Option(500, "--common", min=0, help="The target side's most frequent pieces, which every "
+                               "batch searches."),
+    from_file: Path | None = typer.Option(None, "--from", metavar="FILE", help="Record this shortlist file (from "
+                                          "--output) instead of counting one."),
+    output: Path | None = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the shortlist to FILE "
+                                       "instead of recording it in MODEL."),
+) -> None:
+    """A vocabulary shortlist for MODEL: for each source piece its --k likeliest target pieces, counted
+    over a parallel corpus (p(t | s) over sentence pairs), and the --common most frequent target pieces.
+    It is recorded in the model directory (shortlist.json, listed in heed.json with its sha256), where
+    `heed translate --shortlist`, the server's `shortlist` decode option and `heed export --format
+    ctranslate2` (as CTranslate2's vocabulary map) use it. What it costs in quality and gains in speed:
+    bench/RESULTS.md ("Vocabulary shortlists")."""
+    from heed.checkpoint import find_model_dir, read_meta, verify_files
+    from heed.data.codec import Codec
+    from heed.data.corpus import read_parallel, read_tsv
+    from heed.plumbing.files import atomic_write_text
+    from heed.search.shortlist import Vocabularies, build_shortlist, record_shortlist
+
+    directory = find_model_dir(model)
+    verify_files(directory, read_meta(directory))
+    codec = Codec.load(directory)
+    vocabularies = Vocabularies.of(directory, codec)
+    if from_file is not None:
+        if tsv is not None or src is not None or tgt is not None or output is not None:
+            raise HeedError("--from records a shortlist file as it is: not with a corpus or --output")
+        shortlist = vocabularies.read(from_file)
+    else:
+        if (tsv is None) == (src is None and tgt is None) or (src is None) != (tgt is None):
+            raise HeedError("give the corpus as --tsv FILE, or as --src FILE --tgt FILE (or a shortlist file: --from)")
+        specials = codec.special_ids()
+        pairs = read_tsv(tsv) if tsv is not None else read_parallel(src, tgt)  # type: ignore[arg-type]
+        with Progress("pairs counted", enabled=None) as bar:
+            def ids() -> Iterator[tuple[list[int], list[int]]]:
+                for pair in pairs:
+                    src_tokens = codec.src_tokens(pair.src)
+                    yield codec.src_ids(src_tokens), codec.tgt_ids(codec.tgt_tokens(pair.tgt), src_tokens)
+                    bar.advance(1)
+
+            shortlist = build_shortlist(ids(), src_vocab=len(codec.src_vocab), tgt_vocab=len(codec.tgt_vocab), k=k,
+                                        common=common, skip=set(specials.values()))
+    text = vocabularies.text(shortlist)
+    if output is not None:
+        atomic_write_text(output, text)
+        where = str(output)
+    else:
+        record_shortlist(directory, text)
+        where = f"{directory}/shortlist.json"
+    typer.echo(f"shortlist of {shortlist.pairs:,} pairs: {len(shortlist.always):,} common pieces, "
+               f"{len(shortlist.table):,} source pieces x up to {shortlist.k} -> {where}")

@@ -40,8 +40,8 @@ DECODE_FLAG_NAMES: dict[str, str] = {
     "beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty", "length_norm": "--length-norm",
     "coverage_penalty": "--coverage-penalty", "min_len": "--min-len", "max_len_a": "--max-len-a",
     "max_len_b": "--max-len-b", "no_repeat_ngram": "--no-repeat-ngram", "forbid_unk": "--forbid-unk/--allow-unk",
-    "sampling": "--sampling/--no-sampling", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-    "seed": "--seed",
+    "shortlist": "--shortlist/--no-shortlist", "sampling": "--sampling/--no-sampling", "temperature": "--temperature",
+    "top_k": "--top-k", "top_p": "--top-p", "seed": "--seed",
 }
 # What only a command line needs to know besides the field's meaning.
 _COMMAND_LINE_NOTES = {

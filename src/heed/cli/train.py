@@ -5,7 +5,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
@@ -16,7 +16,9 @@ from heed.errors import DataError, HeedError
 from heed.plumbing.heartbeat import PROGRESS_LINE_SECONDS
 
 if TYPE_CHECKING:
+    from heed.config import Config
     from heed.plumbing.distributed import World
+    from heed.train import TrainResult
 
 
 @friendly_errors
@@ -50,7 +52,6 @@ def train(
     import shlex
 
     from heed.plumbing.distributed import World
-    from heed.train import score_command
     from heed.train import train as run_training
     from heed.train.setup import load_run_config
 
@@ -61,14 +62,7 @@ def train(
     if processes > 1 and world.is_distributed and world.size != processes:
         raise HeedError(f"--processes {processes}, but torchrun's WORLD_SIZE is {world.size}; give one of them")
     console = stderr()
-    # This run's own command line, so the printed resume continues it: same overrides, same directory,
-    # same number of processes.
-    own = [str(config), *(arg for item in set_ for arg in ("--set", item)),
-           *(["--output-dir", str(output_dir)] if output_dir is not None else []),
-           *(["--init", str(init)] if init is not None else []),
-           *(["--allow-data-change"] if allow_data_change else []),
-           *([] if progress is None else ["--progress" if progress else "--no-progress"]),
-           *(["--processes", str(processes)] if processes > 1 else [])]
+    own = _own_arguments(config, set_, output_dir, init, allow_data_change, progress, processes)
     if processes > 1 and not world.is_distributed:
         from heed.plumbing.launch import launch
 
@@ -88,9 +82,34 @@ def train(
         console.print(f"\naborted. The last checkpoint ({cfg.output_dir / 'checkpoints' / 'last'}) is intact; "
                       f"resume with: {shlex.join(again)}", style="yellow", markup=False, soft_wrap=True)
         raise typer.Exit(INTERRUPTED) from None
-    if result.stop_reason == "interrupted" and not result.is_main:
-        raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
     if result.stop_reason == "interrupted":
+        _stopped(result, cfg, again, launcher_note, console)
+    # On a terminal the run's closing line ("model: DIR  (stopped: ...)") already names it on the same
+    # screen; stdout gets its own line where it is not that screen (a pipe, a file, a script's capture).
+    if result.is_main and not (console.is_terminal and sys.stdout.isatty()):
+        typer.echo(f"model written to {result.model_dir}")
+
+
+def _own_arguments(config: Path, set_: list[str], output_dir: Path | None, init: Path | None, allow_data_change: bool,
+                   progress: bool | None, processes: int) -> list[str]:
+    """This run's own command line after `heed train`, so the printed resume continues it: same
+    overrides, same directory, same number of processes."""
+    return [str(config), *(arg for item in set_ for arg in ("--set", item)),
+            *(["--output-dir", str(output_dir)] if output_dir is not None else []),
+            *(["--init", str(init)] if init is not None else []),
+            *(["--allow-data-change"] if allow_data_change else []),
+            *([] if progress is None else ["--progress" if progress else "--no-progress"]),
+            *(["--processes", str(processes)] if processes > 1 else [])]
+
+
+def _stopped(result: TrainResult, cfg: Config, again: list[str], launcher_note: str, console: Console) -> NoReturn:
+    """A run stopped by a signal: rank 0 prints the command that resumes it (and the one that scores
+    its best model so far); every rank exits with 130 (Ctrl-C) or 128 + the signal's number."""
+    import shlex
+
+    from heed.train import score_command
+
+    if result.is_main:
         # soft_wrap: a command cut across lines could not be pasted back.
         console.print(f"resume with: {shlex.join(again)}{launcher_note}", markup=False, soft_wrap=True)
         score = None if result.model_dir is None else score_command(cfg, result.model_dir, resume_command=again,
@@ -98,11 +117,7 @@ def train(
         if score is not None:
             console.print(f"score the best model on the test set with: {shlex.join(score)}", markup=False,
                           soft_wrap=True)
-        raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
-    # On a terminal the run's closing line ("model: DIR  (stopped: ...)") already names it on the same
-    # screen; stdout gets its own line where it is not that screen (a pipe, a file, a script's capture).
-    if result.is_main and not (console.is_terminal and sys.stdout.isatty()):
-        typer.echo(f"model written to {result.model_dir}")
+    raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
 
 
 def _how_started(world: World, processes: int) -> tuple[list[str], str]:

@@ -7,7 +7,7 @@ import io
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from heed.api import Translation, Translator
     from heed.decode_config import DecodeConfig
     from heed.evaluate import Bucket, BucketScore
+    from heed.evaluate import LengthUnit as UnitName
 
 
 
@@ -38,8 +39,9 @@ def _translate_chunks(translator: Translator, lines: Iterable[str], *, name: str
     lines before it is yielded."""
     first = 1
     for chunk in chunks(iter(lines), chunk_size):
+        # attention only for --replace-unk (which asks for it itself): what the lines need
         translations = translator.translate_nbest(chunk, decode=decode, batch_size=batch_size,
-                                                  replace_unk=replace_unk, dictionary=dictionary)
+                                                  replace_unk=replace_unk, dictionary=dictionary, attention=False)
         cut = [first + k for k, nbest in enumerate(translations) if nbest[0].truncated]
         if cut:
             progress.warn(truncation_message(cut, name, translator.max_src_len))
@@ -48,10 +50,6 @@ def _translate_chunks(translator: Translator, lines: Iterable[str], *, name: str
         if sources is not None:
             sources[:] = chunk
         yield translations
-
-
-
-
 
 
 def nbest_lines(first_id: int, chunk: Sequence[list[Translation]],
@@ -96,7 +94,7 @@ def source_share_fields(translator: Translator, sources: Sequence[str],
                         chunk: Sequence[list[Translation]]) -> list[list[str]]:
     """Each hypothesis's sentence source share as printed (4 decimals), per source; '-' for an
     empty source (nothing to share)."""
-    from heed.explain.given_pairs import nbest_source_shares
+    from heed.explain.source_share import nbest_source_shares
 
     return [["-" if share is None else f"{share.sentence:.4f}" for share in shares]
             for shares in nbest_source_shares(*translator.subject, sources, chunk, max_src_len=translator.max_src_len)]
@@ -167,7 +165,7 @@ def translate(
     streaming = interactive or (output is None and sys.stdout.isatty())
     show_progress = progress if progress is not None else (False if streaming else None)
 
-    def run(source: Any, sink: TextIO) -> None:
+    def run(source: Any, sink: IO[str]) -> None:
         if text_format in SUBTITLES:
             return _write_subtitles(translator, source, sink, name=name, kind=text_format.value, cfg=cfg,
                                     width=cue_width, lines=cue_lines)
@@ -201,7 +199,7 @@ def _check_combination(translator: Any, cfg: Any, *, explain: bool, text_format:
         raise HeedError("--aligner places markup: give it with --format html or xml")
 
 
-def _write_plain(translator: Any, source: Any, sink: TextIO, *, name: str, cfg: Any, chunk_size: int,
+def _write_plain(translator: Any, source: Any, sink: IO[str], *, name: str, cfg: Any, chunk_size: int,
                  progress: bool | None, batch_size: int, replace_unk: bool, table: Any, explain: bool) -> None:
     """`heed translate`'s lines: the best translation of each, its n-best, or with its source share."""
     first_id = 0
@@ -221,7 +219,7 @@ def _write_plain(translator: Any, source: Any, sink: TextIO, *, name: str, cfg: 
             first_id += len(chunk)
 
 
-def _write_subtitles(translator: Any, source: Any, sink: TextIO, *, name: str, kind: str, cfg: Any, width: int,
+def _write_subtitles(translator: Any, source: Any, sink: IO[str], *, name: str, kind: str, cfg: Any, width: int,
                      lines: int) -> None:
     """A whole SRT or WebVTT input translated cue by cue (heed.markup.subtitles)."""
     from heed.markup.cues import decode as decode_subtitles
@@ -232,7 +230,7 @@ def _write_subtitles(translator: Any, source: Any, sink: TextIO, *, name: str, k
                                    layout=Layout(width=width, max_lines=lines)))
 
 
-def _write_marked(translator: Any, source: Any, sink: TextIO, *, name: str, kind: str, cfg: Any, chunk_size: int,
+def _write_marked(translator: Any, source: Any, sink: IO[str], *, name: str, kind: str, cfg: Any, chunk_size: int,
                   progress: bool | None, aligner: str, priors: Any) -> None:
     """A fragment of HTML or XML a line, translated with its markup carried across (heed.markup)."""
     from heed.cli.markup import carried, parse_lines
@@ -256,6 +254,8 @@ def _stdin_bytes() -> Any:
 
 
 class LengthUnit(str, enum.Enum):
+    _value_: UnitName
+
     words = "words"
     chars = "chars"
     tokens = "tokens"
@@ -357,7 +357,7 @@ def _parse_buckets(spec: str | None) -> list[Bucket] | None:
 
 
 def _scores_by_length(srcs: Sequence[str], outputs: dict[str, list[str]], refs: Sequence[str],
-                      buckets: list[Bucket] | None, unit: str,
+                      buckets: list[Bucket] | None, unit: UnitName,
                       translations: Sequence[Translation]) -> dict[str, list[BucketScore]]:
     """{model name: bucket scores}; every model's sentences fall in the same buckets. Token
     lengths are those of `translations`' source tokens (one model's tokenizer)."""

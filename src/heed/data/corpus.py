@@ -27,6 +27,7 @@ is a sentence that normalizes to nothing, reported as an empty source or target.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import re
 import stat
@@ -34,7 +35,7 @@ import unicodedata
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from heed.errors import DataError
 from heed.plumbing.files import file_kind, open_stream
@@ -79,7 +80,7 @@ class ByteStream(Protocol):
     def read1(self, size: int = ..., /) -> bytes: ...
 
 
-def _open_binary(path: Path, *, streams: bool = False) -> BinaryIO:
+def _open_binary(path: Path, *, streams: bool = False) -> io.BufferedIOBase:
     """Open a corpus file for reading bytes; `.gz` files are decompressed on the fly. Anything but
     a regular file is refused before opening (training reads a corpus twice, and a device such as
     /dev/zero never ends); with `streams`, a pipe or named pipe is read too (heed.plumbing.files.open_stream:
@@ -97,16 +98,18 @@ def _open_binary(path: Path, *, streams: bool = False) -> BinaryIO:
             raise DataError("a gzipped pipe is not read (the bound on what a .gz may inflate to needs its size); "
                             "decompress it in the pipe instead, e.g. <(zcat FILE.gz)", path=path)
         try:
-            return open_stream(path, devices=False)  # type: ignore[return-value]
+            stream = open_stream(path, devices=False)
         except OSError as e:
             raise DataError(f"cannot open: {e.strerror or e}", path=path) from None
+        assert isinstance(stream, io.BufferedIOBase)  # opened "rb": a buffered reader, which has read1
+        return stream
     if not stat.S_ISREG(mode):
         raise DataError(f"is {file_kind(mode)}, not a regular file; a corpus must be a file (save the data to one "
                         "first)",
                         path=path)
     try:
         if path.suffix == ".gz":
-            return _CappedGzip(path, path.stat().st_size)  # type: ignore[return-value]
+            return _CappedGzip(path, path.stat().st_size)
         return open(path, "rb")
     except OSError as e:
         raise DataError(f"cannot open: {e.strerror or e}", path=path) from None

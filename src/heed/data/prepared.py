@@ -542,7 +542,7 @@ class PreparedEpoch(Sequence[Batch]):
             raise ValueError(f"pool_sentences must be >= 1, got {pool_sentences}")
         self.corpus = corpus
         self.specials = specials
-        self._options = {"batch_tokens": batch_tokens, "max_sentences": max_sentences, "pool_size": pool_size}
+        self.batch_tokens, self.max_sentences, self.pool_size = batch_tokens, max_sentences, pool_size
         self.pool_sentences = pool_sentences
         rng = epoch_rng(seed, epoch)
         windows = list(range(math.ceil(len(corpus) / pool_sentences)))
@@ -568,7 +568,8 @@ class PreparedEpoch(Sequence[Batch]):
         window = self.corpus.window(start, min(start + self.pool_sentences, len(self.corpus)))
         src, tgt = window.lengths()
         window.release()
-        return window, plan_batches(src, tgt, shuffle=True, rng=rng, **self._options)
+        return window, plan_batches(src, tgt, batch_tokens=self.batch_tokens, max_sentences=self.max_sentences,
+                                    shuffle=True, rng=rng, pool_size=self.pool_size)
 
     def __len__(self) -> int:
         return self._len

@@ -12,17 +12,21 @@ The layer-by-layer mapping is the family's own: heed.nn.transformer.ct2.
 """
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from heed.errors import ConfigError, HeedError, install_hint
+from heed.search.shortlist import Shortlist, vmap_text
+
+if TYPE_CHECKING:
+    from heed.nn.protocol import TorchModel
 
 INSTALL_HINT = install_hint("ct2")
 MODEL_FILES = ("model.bin", "config.json")
 SHARED_VOCABULARY = "shared_vocabulary.json"  # CTranslate2 writes one list where both sides' are the same
 SIDE_VOCABULARIES = ("source_vocabulary.json", "target_vocabulary.json")
+VMAP_FILE = "vmap.txt"  # CTranslate2's vocabulary map, where the model records a shortlist
 
 
 def require_ctranslate2() -> Any:
@@ -49,26 +53,13 @@ def check_exportable(model_cfg: Any, config_path: Path) -> None:
                           field="model.family", path=config_path)
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-def write_ct2(model: nn.Module, cfg: Any, codec: Any, directory: Path, *, max_src_len: int, int8: bool) -> None:
+def write_ct2(model: TorchModel, cfg: Any, codec: Any, directory: Path, *, max_src_len: int, int8: bool,
+              shortlist: Shortlist | None = None) -> None:
     """Write CTranslate2's model files (model_files) for a model whose family has a converter
     (heed.nn.build.Family.ct2) into `directory`;
-    `int8`: weights stored as int8 (CTranslate2's int8 GEMMs, activations quantized per call)."""
+    `int8`: weights stored as int8 (CTranslate2's int8 GEMMs, activations quantized per call);
+    `shortlist`: the model's vocabulary shortlist, written as CTranslate2's vocabulary map (VMAP_FILE,
+    which `use_vmap` reads: heed.export.ct2_run with DecodeConfig.shortlist)."""
     from heed.nn.families import family
 
     require_ctranslate2()
@@ -77,6 +68,12 @@ def write_ct2(model: nn.Module, cfg: Any, codec: Any, directory: Path, *, max_sr
     model = model.float().cpu().eval()
     spec = convert(model, cfg, src_tokens=list(codec.src_vocab.tokens), tgt_tokens=list(codec.tgt_vocab.tokens),
                    max_src_len=max_src_len, unk_id=codec.tgt_vocab.unk_id)
-    spec.validate()
-    spec.optimize(quantization="int8" if int8 else "float32")
-    spec.save(str(directory))
+    with tempfile.TemporaryDirectory() as scratch:
+        if shortlist is not None:  # the spec copies the file in as its own VMAP_FILE when it saves
+            vmap = Path(scratch) / VMAP_FILE
+            vmap.write_text(vmap_text(shortlist, src_tokens=list(codec.src_vocab.tokens),
+                                      tgt_tokens=list(codec.tgt_vocab.tokens)), encoding="utf-8")
+            spec.register_vocabulary_mapping(str(vmap))
+        spec.validate()
+        spec.optimize(quantization="int8" if int8 else "float32")
+        spec.save(str(directory))

@@ -5,13 +5,16 @@ is an `OwnSearchModel` (heed.search): `translate_ids` takes what heed's `search.
 takes (source ids, a DecodeConfig, batch size, prefixes) and gives the same `Decoded` hypotheses,
 with heed's tokens, scores and lengths:
 - greedy, and the best hypothesis of a beam search without penalties: CTranslate2's search gives
-  heed's (tests/test_export_ct2.py; bench/compare's heed-ct2 column). Below the best, an n-best
+  heed's (tests/test_export_ct2.py; bench/compare's heed-ct2 column); with the power length penalty
+  (the imported OPUS-MT, NLLB and M2M-100 models' own) CTranslate2 also finishes and ranks the best
+  (`ranking` says which path a request takes; the same best hypothesis as heed's exact search on
+  1,000 sentences: bench/RESULTS.md). Below the best, an n-best
   list is what CTranslate2's beam finished, searched past its own stop (`beam * PATIENCE` finished)
   and ranked by heed; it can still miss a hypothesis heed's search finishes, most often a short one
   (the empty output, a prefix cut by EOS), and show the next instead. On 300 dates test sentences
   at beam 5, n-best 3 (a 1-layer dates Transformer): 14 of 900 entries differ, 41 with min_len 0
   (58 and 80 when CTranslate2 stopped at its own stop), and no best entry;
-- the GNMT length penalty (`length_penalty` > 0): CTranslate2's penalty is length^alpha, not GNMT's,
+- the GNMT length penalty (`length_norm` gnmt, `length_penalty` > 0): CTranslate2's penalty is length^alpha, not GNMT's,
   and stops early differently; so CTranslate2 searches without a penalty past its own early stop,
   keeping `beam * PATIENCE` finished hypotheses, and heed ranks them by GNMT's score;
 - `max_len_a`/`max_len_b` per source (CTranslate2 takes one limit a call: the batch's largest; a
@@ -39,13 +42,14 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from heed.decode_config import DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError
-from heed.export.ct2 import require_ctranslate2
+from heed.export.ct2 import VMAP_FILE, require_ctranslate2
 from heed.export.onnx import Manifest
 from heed.plumbing.runtime import cpu_int8_products_exact
 from heed.search import Decoded, Hypothesis, length_penalty, max_output_lengths
@@ -56,6 +60,22 @@ PATIENCE = 4  # with a length penalty or n-best > 1: finished hypotheses kept = 
 RAW_SCORES = 1e-30
 NEEDS_HEED = ("a CTranslate2 export translates with CTranslate2's own search, which has no step or teacher-forced "
               "pass to give heed; {what} needs the model directory or an ONNX export (heed export --format onnx)")
+
+
+def ranking(cfg: DecodeConfig, *, prefixed: bool) -> str:
+    """Who finishes and ranks a search's hypotheses (the fast path is CTranslate2's):
+    - "ctranslate2" for the best hypothesis alone without a penalty (CTranslate2 stops once its best
+      beam finished, as exact as heed's stop), or with the power penalty |Y|^alpha, which CTranslate2
+      divides by too (|Y| counting EOS), without a forced prefix (whose charge would change the
+      ranking): CTranslate2 stops once `beam` hypotheses finished and returns its best;
+    - "heed" for the GNMT penalty, an n-best list, or a prefix with a penalty: CTranslate2 searches on
+      to `beam * PATIENCE` finished hypotheses and heed ranks them by its own score;
+    - "none" for greedy search and sampling, which rank nothing."""
+    if cfg.sampling or cfg.beam_size == 1:
+        return "none"
+    if cfg.n_best == 1 and (cfg.length_penalty == 0 or (cfg.length_norm == "power" and not prefixed)):
+        return "ctranslate2"
+    return "heed"
 
 
 def needs_heed(what: str) -> HeedError:
@@ -132,11 +152,17 @@ class CT2Seq2Seq:
 
     def translate_ids(self, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, batch_size: int = 64,
                       prefixes: Sequence[Sequence[int]] | None = None, free_prefix: int = 0, trace: bool = False,
-                      stop: Callable[[], bool] | None = None) -> list[Decoded]:
+                      stop: Callable[[], bool] | None = None, attention: bool = True) -> list[Decoded]:
         """As heed.search.translate_ids: every source (ids without specials) decoded, in input
-        order, sources of similar length batched together; `stop` is asked before every batch."""
+        order, sources of similar length batched together; `stop` is asked before every batch.
+        `attention`: return each hypothesis' attention (CTranslate2 is a third slower with it);
+        without, Hypothesis.attention is None. `cfg.shortlist` searches the export's vocabulary
+        map (VMAP_FILE, written from the model's shortlist)."""
         if trace:
             raise needs_heed("the beam search tree (the explorer)")
+        if cfg.shortlist and not (self.manifest.directory / VMAP_FILE).is_file():
+            raise HeedError("--shortlist: this CTranslate2 export has no vocabulary map; record a shortlist in the "
+                            "model directory (heed data shortlist) and export it again, or translate without it")
         if cfg.coverage_penalty:
             raise ConfigError("a CTranslate2 export does not apply heed's coverage penalty; set it to 0, or translate "
                               "with the model directory or an ONNX export",
@@ -154,58 +180,63 @@ class CT2Seq2Seq:
                 raise Abandoned()
             chunk = order[start:start + batch_size]
             got = self._decode(translator, [src_ids[k] for k in chunk], [limits[k] for k in chunk],
-                               None if prefixes is None else [prefixes[k] for k in chunk], cfg, free_prefix)
+                               None if prefixes is None else [prefixes[k] for k in chunk], cfg, free_prefix,
+                               attention)
             for k, decoded in zip(chunk, got):
                 results[k] = decoded
         return results
 
     def _decode(self, translator: Any, src_ids: list[list[int]], limits: list[int],
-                prefixes: list[Sequence[int]] | None, cfg: DecodeConfig, free: int) -> list[Decoded]:
+                prefixes: list[Sequence[int]] | None, cfg: DecodeConfig, free: int, attention: bool) -> list[Decoded]:
         """One translate_batch call at the batch's largest output limit. A source is decoded again
         alone where that was not heed's search: its best output passed its own limit, or a
         hypothesis holds PAD or BOS (which heed never emits; CTranslate2 is asked to suppress them
         only then, as it renormalises the rest of the distribution when it does)."""
         longest = max(limits)
-        out = self._translate_batch(translator, src_ids, longest, prefixes, cfg, free, suppress=False)
+        out = self._translate_batch(translator, src_ids, longest, prefixes, cfg, free, attention, suppress=False)
         for i, (decoded, limit) in enumerate(zip(out, limits)):
             too_long = limit < longest and decoded.hypotheses and len(decoded.hypotheses[0].tokens) > limit
             if too_long or self._emits_specials(decoded):
                 prefix = None if prefixes is None else [prefixes[i]]
-                alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, free, suppress=False)[0]
+                alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, free, attention,
+                                              suppress=False)[0]
                 if self._emits_specials(alone):
-                    alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, free, suppress=True)[0]
+                    alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, free, attention,
+                                                  suppress=True)[0]
                 out[i] = alone
         return out
 
     def _translate_batch(self, translator: Any, src_ids: list[list[int]], limit: int,
                          prefixes: list[Sequence[int]] | None,
-                         cfg: DecodeConfig, free: int, *, suppress: bool) -> list[Decoded]:
+                         cfg: DecodeConfig, free: int, attention: bool, *, suppress: bool) -> list[Decoded]:
         source = [[self.src_tokens[i] for i in ids] + [self.src_tokens[self.eos_id]] for ids in src_ids]
         target_prefix = None
         if prefixes is not None and any(prefixes):
             target_prefix = [[self.tgt_tokens[i] for i in p] or None for p in prefixes]
-        # CTranslate2's own stop (as many finished as asked for) is heed's only for the best of a
-        # search without a penalty; for a GNMT penalty or lower n-best entries it searches on and
-        # heed ranks what it finished.
-        ranked_by_heed = cfg.beam_size > 1 and not cfg.sampling and (cfg.length_penalty > 0 or cfg.n_best > 1)
+        ranks = ranking(cfg, prefixed=target_prefix is not None)
+        ranked_by_heed = ranks == "heed"
         kept = cfg.beam_size * PATIENCE if ranked_by_heed else cfg.n_best
         options: dict[str, Any] = dict(
             max_decoding_length=max(limit, 1), min_decoding_length=min(cfg.min_len, limit),
             no_repeat_ngram_size=cfg.no_repeat_ngram, disable_unk=cfg.forbid_unk,
             suppress_sequences=[[self.tgt_tokens[self.pad_id]], [self.tgt_tokens[self.bos_id]]] if suppress else None,
-            max_input_length=0, return_scores=True, return_attention=True, return_end_token=True,
-            num_hypotheses=kept)
+            max_input_length=0, return_scores=True, return_attention=attention, return_end_token=True,
+            num_hypotheses=kept, use_vmap=cfg.shortlist)
         if cfg.sampling:
             options.update(beam_size=1, length_penalty=0.0, sampling_temperature=cfg.temperature,
                            sampling_topk=cfg.top_k, sampling_topp=cfg.top_p)
         else:
-            options.update(beam_size=cfg.beam_size, length_penalty=RAW_SCORES if ranked_by_heed else 0.0,
-                           patience=PATIENCE if ranked_by_heed else 1)
+            penalty = RAW_SCORES if ranked_by_heed else cfg.length_penalty if ranks == "ctranslate2" else 0.0
+            options.update(beam_size=cfg.beam_size, length_penalty=penalty, patience=PATIENCE if ranked_by_heed else 1)
         results = translator.translate_batch(source, target_prefix=target_prefix, **options)
+        if ranks == "ctranslate2" and cfg.length_penalty:  # its scores divided by |Y|^alpha: the sums again
+            results = [SimpleNamespace(hypotheses=r.hypotheses, attention=r.attention,
+                                       scores=[score * len(tokens) ** cfg.length_penalty
+                                               for score, tokens in zip(r.scores, r.hypotheses)]) for r in results]
         forced = self._prefix_log_probs(translator, source, target_prefix, free)
         charges = self._charges(translator, source, results, forced, cfg)
         first = [None] * len(source)
-        if cfg.beam_size > 1 and not cfg.sampling and len(source) > 1:
+        if attention and cfg.beam_size > 1 and not cfg.sampling and len(source) > 1:
             # CTranslate2 4.x's beam search on the CPU runs its first step on the unexpanded batch and
             # then gathers that step's attention with beam-expanded indices: source i gets source
             # i // beam's first row. One greedy step (encoder and one decoder step) gives the true ones.
@@ -269,14 +300,16 @@ class CT2Seq2Seq:
         hypothesis left uncharged, as it cannot rank among the n-best: dropped);
         `first_row`: the first step's attention, where the beam search's own is wrong."""
         hypotheses = []
-        for tokens, raw, attention, charge in zip(result.hypotheses, result.scores, result.attention, charges):
+        attentions = result.attention or [None] * len(result.hypotheses)
+        for tokens, raw, attention, charge in zip(result.hypotheses, result.scores, attentions, charges):
             if charge is None:
                 continue
             ids = [self._tgt_ids[t] for t in (tokens[:-1] if self._ended(tokens) else tokens)]
             log_prob = raw + charge
             score = log_prob / float(length_penalty(torch.tensor(len(ids) + 1), cfg.length_penalty, cfg.length_norm))
-            weights = torch.zeros(len(ids) + 1, src_len)  # (tokens + EOS, src_len); a forced EOS's row stays zeros
+            weights = None  # (tokens + EOS, src_len) when asked; a forced EOS's row stays zeros
             if attention:
+                weights = torch.zeros(len(ids) + 1, src_len)
                 weights[: len(attention)] = torch.tensor(attention, dtype=torch.float32)[:, :src_len]
                 if first_row is not None:
                     weights[0] = torch.tensor(first_row[:src_len], dtype=torch.float32)

@@ -11,7 +11,7 @@ import torch
 from heed.errors import ConfigError
 from heed.nn.families import Family, family
 from heed.nn.model_config import ModelConfig
-from heed.nn.protocol import TrainableModel
+from heed.nn.protocol import TorchModel, TrainableModel
 
 
 def build_model(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
@@ -44,7 +44,7 @@ def physical_memory() -> int | None:
         return None
 
 
-def check_size(cfg: ModelConfig, build: Callable[[], torch.nn.Module], *, vocab: tuple[int, int]) -> int:
+def check_size(cfg: ModelConfig, build: Callable[[], TorchModel], *, vocab: tuple[int, int]) -> int:
     """The parameter count of the model `build()` makes, counted on the meta device; a ConfigError
     when its float32 weights alone exceed this machine's memory."""
     sizes = f"{family(cfg.family).sizes(cfg)}, vocabularies {vocab[0]:,} and {vocab[1]:,}"

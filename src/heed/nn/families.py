@@ -52,7 +52,7 @@ class Family:
     describe: Callable[..., str]
     sizes: Callable[..., str]
     graphs: Callable[..., FamilyGraphs] | None = None
-    ct2: Callable[..., object] | None = None
+    ct2: Callable[..., Any] | None = None  # -> a ctranslate2 spec (ctranslate2 ships no type information)
     converters: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     releases: Mapping[str, Callable[[Path], bool]] = field(default_factory=dict)
 

@@ -13,16 +13,26 @@ one builder registered in heed.nn.build; everything outside heed/nn talks to the
 A decoder state is a `TensorState`: named tensors, each with its declared batch (row) axis, so beam
 reordering, ensembles and the exported step graph's inputs and outputs handle any family's state
 without knowing its fields.
+
+To a type checker, a model's protocols take the types of its own encoded batch and state
+(`SearchModel[EncodedT, StateT]`): a family's `init_state` and `step` take only what its own `encode`
+and `init_state` return. Code that serves any family (search, the translator, training) names the
+protocol bare, which leaves both open. A PyTorch model (`TorchModel`) also declares the
+torch.nn.Module methods heed calls on it, as a protocol cannot say "is an nn.Module".
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
+import torch
 from torch import Tensor, nn
 
 from heed.nn.loss import SeqLoss, TargetBatch
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 
 class Encoded(Protocol):
@@ -65,8 +75,12 @@ class Step(Protocol):
     def attention(self) -> Tensor | None: ...
 
 
+EncodedT = TypeVar("EncodedT", bound=Encoded)  # a model's own encoded batch
+StateT = TypeVar("StateT", bound=SearchState)  # a model's own decoder state
+
+
 @runtime_checkable
-class SearchModel(Protocol):
+class SearchModel(Protocol[EncodedT, StateT]):
     """What greedy search, beam search and sampling need of a model. Put it in eval mode first.
     `enc` and `state` are what this model's own `encode` and `init_state`/`step` returned."""
 
@@ -75,16 +89,53 @@ class SearchModel(Protocol):
     eos_id: int
     unk_id: int
 
-    def encode(self, src: Tensor, src_lengths: Tensor) -> Encoded:
+    def encode(self, src: Tensor, src_lengths: Tensor) -> EncodedT:
         """src (batch, src_len) ids + EOS right-padded, src_lengths (batch,) -> the encoded batch."""
         ...
 
-    def init_state(self, enc: Encoded) -> SearchState:
+    def init_state(self, enc: EncodedT) -> StateT:
         """The first state for the encoded batch, one row per decoder row."""
         ...
 
-    def step(self, prev_tokens: Tensor, state: SearchState, enc: Encoded) -> Step:
+    def step(self, prev_tokens: Tensor, state: StateT, enc: EncodedT) -> Step:
         """prev_tokens (rows,) long, the state, the encoded batch -> the step's output."""
+        ...
+
+
+class StepFeatures(Protocol):
+    """A decoding step up to the output layer: features (rows, d) its input, the next state, the
+    attention (rows, src_len) or None."""
+
+    @property
+    def features(self) -> Tensor: ...
+
+    @property
+    def state(self) -> SearchState: ...
+
+    @property
+    def attention(self) -> Tensor | None: ...
+
+
+@runtime_checkable
+class ShortlistModel(Protocol):
+    """A model whose step can stop before its output layer, so that search multiplies only a
+    shortlist's rows of it (the Transformer family)."""
+
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> Encoded: ...
+
+    def init_state(self, enc: Encoded) -> SearchState: ...
+
+    def step_features(self, prev_tokens: Tensor, state: SearchState, enc: Encoded) -> StepFeatures:
+        """prev_tokens (rows,) -> the step up to the output layer."""
+        ...
+
+    def output_layer(self) -> tuple[Tensor, Tensor | None]:
+        """The output layer: weight (vocab, d), bias (vocab,) or None; logits = features W^T + b."""
         ...
 
 
@@ -96,7 +147,7 @@ class Seq2SeqOutput(NamedTuple):
 
 
 @runtime_checkable
-class TranslationModel(SearchModel, Protocol):
+class TranslationModel(SearchModel[EncodedT, StateT], Protocol[EncodedT, StateT]):
     """What heed.api.Translator, the server and the explorer need besides search (an ensemble and an
     exported model are ones too)."""
 
@@ -117,12 +168,44 @@ class TranslationModel(SearchModel, Protocol):
 
 
 @runtime_checkable
-class HeadsModel(Protocol):
+class TorchModel(Protocol):
+    """A PyTorch model (a torch.nn.Module), as far as heed calls the Module's own methods on one:
+    moving it, switching train and eval mode, and reading and writing its weights."""
+
+    def to(self, device: torch.device | str) -> Self: ...
+
+    def train(self, mode: bool = True) -> Self: ...
+
+    def eval(self) -> Self: ...
+
+    def float(self) -> Self: ...
+
+    def cpu(self) -> Self: ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]:
+        """Its weights, for the optimizer."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """{name: tensor} of its weights and buffers, as a model directory saves them."""
+        ...
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        """Its weights and buffers from `state_dict` (what torch returns: the keys that did not fit)."""
+        ...
+
+
+@runtime_checkable
+class HeadsModel(TorchModel, Protocol):
     """A model whose attention over the source can be read head by head (both PyTorch families;
     not an ensemble or an exported model): what `heed align --layer/--head/--sweep` needs."""
 
     alignment_layer: int  # the decoder layer whose head-mean attention __call__ and step report
-    measured_reading: MeasuredReading  # how heed align reads it when training recorded no reading
+
+    @property
+    def measured_reading(self) -> MeasuredReading:
+        """How heed align reads it when training recorded no reading."""
+        ...
 
     @property
     def head_grid(self) -> tuple[int, int]:
@@ -247,14 +330,10 @@ class AttributableModel(Protocol):
 
 
 @runtime_checkable
-class TrainableModel(TranslationModel, Protocol):
+class TrainableModel(TranslationModel[EncodedT, StateT], TorchModel, Protocol[EncodedT, StateT]):
     """A family's PyTorch model: what training, checkpoints and export need as well."""
 
     family: str
-
-    def parameters(self) -> Iterator[Tensor]:
-        """Its weights, for the optimizer."""
-        ...
 
     def loss(self, batch: TargetBatch, *, label_smoothing: float = 0.0) -> SeqLoss:
         """The teacher-forced loss of `batch`, summed over its real target tokens."""
@@ -296,11 +375,15 @@ class TensorState:
 
 
 
-class FamilyGraphs(Protocol):
+ModelT_contra = TypeVar("ModelT_contra", bound=TrainableModel, contravariant=True)  # the family's own model
+
+
+class FamilyGraphs(Protocol[ModelT_contra, EncodedT]):
     """A family's export contract for one model config (heed.export): the graphs it exports, the
     modules to trace for them, and the runtime's side, how ONNX Runtime's outputs become the encoded
     batch and the state search steps (heed.export.ort.OrtSeq2Seq). heed.nn.rnn.onnx.RNNGraphs and
-    heed.nn.transformer.onnx.TransformerGraphs implement it."""
+    heed.nn.transformer.onnx.TransformerGraphs implement it, each for its own family's model and
+    encoded batch."""
 
     has_attention: bool
 
@@ -308,7 +391,7 @@ class FamilyGraphs(Protocol):
         """{graph role ("encoder", "step"): (its input names, its output names)}."""
         ...
 
-    def modules(self, model: TrainableModel) -> dict[str, tuple[nn.Module, tuple[Tensor, ...],
+    def modules(self, model: ModelT_contra) -> dict[str, tuple[nn.Module, tuple[Tensor, ...],
                                                                 dict[str, dict[int, str]]]]:
         """{graph role: (the module to trace, example inputs, dynamic axes by name)}."""
         ...
@@ -317,15 +400,15 @@ class FamilyGraphs(Protocol):
         """Raise a HeedError for a source (batch, src_len) the traced graphs cannot read."""
         ...
 
-    def encoded(self, named: dict[str, Tensor], src: Tensor, src_lengths: Tensor) -> Encoded:
+    def encoded(self, named: dict[str, Tensor], src: Tensor, src_lengths: Tensor) -> EncodedT:
         """The encoder graph's outputs by name -> the family's encoded batch."""
         ...
 
-    def init_state(self, enc: Encoded) -> SearchState:
+    def init_state(self, enc: EncodedT) -> SearchState:
         """The decoder's first state for the encoded batch."""
         ...
 
-    def source_feeds(self, enc: Encoded) -> dict[str, Tensor]:
+    def source_feeds(self, enc: EncodedT) -> dict[str, Tensor]:
         """The step graph's per-source inputs, by name."""
         ...
 
@@ -341,6 +424,7 @@ __all__ = [
     "Seq2SeqOutput",
     "Step",
     "TensorState",
+    "TorchModel",
     "TrainableModel",
     "TranslationModel",
     "ValueNormModel",

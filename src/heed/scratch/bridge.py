@@ -16,7 +16,7 @@ import numpy as np
 from heed.scratch.model import SCORES, AttentionSeq2seq
 
 if TYPE_CHECKING:
-    from heed.nn.build import ModelConfig
+    from heed.nn.rnn.config import RNNConfig
     from heed.nn.rnn.seq2seq import Seq2Seq
 
 _SUMMED_BIASES = {
@@ -29,14 +29,14 @@ class BridgeError(ValueError):
     """The torch model is not the scratch model's twin (architecture, config or shapes differ)."""
 
 
-def twin_config(model: AttentionSeq2seq) -> ModelConfig:
-    """The heed.nn ModelConfig whose `build_model` has exactly the scratch model's computation."""
-    from heed.nn.build import ModelConfig
+def twin_config(model: AttentionSeq2seq) -> RNNConfig:
+    """The heed.nn model config whose `build_model` has exactly the scratch model's computation."""
+    from heed.nn.rnn.config import RNNConfig
 
-    return ModelConfig(decoder="luong", input_feeding=False, attention=model.score, rnn="lstm",
+    return RNNConfig(decoder="luong", input_feeding=False, attention=model.score, rnn="lstm",
                        bidirectional=False, bridge="copy", encoder_layers=1, decoder_layers=1,
-                       dropout=0.0, embed_size=model.embed_size, hidden_size=model.hidden_size,
-                       attention_hidden=model.attention_hidden)
+                    dropout=0.0, embed_size=model.embed_size, hidden_size=model.hidden_size,
+                    attention_hidden=model.attention_hidden)
 
 
 def _torch_name_map(model: AttentionSeq2seq) -> list[str]:
@@ -160,9 +160,12 @@ def scratch_to_torch(model: AttentionSeq2seq, torch_model: Seq2Seq | None = None
         import torch
 
         from heed.nn.build import build_model
+        from heed.nn.rnn.seq2seq import Seq2Seq
 
-        torch_model = build_model(twin_config(model), src_vocab_size=model.src_vocab_size,
-                                  tgt_vocab_size=model.tgt_vocab_size, pad_id=model.pad_id,
-                                  bos_id=model.bos_id, eos_id=model.eos_id)
+        built = build_model(twin_config(model), src_vocab_size=model.src_vocab_size,
+                            tgt_vocab_size=model.tgt_vocab_size, pad_id=model.pad_id,
+                            bos_id=model.bos_id, eos_id=model.eos_id)
+        assert isinstance(built, Seq2Seq)  # twin_config is an RNN's
+        torch_model = built
         torch_model.to({np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}[model.dtype])
     return load_into_torch(model, torch_model)

@@ -17,7 +17,7 @@ Same computation, same weight layout and names (`heed.scratch.bridge` copies wei
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -42,6 +42,13 @@ class Generated(NamedTuple):
     attention: np.ndarray  # (batch, steps, src_len)
 
 
+class _Weighted(Protocol):
+    """A layer's weights and their gradients, as every layer of heed.scratch holds them."""
+
+    params: list[np.ndarray]
+    grads: list[np.ndarray]
+
+
 class AttentionEncoder:
     """TimeEmbedding + one unidirectional TimeLSTM.
 
@@ -61,7 +68,9 @@ class AttentionEncoder:
 
     @property
     def final(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.lstm.h, self.lstm.c
+        h, c = self.lstm.h, self.lstm.c
+        assert h is not None and c is not None, "the encoder's final state is there after forward"
+        return h, c
 
     def backward(self, dstates: np.ndarray, dh: np.ndarray, dc: np.ndarray) -> None:
         """dstates (batch, src_len, hidden); dh, dc (batch, hidden) the gradients of `final`."""
@@ -89,7 +98,7 @@ class LuongDecoder:
         self.combine = TimeAffine(W_c)  # W_c (hidden, 2 * hidden), no bias
         self.tanh = Tanh()
         self.generator = TimeAffine(W_gen, b_gen)
-        layers = [self.embed, self.lstm, self.combine, self.generator]
+        layers: list[_Weighted] = [self.embed, self.lstm, self.combine, self.generator]
         if self.key_proj is not None:
             layers.insert(2, self.key_proj)
         if additive is not None:
@@ -128,7 +137,9 @@ class LuongDecoder:
         dqueries, dkeys, dvalues = self.attention.backward(djoined[..., H:])
         dhs = djoined[..., :H] + dqueries  # (batch, tgt_len, hidden)
         self.embed.backward(self.lstm.backward(dhs))
-        return dvalues, dkeys, self.lstm.dh0, self.lstm.dc0
+        dh0, dc0 = self.lstm.dh0, self.lstm.dc0
+        assert dh0 is not None and dc0 is not None  # set by lstm.backward
+        return dvalues, dkeys, dh0, dc0
 
     def step(self, prev_tokens: np.ndarray, h: np.ndarray, c: np.ndarray, states: np.ndarray,
              keys: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -138,7 +149,9 @@ class LuongDecoder:
         context = self.attention_step.forward(h, keys, states, src_mask)  # (batch, hidden)
         h_tilde = np.tanh(np.concatenate([h, context], axis=-1) @ self.combine.params[0].T)
         W_gen, b_gen = self.generator.params
-        return h_tilde @ W_gen.T + b_gen, h, c, self.attention_step.weights
+        weights = self.attention_step.weights
+        assert weights is not None  # set by attention_step.forward
+        return h_tilde @ W_gen.T + b_gen, h, c, weights
 
 
 class AttentionSeq2seq:
@@ -166,8 +179,8 @@ class AttentionSeq2seq:
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         E, H = embed_size, hidden_size
         # The additive score's hidden size, as torch's Attention: hidden_size unless given.
-        self.attention_hidden = (attention_hidden or H) if score == "additive" else None
-        A = self.attention_hidden
+        A = attention_hidden or H
+        self.attention_hidden = A if score == "additive" else None
 
         def uniform(shape: tuple[int, ...], fan_in: int) -> np.ndarray:
             bound = 1.0 / np.sqrt(fan_in)
@@ -178,8 +191,8 @@ class AttentionSeq2seq:
             W[pad_id] = 0.0
             return W
 
-        def lstm() -> list[np.ndarray]:  # Wx, Wh, b = b_ih + b_hh
-            return [uniform((4 * H, E), H), uniform((4 * H, H), H), uniform((4 * H,), H) + uniform((4 * H,), H)]
+        def lstm() -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # Wx, Wh, b = b_ih + b_hh
+            return uniform((4 * H, E), H), uniform((4 * H, H), H), uniform((4 * H,), H) + uniform((4 * H,), H)
 
         self.encoder = AttentionEncoder(embedding(src_vocab_size), *lstm(), pad_id=pad_id)
         self.decoder = LuongDecoder(embedding(tgt_vocab_size), *lstm(), W_c=uniform((H, 2 * H), 2 * H),

@@ -98,10 +98,10 @@ class OwnSearchModel(Protocol):
 
     def translate_ids(self, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, batch_size: int = 64,
                       prefixes: Sequence[Sequence[int]] | None = None, free_prefix: int = 0, trace: bool = False,
-                      stop: Callable[[], bool] | None = None) -> list[Decoded]:
+                      stop: Callable[[], bool] | None = None, attention: bool = True) -> list[Decoded]:
         """What heed.search.translate_ids gives: per source (ids without specials), in input order,
         its n-best hypotheses (each prefix's tokens past the first `free_prefix` charged their
-        log-probabilities)."""
+        log-probabilities); without `attention` their attention may be None (where it costs)."""
         ...
 
 

@@ -122,9 +122,9 @@ def average_checkpoints(paths: Sequence[str | os.PathLike[str]], output: str | o
             field, mine, theirs = difference
             raise HeedError(f"{path}: {field} is {theirs!r} here but {mine!r} in {paths[0]}; averaging needs "
                             "checkpoints of one architecture")
-        difference = first.codec.difference(loaded.codec)
-        if difference is not None:
-            raise HeedError(f"{path}: {difference} differs from {paths[0]}'s; averaging needs checkpoints that "
+        codec_difference = first.codec.difference(loaded.codec)
+        if codec_difference is not None:
+            raise HeedError(f"{path}: {codec_difference} differs from {paths[0]}'s; averaging needs checkpoints that "
                             "share tokenizers and vocabularies")
         running.add(loaded.model.state_dict(), str(path))
         averaged.append(_record(path, loaded))

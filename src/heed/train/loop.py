@@ -300,8 +300,9 @@ class Trainer:
         """Drop DistributedDataParallel (and its gradient reducer, which holds the process group)
         while the group still exists. Left to the garbage collector, the reducer outlived the group
         and the rank aborted at exit ("terminate called without an active exception")."""
-        if isinstance(getattr(self, "batch_loss", None), DistributedDataParallel):
-            self.batch_loss = self.batch_loss.module
+        wrapped = getattr(self, "batch_loss", None)
+        if isinstance(wrapped, DistributedDataParallel):
+            self.batch_loss = wrapped.module
             gc.collect()  # the wrapper's hooks make reference cycles: free it now, not at exit
 
     def _build(self, data: RunData, checkpoint: Checkpoint | None,

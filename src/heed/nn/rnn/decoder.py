@@ -107,6 +107,7 @@ class RNNDecoder(nn.Module):
 
     has_attention = True
     coverage = False  # whether the attention takes a coverage vector carried in DecoderState
+    attention: Attention  # set by the decoders with attention (Luong, Bahdanau), read only by them
 
     def __init__(self, *, vocab_size: int, embed_size: int, hidden_size: int, rnn_input_size: int,
                  num_layers: int, rnn: RNNKind, dropout: float, pad_id: int, generator_input: int) -> None:
@@ -130,10 +131,11 @@ class RNNDecoder(nn.Module):
         """[h*_t; s_t; x_t], the switch's input (See et al. 2017, eq. 8), or None without copy."""
         return None if self.copy is None else torch.cat([context, state, embedded], dim=-1)
 
-    def _mix(self, logits: Tensor, copy_input: Tensor, weights: Tensor, enc: EncoderOutput) -> Tensor:
+    def _mix(self, logits: Tensor, copy_input: Tensor, weights: Tensor | None, enc: EncoderOutput) -> Tensor:
         """The pointer-generator's log-probabilities over the extended vocabulary (heed.nn.rnn.copy):
         logits (rows, [tgt_len,] vocab) -> (rows, [tgt_len,] vocab + the batch's temporary ids)."""
         assert self.copy is not None and enc.src is not None, "copy attention needs the source ids (Seq2Seq.encode)"
+        assert weights is not None, "a copy decoder returns its attention whatever need_attention says"
         copy_ids, n_unknown = self.copy.extended_ids(enc.src)  # (batch, src_len), one row per source
         if enc.group > 1:
             copy_ids = copy_ids.repeat_interleave(enc.group, dim=0)  # (rows, src_len): a row per beam
@@ -169,6 +171,7 @@ class RNNDecoder(nn.Module):
             query = query.view(-1, enc.group, query.size(-1))  # (batch, group, q)
             if coverage is not None:
                 coverage = coverage.view(-1, enc.group, coverage.size(-1))  # (batch, group, src_len)
+        assert enc.keys is not None, "Seq2Seq.encode projects the keys once per source"
         if need_attention:
             context, weights = self.attention(query, enc.keys, enc.states, enc.mask, coverage=coverage)
         else:
@@ -192,15 +195,14 @@ class RNNDecoder(nn.Module):
         (input feeding, Bahdanau, search) is where decoding spends its time.
         """
         rnn = self.rnn
-        cell = torch.lstm_cell if isinstance(rnn, nn.LSTM) else torch.gru_cell
+        lstm = isinstance(rnn, nn.LSTM)
         x, new_layers = inputs, []
         for layer in range(rnn.num_layers):
             if layer > 0 and rnn.dropout and self.training:
                 x = F.dropout(x, rnn.dropout, training=True)  # between layers, as nn.LSTM does
             weights = [getattr(rnn, f"{name}_l{layer}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
-            hx = tuple(t[layer] for t in state)
-            out = cell(x, hx if len(hx) == 2 else hx[0], *weights)
-            out = as_state(out)
+            hx = tuple(t[layer] for t in state)  # an LSTM's (h, c), a GRU's (h,)
+            out = as_state(torch.lstm_cell(x, hx, *weights) if lstm else torch.gru_cell(x, hx[0], *weights))
             new_layers.append(out)
             x = out[0]  # (batch, hidden)
         return x, tuple(torch.stack(parts) for parts in zip(*new_layers))
@@ -220,13 +222,17 @@ class RNNDecoder(nn.Module):
                          need_attention: bool = True) -> DecoderFeatures:
         """Teacher-forced pass up to the generator, one step at a time. tgt_in (batch, tgt_len).
         A copy decoder returns the attention whatever `need_attention` says: its loss needs it."""
-        features, attention, copy_inputs = [], [], []
+        features: list[Tensor] = []
+        attention: list[Tensor] = []  # a decoder with attention's every step's
+        copy_inputs: list[Tensor] = []  # a copy decoder's every step's
         for t in range(tgt_in.size(1)):
             out = self._step_features(tgt_in[:, t], state, enc)
             state = out.state
             features.append(out.features)
-            attention.append(out.attention)
-            copy_inputs.append(out.copy_input)
+            if out.attention is not None:
+                attention.append(out.attention)
+            if out.copy_input is not None:
+                copy_inputs.append(out.copy_input)
         copying = self.copy is not None
         weights = torch.stack(attention, dim=1) if self.has_attention and (need_attention or copying) else None
         copy_input = torch.stack(copy_inputs, dim=1) if copying else None
@@ -280,7 +286,11 @@ class LuongDecoder(RNNDecoder):
 
     def _step_features(self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput) -> _StepFeatures:
         embedded = self._embed(prev_tokens)  # (batch, embed)
-        inputs = torch.cat([embedded, state.feed], dim=-1) if self.input_feeding else embedded  # Luong §3.3
+        if self.input_feeding:  # Luong §3.3
+            assert state.feed is not None, "init_state and every step give an input-feeding decoder its feed"
+            inputs = torch.cat([embedded, state.feed], dim=-1)
+        else:
+            inputs = embedded
         h, rnn_state = self._step_rnn(inputs, state.rnn)  # (batch, hidden)
         h_tilde, weights, context = self._attentional(h, enc, need_attention=True,
                                                       coverage=state.coverage)  # (batch, hidden)
@@ -322,7 +332,9 @@ class LuongDecoder(RNNDecoder):
         rnn, layers_n = self.rnn, self.rnn.num_layers
         device = tgt_in.device.type
         compute_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
-        dtype = rnn.weight_ih_l0.dtype
+        first_weight = rnn.weight_ih_l0
+        assert isinstance(first_weight, Tensor)
+        dtype = first_weight.dtype
         with torch.autocast(device, enabled=False):
             embed = self.embedding.embedding_dim
             order = gate_order(self.hidden_size, tgt_in.device)  # rows (i, f, g, o) -> (o, i, f, g)
@@ -343,6 +355,7 @@ class LuongDecoder(RNNDecoder):
             if self.training and rnn.dropout and layers_n > 1:  # between layers, as nn.LSTM does
                 keep = 1.0 - rnn.dropout
                 drop = gx.new_empty(layers_n - 1, *gx.shape[:2], self.hidden_size).bernoulli_(keep).div_(keep)
+            assert enc.keys is not None and state.feed is not None, "Seq2Seq.encode and init_state give them"
             keys = enc.keys.to(dtype)
             scale = keys.size(-1) ** -0.5 if self.attention.score == "scaled_dot" else 1.0
             h0, c0 = (t.to(dtype) for t in state.rnn)

@@ -25,9 +25,9 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from heed.errors import HeedError
 from heed.nn.masks import lengths_to_mask
-from heed.nn.model_config import ModelConfig
+from heed.nn.rnn.config import RNNConfig
 from heed.nn.rnn.coverage import initial_coverage
-from heed.nn.rnn.decoder import DecoderState, RNNDecoder
+from heed.nn.rnn.decoder import DecoderState, LuongDecoder, RNNDecoder
 from heed.nn.rnn.encoder import EncoderOutput
 from heed.nn.rnn.seq2seq import Seq2Seq
 
@@ -95,7 +95,7 @@ class StepGraph(nn.Module):
         self.decoder: Any = decoder  # Any: the three decoders' own attributes (input_feeding, combine, readout)
         self.kind = kind
         self.lstm = isinstance(decoder.rnn, nn.LSTM)
-        self.feeding = kind == "luong" and decoder.input_feeding
+        self.feeding = kind == "luong" and isinstance(decoder, LuongDecoder) and decoder.input_feeding
         self.coverage = decoder.coverage
 
     def input_names(self) -> list[str]:
@@ -145,6 +145,7 @@ class StepGraph(nn.Module):
         if self.feeding:
             outputs.append(features)
         if coverage is not None:
+            assert weights is not None  # a coverage decoder attends
             outputs.append(coverage + weights)  # c^{t+1} = c^t + a^t (See et al. 2017, eq. 10)
         if weights is not None:
             outputs.append(weights)
@@ -197,7 +198,7 @@ ENCODER_AXES = {"src": {0: "batch", 1: "src_len"}, "src_lengths": {0: "batch"},
 class RNNGraphs:
     """The RNN family's export contract for one model config (see heed.export.ort.OrtModel)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: RNNConfig) -> None:
         self.kind = cfg.decoder
         self.lstm = cfg.rnn == "lstm"
         self.feeding = cfg.decoder == "luong" and cfg.input_feeding

@@ -19,13 +19,20 @@ tokens and ids.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from heed.data.vocab import UNK
 from heed.decode_config import MAX_OUTPUT_TOKENS
+from heed.nn.transformer.layers import DecoderLayer, EncoderLayer
+from heed.nn.transformer.model import TiedGenerator
+
+if TYPE_CHECKING:
+    from heed.nn.transformer.attention import MultiHeadAttention
+    from heed.nn.transformer.config import TransformerConfig
+    from heed.nn.transformer.model import TransformerDecoder, TransformerEncoder, TransformerSeq2Seq
 
 LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which heed's layers use
 
@@ -37,8 +44,10 @@ def _array(t: Tensor) -> Any:
 def position_table(embed: nn.Module, rows: int) -> Tensor:
     """(rows, d_model): the position vectors heed's embedding adds at positions 0 .. rows - 1 (a
     learned table clamps past its end, so the extension repeats its last row, as heed reads it)."""
+    positions = embed.positions
+    assert isinstance(positions, nn.Module)
     with torch.no_grad():
-        return embed.positions(torch.arange(rows)).float()
+        return positions(torch.arange(rows)).float()
 
 
 def _linear(spec: Any, weight: Tensor, bias: Tensor | None) -> None:
@@ -51,7 +60,7 @@ def _norm(spec: Any, norm: nn.LayerNorm) -> None:
     spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
 
 
-def _attention(spec: Any, attention: nn.Module, norm: nn.LayerNorm, *, cross: bool) -> None:
+def _attention(spec: Any, attention: MultiHeadAttention, norm: nn.LayerNorm, *, cross: bool) -> None:
     """heed's MultiHeadAttention (in_proj [q; k; v], out_proj) into CTranslate2's linear list:
     self-attention [qkv, out], cross-attention [q, kv, out]."""
     d = attention.d_model
@@ -65,23 +74,25 @@ def _attention(spec: Any, attention: nn.Module, norm: nn.LayerNorm, *, cross: bo
     _norm(spec.layer_norm, norm)
 
 
-def _feed_forward(spec: Any, layer: nn.Module) -> None:
+def _feed_forward(spec: Any, layer: EncoderLayer | DecoderLayer) -> None:
     _linear(spec.linear_0, layer.feed_forward.inner.weight, layer.feed_forward.inner.bias)
     _linear(spec.linear_1, layer.feed_forward.outer.weight, layer.feed_forward.outer.bias)
     _norm(spec.layer_norm, layer.feed_forward_norm)
 
 
-def _stack(spec: Any, stack: nn.Module, *, positions: int, pre_norm: bool, scale: bool) -> None:
+def _stack(spec: Any, stack: TransformerEncoder | TransformerDecoder, *, positions: int, pre_norm: bool,
+           scale: bool) -> None:
     """The embedding, positions and final norm shared by both stacks."""
     embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # the encoder's: a list
     embeddings.weight = _array(stack.embed.table().weight)
     spec.scale_embeddings = scale
     spec.position_encodings.encodings = _array(position_table(stack.embed, positions))
     if pre_norm:
+        assert isinstance(stack.norm, nn.LayerNorm)  # a pre-norm stack's final norm
         _norm(spec.layer_norm, stack.norm)
 
 
-def transformer_spec(model: nn.Module, cfg: Any, *, src_tokens: list[str], tgt_tokens: list[str],
+def transformer_spec(model: TransformerSeq2Seq, cfg: TransformerConfig, *, src_tokens: list[str], tgt_tokens: list[str],
                      max_src_len: int, unk_id: int = UNK) -> Any:
     """CTranslate2's TransformerSpec holding `model`'s (a heed TransformerSeq2Seq, float32, eval) weights."""
     from ctranslate2.specs import common_spec  # type: ignore[import-untyped]
@@ -97,13 +108,16 @@ def transformer_spec(model: nn.Module, cfg: Any, *, src_tokens: list[str], tgt_t
     _stack(spec.decoder, model.decoder, positions=MAX_OUTPUT_TOKENS + 2, pre_norm=pre_norm,
            scale=cfg.scale_embeddings)
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder.layers):
+        assert isinstance(layer, EncoderLayer)
         _attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_norm, cross=False)
         _feed_forward(layer_spec.ffn, layer)
     for layer_spec, layer in zip(spec.decoder.layer, model.decoder.layers):
+        assert isinstance(layer, DecoderLayer)
         _attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_norm, cross=False)
         _attention(layer_spec.attention, layer.cross_attn, layer.cross_attn_norm, cross=True)
         _feed_forward(layer_spec.ffn, layer)
     generator = model.decoder.generator
+    assert isinstance(generator, (TiedGenerator, nn.Linear))
     _linear(spec.decoder.projection, generator.weight, generator.bias)
     spec.config.bos_token, spec.config.eos_token = tgt_tokens[model.bos_id], tgt_tokens[model.eos_id]
     spec.config.unk_token = tgt_tokens[unk_id]

@@ -3,7 +3,7 @@
 
     encode     src (batch, src_len) -> TransformerEncoded: the source mask and, for every
                decoder layer, the cross-attention's keys and values, projected once per sentence
-    init_state an empty key/value cache per decoder layer (TensorState, batch axis 0)
+    init_state an empty key/value cache per decoder layer, written in place (heed.nn.transformer.cache)
     step       one target token per row: its self-attention keys and values join the cache, the
                query attends over the cache and over the source (each source's beams read its keys
                in one grouped product; nothing is copied per beam)
@@ -27,10 +27,19 @@ from torch import Tensor, nn
 from heed.nn.layout import for_decoding
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.masks import lengths_to_mask
-from heed.nn.model_config import ModelConfig
-from heed.nn.protocol import AttentionBlock, AttentionMaps, MeasuredReading, Seq2SeqOutput, TensorState
+from heed.nn.protocol import (
+    AttentionBlock,
+    AttentionMaps,
+    MeasuredReading,
+    Seq2SeqOutput,
+    TensorState,
+)
+from heed.nn.transformer.attention import MultiHeadAttention
+from heed.nn.transformer.cache import KVCache
+from heed.nn.transformer.config import TransformerConfig
 from heed.nn.transformer.layers import (
     Activation,
+    CacheSlot,
     DecoderLayer,
     EncoderLayer,
     NormPlace,
@@ -77,7 +86,15 @@ class TransformerEncoded:
 
 class TransformerStep(NamedTuple):
     logits: Tensor  # (rows, vocab)
-    state: TensorState  # the key/value cache, one step longer
+    state: TensorState | KVCache  # the key/value cache, one step longer
+    attention: Tensor  # (rows, src_len) the alignment layer's cross-attention, mean over heads
+
+
+class TransformerStepFeatures(NamedTuple):
+    """`step` up to the output layer (heed.nn.protocol.StepFeatures)."""
+
+    features: Tensor  # (rows, d_model) after the final norm
+    state: TensorState | KVCache  # the key/value cache, one step longer
     attention: Tensor  # (rows, src_len) the alignment layer's cross-attention, mean over heads
 
 
@@ -205,6 +222,12 @@ class TransformerDecoder(_Stack):
                                                                                                         vocab_size)
 
 
+def _cross_attention(layer: nn.Module) -> MultiHeadAttention:
+    """A decoder layer's attention over the source (nn.ModuleList gives its items as bare Modules)."""
+    assert isinstance(layer, DecoderLayer)
+    return layer.cross_attn
+
+
 class TransformerSeq2Seq(nn.Module):
     """Encoder + decoder + generator; the family "transformer" of heed.nn.build."""
 
@@ -240,7 +263,7 @@ class TransformerSeq2Seq(nn.Module):
     @property
     def head_grid(self) -> tuple[int, int]:
         """(decoder layers, heads per layer) of attention_heads (heed.nn.protocol.HeadsModel)."""
-        return len(self.decoder.layers), self.decoder.layers[0].cross_attn.heads
+        return len(self.decoder.layers), _cross_attention(self.decoder.layers[0]).heads
 
     # ------------------------------------------------------------------ search
 
@@ -252,33 +275,58 @@ class TransformerSeq2Seq(nn.Module):
         shown each encoder layer's self-attention (heed.nn.protocol.AttentionBlock)."""
         mask = lengths_to_mask(src_lengths, src.size(1))
         states = self.encoder(src, mask, weights=weights, visit=visit)
-        memory = tuple(layer.cross_attn.project_memory(states) for layer in self.decoder.layers)
+        memory = tuple(_cross_attention(layer).project_memory(states) for layer in self.decoder.layers)
         return TransformerEncoded(mask, memory, src=src)
 
-    def init_state(self, enc: TransformerEncoded) -> TensorState:
-        """Empty caches, each (rows, heads, 0, d_k), rows = batch * group."""
+    def init_state(self, enc: TransformerEncoded) -> KVCache:
+        """Empty caches written in place (heed.nn.transformer.cache), each buffer
+        (rows, heads, capacity, d_k), rows = batch * group."""
         keys = enc.memory[0][0]  # (batch, heads, src_len, d_k)
-        return empty_cache(self.layers, enc.mask.size(0) * enc.group, keys.size(1), keys.size(3), like=keys)
+        return KVCache.empty(cache_names(self.layers), enc.mask.size(0) * enc.group, keys.size(1), keys.size(3),
+                             like=keys)
 
-    def step(self, prev_tokens: Tensor, state: TensorState, enc: TransformerEncoded) -> TransformerStep:
+    def step(self, prev_tokens: Tensor, state: TensorState | KVCache, enc: TransformerEncoded) -> TransformerStep:
         """prev_tokens (rows,) -> TransformerStep(logits (rows, vocab), the caches one step longer,
-        attention (rows, src_len))."""
+        attention (rows, src_len)). A KVCache (init_state's) is written in place; a TensorState of
+        caches (rows, heads, steps, d_k) (the exported step graph's) is concatenated to."""
+        out = self.step_features(prev_tokens, state, enc)
+        return TransformerStep(self.decoder.generator(out.features), out.state, out.attention)
+
+    def step_features(self, prev_tokens: Tensor, state: TensorState | KVCache,
+                      enc: TransformerEncoded) -> TransformerStepFeatures:
+        """`step` up to the output layer: features (rows, d_model) after the final norm
+        (heed.search.shortlist multiplies them by a shortlist's rows of the output layer)."""
         dec = self.decoder
-        position = state["self_keys.0"].size(2)  # steps decoded so far
+        if isinstance(state, KVCache):
+            state.reserve(1)
+            position = state.length
+        else:
+            position = state["self_keys.0"].size(2)  # steps decoded so far
         positions = torch.full((1,), position, dtype=torch.long, device=prev_tokens.device)
         x = dec.embed(prev_tokens.unsqueeze(1), positions)  # (rows, 1, d_model)
         tensors: dict[str, Tensor] = {}
         attention: Tensor | None = None
         for i, layer in enumerate(dec.layers):
-            cache = (state[f"self_keys.{i}"], state[f"self_values.{i}"])
+            keys, values = f"self_keys.{i}", f"self_values.{i}"
+            cache: tuple[Tensor, Tensor] | CacheSlot
+            if isinstance(state, KVCache):
+                cache = CacheSlot(state.buffer(keys), state.buffer(values), position)
+            else:
+                cache = (state[keys], state[values])
             out = layer(x, enc.memory[i], enc.memory_mask, cache=cache, need_weights=i == self.alignment_layer)
             x = out.states
-            tensors[f"self_keys.{i}"], tensors[f"self_values.{i}"] = out.cache
+            tensors[keys], tensors[values] = out.cache
             if out.cross_weights is not None:
                 attention = out.cross_weights.mean(1).squeeze(1)  # (rows, heads, 1, src_len) -> (rows, src_len)
         assert attention is not None
-        logits = dec.generator(dec.norm(x).squeeze(1))  # (rows, vocab)
-        return TransformerStep(logits, cache_state(tensors), attention)
+        next_state = state.advanced() if isinstance(state, KVCache) else cache_state(tensors)
+        return TransformerStepFeatures(dec.norm(x).squeeze(1), next_state, attention)
+
+    def output_layer(self) -> tuple[Tensor, Tensor | None]:
+        """The output layer's weight (vocab, d_model) and bias (vocab,) (heed.search.shortlist)."""
+        weight, bias = self.decoder.generator.weight, self.decoder.generator.bias
+        assert isinstance(weight, Tensor) and (bias is None or isinstance(bias, Tensor))
+        return weight, bias
 
     # ------------------------------------------------------------------ teacher forcing
 
@@ -340,7 +388,8 @@ class TransformerSeq2Seq(nn.Module):
         """||f_h(x_j)||, the norm of what source position j adds through head h of each decoder
         layer's cross-attention (MultiHeadAttention.head_outputs): (layers, heads, batch, src_len)."""
         memory = self.encode(src, src_lengths).memory
-        norms = [layer.cross_attn.head_outputs(v).norm(dim=-1) for layer, (_, v) in zip(self.decoder.layers, memory)]
+        norms = [_cross_attention(layer).head_outputs(v).norm(dim=-1)
+                 for layer, (_, v) in zip(self.decoder.layers, memory)]
         return torch.stack(norms).transpose(1, 2)  # (layers, batch, heads, src_len) -> (layers, heads, batch, src_len)
 
     def value_weighted_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
@@ -405,7 +454,7 @@ class TransformerSeq2Seq(nn.Module):
         for_decoding(self.decoder)
 
 
-def build_transformer(cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
+def build_transformer(cfg: TransformerConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
                       bos_id: int = 1, eos_id: int = 2, unk_id: int = 3,
                       source_to_target: Sequence[int] | None = None) -> TransformerSeq2Seq:
     """The family's builder (heed.nn.transformer.family): a fresh model for a `family: transformer`

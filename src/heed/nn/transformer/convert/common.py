@@ -212,11 +212,12 @@ def check_pieces(pieces: PretrainedPieces, vocab: Vocab, spm_path: Path, vocab_p
 def special_ids(config: dict[str, Any], size: int, unk: int, path: Path) -> Specials:
     """The model's special ids: config.json's pad, decoder start (heed's bos) and eos, and `unk`;
     a ModelDirError naming config.json for one that is not an id below `size`."""
-    ids = {name: config.get(key) for name, key in (("pad", "pad_token_id"), ("bos", "decoder_start_token_id"),
-                                                    ("eos", "eos_token_id"))}
-    for name, i in ids.items():
+    ids: dict[str, int] = {}
+    for name, key in (("pad", "pad_token_id"), ("bos", "decoder_start_token_id"), ("eos", "eos_token_id")):
+        i = config.get(key)
         if type(i) is not int or not 0 <= i < size:
             raise ModelDirError(f"{path}: {name} id {shown(i)} is not an id of the vocabulary")
+        ids[name] = i
     return Specials(unk=unk, **ids)
 
 

@@ -1,0 +1,119 @@
+"""Vocabulary shortlists (heed.search.shortlist): built from a corpus, recorded in a model directory,
+searched by heed's search and, as a vocabulary map, by a CTranslate2 export; refused in one line
+when the file is another vocabulary's or cut short, or when a model has none."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import heed
+from heed.search import DecodeConfig, translate_ids
+from heed.search.shortlist import SHORTLIST_FILE, Shortlist, build_shortlist, shortlisted_search
+
+
+def test_build_lists_each_source_ids_likeliest_other_targets() -> None:
+    pairs = [([5, 6], [10, 11, 12]), ([5], [10, 11]), ([5, 7], [10, 13]), ([6], [10, 12])]
+    got = build_shortlist(pairs, src_vocab=8, tgt_vocab=14, k=2, common=1)
+    assert got.always == (10,)  # in every pair
+    assert got.table[5] == (11, 12)  # c(5, 11) = 2 ranks before c(5, 12) = 1 = c(5, 13), 12 < 13 breaks the tie
+    assert got.table[6] == (12, 11)
+    assert got.table[7] == (13,)
+    assert got.pairs == 4
+    assert Shortlist((1,), {3: (4,)}, 1, 1, 1).candidates([[3, 9]], specials=[0], prefixes=[[7]]) == [0, 1, 4, 7]
+
+
+@pytest.fixture
+def model_dir(converged_transformer: Path, tmp_path: Path) -> Path:
+    directory = tmp_path / "model"
+    shutil.copytree(converged_transformer / "model", directory)
+    return directory
+
+
+def _sources(tiny_corpus: dict[str, Path]) -> list[str]:
+    return tiny_corpus["test_src"].read_text(encoding="utf-8").splitlines()
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_shortlist_of_every_piece_searches_exactly_as_the_whole_vocabulary(model_dir: Path, tiny_corpus, beam):
+    translator = heed.load(model_dir, device="cpu")
+    codec, model = translator.codec, translator.model
+    ids = [codec.src_ids(codec.src_tokens(s)) for s in _sources(tiny_corpus)]
+    cfg = DecodeConfig(beam_size=beam, n_best=beam, length_penalty=0.6)
+    everything = Shortlist(tuple(range(len(codec.tgt_vocab))), {}, 1, len(codec.tgt_vocab), 1)
+    with torch.inference_mode():
+        full = translate_ids(model, ids, cfg, device=torch.device("cpu"), batch_size=7)
+    listed = shortlisted_search(model, everything, ids, cfg, device=torch.device("cpu"), batch_size=7)
+    assert [[h.tokens for h in d.hypotheses] for d in listed] == [[h.tokens for h in d.hypotheses] for d in full]
+    assert [h.log_prob for d in listed for h in d.hypotheses] == pytest.approx(
+        [h.log_prob for d in full for h in d.hypotheses], abs=1e-5)
+
+
+def test_recorded_translated_with_and_exported_as_a_vocabulary_map(model_dir: Path, tiny_corpus, heed_cli, tmp_path):
+    result = heed_cli("data", "shortlist", str(model_dir), "--tsv", str(tiny_corpus["train"]), "--k", "3",
+                      "--common", "4")
+    assert result.exit_code == 0, result.stderr
+    meta = json.loads((model_dir / "heed.json").read_text(encoding="utf-8"))
+    assert meta["shortlist"] == SHORTLIST_FILE and SHORTLIST_FILE in meta["files"]
+    translator = heed.load(model_dir, device="cpu")
+    assert translator.shortlist is not None and len(translator.shortlist.always) == 4
+    sources = _sources(tiny_corpus)
+    listed = translator.translate(sources, beam=4, shortlist=True)
+    codec = translator.codec
+    for source, out in zip(sources, listed):  # only the batch's candidates are ever written
+        ids = codec.tgt_ids(out.tokens, [])
+        allowed = translator.shortlist.candidates([codec.src_ids(codec.src_tokens(s)) for s in sources],
+                                                  specials=[codec.tgt_vocab.specials.eos])
+        assert set(ids) <= set(allowed), source
+    cli = heed_cli("translate", str(model_dir), "--shortlist", "--beam", "4", input="\n".join(sources[:3]) + "\n")
+    assert cli.exit_code == 0, cli.stderr
+    assert cli.stdout.splitlines() == [t.text for t in translator.translate(sources[:3], beam=4, shortlist=True)]
+
+    pytest.importorskip("ctranslate2")
+    from heed.export.onnx import export_model
+
+    exported = export_model(model_dir, tmp_path / "ct2", kind="ctranslate2")
+    assert (Path(exported) / "vmap.txt").is_file()
+    vmap = (Path(exported) / "vmap.txt").read_text(encoding="utf-8").splitlines()
+    assert vmap[0].startswith("\t") and len(vmap[0].split("\t")[1].split(" ")) == 4  # the common pieces
+    ct2 = heed.load(str(exported))
+    outs = ct2.translate(sources, beam=4, shortlist=True)
+    assert all(set(codec.tgt_ids(o.tokens, [])) <= set(translator.shortlist.always) | {
+        t for s in sources for i in codec.src_ids(codec.src_tokens(s)) for t in translator.shortlist.table.get(i, ())}
+        for o in outs)
+
+
+def test_bad_shortlists_are_refused_in_one_line_and_nothing_is_written(model_dir: Path, tiny_corpus, heed_cli,
+                                                                       assert_user_error, tmp_path, transformer_run):
+    out = tmp_path / "list.json"
+    assert heed_cli("data", "shortlist", str(model_dir), "--tsv", str(tiny_corpus["train"]), "--common", "3",
+                    "-o", str(out)).exit_code == 0
+    before = (model_dir / "heed.json").read_bytes()
+
+    # --shortlist on a model that records none
+    assert_user_error(heed_cli("translate", str(model_dir), "--shortlist", input="1 mars 1999\n"),
+                      "records no vocabulary shortlist", "heed data shortlist")
+    # cut short
+    cut = tmp_path / "cut.json"
+    cut.write_text(out.read_text(encoding="utf-8")[:200], encoding="utf-8")
+    assert_user_error(heed_cli("data", "shortlist", str(model_dir), "--from", str(cut)), "cut.json", "cut short")
+    # edited: its entries do not count its table
+    data = json.loads(out.read_text(encoding="utf-8"))
+    data["table"].popitem()
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data), encoding="utf-8")
+    assert_user_error(heed_cli("data", "shortlist", str(model_dir), "--from", str(edited)), "edited.json", "entries")
+    # another model's vocabulary (the other tiny model's, built the same way)
+    other = tmp_path / "other.json"
+    assert heed_cli("data", "shortlist", str(transformer_run / "model"), "--tsv", str(tiny_corpus["train"]),
+                    "-o", str(other)).exit_code == 0
+    data = json.loads(other.read_text(encoding="utf-8"))
+    data["target_vocab"] = "0" * 64
+    other.write_text(json.dumps(data), encoding="utf-8")
+    assert_user_error(heed_cli("data", "shortlist", str(model_dir), "--from", str(other)), "other.json",
+                      "another target vocabulary")
+    assert (model_dir / "heed.json").read_bytes() == before
+    assert not (model_dir / SHORTLIST_FILE).exists()
