@@ -396,7 +396,7 @@ class TransformerSeq2Seq(nn.Module):
         """attention_heads' weights, each times value_norms' norm of its source position (Kobayashi
         et al. 2020, eq. 6), from one encoding: (layers, heads, batch, tgt_len, src_len)."""
         enc = self.encode(src, src_lengths)
-        norms = [layer.cross_attn.head_outputs(v).norm(dim=-1) for layer, (_, v) in zip(self.decoder.layers, enc.memory)]
+        norms = [_cross_attention(layer).head_outputs(v).norm(dim=-1) for layer, (_, v) in zip(self.decoder.layers, enc.memory)]
         weights: dict[str, list[Tensor]] = {"decoder": [], "cross": []}
         self._decode_all(tgt_in, enc, need_attention=False, weights=weights)
         heads = torch.stack(weights["cross"]).transpose(1, 2)  # (layers, heads, batch, tgt_len, src_len)
