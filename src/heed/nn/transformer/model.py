@@ -392,6 +392,16 @@ class TransformerSeq2Seq(nn.Module):
                  for layer, (_, v) in zip(self.decoder.layers, memory)]
         return torch.stack(norms).transpose(1, 2)  # (layers, batch, heads, src_len) -> (layers, heads, batch, src_len)
 
+    def value_weighted_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        """attention_heads' weights, each times value_norms' norm of its source position (Kobayashi
+        et al. 2020, eq. 6), from one encoding: (layers, heads, batch, tgt_len, src_len)."""
+        enc = self.encode(src, src_lengths)
+        norms = [_cross_attention(layer).head_outputs(v).norm(dim=-1) for layer, (_, v) in zip(self.decoder.layers, enc.memory)]
+        weights: dict[str, list[Tensor]] = {"decoder": [], "cross": []}
+        self._decode_all(tgt_in, enc, need_attention=False, weights=weights)
+        heads = torch.stack(weights["cross"]).transpose(1, 2)  # (layers, heads, batch, tgt_len, src_len)
+        return heads * torch.stack(norms).transpose(1, 2)[:, :, :, None, :]  # norms (layers, heads, batch, 1, src_len)
+
     def attention_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
         """Every decoder layer's cross-attention, head by head: (layers, heads, batch, tgt_len, src_len)."""
         weights: dict[str, list[Tensor]] = {"decoder": [], "cross": []}
