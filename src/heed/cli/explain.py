@@ -32,7 +32,7 @@ from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
 if TYPE_CHECKING:
     from heed.api import Translator
     from heed.data.units import Units
-    from heed.explain.align_methods import AlignOptions, Method, Weights
+    from heed.explain.align_methods import AlignOptions, Symmetrize, Weights
 
 
 DRAW_LAYER_OPTION = typer.Option(None, "--layer", help="Decoder layer to draw (0-based) or 'mean' for all layers' "
@@ -307,8 +307,9 @@ NULL_THRESHOLD_OPTION = typer.Option(None, "--null-threshold", help="In [0, 1]: 
                                      "best source word holds less than this share of its row's weight on the source "
                                      "(null links; 0 links every word). Default: what training measured on its dev "
                                      "gold, else 0.")
-SYMMETRIZE_OPTION = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="With --reverse: keep links both "
-                                 "agree on (intersect), either has (union), or grow-diag-final-and (Koehn et al. 2005).")
+SYMMETRIZE_OPTION = typer.Option(None, "--symmetrize", help="With --reverse or a recorded pair: keep links both "
+                                 "agree on (intersect), either has (union), or grow-diag-final-and (Koehn et al. "
+                                 "2005). Default: the rule the pair records, else grow-diag-final.")
 
 
 ALIGN_SRC_OPTION = typer.Option(..., "--src", help="Source sentences, one per line.")
@@ -326,8 +327,11 @@ ALIGN_HEAD_OPTION = typer.Option(None, "--head", help="Attention head (0-based),
                                  "layer's heads.")
 TGT_UNITS_OPTION = typer.Option(AlignUnits.words, "--tgt-units", help="Target positions in whitespace words, or in "
                                 "characters (spaces not counted; the dates task's gold is so).")
-REVERSE_OPTION = typer.Option(None, "--reverse", help="A model trained the other way (target -> source): its "
-                              "alignments are joined with this model's by --symmetrize.")
+REVERSE_OPTION = typer.Option(None, "--reverse", help="A model trained the other way (target -> source, e.g. by heed "
+                              "train --both-directions): its alignments, by its own default reading, are joined with "
+                              "this model's by --symmetrize. Default: the reverse model the pair records "
+                              "(heed.pair.json), if any.")
+ONE_WAY_OPTION = typer.Option(False, "--one-way", help="Read this model alone, even where a pair is recorded.")
 REFERENCE_OPTION = typer.Option(None, "--reference", help="Another aligner's Pharaoh file (eflomal's from `heed data "
                                 "align`, fast_align's): the model's precision, recall and F1 against it (a silver "
                                 "measure without a gold), and with --gold its AER beside the model's.")
@@ -370,7 +374,8 @@ def align(
     null_threshold: float | None = NULL_THRESHOLD_OPTION,
     tgt_units: AlignUnits = TGT_UNITS_OPTION,
     reverse: Path | None = REVERSE_OPTION,
-    symmetrize: SymmetrizeHow = SYMMETRIZE_OPTION,
+    one_way: bool = ONE_WAY_OPTION,
+    symmetrize: SymmetrizeHow | None = SYMMETRIZE_OPTION,
     reference: Path | None = REFERENCE_OPTION,
     beside: Path | None = BESIDE_OPTION,
     sweep_all: bool = SWEEP_OPTION,
@@ -412,8 +417,13 @@ def align(
                              reverse=reverse, output=output, beside=beside, plot=plot, join=join,
                              null_threshold=null_threshold)
     _check_aligner(aligner, combine, priors_weight, model_alone=sweep_all or reverse is not None or beside is not None)
+    if one_way and reverse is not None:
+        raise HeedError("--one-way reads this model alone: leave out --reverse")
     pairs, units, golden, theirs = _read_pairs(src, tgt, gold, reference, options.tgt_units)
     translator = Translator.load(model, device=device, **languages)
+    backward, how = _reverse_model(translator, model, reverse, symmetrize, device=device, languages=languages,
+                                   recorded=not (one_way or sweep_all or beside is not None)
+                                   and aligner is AlignerChoice.model and options.tgt_units == "words")
     priors = _priors(model, aligner, priors_file, translator, options.tgt_units)
     # Cut after the gold is read against the whole pairs: its links past a cut count as missed.
     src_texts = cut_long_texts(translator, [p.src for p in pairs], str(src), side="src")
@@ -426,10 +436,8 @@ def align(
         return
     links, what = _links(translator, (aligner, combine, priors, priors_weight), pairs, (src_texts, tgt_texts), options,
                          batch_size=batch_size, progress=progress)
-    if reverse is not None:
-        links = _symmetrized(links, reverse, src_texts, tgt_texts, options.method, symmetrize, batch_size,
-                             device=device, languages=languages)
-        what += f", {symmetrize.value} with {reverse}"
+    if backward is not None:
+        links, what = _symmetrized(links, backward, src_texts, tgt_texts, how, batch_size), f"{what}, {how} with its reverse"
     _write_lines([_pharaoh_line(link_set) + "\n" for link_set in links], output)
     besides = None if other is None else _beside(
         translator, other, links, src_texts, tgt_texts, _reading_beside(
@@ -639,19 +647,45 @@ def _reading_beside(translator: Translator, other: Translator, options: AlignOpt
     return plain
 
 
-def _symmetrized(links: list[set[tuple[int, int]]], reverse: Path, src_texts: list[str], tgt_texts: list[str],
-                 method: Method, how: SymmetrizeHow, batch_size: int, *, device: str,
-                 languages: dict[str, Any]) -> list[set[tuple[int, int]]]:
-    """`links` joined with those of the model `reverse` (trained target -> source; a many-language
-    one reads the pair the other way round) reading the pairs the other way."""
+def _reverse_model(translator: Any, model: Path, reverse: Path | None, symmetrize: SymmetrizeHow | None, *,
+                   device: str, languages: dict[str, Any], recorded: bool) -> tuple[Any, Symmetrize]:
+    """(the reverse model to symmetrise with, or None; how to join): --reverse, else where `recorded`
+    the pair heed train --both-directions recorded (stderr says so). A reverse model whose
+    vocabularies are not this model's the other way round is refused in one line."""
     from heed.api import Translator
-    from heed.explain.align_methods import AlignOptions
-    from heed.explain.align_methods import symmetrize as join
+    from heed.checkpoint import find_model_dir
+    from heed.explain.align import reverse_mismatch
+    from heed.train.pair import PAIR_SYMMETRIZE, recorded_reverse
 
+    how: Symmetrize = PAIR_SYMMETRIZE
+    if reverse is None:
+        pair = recorded_reverse(find_model_dir(model)) if recorded and model.is_dir() else None
+        if pair is None:
+            if symmetrize is not None:
+                raise HeedError("--symmetrize joins this model's links with a reverse model's: give --reverse MODEL "
+                                "(or a model trained with heed train --both-directions)")
+            return None, how
+        reverse, how = pair
+        stderr().print(f"symmetrised with the reverse model its pair records: {reverse} (--one-way: this model "
+                       "alone)", markup=False, soft_wrap=True)
     backward = with_pair(Translator.load(reverse, device=device), {"src_lang": languages["tgt_lang"],
                                                                     "tgt_lang": languages["src_lang"]})
-    other = backward.align(tgt_texts, src_texts, options=AlignOptions(method=method), batch_size=batch_size)
-    return [join(f, {(i, j) for j, i in b.links}, how.value) for f, b in zip(links, other)]
+    why = reverse_mismatch(translator.codec, backward.codec)
+    if why is not None:
+        raise HeedError(f"--reverse {reverse}: not this model's other direction: {why}")
+    return backward, (symmetrize.value if symmetrize is not None else how)
+
+
+def _symmetrized(links: list[set[tuple[int, int]]], backward: Any, src_texts: list[str], tgt_texts: list[str],
+                 how: Symmetrize, batch_size: int) -> list[set[tuple[int, int]]]:
+    """`links` joined by `how` with those of `backward` (trained target -> source; a many-language
+    model reads the pair the other way round) reading the pairs the other way by its own default
+    reading (its trained heads, its null links)."""
+    from heed.explain.align_methods import symmetrize as join
+
+    options, _ = backward.default_reading("words")
+    other = backward.align(tgt_texts, src_texts, options=options, batch_size=batch_size)
+    return [join(f, {(i, j) for j, i in b.links}, how) for f, b in zip(links, other)]
 
 
 def _beside(translator: Translator, other: Translator, links: list[set[tuple[int, int]]], src_texts: list[str],
