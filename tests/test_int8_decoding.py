@@ -56,6 +56,14 @@ def test_an_int8_product_is_the_integer_arithmetic_of_its_quantized_operands() -
         assert torch.allclose(layer(x).double(), exact + bias.double(), atol=1e-4)
 
 
+def test_a_strided_or_empty_input_is_read_as_its_values() -> None:
+    torch.manual_seed(0)
+    layer = Int8Linear(torch.randn(8, 4), torch.randn(8), reduce_range=False)
+    strided = torch.randn(3, 8)[:, ::2]  # (3, 4), not contiguous
+    assert torch.equal(layer(strided), layer(strided.contiguous()))
+    assert layer(torch.randn(0, 4)).shape == (0, 8)
+
+
 def test_gradients_reach_the_input_through_the_dequantized_weight() -> None:
     torch.manual_seed(0)
     layer = Int8Linear(torch.randn(6, 4), None, reduce_range=False)

@@ -121,7 +121,8 @@ class Int8Linear(nn.Module):
                           reduce_range=self.reduce_range)
 
     def product(self, x: Tensor) -> Tensor:
-        return torch.ops.quantized.linear_dynamic(x.float(), self.packed, self.reduce_range)
+        # fbgemm reads x as contiguous rows whatever its strides: a strided view would be misread
+        return torch.ops.quantized.linear_dynamic(x.float().contiguous(), self.packed, self.reduce_range)
 
     def forward(self, x: Tensor) -> Tensor:
         if torch.is_grad_enabled() and x.requires_grad:
