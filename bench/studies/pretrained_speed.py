@@ -19,6 +19,7 @@ at once.
 Systems:
 - hf:           transformers' MarianMTModel.generate (num_beams=5), float32;
 - heed:         heed's search over the imported model (heed.search.translate_ids), float32;
+- heed-int8:    the same, loaded with `heed.load(..., int8=True)`: dynamic int8 products (heed.nn.int8);
 - heed-onnx:    heed's search over `heed export --format onnx`, float32;
 - heed-ct2-int8: `heed export --format ctranslate2 --int8`, through heed's CT2 runtime;
 - ct2-own-int8: CTranslate2's own TransformersConverter on the Hugging Face directory, int8,
@@ -38,7 +39,7 @@ from pathlib import Path
 VOCAB = 58101  # opus-mt-fr-en: 58,100 pieces and <pad>
 EOS_BIAS = 30.0
 SLACK = 8  # the length limit is this far past --tokens: no output reaches it
-SYSTEMS = ("hf", "heed", "heed-onnx", "heed-ct2-int8", "ct2-own-int8")
+SYSTEMS = ("hf", "heed", "heed-int8", "heed-onnx", "heed-ct2-int8", "ct2-own-int8")
 
 
 def make_model(work: Path) -> None:
@@ -134,8 +135,8 @@ def run(system: str, work: Path, batch: int, count: int, tokens: int) -> dict:
         import heed
         from heed.search import translate_ids
 
-        path = {"heed": "heed", "heed-onnx": "onnx", "heed-ct2-int8": "ct2"}[system]
-        translator = heed.load(work / path, device="cpu")
+        path = {"heed": "heed", "heed-int8": "heed", "heed-onnx": "onnx", "heed-ct2-int8": "ct2"}[system]
+        translator = heed.load(work / path, device="cpu", int8=system == "heed-int8")
         cfg = translator.resolve_decode({"beam_size": 5, "min_len": tokens, "max_len_a": 0.0,
                                          "max_len_b": tokens + SLACK, "length_penalty": 1.0})
         model = translator.model
