@@ -391,6 +391,20 @@ def test_value_norms_are_the_norms_of_what_each_source_position_adds_through_eac
     torch.testing.assert_close(norms[0], contributions.norm(dim=-1).transpose(0, 1))
 
 
+def test_value_weighted_heads_are_the_heads_times_the_value_norms_from_one_pass(transformer_run):
+    import torch
+
+    from heed.api import Translator
+
+    model = Translator.load(transformer_run).model
+    src, lengths = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]]), torch.tensor([4, 3])
+    tgt_in = torch.tensor([[1, 5, 6], [1, 7, 0]])
+    with torch.no_grad():
+        fused = model.value_weighted_heads(src, lengths, tgt_in)
+        apart = model.attention_heads(src, lengths, tgt_in) * model.value_norms(src, lengths)[:, :, :, None, :]
+    torch.testing.assert_close(fused, apart)
+
+
 def test_align_weighs_attention_by_value_norms_on_a_transformer_and_refuses_it_elsewhere(
         transformer_run, trained_run, gold_files):
     from heed.api import Translator

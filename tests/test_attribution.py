@@ -201,5 +201,5 @@ def test_a_contrast_the_vocabulary_cannot_spell_is_refused_naming_it(trained_run
     translator = Translator.load(trained_run)
     with pytest.raises(HeedError, match=r"contrasts\[0\]: 'ж' is not a token"):
         translator.contrast(["3 mars 1998"], ["1998-ж3-03"])
-    with pytest.raises(HeedError, match="give one alternative output per source"):
+    with pytest.raises(HeedError, match="2 source sentences but 1 contrasts; give one per source"):
         translator.contrast(["3 mars 1998", "le 12 juin 2004"], ["1998-03-03"])

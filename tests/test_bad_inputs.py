@@ -1547,7 +1547,7 @@ def _(c: Ctx) -> Call:
 @case("lens-of-an-rnn")
 def _(c: Ctx) -> Call:
     out = c.file("lens.json", "earlier\n")
-    return Call(["lens", c.run, "--src", c.corpus["test_src"], "-o", out], ["logit lens", "Transformer"], keep=[out])
+    return Call(["lens", c.run, "--src", c.corpus["test_src"], "-o", out], ["logit_lens", "Transformer"], keep=[out])
 
 
 @case("translate-explain-source-share-of-an-rnn")
@@ -1581,7 +1581,7 @@ def _(c: Ctx) -> Call:
 def _(c: Ctx) -> Call:
     out = c.file("attr.json", "earlier\n")
     return Call(["attribute", c.exported(), "--src", c.corpus["test_src"], "-o", out],
-                ["attribution needs gradients"], keep=[out])
+                ["the reading 'attribution' needs", "not an ensemble or an exported model"], keep=[out])
 
 
 @case("faithfulness-ref-line-count")

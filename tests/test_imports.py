@@ -115,10 +115,11 @@ def test_no_room_outside_a_family_names_a_field_only_that_family_has():
 # facade (heed.api): they read (model, codec, device).
 READING_MODULES = ("results.py", "api.py", "explain/readings.py", "explain/pairs.py", "explain/heads.py",
                    "explain/given_pairs.py", "explain/contributions.py", "explain/logit_lens.py",
-                   "explain/attribution.py", "cli/readings.py", "cli/translate.py", "cli/__init__.py", "serve/app.py",
+                   "explain/attribution.py", "explain/contrast.py", "explain/source_share.py", "cli/readings.py", "cli/translate.py", "cli/__init__.py", "serve/app.py",
                    "serve/costs.py", "serve/schemas.py", "plumbing/limits.py")
 FACADE_FREE = ("explain/readings.py", "explain/pairs.py", "explain/heads.py", "explain/given_pairs.py",
-               "explain/contributions.py", "explain/logit_lens.py", "explain/attribution.py", "results.py")
+               "explain/contributions.py", "explain/logit_lens.py", "explain/attribution.py", "explain/contrast.py",
+               "explain/source_share.py", "results.py")
 
 
 def _private_imports(path: pathlib.Path) -> list[str]:

@@ -254,7 +254,8 @@ def test_attribution_reads_what_attribute_gives(family, method, request):
 
 def test_every_registered_reading_is_checked_against_its_old_path_here():
     """A reading added to the registry gets its test beside these (or the toy's contract)."""
-    assert set(READINGS) == {"heads", "value_norms", "rollout", "alti", "source_share", "logit_lens", "attribution"}
+    assert set(READINGS) == {"heads", "value_norms", "rollout", "alti", "source_share", "logit_lens", "attribution",
+                             "contrast"}
 
 
 def test_every_registered_reading_is_in_the_cli_and_the_openapi_schema(rnn, heed_cli):
@@ -273,3 +274,69 @@ def test_a_wrong_option_is_refused_in_one_line_naming_it_before_anything_is_deco
         rnn.explain("heads", SOURCES, colour="red")
     with pytest.raises(HeedError, match="no reading named 'nope'; readings: heads, "):
         rnn.explain("nope", SOURCES)
+
+
+def test_a_contrast_with_the_output_itself_is_no_difference_and_attributes_nothing(rnn):
+    pytest.importorskip("captum")
+    targets = _own(rnn)
+    same = rnn.explain("contrast", SOURCES, targets, contrasts=targets, method="grad_x_input")  # as tokens
+    for r, tokens in zip(same, targets):
+        assert r.dims == ("source",) and r.extra("contrast_tokens").tolist() == tokens
+        assert float(r.extra("log_prob_output")) == float(r.extra("log_prob_contrast"))
+        np.testing.assert_allclose(r.values, 0.0, atol=1e-6)
+
+
+def test_contrast_takes_its_other_outputs_one_per_pair_in_python_the_cli_and_the_server(rnn, trained_run, heed_cli,
+                                                                                         tmp_path):
+    pytest.importorskip("captum")
+    from fastapi.testclient import TestClient
+
+    from heed.serve.app import create_app
+
+    targets, others = ["1998-03-03", "2004-06-12"], ["1998-03-04", "2004-07-12"]
+    python = rnn.explain("contrast", SOURCES, targets, contrasts=others, method="grad_x_input")
+    assert [r.extra("contrast_tokens").tolist() for r in python] == [list(o) for o in others]
+    with pytest.raises(HeedError, match="2 source sentences but 1 contrasts; give one per source"):
+        rnn.explain("contrast", SOURCES, targets, contrasts=others[:1])
+
+    src, tgt, out = tmp_path / "s.txt", tmp_path / "t.txt", tmp_path / "out.json"
+    src.write_text("".join(s + "\n" for s in SOURCES), encoding="utf-8")
+    tgt.write_text("".join(t + "\n" for t in targets), encoding="utf-8")
+    ran = heed_cli("explain", "contrast", trained_run, "--src", src, "--tgt", tgt, "--method", "grad_x_input",
+                   "--contrasts", others[0], "--contrasts", others[1], "-o", out, "--device", "cpu")
+    assert ran.exit_code == 0, ran.output
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert [w["extras"]["contrast_tokens"]["values"] for w in written] == [list(o) for o in others]
+    np.testing.assert_allclose(written[1]["values"], python[1].values, atol=1e-6)
+
+    with TestClient(create_app({"r": rnn})) as client:
+        body = {"sources": SOURCES, "targets": targets, "contrasts": others, "method": "grad_x_input"}
+        served = client.post("/v1/explain/contrast", json=body)
+        short = client.post("/v1/explain/contrast", json={**body, "contrasts": others[:1]})
+    assert served.status_code == 200, served.text
+    np.testing.assert_allclose(served.json()["results"][1]["values"], python[1].values, atol=1e-6)
+    assert short.status_code == 422 and short.json()["error"]["field"] == "contrasts"
+
+
+def test_the_server_reads_the_models_own_translations_where_no_targets_are_given(transformer):
+    from fastapi.testclient import TestClient
+
+    from heed.serve.app import create_app
+
+    with TestClient(create_app({"t": transformer})) as client:
+        own = client.post("/v1/explain/logit_lens", json={"sources": SOURCES, "top": 2})
+        given = client.post("/v1/explain/logit_lens", json={"sources": SOURCES, "targets": _own(transformer), "top": 2})
+    assert own.status_code == 200, own.text
+    assert own.json()["results"] == given.json()["results"]
+
+
+def test_heads_gives_a_transformers_self_attention_as_extras_on_request(transformer):
+    targets = _own(transformer)
+    both = transformer.explain("heads", SOURCES, targets, self_attention=["encoder", "decoder"])
+    for r in both:
+        s, t = len(r.src_tokens) + 1, len(r.tgt_tokens) + 1
+        assert r.extras["encoder"].dims == ("layer", "head", "source", "key")
+        assert r.extra("encoder").shape[2:] == (s, s) and r.extra("decoder").shape[2:] == (t, t)
+        np.testing.assert_allclose(r.extra("encoder").sum(-1), 1.0, rtol=1e-5)  # softmax rows
+        assert np.allclose(np.triu(r.extra("decoder")[0, 0], k=1), 0)  # causal
+    assert transformer.explain("heads", SOURCES, targets)[0].extras == {}

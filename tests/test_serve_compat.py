@@ -173,7 +173,7 @@ def test_a_wrong_or_missing_key_is_the_clients_error(keyed: str, dates: list[str
     ({"q": "x", "source": "fr"}, 400, "missing target parameter"),
     ({"q": "x", "source": "fr", "target": "en", "format": "pdf"}, 400, "pdf format is not supported"),
     ({"q": ["12 mars"] * 9, "source": "fr", "target": "en"}, 413, "q: 9 texts"),
-    ({"q": ["12 mars. 3 avril. 4 mai."] * 3, "source": "fr", "target": "en"}, 413, "q: 9 sentences"),
+    ({"q": ["Il pleut. Il neige. Il vente."] * 3, "source": "fr", "target": "en"}, 413, "q: 9 sentences"),
     ({"q": [""] * 5000, "source": "fr", "target": "en"}, 413, "q: 5000 texts"),
     ({"q": ["12 mars", "1" * 61], "source": "fr", "target": "en"}, 413, "q[1]: the sentence has 61 characters"),
     ({"q": ["12 mars", 3], "source": "fr", "target": "en"}, 400, "q[1] must be a string"),
@@ -327,6 +327,10 @@ def test_nllb_codes_become_two_letter_codes_where_the_mapping_is_clear() -> None
     ("", []),
     ("a\r\nb", ["a", "b"]),
     ("你好。再见！", ["你好。", "再见！"]),
+    ("Le 8 déc. 1927 il neige. Donnerstag, 28. August 2064. SAM. 29 JUIL. 2034",
+     ["Le 8 déc. 1927 il neige.", "Donnerstag, 28. August 2064.", "SAM. 29 JUIL. 2034"]),
+    ("Il pleut. Etc. and so on! Né en 1999. Puis 1993. 9. 11. Fin", ["Il pleut.", "Etc. and so on!", "Né en 1999.",
+                                                                   "Puis 1993. 9. 11. Fin"]),
 ])
 def test_segments_are_sentences_and_joining_puts_the_rest_back(text: str, pieces: list[str]) -> None:
     cut = segment(text)
@@ -417,3 +421,141 @@ def test_the_curl_commands_of_docs_clients_md_answer(open_server: str) -> None:
         assert done.returncode == 0 and code == "200", (command, done.stdout, done.stderr)
         answer = json.loads(body)
         assert not (isinstance(answer, dict) and ({"error", "message"} & set(answer))), (command, answer)
+
+
+# ------------------------------------------------------------------------------ CORS
+
+def _served_app(trained_run: Path, *flags: str) -> Any:
+    """The app `heed serve MODEL FLAGS` would run (uvicorn.run caught)."""
+    import uvicorn
+
+    calls: dict[str, Any] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(uvicorn, "run", lambda app_, **kwargs: calls.update(app=app_, **kwargs))
+        done = CliRunner().invoke(app, ["serve", str(trained_run), "--names", "fr-en", "--device", "cpu", *flags])
+    assert done.exit_code == 0, done.output
+    return calls["app"]
+
+
+PREFLIGHT = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+
+
+def test_any_origin_may_call_the_compat_apis_by_default_but_not_v1(trained_run: Path) -> None:
+    """As LibreTranslate: a browser extension's preflight is answered, its POST and even its
+    error carry Access-Control-Allow-Origin; heed's own /v1 answers no other origin."""
+    from fastapi.testclient import TestClient
+
+    page = {"Origin": "moz-extension://4b9d-twp"}
+    with TestClient(_served_app(trained_run)) as client:
+        for path in ("/translate", "/detect", "/languages", "/v2/translate"):
+            pre = client.options(path, headers={**page, **PREFLIGHT, "Access-Control-Request-Headers":
+                                                "content-type,authorization"})
+            assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "*", (path, pre.text)
+            assert "POST" in pre.headers["access-control-allow-methods"]
+            assert "authorization" in pre.headers["access-control-allow-headers"].lower()
+        done = client.post("/translate", json={"q": "12 mars", "source": "fr", "target": "en"}, headers=page)
+        assert done.status_code == 200 and done.headers["access-control-allow-origin"] == "*"
+        wrong = client.post("/translate", json={"q": "12 mars", "source": "fr", "target": "xx"}, headers=page)
+        assert wrong.status_code == 400 and set(wrong.json()) == {"error"}
+        assert wrong.headers["access-control-allow-origin"] == "*"  # the page can read why
+        assert client.get("/languages", headers=page).headers["access-control-allow-origin"] == "*"
+        own = client.options("/v1/translate", headers={**page, **PREFLIGHT})
+        assert own.status_code == 405 and "access-control-allow-origin" not in own.headers
+        answered = client.post("/v1/translate", json={"sentences": ["12 mars"]}, headers=page)
+        assert answered.status_code == 200 and "access-control-allow-origin" not in answered.headers
+
+
+def test_cors_origins_lets_only_the_origins_named_or_none(trained_run: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    body = {"q": "12 mars", "source": "fr", "target": "en"}
+    with TestClient(_served_app(trained_run, "--cors-origins", "https://app.example/, http://127.0.0.1:5173")) as c:
+        for origin in ("https://app.example", "http://127.0.0.1:5173"):
+            pre = c.options("/translate", headers={"Origin": origin, **PREFLIGHT})
+            assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == origin
+            assert c.post("/translate", json=body, headers={"Origin": origin}).headers[
+                "access-control-allow-origin"] == origin
+        pre = c.options("/translate", headers={"Origin": "https://evil.example", **PREFLIGHT})
+        assert pre.status_code == 400 and "access-control-allow-origin" not in pre.headers
+        other = c.post("/translate", json=body, headers={"Origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in other.headers  # the browser withholds the answer
+    with TestClient(_served_app(trained_run, "--cors-origins", "none")) as c:
+        pre = c.options("/translate", headers={"Origin": "https://app.example", **PREFLIGHT})
+        assert pre.status_code == 405 and set(pre.json()) == {"error"}  # in LibreTranslate's shape
+        assert "access-control-allow-origin" not in c.post("/translate", json=body,
+                                                           headers={"Origin": "https://app.example"}).headers
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("https://app.example/page", "not an origin"),
+    ("app.example", "not an origin"),
+    ("*,https://app.example", "* alone"),
+])
+def test_a_cors_origin_that_is_no_origin_is_one_line(trained_run: Path, spec: str, words: str) -> None:
+    done = CliRunner().invoke(app, ["serve", str(trained_run), "--cors-origins", spec])
+    assert done.exit_code == 2 and "--cors-origins" in done.output and words in done.output, done.output
+
+
+# ------------------------------------------------------------------------------ markup inside the limits
+
+def test_markup_counts_its_alignment_pass_in_max_work(trained_run: Path) -> None:
+    """A budget that the search of a text fills exactly: the text passes plain, and with a tag it
+    is refused before anything runs, in each API's shape, for the alignment pass that carries the tag."""
+    from fastapi.testclient import TestClient
+
+    from heed.api import Translator
+    from heed.serve.app import ServeSettings, create_app
+
+    model = Translator.load(trained_run, device="cpu")
+    with TestClient(create_app({"fr-en": model}, ServeSettings(max_work=1))) as client:
+        told = client.post("/v1/translate", json={"sentences": ["12 mars 1999"]}).json()["error"]["message"]
+    search = int(re.search(r"asks for ([\d,]+) decoder", told).group(1).replace(",", ""))  # type: ignore[union-attr]
+    with TestClient(create_app({"fr-en": model}, ServeSettings(max_work=search))) as client:
+        plain = client.post("/translate", json={"q": "12 mars 1999", "source": "fr", "target": "en"})
+        assert plain.status_code == 200, plain.text
+        marked = client.post("/translate", json={"q": "<b>12</b> mars 1999", "source": "fr", "target": "en",
+                                                 "format": "html"})
+        assert marked.status_code == 400 and set(marked.json()) == {"error"}, marked.text
+        assert "--max-work" in marked.json()["error"] and "alignment pass" in marked.json()["error"]
+        dl = client.post("/v2/translate", json={"text": ["<b>12</b> mars 1999"], "target_lang": "EN-US",
+                                                "tag_handling": "html"})
+        assert dl.status_code == 400 and set(dl.json()) == {"message"} and "--max-work" in dl.json()["message"]
+        untagged = client.post("/translate", json={"q": "<p>12 mars 1999</p>", "source": "fr", "target": "en",
+                                                   "format": "html"})
+        assert untagged.status_code == 200  # a block without inline tags needs no alignment
+
+
+def test_an_alignment_pass_past_the_timeout_is_cut_in_each_apis_shape(trained_run: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An alignment pass that would never end (each batch checks the deadline and goes on) is
+    stopped at --timeout, and the request answered in the API's shape, the translation done."""
+    from fastapi.testclient import TestClient
+
+    from heed.api import Translator
+    from heed.errors import Abandoned
+    from heed.serve.app import ServeSettings, create_app
+
+    stopped: list[float] = []
+
+    def endless(self: Translator, *args: Any, stop: Any = None, **kwargs: Any) -> Any:
+        while not stop():
+            time.sleep(0.01)
+        stopped.append(time.monotonic())
+        raise Abandoned()
+
+    monkeypatch.setattr(Translator, "align", endless)
+    text = "<b>Le 12 mars.</b> Le 3 avril."  # two sentences in one run: aligned by a forced pass
+    with TestClient(create_app({"fr-en": Translator.load(trained_run, device="cpu")}, ServeSettings(timeout=3.0))) \
+            as client:
+        assert client.post("/translate", json={"q": "12 mars 1999.", "source": "fr", "target": "en"}).status_code == 200
+        asked = time.monotonic()
+        lt = client.post("/translate", json={"q": text, "source": "fr", "target": "en", "format": "html"})
+        assert lt.status_code == 500 and set(lt.json()) == {"error"}, lt.text
+        assert "--timeout" in lt.json()["error"] and "markup" in lt.json()["error"]
+        for _ in range(200):  # the pass's thread sees the deadline at its next check
+            if stopped:
+                break
+            time.sleep(0.01)
+        assert stopped and stopped[-1] - asked < 3.0 + 2.0  # the pass was told to stop at the deadline
+        dl = client.post("/v2/translate", json={"text": [text], "target_lang": "EN-US", "tag_handling": "html"})
+        assert dl.status_code == 504 and set(dl.json()) == {"message"} and "--timeout" in dl.json()["message"]

@@ -146,9 +146,11 @@ def test_an_attribution_past_its_deadline_stops_between_passes(rnn):
         asked.append(True)
         return len(asked) > 3
 
-    key = _Key("m", "attribute", method="integrated_gradients", steps=8)
+    from heed.explain.readings import AttributionOptions
+
+    key = _Key("m", "explain", read="attribution", options=AttributionOptions(steps=8), shown="attribution")
     with pytest.raises(Abandoned):
-        _run_batch({"m": rnn}, key, [("le 12 juin 2004", "2004-06-12")], abandoned)
+        _run_batch({"m": rnn}, key, [("le 12 juin 2004", "2004-06-12", {})], abandoned)
     assert len(asked) == 4  # 11 output tokens, stopped at the third pass
 
 

@@ -76,7 +76,7 @@ def test_what_an_export_cannot_give_is_a_4xx_naming_the_field(exported_dir, heed
     src.write_text("3 mars 1998\n", encoding="utf-8")
     out = tmp_path / "attr.json"
     result = heed_cli("attribute", exported_dir, "--src", src, "--output", out)
-    assert_user_error(result, "attribution needs gradients", "PyTorch model directory")
+    assert_user_error(result, "the reading 'attribution' needs", "not an ensemble or an exported model")
     assert not out.exists()
 
 
@@ -132,14 +132,18 @@ def test_heads_and_attribution_stop_between_sentences_once_no_one_waits(trained_
     from heed.serve.app import _Key, _run_batch
 
     translator = Translator.load(trained_run, device="cpu")
-    items = [(s, "1998-03-03") for s in SOURCES * 3]
+    items = [(s, "1998-03-03", {}) for s in SOURCES * 3]
     asked = []
 
     def abandoned() -> bool:  # every request of the batch timed out after the first sentence
         asked.append(True)
         return len(asked) > 1
 
-    key = _Key("m", task, parts=("cross",)) if task == "heads" else _Key("m", task, method="grad_x_input", steps=1)
+    from heed.explain.readings import AttributionOptions, HeadsOptions
+
+    key = (_Key("m", "explain", read="heads", options=HeadsOptions(), shown="heads") if task == "heads" else
+           _Key("m", "explain", read="attribution", options=AttributionOptions(method="grad_x_input", steps=1),
+                shown="attribution"))
     with pytest.raises(Abandoned):
         _run_batch({"m": translator}, key, items, abandoned)
     assert len(asked) == 2  # one sentence done, then it stopped: not all six

@@ -80,7 +80,11 @@ def test_recorded_translated_with_and_exported_as_a_vocabulary_map(model_dir: Pa
     vmap = (Path(exported) / "vmap.txt").read_text(encoding="utf-8").splitlines()
     assert vmap[0].startswith("\t") and len(vmap[0].split("\t")[1].split(" ")) == 4  # the common pieces
     ct2 = heed.load(str(exported))
-    outs = ct2.translate(sources, beam=4, shortlist=True)
+    # In batches of 3: CTranslate2 keeps its first batch's map of ids to the restricted output layer,
+    # so </s> must sit where every batch has it (the export puts the always-searched pieces first).
+    outs = ct2.translate(sources, beam=4, shortlist=True, batch_size=3, length_penalty=1.0, length_norm="power")
+    eos = codec.tgt_vocab.specials.eos
+    assert all(eos not in codec.tgt_ids(o.tokens, []) and len(o.tokens) < 20 for o in outs)
     assert all(set(codec.tgt_ids(o.tokens, [])) <= set(translator.shortlist.always) | {
         t for s in sources for i in codec.src_ids(codec.src_tokens(s)) for t in translator.shortlist.table.get(i, ())}
         for o in outs)
@@ -117,3 +121,36 @@ def test_bad_shortlists_are_refused_in_one_line_and_nothing_is_written(model_dir
                       "another target vocabulary")
     assert (model_dir / "heed.json").read_bytes() == before
     assert not (model_dir / SHORTLIST_FILE).exists()
+
+
+def test_a_ct2_vocabulary_map_ends_hypotheses_in_every_batch(model_dir: Path, tiny_corpus, heed_cli, tmp_path):
+    """CTranslate2 keeps its first batch's map of ids to the restricted output layer: where a later
+    batch searches a piece below </s> that the first did not (here <pad>, listed for one source
+    piece), </s> moves and, unless the export puts the always-searched pieces first, no hypothesis
+    of that batch ends."""
+    pytest.importorskip("ctranslate2")
+    from heed.export.onnx import export_model
+
+    out = tmp_path / "list.json"
+    assert heed_cli("data", "shortlist", str(model_dir), "--tsv", str(tiny_corpus["train"]), "--k", "3",
+                    "--common", "4", "-o", str(out)).exit_code == 0
+    translator = heed.load(model_dir, device="cpu")
+    codec = translator.codec
+    sources = _sources(tiny_corpus)
+    pieces = [set(codec.src_tokens(s)) for s in sources]
+    first = max(range(len(sources)), key=lambda k: len(codec.src_tokens(sources[k])))  # CTranslate2's first batch
+    data = json.loads(out.read_text(encoding="utf-8"))
+    marked = next(p for p in data["table"] if p not in pieces[first] and any(p in ps for ps in pieces))
+    data["table"][marked].append("<pad>")
+    out.write_text(json.dumps(data), encoding="utf-8")
+    assert heed_cli("data", "shortlist", str(model_dir), "--from", str(out)).exit_code == 0
+    exported = export_model(model_dir, tmp_path / "ct2", kind="ctranslate2")
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(exported), device="cpu", intra_threads=1)
+    later = next(k for k, ps in enumerate(pieces) if marked in ps)
+    for k in (first, later):  # two calls with a map, nothing between them
+        tokens = [*codec.src_tokens(sources[k]), "</s>"]
+        result = translator.translate_batch([tokens], beam_size=2, max_decoding_length=30, use_vmap=True,
+                                            return_end_token=True)[0]
+        assert result.hypotheses[0][-1] == "</s>" and "</s>" not in result.hypotheses[0][:-1], sources[k]

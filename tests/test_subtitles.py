@@ -387,3 +387,125 @@ def test_heed_translate_format_srt_gives_the_libraries_result_from_a_file_and_fr
     bad = invoke("translate", trained_run, "--format", "srt", "-i", tmp_path / "bad.srt", "-o", tmp_path / "bad.out")
     assert_user_error(bad, "bad.srt:2", "timing line")
     assert not (tmp_path / "bad.out").exists()
+
+
+# ---------------------------------------------------------------- tags inside cues
+
+
+def _tags(text: str, kind: str = "srt") -> tuple[str, list[tuple[str, int, int, int, str]]]:
+    from heed.markup.cues import cue_tags
+
+    plain, tags = cue_tags(text, kind)  # type: ignore[arg-type]
+    return plain, [(t.start, t.span.start, t.span.end, t.span.parent, t.end) for t in tags]
+
+
+@pytest.mark.parametrize("content, kind, plain, tags", [
+    ('<i>Hello</i>  <b>big\n<font color="red">world</font></b>', "srt", "Hello big world",
+     [("<i>", 0, 5, -1, "</i>"), ("<b>", 6, 15, -1, "</b>"), ('<font color="red">', 10, 15, 1, "</font>")]),
+    ("<i>left open", "srt", "left open", [("<i>", 0, 9, -1, "</i>")]),  # players close it at the cue's end
+    ("</b>stray <b><i>x</b> y", "srt", "stray x y", [("<b>", 6, 7, -1, "</b>"), ("<i>", 6, 7, 0, "</i>")]),
+    ("<c.yellow.bg_blue>a &amp; b</c> <v Bob>hi", "vtt", "a & b hi",
+     [("<c.yellow.bg_blue>", 0, 5, -1, "</c>"), ("<v Bob>", 6, 8, -1, "</v>")]),
+    ("one <00:00:01.500>two {\\i1}three", "srt", "one two three",
+     [("<00:00:01.500>", 4, 4, -1, ""), ("{\\i1}", 8, 8, -1, "")]),
+])
+def test_a_cues_tags_are_read_as_spans_of_its_text(content, kind, plain, tags):
+    assert _tags(content, kind) == (plain, tags)
+
+
+def test_tags_written_at_their_own_places_give_the_cue_back():
+    from heed.markup.cues import cue_tags, tagged
+
+    for content, kind in [('<i>Hello</i> <b>big <font color="red">world</font></b>', "srt"),
+                          ("<c.yellow>a &amp; b</c> <v Bob>hi</v>", "vtt"), ("<i>x &lt; y</i>", "vtt")]:
+        plain, tags = cue_tags(content, kind)
+        assert tagged(plain, tags, [(t.span.start, t.span.end) for t in tags], kind) == content
+
+
+def _fake_translator(links: list[tuple[int, int]]):
+    """What carry_cue_tags reads of a translator, aligning every pair by `links` (words)."""
+    from types import SimpleNamespace
+
+    from heed.explain.align_methods import AlignOptions
+
+    return SimpleNamespace(codec=SimpleNamespace(tgt_tokenizer=SimpleNamespace(kind="word")),
+                           default_reading=lambda units: (AlignOptions(tgt_units=units), "the test's"),
+                           align=lambda sources, targets, **kw: [SimpleNamespace(links=links) for _ in sources])
+
+
+def test_each_cues_tags_go_around_the_words_its_words_are_linked_to():
+    from heed.markup.subtitles import carry_cue_tags, cue_text
+
+    text = ("1\n00:00:01,000 --> 00:00:02,000\n<i>the <b>red</b> car</i>\n\n"
+            "2\n00:00:02,100 --> 00:00:03,000\nis <u>here</u>\n")
+    subs = read_cues(text, "srt")
+    links = [(0, 0), (1, 2), (2, 1), (3, 3), (4, 4)]  # the red car is here | la voiture rouge est ici
+    carried = carry_cue_tags(_fake_translator(links), subs, [[0, 1]], ["la voiture rouge est ici"])  # type: ignore[arg-type]
+    written = [cue_text(c, piece, ranges, "srt", Layout()) for c, (piece, ranges) in zip(subs.cues, carried)]
+    assert written == ["<i>la voiture <b>rouge</b></i>", "est <u>ici</u>"]
+
+
+def test_a_tag_spanning_a_line_break_stays_whole_when_the_cue_is_wrapped():
+    from heed.markup.cues import cue_tags
+    from heed.markup.subtitles import cue_text, place_tags
+
+    plain, tags = cue_tags("<b>one two three</b> four", "srt")
+    c = Cue(plain, 0, 1, 0, "", tags)
+    out = cue_text(c, "un deux trois quatre", place_tags(c, "un deux trois quatre", [(0, 0), (1, 1), (2, 2), (3, 3)]),
+                   "srt", Layout(width=8, max_lines=3))
+    assert out == "<b>un deux\ntrois</b>\nquatre"
+
+
+def _balanced(content: str) -> list[str]:
+    """The tag names of `content` in order of their start tags; asserts every end tag closes the
+    innermost open one and none is left open (well-formed)."""
+    from heed.markup.cues import _tag_name, _tokens
+
+    open_, starts = [], []
+    for is_tag, piece in _tokens(content):
+        name = _tag_name(piece) if is_tag else ""
+        if not name:
+            continue
+        if piece.startswith("</"):
+            assert open_ and open_.pop() == name, content
+        else:
+            open_.append(name)
+            starts.append(name)
+    assert not open_, content
+    return starts
+
+
+@pytest.mark.parametrize("kind", ["srt", "vtt"])
+def test_tags_in_cues_of_dates_are_carried_well_formed_with_timings_kept(dates_translator, kind):
+    """Dates over 1-3 cues, each cue in italics and its first word in bold (a colour or a class):
+    every cue keeps its number and timing, has text, and holds the same tags, closed and nested,
+    its italics around all of it; in a one-cue sentence, the bold goes where heed's HTML carrying
+    puts it (a tag around a whole cue, one word, wraps its whole new text instead)."""
+    from heed.markup import translate_markup
+
+    _, sentences = dates_srt(30, seed=8)
+    bold = ('<font color="#ff0">', "</font>") if kind == "srt" else ("<c.yellow>", "</c>")
+    tagged_sentences = [[f"<i>{bold[0]}{c.split(' ', 1)[0]}{bold[1]}{' ' + c.split(' ', 1)[1] if ' ' in c else ''}</i>"
+                         for c in cues] for cues in sentences]
+    text = subtitles_split.build_srt(tagged_sentences)
+    if kind == "vtt":
+        text = "WEBVTT\n\n" + "\n\n".join(block.split("\n", 1)[1].replace(",", ".")
+                                          for block in text.strip().split("\n\n")) + "\n"
+    before = read_cues(text, kind)
+    out = translate_subtitles(dates_translator, text, kind)
+    after = read_cues(out, kind)
+    assert [(c.start, c.end) for c in after.cues] == [(c.start, c.end) for c in before.cues]
+    if kind == "srt":
+        assert [s.index for s in srt.parse(out)] == [s.index for s in srt.parse(text)]
+    contents = [s.content for s in srt.parse(out)] if kind == "srt" else [c.raw_text for c in webvtt.from_string(out)]
+    for content, cue in zip(contents, after.cues):
+        assert cue.text and _balanced(content) == ["i", "font" if kind == "srt" else "c"], content
+        assert content.startswith("<i>") and content.endswith("</i>")
+    alone = [(k, s) for k, s in enumerate(tagged_sentences) if len(s) == 1 and " " in sentences[k][0]]
+    assert len(alone) >= 3
+    first_cue = [sum(len(s) for s in tagged_sentences[:k]) for k, _ in alone]
+    inner = [s[0].removeprefix("<i>").removesuffix("</i>").replace(bold[0], "<b>").replace(bold[1], "</b>")
+             for _, s in alone]  # a WebVTT class is no HTML element: the same place as a <b>
+    for at, expected in zip(first_cue, translate_markup(dates_translator, inner, kind="html")):
+        got = contents[at].replace("\n", " ")[3:-4].replace(bold[0], "<b>").replace(bold[1], "</b>")
+        assert got == expected, (contents[at], expected)  # inside the italics around the whole cue

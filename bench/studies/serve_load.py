@@ -41,6 +41,12 @@ sources, beam 64, outputs as long as --max-work leaves): its answers are counted
 other clients' p99 with the abuser over their p99 without it is what the abuse costs them (target:
 at most 2x at every level).
 
+--apis v1 libretranslate deepl serves the model once (as fr-en) and sends the same load to heed's
+own POST /v1/translate ("attention": false, the model's decode settings: what the compatibility
+APIs ask of it) and to LibreTranslate's POST /translate and DeepL's POST /v2/translate, --rounds
+rounds of --duration seconds per API at each level, interleaved; it prints each API's sentences/s
+per round, their medians and each median over /v1's (target: at least 0.95).
+
 The CPU model, core count, torch and heed versions are printed first: every figure names its CPU.
 --quick runs 3 s per level (a smoke test, not a figure to quote).
 """
@@ -348,6 +354,17 @@ class Load:
             body["attention"] = self.attention
         return json.dumps(body).encode("utf-8"), chosen
 
+    path = "/v1/translate"
+
+    def read(self, content: bytes, chosen: list[tuple[str, str]]) -> tuple[bool, int]:
+        """(the answer has a result for each sentence sent, in order; how many 1-bests are the ISO date)."""
+        try:
+            results = json.loads(content)["results"]
+            ok = len(results) == len(chosen) and all(res["source"] == src for res, (src, _) in zip(results, chosen))
+            return ok, sum(res["hypotheses"][0]["text"] == tgt for res, (_, tgt) in zip(results, chosen))
+        except (ValueError, KeyError, TypeError, IndexError):
+            return False, 0
+
     def connection(self) -> RawHTTP | HttpxHTTP:
         return self.connection_class(self.host, self.port, self.request_timeout)
 
@@ -358,7 +375,7 @@ class Load:
         payload, chosen = self.body(k)
         start = time.perf_counter()
         try:
-            status, content = await conn.post("/v1/translate", payload)
+            status, content = await conn.post(self.path, payload)
         except (OSError, EOFError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError,
                 asyncio.LimitOverrunError, httpx.HTTPError) as e:
             key = type(e).__name__
@@ -367,13 +384,7 @@ class Load:
             if status != 200:
                 key = f"HTTP {status}"
             else:
-                try:
-                    results = json.loads(content)["results"]
-                    ok = len(results) == len(chosen) and all(
-                        res["source"] == src for res, (src, _) in zip(results, chosen))
-                    exact = sum(res["hypotheses"][0]["text"] == tgt for res, (_, tgt) in zip(results, chosen))
-                except (ValueError, KeyError, TypeError, IndexError):
-                    ok = False
+                ok, exact = self.read(content, chosen)
                 if ok:
                     latencies.append(elapsed)
                     level.requests += 1
@@ -577,6 +588,96 @@ async def run_mode(args: argparse.Namespace, server: Server, model_name: str | N
     return levels
 
 
+# --apis: the same sentences through heed's own API and the compatibility APIs of one server
+API_PATHS = {"v1": "/v1/translate", "libretranslate": "/translate", "deepl": "/v2/translate"}
+API_TARGET = 0.95  # each compatibility API's sentences/s at least this share of /v1's
+
+
+class ApiLoad(Load):
+    """The load of `Load` sent to `api`: /v1/translate ("attention": false, the model's decode
+    settings, as the compatibility APIs ask it), LibreTranslate's /translate (q as a list, fr -> en)
+    or DeepL's /v2/translate (text, FR -> EN-US)."""
+
+    api = "v1"
+
+    @property
+    def path(self) -> str:  # type: ignore[override]
+        return API_PATHS[self.api]
+
+    def body(self, k: int) -> tuple[bytes, list[tuple[str, str]]]:
+        n = len(self.pairs)
+        chosen = [self.pairs[(k * self.per_request + j) % n] for j in range(self.per_request)]
+        texts = [s for s, _ in chosen]
+        if self.api == "v1":
+            body: dict = {"sentences": texts, "attention": False}
+        elif self.api == "libretranslate":
+            body = {"q": texts, "source": "fr", "target": "en"}
+        else:
+            body = {"text": texts, "source_lang": "FR", "target_lang": "EN-US"}
+        return json.dumps(body).encode("utf-8"), chosen
+
+    def read(self, content: bytes, chosen: list[tuple[str, str]]) -> tuple[bool, int]:
+        if self.api == "v1":
+            return super().read(content, chosen)
+        try:
+            answer = json.loads(content)
+            texts = (answer["translatedText"] if self.api == "libretranslate"
+                     else [t["text"] for t in answer["translations"]])
+            return len(texts) == len(chosen), sum(t == tgt for t, (_, tgt) in zip(texts, chosen))
+        except (ValueError, KeyError, TypeError):
+            return False, 0
+
+
+async def compare_apis(args: argparse.Namespace, server: Server, pairs) -> list[Level]:
+    """--apis: at each level, --rounds rounds of --duration seconds per API on the one server, in
+    an order that turns each round (A B C, B C A, ...) so a drift of the machine's load falls on each alike."""
+    load = ApiLoad(server.host, server.port, None, pairs, args.sentences_per_request, 1, None,
+                   args.request_timeout, args.client)
+    for api in args.apis:
+        load.api = api
+        await load.warm_up(Level(api, 0))
+    levels = []
+    for clients in args.clients:
+        for r in range(args.rounds):
+            for api in args.apis[r % len(args.apis):] + args.apis[:r % len(args.apis)]:
+                load.api = api
+                levels.append(await load.run_level(api, clients, args.duration, server.pid))
+                print_level(levels[-1])
+    return levels
+
+
+def report_apis(args: argparse.Namespace, levels: list[Level]) -> bool:
+    """The median sentences/s of each API per level, each over /v1's; True when every one is within
+    API_TARGET and nothing failed."""
+    import statistics
+
+    ok = all(not lv.n_errors for lv in levels)
+    print()
+    print("sent/s: wall-clock throughput; per CPU s: sentences per second of the server's CPU time (on a busy")
+    print("machine the server gets a varying share of the cores, which moves the first, not the second)")
+    print()
+    print("| clients | API | sent/s per round | median | / v1 | sent per server CPU s, per round | median | / v1 |")
+    print("|---:|---|---|---:|---:|---|---:|---:|")
+
+    def per_cpu(lv: Level) -> float:
+        return 100 * lv.sps / lv.server_cpu_pct if lv.server_cpu_pct else 0.0
+
+    for clients in args.clients:
+        mine = {api: [lv for lv in levels if lv.mode == api and lv.clients == clients] for api in args.apis}
+        wall = {api: statistics.median(lv.sps for lv in mine[api]) for api in args.apis}
+        cpu = {api: statistics.median(per_cpu(lv) for lv in mine[api]) for api in args.apis}
+        for api in args.apis:
+            ratio = wall[api] / wall["v1"] if wall["v1"] else None
+            cpu_ratio = cpu[api] / cpu["v1"] if cpu["v1"] else None
+            ok = ok and (ratio is None or ratio >= API_TARGET)
+            print(f"| {clients} | {api} | {', '.join(f'{lv.sps:,.1f}' for lv in mine[api])} | {wall[api]:,.1f} | "
+                  f"{fmt(ratio, '.3f')} | {', '.join(f'{per_cpu(lv):,.1f}' for lv in mine[api])} | {cpu[api]:,.1f} | "
+                  f"{fmt(cpu_ratio, '.3f')} |")
+    print(f"check: errors {sum(lv.n_errors for lv in levels)}; each API's median sentences/s >= "
+          f"{API_TARGET:g} x /v1's -> {'all targets met' if ok else 'TARGET MISSED'}")
+    return ok
+
+
 def _raise_interrupt(signum, frame):  # SIGTERM -> the same clean-up as Ctrl-C
     raise KeyboardInterrupt
 
@@ -615,6 +716,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="default: max(1024, 2 x largest level x sentences per request)")
     s.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for `heed serve` (repeatable), e.g. --server-arg=--bf16")
+    p.add_argument("--apis", nargs="+", choices=tuple(API_PATHS), default=None,
+                   help="instead of the modes: compare these APIs on one server with batching (v1 first: the "
+                        "others are measured against it; the model served as fr-en, its own decode settings), "
+                        f"each LibreTranslate's or DeepL's median sentences/s >= {API_TARGET:g} x /v1's")
+    p.add_argument("--rounds", type=int, default=3, help="--apis: rounds per level, the APIs interleaved (default 3)")
     p.add_argument("--server-log-dir", type=Path, default=None, help="keep the servers' output here (default: temp)")
     p.add_argument("--json", type=Path, default=None, help="also write every figure here")
     args = p.parse_args(argv)
@@ -652,6 +758,28 @@ def main(argv: list[str] | None = None) -> int:
     pairs = date_sentences()
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    if args.apis:
+        apis = ["v1", *(a for a in dict.fromkeys(args.apis) if a != "v1")]
+        args.apis = apis
+        with tempfile.TemporaryDirectory(prefix="heed-serve-apis-") as log_dir:
+            server = Server(args.model, args.host, server_flags(args, "batching", max_queue) + ["--names", "fr-en"],
+                            Path(log_dir), "apis")
+            try:
+                server.wait_healthy(args.startup_timeout)
+                print()
+                print_level_header()
+                levels = asyncio.run(compare_apis(args, server, pairs))
+            except KeyboardInterrupt:
+                print("\ninterrupted; stopping the server", file=sys.stderr)
+                return 130
+            finally:
+                server.stop()
+        ok = report_apis(args, levels)
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"machine": info, "apis": args.apis, "levels": [asdict(lv) for lv in levels]},
+                                            indent=2) + "\n", encoding="utf-8")
+        return 0 if ok else 1
     log_dir_ctx = (contextlib.nullcontext(args.server_log_dir) if args.server_log_dir
                    else tempfile.TemporaryDirectory(prefix="heed-serve-load-"))
     levels: list[Level] = []

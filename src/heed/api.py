@@ -31,7 +31,7 @@ import copy
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -46,18 +46,20 @@ from heed.explain.align import Link
 from heed.explain.align_methods import AlignOptions, recorded_options
 from heed.explain.attention_gap import AttentionGap
 from heed.explain.forced import SweepResult
+from heed.explain.given_pairs import check_given
 from heed.explain.pairs import Subject, forced_pairs
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention, intervening
-from heed.nn.protocol import Int8Model, TrainableModel, TranslationModel
+from heed.nn.protocol import Int8Model, SearchModel, TrainableModel, TranslationModel
 from heed.plumbing.runtime import check_bf16, check_int8, cpu_int8_products_exact, limit_onednn_cache, resolve_device
-from heed.results import Alignment, BeamNode, Exploration, HeadMaps, Translation
+from heed.results import MAP_PARTS, Alignment, BeamNode, Exploration, HeadMaps, Translation
 from heed.search import DecodeConfig
 from heed.search.shortlist import Shortlist, Vocabularies, recorded_shortlist
 
 if TYPE_CHECKING:
     from heed.explain.attribution import Attribution, AttributionMethod, Contrast
-    from heed.explain.contributions import Reading, SourceShare
+    from heed.explain.contributions import Reading as ContributionReading
+    from heed.explain.contributions import SourceShare
     from heed.explain.logit_lens import LogitLens
     from heed.export.ort import OrtSeq2Seq
     from heed.results import ReadingResult
@@ -132,13 +134,13 @@ def _ready(model: TrainableModel | OrtSeq2Seq, *, device: torch.device, bf16: bo
             raise HeedError(f"--int8: a model of the {getattr(model, 'family', '?')!r} family has no int8 path; "
                             "decode in float32 (leave --int8 off)")
     limit_onednn_cache(bf16)
-    model = (model.to(torch.bfloat16) if bf16 else model).to(device).eval()
+    ready = cast("TrainableModel", (model.to(torch.bfloat16) if bf16 else model).to(device).eval())
     if int8:
         # activations in 7 bits where the CPU's int8 pair sums saturate (heed.nn.int8)
-        model.to_int8(reduce_range=not cpu_int8_products_exact())
+        cast("Int8Model", ready).to_int8(reduce_range=not cpu_int8_products_exact())
     if device.type == "cpu":
-        model.for_decoding()  # few rows a step: the faster GEMM layout there
-    return model
+        ready.for_decoding()  # few rows a step: the faster GEMM layout there
+    return ready
 
 
 class Translator:
@@ -166,8 +168,10 @@ class Translator:
                  device: torch.device, bf16: bool = False, int8: bool = False,
                  recorded_reading: dict[str, Any] | None = None) -> None:
         if isinstance(model, Ensemble):
-            self.model: TranslationModel = Ensemble([_ready(m, device=device, bf16=bf16, int8=int8)
-                                                     for m in model.members])
+            members = [_ready(cast("TrainableModel | OrtSeq2Seq", m), device=device, bf16=bf16, int8=int8)
+                       for m in model.members]
+            # an Ensemble's search states are its own (EnsembleState), which search only hands back to it
+            self.model: TranslationModel = cast("TranslationModel", Ensemble(members))
         else:
             self.model = _ready(model, device=device, bf16=bf16, int8=int8)
         self.codec = codec
@@ -233,8 +237,8 @@ class Translator:
                                 "their tokenizers and vocabularies (train them on the same data and data settings)")
         shortest = min(c.data.max_src_len for _, _, c, _ in parts)
         config = config.model_copy(update={"data": config.data.model_copy(update={"max_src_len": shortest})})
-        ensemble = cls(Ensemble([m for m, _, _, _ in parts]), codec, config, device=torch_device, bf16=bf16,
-                       int8=int8)
+        ensemble = cls(Ensemble([cast("SearchModel", m) for m, _, _, _ in parts]), codec, config, device=torch_device,
+                       bf16=bf16, int8=int8)
         return ensemble.with_languages(src_lang, tgt_lang)
 
     def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> Translator:
@@ -335,7 +339,7 @@ class Translator:
         for (nbest, decoded), alts in zip(runs, steps):
             tree = None if decoded is None else decoded.tree
             beam_nodes = None if tree is None else translations.beam_nodes(self.codec, tree, nbest[0].src_tokens)
-            nodes = [None] * len(nbest) if decoded is None else [h.node for h in decoded.hypotheses]
+            nodes: list[int | None] = [None] * len(nbest) if decoded is None else [h.node for h in decoded.hypotheses]
             alignments = [translations.word_alignment(self.codec, t) for t in nbest]
             out.append(Exploration(nbest, alts, beam_nodes, nodes, alignments))
         return out
@@ -355,7 +359,7 @@ class Translator:
         measured = getattr(self.model, "measured_reading", None)
         if measured is None:
             return AlignOptions(tgt_units=tgt_units), "the attention the model reports"
-        options = AlignOptions(method=measured.method, layer=measured.layer, weights=measured.weights,  # type: ignore[arg-type]
+        options = AlignOptions(method=measured.method, layer=measured.layer, weights=measured.weights,
                                tgt_units=tgt_units)
         return options, f"the rule measured for {measured.kind} (docs/look-inside.md, section 8)"
 
@@ -385,13 +389,16 @@ class Translator:
         return attention_gap_of(self.subject, other.subject, src_texts, tgt_texts, batch_size=batch_size)
 
     def attention_layers(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
-                         parts: Sequence[str] = ("cross",), batch_size: int = 64) -> list[HeadMaps]:
+                         parts: Sequence[str] = ("cross",)) -> list[HeadMaps]:
         """Every head of every layer while the model reads each translation as its own output: the
-        cross-attention, and the self-attention `parts` asked (heed.explain.given_pairs.attention_layers)."""
-        from heed.explain.given_pairs import attention_layers
-
-        return attention_layers(*self.subject, src_texts, tgt_texts, parts=parts, batch_size=batch_size,
-                                max_src_len=self.max_src_len)
+        cross-attention, and the self-attention `parts` asked (the reading `heads`, heed.explain.heads)."""
+        unknown = [p for p in parts if p not in MAP_PARTS]
+        if unknown:
+            raise HeedError(f"unknown attention part {unknown[0]!r}; choose from {', '.join(MAP_PARTS)}")
+        if isinstance(src_texts, str) or isinstance(tgt_texts, str) or len(src_texts) != len(tgt_texts):
+            raise HeedError("attention_layers() takes two lists of the same length: sources and their translations")
+        selfs = tuple(p for p in dict.fromkeys(parts) if p != "cross")
+        return [HeadMaps.of(r) for r in self.explain("heads", src_texts, tgt_texts, self_attention=selfs)]
 
     @contextlib.contextmanager
     def intervening(self, intervention: Intervention | None) -> Iterator[None]:
@@ -412,49 +419,41 @@ class Translator:
                   method: AttributionMethod = "integrated_gradients", steps: int = 50,
                   stop: Callable[[], bool] | None = None) -> list[Attribution]:
         """Attribution of every output token to the source tokens and the output before it, beside
-        the attention (heed.explain.given_pairs.attribute; Captum, `pip install 'heed-nmt[explain]'`).
-        `stop`: asked before every pass; once it is true the work raises Abandoned."""
-        from heed.explain.given_pairs import attribute, check_attribution
+        the attention (the reading `attribution`, heed.explain.attribution; Captum, `pip install
+        'heed-nmt[explain]'`). `stop`: asked before every pass; once it is true the work raises Abandoned."""
+        from heed.explain.attribution import as_attribution
 
-        if isinstance(src_texts, str) or isinstance(tgt_texts, str):
-            raise TypeError("attribute() takes lists of sentences; wrap a single one in a list")
-        check_attribution(self.model, method, steps)
-        targets = _own_or_given(self, src_texts, tgt_texts, stop=stop)
-        return attribute(*self.subject, src_texts, targets, method=method, steps=steps, stop=stop,
-                         max_src_len=self.max_src_len)
+        results = self.explain("attribution", src_texts, tgt_texts, stop=stop, method=method, steps=steps)
+        return [as_attribution(r, method, steps) for r in results]
 
     def contrast(self, src_texts: Sequence[str], contrasts: Sequence[str | Sequence[str]],
                  tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
                  method: AttributionMethod = "integrated_gradients", steps: int = 50) -> list[Contrast]:
         """Why this output and not `contrasts[k]`: each source token's attribution to the difference
-        of the two outputs' log-probabilities (heed.explain.given_pairs.contrast; Captum)."""
-        from heed.explain.given_pairs import check_contrast, contrast
+        of the two outputs' log-probabilities (the reading `contrast`, heed.explain.contrast; Captum)."""
+        from heed.explain.contrast import as_contrast
 
-        check_contrast(self.model, src_texts, contrasts, method, steps)
-        outputs = _own_or_given(self, src_texts, tgt_texts)
-        return contrast(*self.subject, src_texts, contrasts, outputs, method=method, steps=steps,
-                        max_src_len=self.max_src_len)
+        if isinstance(contrasts, str):
+            raise HeedError(f"{len(src_texts)} source sentences but 1 contrasts; give one alternative output per source")
+        others = tuple(c if isinstance(c, str) else tuple(c) for c in contrasts)
+        results = self.explain("contrast", src_texts, tgt_texts, contrasts=others, method=method, steps=steps)
+        return [as_contrast(r, method, steps) for r in results]
 
     def source_share(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
-                     reading: Reading = "alti", batch_size: int = 64) -> list[SourceShare]:
+                     reading: ContributionReading = "alti") -> list[SourceShare]:
         """Each prediction's source share against its target-prefix share, by ALTI+ (or rollout) at the
-        last decoder layer (heed.explain.given_pairs.source_shares); a Transformer model directory."""
-        from heed.explain.given_pairs import check_source_share, source_shares
+        last decoder layer (the reading `source_share`, heed.explain.source_share); a Transformer model directory."""
+        from heed.explain.source_share import as_source_share
 
-        check_source_share(self.model, reading)
-        targets = _own_or_given(self, src_texts, tgt_texts)
-        return source_shares(*self.subject, src_texts, targets, reading=reading, batch_size=batch_size,
-                             max_src_len=self.max_src_len)
+        return [as_source_share(r, reading) for r in self.explain("source_share", src_texts, tgt_texts, method=reading)]
 
     def logit_lens(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None, *,
                    top: int = 5) -> list[LogitLens]:
         """Each decoder layer's likeliest tokens at every output position, read through the output
-        layer (heed.explain.given_pairs.logit_lens); a Transformer model directory."""
-        from heed.explain.given_pairs import check_lens, logit_lens
+        layer (the reading `logit_lens`, heed.explain.logit_lens); a Transformer model directory."""
+        from heed.explain.logit_lens import as_logit_lens
 
-        check_lens(self.model, top)
-        targets = _own_or_given(self, src_texts, tgt_texts)
-        return logit_lens(*self.subject, src_texts, targets, top=top, max_src_len=self.max_src_len)
+        return [as_logit_lens(r) for r in self.explain("logit_lens", src_texts, tgt_texts, top=top)]
 
     @property
     def subject(self) -> Subject:
@@ -462,16 +461,19 @@ class Translator:
         return Subject(self.model, self.codec, self.device)
 
     def explain(self, name: str, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None = None,
-                **options: Any) -> list[ReadingResult]:
+                *, stop: Callable[[], bool] | None = None, **options: Any) -> list[ReadingResult]:
         """The reading `name` of heed.explain.readings (READINGS: heads, value_norms, rollout, alti,
-        source_share, logit_lens, attribution, ...) while the model reads `tgt_texts[k]` (a text, or
-        its tokens; default: its own translation) as its output for `src_texts[k]`; `options`: the
-        reading's options by name. One heed.results.ReadingResult per pair."""
-        from heed.explain.readings import check, explain
+        source_share, logit_lens, attribution, contrast, ...) while the model reads `tgt_texts[k]` (a
+        text, or its tokens; default: its own translation) as its output for `src_texts[k]`;
+        `options`: the reading's options by name. One heed.results.ReadingResult per pair. `stop`:
+        asked before every search step and pass; once it is true the work raises Abandoned."""
+        from heed.explain.readings import check, check_per_pair, explain
 
         parsed = check(name, self.model).parse(options)  # a model or an option refused before anything is decoded
-        targets = _own_or_given(self, src_texts, tgt_texts)
-        return explain(name, *self.subject, src_texts, targets, parsed, max_src_len=self.max_src_len)
+        check_given(src_texts, tgt_texts)
+        check_per_pair(parsed, len(src_texts))
+        targets = _own_or_given(self, src_texts, tgt_texts, stop=stop)
+        return explain(name, *self.subject, src_texts, targets, parsed, max_src_len=self.max_src_len, stop=stop)
 
     def forced_pairs(self, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]], *,
                      empty: str) -> tuple[list[list[str]], list[list[str]], list[tuple[list[int], list[int]]]]:
@@ -497,11 +499,8 @@ class Translator:
 
 def _own_or_given(translator: Translator, src_texts: Sequence[str], tgt_texts: Sequence[str | Sequence[str]] | None,
                   *, stop: Callable[[], bool] | None = None) -> Sequence[str | Sequence[str]]:
-    """The translations an explanation method reads: `tgt_texts` (one per source), or the model's
-    own (as tokens; the search asks `stop` as translate_nbest does)."""
-    from heed.explain.given_pairs import check_given
-
-    check_given(src_texts, tgt_texts)
+    """The translations a reading reads: `tgt_texts` (one per source, checked by check_given), or the
+    model's own (as tokens; the search asks `stop` as translate_nbest does)."""
     if tgt_texts is None:
         return [nbest[0].tokens for nbest in translator.translate_nbest(src_texts, stop=stop)]
     return tgt_texts

@@ -12,7 +12,10 @@ vocabulary, in this order:
     target  a target row: tgt_tokens, then </s> (the output predicted there)
     source  a source column: src_tokens, then </s>
     prefix  a decoder input: <s>, then tgt_tokens (what a prediction read of the output so far)
+    key     a source position the encoder's self-attention reads: src_tokens, then </s> (its
+            queries are the "source" axis)
     top     a rank, 0 = likeliest
+    contrast a token of another output a reading weighs against tgt_tokens (contrast's), numbered
 
 e.g. ("layer", "head", "target", "source") for every head's attention, ("target", "source") for one
 matrix. What a reading gives besides (the logit lens' top tokens, attribution's prefix share) are
@@ -28,7 +31,7 @@ import numpy as np
 
 from heed.data.pharaoh import Link, to_pharaoh
 
-AXES = ("layer", "head", "target", "source", "prefix", "top")
+AXES = ("layer", "head", "target", "source", "prefix", "key", "top", "contrast")
 BOS_LABEL, EOS_LABEL = "<s>", "</s>"
 
 
@@ -77,10 +80,10 @@ class ReadingResult:
                     raise ValueError(f"{self.reading}: axis {dim!r} has {size} entries for {len(labels)} labels")
 
     def labels(self, dim: str) -> list[str] | None:
-        """The labels of axis `dim`: tokens for target, source and prefix; None for the numbered ones."""
+        """The labels of axis `dim`: tokens for target, source, prefix and key; None for the numbered ones."""
         if dim == "target":
             return [*self.tgt_tokens, EOS_LABEL]
-        if dim == "source":
+        if dim in ("source", "key"):
             return [*self.src_tokens, EOS_LABEL]
         if dim == "prefix":
             return [BOS_LABEL, *self.tgt_tokens]
@@ -177,6 +180,21 @@ class HeadMaps:
     cross: np.ndarray
     encoder: np.ndarray | None = None
     decoder: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, result: ReadingResult) -> HeadMaps:
+        """The reading `heads`' result (heed.explain.heads) as its maps: the values, and its extras
+        "encoder" and "decoder" where it has them."""
+        extras = result.extras
+        return cls(result.src_tokens, result.tgt_tokens, result.values,
+                   extras["encoder"].values if "encoder" in extras else None,
+                   extras["decoder"].values if "decoder" in extras else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, as POST /v1/heads answers."""
+        return {"src_tokens": self.src_tokens, "tgt_tokens": self.tgt_tokens, "cross": self.cross.tolist(),
+                "encoder": None if self.encoder is None else self.encoder.tolist(),
+                "decoder": None if self.decoder is None else self.decoder.tolist()}
 
 
 MAP_PARTS = ("cross", "encoder", "decoder")

@@ -33,9 +33,8 @@ from step_decoding import decode_step_by_step
 
 from heed.nn.build import build_model
 from heed.nn.families import register_family, unregister_family
-from heed.nn.protocol import TrainableModel
+from heed.nn.protocol import TensorState, TrainableModel
 from heed.nn.transformer.attention import MultiHeadAttention
-from heed.nn.transformer.cache import KVCache
 from heed.search import DecodeConfig, beam_search, greedy_search
 
 BOS = 1
@@ -115,7 +114,7 @@ def test_the_transformer_state_is_its_key_value_cache_by_name() -> None:
     with torch.no_grad():
         enc = model.encode(src, lengths)
         state = model.init_state(enc.repeat(3))  # 2 sources x 3 beams
-        assert isinstance(state, KVCache)  # written in place (heed.nn.transformer.cache)
+        assert isinstance(state, TensorState)
         assert sorted(state.tensors) == ["self_keys.0", "self_keys.1", "self_values.0", "self_values.1"]
         assert tuple(state["self_keys.0"].shape) == (6, 4, 0, 4)  # (rows, heads, steps, d_k)
         out = model.step(torch.full((6,), BOS), state, enc.repeat(3))

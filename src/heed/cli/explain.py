@@ -31,7 +31,8 @@ from heed.plumbing.limits import MAX_ATTRIBUTION_STEPS
 
 if TYPE_CHECKING:
     from heed.api import Translator
-    from heed.explain.align_methods import AlignOptions
+    from heed.data.units import Units
+    from heed.explain.align_methods import AlignOptions, Symmetrize, Weights
 
 
 DRAW_LAYER_OPTION = typer.Option(None, "--layer", help="Decoder layer to draw (0-based) or 'mean' for all layers' "
@@ -176,9 +177,10 @@ def _heads_figure(translator: Translator, sentences: list[str], translations: li
     except ValueError as e:
         raise HeedError(str(e)) from None
     if grid:
-        picked = list(range(layers)) if options.layer is None else [options.layer]
+        picked = [options.layer] if isinstance(options.layer, int) else list(range(layers))  # "mean" is refused
         (sentence, t), cross = pairs[0], maps[0].cross
-        return head_grid(*t.labels(), cross[picked], layers=picked, title=sentence)
+        src_labels, tgt_labels = t.labels()
+        return head_grid(src_labels, tgt_labels, cross[picked], layers=picked, title=sentence)
     items = [(*t.labels(), select_attention(m.cross, options, default_layer=layers - 1))
              for (_, t), m in zip(pairs, maps)]
     return attention_grid(items, titles=[f"{s}  ({options.selection()})" for s, _ in pairs])
@@ -246,9 +248,13 @@ class AlignWeights(str, enum.Enum):
     alti = "alti"
 
     @property
-    def reading(self) -> str:
+    def reading(self) -> Weights:
         """The name heed.explain.align_methods.AlignOptions.weights takes."""
-        return self.value.replace("-", "_")
+        return WEIGHT_READINGS[self.value]
+
+
+WEIGHT_READINGS: dict[str, Weights] = {"attention": "attention", "value-norm": "value_norm", "rollout": "rollout",
+                                        "alti": "alti"}  # --weights -> AlignOptions.weights
 
 
 class AlignUnits(str, enum.Enum):
@@ -297,65 +303,85 @@ NULL_THRESHOLD_OPTION = typer.Option(None, "--null-threshold", help="In [0, 1]: 
                                      "best source word holds less than this share of its row's weight on the source "
                                      "(null links; 0 links every word). Default: what training measured on its dev "
                                      "gold, else 0.")
-SYMMETRIZE_OPTION = typer.Option(SymmetrizeHow.grow_diag_final, "--symmetrize", help="With --reverse: keep links both "
-                                 "agree on (intersect), either has (union), or grow-diag-final-and (Koehn et al. 2005).")
+SYMMETRIZE_OPTION = typer.Option(None, "--symmetrize", help="With --reverse or a recorded pair: keep links both "
+                                 "agree on (intersect), either has (union), or grow-diag-final-and (Koehn et al. "
+                                 "2005). Default: the rule the pair records, else grow-diag-final.")
+
+
+ALIGN_SRC_OPTION = typer.Option(..., "--src", help="Source sentences, one per line.")
+ALIGN_TGT_OPTION = typer.Option(..., "--tgt", help="Their translations, line-aligned with --src.")
+ALIGN_OUTPUT_OPTION = typer.Option(None, "--output", "-o", help="Where to write the alignments (default: stdout).")
+GOLD_OPTION = typer.Option(None, "--gold", help="Optional gold alignments (Pharaoh; i-j or i-j-S sure, i-j-P, i?j or "
+                           "ipj possible): print the alignment error rate, beside the diagonal baseline's.")
+ALIGN_LAYER_OPTION = typer.Option(None, "--layer", help="Decoder layer to read (0-based) or 'mean' for all layers' "
+                                  "average. Default: the model's default reading: the layer training recorded, else "
+                                  "the measured rule's (a pre-norm Transformer's second-to-last, a post-norm one's "
+                                  "mean of all layers, an RNN's only one; an ensemble's or export's reported "
+                                  "attention, its last).")
+ALIGN_HEAD_OPTION = typer.Option(None, "--head", help="Attention head (0-based), heads joined by commas (0,3: their "
+                                 "mean), or 'mean'. Default: the heads guided alignment trained, else the mean of the "
+                                 "layer's heads.")
+TGT_UNITS_OPTION = typer.Option(AlignUnits.words, "--tgt-units", help="Target positions in whitespace words, or in "
+                                "characters (spaces not counted; the dates task's gold is so).")
+REVERSE_OPTION = typer.Option(None, "--reverse", help="A model trained the other way (target -> source, e.g. by heed "
+                              "train --both-directions): its alignments, by its own default reading, are joined with "
+                              "this model's by --symmetrize. Default: the reverse model the pair records "
+                              "(heed.pair.json), if any.")
+ONE_WAY_OPTION = typer.Option(False, "--one-way", help="Read this model alone, even where a pair is recorded.")
+REFERENCE_OPTION = typer.Option(None, "--reference", help="Another aligner's Pharaoh file (eflomal's from `heed data "
+                                "align`, fast_align's): the model's precision, recall and F1 against it (a silver "
+                                "measure without a gold), and with --gold its AER beside the model's.")
+BESIDE_OPTION = typer.Option(None, "--beside", help="Another model on the same vocabularies (e.g. the int8 export of "
+                             "this one): its attention read on the same pairs, the mean |difference| per cell and the "
+                             "links that differ (and its AER with --gold).")
+SWEEP_OPTION = typer.Option(False, "--sweep", help="With --gold: the AER of every method x layer x head (and their "
+                            "means) as a table and a heatmap (--plot), beside the default reading's, instead of "
+                            "writing alignments; with --reference: the agreement F1 with its links the same way (with "
+                            "both: both, the F1 heatmap in PLOT-f1).")
+PLOT_OPTION = typer.Option(Path("aer_sweep.png"), "--plot", help="With --sweep: the heatmap's file (.png, .svg, .pdf).")
+ALIGNER_OPTION = typer.Option(AlignerChoice.model, "--aligner", help="Whose links: model (the model's reading), priors "
+                              "(eflomal on these pairs alone with the statistical priors the model directory records, "
+                              "or --priors), or both (the two combined by --combine).")
+PRIORS_OPTION = typer.Option(None, "--priors", metavar="FILE", help="With --aligner priors/both: this priors file (heed "
+                             "data align --priors-out) instead of the model's recorded one.")
+COMBINE_OPTION = typer.Option(None, "--combine", help="With --aligner both: intersect or union of the model's links and "
+                              "the priors', or product: each target word's source word by the model's attention times "
+                              "the priors' lexical probability (to the power --priors-weight). Default: the rule "
+                              "measured best (heed.explain.priors.BOTH_RULE).")
+PRIORS_WEIGHT_OPTION = typer.Option(1.0, "--priors-weight", help="With --combine product: the exponent on the priors' "
+                                    "probability, 0 (the model alone) to 10.")
+BATCH_OPTION = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch.")
+DEVICE_OPTION = typer.Option("auto", "--device", help="auto, cpu or cuda.")
 
 
 @friendly_errors
 @language_options
 def align(
     model: Path = typer.Argument(..., help="Model directory (or a training output directory)."),
-    src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
-    tgt: Path = typer.Option(..., "--tgt", help="Their translations, line-aligned with --src."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Where to write the alignments (default: stdout)."),
-    gold: Path | None = typer.Option(None, "--gold", help="Optional gold alignments (Pharaoh; i-j or i-j-S sure, i-j-P, "
-                                        "i?j or ipj possible): print the alignment error rate, beside the diagonal "
-                                        "baseline's."),
+    src: Path = ALIGN_SRC_OPTION,
+    tgt: Path = ALIGN_TGT_OPTION,
+    output: Path | None = ALIGN_OUTPUT_OPTION,
+    gold: Path | None = GOLD_OPTION,
     method: AlignMethod | None = METHOD_OPTION,
-    layer: str | None = typer.Option(None, "--layer", help="Decoder layer to read (0-based) or 'mean' for all "
-                                        "layers' average. Default: the model's default reading: the layer training "
-                                        "recorded, else the measured rule's (a pre-norm Transformer's second-to-last, "
-                                        "a post-norm one's mean of all layers, an RNN's only one; an ensemble's or "
-                                        "export's reported attention, its last)."),
-    head: str | None = typer.Option(None, "--head", help="Attention head (0-based), heads joined by commas (0,3: "
-                                       "their mean), or 'mean'. Default: the heads guided alignment trained, else the "
-                                       "mean of the layer's heads."),
+    layer: str | None = ALIGN_LAYER_OPTION,
+    head: str | None = ALIGN_HEAD_OPTION,
     weights: AlignWeights | None = WEIGHTS_OPTION,
     join: AlignJoin | None = JOIN_OPTION,
     null_threshold: float | None = NULL_THRESHOLD_OPTION,
-    tgt_units: AlignUnits = typer.Option(AlignUnits.words, "--tgt-units", help="Target positions in whitespace words, "
-                                         "or in characters (spaces not counted; the dates task's gold is so)."),
-    reverse: Path | None = typer.Option(None, "--reverse", help="A model trained the other way (target -> "
-                                           "source): its alignments are joined with this model's by --symmetrize."),
-    symmetrize: SymmetrizeHow = SYMMETRIZE_OPTION,
-    reference: Path | None = typer.Option(None, "--reference", help="Another aligner's Pharaoh file (eflomal's from "
-                                             "`heed data align`, fast_align's): the model's precision, recall and F1 "
-                                             "against it (a silver measure without a gold), and with --gold its AER "
-                                             "beside the model's."),
-    beside: Path | None = typer.Option(None, "--beside", help="Another model on the same vocabularies (e.g. the "
-                                          "int8 export of this one): its attention read on the same pairs, the mean "
-                                          "|difference| per cell and the links that differ (and its AER with --gold)."),
-    sweep_all: bool = typer.Option(False, "--sweep", help="With --gold: the AER of every method x layer x head (and "
-                                   "their means) as a table and a heatmap (--plot), beside the default reading's, "
-                                   "instead of writing alignments; with --reference: the agreement F1 with its links "
-                                   "the same way (with both: both, the F1 heatmap in PLOT-f1)."),
-    plot: Path = typer.Option(Path("aer_sweep.png"), "--plot", help="With --sweep: the heatmap's file (.png, .svg, .pdf)."),
-    aligner: AlignerChoice = typer.Option(AlignerChoice.model, "--aligner", help="Whose links: model (the model's "
-                                          "reading), priors (eflomal on these pairs alone with the statistical "
-                                          "priors the model directory records, or --priors), or both (the two "
-                                          "combined by --combine)."),
-    priors_file: Path | None = typer.Option(None, "--priors", metavar="FILE", help="With --aligner priors/both: "
-                                               "this priors file (heed data align --priors-out) instead of the "
-                                               "model's recorded one."),
-    combine: CombineRule | None = typer.Option(None, "--combine", help="With --aligner both: intersect or union of the "
-                                            "model's links and the priors', or product: each target word's source "
-                                            "word by the model's attention times the priors' lexical probability "
-                                            "(to the power --priors-weight). Default: the rule measured best "
-                                            "(heed.explain.priors.BOTH_RULE)."),
-    priors_weight: float = typer.Option(1.0, "--priors-weight", help="With --combine product: the exponent on the "
-                                        "priors' probability, 0 (the model alone) to 10."),
-    batch_size: int = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    tgt_units: AlignUnits = TGT_UNITS_OPTION,
+    reverse: Path | None = REVERSE_OPTION,
+    one_way: bool = ONE_WAY_OPTION,
+    symmetrize: SymmetrizeHow | None = SYMMETRIZE_OPTION,
+    reference: Path | None = REFERENCE_OPTION,
+    beside: Path | None = BESIDE_OPTION,
+    sweep_all: bool = SWEEP_OPTION,
+    plot: Path = PLOT_OPTION,
+    aligner: AlignerChoice = ALIGNER_OPTION,
+    priors_file: Path | None = PRIORS_OPTION,
+    combine: CombineRule | None = COMBINE_OPTION,
+    priors_weight: float = PRIORS_WEIGHT_OPTION,
+    batch_size: int = BATCH_OPTION,
+    device: str = DEVICE_OPTION,
     progress: bool | None = progress_option(),
     *,
     languages: dict[str, Any],
@@ -382,59 +408,91 @@ def align(
     round(j*|src|/|tgt|)), which a useful reading must beat. --beside OTHER reads the pairs with
     another model (its int8 export, say) and says how far its attention and links are."""
     from heed.api import Translator
-    from heed.data.corpus import read_parallel
-    from heed.data.units import unit_count
-    from heed.explain.forced import attention_shape
 
     options = _align_options(method, layer, head, tgt_units, weights, gold=gold, sweep_all=sweep_all, reference=reference,
                              reverse=reverse, output=output, beside=beside, plot=plot, join=join,
                              null_threshold=null_threshold)
-    pairs = list(read_parallel(src, tgt, streams=True))
-    src_texts, tgt_texts = [p.src for p in pairs], [p.tgt for p in pairs]
-    units = [(len(p.src.split()), unit_count(p.tgt, options.tgt_units)) for p in pairs]
-    golden, theirs = _read_golds(gold, reference, units, options.tgt_units, sides=f"{src} and {tgt}")
-    if aligner is not AlignerChoice.model and (sweep_all or reverse is not None or beside is not None):
-        raise HeedError(f"--aligner {aligner.value} aligns by the priors too; --sweep, --reverse and --beside read the "
-                        "model alone (use --aligner model)")
-    if combine is not None and aligner is not AlignerChoice.both:
-        raise HeedError("--combine combines the model's links with the priors': give it with --aligner both")
-    from heed.explain.priors import check_weight
-
-    check_weight(priors_weight)
+    _check_aligner(aligner, combine, priors_weight, model_alone=sweep_all or reverse is not None or beside is not None)
+    if one_way and reverse is not None:
+        raise HeedError("--one-way reads this model alone: leave out --reverse")
+    pairs, units, golden, theirs = _read_pairs(src, tgt, gold, reference, options.tgt_units)
     translator = Translator.load(model, device=device, **languages)
-    priors = None
-    if aligner is not AlignerChoice.model:
-        from heed.explain.priors import KnownWords, priors_for
-
-        priors = priors_for(model, priors_file, KnownWords(translator.codec), options.tgt_units)
+    backward, how = _reverse_model(translator, model, reverse, symmetrize, device=device, languages=languages,
+                                   recorded=not (one_way or sweep_all or beside is not None)
+                                   and aligner is AlignerChoice.model and options.tgt_units == "words")
+    priors = _priors(model, aligner, priors_file, translator, options.tgt_units)
     # Cut after the gold is read against the whole pairs: its links past a cut count as missed.
-    src_texts = cut_long_texts(translator, src_texts, str(src), side="src")
-    tgt_texts = cut_long_texts(translator, tgt_texts, str(tgt))
-    options = _words_asked(_recorded_reading_of(translator, options, given=(method, layer, head, weights)), join,
-                           null_threshold)
+    src_texts = cut_long_texts(translator, [p.src for p in pairs], str(src), side="src")
+    tgt_texts = cut_long_texts(translator, [p.tgt for p in pairs], str(tgt))
+    given = (method, layer, head, weights)
+    options = _words_asked(_recorded_reading_of(translator, options, given=given), join, null_threshold)
     other = None if beside is None else with_pair(Translator.load(beside, device=device), languages)
     if sweep_all:
         _print_sweeps(translator, src_texts, tgt_texts, golden, (reference, theirs), options, plot, batch_size)
         return
+    links, what = _links(translator, (aligner, combine, priors, priors_weight), pairs, (src_texts, tgt_texts), options,
+                         batch_size=batch_size, progress=progress)
+    if backward is not None:
+        links, what = _symmetrized(links, backward, src_texts, tgt_texts, how, batch_size), f"{what}, {how} with its reverse"
+    _write_lines([_pharaoh_line(link_set) + "\n" for link_set in links], output)
+    besides = None if other is None else _beside(
+        translator, other, links, src_texts, tgt_texts, _reading_beside(
+            translator, other, options, name=str(beside), default=not any(flag is not None for flag in given)),
+        batch_size=batch_size, name=str(beside), err=output is None)
+    _print_scores(links, units, what, golden, (reference, theirs), (beside, besides), err=output is None)
+
+
+def _check_aligner(aligner: AlignerChoice, combine: CombineRule | None, priors_weight: float, *,
+                   model_alone: bool) -> None:
+    """heed align's --aligner, --combine and --priors-weight, refused where they cannot go with the
+    rest (`model_alone`: --sweep, --reverse or --beside, which read the model alone)."""
+    from heed.explain.priors import check_weight
+
+    if aligner is not AlignerChoice.model and model_alone:
+        raise HeedError(f"--aligner {aligner.value} aligns by the priors too; --sweep, --reverse and --beside read the "
+                        "model alone (use --aligner model)")
+    if combine is not None and aligner is not AlignerChoice.both:
+        raise HeedError("--combine combines the model's links with the priors': give it with --aligner both")
+    check_weight(priors_weight)
+
+
+def _read_pairs(src: Path, tgt: Path, gold: Path | None, reference: Path | None,
+                tgt_units: Units) -> tuple[list[Any], list[tuple[int, int]], Any, Any]:
+    """(the pairs of --src and --tgt, each pair's (source words, target units), --gold's (sure,
+    possible), --reference's links): the golds checked against the whole pairs."""
+    from heed.data.corpus import read_parallel
+    from heed.data.units import unit_count
+
+    pairs = list(read_parallel(src, tgt, streams=True))
+    units = [(len(p.src.split()), unit_count(p.tgt, tgt_units)) for p in pairs]
+    golden, theirs = _read_golds(gold, reference, units, tgt_units, sides=f"{src} and {tgt}")
+    return pairs, units, golden, theirs
+
+
+def _priors(model: Path, aligner: AlignerChoice, priors_file: Path | None, translator: Translator,
+            tgt_units: Units) -> Any:
+    """The statistical priors --aligner priors or both reads (--priors, else the model's recorded
+    ones); None for --aligner model."""
+    if aligner is AlignerChoice.model:
+        return None
+    from heed.explain.priors import KnownWords, priors_for
+
+    return priors_for(model, priors_file, KnownWords(translator.codec), tgt_units)
+
+
+def _links(translator: Translator, chosen: tuple[AlignerChoice, CombineRule | None, Any, float], pairs: list[Any],
+           texts: tuple[list[str], list[str]], options: AlignOptions, *, batch_size: int,
+           progress: bool | None) -> tuple[list[set[tuple[int, int]]], str]:
+    """(every pair's links, what gave them): the model's reading, or with `chosen` (--aligner,
+    --combine, the priors, --priors-weight) the priors' links or both's."""
+    from heed.explain.forced import attention_shape
+
+    aligner, combine, priors, weight = chosen
     what = options.describe(attention_shape(translator.model)[:2])
     if priors is None:
-        links = _align_all(translator, src_texts, tgt_texts, options, batch_size=batch_size, progress=progress)
-    else:
-        links, what = _links_with_priors(translator, aligner, combine, priors, priors_weight, pairs,
-                                         (src_texts, tgt_texts), options, what, batch_size=batch_size)
-    if reverse is not None:
-        links = _symmetrized(links, reverse, src_texts, tgt_texts, options.method, symmetrize, batch_size,
-                             device=device, languages=languages)
-        what += f", {symmetrize.value} with {reverse}"
-    _write_lines([_pharaoh_line(link_set) + "\n" for link_set in links], output)
-    besides = None
-    if other is not None:
-        assert beside is not None
-        chosen = not any(flag is not None for flag in (method, layer, head, weights))
-        besides = _beside(translator, other, links, src_texts, tgt_texts,
-                          _reading_beside(translator, other, options, name=str(beside), default=chosen),
-                          batch_size=batch_size, name=str(beside), err=output is None)
-    _print_scores(links, units, what, golden, (reference, theirs), (beside, besides), err=output is None)
+        return _align_all(translator, *texts, options, batch_size=batch_size, progress=progress), what
+    return _links_with_priors(translator, aligner, combine, priors, weight, pairs, texts, options, what,
+                              batch_size=batch_size)
 
 
 def _print_sweeps(translator: Any, src_texts: list[str], tgt_texts: list[str], golden: Any,
@@ -548,7 +606,9 @@ def _recorded_reading_of(translator: Translator, options: AlignOptions, *, given
     chosen, why = translator.default_reading(options.tgt_units)
     if chosen == options:
         return options
-    stderr().print(f"reading: {chosen.describe(translator.model.head_grid)}, {why}; "
+    from heed.explain.forced import attention_shape
+
+    stderr().print(f"reading: {chosen.describe(attention_shape(translator.model)[:2])}, {why}; "
                    "--method, --layer, --head or --weights read another way", soft_wrap=True)
     return chosen
 
@@ -570,7 +630,7 @@ def _reading_beside(translator: Translator, other: Translator, options: AlignOpt
         return plain  # layer 0, head 0 of one attention is the attention every model reports
     heads = not options.default_attention
     try:
-        check_weights(other.model, options.weights, heads=heads)  # type: ignore[arg-type]
+        check_weights(other.model, options.weights, heads=heads)
         if heads:
             check_selection(options, *attention_shape(other.model)[:2])
         return options
@@ -583,19 +643,45 @@ def _reading_beside(translator: Translator, other: Translator, options: AlignOpt
     return plain
 
 
-def _symmetrized(links: list[set[tuple[int, int]]], reverse: Path, src_texts: list[str], tgt_texts: list[str],
-                 method: str, how: SymmetrizeHow, batch_size: int, *, device: str,
-                 languages: dict[str, Any]) -> list[set[tuple[int, int]]]:
-    """`links` joined with those of the model `reverse` (trained target -> source; a many-language
-    one reads the pair the other way round) reading the pairs the other way."""
+def _reverse_model(translator: Any, model: Path, reverse: Path | None, symmetrize: SymmetrizeHow | None, *,
+                   device: str, languages: dict[str, Any], recorded: bool) -> tuple[Any, Symmetrize]:
+    """(the reverse model to symmetrise with, or None; how to join): --reverse, else where `recorded`
+    the pair heed train --both-directions recorded (stderr says so). A reverse model whose
+    vocabularies are not this model's the other way round is refused in one line."""
     from heed.api import Translator
-    from heed.explain.align_methods import AlignOptions
-    from heed.explain.align_methods import symmetrize as join
+    from heed.checkpoint import find_model_dir
+    from heed.explain.align import reverse_mismatch
+    from heed.train.pair import PAIR_SYMMETRIZE, recorded_reverse
 
+    how: Symmetrize = PAIR_SYMMETRIZE
+    if reverse is None:
+        pair = recorded_reverse(find_model_dir(model)) if recorded and model.is_dir() else None
+        if pair is None:
+            if symmetrize is not None:
+                raise HeedError("--symmetrize joins this model's links with a reverse model's: give --reverse MODEL "
+                                "(or a model trained with heed train --both-directions)")
+            return None, how
+        reverse, how = pair
+        stderr().print(f"symmetrised with the reverse model its pair records: {reverse} (--one-way: this model "
+                       "alone)", markup=False, soft_wrap=True)
     backward = with_pair(Translator.load(reverse, device=device), {"src_lang": languages["tgt_lang"],
                                                                     "tgt_lang": languages["src_lang"]})
-    other = backward.align(tgt_texts, src_texts, options=AlignOptions(method=method), batch_size=batch_size)
-    return [join(f, {(i, j) for j, i in b.links}, how.value) for f, b in zip(links, other)]
+    why = reverse_mismatch(translator.codec, backward.codec)
+    if why is not None:
+        raise HeedError(f"--reverse {reverse}: not this model's other direction: {why}")
+    return backward, (symmetrize.value if symmetrize is not None else how)
+
+
+def _symmetrized(links: list[set[tuple[int, int]]], backward: Any, src_texts: list[str], tgt_texts: list[str],
+                 how: Symmetrize, batch_size: int) -> list[set[tuple[int, int]]]:
+    """`links` joined by `how` with those of `backward` (trained target -> source; a many-language
+    model reads the pair the other way round) reading the pairs the other way by its own default
+    reading (its trained heads, its null links)."""
+    from heed.explain.align_methods import symmetrize as join
+
+    options, _ = backward.default_reading("words")
+    other = backward.align(tgt_texts, src_texts, options=options, batch_size=batch_size)
+    return [join(f, {(i, j) for j, i in b.links}, how) for f, b in zip(links, other)]
 
 
 def _beside(translator: Translator, other: Translator, links: list[set[tuple[int, int]]], src_texts: list[str],
@@ -740,6 +826,7 @@ def _contrasts(contrast: str | None, contrast_file: Path | None, sources: int, *
                             "--contrast-file with one other output per line")
         others = [contrast]
     else:
+        assert contrast_file is not None  # one of the two is given
         with open_stream(contrast_file) as stream:
             others = list(read_lines(stream, str(contrast_file)))
         if len(others) != sources:

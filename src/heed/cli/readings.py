@@ -4,8 +4,10 @@ the help, its Options' fields the flags, as decode_flags makes the decode flags 
 A reading registered later is a command too: the group reads the registry when it is asked."""
 from __future__ import annotations
 
+import enum
 import inspect
 import json
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -67,13 +69,29 @@ def option_flags(reading: Reading) -> list[inspect.Parameter]:
         kind = flag_type(info.annotation)
         if kind is bool:
             flag = f"{flag}/--no-{field.replace('_', '-')}"
+        several = typing.get_origin(info.annotation) is tuple  # a tuple of values: the flag given once for each
+        if several:
+            item = flag_type(typing.get_args(info.annotation)[0])
+            if typing.get_origin(item) is typing.Literal:  # typer takes a list of an Enum's, not of a Literal's
+                item = _choices(field, typing.get_args(item))
+            kind = list.__class_getitem__(item)  # list[item], made at run time
         bounds = {key: getattr(m, attr) for m in info.metadata for key, attr in (("min", "ge"), ("max", "le"))
                   if hasattr(m, attr)}
         words = info.description or field
+        if several:
+            words += "; the flag once for each" + (" source, in order" if field in reading.options.per_pair else "")
+        default = (None if info.is_required() else list(info.default)) if several else info.default
+        if several and typing.get_args(kind) == (str,):
+            bounds["metavar"] = "TEXT"
         flags.append(inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
-                                       default=typer.Option(info.default, flag, rich_help_panel=READING_PANEL,
+                                       default=typer.Option(default, flag, rich_help_panel=READING_PANEL,
                                                             help=words[:1].upper() + words[1:] + ".", **bounds)))
     return flags
+
+
+def _choices(name: str, values: tuple[str, ...]) -> Any:
+    """A str Enum of `values`, which typer offers as a flag's choices (a list of Literal's it does not take)."""
+    return enum.Enum(name, {value: value for value in values}, type=str)
 
 
 def reading_command(reading: Reading) -> Any:
@@ -97,7 +115,7 @@ def reading_command(reading: Reading) -> Any:
         run_reading(reading.name, model, src, tgt, output, device, progress, options, languages)
 
     command.__doc__ = (f"{reading.summary[:1].upper() + reading.summary[1:]} (the reading {reading.name!r}; "
-                       f"a model that is a {reading.needs}).")
+                       f"a model that is {reading.a_model()}).")
     generated = flags_in_place(command, "options", option_flags(reading), dict)
     one = typer.Typer(add_completion=False, rich_markup_mode=None)
     one.command(reading.name, cls=HeedCommand)(generated)
@@ -109,10 +127,12 @@ def run_reading(name: str, model: Path, src: Path, tgt: Path | None, output: Pat
     """Load the model, refuse it in one line if it is not what the reading needs, read the pairs
     CHUNK at a time, and write one JSON list: each pair's ReadingResult.to_dict()."""
     from heed.api import Translator
-    from heed.explain.readings import check, get
+    from heed.explain.readings import check, check_per_pair, get
 
-    parsed = get(name).parse(options)
+    given = {k: [getattr(x, "value", x) for x in v] if isinstance(v, list) else v for k, v in options.items()}
+    parsed = get(name).parse({k: v for k, v in given.items() if v is not None})
     sources, targets = read_sources(src, tgt, empty="there is nothing to read")
+    check_per_pair(parsed, len(sources))
     translator = Translator.load(model, device=device, **languages)
     check(name, translator.model)
     warn_long_sources(translator, sources, str(src))
@@ -124,7 +144,7 @@ def run_reading(name: str, model: Path, src: Path, tgt: Path | None, output: Pat
             chunk = sources[start:start + CHUNK]
             with lines_named(given_files(src, tgt), first=start + 1):
                 results += translator.explain(name, chunk, None if targets is None else targets[start:start + CHUNK],
-                                              **parsed.model_dump())
+                                              **dict(parsed.for_pairs(slice(start, start + CHUNK))))
             bar.advance(len(chunk))
     text = json.dumps([r.to_dict() for r in results], ensure_ascii=False)
     if output is None:

@@ -96,6 +96,12 @@ def serve(
                                             help="Keys the LibreTranslate and DeepL APIs ask for, one a line "
                                                  "(LibreTranslate's api_key, DeepL's Authorization: DeepL-Auth-Key); "
                                                  "without it they ask for none. heed's /v1 API asks for none."),
+    cors_origins: str = typer.Option("*", "--cors-origins", metavar="ORIGINS",
+                                     help="Web pages that may call the LibreTranslate and DeepL APIs from a browser "
+                                          "(CORS: browser extensions such as TWP, web apps): * lets any origin, as "
+                                          "LibreTranslate does; a list (https://app.example,moz-extension://ID) "
+                                          "only those; none, no page of another origin. heed's /v1 API allows "
+                                          "none either way."),
     *,
     languages: dict[str, Any],
 ) -> None:
@@ -134,7 +140,7 @@ def serve(
         stderr().print(f"[yellow]warning:[/] listening on {escape(host)}: anyone who can reach this machine can "
                         "use the server (it has no authentication); put it behind a proxy you trust",
                         soft_wrap=True)
-    settings = ServeSettings(**limits)
+    settings = ServeSettings(**limits, cors_origins=parse_origins(cors_origins))
     keys = read_keys(api_keys) if api_keys is not None else frozenset()
     with torch_threads(threads):
         translators = {label: Translator.load(path, device=device, bf16=bf16, int8=int8)
@@ -170,6 +176,27 @@ def recorded_priors(paths: dict[str, Path]) -> dict[str, Any]:
             if priors is not None:
                 found[label] = priors
     return found
+
+
+def parse_origins(spec: str) -> tuple[str, ...]:
+    """--cors-origins: "*" -> ("*",); "none" or "" -> (); "A,B" -> ("A", "B"), each an origin as a
+    browser sends it (scheme://host[:port], no path); a HeedError naming the flag otherwise."""
+    from urllib.parse import urlsplit
+
+    spec = spec.strip()
+    if spec.lower() in ("", "none"):
+        return ()
+    origins = tuple(dict.fromkeys(o.strip().rstrip("/") for o in spec.split(",") if o.strip()))
+    if "*" in origins:
+        if len(origins) > 1:
+            raise HeedError(f"--cors-origins {spec}: * already lets every origin; give * alone or a list of origins")
+        return origins
+    for origin in origins:
+        parts = urlsplit(origin)
+        if not parts.scheme or not parts.netloc or parts.path or parts.query or parts.fragment:
+            raise HeedError(f"--cors-origins: {origin!r} is not an origin; write it as a browser sends it, "
+                            "scheme://host[:port] without a path (https://app.example, moz-extension://ID)")
+    return origins
 
 
 def parse_ensembles(specs: Sequence[str]) -> dict[str, list[Path]]:

@@ -5,7 +5,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
@@ -16,7 +16,9 @@ from heed.errors import DataError, HeedError
 from heed.plumbing.heartbeat import PROGRESS_LINE_SECONDS
 
 if TYPE_CHECKING:
+    from heed.config import Config
     from heed.plumbing.distributed import World
+    from heed.train import TrainResult
 
 
 @friendly_errors
@@ -38,6 +40,10 @@ def train(
     processes: int = typer.Option(1, "--processes", min=1, max=1024, help="Train data-parallel in this many "
                                   "processes on this machine (gloo on the CPU, one GPU each with CUDA), as "
                                   "torchrun --nproc-per-node N would; Ctrl-C stops them all cleanly."),
+    both_directions: bool = typer.Option(False, "--both-directions", help="Then train the same config the other "
+                                         "way (data.reverse flipped, guided alignment's links too) into "
+                                         "OUTPUT_DIR-reverse, and record the pair in both model directories "
+                                         "(heed.pair.json): heed align symmetrises with the reverse model."),
 ) -> None:
     """Train a model; checkpoints, metrics.jsonl and the model directory go to the output directory.
 
@@ -46,29 +52,47 @@ def train(
     143 (SIGTERM): 128 + the signal's number, as a shell reports a process the signal ended.
 
     Several processes: `--processes N` on one machine, or torchrun (`torchrun --nproc-per-node N
-    -m heed train ...`) across machines; a resume needs as many processes as the run had."""
-    import shlex
+    -m heed train ...`) across machines; a resume needs as many processes as the run had.
 
-    from heed.plumbing.distributed import World
-    from heed.train import score_command
-    from heed.train import train as run_training
+    --both-directions: the run, then its reverse (OUTPUT_DIR-reverse), each as this command would
+    train it; the pair is recorded when both are done."""
     from heed.train.setup import load_run_config
 
     overrides = list(set_) + ([f"output_dir={output_dir.absolute()}"] if output_dir is not None else []) \
         + ([f"train.init={init.absolute()}"] if init is not None else [])
     cfg = load_run_config(config, overrides)  # train.init's model merged in
+    if not both_directions:
+        _train_one(cfg, config, set_, output_dir, init, resume, allow_data_change, progress, processes)
+        return
+    from heed.train.pair import record_pair, reverse_overrides
+
+    if resume or processes > 1:
+        raise HeedError("--both-directions trains two runs in turn in one process: leave out "
+                        f"{'--resume' if resume else '--processes'} (resume or spread each run with its own heed train)")
+    backwards = reverse_overrides(cfg)  # refused before anything trains
+    reverse_cfg = load_run_config(config, [*overrides, *backwards])
+    forward = _train_one(cfg, config, set_, output_dir, init, resume, allow_data_change, progress, processes)
+    stderr().print(f"the other direction (--set {' --set '.join(backwards)}):", markup=False, soft_wrap=True)
+    reverse = _train_one(reverse_cfg, config, [*set_, *backwards], None, init, resume, allow_data_change, progress,
+                         processes)
+    if forward is not None and reverse is not None:
+        record_pair(forward, reverse)
+        typer.echo(f"pair recorded: {forward} <-> {reverse} (heed.pair.json)")
+
+
+def _train_one(cfg: Config, config: Path, set_: list[str], output_dir: Path | None, init: Path | None, resume: bool,
+               allow_data_change: bool, progress: bool | None, processes: int) -> Path | None:
+    """One run of `heed train` as configured; its model directory (None on ranks other than 0)."""
+    import shlex
+
+    from heed.plumbing.distributed import World
+    from heed.train import train as run_training
+
     world = World.from_env()
     if processes > 1 and world.is_distributed and world.size != processes:
         raise HeedError(f"--processes {processes}, but torchrun's WORLD_SIZE is {world.size}; give one of them")
     console = stderr()
-    # This run's own command line, so the printed resume continues it: same overrides, same directory,
-    # same number of processes.
-    own = [str(config), *(arg for item in set_ for arg in ("--set", item)),
-           *(["--output-dir", str(output_dir)] if output_dir is not None else []),
-           *(["--init", str(init)] if init is not None else []),
-           *(["--allow-data-change"] if allow_data_change else []),
-           *([] if progress is None else ["--progress" if progress else "--no-progress"]),
-           *(["--processes", str(processes)] if processes > 1 else [])]
+    own = _own_arguments(config, set_, output_dir, init, allow_data_change, progress, processes)
     if processes > 1 and not world.is_distributed:
         from heed.plumbing.launch import launch
 
@@ -88,9 +112,35 @@ def train(
         console.print(f"\naborted. The last checkpoint ({cfg.output_dir / 'checkpoints' / 'last'}) is intact; "
                       f"resume with: {shlex.join(again)}", style="yellow", markup=False, soft_wrap=True)
         raise typer.Exit(INTERRUPTED) from None
-    if result.stop_reason == "interrupted" and not result.is_main:
-        raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
     if result.stop_reason == "interrupted":
+        _stopped(result, cfg, again, launcher_note, console)
+    # On a terminal the run's closing line ("model: DIR  (stopped: ...)") already names it on the same
+    # screen; stdout gets its own line where it is not that screen (a pipe, a file, a script's capture).
+    if result.is_main and not (console.is_terminal and sys.stdout.isatty()):
+        typer.echo(f"model written to {result.model_dir}")
+    return result.model_dir if result.is_main else None
+
+
+def _own_arguments(config: Path, set_: list[str], output_dir: Path | None, init: Path | None, allow_data_change: bool,
+                   progress: bool | None, processes: int) -> list[str]:
+    """This run's own command line after `heed train`, so the printed resume continues it: same
+    overrides, same directory, same number of processes."""
+    return [str(config), *(arg for item in set_ for arg in ("--set", item)),
+            *(["--output-dir", str(output_dir)] if output_dir is not None else []),
+            *(["--init", str(init)] if init is not None else []),
+            *(["--allow-data-change"] if allow_data_change else []),
+            *([] if progress is None else ["--progress" if progress else "--no-progress"]),
+            *(["--processes", str(processes)] if processes > 1 else [])]
+
+
+def _stopped(result: TrainResult, cfg: Config, again: list[str], launcher_note: str, console: Console) -> NoReturn:
+    """A run stopped by a signal: rank 0 prints the command that resumes it (and the one that scores
+    its best model so far); every rank exits with 130 (Ctrl-C) or 128 + the signal's number."""
+    import shlex
+
+    from heed.train import score_command
+
+    if result.is_main:
         # soft_wrap: a command cut across lines could not be pasted back.
         console.print(f"resume with: {shlex.join(again)}{launcher_note}", markup=False, soft_wrap=True)
         score = None if result.model_dir is None else score_command(cfg, result.model_dir, resume_command=again,
@@ -98,11 +148,7 @@ def train(
         if score is not None:
             console.print(f"score the best model on the test set with: {shlex.join(score)}", markup=False,
                           soft_wrap=True)
-        raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
-    # On a terminal the run's closing line ("model: DIR  (stopped: ...)") already names it on the same
-    # screen; stdout gets its own line where it is not that screen (a pipe, a file, a script's capture).
-    if result.is_main and not (console.is_terminal and sys.stdout.isatty()):
-        typer.echo(f"model written to {result.model_dir}")
+    raise typer.Exit(INTERRUPTED if result.stop_signal is None else 128 + result.stop_signal)
 
 
 def _how_started(world: World, processes: int) -> tuple[list[str], str]:

@@ -101,7 +101,7 @@ def source_share_fields(translator: Translator, sources: Sequence[str],
                         chunk: Sequence[list[Translation]]) -> list[list[str]]:
     """Each hypothesis's sentence source share as printed (4 decimals), per source; '-' for an
     empty source (nothing to share)."""
-    from heed.explain.given_pairs import nbest_source_shares
+    from heed.explain.source_share import nbest_source_shares
 
     return [["-" if share is None else f"{share.sentence:.4f}" for share in shares]
             for shares in nbest_source_shares(*translator.subject, sources, chunk, max_src_len=translator.max_src_len)]

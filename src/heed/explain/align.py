@@ -200,6 +200,29 @@ def agreement(hyp: Sequence[set[Link]], reference: Sequence[set[Link]]) -> Agree
     return Agreement(precision, recall, f1, n_a, n_r)
 
 
+REVERSE_SHARED = 0.5  # at least this share of a side's tokens in the other model's vocabulary (see reverse_mismatch)
+
+
+def reverse_mismatch(forward: Any, reverse: Any) -> str | None:
+    """Why the codec `reverse` cannot be that of `forward`'s other direction (a model trained on the
+    same language pair target -> source), or None when it can. The reverse's source vocabulary must
+    hold at least REVERSE_SHARED of the forward's target tokens, and its target vocabulary of the
+    forward's source tokens (specials left out). The two runs of `heed train --both-directions`
+    share 98-100% (a split held out by source sentence differs a little); a reverse trained on
+    another corpus of the same languages 35-41% of 4,000 pieces, a model trained the same way
+    round 9-16%: bench/RESULTS.md, "Both directions"."""
+    for mine, theirs, side, other_side in ((forward.tgt_vocab, reverse.src_vocab, "target", "source"),
+                                           (forward.src_vocab, reverse.tgt_vocab, "source", "target")):
+        every = mine.tokens
+        tokens = set(every) - {every[i] for i in mine.specials}
+        shared = len(tokens & set(theirs.tokens)) / max(len(tokens), 1)
+        if shared < REVERSE_SHARED:
+            return (f"its {other_side} vocabulary holds {100 * shared:.0f}% of this model's {side} tokens (at least "
+                    f"{100 * REVERSE_SHARED:.0f}% for a model of the same corpus the other way round): another "
+                    "language pair, another corpus's vocabulary, or the same direction")
+    return None
+
+
 def alignment_error_rate(
     hyp: Sequence[set[Link]], sure: Sequence[set[Link]], possible: Sequence[set[Link]]
 ) -> float:

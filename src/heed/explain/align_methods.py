@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -58,7 +58,7 @@ NULL_THRESHOLDS: tuple[float, ...] = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.
 Symmetrize = Literal["intersect", "union", "grow-diag-final"]
 METHODS: tuple[Method, ...] = ("argmax", "shift")
 SYMMETRIZE: tuple[Symmetrize, ...] = ("intersect", "union", "grow-diag-final")
-MEAN = "mean"  # a layer or head "index" that means the average over all of them
+MEAN: Literal["mean"] = "mean"  # a layer or head "index" that means the average over all of them
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,14 @@ def recorded_options(reading: Mapping[str, Any], tgt_units: Units | None = None)
                         head=tuple(head) if isinstance(head, list) else head,
                         weights=reading["weights"], tgt_units=tgt_units or reading["units"],
                         join=reading.get("join", "sum"), null_threshold=reading.get("null_threshold", 0.0))
+
+
+@overload
+def parse_index(text: str | None, name: str, *, several: Literal[False] = False) -> int | Literal["mean"] | None: ...
+
+
+@overload
+def parse_index(text: str | None, name: str, *, several: bool) -> int | tuple[int, ...] | Literal["mean"] | None: ...
 
 
 def parse_index(text: str | None, name: str, *, several: bool = False) -> int | tuple[int, ...] | Literal["mean"] | None:

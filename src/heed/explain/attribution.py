@@ -21,7 +21,7 @@ attribution evaluates (forward hooks; the rest of the model runs as it is).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -30,7 +30,12 @@ import torch
 from torch import Tensor, nn
 
 from heed.data.batching import collate, specials_of
+from heed.data.codec import Codec
+from heed.data.vocab import BOS, SPECIALS
+from heed.errors import HeedError
+from heed.explain.pairs import forced_pairs
 from heed.nn.protocol import AttributableModel
+from heed.results import Labelled, ReadingResult
 
 AttributionMethod = Literal["integrated_gradients", "grad_x_input"]
 METHODS: tuple[AttributionMethod, ...] = get_args(AttributionMethod)
@@ -298,6 +303,48 @@ def contrast_ids(model: Any, src_ids: list[int], output_ids: list[int], contrast
     return attributions[0].detach().sum(-1).double().cpu().numpy(), log_probs[0], log_probs[1], delta
 
 
-__all__ = ["BASELINE", "METHODS", "Attribution", "AttributionMethod", "Contrast", "EmbeddingSwap", "attribute_ids",
-           "contrast_ids", "spearman"]
+def check_float32(model: Any) -> None:
+    """A HeedError for a model whose weights are bf16: attribution runs in float32."""
+    if any(p.dtype == torch.bfloat16 for p in model.parameters()):
+        raise HeedError("attribution runs in float32; load the model without bf16")
+
+
+def attribution(model: Any, codec: Codec, device: torch.device, src_texts: Sequence[str],
+                tgt_texts: Sequence[str | Sequence[str]], options: Any, *,
+                max_src_len: int | None = None) -> list[ReadingResult]:
+    """The reading `attribution` of heed.explain.readings: per pair, each source token's attribution
+    to each output token's log-probability (target, source), by `options.method` (integrated
+    gradients at `options.steps` points, or gradient x input); extras prefix (target, prefix): the
+    decoder inputs', log_probs (target,): f_j, and where there are, delta (target,): integrated
+    gradients' completeness gap, and attention (target, source): the model's (Attribution says
+    more). One backward pass per output token (times the points), sentence by sentence, in float32:
+    an AttributableModel (not an export or an ensemble) without bf16 weights."""
+    check_float32(model)
+    pairs = forced_pairs(codec, src_texts, tgt_texts, max_src_len=max_src_len, empty="there is nothing to attribute to")
+    out = []
+    for src, tokens, (src_ids, tgt_ids) in zip(pairs.src_tokens, pairs.tgt_tokens, pairs.examples):
+        source, prefix, log_probs, delta, attention = attribute_ids(
+            model, src_ids, tgt_ids, method=options.method, steps=options.steps, device=device
+        )
+        extras = {"prefix": Labelled(("target", "prefix"), prefix), "log_probs": Labelled(("target",), log_probs)}
+        if delta is not None:
+            extras["delta"] = Labelled(("target",), delta)
+        if attention is not None:
+            extras["attention"] = Labelled(("target", "source"), attention)
+        out.append(ReadingResult("attribution", src, list(tokens), ("target", "source"), source, extras))
+    return out
+
+
+def as_attribution(result: ReadingResult, method: AttributionMethod, steps: int) -> Attribution:
+    """The reading `attribution`'s result as an Attribution (Translator.attribute's, heed
+    attribute's and /v1/attribute's), read with `method` at `steps` points."""
+    extras = result.extras
+    return Attribution(result.src_tokens, result.tgt_tokens, [SPECIALS[BOS], *result.tgt_tokens], method,
+                       steps if method == "integrated_gradients" else None, result.values, result.extra("prefix"),
+                       extras["attention"].values if "attention" in extras else None, result.extra("log_probs"),
+                       extras["delta"].values if "delta" in extras else None)
+
+
+__all__ = ["BASELINE", "METHODS", "Attribution", "AttributionMethod", "Contrast", "EmbeddingSwap", "as_attribution",
+           "attribute_ids", "attribution", "check_float32", "contrast_ids", "spearman"]
 

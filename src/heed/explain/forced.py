@@ -89,10 +89,10 @@ def forced_attention(model: Any, codec: Codec, src_texts: Sequence[str], tgt_tex
             if weights in THROUGH_LAYERS:
                 shares = contributions(model, batch.src, batch.src_lengths, batch.tgt_in, reading=weights)  # type: ignore[arg-type]
                 stack = shares.alignment()[:, None]  # (L, 1, B, T+1, S+1)
+            elif heads and weights == "value_norm":  # one encoding for the heads and the norms
+                stack = model.value_weighted_heads(batch.src, batch.src_lengths, batch.tgt_in)  # (L, H, B, T+1, S+1)
             elif heads:
                 stack = model.attention_heads(batch.src, batch.src_lengths, batch.tgt_in)  # (L, H, B, T+1, S+1)
-                if weights == "value_norm":
-                    stack = stack * model.value_norms(batch.src, batch.src_lengths)[:, :, :, None, :]
             else:
                 reported = model(batch.src, batch.src_lengths, batch.tgt_in).attention  # (B, T+1, S+1)
                 assert reported is not None

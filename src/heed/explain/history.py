@@ -149,7 +149,7 @@ def attention_over_training(run: str | os.PathLike[str], src_text: str,
     HeedError names the first that does not)."""
     from heed import decoding, translations
     from heed.explain.forced import attention_shape
-    from heed.explain.given_pairs import attention_layers
+    from heed.explain.readings import explain
     from heed.plumbing.runtime import resolve_device
 
     checkpoints = kept_checkpoints(run)
@@ -179,11 +179,11 @@ def attention_over_training(run: str | os.PathLike[str], src_text: str,
         if difference is not None:
             raise HeedError(f"{path}: {difference} differs from the run's model's; the checkpoints of one run "
                             "share them (was this directory copied in from another run?)")
-        maps = attention_layers(checkpoint.model, checkpoint.codec, subject.device, [src_text], [tokens],
-                                max_src_len=translations.source_limit(checkpoint.config))[0]
+        maps = explain("heads", checkpoint.model, checkpoint.codec, subject.device, [src_text], [tokens],
+                       max_src_len=translations.source_limit(checkpoint.config))[0]
         layer = attention_shape(checkpoint.model)[2]
         src_tokens, tgt_tokens = maps.src_tokens, maps.tgt_tokens
-        snapshots.append(Snapshot(step, path, dev.get(step), maps.cross[layer].mean(axis=0)))
+        snapshots.append(Snapshot(step, path, dev.get(step), maps.values[layer].mean(axis=0)))
     return AttentionHistory(src_tokens, tgt_tokens, snapshots, len(checkpoints))
 
 
@@ -206,7 +206,19 @@ def entropy_history(run: str | os.PathLike[str]) -> tuple[list[int], np.ndarray]
     return [step for step, _ in rows], np.asarray([entropy for _, entropy in rows], dtype=np.float64)
 
 
-def attention_entropy(model: HeadsModel, batches: Iterable[Batch]) -> list[list[float]] | None:
+class EntropyModel(HeadsModel, Protocol):
+    """What attention_entropy reads: a model's heads (HeadsModel), whether it attends, its padding
+    id, and eval mode (a torch Module's)."""
+
+    pad_id: int
+
+    @property
+    def has_attention(self) -> bool: ...
+
+    def eval(self) -> Any: ...
+
+
+def attention_entropy(model: EntropyModel, batches: Iterable[Batch]) -> list[list[float]] | None:
     """The mean entropy (nats) of the attention over the source of every decoder layer's every head,
     over the target tokens of `batches` (on the model's device) read teacher-forced: [layer][head]
     (an RNN's one attention is [[h]]); low = peaked, log(source length) = uniform. What training

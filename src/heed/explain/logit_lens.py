@@ -8,6 +8,7 @@ it as it is.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from heed.data.codec import Codec
+from heed.explain.pairs import forced_pairs, precision
 from heed.nn.protocol import ContributionModel
+from heed.results import Labelled, ReadingResult
+
+BATCH = 8  # sentences a pass reads at once: each layer's logits are (batch, tgt_len, vocab)
 
 
 @dataclass(frozen=True)
@@ -60,5 +66,38 @@ def lens(model: ContributionModel, src: Tensor, src_lengths: Tensor, tgt_in: Ten
     return torch.stack(ids), torch.stack(probs), torch.stack(gold_probs), torch.stack(ranks)
 
 
-__all__ = ["LogitLens", "lens"]
+def logit_lens(model: Any, codec: Codec, device: torch.device, src_texts: Sequence[str],
+               tgt_texts: Sequence[str | Sequence[str]], options: Any, *,
+               max_src_len: int | None = None) -> list[ReadingResult]:
+    """The reading `logit_lens` of heed.explain.readings: per pair, the probability each decoder
+    layer gives the real output token (layer, target); extras top_tokens and top_probs (layer,
+    target, top): the layer's `options.top` likeliest tokens, and target_ranks (layer, target): the
+    real token's rank there (0 = the layer's top choice). A heed.nn.protocol.ContributionModel."""
+    pairs = forced_pairs(codec, src_texts, tgt_texts, max_src_len=max_src_len, empty="there is nothing to read")
+    vocab = codec.tgt_vocab
+    out: list[ReadingResult] = []
+    with torch.inference_mode(), precision(model, device):
+        for group, batch in pairs.batches(model, device, BATCH):
+            ids, probs, gold, ranks = (x.cpu().numpy() for x in lens(
+                model, batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, top=min(options.top, len(vocab))))
+            for row, k in enumerate(group):
+                _, t = pairs.sizes(k)
+                words = [[[vocab.lookup(int(i)) for i in ids[layer, row, j]] for j in range(t)]
+                         for layer in range(len(ids))]
+                out.append(ReadingResult("logit_lens", pairs.src_tokens[k], list(pairs.tgt_tokens[k]),
+                                         ("layer", "target"), gold[:, row, :t],
+                                         {"top_tokens": Labelled(("layer", "target", "top"),
+                                                                 np.array(words, dtype=object)),
+                                          "top_probs": Labelled(("layer", "target", "top"), probs[:, row, :t]),
+                                          "target_ranks": Labelled(("layer", "target"), ranks[:, row, :t])}))
+    return out
+
+
+def as_logit_lens(result: ReadingResult) -> LogitLens:
+    """The reading `logit_lens`'s result as a LogitLens (Translator.logit_lens', heed lens')."""
+    return LogitLens(result.src_tokens, result.tgt_tokens, result.extra("top_tokens").tolist(),
+                     result.extra("top_probs"), result.values, result.extra("target_ranks"))
+
+
+__all__ = ["LogitLens", "as_logit_lens", "lens", "logit_lens"]
 

@@ -20,7 +20,7 @@ import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -42,9 +42,20 @@ if TYPE_CHECKING:
 
 class Options(BaseModel):
     """A reading's options: frozen (a value that travels whole, hashable so the server can batch by
-    it), unknown names refused, numbers finite. Each field's description is its flag's help."""
+    it), unknown names refused, numbers finite. Each field's description is its flag's help.
+
+    `per_pair` names the fields that hold one value per sentence pair (contrast's other outputs):
+    a tuple as long as the sources, cut with them wherever the pairs are read a part at a time
+    (`for_pairs`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    per_pair: ClassVar[tuple[str, ...]] = ()
+
+    def for_pairs(self, pairs: slice) -> Options:
+        """These options for the sentence pairs `pairs` of those they were given for."""
+        if not self.per_pair:
+            return self
+        return self.model_copy(update={name: getattr(self, name)[pairs] for name in self.per_pair})
 
 
 class NoOptions(Options):
@@ -92,6 +103,10 @@ class Reading:
         module, _, function = self.run.partition(":")
         return getattr(importlib.import_module(module), function)
 
+    def a_model(self) -> str:
+        """The protocol it needs with its article: "a HeadsModel", "an AttributableModel"."""
+        return f"{'an' if self.needs[:1] in 'AEIOU' else 'a'} {self.needs}"
+
     def refusal(self, model: Any) -> str | None:
         """The one line a model that is not what this reading needs is refused with; None for one that is."""
         protocol = self.protocol()
@@ -99,7 +114,7 @@ class Reading:
             return None
         first = re.split(r"(?<! al)\. |: ", " ".join((protocol.__doc__ or self.needs).split()))[0].rstrip(".")
         what = first[:1].lower() + first[1:]
-        return (f"the reading {self.name!r} needs a {self.needs} ({what}), and this model "
+        return (f"the reading {self.name!r} needs {self.a_model()} ({what}), and this model "
                 f"({type(model).__name__}) is not one")
 
     def parse(self, options: Options | Mapping[str, Any] | None) -> Options:
@@ -147,6 +162,15 @@ def check(name: str, model: Any) -> Reading:
     return reading
 
 
+def check_per_pair(options: Options, pairs: int) -> None:
+    """A HeedError naming a per-pair option (Options.per_pair) that does not hold one value per pair."""
+    for field in options.per_pair:
+        given = len(getattr(options, field))
+        if given != pairs:
+            raise HeedError(f"{pairs} source sentence{'s' if pairs != 1 else ''} but {given} {field}; give one per "
+                            "source")
+
+
 def explain(name: str, model: Any, codec: Any, device: Any, src_texts: Sequence[str],
             tgt_texts: Sequence[str | Sequence[str]] | None, options: Options | Mapping[str, Any] | None = None, *,
             max_src_len: int | None = None, stop: Callable[[], bool] | None = None) -> list[ReadingResult]:
@@ -157,6 +181,7 @@ def explain(name: str, model: Any, codec: Any, device: Any, src_texts: Sequence[
     parsed = reading.parse(options)
     if tgt_texts is None:
         raise HeedError(f"{name} reads given translations: give tgt_texts (Translator.explain reads the model's own)")
+    check_per_pair(parsed, len(src_texts))
     if stop is not None:
         from heed.explain.pairs import Stoppable
 
@@ -165,6 +190,12 @@ def explain(name: str, model: Any, codec: Any, device: Any, src_texts: Sequence[
 
 
 # ------------------------------------------------------------------------------- the readings
+
+
+class HeadsOptions(Options):
+    self_attention: tuple[Literal["encoder", "decoder"], ...] = Field(
+        (), description="a Transformer's self-attention maps besides the cross-attention: encoder, decoder "
+                        "(extras of the same names)")
 
 
 class SourceShareOptions(Options):
@@ -183,9 +214,17 @@ class AttributionOptions(Options):
                                                                        f"(1 to {MAX_ATTRIBUTION_STEPS})")
 
 
+class ContrastOptions(AttributionOptions):
+    per_pair: ClassVar[tuple[str, ...]] = ("contrasts",)
+    contrasts: tuple[str | tuple[str, ...], ...] = Field(
+        ..., description="per source, the other output to contrast with: a text (or its tokens)")
+
+
 def _maps_cost(size: PairSize, options: Any) -> PairCost:
-    """A teacher-forced pass; every head's cross-attention read and returned."""
-    weights = attention_weights(size.src_len, size.tgt_len, size.layers, size.heads)
+    """A teacher-forced pass; every head's cross-attention read and returned (and the
+    self-attention maps `options.self_attention` asks for, heads')."""
+    parts = ("cross", *getattr(options, "self_attention", ()))
+    weights = attention_weights(size.src_len, size.tgt_len, size.layers, size.heads, parts)
     return PairCost(forced_work(size.tgt_len), weights, weights + size.src_len + size.tgt_len)
 
 
@@ -211,14 +250,19 @@ def _attribution_cost(size: PairSize, options: Any) -> PairCost:
     return PairCost(attribution_work(t, points), 0, s + 2 * t + (t + 1) * (2 * (s + 1) + (t + 1) + 4))
 
 
-GIVEN = "heed.explain.given_pairs:"  # the readings that were Translator methods first, wrapped there
+def _contrast_cost(size: PairSize, options: Any) -> PairCost:
+    """Both outputs read at every point, forward and backward: the other output counted at its
+    longest, a token per character (a token spells at least one)."""
+    points = options.steps if options.method == "integrated_gradients" else 1
+    other = max((len(c) for c in options.contrasts), default=0)
+    return PairCost(points * (forced_work(size.tgt_len) + forced_work(other)), 0, size.src_len + other + 8)
 
 
 def _source_share_cost(size: PairSize, options: Any) -> PairCost:
     return _contributions_cost(size, options, layers=1)
 
 
-register(Reading("heads", "HeadsModel", NoOptions, GIVEN + "heads_reading", _maps_cost,
+register(Reading("heads", "HeadsModel", HeadsOptions, "heed.explain.heads:heads", _maps_cost,
                  "every head of every decoder layer's attention over the source"))
 register(Reading("value_norms", "ValueNormModel", NoOptions, "heed.explain.heads:value_norms", _maps_cost,
                  "every head's attention weighed by the norm of what each source token adds (Kobayashi et al. 2020)"))
@@ -226,13 +270,17 @@ register(Reading("rollout", "ContributionModel", NoOptions, "heed.explain.contri
                  "each source token's share of each prediction by attention rollout, per decoder layer"))
 register(Reading("alti", "ContributionModel", NoOptions, "heed.explain.contributions:alti", _contributions_cost,
                  "each source token's share of each prediction by ALTI+, per decoder layer"))
-register(Reading("source_share", "ContributionModel", SourceShareOptions, GIVEN + "source_share_reading",
+register(Reading("source_share", "ContributionModel", SourceShareOptions, "heed.explain.source_share:source_share",
                  _source_share_cost, "each prediction's source share at the last decoder layer, and each source "
                                      "token's part in it"))
-register(Reading("logit_lens", "ContributionModel", LensOptions, GIVEN + "logit_lens_reading", _lens_cost,
+register(Reading("logit_lens", "ContributionModel", LensOptions, "heed.explain.logit_lens:logit_lens", _lens_cost,
                  "each decoder layer read through the output layer: the real token's probability, the top tokens"))
-register(Reading("attribution", "AttributableModel", AttributionOptions, GIVEN + "attribution_reading",
+register(Reading("attribution", "AttributableModel", AttributionOptions, "heed.explain.attribution:attribution",
                  _attribution_cost, "each source token's attribution to each output token's log-probability (Captum)"))
+register(Reading("contrast", "AttributableModel", ContrastOptions, "heed.explain.contrast:contrast", _contrast_cost,
+                 "why this output and not another: each source token's attribution to the difference of their "
+                 "log-probabilities (Captum)"))
 
-__all__ = ["READINGS", "NoOptions", "Options", "PairSize", "Reading", "check", "explain", "get", "register",
+__all__ = ["READINGS", "AttributionOptions", "ContrastOptions", "HeadsOptions", "LensOptions", "NoOptions", "Options",
+           "PairSize", "Reading", "SourceShareOptions", "check", "check_per_pair", "explain", "get", "register",
            "unregister"]

@@ -53,13 +53,48 @@ def check_exportable(model_cfg: Any, config_path: Path) -> None:
                           field="model.family", path=config_path)
 
 
+def _vmap_order(shortlist: Shortlist, *, tgt_tokens: list[str], model: Any) -> list[int]:
+    """The target vocabulary's order in an export with a vocabulary map: the pieces every batch
+    searches first (the specials CTranslate2 always adds, then the shortlist's common pieces), then
+    the rest as they were.
+
+    CTranslate2 (4.x, `Decoder::update_output_layer`) keeps its map from vocabulary ids to the
+    restricted output layer's positions across batches (it adds each batch's entries without
+    clearing the last's), so a piece keeps the position it had in the first batch with a map; it
+    looks up </s> (to end a hypothesis) and a forced prefix's pieces there. A piece whose position
+    is the same in every batch is looked up right: one that every batch searches, and below which
+    every id is one too. So those come first (an OPUS-MT model's </s>, id 43,311 of 53,017 in
+    opus-mt-tc-big-fr-en, ended no hypothesis from the second batch on without this)."""
+    specials = [model.unk_id, model.bos_id, model.eos_id]  # CTranslate2 adds these to every batch
+    first = list(dict.fromkeys([*specials, *shortlist.always]))
+    placed = set(first)
+    return first + [i for i in range(len(tgt_tokens)) if i not in placed]
+
+
+def _always_first(spec: Any, order: list[int]) -> None:
+    """Reorder a TransformerSpec's target side (its vocabulary, the decoder's embedding rows and the
+    output layer's rows) by `order` (new id -> old id): the same model under other ids."""
+    import numpy as np
+
+    index = np.asarray(order)
+    decoder = spec.decoder
+    embeddings = decoder.embeddings[0] if isinstance(decoder.embeddings, list) else decoder.embeddings
+    embeddings.weight = np.ascontiguousarray(embeddings.weight[index])
+    decoder.projection.weight = np.ascontiguousarray(decoder.projection.weight[index])
+    if isinstance(getattr(decoder.projection, "bias", None), np.ndarray):
+        decoder.projection.bias = np.ascontiguousarray(decoder.projection.bias[index])
+    targets = spec._vocabularies["target"]
+    targets[0] = [targets[0][i] for i in order]
+
+
 def write_ct2(model: TorchModel, cfg: Any, codec: Any, directory: Path, *, max_src_len: int, int8: bool,
               shortlist: Shortlist | None = None) -> None:
     """Write CTranslate2's model files (model_files) for a model whose family has a converter
     (heed.nn.build.Family.ct2) into `directory`;
     `int8`: weights stored as int8 (CTranslate2's int8 GEMMs, activations quantized per call);
     `shortlist`: the model's vocabulary shortlist, written as CTranslate2's vocabulary map (VMAP_FILE,
-    which `use_vmap` reads: heed.export.ct2_run with DecodeConfig.shortlist)."""
+    which `use_vmap` reads: heed.export.ct2_run with DecodeConfig.shortlist), its target vocabulary
+    then reordered so that CTranslate2 finds </s> in every batch (_vmap_order)."""
     from heed.nn.families import family
 
     require_ctranslate2()
@@ -68,6 +103,8 @@ def write_ct2(model: TorchModel, cfg: Any, codec: Any, directory: Path, *, max_s
     model = model.float().cpu().eval()
     spec = convert(model, cfg, src_tokens=list(codec.src_vocab.tokens), tgt_tokens=list(codec.tgt_vocab.tokens),
                    max_src_len=max_src_len, unk_id=codec.tgt_vocab.unk_id)
+    if shortlist is not None:
+        _always_first(spec, _vmap_order(shortlist, tgt_tokens=list(codec.tgt_vocab.tokens), model=model))
     with tempfile.TemporaryDirectory() as scratch:
         if shortlist is not None:  # the spec copies the file in as its own VMAP_FILE when it saves
             vmap = Path(scratch) / VMAP_FILE

@@ -160,9 +160,8 @@ class CT2Seq2Seq:
         map (VMAP_FILE, written from the model's shortlist)."""
         if trace:
             raise needs_heed("the beam search tree (the explorer)")
-        if cfg.shortlist and not (self.manifest.directory / VMAP_FILE).is_file():
-            raise HeedError("--shortlist: this CTranslate2 export has no vocabulary map; record a shortlist in the "
-                            "model directory (heed data shortlist) and export it again, or translate without it")
+        if cfg.shortlist:
+            self._check_shortlist(prefixes)
         if cfg.coverage_penalty:
             raise ConfigError("a CTranslate2 export does not apply heed's coverage penalty; set it to 0, or translate "
                               "with the model directory or an ONNX export",
@@ -185,6 +184,22 @@ class CT2Seq2Seq:
             for k, decoded in zip(chunk, got):
                 results[k] = decoded
         return results
+
+    def _check_shortlist(self, prefixes: Sequence[Sequence[int]] | None) -> None:
+        """A HeedError unless the export has a vocabulary map that can search these prefixes: every
+        forced piece must be one that each batch searches (CTranslate2 looks a prefix's pieces up in
+        its map as it stood for the first batch; heed.export.ct2._vmap_order)."""
+        vmap = self.manifest.directory / VMAP_FILE
+        if not vmap.is_file():
+            raise HeedError("--shortlist: this CTranslate2 export has no vocabulary map; record a shortlist in the "
+                            "model directory (heed data shortlist) and export it again, or translate without it")
+        if prefixes is not None and any(prefixes):
+            with open(vmap, encoding="utf-8") as lines:
+                always = set(lines.readline().rstrip("\n").split("\t")[-1].split(" "))
+            always |= {self.tgt_tokens[i] for i in (self.unk_id, self.bos_id, self.eos_id)}
+            if any(self.tgt_tokens[i] not in always for p in prefixes for i in p):
+                raise HeedError("--shortlist in a CTranslate2 export forces only pieces its shortlist always searches; "
+                                "translate this prefix without --shortlist")
 
     def _decode(self, translator: Any, src_ids: list[list[int]], limits: list[int],
                 prefixes: list[Sequence[int]] | None, cfg: DecodeConfig, free: int, attention: bool) -> list[Decoded]:

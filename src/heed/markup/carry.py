@@ -14,7 +14,7 @@ characters is aligned in characters, so a tag can wrap part of a target word.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from heed.markup.document import Kind, Marked, parse
@@ -43,13 +43,15 @@ def carry(translator: Translator, marked: Marked, outputs: Sequence[str], *,
 
 def carry_many(translator: Translator, documents: Sequence[Marked], outputs: Sequence[Sequence[str]], *,
                options: AlignOptions | None = None, batch_size: int = 64,
-               translations: Sequence[Sequence[Translation]] | None = None, aligner: Aligner = "model",
-               priors: Priors | None = None) -> list[str]:
+               translations: Sequence[Sequence[Translation | None]] | None = None, aligner: Aligner = "model",
+               priors: Priors | None = None, stop: Callable[[], bool] | None = None) -> list[str]:
     """`carry` for many documents, their sentences aligned in one batched pass. Renders each
-    document's tree in place: render a Marked once. `translations` (optional, as `outputs`): the
-    model's own Translations of the sentences; where the reading is the attention the search
-    reports, their links are read off it (`own_links`) instead of a second, forced pass.
-    `aligner`: whose links (heed.explain.priors.aligner_links); priors or both align every pair."""
+    document's tree in place: render a Marked once. `translations` (optional, as `outputs`; None
+    where there is none): the model's own Translations of the sentences; where the reading is the
+    attention the search reports, their links are read off it (`own_links`) instead of a second,
+    forced pass. `aligner`: whose links (heed.explain.priors.aligner_links); priors or both align
+    every pair. `stop`: the forced pass stops (heed.errors.Abandoned) once it turns true (a server's
+    time limit)."""
     from heed.data.corpus import Pair
     from heed.explain.priors import aligner_links
 
@@ -63,7 +65,7 @@ def carry_many(translator: Translator, documents: Sequence[Marked], outputs: Seq
     pairs = [(d, k, run.text, out) for d, k, run, out in runs if run.spans and out.strip()]
     links: dict[tuple[int, int], list[tuple[int, int]]] = {}
     if translations is not None and aligner == "model":
-        mine = [(d, k, t) for d, k, _, out in pairs if (t := translations[d][k]).text == out]
+        mine = [(d, k, t) for d, k, _, out in pairs if (t := translations[d][k]) is not None and t.text == out]
         found = own_links(translator, [t for _, _, t in mine], options)
         links.update({(d, k): f for (d, k, _), f in zip(mine, found) if f is not None})
         pairs = [p for p in pairs if (p[0], p[1]) not in links]
@@ -71,7 +73,8 @@ def carry_many(translator: Translator, documents: Sequence[Marked], outputs: Seq
         chosen = options
 
         def model() -> list[Alignment]:
-            return translator.align([p[2] for p in pairs], [p[3] for p in pairs], options=chosen, batch_size=batch_size)
+            return translator.align([p[2] for p in pairs], [p[3] for p in pairs], options=chosen, batch_size=batch_size,
+                                    stop=stop)
 
         aligned = aligner_links(aligner, model, [Pair(p[2], p[3]) for p in pairs], priors, units=options.tgt_units)
         links.update({(d, k): sorted(found) for (d, k, _, _), found in zip(pairs, aligned)})  # beside own_links
@@ -115,9 +118,9 @@ def own_links(translator: Translator, translations: Sequence[Translation], optio
     or a text that does not tokenize back into the tokens the search wrote."""
     from heed.explain.forced import ForcedPair, attention_shape, links_of
 
-    layers, heads, default_layer = attention_shape(translator.model)
-    if not (options.weights == "attention" and (options.default_attention or (layers, heads) == (1, 1))):
+    if not reads_search_attention(translator, options):
         return [None] * len(translations)
+    _, _, default_layer = attention_shape(translator.model)
     out: list[list[tuple[int, int]] | None] = []
     for translation in translations:
         attention = translation.attention
@@ -131,3 +134,13 @@ def own_links(translator: Translator, translations: Sequence[Translation], optio
         maps = pair.unit_maps(translator.codec, translation.text, options.tgt_units)
         out.append(list(links_of(pair, maps, options, default_layer)[1]))
     return out
+
+
+def reads_search_attention(translator: Translator, options: AlignOptions) -> bool:
+    """Whether the reading `options` is the attention the search reports (the default attention,
+    or the one attention of a model with one layer and head), so `own_links` can read a
+    translation's links off the search instead of a forced pass."""
+    from heed.explain.forced import attention_shape
+
+    layers, heads, _ = attention_shape(translator.model)
+    return options.weights == "attention" and (options.default_attention or (layers, heads) == (1, 1))

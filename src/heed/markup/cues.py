@@ -7,10 +7,12 @@ libraries (the `subtitles` extra): heed parses no subtitle format by hand.
 Everything but a cue's text is kept: its number (SRT) or identifier and settings (WebVTT), its
 timings, the WebVTT header, styles, regions and comments, a byte order mark and CRLF line ends.
 A cue's `text` is what is translated: its lines joined by a space, tags (`<i>`, `<v Anna>`,
-`{\\an8}`) left out and WebVTT's character references (`&amp;`) read. Tags inside the text are not
-carried into the translation (heed.markup.placement could place them: not done yet); a leading
-position code or voice is written again before the new text, and a cue without text is kept as it
-was. Overlapping cues are kept as they are. Malformed input is one DataError naming the file and line: not UTF-8, a timing line that
+`{\\an8}`) left out and WebVTT's character references (`&amp;`) read. The tags inside it are the cue's
+`tags` (`cue_tags`): each a Span of the text and the tag as written (`<i>`, `<font color="red">`,
+`<c.yellow>`, `<v Bob>`, an SSA code or a WebVTT timestamp as a point), placed on the translation
+by the alignment as heed.markup.placement places HTML's (heed.markup.subtitles) and written back
+by `tagged`, nested and closed; a leading position code or voice is written again before the new
+text, and a cue without text is kept as it was. Overlapping cues are kept as they are. Malformed input is one DataError naming the file and line: not UTF-8, a timing line that
 does not parse or ends before it starts, a WebVTT file without its `WEBVTT` line, no cue at all.
 """
 from __future__ import annotations
@@ -24,9 +26,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from heed.errors import DataError, install_hint
+from heed.markup.placement import Span
 
 Kind = Literal["srt", "vtt"]
-_TAG = re.compile(r"<[^>]*>|\{\\[^}]*\}")  # HTML-like tags and SSA override codes ({\an8})
 _SPACE = re.compile(r"\s+")
 _VTT_TIMING = re.compile(r"^\s*(?:\d+:)?\d{1,2}:\d{1,2}\.\d{1,3}\s*-->\s*(?:\d+:)?\d{1,2}:\d{1,2}\.\d{1,3}(?:\s|$)")
 _LOOKS_TIMED = re.compile(r"\d+:\d+[:,.]\d+")  # a line that tries to be a timing line
@@ -47,6 +49,19 @@ class Cue:
     end: float
     line: int
     lead: str = ""
+    tags: tuple[Tag, ...] = ()
+
+
+@dataclass(frozen=True)
+class Tag:
+    """An inline tag of a cue's text: the Span of `Cue.text` it applies to (parents first, as
+    heed.markup.placement wants), its start as written (`<i>`, `<font color="red">`, `<c.yellow>`; a
+    point's whole text: `{\\i1}`, `<00:00:01.500>`) and its end as written or, where the cue left it
+    open, as its end is implied (`</c>`; "" for a point)."""
+
+    span: Span
+    start: str
+    end: str
 
 
 @dataclass
@@ -59,10 +74,12 @@ class Cues:
     bom: bool
     eol: str
 
-    def render(self, texts: Sequence[str | None]) -> str:
+    def render(self, texts: Sequence[str | None], *, escaped: bool = False) -> str:
         """The file with cue k's text replaced by `texts[k]` ("\\n" between its lines) after the
         cue's `lead`, or kept as it was where `texts[k]` is None; every number, identifier, timing
-        and setting kept. The parsed cues are not changed: call it any number of times."""
+        and setting kept. `escaped`: the texts are written as they are (`tagged`'s, its tags and
+        WebVTT's character references in place), else WebVTT's &, < and > are escaped. The parsed
+        cues are not changed: call it any number of times."""
         if len(texts) != len(self.cues):
             raise ValueError(f"{len(self.cues)} cues but {len(texts)} texts")
         if self.kind == "srt":
@@ -77,7 +94,7 @@ class Cues:
             try:
                 for caption, cue, text in zip(captions, self.cues, texts):
                     if text is not None:
-                        lines = [_vtt_escape(line) for line in text.split("\n")]
+                        lines = [line if escaped else _vtt_escape(line) for line in text.split("\n")]
                         caption.lines = [cue.lead + lines[0], *lines[1:]]
                 out = self.parsed.content
             finally:
@@ -152,8 +169,8 @@ def _read_srt(body: str, path: str | Path | None) -> tuple[list[Any], list[Cue]]
     except (ValueError, srt.TimestampParseError) as e:
         raise DataError(f"a timing does not parse ({e})", path=path) from None
     lines = _timing_lines(body.split("\n"))
-    cues = [Cue(_plain(sub.content), _seconds(sub.start), _seconds(sub.end), lines[k] if k < len(lines) else 0,
-                _lead(sub.content, _SRT_LEAD)) for k, sub in enumerate(subs)]
+    cues = [_cue(sub.content, "srt", _seconds(sub.start), _seconds(sub.end), lines[k] if k < len(lines) else 0,
+                 _lead(sub.content, _SRT_LEAD)) for k, sub in enumerate(subs)]
     return subs, cues
 
 
@@ -192,8 +209,8 @@ def _read_vtt(body: str, path: str | Path | None) -> tuple[Any, list[Cue]]:
     if len(parsed.captions) != len(timed):
         raise DataError(f"{len(timed)} timing lines but {len(parsed.captions)} cues read; "
                         "leave an empty line before each cue", path=path)
-    cues = [Cue(_plain(html.unescape(caption.text)), _vtt_seconds(caption.start), _vtt_seconds(caption.end), line,
-                _lead(caption.raw_text, _VTT_LEAD)) for caption, line in zip(parsed.captions, timed)]
+    cues = [_cue(caption.raw_text, "vtt", _vtt_seconds(caption.start), _vtt_seconds(caption.end), line,
+                 _lead(caption.raw_text, _VTT_LEAD)) for caption, line in zip(parsed.captions, timed)]
     return parsed, cues
 
 
@@ -226,9 +243,117 @@ def _lead(content: str, pattern: re.Pattern[str]) -> str:
     return match.group(0).strip() if match else ""
 
 
-def _plain(content: str) -> str:
-    """A cue's text as one line to translate: tags left out, whitespace collapsed."""
-    return _SPACE.sub(" ", _TAG.sub("", content)).strip()
+def _cue(content: str, kind: Kind, start: float, end: float, line: int, lead: str) -> Cue:
+    """A cue of `content` (its lines as written, `lead` at its start), its text and tags read."""
+    body = content.lstrip()
+    body = body[len(lead):] if lead and body.startswith(lead) else content
+    text, tags = cue_tags(body, kind)
+    return Cue(text, start, end, line, lead, tags)
+
+
+def _tokens(content: str) -> list[tuple[bool, str]]:
+    """`content` as (is a tag, its text) in order: a tag runs from "<" to the next ">" (WebVTT's
+    cue-text tokenizer; SRT's HTML-like tags alike), an SSA code from "{\\" to the next "}"; an
+    unterminated one is text."""
+    out: list[tuple[bool, str]] = []
+    at = 0
+    text_from = 0
+    while at < len(content):
+        closer = ">" if content[at] == "<" else "}" if content.startswith("{\\", at) else None
+        stop = content.find(closer, at + 1) if closer else -1
+        if stop < 0:
+            at += 1
+            continue
+        if text_from < at:
+            out.append((False, content[text_from:at]))
+        out.append((True, content[at:stop + 1]))
+        at = text_from = stop + 1
+    if text_from < len(content):
+        out.append((False, content[text_from:]))
+    return out
+
+
+def _tag_name(tag: str) -> str:
+    """"i" of <i> and </i>, "c" of <c.yellow>, "font" of <font color=red>; "" for a point (an SSA
+    code, a WebVTT timestamp <00:01.000>, an empty <>)."""
+    inner = tag[1:-1].lstrip("/").strip() if tag.startswith("<") else ""
+    name = inner.split(None, 1)[0].split(".", 1)[0].lower() if inner else ""
+    return "" if not name or name[0].isdigit() else name
+
+
+def cue_tags(content: str, kind: Kind) -> tuple[str, tuple[Tag, ...]]:
+    """A cue's content as (its text, its tags): the text is one line, whitespace collapsed and
+    stripped, WebVTT's character references read; each start tag wraps the text up to its end tag
+    (or to the end of the cue, where cues leave tags open), an end tag closing tags left open inside
+    it; an end tag nothing opened is dropped, as players ignore it."""
+    parts: list[str] = []
+    length, spaced = 0, True
+    spans: list[list[int]] = []  # [start, end, parent, point]
+    starts: list[str] = []
+    ends: list[str] = []
+    stack: list[int] = []
+    for is_tag, piece in _tokens(content):
+        if not is_tag:
+            text = html.unescape(piece) if kind == "vtt" else piece
+            for k, word in enumerate(_SPACE.split(text)):
+                if k and not spaced:
+                    parts.append(" ")
+                    length, spaced = length + 1, True
+                if word:
+                    parts.append(word)
+                    length, spaced = length + len(word), False
+            continue
+        name = _tag_name(piece)
+        if piece.startswith("</"):
+            if name and any(starts[k] and _tag_name(starts[k]) == name for k in stack):
+                while stack:
+                    k = stack.pop()
+                    spans[k][1] = length
+                    if _tag_name(starts[k]) == name:
+                        ends[k] = piece
+                        break
+            continue
+        parent = stack[-1] if stack else -1
+        spans.append([length, length, parent, 0 if name else 1])
+        starts.append(piece)
+        ends.append(f"</{name}>" if name else "")
+        if name:
+            stack.append(len(spans) - 1)
+    for k in stack:
+        spans[k][1] = length
+    if parts and parts[-1] == " ":
+        parts.pop()
+        length -= 1
+    tags = tuple(Tag(Span(min(a, length), min(b, length), parent, point=bool(point) or min(a, length) == min(b, length)),
+                     start, end) for (a, b, parent, point), start, end in zip(spans, starts, ends))
+    return "".join(parts), tags
+
+
+def tagged(text: str, tags: Sequence[Tag], ranges: Sequence[tuple[int, int]], kind: Kind) -> str:
+    """`text` (a cue's new text, "\\n" between its lines) with each of `tags` written around its
+    range in `ranges` (heed.markup.placement.place's: nested, no siblings crossing), WebVTT's &, <
+    and > escaped in the text. Well-formed: each start tag has its end tag inside its parent's."""
+    escape = _vtt_escape if kind == "vtt" else (lambda t: t)
+    children: dict[int, list[int]] = {}
+    for k, tag in enumerate(tags):
+        children.setdefault(tag.span.parent, []).append(k)
+
+    def fill(parent: int, lo: int, hi: int) -> str:
+        out, cursor = [], lo
+        for k in sorted(children.get(parent, []), key=lambda k: (ranges[k][0], ranges[k][1] > ranges[k][0], k)):
+            start, end = ranges[k]
+            if start > cursor:
+                out.append(escape(text[cursor:start]))
+            if tags[k].end:
+                out.append(tags[k].start + fill(k, start, end) + tags[k].end)
+            else:
+                out.append(tags[k].start)
+            cursor = max(cursor, end)
+        if hi > cursor:
+            out.append(escape(text[cursor:hi]))
+        return "".join(out)
+
+    return fill(-1, 0, len(text))
 
 
 def _seconds(value: timedelta) -> float:

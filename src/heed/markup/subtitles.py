@@ -18,6 +18,11 @@
    earlier one takes the proportional position instead.
 4. Each cue's text is wrapped at spaces to `width` characters a line, over at most `max_lines`
    lines when its words allow (`wrap`); numbers, timings and settings are kept (heed.markup.cues).
+5. The tags inside a cue (`<i>`, `<b>`, `<font color>`, WebVTT's `<c.class>` and `<v Speaker>`:
+   heed.markup.cues.Cue.tags) go around the words of its new text that the unit's alignment links
+   to the words they wrapped (heed.markup.placement.place, on the links inside that cue and its
+   piece), nested and closed as in the source; a tag around the whole cue wraps the whole new
+   text, and a cue with tags is aligned even when it is a unit alone.
 
 Every cue gets some text: a unit whose translation has fewer characters than cues is translated a
 cue at a time, and a cue whose translation is still empty keeps its source text.
@@ -35,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from heed.errors import DataError
 from heed.markup import cues as formats
 from heed.markup.carry import own_links, target_units
-from heed.markup.cues import Cue, Cues, Kind, kind_of, read_cues
+from heed.markup.cues import Cue, Cues, Kind, kind_of, read_cues, tagged
 from heed.markup.placement import Span, Units, place, unit_ranges
 from heed.plumbing.files import atomic_write_text, open_regular
 
@@ -172,29 +177,83 @@ def carry_cues(translator: Translator, subs: Cues, groups: Sequence[Sequence[int
     those whose `translations[g]` is the model's own translation of the unit, when the reading
     is the attention the search reports: their links are read off the search's own attention,
     which is that pass's attention (`own_links`)."""
+    return [piece for piece, _ in carry_cue_tags(translator, subs, groups, outputs, options=options,
+                                                 batch_size=batch_size, translations=translations)]
+
+
+def carry_cue_tags(translator: Translator, subs: Cues, groups: Sequence[Sequence[int]], outputs: Sequence[str], *,
+                   options: AlignOptions | None = None, batch_size: int = 64,
+                   translations: Sequence[Translation | None] | None = None
+                   ) -> list[tuple[str | None, list[tuple[int, int]]]]:
+    """`carry_cues`' pieces, each with the target range of each of its cue's tags in the piece
+    with its whitespace collapsed (" ".join(piece.split()); heed.markup.placement.place's ranges,
+    nested and not crossing; [] for a cue without tags or a None piece)."""
     if len(groups) != len(outputs):
         raise ValueError(f"{len(groups)} units but {len(outputs)} translations")
     units_of = target_units(translator)
     if options is None:
         options, _ = translator.default_reading(units_of)
-    several = [g for g, group in enumerate(groups) if len(group) > 1 and outputs[g].strip()]
+    cues = subs.cues
+    aligned = [g for g, group in enumerate(groups) if outputs[g].strip()
+               and (len(group) > 1 or any(_placed_by_links(cues[k]) for k in group))]
     links: dict[int, list[tuple[int, int]]] = {}
     if translations is not None:
-        mine = [(g, t) for g in several if (t := translations[g]) is not None and t.text == outputs[g]]
+        mine = [(g, t) for g in aligned if (t := translations[g]) is not None and t.text == outputs[g]]
         found = own_links(translator, [t for _, t in mine], options)
         links.update({g: f for (g, _), f in zip(mine, found) if f is not None})
-    forced = [g for g in several if g not in links]
+    forced = [g for g in aligned if g not in links]
     if forced:
-        sources = [" ".join(subs.cues[k].text for k in groups[g]) for g in forced]
-        aligned = translator.align(sources, [outputs[g] for g in forced], options=options, batch_size=batch_size)
-        links.update({g: list(a.links) for g, a in zip(forced, aligned)})
-    texts: list[str | None] = [None] * len(subs.cues)
+        sources = [" ".join(cues[k].text for k in groups[g]) for g in forced]
+        done = translator.align(sources, [outputs[g] for g in forced], options=options, batch_size=batch_size)
+        links.update({g: list(a.links) for g, a in zip(forced, done)})
+    out: list[tuple[str | None, list[tuple[int, int]]]] = [(None, []) for _ in cues]
     for g, group in enumerate(groups):
-        pieces = split([subs.cues[k].text for k in group], outputs[g], links.get(g, []), options.tgt_units)
-        if pieces is not None:
-            for k, piece in zip(group, pieces):
-                texts[k] = piece
-    return texts
+        texts = [cues[k].text for k in group]
+        unit_links = links.get(g, [])
+        cuts = boundaries(texts, outputs[g], unit_links, options.tgt_units)
+        if cuts is None:
+            continue
+        edges = [0, *cuts, len(outputs[g])]
+        targets = unit_ranges(outputs[g], options.tgt_units)
+        first_word = 0
+        for k, (a, b) in zip(group, itertools.pairwise(edges)):
+            piece = outputs[g][a:b].strip()
+            words = len(cues[k].text.split())
+            first_unit = sum(1 for x, _ in targets if x < a)
+            units_in = sum(1 for x, _ in targets if a <= x < b)
+            inside = [(i - first_word, j - first_unit) for i, j in unit_links
+                      if first_word <= i < first_word + words and first_unit <= j < first_unit + units_in]
+            out[k] = (piece, place_tags(cues[k], " ".join(piece.split()), inside, options.tgt_units))
+            first_word += words
+    return out
+
+
+def _whole(cue: Cue, span: Span) -> bool:
+    return not span.point and span.start == 0 and span.end == len(cue.text) > 0
+
+
+def _placed_by_links(cue: Cue) -> bool:
+    """Whether a cue has a tag that the alignment places (one not around its whole text)."""
+    return any(not _whole(cue, tag.span) for tag in cue.tags)
+
+
+def place_tags(cue: Cue, text: str, links: Sequence[tuple[int, int]], units: Units = "words") -> list[tuple[int, int]]:
+    """The range in `text`, the cue's new text, of each of its tags (heed.markup.placement.place of
+    the cue's spans through `links`, (cue word, unit of `text`) pairs); a tag around the whole cue
+    around the whole new text."""
+    if not cue.tags:
+        return []
+    spans = [tag.span for tag in cue.tags]
+    ranges = place(cue.text, spans, text, links, units) if _placed_by_links(cue) else [(0, 0)] * len(spans)
+    return [(0, len(text)) if _whole(cue, span) else r for span, r in zip(spans, ranges)]
+
+
+def cue_text(cue: Cue, text: str, ranges: Sequence[tuple[int, int]], kind: Kind, layout: Layout) -> str:
+    """A cue's new text (whitespace collapsed, as `ranges` count it), wrapped (`wrap`: spaces become
+    line breaks, so the ranges still hold) with its tags written around their ranges."""
+    wrapped = wrap(text, layout.width, layout.max_lines)
+    assert len(wrapped) == len(text), "wrap only turns spaces into line breaks"
+    return tagged(wrapped, cue.tags, ranges, kind)
 
 
 def translate_cues(translator: Translator, subs: Cues, *, layout: Layout = Layout(),
@@ -208,14 +267,22 @@ def translate_cues(translator: Translator, subs: Cues, *, layout: Layout = Layou
     own: list[Translation | None] = [None] * len(groups)
     for g, translation in zip(spoken, translated):
         outputs[g], own[g] = translation.text, translation
-    texts = carry_cues(translator, subs, groups, outputs, options=options, translations=own)
-    lone = [k for k, text in enumerate(texts) if text is None and subs.cues[k].text]
+    carried = carry_cue_tags(translator, subs, groups, outputs, options=options, translations=own)
+    lone = [k for k, (text, _) in enumerate(carried) if text is None and subs.cues[k].text]
     if lone:  # a unit whose translation has fewer characters than cues: each of its cues alone
+        units_of = target_units(translator)
         for k, out in zip(lone, translator.translate([subs.cues[k].text for k in lone], **decode)):
-            texts[k] = out.text.strip() or subs.cues[k].text
-    final = [wrap(text or subs.cues[k].text, layout.width, layout.max_lines) if subs.cues[k].text else None
-             for k, text in enumerate(texts)]  # None: a cue without text stays as it was
-    return subs.render(final)
+            alone = " ".join((out.text.strip() or subs.cues[k].text).split())
+            carried[k] = (alone, place_tags(subs.cues[k], alone, [], units_of))  # the tags by the diagonal
+    final: list[str | None] = []
+    for cue, (text, ranges) in zip(subs.cues, carried):
+        if not cue.text:
+            final.append(None)  # a cue without text stays as it was
+            continue
+        plain = " ".join((text or cue.text).split())
+        final.append(cue_text(cue, plain, ranges if text is not None else place_tags(cue, plain, [], "words"),
+                              subs.kind, layout))
+    return subs.render(final, escaped=True)
 
 
 def translate_subtitles(translator: Translator, text: str, kind: Kind = "srt", *, layout: Layout = Layout(),

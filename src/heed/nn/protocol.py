@@ -257,6 +257,11 @@ class ValueNormModel(Protocol):
         each decoder layer's each head's output projection; it scales attention_heads' weights."""
         ...
 
+    def value_weighted_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        """(layers, heads, batch, tgt_len, src_len): attention_heads' weights times value_norms'
+        norms, from one encoding of the source (the two apart encode it twice)."""
+        ...
+
 
 class AttentionBlock(NamedTuple):
     """One attention sublayer of a teacher-forced pass, in the terms its output is a sum of

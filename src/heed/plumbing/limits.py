@@ -49,6 +49,13 @@ def forced_work(tgt_len: int, passes: int = 1) -> int:
     return passes * (tgt_len + 1)
 
 
+def markup_work(tgt_len: int) -> int:
+    """Carrying a sentence's inline markup (heed.markup): the alignment of the sentence with its
+    translation, one teacher-forced pass of a translation of at most `tgt_len` tokens (counted at
+    its longest, before the translation is written; the server counts it beside the search)."""
+    return forced_work(tgt_len)
+
+
 def attribution_work(tgt_len: int, points: int) -> int:
     """Attribution of every output token (`tgt_len` and </s>) of a pair: each is `points`
     forward-and-backward passes of the whole pair (integrated gradients' points; 1 for gradient x

@@ -46,15 +46,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from heed import translations
-from heed.api import Exploration, Translation, Translator, runs_torch
+from heed.api import Exploration, HeadMaps, Translation, Translator, runs_torch
 from heed.checkpoint import METRICS_FILE
 from heed.data.corpus import text_problem
 from heed.decode_config import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError
 from heed.explain.align_methods import AlignOptions
-from heed.explain.given_pairs import nbest_source_shares
 from heed.explain.priors import Priors
-from heed.explain.readings import READINGS, PairSize, Reading, explain
+from heed.explain.readings import READINGS, PairSize, Reading
+from heed.explain.source_share import nbest_source_shares
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention
 from heed.nn.protocol import AttributableModel, ContributionModel, HeadsModel
@@ -170,21 +170,18 @@ class _Key:
     options, as values (DecodeConfig is frozen and hashable). Each task has one handler (_TASKS)."""
 
     model: str
-    task: str  # "translate", "explore", "align", "attribute" or "heads"
+    task: str  # "translate", "explore", "align" or "explain"
     decode: DecodeConfig | None = None  # translate and explore: the request's resolved config
     replace_unk: bool = False
     attention: bool = True
     alternatives: int = 0  # explore: each step's top tokens
     intervention: Intervention | None = None  # decode with intervened attention
-    method: str = ""  # attribute: the attribution method
-    steps: int = 0  # attribute: integration steps
-    parts: tuple[str, ...] = ()  # heads: the attention parts asked
     explain: tuple[str, ...] = ()  # translate and explore: the readings added to each hypothesis
     reading: AlignOptions | None = None  # align: how the attention is read
-    top: int = 0  # lens: tokens per layer and position
     languages: tuple[str | None, str | None] = (None, None)  # a many-language model's (src_lang, tgt_lang)
     read: str = ""  # explain: the reading's name (heed.explain.readings)
-    options: Any = None  # explain: the reading's Options (frozen, hashable)
+    options: Any = None  # explain: the reading's Options (frozen, hashable), without its per-pair values
+    shown: str = "reading"  # explain: how a result is answered (_SHOWN: the route's own shape)
 
 
 def model_info(name: str, translator: Translator, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -371,35 +368,39 @@ def _aligned(translator: Translator, key: _Key, items: list[Any], abandoned: Cal
              "links": [list(link) for link in a.links], "pharaoh": a.pharaoh()} for a in alignments]
 
 
-def _attributed(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
-    return [translator.attribute([source], None if target is None else [target], method=key.method,  # type: ignore[arg-type]
-                                 steps=key.steps, stop=abandoned)[0].to_dict()
-            for source, target in _until(abandoned, items)]
-
-
-def _heads(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
-    maps = (translator.attention_layers([source], [target], parts=key.parts)[0]
-            for source, target in _until(abandoned, items))
-    return [{"src_tokens": m.src_tokens, "tgt_tokens": m.tgt_tokens, "cross": m.cross.tolist(),
-             "encoder": None if m.encoder is None else m.encoder.tolist(),
-             "decoder": None if m.decoder is None else m.decoder.tolist()} for m in maps]
-
-
-def _lensed(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
-    return [translator.logit_lens([source], [target], top=key.top)[0].to_dict()
-            for source, target in _until(abandoned, items)]
-
-
 def _read(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
-    return [explain(key.read, translator.model, translator.codec, translator.device, [source], [target], key.options,
-                    max_src_len=translator.max_src_len, stop=abandoned)[0].to_dict()
-            for source, target in _until(abandoned, items)]
+    """A reading of heed.explain.readings, a pair at a time: items are (source, target or None: the
+    model's own, the pair's per-pair option values), each answered in the shape `key.shown` names."""
+    out = []
+    for source, target, own in _until(abandoned, items):
+        options = key.options.model_copy(update=own) if own else key.options
+        result = translator.explain(key.read, [source], None if target is None else [target], stop=abandoned,
+                                    **dict(options))[0]
+        out.append(_SHOWN[key.shown](result, options))
+    return out
 
+
+def _attribution_shown(result: Any, options: Any) -> dict[str, Any]:
+    from heed.explain.attribution import as_attribution
+
+    return as_attribution(result, options.method, options.steps).to_dict()
+
+
+def _lens_shown(result: Any, options: Any) -> dict[str, Any]:
+    from heed.explain.logit_lens import as_logit_lens
+
+    return as_logit_lens(result).to_dict()
+
+
+# how a reading's result is answered: /v1/explain's ReadingResult, or an older route's own shape
+_SHOWN: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
+    "reading": lambda result, options: result.to_dict(), "attribution": _attribution_shown,
+    "heads": lambda result, options: HeadMaps.of(result).to_dict(), "lens": _lens_shown,
+}
 
 # task -> its handler: (translator, key, items, abandoned) -> one JSON-ready result per item
 _TASKS: dict[str, Callable[[Translator, _Key, list[Any], Callable[[], bool]], list[Any]]] = {
-    "translate": _translated, "explore": _explored, "align": _aligned, "attribute": _attributed, "heads": _heads,
-    "lens": _lensed, "explain": _read,
+    "translate": _translated, "explore": _explored, "align": _aligned, "explain": _read,
 }
 
 
@@ -527,28 +528,62 @@ class _Routes:
         raise ApiError(404, f"no reading named {reading!r}; readings: {', '.join(READINGS)}", "reading")
 
     async def explain(self, reading: Reading, request: Any) -> Response:
-        """A reading of given pairs: refused in one line (422 on "model") for a model that is not what
-        it needs, checked as /v1/heads is, its cost counted by the reading's own cost function, read a
-        sentence a turn."""
-        name, translator = self._model(request)
-        refused = reading.refusal(translator.model)
-        if refused is not None:
-            raise ApiError(422, f"model {name!r}: {refused}", "model")
+        """A reading of given pairs (or of the model's own translations, where no targets are given):
+        refused in one line (422 on "model") for a model that is not what it needs, its cost counted
+        by the reading's own cost function, read a sentence a turn."""
+        name, translator = self._reader(request, reading)
         _check_sentences(request.sources, "sources", self.settings)
-        _one_target_each(request.sources, request.targets, "source")
-        _check_targets(request.targets, self.settings)
-        sizes = _check_known_targets(translator, request.sources, request.targets)
         try:
             options = reading.parse({field: getattr(request, field) for field in reading.options.model_fields})
         except HeedError as e:
             raise ApiError(422, str(e), None) from None
-        layers, heads = _grid(translator)
-        self._within(reading_cost(reading.name, [reading.cost(PairSize(s, t, layers, heads), options)
-                                                 for s, t in sizes]))
-        key = _Key(name, "explain", languages=(request.src_lang, request.tgt_lang), read=reading.name, options=options)
-        a_turn_each = [self.settings.slice_work] * len(request.sources)  # read a sentence at a time
-        results = await self._decoded(key, list(zip(request.sources, request.targets)), a_turn_each)
+        for field in options.per_pair:
+            _one_target_each(request.sources, getattr(options, field), "source", field)
+        sizes, search = self._pair_sizes(translator, request.sources, request.targets, "source")
+        pairs = _pair_costs(translator, reading, options, sizes)
+        self._within(reading_cost(reading.name, [p._replace(work=p.work + w) for p, w in zip(pairs, search)]))
+        results = await self._read(name, request, reading, options, request.sources, request.targets, "reading")
         return await _answer({"model": name, "reading": reading.name, "results": results})
+
+    def _reader(self, request: Any, reading: Reading) -> tuple[str, Translator]:
+        """The request's model (`_model`), refused in the reading's one line (422 on "model") when it
+        is not what the reading needs."""
+        name, translator = self._model(request)
+        refused = reading.refusal(translator.model)
+        if refused is not None:
+            raise ApiError(422, f"model {name!r}: {refused}", "model")
+        return name, translator
+
+    def _pair_sizes(self, translator: Translator, sources: Sequence[str],
+                    targets: Sequence[str | Sequence[str]] | None, noun: str) -> tuple[list[tuple[int, int]], list[int]]:
+        """Each pair's (source tokens, target tokens), and the search work that writes the model's own
+        output first: given targets are checked (one per source, each within --max-chars, every
+        token known) and cost no search; without them, each output counts at its longest, after a
+        search with the model's decode config."""
+        if targets is not None:
+            _one_target_each(sources, targets, noun)
+            _check_targets(targets, self.settings)
+            sizes = _check_known_targets(translator, sources, targets)
+            return sizes, [0] * len(sizes)
+        decode = translator.decode_config
+        tokens = [translator.codec.src_tokens(text)[:translator.max_src_len] for text in sources]
+        steps = _output_steps(decode, tokens, None, self.settings)
+        width = decode.n_best if decode.sampling else decode.beam_size
+        return [(len(s), t) for s, t in zip(tokens, steps)], [search_work(width, t) for t in steps]
+
+    async def _read(self, name: str, request: Any, reading: Reading, options: Any, sources: Sequence[str],
+                    targets: Sequence[str | Sequence[str]] | None, shown: str) -> list[Any]:
+        """The batcher's results of `reading` over the pairs, a pair a turn, each answered in the shape
+        `shown` names (_SHOWN); an option given per pair (Options.per_pair) travels with its pair."""
+        per_pair = {field: getattr(options, field) for field in options.per_pair}
+        common = options.model_copy(update=dict.fromkeys(per_pair, ())) if per_pair else options
+        read: Sequence[str | Sequence[str] | None] = [None] * len(sources) if targets is None else targets
+        items = [(source, target, {field: (values[k],) for field, values in per_pair.items()})
+                 for k, (source, target) in enumerate(zip(sources, read))]
+        key = _Key(name, "explain", languages=(request.src_lang, request.tgt_lang), read=reading.name, options=common,
+                   shown=shown)
+        a_turn_each = [self.settings.slice_work] * len(sources)  # read a sentence at a time
+        return await self._decoded(key, items, a_turn_each)
 
     def _model(self, request: Any, needs: type | None = None, why: str = "") -> tuple[str, Translator]:
         """The request's model by name (the only one when there is one), for the request's language
@@ -612,9 +647,9 @@ class _Routes:
                 raise ApiError(422, f"model {name!r} is exported: its attention is inside its ONNX graph, so it cannot "
                                     "be intervened on", "intervention")
             intervention = Intervention(request.intervention, request.intervention_seed)
-        if request.explain and not isinstance(translator.model, ContributionModel):
-            raise ApiError(422, f"model {name!r} cannot give a source share: it reads every attention block of a "
-                                "Transformer model directory (not an RNN, an ensemble or an export)", "explain")
+        refused = READINGS["source_share"].refusal(translator.model) if request.explain else None
+        if refused is not None:
+            raise ApiError(422, f"model {name!r}: {refused}", "explain")
         width = decode.n_best if decode.sampling else decode.beam_size
         lever = "prefix" if request.prefix is not None and any(request.prefix) else (
             "n_best" if decode.sampling else "beam_size")
@@ -670,61 +705,47 @@ class _Routes:
         return await _answer({"model": name, "aligner": request.aligner, "results": results})
 
     async def attribute(self, request: AttributeRequest) -> Response:
-        name, translator = self._model(request, AttributableModel,
-                                       "gives no gradients (an exported model or an ensemble); attribution needs a "
-                                       "PyTorch model directory")
+        """The reading attribution, answered as heed attribute writes it."""
+        reading = READINGS["attribution"]
+        name, translator = self._reader(request, reading)
         _check_sentences(request.sentences, "sentences", self.settings)
-        if request.targets is not None:
-            _check_targets(request.targets, self.settings)
-            _one_target_each(request.sentences, request.targets, "sentence")
-            sizes = _check_known_targets(translator, request.sentences, request.targets)
-            search = [0] * len(sizes)
-        else:  # the model's own translations, at their longest, after a search with its decode config
-            decode = translator.decode_config
-            sources = [translator.codec.src_tokens(text)[:translator.max_src_len] for text in request.sentences]
-            steps = _output_steps(decode, sources, None, self.settings)
-            sizes = [(len(tokens), t) for tokens, t in zip(sources, steps)]
-            width = decode.n_best if decode.sampling else decode.beam_size
-            search = [search_work(width, t) for t in steps]
-        self._within(attribute_cost([s for s, _ in sizes], [t for _, t in sizes], points=request.steps,
+        options = reading.parse({"method": request.method, "steps": request.steps})
+        sizes, search = self._pair_sizes(translator, request.sentences, request.targets, "sentence")
+        self._within(attribute_cost(_pair_costs(translator, reading, options, sizes), points=request.steps,
                                     method=request.method, search=search))
-        targets: list[str | list[str] | None] = [*request.targets] if request.targets else [None] * len(request.sentences)
-        key = _Key(name, "attribute", method=request.method, steps=request.steps,
-                   languages=(request.src_lang, request.tgt_lang))
-        a_turn_each = [self.settings.slice_work] * len(request.sentences)  # explained a sentence at a time
-        results = await self._decoded(key, list(zip(request.sentences, targets)), a_turn_each)
+        results = await self._read(name, request, reading, options, request.sentences, request.targets, "attribution")
         return await _answer({"model": name, "attributions": results})
 
     async def lens(self, request: LensRequest) -> Response:
-        name, translator = self._model(request, ContributionModel,
-                                       "is no Transformer model directory: the logit lens reads each decoder layer "
-                                       "through the output layer")
+        """The reading logit_lens, answered as heed lens writes it."""
+        reading = READINGS["logit_lens"]
+        name, translator = self._reader(request, reading)
         _check_sentences(request.sources, "sources", self.settings)
-        _one_target_each(request.sources, request.targets, "source")
-        _check_targets(request.targets, self.settings)
-        sizes = _check_known_targets(translator, request.sources, request.targets)
-        self._within(lens_cost([s for s, _ in sizes], [t for _, t in sizes], top=request.top,
+        options = reading.parse({"top": request.top})
+        sizes, _ = self._pair_sizes(translator, request.sources, request.targets, "source")
+        self._within(lens_cost(_pair_costs(translator, reading, options, sizes), top=request.top,
                                layers=_grid(translator)[0]))
-        key = _Key(name, "lens", top=request.top, languages=(request.src_lang, request.tgt_lang))
-        a_turn_each = [self.settings.slice_work] * len(request.sources)  # read a sentence at a time
-        results = await self._decoded(key, list(zip(request.sources, request.targets)), a_turn_each)
+        results = await self._read(name, request, reading, options, request.sources, request.targets, "lens")
         return await _answer({"model": name, "results": results})
 
     async def heads(self, request: HeadsRequest) -> Response:
-        name, translator = self._model(request, HeadsModel,
-                                       "gives only its averaged attention (an exported model, an ensemble, or a family "
-                                       "without per-head maps)")
+        """The reading heads, with the self-attention `parts` asks for, answered as HeadMaps."""
+        reading = READINGS["heads"]
+        name, translator = self._reader(request, reading)
         _check_sentences(request.sources, "sources", self.settings)
-        _one_target_each(request.sources, request.targets, "source")
-        _check_targets(request.targets, self.settings)
-        sizes = _check_known_targets(translator, request.sources, request.targets)
         parts = tuple(dict.fromkeys(request.parts))
-        self._within(heads_cost([s for s, _ in sizes], [t for _, t in sizes], parts=parts, grid=_grid(translator)))
-        key = _Key(name, "heads", parts=parts,
-                   languages=(request.src_lang, request.tgt_lang))
-        a_turn_each = [self.settings.slice_work] * len(request.sources)  # read a sentence at a time
-        results = await self._decoded(key, list(zip(request.sources, request.targets)), a_turn_each)
+        options = reading.parse({"self_attention": tuple(p for p in parts if p != "cross")})
+        sizes, _ = self._pair_sizes(translator, request.sources, request.targets, "source")
+        self._within(heads_cost(_pair_costs(translator, reading, options, sizes), parts=parts,
+                                grid=_grid(translator)))
+        results = await self._read(name, request, reading, options, request.sources, request.targets, "heads")
         return await _answer({"model": name, "results": results})
+
+
+def _pair_costs(translator: Translator, reading: Reading, options: Any, sizes: Sequence[tuple[int, int]]) -> list[Any]:
+    """What each pair of (source, target) token counts costs, as `reading` counts it (Reading.cost)."""
+    layers, heads = _grid(translator)
+    return [reading.cost(PairSize(s, t, layers, heads), options) for s, t in sizes]
 
 
 def _paired(translator: Translator, src_lang: str | None, tgt_lang: str | None) -> Translator:
@@ -816,10 +837,12 @@ def _check_sentences(sentences: Sequence[str], field: str, settings: ServeSettin
         _check_text(sentence, "a sentence", f"{field}[{k}]")
 
 
-def _one_target_each(sources: Sequence[str], targets: Sequence[Any], noun: str) -> None:
-    """422 on field "targets" unless there is one target per source (`noun`: what the request calls them)."""
+def _one_target_each(sources: Sequence[str], targets: Sequence[Any], noun: str, field: str = "targets") -> None:
+    """422 on `field` unless it holds one value per source (`noun`: what the request calls them)."""
     if len(targets) != len(sources):
-        raise ApiError(422, f"{len(sources)} {noun}s but {len(targets)} targets; give one target per {noun}", "targets")
+        raise ApiError(422, f"{len(sources)} {noun}s but {len(targets)} {field}; give one of {field} per {noun}"
+                       if field != "targets" else f"{len(sources)} {noun}s but {len(targets)} targets; give one "
+                       f"target per {noun}", field)
 
 
 def _check_targets(targets: Sequence[str | Sequence[str]], settings: ServeSettings) -> None:

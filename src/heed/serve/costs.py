@@ -12,15 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from heed.plumbing.limits import (
-    ALL_PARTS,
-    PairCost,
-    attention_weights,
-    attribution_work,
-    forced_work,
-    lens_work,
-    search_work,
-)
+from heed.plumbing.limits import ALL_PARTS, PairCost, attention_weights, forced_work, search_work
 
 # budget -> (the ServeSettings field that bounds it, its flag, what it counts)
 BUDGETS: dict[str, tuple[str, str, str]] = {
@@ -111,38 +103,34 @@ def align_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], src_words: Sequ
                  "numbers": "send fewer or shorter pairs"})
 
 
-def attribute_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], *, points: int, method: str,
-                   search: Sequence[int]) -> Cost:
-    """Every output token attributed (`points` passes each); `search[k]`: the search that writes the
-    model's own output first (0 when a target is given). The answer: source, prefix and attention
-    matrices, and a few numbers per output token."""
-    work = [attribution_work(t, points) + w for t, w in zip(tgt_lens, search)]
-    numbers = sum(s + 2 * t + (t + 1) * (2 * (s + 1) + (t + 1) + 4) for s, t in zip(src_lens, tgt_lens))
+def attribute_cost(pairs: Sequence[PairCost], *, points: int, method: str, search: Sequence[int]) -> Cost:
+    """/v1/attribute: what the reading attribution counts for each pair (every output token
+    attributed, `points` passes each), and `search[k]`: the search that writes the model's own output
+    first (0 when a target is given)."""
     how = f"integrated gradients at {points} points" if method == "integrated_gradients" else method
     lever = "steps" if method == "integrated_gradients" else "sentences"
-    return Cost(work, 0, numbers, f"{_plural(len(src_lens), 'sentence')}, {how}, each output token a pass per point",
+    return Cost([p.work + w for p, w in zip(pairs, search)], 0, sum(p.numbers for p in pairs),
+                f"{_plural(len(pairs), 'sentence')}, {how}, each output token a pass per point",
                 {"work": lever, "numbers": "sentences"},
                 {"work": "send fewer or shorter sentences" + (", or fewer steps" if lever == "steps" else "")})
 
 
-def heads_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], *, parts: tuple[str, ...],
-               grid: tuple[int, int]) -> Cost:
-    """A teacher-forced pass per pair, every head's weights of `parts` read and returned."""
+def heads_cost(pairs: Sequence[PairCost], *, parts: tuple[str, ...], grid: tuple[int, int]) -> Cost:
+    """/v1/heads: what the reading heads counts for each pair (a teacher-forced pass, every head's
+    weights of `parts` read and returned)."""
     layers, heads = grid
-    weights = sum(attention_weights(s, t, layers, heads, parts) for s, t in zip(src_lens, tgt_lens))
-    return Cost([forced_work(t) for t in tgt_lens], weights, weights + sum(src_lens) + sum(tgt_lens),
-                f"{_plural(len(src_lens), 'sentence')}, {layers} layers x {heads} heads, parts {', '.join(parts)}",
+    return Cost([p.work for p in pairs], sum(p.weights for p in pairs), sum(p.numbers for p in pairs),
+                f"{_plural(len(pairs), 'sentence')}, {layers} layers x {heads} heads, parts {', '.join(parts)}",
                 {"work": "sources", "weights": "sources", "numbers": "sources"},
                 {"weights": "send fewer or shorter sentences, or fewer parts",
                  "numbers": "send fewer or shorter sentences, or fewer parts"})
 
 
-def lens_cost(src_lens: Sequence[int], tgt_lens: Sequence[int], *, top: int, layers: int) -> Cost:
-    """A teacher-forced pass per pair, each layer read through the output layer; the answer holds
-    `top` tokens and probabilities per layer and position, and the real token's probability and rank."""
-    numbers = sum(s + t + layers * (t + 1) * (2 * top + 2) for s, t in zip(src_lens, tgt_lens))
-    return Cost([lens_work(t, layers) for t in tgt_lens], 0, numbers,
-                f"{_plural(len(src_lens), 'sentence')}, {layers} layers, top {top}",
+def lens_cost(pairs: Sequence[PairCost], *, top: int, layers: int) -> Cost:
+    """/v1/lens: what the reading logit_lens counts for each pair (a teacher-forced pass, each layer
+    read through the output layer; `top` tokens and probabilities per layer and position answered)."""
+    return Cost([p.work for p in pairs], 0, sum(p.numbers for p in pairs),
+                f"{_plural(len(pairs), 'sentence')}, {layers} layers, top {top}",
                 {"work": "sources", "numbers": "top" if top > 1 else "sources"},
                 {"numbers": "send fewer or shorter sentences, or a smaller top"})
 

@@ -313,8 +313,9 @@ class ExplainRequest(_Pair):
                                                    "when one model is loaded")
     sources: list[str] = Field(description="source sentences, non-blank, at most --max-chars each and "
                                            "--max-sentences in all")
-    targets: list[str | list[str]] = Field(description="per source, the translation the model reads as its "
-                                                             "output: a text or its tokens")
+    targets: list[str | list[str]] | None = Field(
+        None, description="per source, the translation the model reads as its output (forced decoding): a text or "
+                          "its tokens (default: the model's own translation, searched with its decode config)")
 
 
 _READING_REQUESTS: dict[int, tuple[Any, type[BaseModel]]] = {}
@@ -334,7 +335,7 @@ def reading_request(reading: Any) -> type[BaseModel]:
         fields[name] = (annotation, Field(info.default, description=info.description))
     title = "".join(part.capitalize() for part in reading.name.split("_"))
     model = create_model(f"Explain{title}Request", __base__=ExplainRequest, __doc__=reading.summary[:1].upper() +
-                         reading.summary[1:] + f" (a model that is a {reading.needs}).", **fields)
+                         reading.summary[1:] + f" (a model that is {reading.a_model()}).", **fields)
     _READING_REQUESTS[id(reading)] = (reading, model)
     return model
 

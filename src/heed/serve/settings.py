@@ -46,6 +46,10 @@ class ServeSettings(BaseModel):
                                                        "the source share: a sentence a turn)")
     read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send a whole request "
                                                         "(headers and body); a slower one is disconnected")
+    cors_origins: tuple[str, ...] = Field(("*",), description="web origins whose pages may call the LibreTranslate "
+                                                          "and DeepL APIs from a browser (CORS): '*' any, as "
+                                                          "LibreTranslate allows by default; none: no cross-origin "
+                                                          "call. heed's own /v1 API allows none")
 
 
 class ApiError(Exception):

@@ -164,15 +164,6 @@ class EncoderLayer(_Residual):
         return EncoderLayerOutput(self._feed_forward(out), attended.weights if need_weights else None)
 
 
-class CacheSlot(NamedTuple):
-    """A layer's keys and values written in place (heed.nn.transformer.cache.KVCache): buffers
-    (rows, heads, capacity, d_k) whose first `length` positions are filled."""
-
-    keys: Tensor
-    values: Tensor
-    length: int
-
-
 class DecoderLayerOutput(NamedTuple):
     states: Tensor  # (rows, q_len, d_model)
     cache: tuple[Tensor, Tensor]  # self-attention keys and values so far, each (rows, heads, steps, d_k)
@@ -195,24 +186,18 @@ class DecoderLayer(_Residual):
         self.feed_forward_norm = nn.LayerNorm(d_model)
 
     def forward(self, x: Tensor, memory: tuple[Tensor, Tensor], memory_mask: Tensor, *,
-                cache: tuple[Tensor, Tensor] | CacheSlot | None = None, need_weights: bool = False,
+                cache: tuple[Tensor, Tensor] | None = None, need_weights: bool = False,
                 visit: Visit | None = None) -> DecoderLayerOutput:
         """x (rows, q_len, d_model); memory: the cross-attention's keys and values, each
         (batch, heads, src_len, d_k), one copy per source, for rows = batch * group decoder rows;
         memory_mask bool (batch, 1, 1, src_len). Without `cache` the q_len positions are a whole
         target, each seeing itself and those before it (teacher forcing); with the cache (each
-        (rows, heads, steps, d_k), the keys and values of the steps before) they follow it; a
-        CacheSlot gets them written at its `length` and is read in place. `visit`
+        (rows, heads, steps, d_k), the keys and values of the steps before) they follow it. `visit`
         (teacher forcing, group 1) is shown the self-attention and then the cross-attention as
         AttentionBlocks."""
         weighed = need_weights or visit is not None
         q, k, v = self.self_attn.project_all(self._input(x, self.self_attn_norm))
-        if isinstance(cache, CacheSlot):
-            end = cache.length + k.size(2)
-            cache.keys[:, :, cache.length:end] = k
-            cache.values[:, :, cache.length:end] = v
-            k, v = cache.keys[:, :, :end], cache.values[:, :, :end]  # (rows, heads, steps, d_k) views
-        elif cache is not None:
+        if cache is not None:
             k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)  # (rows, heads, steps, d_k)
         attended = self.self_attn.attend(q, k, v, causal=cache is None, need_weights=weighed)
         mid = self._output(x, attended.context, self.self_attn_norm)

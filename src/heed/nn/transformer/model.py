@@ -3,7 +3,9 @@
 
     encode     src (batch, src_len) -> TransformerEncoded: the source mask and, for every
                decoder layer, the cross-attention's keys and values, projected once per sentence
-    init_state an empty key/value cache per decoder layer, written in place (heed.nn.transformer.cache)
+    init_state an empty key/value cache per decoder layer (TensorState, batch axis 0; a step
+               concatenates to it: written in place into buffers allocated once per search it was
+               slower on the CPU, bench/RESULTS.md "The in-place key/value cache")
     step       one target token per row: its self-attention keys and values join the cache, the
                query attends over the cache and over the source (each source's beams read its keys
                in one grouped product; nothing is copied per beam)
@@ -36,11 +38,9 @@ from heed.nn.protocol import (
     TensorState,
 )
 from heed.nn.transformer.attention import MultiHeadAttention
-from heed.nn.transformer.cache import KVCache
 from heed.nn.transformer.config import TransformerConfig
 from heed.nn.transformer.layers import (
     Activation,
-    CacheSlot,
     DecoderLayer,
     EncoderLayer,
     NormPlace,
@@ -87,7 +87,7 @@ class TransformerEncoded:
 
 class TransformerStep(NamedTuple):
     logits: Tensor  # (rows, vocab)
-    state: TensorState | KVCache  # the key/value cache, one step longer
+    state: TensorState  # the key/value cache, one step longer
     attention: Tensor  # (rows, src_len) the alignment layer's cross-attention, mean over heads
 
 
@@ -95,7 +95,7 @@ class TransformerStepFeatures(NamedTuple):
     """`step` up to the output layer (heed.nn.protocol.StepFeatures)."""
 
     features: Tensor  # (rows, d_model) after the final norm
-    state: TensorState | KVCache  # the key/value cache, one step longer
+    state: TensorState  # the key/value cache, one step longer
     attention: Tensor  # (rows, src_len) the alignment layer's cross-attention, mean over heads
 
 
@@ -279,49 +279,37 @@ class TransformerSeq2Seq(nn.Module):
         memory = tuple(_cross_attention(layer).project_memory(states) for layer in self.decoder.layers)
         return TransformerEncoded(mask, memory, src=src)
 
-    def init_state(self, enc: TransformerEncoded) -> KVCache:
-        """Empty caches written in place (heed.nn.transformer.cache), each buffer
-        (rows, heads, capacity, d_k), rows = batch * group."""
+    def init_state(self, enc: TransformerEncoded) -> TensorState:
+        """Empty caches, each (rows, heads, 0, d_k), rows = batch * group."""
         keys = enc.memory[0][0]  # (batch, heads, src_len, d_k)
-        return KVCache.empty(cache_names(self.layers), enc.mask.size(0) * enc.group, keys.size(1), keys.size(3),
-                             like=keys)
+        return empty_cache(self.layers, enc.mask.size(0) * enc.group, keys.size(1), keys.size(3), like=keys)
 
-    def step(self, prev_tokens: Tensor, state: TensorState | KVCache, enc: TransformerEncoded) -> TransformerStep:
+    def step(self, prev_tokens: Tensor, state: TensorState, enc: TransformerEncoded) -> TransformerStep:
         """prev_tokens (rows,) -> TransformerStep(logits (rows, vocab), the caches one step longer,
-        attention (rows, src_len)). A KVCache (init_state's) is written in place; a TensorState of
-        caches (rows, heads, steps, d_k) (the exported step graph's) is concatenated to."""
+        attention (rows, src_len))."""
         out = self.step_features(prev_tokens, state, enc)
         return TransformerStep(self.decoder.generator(out.features), out.state, out.attention)
 
-    def step_features(self, prev_tokens: Tensor, state: TensorState | KVCache,
+    def step_features(self, prev_tokens: Tensor, state: TensorState,
                       enc: TransformerEncoded) -> TransformerStepFeatures:
         """`step` up to the output layer: features (rows, d_model) after the final norm
         (heed.search.shortlist multiplies them by a shortlist's rows of the output layer)."""
         dec = self.decoder
-        if isinstance(state, KVCache):
-            state.reserve(1)
-            position = state.length
-        else:
-            position = state["self_keys.0"].size(2)  # steps decoded so far
+        position = state["self_keys.0"].size(2)  # steps decoded so far
         positions = torch.full((1,), position, dtype=torch.long, device=prev_tokens.device)
         x = dec.embed(prev_tokens.unsqueeze(1), positions)  # (rows, 1, d_model)
         tensors: dict[str, Tensor] = {}
         attention: Tensor | None = None
         for i, layer in enumerate(dec.layers):
             keys, values = f"self_keys.{i}", f"self_values.{i}"
-            cache: tuple[Tensor, Tensor] | CacheSlot
-            if isinstance(state, KVCache):
-                cache = CacheSlot(state.buffer(keys), state.buffer(values), position)
-            else:
-                cache = (state[keys], state[values])
-            out = layer(x, enc.memory[i], enc.memory_mask, cache=cache, need_weights=i == self.alignment_layer)
+            out = layer(x, enc.memory[i], enc.memory_mask, cache=(state[keys], state[values]),
+                        need_weights=i == self.alignment_layer)
             x = out.states
             tensors[keys], tensors[values] = out.cache
             if out.cross_weights is not None:
                 attention = out.cross_weights.mean(1).squeeze(1)  # (rows, heads, 1, src_len) -> (rows, src_len)
         assert attention is not None
-        next_state = state.advanced() if isinstance(state, KVCache) else cache_state(tensors)
-        return TransformerStepFeatures(dec.norm(x).squeeze(1), next_state, attention)
+        return TransformerStepFeatures(dec.norm(x).squeeze(1), cache_state(tensors), attention)
 
     def output_rows(self, ids: Tensor) -> Callable[[Tensor], Tensor]:
         """The output layer restricted to its rows `ids` (n,) long, gathered once: features
@@ -398,6 +386,16 @@ class TransformerSeq2Seq(nn.Module):
         norms = [_cross_attention(layer).head_outputs(v).norm(dim=-1)
                  for layer, (_, v) in zip(self.decoder.layers, memory)]
         return torch.stack(norms).transpose(1, 2)  # (layers, batch, heads, src_len) -> (layers, heads, batch, src_len)
+
+    def value_weighted_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        """attention_heads' weights, each times value_norms' norm of its source position (Kobayashi
+        et al. 2020, eq. 6), from one encoding: (layers, heads, batch, tgt_len, src_len)."""
+        enc = self.encode(src, src_lengths)
+        norms = [_cross_attention(layer).head_outputs(v).norm(dim=-1) for layer, (_, v) in zip(self.decoder.layers, enc.memory)]
+        weights: dict[str, list[Tensor]] = {"decoder": [], "cross": []}
+        self._decode_all(tgt_in, enc, need_attention=False, weights=weights)
+        heads = torch.stack(weights["cross"]).transpose(1, 2)  # (layers, heads, batch, tgt_len, src_len)
+        return heads * torch.stack(norms).transpose(1, 2)[:, :, :, None, :]  # norms (layers, heads, batch, 1, src_len)
 
     def attention_heads(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
         """Every decoder layer's cross-attention, head by head: (layers, heads, batch, tgt_len, src_len)."""

@@ -6,6 +6,10 @@ sentences (segments.py), a language identifier (detect.py) and API keys (keys.py
 
     install(app, translators, routes.translate, settings, keys=Keys(read_keys(path)))
 
+Browsers may call them from other origins (CORS, `heed serve --cors-origins`; any origin by
+default, as LibreTranslate allows): the preflight OPTIONS is answered and the answers carry
+Access-Control-Allow-Origin on their paths only; /v1 stays same-origin.
+
 Each API answers in its own error shape. The routers word their own refusals; `ErrorShapes` is the
 net under them: an error the app answers on their paths before they run (the body limit's 413, a
 wrong method's 405) is reworded from /v1's shape into theirs, so no /v1-style error reaches them.
@@ -17,6 +21,7 @@ from collections.abc import Callable, Mapping
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from heed.api import Translator
@@ -34,11 +39,40 @@ def install(app: FastAPI, translators: Mapping[str, Translator], translate: Tran
     """Add LibreTranslate's and DeepL's routes to `app`, translating through `translate` (POST
     /v1/translate's handler), and the net that words any other error on their paths in their shape."""
     keys = keys or Keys()
-    engine = Engine(Catalog.of(translators), translate, max_texts=settings.max_sentences)
+    engine = Engine(Catalog.of(translators), translate, settings)
     app.include_router(libretranslate.LibreTranslate(engine, settings, keys).router())
     app.include_router(deepl.DeepL(engine, settings, keys).router())
-    app.add_middleware(ErrorShapes, shapes=[(lambda path: path in libretranslate.PATHS, libretranslate.error),
-                                            (lambda path: path.startswith(deepl.PREFIX), deepl.error)])
+    app.add_middleware(ErrorShapes, shapes=[(_libretranslate, libretranslate.error), (_deepl, deepl.error)])
+    if settings.cors_origins:  # outermost: a preflight is answered before any limit, an error carries the header
+        app.add_middleware(CrossOrigin, origins=settings.cors_origins,
+                           claims=lambda path: _libretranslate(path) or _deepl(path))
+
+
+def _libretranslate(path: str) -> bool:
+    return path in libretranslate.PATHS
+
+
+def _deepl(path: str) -> bool:
+    return path.startswith(deepl.PREFIX)
+
+
+class CrossOrigin:
+    """ASGI middleware: Starlette's CORSMiddleware on the paths `claims` accepts, nothing on the
+    others. Simple requests and preflights (OPTIONS with Access-Control-Request-Method) from
+    `origins` ("*": any) are allowed with any request header (Content-Type: application/json and
+    DeepL's Authorization both ask for a preflight); no credentials (cookies), as neither API
+    uses them."""
+
+    def __init__(self, app: ASGIApp, origins: tuple[str, ...], claims: Callable[[str], bool]) -> None:
+        self.app, self.claims = app, claims
+        self.cors = CORSMiddleware(app, allow_origins=list(origins), allow_methods=["GET", "POST", "OPTIONS"],
+                                   allow_headers=["*"], allow_credentials=False, max_age=600)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.claims(scope.get("path", "")):
+            await self.cors(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
 
 Shape = tuple[Callable[[str], bool], Callable[[int, str], JSONResponse]]

@@ -3,26 +3,43 @@ reads (heed.serve.compat.segments; inside markup, heed.markup's sentences), tran
 /v1/translate's own handler (so the same checks, limits, batcher, time limit and refusals apply),
 and put back together.
 
+Markup's alignment pass is inside the server's limits as the translation is: its work (a forced
+pass of each marked sentence's translation, heed.plumbing.limits.markup_work) is counted with the
+search's before anything runs and refused past --max-work, and the whole request, the pass
+included, answers within --timeout (the pass is stopped at the deadline). Where the model's
+reading is the attention the search reports, the links are read off the search (heed.markup.carry.
+own_links) and no pass runs at all.
+
 Refusals come back as `Refusal`s in neutral words: the /v1 status and message, and which of the
 client's texts and which option it is about, so each API words them in its own shape and field names.
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from heed.errors import HeedError
+from heed.decode_config import MAX_OUTPUT_TOKENS
+from heed.errors import Abandoned, HeedError
+from heed.plumbing.limits import markup_work, search_work
 from heed.serve.compat.detect import Detector, Guess, NoDetector
 from heed.serve.compat.languages import Catalog, Route
 from heed.serve.compat.segments import Segmented, segment
+from heed.serve.costs import Cost, refusal
 from heed.serve.schemas import TranslateRequest
-from heed.serve.settings import ApiError
+from heed.serve.settings import ApiError, ServeSettings
+
+if TYPE_CHECKING:
+    from heed.api import Translation, Translator
+    from heed.markup import Marked
 
 # POST /v1/translate's handler: a request -> its JSON response (or an ApiError).
 TranslateCall = Callable[[TranslateRequest], Awaitable[Response]]
@@ -61,10 +78,12 @@ class _Unit:
 
 
 class Engine:
-    """The served models (`catalog`), /v1's translate handler, and a language identifier."""
+    """The served models (`catalog`), /v1's translate handler, the server's limits, and a language
+    identifier."""
 
-    def __init__(self, catalog: Catalog, translate: TranslateCall, *, max_texts: int) -> None:
-        self.catalog, self._translate, self.max_texts = catalog, translate, max_texts
+    def __init__(self, catalog: Catalog, translate: TranslateCall, settings: ServeSettings) -> None:
+        self.catalog, self._translate, self.settings = catalog, translate, settings
+        self.max_texts = settings.max_sentences
         self.detector = Detector(catalog.sources())
 
     async def translate(self, route: Route, texts: Sequence[str], *, markup: Markup | None = None,
@@ -73,30 +92,45 @@ class Engine:
         carried over by the model's alignment (heed.markup); `alternatives` more of the n-best each
         (plain text only). A text is a sentence or more, so more texts than --max-sentences are
         refused before any is read (blank ones too, which cost nothing else)."""
+        deadline = time.monotonic() + self.settings.timeout
         if len(texts) > self.max_texts:
             raise Refusal(413, f"{len(texts)} texts; the server takes at most {self.max_texts} a request "
                                "(--max-sentences)", texts=True)
         marked = [self._parse(text, markup, ignore_tags) for text in texts] if markup else None
-        units = ([_Unit(k, segment(s, sentences=sentences)) for k, m in enumerate(marked) for s in m.sentences]
-                 if marked is not None else [_Unit(k, segment(t, sentences=sentences)) for k, t in enumerate(texts)])
+        runs = [(k, run) for k, m in enumerate(marked) for run in m.runs] if marked is not None else []
+        units = ([_Unit(k, segment(run.text, sentences=sentences)) for k, run in runs] if marked is not None
+                 else [_Unit(k, segment(t, sentences=sentences)) for k, t in enumerate(texts)])
         owner = [unit.text for unit in units for _ in unit.cut.pieces]  # sentence -> its text's number
         pieces = [piece for unit in units for piece in unit.cut.pieces]
-        nbests = await self._nbest(route, pieces, owner, 1 + alternatives) if pieces else []
+        paired, own = None, False
+        if marked is not None:
+            from heed.markup.carry import reads_search_attention, target_units
+
+            paired = route.served.translator.with_languages(route.src_lang, route.tgt_lang)
+            reading, _ = paired.default_reading(target_units(paired))
+            carried = [bool(run.spans) for (_, run), unit in zip(runs, units) for _ in unit.cut.pieces]
+            self._within(paired, pieces, carried)
+            own = reads_search_attention(paired, reading)
+        results = await self._results(route, pieces, owner, 1 + alternatives, attention=own) if pieces else []
+        nbests = [[h["text"] for h in result["hypotheses"]] for result in results]
         joined: list[list[str]] = []  # per unit, its best then each alternative
         start = 0
         for unit in units:
             mine = nbests[start:start + len(unit.cut.pieces)]
             start += len(unit.cut.pieces)
             joined.append([unit.cut.join([n[min(i, len(n) - 1)] for n in mine]) for i in range(1 + alternatives)])
-        if marked is None:
+        if marked is None or paired is None:
             return Translated([j[0] for j in joined], [_distinct(j) for j in joined])
-        out, start = [], 0
-        paired = route.served.translator.with_languages(route.src_lang, route.tgt_lang)
-        for k, m in enumerate(marked):
-            outputs = [j[0] for j in joined[start:start + len(m.sentences)]]
-            start += len(m.sentences)
-            out.append(await self._carry(paired, m, outputs, k))
-        return Translated(out, [[] for _ in out])
+        # a run cut into one piece was translated as it is: the search's own Translation of it
+        searched = _translations(results) if own else [None] * len(results)
+        outputs: list[list[str]] = [[] for _ in marked]
+        translations: list[list[Translation | None]] = [[] for _ in marked]
+        first = 0  # the unit's first piece
+        for (k, _), unit, j in zip(runs, units, joined):
+            outputs[k].append(j[0])
+            translations[k].append(searched[first] if len(unit.cut.pieces) == 1 else None)
+            first += len(unit.cut.pieces)
+        return Translated(await self._carry(paired, marked, outputs, translations, deadline), [[] for _ in marked])
 
     async def detect(self, text: str, among: Sequence[str] | None = None, *, markup: bool = False) -> list[Guess]:
         """The likeliest source languages of `text` (with `markup`, its tags left out), best first,
@@ -117,18 +151,38 @@ class Engine:
                                "source language", option="source")
         return guesses
 
-    async def _nbest(self, route: Route, pieces: list[str], owner: list[int], n: int) -> list[list[str]]:
-        """Each piece's n-best texts from /v1/translate's handler; its refusals as Refusals."""
+    def _within(self, translator: Translator, pieces: Sequence[str], carried: Sequence[bool]) -> None:
+        """Refuse markup whose search and alignment pass together pass --max-work, before anything
+        runs: per sentence, the search as /v1/translate counts it (its rows for its longest output)
+        and, where `carried`, a forced pass of that output (heed.plumbing.limits.markup_work)."""
+        cfg = translator.decode_config
+        width = cfg.n_best if cfg.sampling else cfg.beam_size
+        work = []
+        for piece, marks in zip(pieces, carried):
+            src_len = len(translator.codec.src_tokens(piece)[:translator.max_src_len])
+            steps = min(math.floor(cfg.max_len_a * (src_len + 1) + cfg.max_len_b), MAX_OUTPUT_TOKENS)
+            work.append(search_work(width, steps) + (markup_work(steps) if marks else 0))
+        cost = Cost(work, what=f"{len(pieces)} sentences, beam {width}, outputs up to their max length, and the "
+                               f"alignment pass carrying the markup of {sum(carried)}",
+                    advice={"work": "send fewer or shorter texts, or fewer of them marked up"})
+        refused = refusal(cost, self.settings)
+        if refused is not None:
+            raise Refusal(422, refused[0], texts=True)
+
+    async def _results(self, route: Route, pieces: list[str], owner: list[int], n: int, *,
+                       attention: bool = False) -> list[dict[str, Any]]:
+        """Each piece's result from /v1/translate's handler (its n-best, with its attention when
+        `attention`); its refusals as Refusals."""
         decode = route.served.translator.decode_config
         wider = {"n_best": n} if decode.sampling else {"n_best": n, "beam_size": max(n, decode.beam_size)}
         request = TranslateRequest(model=route.served.name, sentences=pieces, src_lang=route.src_lang,
-                                   tgt_lang=route.tgt_lang, attention=False, **(wider if n > 1 else {}))
+                                   tgt_lang=route.tgt_lang, attention=attention, **(wider if n > 1 else {}))
         try:
             response = await self._translate(request)
         except ApiError as e:
             raise _refusal(e, owner) from None
         results: list[dict[str, Any]] = json.loads(bytes(response.body))["results"]
-        return [[h["text"] for h in result["hypotheses"]] for result in results]
+        return results
 
     @staticmethod
     def _parse(text: str, kind: Markup, ignore_tags: Sequence[str]) -> Any:
@@ -142,14 +196,42 @@ class Engine:
         except (HeedError, ValueError) as e:
             raise Refusal(400, f"the {kind} cannot be read: {e}", option="format") from None
 
-    @staticmethod
-    async def _carry(translator: Any, marked: Any, outputs: list[str], text: int) -> str:
-        from heed.markup import carry
+    async def _carry(self, translator: Translator, marked: list[Marked], outputs: list[list[str]],
+                     translations: list[list[Translation | None]], deadline: float) -> list[str]:
+        """Every text's markup carried onto its translations in one batched alignment pass, off the
+        event loop, stopped and refused (504) at the request's `deadline` (--timeout)."""
+        from heed.markup import carry_many
 
-        try:  # a forced pass of the model: off the event loop
-            return str(await run_in_threadpool(carry, translator, marked, outputs))
+        late = Refusal(504, f"the request took longer than the server's limit of {self.settings.timeout:g} s "
+                            "(--timeout), carrying its markup included; send fewer or shorter texts")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise late
+        try:  # the thread stops at its next batch once the deadline passes (Abandoned)
+            return await asyncio.wait_for(asyncio.to_thread(
+                carry_many, translator, marked, outputs, translations=translations,
+                stop=lambda: time.monotonic() > deadline), left)
+        except (asyncio.TimeoutError, Abandoned):
+            raise late from None
         except HeedError as e:
-            raise Refusal(400, str(e), text=text) from None
+            raise Refusal(400, str(e), texts=True) from None
+
+
+def _translations(results: list[dict[str, Any]]) -> list[Translation | None]:
+    """The best hypothesis of each /v1 result as the search's Translation, its attention included
+    (None where the answer has none)."""
+    import numpy as np
+
+    from heed.api import Translation
+
+    out: list[Translation | None] = []
+    for result in results:
+        best = result["hypotheses"][0]
+        attention = best.get("attention")
+        out.append(None if attention is None else Translation(
+            best["text"], best["tokens"], result["src_tokens"], best["score"] or 0.0,
+            np.asarray(attention, dtype=np.float32), truncated=result["truncated"]))
+    return out
 
 
 def _distinct(nbest: list[str]) -> list[str]:

@@ -69,6 +69,7 @@ class Catalog:
     """Every served model's languages, and the model a pair goes to."""
 
     models: list[Served] = field(default_factory=list)
+    _spellings: dict[str, dict[str, str]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, translators: Mapping[str, Translator]) -> Catalog:
@@ -85,13 +86,28 @@ class Catalog:
     def public(self, code: str, side: str) -> str:
         """The public code for `code` as a client gave it (either spelling, any case, a DeepL
         variant); UnknownLanguage when no model has it on that `side`."""
-        known = self.sources() if side == "source" else self.targets()
+        spelled = self._spelled(side)
         for candidate in _spellings(code):
+            if candidate in spelled:
+                return spelled[candidate]
+        raise UnknownLanguage(code, side, self.sources() if side == "source" else self.targets())
+
+    def _spelled(self, side: str) -> dict[str, str]:
+        """{a spelling, lower-cased: its public code} of every code of `side`, the first model's
+        and code's first: made once a side (every request asks; a many-language model has
+        hundreds of codes, and matching each against each per request took milliseconds)."""
+        made = self._spellings.get(side)
+        if made is None:
+            known = set(self.sources() if side == "source" else self.targets())
+            made = {}
             for m in self.models:
                 for public, native in m.codes.items():
-                    if candidate in (public.lower(), (native or "").lower()) and public in known:
-                        return public
-        raise UnknownLanguage(code, side, known)
+                    if public in known:
+                        made.setdefault(public.lower(), public)
+                        if native:
+                            made.setdefault(native.lower(), public)
+            self._spellings[side] = made
+        return made
 
     def route(self, source: str, target: str) -> Route:
         """The model for a pair of public codes: a one-pair model of that pair first, else a

@@ -1,7 +1,9 @@
 """A client's text as the pieces a model translates: a model reads one sentence on one line, and
 clients send paragraphs. The text is cut into lines (always: no sentence holds a line break) and,
-unless told not to, each line into sentences after . ! ? and their CJK forms; what lies between the
-pieces (line breaks, spaces, a blank line) is kept as it is and put back around the translations.
+unless told not to, each line into sentences after . ! ? and their CJK forms (not before a digit
+or a lower-case letter, nor after a day's or a month's full stop: abbreviations and dates stay
+whole); what lies between the pieces (line breaks, spaces, a blank line) is kept as it is and put
+back around the translations.
 
     cut = segment("Hello. How are you?\\n\\nBye.")
     cut.pieces            # ["Hello.", "How are you?", "Bye."]
@@ -62,10 +64,28 @@ def segment(text: str, *, sentences: bool = True) -> Segmented:
     return Segmented(tuple(parts))
 
 
+def _ends(line: str, match: re.Match[str]) -> bool:
+    """Whether a Latin mark ends a sentence: not before a digit or a lower-case letter ("déc. 1927",
+    "etc. and"), and a full stop not after a number of one or two digits ("9. Januar", "28. August":
+    German ordinals; "1993. 9. 11.": a Korean date). A year may end a sentence."""
+    if match.group(1) is None:  # a CJK mark
+        return True
+    following = line[match.end(1):match.end(1) + 1]
+    if following.isdigit() or following.islower():
+        return False
+    if line[match.start()] == ".":
+        before = line[:match.start()].rsplit(None, 1)
+        if before and before[-1].isdigit() and len(before[-1]) <= 2:
+            return False
+    return True
+
+
 def _sentences(line: str) -> tuple[list[str], list[str]]:
     """A line's sentences and the spaces between them (one fewer)."""
     pieces, separators, start = [], [], 0
     for end in _SENTENCE_END.finditer(line):
+        if not _ends(line, end):
+            continue
         space = 1 if end.group(1) is not None else 2
         pieces.append(line[start:end.start(space)])
         separators.append(end.group(space))
