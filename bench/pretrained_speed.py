@@ -28,6 +28,7 @@ Systems:
 - heed:          heed's search over the imported model (heed.search.translate_ids), float32;
 - heed-shortlist: the same over the model's shortlist (tc-big only; heed.search.shortlist);
 - heed-bf16:     heed's search with `heed.load(bf16=True)` (weights and products in bfloat16);
+- heed-int8:     heed's search with `heed.load(int8=True)` (dynamic int8 products: heed.nn.int8);
 - heed-onnx:     heed's search over `heed export --format onnx`, float32 (base only);
 - heed-ct2-int8: `heed export --format ctranslate2 --int8`, through heed's CT2 runtime as
   `heed translate` calls it (no attention asked; CTranslate2 ranks: heed.export.ct2_run.ranking);
@@ -50,7 +51,7 @@ from pathlib import Path
 
 EOS_BIAS = 30.0
 SLACK = 8  # the length limit is this far past --tokens: no output reaches it
-SYSTEMS = ("hf", "heed", "heed-shortlist", "heed-bf16", "heed-onnx", "heed-ct2-int8", "heed-ct2-int8-shortlist",
+SYSTEMS = ("hf", "heed", "heed-shortlist", "heed-bf16", "heed-int8", "heed-onnx", "heed-ct2-int8", "heed-ct2-int8-shortlist",
            "ct2-own-int8")
 ONLY = {"heed-onnx": "base", "heed-shortlist": "tc-big", "heed-ct2-int8-shortlist": "tc-big"}
 BASE_VOCAB = 58101  # opus-mt-fr-en: 58,100 pieces and <pad>
@@ -213,9 +214,9 @@ def run(system: str, root: Path, batch: int, count: int, tokens: int) -> dict:
         from heed.search.shortlist import shortlisted_search
 
         cpu = torch.device("cpu")
-        path = {"heed": "heed", "heed-shortlist": "heed", "heed-bf16": "heed", "heed-onnx": "onnx",
+        path = {"heed": "heed", "heed-shortlist": "heed", "heed-bf16": "heed", "heed-int8": "heed", "heed-onnx": "onnx",
                 "heed-ct2-int8": "ct2", "heed-ct2-int8-shortlist": "ct2"}[system]
-        translator = heed.load(root / path, device="cpu", bf16=system == "heed-bf16")
+        translator = heed.load(root / path, device="cpu", bf16=system == "heed-bf16", int8=system == "heed-int8")
         cfg = translator.resolve_decode({"beam_size": 5, "min_len": tokens, "max_len_a": 0.0,
                                          "max_len_b": tokens + SLACK, "length_penalty": 1.0, "length_norm": "power",
                                          "shortlist": system.endswith("shortlist")})

@@ -919,6 +919,38 @@ def _(c: Ctx) -> Call:
                 env=AVX2_ONLY)
 
 
+@case("translate-int8-without-cpu-kernels")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--int8"], ["--int8", "AVX2"], stdin="x\n",
+                env={"ATEN_CPU_CAPABILITY": "default"})  # a CPU without AVX2, as ATen sees it
+
+
+@case("translate-int8-on-cuda")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--int8", "--device", "cuda"], ["--int8", "CPU"], stdin="x\n")
+
+
+@case("translate-int8-with-bf16")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--int8", "--bf16"], ["--int8", "--bf16"], stdin="x\n")
+
+
+@case("translate-int8-of-an-export")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.exported(), "--int8"], ["--int8", "heed export --int8"], stdin="x\n")
+
+
+@case("evaluate-int8-on-cuda")
+def _(c: Ctx) -> Call:
+    src = c.file("src.txt", "x\n")
+    return Call(["evaluate", c.run, "--src", src, "--ref", src, "--int8", "--device", "cuda:0"], ["--int8", "CPU"])
+
+
+@case("serve-int8-with-bf16")
+def _(c: Ctx) -> Call:
+    return Call(["serve", c.run, "--int8", "--bf16"], ["--int8", "--bf16"])
+
+
 @case("translate-stdin-closed")
 def _(c: Ctx) -> Call:
     return Call(["translate", c.run], ["stdin"], close_stdin=True, env={})

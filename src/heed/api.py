@@ -50,8 +50,8 @@ from heed.explain.given_pairs import check_given
 from heed.explain.pairs import Subject, forced_pairs
 from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention, intervening
-from heed.nn.protocol import AlignmentLayerModel, SearchModel, TrainableModel, TranslationModel
-from heed.plumbing.runtime import check_bf16, limit_onednn_cache, resolve_device
+from heed.nn.protocol import AlignmentLayerModel, Int8Model, SearchModel, TrainableModel, TranslationModel
+from heed.plumbing.runtime import check_bf16, check_int8, cpu_int8_products_exact, limit_onednn_cache, resolve_device
 from heed.results import MAP_PARTS, Alignment, BeamNode, Exploration, HeadMaps, Translation
 from heed.search import DecodeConfig
 from heed.search.shortlist import Shortlist, Vocabularies, recorded_shortlist
@@ -112,19 +112,32 @@ def _recorded_reading(meta: dict[str, Any], directory: Path) -> dict[str, Any] |
     return reading
 
 
-def _ready(model: TrainableModel | OrtSeq2Seq, *, device: torch.device, bf16: bool) -> Any:
-    """The model as Translator decodes with it: a PyTorch model cast to bf16 (if asked), moved to
-    `device`, in eval mode, its decoder's weights column-major on the CPU; an exported model as it
-    is, after checking it is asked for nothing it cannot do."""
+def _ready(model: TrainableModel | OrtSeq2Seq, *, device: torch.device, bf16: bool, int8: bool = False) -> Any:
+    """The model as Translator decodes with it: a PyTorch model cast to bf16 or its products made
+    int8 (if asked), moved to `device`, in eval mode, its decoder's weights column-major on the CPU;
+    an exported model as it is, after checking it is asked for nothing it cannot do."""
+    if bf16 and int8:
+        raise HeedError("--int8 and --bf16 are two precisions for the same products; choose one")
     if not isinstance(model, torch.nn.Module):  # an exported model (heed.export.ort): ONNX Runtime on the CPU
+        if int8:
+            raise HeedError("--int8: an exported model runs in the precision it was exported in; export it with "
+                            "`heed export --int8`, or decode the model directory with --int8")
         if bf16 or device.type != "cpu":
             raise HeedError("an exported model runs on the CPU in the precision it was exported in; "
                             "drop --bf16 and --device cuda (or translate with the model directory)")
         return model
     if bf16:
         check_bf16(device, what="--bf16")
+    if int8:
+        check_int8(device, what="--int8")
+        if not isinstance(model, Int8Model):
+            raise HeedError(f"--int8: a model of the {getattr(model, 'family', '?')!r} family has no int8 path; "
+                            "decode in float32 (leave --int8 off)")
     limit_onednn_cache(bf16)
     ready = cast("TrainableModel", (model.to(torch.bfloat16) if bf16 else model).to(device).eval())
+    if int8:
+        # activations in 7 bits where the CPU's int8 pair sums saturate (heed.nn.int8)
+        cast("Int8Model", ready).to_int8(reduce_range=not cpu_int8_products_exact())
     if device.type == "cpu":
         ready.for_decoding()  # few rows a step: the faster GEMM layout there
     return ready
@@ -139,6 +152,12 @@ class Translator:
     batch 1, for small models and on CPUs without AMX it is slower (the figures, with their CPUs:
     bench/RESULTS.md, "bf16 decoding").
 
+    `int8=True` decodes on the CPU with dynamic int8 products (heed.nn.int8): every matrix product
+    with a weight (a Transformer's attention projections, feed-forward layers and output layer; an
+    RNN's linear layers, its LSTM cells staying float32) multiplies int8 weights, one scale per
+    output row, by activations quantized at each call. Its outputs may differ from float32's; what
+    it costs in quality and gains in speed: bench/RESULTS.md, "int8 decoding".
+
     The translator owns `model`: it is cast, moved and put in eval mode in place, and on the CPU
     its decoder's weights are stored column-major (heed.nn.layout; same values). An exported model
     (heed.export.ort.OrtSeq2Seq, from `Translator.load` of a `heed export` directory) is used as it is.
@@ -146,17 +165,20 @@ class Translator:
     models made ready so."""
 
     def __init__(self, model: TrainableModel | OrtSeq2Seq | Ensemble, codec: Codec, config: Config, *,
-                 device: torch.device, bf16: bool = False, recorded_reading: dict[str, Any] | None = None) -> None:
+                 device: torch.device, bf16: bool = False, int8: bool = False,
+                 recorded_reading: dict[str, Any] | None = None) -> None:
         if isinstance(model, Ensemble):
-            members = [_ready(cast("TrainableModel | OrtSeq2Seq", m), device=device, bf16=bf16) for m in model.members]
+            members = [_ready(cast("TrainableModel | OrtSeq2Seq", m), device=device, bf16=bf16, int8=int8)
+                       for m in model.members]
             # an Ensemble's search states are its own (EnsembleState), which search only hands back to it
             self.model: TranslationModel = cast("TranslationModel", Ensemble(members))
         else:
-            self.model = _ready(model, device=device, bf16=bf16)
+            self.model = _ready(model, device=device, bf16=bf16, int8=int8)
         self.codec = codec
         self.config = config
         self.device = device
         self.bf16 = bf16
+        self.int8 = int8
         # The reading of the attention training recorded (heed.json's "alignment", written by
         # heed.train), or None: the heads guided alignment trained ("trained": true), or else the
         # reading that aligned best with the dev gold. `heed align` uses it unless told another
@@ -168,13 +190,14 @@ class Translator:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, device: str = "auto",
-             bf16: bool = False, verify: bool | None = None, src_lang: str | None = None,
+             bf16: bool = False, int8: bool = False, verify: bool | None = None, src_lang: str | None = None,
              tgt_lang: str | None = None) -> Translator:
         """Load a model directory, or the `model/` inside a training output directory, or a directory
         `heed export` wrote (run by ONNX Runtime on the CPU; `device` "auto" means the CPU there), or
         a pretrained model on the Hugging Face hub, "hf:ORG/NAME[@REVISION]" (imported once into
         heed's cache, as `heed import` would: heed.pretrained.imported).
-        `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16;
+        `device`: "auto" (CUDA if available), "cpu" or "cuda"; `bf16`: decode in bfloat16; `int8`:
+        decode with dynamic int8 products on the CPU ("auto" then means the CPU);
         `verify`: check every file's sha256 first (default: yes, unless HEED_VERIFY=0);
         `src_lang`, `tgt_lang`: a many-language model's pair (`with_languages`).
 
@@ -193,12 +216,17 @@ class Translator:
         paths = [imported(str(p)) if is_hub_id(str(p)) else p for p in paths]
 
         exported = [is_exported_dir(p) for p in paths]
-        # An exported model runs on the CPU, so "auto" means the CPU for an ensemble holding one.
-        torch_device = resolve_device("cpu" if device == "auto" and any(exported) else device, field="device")
+        if int8 and device != "auto":  # before the device is looked for: the refusal is the same without CUDA
+            check_int8(torch.device(device.partition(":")[0] if device.startswith("cuda") else device),
+                       what="--int8")
+        # An exported model runs on the CPU, and so does int8, so "auto" means the CPU for them.
+        torch_device = resolve_device("cpu" if device == "auto" and (any(exported) or int8) else device,
+                                      field="device")
         parts = [_load_parts(p, exported=e, device=torch_device, verify=verify) for p, e in zip(paths, exported)]
         if len(parts) == 1:
             model, codec, config, reading = parts[0]
-            translator = cls(model, codec, config, device=torch_device, bf16=bf16, recorded_reading=reading)
+            translator = cls(model, codec, config, device=torch_device, bf16=bf16, int8=int8,
+                             recorded_reading=reading)
             translator.shortlist = _shortlist(paths[0], codec, exported=exported[0])
             return translator.with_languages(src_lang, tgt_lang)
         (_, codec, config, _), first = parts[0], paths[0]
@@ -210,7 +238,7 @@ class Translator:
         shortest = min(c.data.max_src_len for _, _, c, _ in parts)
         config = config.model_copy(update={"data": config.data.model_copy(update={"max_src_len": shortest})})
         ensemble = cls(Ensemble([cast("SearchModel", m) for m, _, _, _ in parts]), codec, config, device=torch_device,
-                       bf16=bf16)
+                       bf16=bf16, int8=int8)
         return ensemble.with_languages(src_lang, tgt_lang)
 
     def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> Translator:

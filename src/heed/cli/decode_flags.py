@@ -30,6 +30,9 @@ DICTIONARY_HELP = "A source<TAB>target word list for --replace-unk (implies it);
 BF16_HELP = ("Decode in bfloat16 (weights cast once, products under autocast, scores in float32): meant for "
              "batches of a large model on a GPU; on a CPU, measure before you use it. The outputs may differ a "
              "little from float32's.")
+INT8_HELP = ("Decode on the CPU with dynamic int8 matrix products (weights int8 per output row, activations "
+             "quantized at each product; PyTorch's fbgemm kernels, AVX2 or later). The outputs may differ a "
+             "little from float32's. Not for exported models: heed export --int8 makes an int8 export.")
 
 
 DECODE_PANEL = "Decoding options"  # the heading the decode flags stand under in --help, after a command's own

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from heed.cli.app import THREADS_HELP, F, escape, flags_in_place, friendly_errors, language_options, stderr, with_pair
-from heed.cli.decode_flags import BF16_HELP
+from heed.cli.decode_flags import BF16_HELP, INT8_HELP
 from heed.cli.io import model_names
 from heed.errors import HeedError, install_hint
 
@@ -89,6 +89,7 @@ def serve(
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     threads: int | None = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
+    int8: bool = typer.Option(False, "--int8", help=INT8_HELP),
     limits: dict[str, Any] = LIMITS,  # the LIMIT_OPTIONS flags, here (limit_options)
     log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level: debug, info, warning, error."),
     api_keys: Path | None = typer.Option(None, "--api-keys", metavar="FILE",
@@ -142,11 +143,12 @@ def serve(
     settings = ServeSettings(**limits, cors_origins=parse_origins(cors_origins))
     keys = read_keys(api_keys) if api_keys is not None else frozenset()
     with torch_threads(threads):
-        translators = {label: Translator.load(path, device=device, bf16=bf16) for label, path in zip(labels, models)}
+        translators = {label: Translator.load(path, device=device, bf16=bf16, int8=int8)
+                       for label, path in zip(labels, models)}
         metrics = {label: last_metrics(exported_dir(path) or find_model_dir(path))
                    for label, path in zip(labels, models)}
         for name, members in groups.items():
-            translators[name] = Translator.load(members, device=device, bf16=bf16)
+            translators[name] = Translator.load(members, device=device, bf16=bf16, int8=int8)
             metrics[name] = None
         # The pair is the default of the many-language models among those served; a request may give another.
         translators = {name: with_pair(t, languages) for name, t in translators.items()}

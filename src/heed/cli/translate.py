@@ -12,7 +12,14 @@ from typing import IO, TYPE_CHECKING, Any
 import typer
 
 from heed.cli.app import ENSEMBLE_HELP, THREADS_HELP, friendly_errors, language_options, with_pair
-from heed.cli.decode_flags import BF16_HELP, DICTIONARY_HELP, REPLACE_UNK_HELP, decode_options, resolve_decode
+from heed.cli.decode_flags import (
+    BF16_HELP,
+    DICTIONARY_HELP,
+    INT8_HELP,
+    REPLACE_UNK_HELP,
+    decode_options,
+    resolve_decode,
+)
 from heed.cli.io import check_figure_path, chunks, model_names, print_table, read_lines, truncation_message
 from heed.cli.progress import Progress, progress_option
 from heed.errors import HeedError
@@ -114,6 +121,7 @@ def translate(
     progress: bool | None = progress_option(),
     threads: int | None = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
+    int8: bool = typer.Option(False, "--int8", help=INT8_HELP),
     explain: Explain | None = typer.Option(None, "--explain", help=EXPLAIN_HELP),
     text_format: TextFormat = typer.Option(TextFormat.text, "--format", help=FORMAT_HELP),
     aligner: str = typer.Option("model", "--aligner", help="With --format html|xml: whose links place the tags, "
@@ -151,7 +159,7 @@ def translate(
     if output is None and (sys.stdout is None or sys.stdout.closed):
         raise HeedError("no output: stdout is closed; give --output FILE")
     table = load_dictionary(dictionary) if dictionary is not None else None
-    translator = Translator.load(models, device=device, bf16=bf16, **languages)
+    translator = Translator.load(models, device=device, bf16=bf16, int8=int8, **languages)
     cfg = resolve_decode(translator, decode)  # before reading: a bad flag fails before any input is typed
     _check_combination(translator, cfg, explain=explain is not None, text_format=text_format,
                        replace_unk=replace_unk, aligner=aligner)
@@ -307,6 +315,7 @@ def evaluate(
     progress: bool | None = progress_option(),
     threads: int | None = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     bf16: bool = typer.Option(False, "--bf16", help=BF16_HELP),
+    int8: bool = typer.Option(False, "--int8", help=INT8_HELP),
     *,
     decode: dict[str, Any],
     languages: dict[str, Any],
@@ -329,7 +338,7 @@ def evaluate(
     check_figure_path(plot)
     table = load_dictionary(dictionary) if dictionary is not None else None
     pairs = list(read_parallel(src, ref, streams=True))
-    translator = Translator.load(models, device=device, bf16=bf16, **languages)
+    translator = Translator.load(models, device=device, bf16=bf16, int8=int8, **languages)
     cfg = resolve_decode(translator, decode)
     # In chunks, as `heed translate` does, so both give the same outputs for the same file.
     with torch_threads(threads), Progress("translating", total=len(pairs), enabled=progress) as bar:

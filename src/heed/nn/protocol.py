@@ -4,7 +4,8 @@ one builder registered in heed.nn.build; everything outside heed/nn talks to the
 
     search         encode -> Encoded; init_state -> a state; step -> Step; state.select, enc.repeat/select
     translator     + has_attention, parameters, a teacher-forced __call__ (forced decoding, explorer,
-                   alignments), for_decoding (the step's weight layout)
+                   alignments), for_decoding (the step's weight layout); to_int8 for int8
+                   decoding on the CPU (Int8Model, heed.nn.int8), where a family has it
     training       + loss, compile_teacher_forced
     export         + family, and the family's graphs (heed.export)
     own search     a runtime that searches itself (a CTranslate2 export): heed.search.OwnSearchModel,
@@ -134,8 +135,19 @@ class ShortlistModel(Protocol):
         """prev_tokens (rows,) -> the step up to the output layer."""
         ...
 
-    def output_layer(self) -> tuple[Tensor, Tensor | None]:
-        """The output layer: weight (vocab, d), bias (vocab,) or None; logits = features W^T + b."""
+    def output_rows(self, ids: Tensor) -> Callable[[Tensor], Tensor]:
+        """The output layer restricted to its rows `ids` (n,) long, gathered once: features (rows, d)
+        -> logits (rows, n), features W[ids]^T + b[ids]."""
+        ...
+
+
+@runtime_checkable
+class Int8Model(Protocol):
+    """A model that can run its matrix products in dynamic int8 on the CPU (heed.nn.int8): both of
+    heed's families. `reduce_range`: activations in 7 bits, for x86 CPUs whose int8 sums saturate."""
+
+    def to_int8(self, *, reduce_range: bool) -> None:
+        """Replace, in place, the products it decodes with by int8 ones; the model then only decodes."""
         ...
 
 

@@ -68,6 +68,35 @@ def cpu_int8_products_exact() -> bool:
     return flags is None or any(flag in flags for flag in _INT8_DOT_FLAGS)
 
 
+def cpu_int8_problem() -> str | None:
+    """None where PyTorch's dynamic int8 linear (fbgemm, through the 'x86' or 'fbgemm' quantized
+    engine: heed.nn.int8) runs on this CPU; otherwise why not, in one line. fbgemm needs an x86 CPU
+    with AVX2 at least: asked of torch's engines and of ATen's CPU capability (which
+    ATEN_CPU_CAPABILITY=default lowers, as on a CPU without AVX2)."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"heed's int8 decoding runs on x86 CPUs (fbgemm), not {platform.machine()}"
+    engines = torch.backends.quantized.supported_engines
+    if not any(engine in engines for engine in ("x86", "fbgemm")):
+        return f"this PyTorch build has no fbgemm quantized engine (it has {', '.join(engines) or 'none'})"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in ("AVX2", "AVX512"):
+        return f"this CPU cannot run fbgemm's int8 kernels (CPU capability {capability}: they need AVX2 or AVX-512)"
+    return None
+
+
+def check_int8(device: torch.device, *, what: str) -> None:
+    """Raise a HeedError in one line when int8 decoding was asked for (`what`: the option) where it
+    cannot run: on a GPU (PyTorch's int8 kernels are the CPU's) or on a CPU without fbgemm's kernels."""
+    if device.type != "cpu":
+        raise HeedError(f"{what}: int8 decoding runs on the CPU (PyTorch's quantized kernels); "
+                        f"use --device cpu, or bf16 on the GPU")
+    problem = cpu_int8_problem()
+    if problem is not None:
+        raise HeedError(f"{what}: {problem}; decode in float32 (leave {what} off)")
+
+
 def bf16_supported(device: torch.device) -> bool:
     """Whether bfloat16 compute works on `device` (a CUDA GPU that supports it, or a CPU whose oneDNN does)."""
     if device.type == "cuda":

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from heed.decode_config import DecodeConfig
@@ -257,9 +256,7 @@ class _Restricted:
 
     def __init__(self, model: ShortlistModel, ids: Tensor) -> None:
         self.model, self.ids = model, ids
-        weight, bias = model.output_layer()
-        self.weight = weight.index_select(0, ids)  # (n, d)
-        self.bias = None if bias is None else bias.index_select(0, ids)
+        self.output = model.output_rows(ids)  # features (rows, d) -> logits (rows, n)
         position = {int(t): k for k, t in enumerate(ids.tolist())}
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = (position[i] for i in (model.pad_id, model.bos_id,
                                                                                    model.eos_id, model.unk_id))
@@ -274,7 +271,7 @@ class _Restricted:
     def step(self, prev_tokens: Tensor, state: SearchState, enc: Encoded) -> _Step:
         """prev_tokens (rows,) positions in ids -> logits (rows, n) over the shortlist."""
         out = self.model.step_features(self.ids[prev_tokens], state, enc)
-        return _Step(F.linear(out.features, self.weight, self.bias), out.state, out.attention)
+        return _Step(self.output(out.features), out.state, out.attention)
 
 
 def shortlisted_search(model: ShortlistModel, shortlist: Shortlist, src_ids: Sequence[list[int]], cfg: DecodeConfig,

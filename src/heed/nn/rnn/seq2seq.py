@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from torch import Tensor, nn
 
+from heed.nn.int8 import quantize_linears
 from heed.nn.layout import for_decoding
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.protocol import MeasuredReading, Seq2SeqOutput
@@ -45,6 +46,12 @@ class Seq2Seq(nn.Module):
     def for_decoding(self) -> None:
         """The decoder's matrices column-major for the step's few rows (heed.nn.layout)."""
         for_decoding(self.decoder)
+
+    def to_int8(self, *, reduce_range: bool) -> None:
+        """Every nn.Linear of encoder, bridge and decoder in dynamic int8 from now on (heed.nn.int8):
+        the attention's projections, W_c, the readout and the generator. The LSTM/GRU cells stay
+        float32 (PyTorch has no int8 kernel heed's step loop could call), and so do embeddings."""
+        quantize_linears(self, reduce_range=reduce_range)
 
     @property
     def has_attention(self) -> bool:

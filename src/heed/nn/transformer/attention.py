@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from heed.nn.int8 import Int8Linear
 from heed.nn.intervention import active as intervention_active
 from heed.nn.intervention import intervene
 from heed.nn.masks import masked_softmax
@@ -37,6 +38,18 @@ from heed.nn.masks import masked_softmax
 class HeadsAttended(NamedTuple):
     context: Tensor  # (batch, q_len, d_model), after W_o
     weights: Tensor | None  # (batch, heads, q_len, k_len) every head's weights; None when not asked for
+
+
+class Int8Projections(nn.Module):
+    """`in_proj_weight`'s three products in int8 (heed.nn.int8), each slice packed once: the query's
+    rows (W_q), the memory's (W_k, W_v) and all three (self-attention's one product)."""
+
+    def __init__(self, weight: Tensor, bias: Tensor, *, reduce_range: bool) -> None:
+        super().__init__()
+        d = weight.size(1)
+        self.query = Int8Linear(weight[:d], bias[:d], reduce_range=reduce_range)
+        self.memory = Int8Linear(weight[d:], bias[d:], reduce_range=reduce_range)
+        self.all = Int8Linear(weight, bias, reduce_range=reduce_range)
 
 
 class MultiHeadAttention(nn.Module):
@@ -51,6 +64,16 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout  # on the attention weights, in training (Vaswani et al. 2017 apply it to the sums)
         nn.init.xavier_uniform_(self.in_proj_weight)  # as nn.MultiheadAttention
         nn.init.zeros_(self.out_proj.bias)
+        # Set by to_int8: the projections' int8 products; None, the float ones (F.linear below).
+        self.int8: Int8Projections | None = None
+
+    def to_int8(self, *, reduce_range: bool) -> None:
+        """Run the projections' products in int8 from now on (heed.nn.int8): W_q, W_k W_v and
+        W_q W_k W_v packed, and out_proj an Int8Linear. For decoding; the float weights stay, unused
+        by the products."""
+        self.int8 = Int8Projections(self.in_proj_weight, self.in_proj_bias, reduce_range=reduce_range)
+        assert isinstance(self.out_proj, nn.Linear), "to_int8 runs once"
+        self.out_proj = Int8Linear.of(self.out_proj, reduce_range=reduce_range)  # type: ignore[assignment]
 
     def _split(self, x: Tensor) -> Tensor:
         """(batch, len, d_model) -> (batch, heads, len, d_k)."""
@@ -58,12 +81,17 @@ class MultiHeadAttention(nn.Module):
 
     def project_query(self, x: Tensor) -> Tensor:
         """x (batch, q_len, d_model) -> Q W_q (batch, heads, q_len, d_k)."""
+        if self.int8 is not None:
+            return self._split(self.int8.query(x))
         d = self.d_model
         return self._split(F.linear(x, self.in_proj_weight[:d], self.in_proj_bias[:d]))
 
     def project_memory(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x (batch, k_len, d_model) -> K W_k, V W_v, each (batch, heads, k_len, d_k): the
         cross-attention's keys and values, once per source."""
+        if self.int8 is not None:
+            k, v = self.int8.memory(x).chunk(2, dim=-1)
+            return self._split(k), self._split(v)
         d = self.d_model
         k, v = F.linear(x, self.in_proj_weight[d:], self.in_proj_bias[d:]).chunk(2, dim=-1)
         return self._split(k), self._split(v)
@@ -71,7 +99,10 @@ class MultiHeadAttention(nn.Module):
     def project_all(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Self-attention's three projections in one product: x (batch, len, d_model) -> q, k, v,
         each (batch, heads, len, d_k)."""
-        q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
+        if self.int8 is not None:
+            q, k, v = self.int8.all(x).chunk(3, dim=-1)
+        else:
+            q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
         return self._split(q), self._split(k), self._split(v)
 
     def head_outputs(self, v: Tensor) -> Tensor:

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from heed.nn.int8 import Int8Linear, quantize_linears
 from heed.nn.layout import column_major, for_decoding
 from heed.nn.loss import SeqLoss, TargetBatch, generator_loss
 from heed.nn.masks import lengths_to_mask
@@ -310,11 +311,17 @@ class TransformerSeq2Seq(nn.Module):
         assert attention is not None
         return TransformerStepFeatures(dec.norm(x).squeeze(1), cache_state(tensors), attention)
 
-    def output_layer(self) -> tuple[Tensor, Tensor | None]:
-        """The output layer's weight (vocab, d_model) and bias (vocab,) (heed.search.shortlist)."""
-        weight, bias = self.decoder.generator.weight, self.decoder.generator.bias
+    def output_rows(self, ids: Tensor) -> Callable[[Tensor], Tensor]:
+        """The output layer restricted to its rows `ids` (n,) long, gathered once: features
+        (rows, d_model) -> logits (rows, n) (heed.search.shortlist). An int8 model's (to_int8)
+        keeps its int8 rows and their scales."""
+        generator = self.decoder.generator
+        if isinstance(generator, Int8Linear):
+            return generator.rows(ids)
+        weight, bias = generator.weight, generator.bias
         assert isinstance(weight, Tensor) and (bias is None or isinstance(bias, Tensor))
-        return weight, bias
+        picked, picked_bias = weight.index_select(0, ids), None if bias is None else bias.index_select(0, ids)
+        return lambda features: F.linear(features, picked, picked_bias)
 
     # ------------------------------------------------------------------ teacher forcing
 
@@ -447,6 +454,20 @@ class TransformerSeq2Seq(nn.Module):
         if isinstance(generator, TiedGenerator):
             table = generator.weight
             table.data = column_major(table.data)
+
+    def to_int8(self, *, reduce_range: bool) -> None:
+        """Every matrix product of encoder and decoder in dynamic int8 from now on (heed.nn.int8):
+        the attention projections (MultiHeadAttention.to_int8), the feed-forward layers and the
+        output layer, the tied one included (its weight stays the embedding table, looked up in
+        float32). LayerNorms, embeddings, the attention's own products (scores, weighted sums) and
+        the softmax stay float32. For decoding: the model is not trained afterwards."""
+        for module in self.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.to_int8(reduce_range=reduce_range)
+        quantize_linears(self, reduce_range=reduce_range)
+        generator = self.decoder.generator
+        if isinstance(generator, TiedGenerator):
+            self.decoder.generator = Int8Linear(generator.weight, generator.bias, reduce_range=reduce_range)
 
 
 def build_transformer(cfg: TransformerConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
