@@ -1,4 +1,4 @@
-"""Fakes and helpers shared by the search tests (tests/test_search.py, tests/test_search_modes.py).
+"""Fakes and helpers shared by the search tests (tests/search/test_search.py, tests/search/test_search_modes.py).
 
 Three kinds of model: tiny random seeded Seq2Seq models (luong / bahdanau / plain), a scripted
 fake whose next-token probabilities are a table (so beams can be worked out by hand), and the

@@ -1,5 +1,5 @@
-"""An exported directory served beside the model directory it came from (tests/test_export.py for
-ONNX, tests/test_export_ct2.py for CTranslate2)."""
+"""An exported directory served beside the model directory it came from (tests/export/test_export.py for
+ONNX, tests/export/test_export_ct2.py for CTranslate2)."""
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -2,11 +2,11 @@
 length-bucketing at training time, and the fused attention kernel in the whole model.
 
 What is already pinned elsewhere is not repeated here:
-- one sentence alone vs. in a padded batch, at the level of `search` (tests/test_search.py), the
+- one sentence alone vs. in a padded batch, at the level of `search` (tests/search/test_search.py), the
   decoder (tests/nn/test_decoder.py) and the encoder (tests/nn/test_encoder.py);
 - the fused SDPA context vs. the explicit one for a single attention call, with gradients
   (tests/nn/test_attention.py);
-- the vectorised beam vs. a reference loop (tests/test_search.py).
+- the vectorised beam vs. a reference loop (tests/search/test_search.py).
 Here: the same truths end to end, through `heed.api.Translator` (which sorts by length, pads,
 batches and puts results back in input order), through `token_batches` + the training loss
 (targets padded too), and through the whole model's forward and backward with the fused path.

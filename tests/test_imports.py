@@ -1,5 +1,6 @@
 """The arrows between heed's rooms run one way (DESIGN.md): translating loads neither the trainer
-nor, until an exported model is used, onnx / onnxruntime / ctranslate2."""
+nor, until an exported model is used, onnx / onnxruntime / ctranslate2. And tests/ mirrors the
+rooms: a test file is in tests/<room>/, or at the root with the reason it tests no one room."""
 import ast
 import subprocess
 import sys
@@ -267,3 +268,80 @@ def test_no_module_imports_the_root_package():
     """The root package imports heed.api (heed.load), so a module under it that imported the root
     (`import heed` for heed.__version__) would sit beside the facade; the version is heed.version's."""
     assert [name for name, imported in import_graph(SRC).items() if "heed" in imported] == []
+
+
+# ------------------------------------------------------------------------------ tests/ mirrors the rooms
+# A test file lives in the folder of the room it tests: src/heed/serve/ -> tests/serve/, and a
+# top-level module's tests in a folder of its name (checkpoint.py -> tests/checkpoint/). The shared
+# helpers (conftest.py, search_fakes.py, cli_helpers.py, ...) stay at tests/'s root, where pytest's
+# `pythonpath = ["tests"]` makes them importable from every folder.
+
+TESTS = pathlib.Path(__file__).resolve().parent
+
+# tests/'s folders that are not rooms: what the tests read or register, not tests of a room
+TEST_HELPER_FOLDERS = {
+    "fixtures": "a model directory from before the families' seam, and the script that made it",
+    "snapshots": "every command's help, the OpenAPI schema and the readings' answers, byte for byte",
+    "toy_family": "a whole model family made in the tests, registered by tests/nn/test_family_contract.py",
+}
+
+# the test files that stay at tests/'s root, because no one room is what they test
+CROSS_CUTTING = {
+    "test_imports.py": "the arrows between all the rooms, and this mirror",
+    "test_snapshots.py": "what a user sees of every command and of the server",
+    "test_bad_inputs.py": "every command's bad inputs, one line and exit 2 each",
+    "test_bad_inputs_hub.py": "a hostile hub against both `heed import` and heed.load",
+    "test_property_inputs.py": "random bytes to every reader (corpora, configs, YAML)",
+    "test_fast_paths.py": "the speed tricks of translating, training and the attention kernel together",
+    "test_docs.py": "the docs' examples, run as a user runs them",
+    "test_docs_site.py": "the documentation site over docs/",
+    "test_readme_commands.py": "the README's commands after the demo",
+    "test_packaging.py": "the wheel and sdist, installed into a fresh venv",
+    "test_make_venv.py": "tools/make_venv.py",
+    "test_bench_compare_configs.py": "bench/compare's heed configs",
+}
+
+
+def heed_rooms(src: pathlib.Path) -> set[str]:
+    """The rooms a folder of tests/ may be named after: heed's subpackages and top-level modules."""
+    packages = {p.parent.name for p in src.glob("*/__init__.py")}
+    modules = {p.stem for p in src.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    return packages | modules
+
+
+def mirror_faults(tests: pathlib.Path, src: pathlib.Path) -> list[str]:
+    """What breaks the mirror: a folder of tests/ that is neither a room nor a helper folder, and a
+    test file at tests/'s root that is not in CROSS_CUTTING."""
+    rooms = heed_rooms(src)
+    faults = [f"tests/{p.name}/ is not a room of src/heed (rooms: {', '.join(sorted(rooms))})"
+              for p in sorted(tests.iterdir())
+              if p.is_dir() and not p.name.startswith((".", "__")) and p.name not in rooms | TEST_HELPER_FOLDERS.keys()]
+    faults += [f"tests/{p.name} belongs in the folder of the room it tests (tests/<room>/), or in "
+               f"test_imports.CROSS_CUTTING with the reason it tests no one room"
+               for p in sorted(tests.glob("test_*.py")) if p.name not in CROSS_CUTTING]
+    return faults
+
+
+def test_tests_mirror_the_package():
+    assert mirror_faults(TESTS, SRC) == []
+
+
+def test_every_cross_cutting_test_and_helper_folder_exists():
+    """The lists above name what is there: a file moved into a room leaves CROSS_CUTTING."""
+    assert [name for name in CROSS_CUTTING if not (TESTS / name).is_file()] == []
+    assert [name for name in TEST_HELPER_FOLDERS if not (TESTS / name).is_dir()] == []
+
+
+def test_the_mirror_reader_sees_a_stray_folder_and_a_flat_test_file(tmp_path):
+    src, tests = tmp_path / "src" / "heed", tmp_path / "tests"
+    (src / "serve").mkdir(parents=True)
+    (src / "serve" / "__init__.py").write_text("")
+    (src / "checkpoint.py").write_text("")
+    for folder in ("serve", "checkpoint", "fixtures", "__pycache__", "serving"):
+        (tests / folder).mkdir(parents=True)
+    for name in ("conftest.py", "search_fakes.py", "test_imports.py", "test_serve_api.py"):
+        (tests / name).write_text("")
+    faults = mirror_faults(tests, src)
+    assert len(faults) == 2
+    assert faults[0].startswith("tests/serving/ is not a room")
+    assert faults[1].startswith("tests/test_serve_api.py belongs in the folder")

@@ -63,14 +63,15 @@ SKIPPED = (
     ("make demo", "what this test does first, on the shrunk config: .venv/bin/heed demo"),
     ("make test", "the whole suite, this test among it"),
     ("hf:Helsinki-NLP/opus-mt-fr-en", ("downloads from the Hugging Face hub; the conversion runs offline in "
-                                       "tests/test_pretrained*.py and docs/pretrained.md's worked example")),
+                                       "tests/pretrained/test_pretrained*.py and docs/pretrained.md's worked example")),
     ("models/opus-fr-en", "reads the model the download above writes"),
-    ("heed serve ", ("starts a server that runs until stopped (the server: tests/test_cli_serve.py, "
-                     "tests/test_serve_api.py)")),
-    ("HEED_SCREENSHOT=1", "needs Chromium and remakes docs/explorer.png (tests/test_serve_browser.py)"),
-    ("--src tagged.html", "reads a user's own tagged file and translations (heed markup --tgt: tests/test_markup.py)"),
+    ("heed serve ", ("starts a server that runs until stopped (the server: tests/cli/test_cli_serve.py, "
+                     "tests/serve/test_serve_api.py)")),
+    ("HEED_SCREENSHOT=1", "needs Chromium and remakes docs/explorer.png (tests/serve/test_serve_browser.py)"),
+    ("--src tagged.html", ("reads a user's own tagged file and translations (heed markup --tgt: "
+                           "tests/markup/test_markup.py)")),
     ("--processes 2", ("starts two training processes of the whole demo config (--processes: "
-                       "tests/test_distributed.py)")),
+                       "tests/train/test_distributed.py)")),
 )
 
 # Commands naming runs/demo known to fail today: each still runs (so a fix is seen) but may exit non-zero.

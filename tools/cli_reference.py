@@ -4,8 +4,8 @@ it, in the order `heed --help` lists them, each as heed prints it (80 columns, n
     python tools/cli_reference.py > docs/cli.md        # after changing a command's help
     python tools/cli_reference.py --check              # exit 1 when docs/cli.md is stale
 
-tests/test_cli_reference.py keeps the committed page equal to what this prints, as
-tests/test_config_reference.py does for docs/config.md (`heed config`).
+tests/cli/test_cli_reference.py keeps the committed page equal to what this prints, as
+tests/config/test_config_reference.py does for docs/config.md (`heed config`).
 """
 from __future__ import annotations
 

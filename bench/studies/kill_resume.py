@@ -14,7 +14,7 @@ the kill came before the first checkpoint was complete). The child's hooks live 
 (`--child`), not in heed.
 
     python bench/studies/kill_resume.py --points 20 --seed 0      # the figure in bench/RESULTS.md
-    python bench/studies/kill_resume.py --points 3                # what tests/test_kill_resume.py runs
+    python bench/studies/kill_resume.py --points 3                # what tests/train/test_kill_resume.py runs
 """
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def reference() -> str:
     """The reference as Markdown: a table of fields per section."""
     out = ["# Configuration reference", "",
            ("Every field of a heed config (`heed train CONFIG`, `--set FIELD=VALUE`), generated from the "
-           "validated models in `heed.config` by `heed config` (tests/test_config_reference.py keeps this "
+           "validated models in `heed.config` by `heed config` (tests/config/test_config_reference.py keeps this "
            "file equal to it). A field not listed is an error naming it; numbers are finite."), ""]
     docs = {name: doc for name, doc in (i for i in fields() if isinstance(i, tuple))}
     current: str | None = None  # the section whose table is open

@@ -4,8 +4,8 @@ sinusoidal positions and tied embeddings; post-norm with learned positions), and
 made here to show what adding one takes: tests/toy_family/ (a bag of embeddings with attention) and
 the one register_family line below, which is all it takes for the toy to be read from a config file,
 trained by `heed train` and served by `heed serve` to the explorer (the last test). A new family of
-heed's joins by joining search_fakes.MODEL_KINDS. The exported graphs' half of the contract is in tests/test_export.py;
-an all-padding row of the RNNs' attention (every score, fp32/fp16/bf16) is
+heed's joins by joining search_fakes.MODEL_KINDS. The exported graphs' half of the contract is in
+tests/export/test_export.py; an all-padding row of the RNNs' attention (every score, fp32/fp16/bf16) is
 tests/nn/test_attention.py::test_all_padding_row_gives_zero_weights_and_context_and_finite_gradient."""
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ is an `OwnSearchModel` (heed.search): `translate_ids` takes what heed's `search.
 takes (source ids, a DecodeConfig, batch size, prefixes) and gives the same `Decoded` hypotheses,
 with heed's tokens, scores and lengths:
 - greedy, and the best hypothesis of a beam search without penalties: CTranslate2's search gives
-  heed's (tests/test_export_ct2.py; bench/compare's heed-ct2 column); with the power length penalty
+  heed's (tests/export/test_export_ct2.py; bench/compare's heed-ct2 column); with the power length penalty
   (the imported OPUS-MT, NLLB and M2M-100 models' own) CTranslate2 also finishes and ranks the best
   (`ranking` says which path a request takes; the same best hypothesis as heed's exact search on
   1,000 sentences: bench/RESULTS.md). Below the best, an n-best

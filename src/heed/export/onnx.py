@@ -92,7 +92,7 @@ def graph_files(cfg: ModelConfig) -> dict[str, tuple[list[str], list[str]]]:
 def _quiet_stderr() -> Iterator[None]:
     """Silence the exporter's C++ shape-inference notes about prim::PackPadded (written straight to
     file descriptor 2, past Python's warnings): the graphs are checked by onnx.checker and by
-    tests/test_export.py, and a user of `heed export` can do nothing about them."""
+    tests/export/test_export.py, and a user of `heed export` can do nothing about them."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:

@@ -17,7 +17,7 @@ thread: the baseline the load bench compares against.
 
 Batching changes no hypothesis, only which sentences share a matrix product: tokens are the same,
 and scores agree to float rounding (BLAS picks its kernels by the number of rows, so a sentence's
-last bits can differ between a batch of 1 and a batch of 50; tests/test_serve_api.py checks it).
+last bits can differ between a batch of 1 and a batch of 50; tests/serve/test_serve_api.py checks it).
 """
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def _cell(rnn: nn.RNNBase, layer: int, x: Tensor, hx: tuple[Tensor, ...]) -> tup
 
 class StepGraph(nn.Module):
     """One decoder step, the arithmetic of `LuongDecoder`/`BahdanauDecoder`/`PlainDecoder._step_features`
-    plus the generator, over the same parameters (tests/test_export.py holds it to PyTorch's search).
+    plus the generator, over the same parameters (tests/export/test_export.py holds it to PyTorch's search).
 
     Inputs: prev_tokens (rows,) int64; h [, c] (layers, rows, hidden); feed (rows, hidden) for
     Luong with input feeding; coverage (rows, src_len) float32, c^t, for a coverage model;

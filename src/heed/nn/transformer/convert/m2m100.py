@@ -1,5 +1,5 @@
 """M2M-100 and NLLB-200 in Hugging Face's layout (`M2M100ForConditionalGeneration`, model_type
-"m2m_100") -> heed's Transformer, with the same numbers (tests/test_pretrained_m2m100.py checks
+"m2m_100") -> heed's Transformer, with the same numbers (tests/pretrained/test_pretrained_m2m100.py checks
 them against transformers).
 
 What M2M-100 is, in the family's terms (transformers' modeling_m2m_100.py):

@@ -1,5 +1,5 @@
 """OPUS-MT and other Marian models in Hugging Face's layout (`MarianMTModel`, model_type "marian")
--> heed's Transformer, with the same numbers (tests/test_pretrained_marian.py checks them against
+-> heed's Transformer, with the same numbers (tests/pretrained/test_pretrained_marian.py checks them against
 transformers).
 
 What Marian is, in the family's terms (transformers' modeling_marian.py):

@@ -1,6 +1,6 @@
 """A Marian release as OPUS-MT publishes it (a zip of `*.npz` weights, `*.vocab.yml`, `source.spm`,
 `target.spm` and `decoder.yml`) -> heed's Transformer, the same model transformers' own conversion
-of the release gives (tests/test_pretrained_marian_npz.py checks both, and CTranslate2's reading
+of the release gives (tests/pretrained/test_pretrained_marian_npz.py checks both, and CTranslate2's reading
 of the same file).
 
 The .npz holds the training options as YAML under "special:model.yml" and the weights under

@@ -1,4 +1,4 @@
-"""The explorer's look-inside views in real headless Chromium (as tests/test_serve_browser.py):
+"""The explorer's look-inside views in real headless Chromium (as tests/serve/test_serve_browser.py):
 the layer x head grid (a click enlarges the right head, and its weights are the API's), the
 attribution view beside the attention, and the permuted-attention toggle.
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import test_serve_browser as browser_tests
-from test_serve_browser import REPO, VIEWPORT, Explorer, Server, _serve
+from serve import test_serve_browser as browser_tests
+from serve.test_serve_browser import REPO, VIEWPORT, Explorer, Server, _serve
 
 from heed.api import Translator
 

@@ -7,7 +7,7 @@ Needs Chromium (`apt-get install chromium`), playwright, fastapi and uvicorn (`p
 
 The screenshot test writes docs/explorer.png only with HEED_SCREENSHOT=1 (so a test run never
 changes the checkout); HEED_SCREENSHOT_MODEL=DIR takes it with that model instead of the tiny one:
-    HEED_SCREENSHOT=1 HEED_SCREENSHOT_MODEL=runs/demo/model pytest tests/test_serve_browser.py -k screenshot
+    HEED_SCREENSHOT=1 HEED_SCREENSHOT_MODEL=runs/demo/model pytest tests/serve/test_serve_browser.py -k screenshot
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ from playwright.sync_api import ConsoleMessage, Page, sync_playwright
 from heed.api import Translator
 from heed.serve.app import ServeSettings, create_app, last_metrics
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
 VIEWPORT = {"width": 1280, "height": 900}

@@ -12,7 +12,7 @@ import pytest
 
 import heed
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MODEL = FIXTURES / "model-before-seam"
 EXPECTED = json.loads((FIXTURES / "model-before-seam-expected.json").read_text(encoding="utf-8"))
 

@@ -1,4 +1,4 @@
-"""The explorer's language pickers in real headless Chromium (as tests/test_serve_browser.py): a
+"""The explorer's language pickers in real headless Chromium (as tests/serve/test_serve_browser.py): a
 many-language model (a tiny M2M-100, tests/pretrained_models.py) served without a default pair
 shows a source and a target picker filled with its languages; the pair picked goes with every
 request, and the page shows what POST /v1/translate gives for that pair. A model of one pair
@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import test_serve_browser as browser_tests
-from test_serve_browser import Explorer, Server, _serve
+from serve import test_serve_browser as browser_tests
+from serve.test_serve_browser import Explorer, Server, _serve
 
 from heed.api import Translator
 

@@ -15,7 +15,7 @@ from lxml import etree, html
 
 from heed.markup import MarkupError, Span, parse, place
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "studies"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "studies"))
 import markup_dates
 
 # ---------------------------------------------------------------- placement

@@ -133,7 +133,7 @@ def test_a_float32_export_of_an_imported_model_decodes_as_pytorch(imported, tmp_
 def test_an_int8_export_of_an_imported_model_is_quantized_and_scores_near_float32(imported, tmp_path, kind):
     """Forced to read the float32 model's greedy outputs, the int8 export's log-probabilities stay
     near float32's: int8 products move scores a little, they do not change the model (that the
-    weights are 8-bit is tests/test_export*.py's)."""
+    weights are 8-bit is tests/export/test_export*.py's)."""
     if kind == "ctranslate2":
         pytest.importorskip("ctranslate2")
     from heed.export.onnx import export_model

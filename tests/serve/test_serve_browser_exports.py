@@ -1,4 +1,4 @@
-"""The explorer serving exports, in real headless Chromium (as tests/test_serve_browser.py): each
+"""The explorer serving exports, in real headless Chromium (as tests/serve/test_serve_browser.py): each
 export kind of each family (an RNN through ONNX, a Transformer through ONNX and through
 CTranslate2) alone and side by side with the model directory. The page asks each model only for
 what it can give (GET /v1/models' "gives"), shows the translation and the averaged attention, and
@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import test_serve_browser as browser_tests
-from test_serve_browser import Explorer, Server, _serve
+from serve import test_serve_browser as browser_tests
+from serve.test_serve_browser import Explorer, Server, _serve
 
 from heed.api import Translator
 from heed.export.onnx import export_model

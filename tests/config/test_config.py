@@ -175,7 +175,7 @@ def test_config_file_is_not_changed_by_loading(tmp_path):
     assert not os.path.isabs(str(load_config(path).output_dir))
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "configs").glob("*.yaml"))
 
 

@@ -28,7 +28,7 @@ from heed.markup.subtitles import (
     wrap,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "studies"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "studies"))
 import subtitles_split  # the benchmark's gold by construction, shared with the test
 
 

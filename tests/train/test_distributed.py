@@ -26,7 +26,7 @@ from heed.errors import ConfigError, HeedError
 from heed.plumbing.distributed import World, choose_backend, rank_shares, updates_in
 from heed.train import train
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 # ------------------------------------------------------------------------------ the environment

@@ -288,7 +288,7 @@ def test_no_tracked_file_is_ignored_by_gitignore():
     """.gitignore once listed files the repository tracks (docs/explorer.png and two docs)."""
     import shutil as sh
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     if sh.which("git") is None or not (repo / ".git").exists():
         pytest.skip("not a git checkout")
     listed = subprocess.run(["git", "ls-files", "-ci", "--exclude-standard"], cwd=repo, capture_output=True,

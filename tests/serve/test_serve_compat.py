@@ -409,7 +409,7 @@ def test_the_curl_commands_of_docs_clients_md_answer(open_server: str) -> None:
 
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed")
-    page = (Path(__file__).resolve().parents[1] / "docs" / "clients.md").read_text(encoding="utf-8")
+    page = (Path(__file__).resolve().parents[2] / "docs" / "clients.md").read_text(encoding="utf-8")
     blocks = re.findall(r"^```bash\n(.*?)^```", page, flags=re.MULTILINE | re.DOTALL)
     commands = [c.strip() for b in blocks for c in b.replace("\\\n", " ").splitlines() if c.startswith("curl ")]
     assert len(commands) >= 10

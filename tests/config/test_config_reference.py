@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from heed.config import Config
 from heed.config_reference import FieldDoc, fields, reference, type_name
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "config.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 
 
 def _leaves(model: type[BaseModel], prefix: str = "", section: str = "") -> set[tuple[str, str]]:

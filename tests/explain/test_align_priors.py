@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import assert_user_error, invoke
-from test_external_aligner import _corpus
+from explain.test_external_aligner import _corpus
 
 from heed.data.corpus import Pair
 from heed.explain.align import AerCounts

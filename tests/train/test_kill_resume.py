@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "studies" / "kill_resume.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "studies" / "kill_resume.py"
 
 
 def test_three_kill_points_resume_to_the_uninterrupted_run(tmp_path):

@@ -1,7 +1,7 @@
 """A many-language model (a tiny M2M-100, tests/pretrained_models.py) served without a default pair:
 /v1/models lists its languages, a request without a pair is told of the request's fields (not of
 the CLI's flags or Python's keywords), and `heed serve` warns at start-up. The explorer's pickers
-are tested in Chromium (tests/test_serve_browser_languages.py)."""
+are tested in Chromium (tests/serve/test_serve_browser_languages.py)."""
 from __future__ import annotations
 
 import warnings

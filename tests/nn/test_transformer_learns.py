@@ -16,7 +16,7 @@ from pathlib import Path
 from heed.config import load_config
 from heed.train import train
 
-RECIPE = Path(__file__).resolve().parents[1] / "configs" / "dates_transformer.yaml"
+RECIPE = Path(__file__).resolve().parents[2] / "configs" / "dates_transformer.yaml"
 
 
 def test_a_small_transformer_learns_the_dates_task(tmp_path):

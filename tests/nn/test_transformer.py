@@ -2,7 +2,7 @@
 exactness, accumulation, prepared corpora, compile, bf16), decoding through heed.load (greedy, beam,
 sampling, prefixes, n-best, explore, align), ensembles with an RNN, averaging, export, the server,
 and one-line errors for impossible configs. The model contract itself is tests/nn/test_family_contract.py;
-the exported graphs, tests/test_export.py."""
+the exported graphs, tests/export/test_export.py."""
 from __future__ import annotations
 
 import json

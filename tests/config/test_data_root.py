@@ -11,7 +11,7 @@ import yaml
 from heed.checkpoint import load_model_dir
 from heed.config import DATA_ROOT_ENV, load_config, save_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPES = [p for p in sorted((REPO / "configs").glob("*.yaml")) if load_config(p).data.task is None]
 
 
