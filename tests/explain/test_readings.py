@@ -255,7 +255,7 @@ def test_attribution_reads_what_attribute_gives(family, method, request):
 def test_every_registered_reading_is_checked_against_its_old_path_here():
     """A reading added to the registry gets its test beside these (or the toy's contract)."""
     assert set(READINGS) == {"heads", "value_norms", "rollout", "alti", "source_share", "logit_lens", "attribution",
-                             "contrast", "alignment_layer"}  # alignment_layer: tests/test_alignment_layer.py
+                             "contrast", "alignment_layer"}  # alignment_layer: tests/nn/test_alignment_layer.py
 
 
 def test_every_registered_reading_is_in_the_cli_and_the_openapi_schema(rnn, heed_cli):

@@ -93,7 +93,7 @@ def test_the_layer_never_changes_the_translator_it_was_trained_beside(runs):
 def test_the_layer_aligns_the_dates_gold_far_better_than_the_plain_reading(runs):
     """One-sided, with margin: on the dev gold the layer (heed align's default for the model, as
     heed.json records it) aligns at under half the AER of the same translator's plain attention and
-    under 20%; the guided heads of tests/test_guided_alignment.py reach about 0.2% here, and the
+    under 20%; the guided heads of tests/train/test_guided_alignment.py reach about 0.2% here, and the
     recipe's figures are in bench/RESULTS.md."""
     root, _plain, layered = runs
     meta = json.loads((layered.model_dir / "heed.json").read_text(encoding="utf-8"))
