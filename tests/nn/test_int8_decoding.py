@@ -24,7 +24,6 @@ from heed.data.dates import generate_dates
 from heed.nn.int8 import Int8Linear, quantize_rows
 from heed.plumbing.runtime import cpu_int8_problem
 from heed.search import DecodeConfig, translate_ids
-from heed.search.shortlist import Shortlist, shortlisted_search
 
 pytestmark = pytest.mark.skipif(cpu_int8_problem() is not None, reason=f"no int8 kernels: {cpu_int8_problem()}")
 
@@ -118,23 +117,6 @@ def test_int8_logits_are_close_to_float32s(converged_transformer: Path, unseen_d
     # measured on Zen 5: argmax 98.2%, the largest move 0.12 (a near-tie of the tiny model), mean 0.007
     assert (chosen_a == chosen_b).float().mean() >= 0.95
     assert diff.mean() < 0.03 and diff.max() < 0.3
-
-
-@pytest.mark.parametrize("beam", [1, 4])
-def test_an_int8_shortlist_of_every_piece_searches_as_the_whole_int8_vocabulary(converged_transformer: Path,
-                                                                                unseen_dates: list[str], beam):
-    """The shortlist's rows of an int8 output layer are the int8 rows themselves (same values, same scales)."""
-    translator = heed.load(converged_transformer, device="cpu", int8=True)
-    codec, model = translator.codec, translator.model
-    ids = [codec.src_ids(codec.src_tokens(s)) for s in unseen_dates[:30]]
-    cfg = DecodeConfig(beam_size=beam, n_best=beam)
-    everything = Shortlist(tuple(range(len(codec.tgt_vocab))), {}, 1, len(codec.tgt_vocab), 1)
-    with torch.inference_mode():
-        full = translate_ids(model, ids, cfg, device=torch.device("cpu"), batch_size=7)
-    listed = shortlisted_search(model, everything, ids, cfg, device=torch.device("cpu"), batch_size=7)
-    assert [[h.tokens for h in d.hypotheses] for d in listed] == [[h.tokens for h in d.hypotheses] for d in full]
-    assert [h.log_prob for d in listed for h in d.hypotheses] == pytest.approx(
-        [h.log_prob for d in full for h in d.hypotheses], abs=1e-5)
 
 
 def test_heed_translate_int8_writes_int8_outputs(converged_transformer: Path, unseen_dates: list[str], heed_cli,

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import heed
+from heed.plumbing.runtime import cpu_int8_problem
 from heed.search import DecodeConfig, translate_ids
 from heed.search.shortlist import SHORTLIST_FILE, Shortlist, build_shortlist, shortlisted_search
 
@@ -37,9 +38,13 @@ def _sources(tiny_corpus: dict[str, Path]) -> list[str]:
     return tiny_corpus["test_src"].read_text(encoding="utf-8").splitlines()
 
 
+@pytest.mark.parametrize("int8", [False, pytest.param(True, marks=pytest.mark.skipif(
+    cpu_int8_problem() is not None, reason=f"no int8 kernels: {cpu_int8_problem()}"))], ids=["float32", "int8"])
 @pytest.mark.parametrize("beam", [1, 4])
-def test_a_shortlist_of_every_piece_searches_exactly_as_the_whole_vocabulary(model_dir: Path, tiny_corpus, beam):
-    translator = heed.load(model_dir, device="cpu")
+def test_a_shortlist_of_every_piece_searches_exactly_as_the_whole_vocabulary(model_dir: Path, tiny_corpus, beam,
+                                                                             int8):
+    """An int8 model's shortlist rows are its int8 rows themselves (same values, same scales)."""
+    translator = heed.load(model_dir, device="cpu", int8=int8)
     codec, model = translator.codec, translator.model
     ids = [codec.src_ids(codec.src_tokens(s)) for s in _sources(tiny_corpus)]
     cfg = DecodeConfig(beam_size=beam, n_best=beam, length_penalty=0.6)

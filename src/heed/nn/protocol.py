@@ -118,20 +118,11 @@ class StepFeatures(Protocol):
 
 
 @runtime_checkable
-class ShortlistModel(Protocol):
+class ShortlistModel(SearchModel[EncodedT, StateT], Protocol[EncodedT, StateT]):
     """A model whose step can stop before its output layer, so that search multiplies only a
     shortlist's rows of it (the Transformer family)."""
 
-    pad_id: int
-    bos_id: int
-    eos_id: int
-    unk_id: int
-
-    def encode(self, src: Tensor, src_lengths: Tensor) -> Encoded: ...
-
-    def init_state(self, enc: Encoded) -> SearchState: ...
-
-    def step_features(self, prev_tokens: Tensor, state: SearchState, enc: Encoded) -> StepFeatures:
+    def step_features(self, prev_tokens: Tensor, state: StateT, enc: EncodedT) -> StepFeatures:
         """prev_tokens (rows,) -> the step up to the output layer."""
         ...
 
