@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from alignment_readings import dates_gold, heed_train
 from look_inside import cpu_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,17 +36,12 @@ SMALL = {"model.layers": "2", "model.d_model": "128", "model.ff_size": "512", "m
          "train.keep_checkpoints": "1", "train.max_minutes": "null", "train.eval_every": "1000000"}
 
 
-def heed_train(config: Path, sets: dict[str, str], run: Path) -> float | None:
-    """`heed train CONFIG --set ...` into `run` on one thread; its wall seconds (None: trained before)."""
-    if (run / "model" / "heed.json").exists():
-        return None
-    argv = [sys.executable, "-m", "heed", "train", str(config)]
-    for key, value in {**sets, "output_dir": str(run)}.items():
-        argv += ["--set", f"{key}={value}"]
-    started = time.perf_counter()
-    with open(f"{run}.log", "w", encoding="utf-8") as log:
-        subprocess.run(argv, check=True, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return time.perf_counter() - started
+def trained(config: Path, sets: dict[str, str], run: Path) -> float | None:
+    """alignment_readings.heed_train of `config` into `run` (its log beside it, RUN.log); its wall
+    seconds, or None for a run trained before they were recorded."""
+    heed_train(str(config), sets, run, run.parent)
+    recorded = run / "train_seconds"
+    return float(recorded.read_text(encoding="utf-8")) if recorded.exists() else None
 
 
 def test_scores(run: Path) -> dict:
@@ -70,11 +63,8 @@ def dates(args: argparse.Namespace) -> dict:
             "alignment layer": {"model.alignment_layer": "true", "train.alignment": "{supervision: task}"}}
     paths = {name: args.out / name.replace(" ", "-") for name in runs}
     with ThreadPoolExecutor(args.jobs) as pool:
-        seconds = dict(zip(runs, pool.map(lambda n: heed_train(config, {**common, **runs[n]}, paths[n]), runs)))
-    task = args.out / "task"  # the recipe's test pairs and their gold by construction
-    if not (task / "test.align").exists():
-        subprocess.run([sys.executable, "-m", "heed", "data", "task", "dates", str(task), "--config", str(config)],
-                       check=True, stdout=subprocess.DEVNULL)
+        seconds = dict(zip(runs, pool.map(lambda n: trained(config, {**common, **runs[n]}, paths[n]), runs)))
+    task = dates_gold(args.out / "task", Path(config))  # the recipe's test pairs and their gold by construction
     src = (task / "test.src").read_text(encoding="utf-8").splitlines()
     tgt = (task / "test.tgt").read_text(encoding="utf-8").splitlines()
     golds = read_gold_alignments(task / "test.align")
@@ -106,7 +96,7 @@ def xdomain(args: argparse.Namespace) -> dict:
     runs = {name: runs[name] for name in args.runs}
     paths = {name: args.out / f"tatoeba-{name.replace(' ', '-')}" for name in runs}
     with ThreadPoolExecutor(args.jobs) as pool:
-        seconds = dict(zip(runs, pool.map(lambda n: heed_train(config, {**sets, **runs[n]}, paths[n]), runs)))
+        seconds = dict(zip(runs, pool.map(lambda n: trained(config, {**sets, **runs[n]}, paths[n]), runs)))
     src = (data / "multi30k-val.fr").read_text(encoding="utf-8").splitlines()
     tgt = (data / "multi30k-val.en").read_text(encoding="utf-8").splitlines()
     # both.align: Tatoeba, Multi30k train, then Multi30k val (cross_domain_alignment.prepare)

@@ -41,6 +41,15 @@ def train_one(name: str, guided: bool, out: Path, seed: int, epochs: int) -> Pat
     return heed_train(config, sets, out / f"{name}-{'guided' if guided else 'plain'}-s{seed}", out)
 
 
+def dates_gold(directory: Path, config: Path = REPO / "configs" / "demo.yaml") -> Path:
+    """`heed data task dates` into `directory` (the test pairs and their gold by construction, the
+    task as `config` sets it), unless it is there already."""
+    if not (directory / "test.align").exists():
+        subprocess.run([sys.executable, "-m", "heed", "data", "task", "dates", str(directory), "--config", str(config)],
+                       check=True, stdout=subprocess.DEVNULL)
+    return directory
+
+
 def heed_train(config: str, sets: dict[str, str], run: Path, log_dir: Path) -> Path:
     """`heed train configs/CONFIG --set KEY=VALUE ...` into `run`, in its own process on one thread,
     its output in LOG_DIR/RUN.log and its seconds in RUN/train_seconds; a run trained before is kept."""
@@ -97,10 +106,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="trainings at once (one thread each)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    gold_dir = args.out / "dates"
-    if not (gold_dir / "test.align").exists():
-        subprocess.run([sys.executable, "-m", "heed", "data", "task", "dates", str(gold_dir), "--config",
-                        str(REPO / "configs" / "demo.yaml")], check=True, stdout=subprocess.DEVNULL)
+    gold_dir = dates_gold(args.out / "dates")
     jobs = [(name, guided) for name in args.only.split(",") for guided in (False, True)]
     from concurrent.futures import ThreadPoolExecutor
 

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from alignment_readings import heed_train
+from alignment_readings import dates_gold, heed_train
 from look_inside import cpu_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,10 +81,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="trainings at once (one thread each)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    gold_dir = args.out / "dates"
-    if not (gold_dir / "test.align").exists():
-        subprocess.run([sys.executable, "-m", "heed", "data", "task", "dates", str(gold_dir), "--config",
-                        str(REPO / "configs" / "demo.yaml")], check=True, stdout=subprocess.DEVNULL)
+    gold_dir = dates_gold(args.out / "dates")
     names = args.only.split(",")
     with ThreadPoolExecutor(args.jobs) as pool:
         runs = list(pool.map(lambda name: train_one(name, args.out, args.seed, args.epochs), names))
