@@ -415,10 +415,8 @@ def align(
 
     options = _align_options(method, layer, head, tgt_units, weights, gold=gold, sweep_all=sweep_all, reference=reference,
                              reverse=reverse, output=output, beside=beside, plot=plot, join=join,
-                             null_threshold=null_threshold)
+                             null_threshold=null_threshold, one_way=one_way)
     _check_aligner(aligner, combine, priors_weight, model_alone=sweep_all or reverse is not None or beside is not None)
-    if one_way and reverse is not None:
-        raise HeedError("--one-way reads this model alone: leave out --reverse")
     pairs, units, golden, theirs = _read_pairs(src, tgt, gold, reference, options.tgt_units)
     translator = Translator.load(model, device=device, **languages)
     backward, how = _reverse_model(translator, model, reverse, symmetrize, device=device, languages=languages,
@@ -439,10 +437,8 @@ def align(
     if backward is not None:
         links, what = _symmetrized(links, backward, src_texts, tgt_texts, how, batch_size), f"{what}, {how} with its reverse"
     _write_lines([_pharaoh_line(link_set) + "\n" for link_set in links], output)
-    besides = None if other is None else _beside(
-        translator, other, links, src_texts, tgt_texts, _reading_beside(
-            translator, other, options, name=str(beside), default=not any(flag is not None for flag in given)),
-        batch_size=batch_size, name=str(beside), err=output is None)
+    besides = None if other is None else _beside(translator, other, links, src_texts, tgt_texts, options, given=given,
+                                                 batch_size=batch_size, name=str(beside), err=output is None)
     _print_scores(links, units, what, golden, (reference, theirs), (beside, besides), err=output is None)
 
 
@@ -537,7 +533,7 @@ def _align_options(method: AlignMethod | None, layer: str | None, head: str | No
                    weights: AlignWeights | None, *,
                    gold: Path | None, sweep_all: bool, reference: Path | None, reverse: Path | None,
                    output: Path | None, beside: Path | None, plot: Path, join: AlignJoin | None = None,
-                   null_threshold: float | None = None) -> AlignOptions:
+                   null_threshold: float | None = None, one_way: bool = False) -> AlignOptions:
     """`heed align`'s reading of the attention, once its flags are known to go together."""
     from heed.explain.align_methods import AlignOptions, check_null_threshold, parse_index
 
@@ -556,6 +552,8 @@ def _align_options(method: AlignMethod | None, layer: str | None, head: str | No
                         "aligner's (--reference FILE: agreement F1); give one or both")
     if sweep_all and (reverse is not None or output is not None):
         raise HeedError("--sweep prints AER and writes no alignments: leave out --reverse and --output")
+    if one_way and reverse is not None:
+        raise HeedError("--one-way reads this model alone: leave out --reverse")
     if reverse is not None and options.tgt_units != "words":
         raise HeedError("--reverse aligns whitespace words both ways: it needs --tgt-units words")
     if beside is not None and (sweep_all or reverse is not None):
@@ -689,10 +687,12 @@ def _symmetrized(links: list[set[tuple[int, int]]], backward: Any, src_texts: li
 
 
 def _beside(translator: Translator, other: Translator, links: list[set[tuple[int, int]]], src_texts: list[str],
-            tgt_texts: list[str], options: AlignOptions, *, batch_size: int, name: str,
+            tgt_texts: list[str], options: AlignOptions, *, given: tuple[Any, ...], batch_size: int, name: str,
             err: bool) -> list[set[tuple[int, int]]]:
-    """--beside: `other`'s links on the same pairs, after a line saying how far its attention and
-    links are from `translator`'s."""
+    """--beside: `other`'s links on the same pairs, read as `options` read `translator` (its own
+    default reading where none of the reading flags `given` is set: _reading_beside), after a line
+    saying how far its attention and links are from `translator`'s."""
+    options = _reading_beside(translator, other, options, name=name, default=all(flag is None for flag in given))
     besides = [set(a.links) for a in other.align(src_texts, tgt_texts, options=options, batch_size=batch_size)]
     gap = translator.attention_gap(other, src_texts, tgt_texts, batch_size=batch_size)
     changed = sum(len(a ^ b) for a, b in zip(links, besides))

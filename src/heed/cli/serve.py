@@ -115,14 +115,11 @@ def serve(
     try:
         import uvicorn
 
-        from heed.serve.app import ServeSettings, create_app, last_metrics, unpaired
+        from heed.serve.app import ServeSettings, create_app
         from heed.serve.compat import read_keys
     except ImportError as e:
         raise HeedError(f"heed serve needs FastAPI and uvicorn ({e.name} is missing): {install_hint('serve')}") \
             from None
-    from heed.api import Translator
-    from heed.checkpoint import find_model_dir
-    from heed.export.onnx import exported_dir
     from heed.plumbing.runtime import torch_threads
     from heed.serve.slow_clients import read_timeout_protocol
 
@@ -143,23 +140,36 @@ def serve(
     settings = ServeSettings(**limits, cors_origins=parse_origins(cors_origins))
     keys = read_keys(api_keys) if api_keys is not None else frozenset()
     with torch_threads(threads):
-        translators = {label: Translator.load(path, device=device, bf16=bf16, int8=int8)
-                       for label, path in zip(labels, models)}
-        metrics = {label: last_metrics(exported_dir(path) or find_model_dir(path))
-                   for label, path in zip(labels, models)}
-        for name, members in groups.items():
-            translators[name] = Translator.load(members, device=device, bf16=bf16, int8=int8)
-            metrics[name] = None
-        # The pair is the default of the many-language models among those served; a request may give another.
-        translators = {name: with_pair(t, languages) for name, t in translators.items()}
-        for name in unpaired(translators):
-            stderr().print(f"[yellow]warning:[/] model {escape(name)} translates between "
-                           f"{len(translators[name].languages)} languages and is served without a default pair: "
-                           "every request must give src_lang and tgt_lang (the explorer has pickers for them); "
-                           "--src-lang and --tgt-lang give a default", soft_wrap=True)
+        translators, metrics = _load_served(dict(zip(labels, models)), groups, languages, device=device, bf16=bf16,
+                                            int8=int8)
         priors = recorded_priors(dict(zip(labels, models)))
         app_ = create_app(translators, settings, metrics=metrics, api_keys=keys, priors=priors)
         uvicorn.run(app_, host=host, port=port, log_level=log_level, http=read_timeout_protocol(settings.read_timeout))
+
+
+def _load_served(paths: dict[str, Path], groups: dict[str, list[Path]], languages: dict[str, Any], *, device: str,
+                 bf16: bool, int8: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The served translators by name (each model, then each --ensemble; a many-language model with
+    the default pair, and a warning where it has none) and each one's last training metrics (an
+    ensemble's: None)."""
+    from heed.api import Translator
+    from heed.checkpoint import find_model_dir
+    from heed.export.onnx import exported_dir
+    from heed.serve.app import last_metrics, unpaired
+
+    translators = {label: Translator.load(path, device=device, bf16=bf16, int8=int8) for label, path in paths.items()}
+    metrics = {label: last_metrics(exported_dir(path) or find_model_dir(path)) for label, path in paths.items()}
+    for name, members in groups.items():
+        translators[name] = Translator.load(members, device=device, bf16=bf16, int8=int8)
+        metrics[name] = None
+    # The pair is the default of the many-language models among those served; a request may give another.
+    translators = {name: with_pair(t, languages) for name, t in translators.items()}
+    for name in unpaired(translators):
+        stderr().print(f"[yellow]warning:[/] model {escape(name)} translates between "
+                       f"{len(translators[name].languages)} languages and is served without a default pair: "
+                       "every request must give src_lang and tgt_lang (the explorer has pickers for them); "
+                       "--src-lang and --tgt-lang give a default", soft_wrap=True)
+    return translators, metrics
 
 
 def recorded_priors(paths: dict[str, Path]) -> dict[str, Any]:
