@@ -211,7 +211,6 @@ def run(system: str, root: Path, batch: int, count: int, tokens: int) -> dict:
         import heed
         from heed.explain.pairs import precision
         from heed.search import translate_ids
-        from heed.search.shortlist import shortlisted_search
 
         cpu = torch.device("cpu")
         path = {"heed": "heed", "heed-shortlist": "heed", "heed-bf16": "heed", "heed-int8": "heed", "heed-onnx": "onnx",
@@ -225,11 +224,10 @@ def run(system: str, root: Path, batch: int, count: int, tokens: int) -> dict:
         def decode(group: list[list[int]]) -> list:
             if hasattr(model, "translate_ids"):  # CTranslate2: its own search, as `heed translate` asks it
                 decoded = model.translate_ids(group, cfg, batch_size=len(group), attention=False)
-            elif cfg.shortlist:
-                decoded = shortlisted_search(model, translator.shortlist, group, cfg, device=cpu, batch_size=len(group))
             else:
                 with torch.inference_mode(), precision(model, cpu):  # bf16: autocast, as Translator decodes
-                    decoded = translate_ids(model, group, cfg, device=cpu, batch_size=len(group))
+                    decoded = translate_ids(model, group, cfg, device=cpu, batch_size=len(group),
+                                            shortlist=translator.shortlist if cfg.shortlist else None)
             return [d.hypotheses[0].tokens for d in decoded]
 
     decode(ids[:1])  # warm-up: lazy initialisation, first-call allocations

@@ -24,7 +24,7 @@ from heed.explain.align import hard_alignment, load_dictionary, replace_unknowns
 from heed.explain.pairs import Stoppable, Subject, check_texts, known_target_ids, precision
 from heed.results import Alignment, BeamNode, Translation
 from heed.search import BeamTree, Decoded, OwnSearchModel, translate_ids
-from heed.search.shortlist import Shortlist, needs_shortlist_model, shortlisted_search
+from heed.search.shortlist import Shortlist
 
 UNK_TOKEN = SPECIALS[UNK]
 
@@ -65,20 +65,19 @@ def decode(subject: Subject, texts: Sequence[str], cfg: DecodeConfig, *, max_src
         decoded = model_in.translate_ids(sources, cfg, batch_size=batch_size, prefixes=prefixes,
                                            free_prefix=len(frame), trace=trace, stop=stop,
                                            attention=attention or replace_unk)
-    elif cfg.shortlist:
-        if shortlist is None:
-            raise HeedError("--shortlist: this model records no vocabulary shortlist; build one from its training "
-                            "corpus with `heed data shortlist MODEL --src FILE --tgt FILE`, or translate without it")
-        if trace:
-            raise HeedError("the explorer's beam tree is drawn over the whole vocabulary; explore without --shortlist")
-        with precision(model_in, device):
-            decoded = shortlisted_search(needs_shortlist_model(model_in), shortlist, sources, cfg, device=device,
-                                         batch_size=batch_size, prefixes=prefixes, free_prefix=len(frame), stop=stop)
     else:
+        if cfg.shortlist:
+            if shortlist is None:
+                raise HeedError("--shortlist: this model records no vocabulary shortlist; build one from its training "
+                                "corpus with `heed data shortlist MODEL --src FILE --tgt FILE`, or translate without "
+                                "it")
+            if trace:
+                raise HeedError("the explorer's beam tree is drawn over the whole vocabulary; explore without "
+                                "--shortlist")
         model = model_in if stop is None else Stoppable(model_in, stop)
         with precision(model_in, device):
-            decoded = translate_ids(model, sources, cfg, device=device, batch_size=batch_size,
-                                    prefixes=prefixes, free_prefix=len(frame), trace=trace)
+            decoded = translate_ids(model, sources, cfg, device=device, batch_size=batch_size, prefixes=prefixes,
+                                    free_prefix=len(frame), trace=trace, shortlist=shortlist if cfg.shortlist else None)
     no_attention = None if not model_in.has_attention else np.zeros((1, 1), np.float32)
     empty = Translation("", [], [], 0.0, no_attention)
     out: list[tuple[list[Translation], Decoded | None]] = [([empty], None) for _ in texts]

@@ -13,7 +13,7 @@ import torch
 import heed
 from heed.plumbing.runtime import cpu_int8_problem
 from heed.search import DecodeConfig, translate_ids
-from heed.search.shortlist import SHORTLIST_FILE, Shortlist, build_shortlist, shortlisted_search
+from heed.search.shortlist import SHORTLIST_FILE, Shortlist, build_shortlist
 
 
 def test_build_lists_each_source_ids_likeliest_other_targets() -> None:
@@ -51,7 +51,8 @@ def test_a_shortlist_of_every_piece_searches_exactly_as_the_whole_vocabulary(mod
     everything = Shortlist(tuple(range(len(codec.tgt_vocab))), {}, 1, len(codec.tgt_vocab), 1)
     with torch.inference_mode():
         full = translate_ids(model, ids, cfg, device=torch.device("cpu"), batch_size=7)
-    listed = shortlisted_search(model, everything, ids, cfg, device=torch.device("cpu"), batch_size=7)
+    with torch.inference_mode():
+        listed = translate_ids(model, ids, cfg, device=torch.device("cpu"), batch_size=7, shortlist=everything)
     assert [[h.tokens for h in d.hypotheses] for d in listed] == [[h.tokens for h in d.hypotheses] for d in full]
     assert [h.log_prob for d in listed for h in d.hypotheses] == pytest.approx(
         [h.log_prob for d in full for h in d.hypotheses], abs=1e-5)

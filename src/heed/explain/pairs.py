@@ -138,6 +138,11 @@ class Stoppable:
         self._check()
         return self._model.step(*args, **kwargs)
 
+    def step_features(self, *args: Any, **kwargs: Any) -> Any:
+        """A step up to the output layer (a shortlist's search: heed.search.shortlist)."""
+        self._check()
+        return self._model.step_features(*args, **kwargs)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._check()
         return self._model(*args, **kwargs)

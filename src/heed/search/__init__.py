@@ -48,6 +48,7 @@ from heed.search.scoring import (
     length_penalty,
     max_output_lengths,
 )
+from heed.search.shortlist import Shortlist, needs_shortlist_model, restricted_to
 from heed.search.tree import BeamTree, TreeNode
 
 __all__ = ["MAX_BEAM", "MAX_OUTPUT_TOKENS", "BeamTree", "DecodeConfig", "Decoded", "Encoded", "Hypothesis", "OwnSearchModel", "Prefix",
@@ -108,18 +109,28 @@ class OwnSearchModel(Protocol):
 
 def translate_ids(model: SearchModel, src_ids: Sequence[list[int]], cfg: DecodeConfig, *, device: torch.device,
                   batch_size: int = 64, prefixes: Sequence[Sequence[int]] | None = None, free_prefix: int = 0,
-                  trace: bool = False) -> list[Decoded]:
+                  trace: bool = False, shortlist: Shortlist | None = None) -> list[Decoded]:
     """Decode every source (ids without specials), in input order; sentences of similar length are
     batched together. `prefixes`: per source, output ids to force at the start ([] for none), the
-    first `free_prefix` of each scored 0 (Prefix.free); `trace`: also return beam search trees."""
+    first `free_prefix` of each scored 0 (Prefix.free); `trace`: also return beam search trees;
+    `shortlist`: each batch searches only its candidates (heed.search.shortlist; `model` a
+    ShortlistModel, and no trace: a tree would hold the shortlist's positions)."""
     results: list[Decoded] = [Decoded([]) for _ in src_ids]
     for batch in sentence_batches(src_ids, batch_size=batch_size, specials=specials_of(model)):
         batch = batch.to(device)
         order = batch.indices.tolist()
-        prefix = None if prefixes is None else Prefix.of([prefixes[k] for k in order], pad_id=model.pad_id,
-                                                         device=device, free=free_prefix)
+        forced: Sequence[Sequence[int]] | None = None if prefixes is None else [prefixes[k] for k in order]
+        searched: SearchModel = model
+        if shortlist is not None:
+            assert not trace, "a beam search tree is drawn over the whole vocabulary"
+            restricted = restricted_to(needs_shortlist_model(model), shortlist, [src_ids[k] for k in order], forced,
+                                       device)
+            searched = restricted
+            forced = None if forced is None else restricted.inward(forced)
+        prefix = None if forced is None else Prefix.of(forced, pad_id=searched.pad_id, device=device, free=free_prefix)
         trees: list[BeamTree | None] | None = [] if trace else None
-        hyps = search(model, batch.src, batch.src_lengths, cfg, prefix=prefix, trees=trees)
+        hyps = search(searched, batch.src, batch.src_lengths, cfg, prefix=prefix, trees=trees)
         for i, (k, nbest) in enumerate(zip(order, hyps)):
-            results[k] = Decoded(nbest, None if trees is None else trees[i])
+            results[k] = Decoded(nbest if shortlist is None else restricted.outward(nbest),
+                                 None if trees is None else trees[i])
     return results

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -38,7 +38,6 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from heed.decode_config import DecodeConfig
 from heed.errors import DataError, HeedError
 from heed.nn.protocol import Encoded, SearchState, ShortlistModel
 from heed.search.scoring import Hypothesis
@@ -273,36 +272,23 @@ class _Restricted:
         out = self.model.step_features(self.ids[prev_tokens], state, enc)
         return _Step(self.output(out.features), out.state, out.attention)
 
+    def inward(self, prefixes: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Forced prefixes in the model's ids -> in positions of the shortlist."""
+        return [[self.position[t] for t in prefix] for prefix in prefixes]
 
-def shortlisted_search(model: ShortlistModel, shortlist: Shortlist, src_ids: Sequence[list[int]], cfg: DecodeConfig,
-                       *, device: torch.device, batch_size: int = 64,
-                       prefixes: Sequence[Sequence[int]] | None = None, free_prefix: int = 0,
-                       stop: Callable[[], bool] | None = None) -> list[Any]:
-    """heed.search.translate_ids over a shortlist: each batch searches its candidates
-    (Shortlist.candidates) and its hypotheses come back in the model's ids."""
-    from heed.data.batching import sentence_batches, specials_of
-    from heed.errors import Abandoned
-    from heed.search import Decoded, Prefix, search
+    def outward(self, hypotheses: Sequence[Hypothesis]) -> list[Hypothesis]:
+        """Hypotheses in positions of the shortlist -> in the model's ids."""
+        ids = self.ids.tolist()
+        return [Hypothesis([ids[t] for t in h.tokens], h.score, h.log_prob, h.attention) for h in hypotheses]
 
-    results: list[Decoded] = [Decoded([]) for _ in src_ids]
+
+def restricted_to(model: ShortlistModel, shortlist: Shortlist, sources: Sequence[Sequence[int]],
+                  prefixes: Sequence[Sequence[int]] | None, device: torch.device) -> _Restricted:
+    """`model` seen through a batch's candidates (Shortlist.candidates of its sources, the specials
+    and its forced prefixes' ids): heed.search.translate_ids searches it in place of the model."""
     specials = (model.pad_id, model.bos_id, model.eos_id, model.unk_id)
-    for batch in sentence_batches(src_ids, batch_size=batch_size, specials=specials_of(model)):
-        if stop is not None and stop():
-            raise Abandoned()
-        order = batch.indices.tolist()
-        batch_prefixes = None if prefixes is None else [prefixes[k] for k in order]
-        ids = shortlist.candidates((src_ids[k] for k in order), specials=specials, prefixes=batch_prefixes or ())
-        restricted = _Restricted(model, torch.tensor(ids, dtype=torch.long, device=device))
-        prefix = None if batch_prefixes is None else Prefix.of(
-            [[restricted.position[t] for t in p] for p in batch_prefixes], pad_id=restricted.pad_id, device=device,
-            free=free_prefix)
-        batch = batch.to(device)
-        with torch.inference_mode():
-            hyps = search(restricted, batch.src, batch.src_lengths, cfg, prefix=prefix)
-        for k, nbest in zip(order, hyps):
-            results[k] = Decoded([Hypothesis([ids[t] for t in h.tokens], h.score, h.log_prob, h.attention)
-                                  for h in nbest])
-    return results
+    ids = shortlist.candidates(sources, specials=specials, prefixes=prefixes or ())
+    return _Restricted(model, torch.tensor(ids, dtype=torch.long, device=device))
 
 
 def needs_shortlist_model(model: object) -> ShortlistModel:
@@ -325,7 +311,7 @@ __all__ = [
     "read_shortlist",
     "record_shortlist",
     "recorded_shortlist",
+    "restricted_to",
     "shortlist_json",
-    "shortlisted_search",
     "vmap_text",
 ]
