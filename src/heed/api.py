@@ -54,7 +54,7 @@ from heed.nn.protocol import AlignmentLayerModel, Int8Model, SearchModel, Traina
 from heed.plumbing.runtime import check_bf16, check_int8, cpu_int8_products_exact, limit_onednn_cache, resolve_device
 from heed.results import MAP_PARTS, Alignment, BeamNode, Exploration, HeadMaps, Translation
 from heed.search import DecodeConfig
-from heed.search.shortlist import Shortlist, Vocabularies, recorded_shortlist
+from heed.search.shortlist import Shortlist, recorded_shortlist
 
 if TYPE_CHECKING:
     from heed.explain.attribution import Attribution, AttributionMethod, Contrast
@@ -86,7 +86,7 @@ def _shortlist(path: str | os.PathLike[str], codec: Codec, *, exported: bool) ->
     if exported:
         return None
     directory = find_model_dir(path)
-    return recorded_shortlist(directory, Vocabularies.of(directory, codec))
+    return recorded_shortlist(directory, codec)
 
 
 def _recorded_reading(meta: dict[str, Any], directory: Path) -> dict[str, Any] | None:

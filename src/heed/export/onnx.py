@@ -44,7 +44,7 @@ from heed.errors import ConfigError, HeedError, ModelDirError, install_hint
 from heed.nn.model_config import ModelConfig, without_family_tag
 from heed.nn.protocol import FamilyGraphs, TrainableModel
 from heed.plumbing.files import file_digest, open_regular, resolve_dir, verifying
-from heed.search.shortlist import Shortlist, Vocabularies, recorded_shortlist
+from heed.search.shortlist import recorded_shortlist
 from heed.version import __version__
 
 FORMAT_VERSION = 1
@@ -298,11 +298,6 @@ def check_graph_io(session: Any, name: str, manifest: Manifest) -> None:
 # ----------------------------------------------------------------------------------- the command
 
 
-def shortlist_of(loaded: Any) -> Shortlist | None:
-    """The vocabulary shortlist a loaded model directory records (heed.search.shortlist), or None."""
-    return recorded_shortlist(loaded.directory, Vocabularies.of(loaded.directory, loaded.codec))
-
-
 def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, int8: bool = False,
                  kind: str = "onnx") -> Path:
     """`heed export`: write an exported directory for the model directory `model_dir` (or the
@@ -348,7 +343,8 @@ def export_model(model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
             runtime = {"opset": OPSET, "onnx_version": require("onnx").__version__, "graphs": graphs}
         else:
             ct2.write_ct2(loaded.model, loaded.config.model, loaded.codec, tmp,
-                          max_src_len=loaded.config.data.max_src_len, int8=int8, shortlist=shortlist_of(loaded))
+                          max_src_len=loaded.config.data.max_src_len, int8=int8,
+                          shortlist=recorded_shortlist(loaded.directory, loaded.codec))
             runtime = {"ctranslate2_version": ctranslate2.__version__}
         save_config(loaded.config, tmp / CONFIG_FILE)
         loaded.codec.save(tmp)

@@ -184,11 +184,11 @@ class Vocabularies(NamedTuple):
 
     @classmethod
     def of(cls, directory: Path, codec: Any) -> Vocabularies:
-        """A model directory's (or an export's), whose heed.json or manifest.json lists its files' sha256."""
-        from heed.plumbing.files import file_digest
-
-        return cls(list(codec.src_vocab.tokens), list(codec.tgt_vocab.tokens),
-                   file_digest(directory / "src.vocab.json")[1], file_digest(directory / "tgt.vocab.json")[1])
+        """A model directory's: the sha256 its heed.json lists for the two vocabulary files (checked
+        with its other files when the directory loads: heed.checkpoint.verify_files)."""
+        files = _meta(directory).get("files", {})
+        return cls(list(codec.src_vocab.tokens), list(codec.tgt_vocab.tokens), files.get("src.vocab.json", ""),
+                   files.get("tgt.vocab.json", ""))
 
     def read(self, path: str | os.PathLike[str]) -> Shortlist:
         return read_shortlist(path, src_ids={t: i for i, t in enumerate(self.src_tokens)},
@@ -200,22 +200,27 @@ class Vocabularies(NamedTuple):
                               source_vocab=self.source_vocab, target_vocab=self.target_vocab)
 
 
-def recorded_shortlist(directory: Path, vocabularies: Vocabularies) -> Shortlist | None:
-    """The shortlist a model directory records (heed.json's "shortlist", its sha256 in "files"), checked
-    against the model's vocabularies; None when it records none."""
+def _meta(directory: Path) -> dict[str, Any]:
+    meta = json.loads((directory / "heed.json").read_text(encoding="utf-8"))
+    return meta if isinstance(meta, dict) else {}
+
+
+def recorded_shortlist(directory: Path, codec: Any) -> Shortlist | None:
+    """The shortlist a model directory records (heed.json's "shortlist", its sha256 in "files"),
+    checked against the model's vocabularies; None, reading nothing more, when it records none."""
     from heed.plumbing.files import file_digest
 
-    meta = json.loads((directory / "heed.json").read_text(encoding="utf-8"))
+    meta = _meta(directory)
     name = meta.get("shortlist")
     if name is None:
         return None
     if name != SHORTLIST_FILE or name not in meta.get("files", {}):
         raise DataError(f"heed.json names a shortlist {name!r} it does not list with a sha256",
                         path=directory / "heed.json")
-    if file_digest(directory / name)[1] != meta["files"][name]:
+    if file_digest(directory / name)[1] != meta["files"][name]:  # checked even where loading skips the others
         raise DataError("sha256 does not match heed.json (the shortlist changed after heed recorded it); record it "
                         "again with `heed data shortlist`", path=directory / name)
-    return vocabularies.read(directory / name)
+    return Vocabularies.of(directory, codec).read(directory / name)
 
 
 def record_shortlist(directory: Path, text: str) -> None:
