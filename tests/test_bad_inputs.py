@@ -940,6 +940,50 @@ def _(c: Ctx) -> Call:
     return Call(["translate", c.exported(), "--int8"], ["--int8", "heed export --int8"], stdin="x\n")
 
 
+def _shortlist_file(c: Ctx, name: str, edit: Callable[[str], str]) -> tuple[Path, Path]:
+    """(a private model, a shortlist file of it counted from the tiny corpus and then `edit`ed)."""
+    from heed.data.codec import Codec
+    from heed.search.shortlist import Vocabularies, build_shortlist
+
+    model = c.model()
+    codec = Codec.load(model)
+    pairs = [(codec.src_ids(codec.src_tokens(src)), codec.tgt_ids(codec.tgt_tokens(tgt), []))
+             for src, tgt in (line.split("\t")[:2] for line in c.corpus["train"].read_text(encoding="utf-8").splitlines())]
+    shortlist = build_shortlist(pairs, src_vocab=len(codec.src_vocab), tgt_vocab=len(codec.tgt_vocab), k=3, common=3)
+    return model, c.file(name, edit(Vocabularies.of(model, codec).text(shortlist)))
+
+
+@case("translate-shortlist-on-a-model-without-one")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--shortlist"], ["records no vocabulary shortlist", "heed data shortlist"],
+                stdin="1 mars 1999\n")
+
+
+@case("data-shortlist-from-a-file-cut-short")
+def _(c: Ctx) -> Call:
+    model, cut = _shortlist_file(c, "cut.json", lambda text: text[:200])
+    return Call(["data", "shortlist", model, "--from", cut], ["cut.json", "cut short"], keep=[model, model / "heed.json"])
+
+
+@case("data-shortlist-from-a-file-whose-entries-do-not-count-its-table")
+def _(c: Ctx) -> Call:
+    def edit(text: str) -> str:
+        data = json.loads(text)
+        data["table"].popitem()
+        return json.dumps(data)
+
+    model, edited = _shortlist_file(c, "edited.json", edit)
+    return Call(["data", "shortlist", model, "--from", edited], ["edited.json", "entries"],
+                keep=[model, model / "heed.json"])
+
+
+@case("data-shortlist-from-a-file-of-another-vocabulary")
+def _(c: Ctx) -> Call:
+    model, other = _shortlist_file(c, "other.json", lambda text: json.dumps({**json.loads(text), "target_vocab": "0" * 64}))
+    return Call(["data", "shortlist", model, "--from", other], ["other.json", "another target vocabulary"],
+                keep=[model, model / "heed.json"])
+
+
 @case("evaluate-int8-on-cuda")
 def _(c: Ctx) -> Call:
     src = c.file("src.txt", "x\n")

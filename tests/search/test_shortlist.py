@@ -1,6 +1,6 @@
 """Vocabulary shortlists (heed.search.shortlist): built from a corpus, recorded in a model directory,
-searched by heed's search and, as a vocabulary map, by a CTranslate2 export; refused in one line
-when the file is another vocabulary's or cut short, or when a model has none."""
+searched by heed's search and, as a vocabulary map, by a CTranslate2 export. Refused files and a
+model without one: tests/test_bad_inputs.py ("shortlist" cases)."""
 from __future__ import annotations
 
 import json
@@ -94,39 +94,6 @@ def test_recorded_translated_with_and_exported_as_a_vocabulary_map(model_dir: Pa
     assert all(set(codec.tgt_ids(o.tokens, [])) <= set(translator.shortlist.always) | {
         t for s in sources for i in codec.src_ids(codec.src_tokens(s)) for t in translator.shortlist.table.get(i, ())}
         for o in outs)
-
-
-def test_bad_shortlists_are_refused_in_one_line_and_nothing_is_written(model_dir: Path, tiny_corpus, heed_cli,
-                                                                       assert_user_error, tmp_path, transformer_run):
-    out = tmp_path / "list.json"
-    assert heed_cli("data", "shortlist", str(model_dir), "--tsv", str(tiny_corpus["train"]), "--common", "3",
-                    "-o", str(out)).exit_code == 0
-    before = (model_dir / "heed.json").read_bytes()
-
-    # --shortlist on a model that records none
-    assert_user_error(heed_cli("translate", str(model_dir), "--shortlist", input="1 mars 1999\n"),
-                      "records no vocabulary shortlist", "heed data shortlist")
-    # cut short
-    cut = tmp_path / "cut.json"
-    cut.write_text(out.read_text(encoding="utf-8")[:200], encoding="utf-8")
-    assert_user_error(heed_cli("data", "shortlist", str(model_dir), "--from", str(cut)), "cut.json", "cut short")
-    # edited: its entries do not count its table
-    data = json.loads(out.read_text(encoding="utf-8"))
-    data["table"].popitem()
-    edited = tmp_path / "edited.json"
-    edited.write_text(json.dumps(data), encoding="utf-8")
-    assert_user_error(heed_cli("data", "shortlist", str(model_dir), "--from", str(edited)), "edited.json", "entries")
-    # another model's vocabulary (the other tiny model's, built the same way)
-    other = tmp_path / "other.json"
-    assert heed_cli("data", "shortlist", str(transformer_run / "model"), "--tsv", str(tiny_corpus["train"]),
-                    "-o", str(other)).exit_code == 0
-    data = json.loads(other.read_text(encoding="utf-8"))
-    data["target_vocab"] = "0" * 64
-    other.write_text(json.dumps(data), encoding="utf-8")
-    assert_user_error(heed_cli("data", "shortlist", str(model_dir), "--from", str(other)), "other.json",
-                      "another target vocabulary")
-    assert (model_dir / "heed.json").read_bytes() == before
-    assert not (model_dir / SHORTLIST_FILE).exists()
 
 
 def test_a_ct2_vocabulary_map_ends_hypotheses_in_every_batch(model_dir: Path, tiny_corpus, heed_cli, tmp_path):
