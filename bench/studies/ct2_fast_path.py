@@ -1,14 +1,17 @@
-"""Does CTranslate2's own ranking (the fast path) give heed's best hypothesis? A trained model's
-1,000 sentences decoded at beam 5 with the power length penalty, by heed's exact search over the
-model directory and by its CTranslate2 export (float32, so that only the search differs), once
-where CTranslate2 finishes and ranks (heed.export.ct2_run.ranking: "ctranslate2") and once where it
-searches on and heed ranks (the path every penalty took before: n-best 2, the best kept).
+"""Does a CTranslate2 export give heed's hypotheses on each of its paths (heed.export.ct2_run.ranking)?
+A trained model's 1,000 sentences decoded at beam 5 by heed's exact search over the model directory
+and by its CTranslate2 export (float32, so that only the search differs):
+- the power length penalty 1.0 (the "heed" path: CTranslate2 searches each source to its limit,
+  heed ranks), the best hypothesis and, at n-best 2, the whole list;
+- CTranslate2's own stop and ranking with that penalty (patience 1, `beam` finished: what the fast
+  path was), called directly, for comparison;
+- no penalty (the "ctranslate2" fast path: CTranslate2 stops and ranks).
 
     .venv/bin/python bench/studies/ct2_fast_path.py MODEL_DIR [--sources FILE] [--count 1000]
 
 Sources: a file of one sentence a line, or by default every 50th French sentence of
-../shared/data/tatoeba-fra-eng/fra.txt (for a fr->en Tatoeba model). Prints how many best
-hypotheses are identical, and each path's seconds (1 thread, interleaved twice).
+../shared/data/tatoeba-fra-eng/fra.txt (for a fr->en Tatoeba model). Prints how many hypotheses
+are identical, and each run's seconds (1 thread, once each, no attention asked).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 TATOEBA = ROOT.parent / "shared" / "data" / "tatoeba-fra-eng" / "fra.txt"
@@ -29,6 +33,33 @@ def tatoeba_french(count: int) -> list[str]:
             if k % 50 == 0:
                 out.append(line.rstrip("\n").split("\t")[1].replace("\u00a0", " ").replace("\u202f", " "))
     return out[-count:]  # the longer end of the file
+
+
+def timed(run: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    start = time.perf_counter()
+    out = run(*args, **kwargs)
+    return out, time.perf_counter() - start
+
+
+def own_stop(translator: Any, sources: list[str]) -> tuple[list[list[int]], float]:
+    """CTranslate2's own search and ranking with the power penalty 1.0 (patience 1), called directly
+    on the export's CTranslate2 model: per source, its best hypothesis' ids."""
+    model, codec = translator.subject[0], translator.codec
+    ids = [codec.src_ids(codec.src_tokens(t)[: translator.max_src_len]) for t in sources]
+    src = [[model.src_tokens[i] for i in s] + [model.src_tokens[model.eos_id]] for s in ids]
+    limits = [int(2.0 * (len(s) + 1) + 10) for s in ids]
+    ct2 = model._translator()
+
+    def run() -> list[list[int]]:
+        best = []
+        for k in range(0, len(src), 64):
+            out = ct2.translate_batch(src[k:k + 64], beam_size=5, patience=1, length_penalty=1.0,
+                                      max_decoding_length=max(limits[k:k + 64]), min_decoding_length=1,
+                                      max_input_length=0, return_end_token=True)
+            best += [[model._tgt_ids[t] for t in r.hypotheses[0] if t != model.tgt_tokens[model.eos_id]]
+                     for r in out]
+        return best
+    return timed(run)
 
 
 def main() -> None:
@@ -46,35 +77,32 @@ def main() -> None:
     torch.set_num_threads(1)
     sources = (args.sources.read_text(encoding="utf-8").splitlines()[: args.count] if args.sources
                else tatoeba_french(args.count))
-    options = dict(beam=5, length_penalty=1.0, length_norm="power", min_len=1)
+    n = len(sources)
+    power = dict(beam_size=5, length_penalty=1.0, length_norm="power", min_len=1)
+    plain = dict(beam_size=5, length_penalty=0.0, min_len=1)
     with tempfile.TemporaryDirectory() as scratch:
         exported = export_model(args.model, Path(scratch) / "ct2", kind="ctranslate2")
         pytorch, ct2 = heed.load(args.model, device="cpu"), heed.load(str(exported))
-        fast_cfg = ct2.resolve_decode({k: v for k, v in options.items() if k != "beam"} | {"beam_size": 5})
-        slow_cfg = fast_cfg.model_copy(update={"n_best": 2})
-        assert ranking(fast_cfg, prefixed=False) == "ctranslate2" and ranking(slow_cfg, prefixed=False) == "heed"
-        seconds = {"heed": 0.0, "fast": 0.0, "slow": 0.0}
-        for _ in range(2):
-            start = time.perf_counter()
-            exact = pytorch.translate(sources, **options)
-            seconds["heed"] += time.perf_counter() - start
-            start = time.perf_counter()
-            fast = [n[0] for n in ct2.translate_nbest(sources, decode=fast_cfg, attention=False)]
-            seconds["fast"] += time.perf_counter() - start
-            start = time.perf_counter()
-            slow = [n[0] for n in ct2.translate_nbest(sources, decode=slow_cfg, attention=False)]
-            seconds["slow"] += time.perf_counter() - start
-    same_fast = sum(a.tokens == b.tokens for a, b in zip(exact, fast))
-    same_slow = sum(a.tokens == b.tokens for a, b in zip(exact, slow))
-    print(f"{len(sources)} sentences, beam 5, power length penalty 1.0, model {args.model}")
-    print(f"CTranslate2 ranks (fast path):   {same_fast}/{len(sources)} best hypotheses = heed's exact search; "
-          f"{seconds['fast'] / 2:.2f} s")
-    print(f"heed ranks (beam x {4} finished): {same_slow}/{len(sources)}; {seconds['slow'] / 2:.2f} s")
-    print(f"heed's own search (PyTorch):     {seconds['heed'] / 2:.2f} s")
-    differ = [k for k, (a, b) in enumerate(zip(exact, fast)) if a.tokens != b.tokens][:5]
-    for k in differ:
-        print(f"  differs: {sources[k]!r}: heed {exact[k].text!r} ({exact[k].score:.4f}) / "
-              f"CTranslate2 {fast[k].text!r} ({fast[k].score:.4f})", file=sys.stderr)
+        runs = {}
+        for name, options in (("power", power), ("power n-best 2", power | {"n_best": 2}), ("no penalty", plain)):
+            cfg = ct2.resolve_decode(options)
+            exact, heed_s = timed(pytorch.translate_nbest, sources, decode=cfg, attention=False)
+            ours, ct2_s = timed(ct2.translate_nbest, sources, decode=cfg, attention=False)
+            runs[name] = (ranking(cfg), exact, ours, heed_s, ct2_s)
+        stopped, stop_s = own_stop(ct2, sources)
+    print(f"{n} sentences, beam 5, min_len 1, model {args.model}")
+    for name, (path, exact, ours, heed_s, ct2_s) in runs.items():
+        best = sum(a[0].tokens == b[0].tokens for a, b in zip(exact, ours))
+        lists = sum([h.tokens for h in a] == [h.tokens for h in b] for a, b in zip(exact, ours))
+        print(f"{name:15s} path {path!r:14s}: best {best}/{n}, n-best lists {lists}/{n} equal heed's search; "
+              f"CTranslate2 export {ct2_s:.2f} s, heed's own search {heed_s:.2f} s")
+        for a, b in [(a, b) for a, b in zip(exact, ours) if a[0].tokens != b[0].tokens][:5]:
+            print(f"  differs: heed {a[0].text!r} ({a[0].score:.6f}) / CTranslate2 {b[0].text!r} ({b[0].score:.6f})",
+                  file=sys.stderr)
+    exact = runs["power"][1]
+    same = sum(a[0].tokens == b for a, b in zip(exact, stopped))
+    print(f"CTranslate2's own stop and ranking (patience 1, power 1.0, called directly): best {same}/{n}; "
+          f"{stop_s:.2f} s")
 
 
 if __name__ == "__main__":

@@ -4,21 +4,20 @@ CTranslate2 has no step function to hand heed's search: it searches itself, in C
 is an `OwnSearchModel` (heed.search): `translate_ids` takes what heed's `search.translate_ids`
 takes (source ids, a DecodeConfig, batch size, prefixes) and gives the same `Decoded` hypotheses,
 with heed's tokens, scores and lengths:
-- greedy, and the best hypothesis of a beam search without penalties: CTranslate2's search gives
-  heed's (tests/export/test_export_ct2.py; bench/compare's heed-ct2 column); with the power length penalty
-  (the imported OPUS-MT, NLLB and M2M-100 models' own) CTranslate2 also finishes and ranks the best
-  (`ranking` says which path a request takes; the same best hypothesis as heed's exact search on
-  1,000 sentences: bench/RESULTS.md). Below the best, an n-best
-  list is what CTranslate2's beam finished, searched past its own stop (`beam * PATIENCE` finished)
-  and ranked by heed; it can still miss a hypothesis heed's search finishes, most often a short one
-  (the empty output, a prefix cut by EOS), and show the next instead. On 300 dates test sentences
-  at beam 5, n-best 3 (a 1-layer dates Transformer): 14 of 900 entries differ, 41 with min_len 0
-  (58 and 80 when CTranslate2 stopped at its own stop), and no best entry;
-- the GNMT length penalty (`length_norm` gnmt, `length_penalty` > 0): CTranslate2's penalty is length^alpha, not GNMT's,
-  and stops early differently; so CTranslate2 searches without a penalty past its own early stop,
-  keeping `beam * PATIENCE` finished hypotheses, and heed ranks them by GNMT's score;
-- `max_len_a`/`max_len_b` per source (CTranslate2 takes one limit a call: the batch's largest; a
-  source whose output passed its own limit is decoded again alone with it);
+- greedy, and the best hypothesis of a beam search without a length penalty: CTranslate2's search
+  finishes and ranks, and its stop (the best beam finished) is heed's (`ranking`: "ctranslate2";
+  a source whose best it cut at the limit is searched again as below, as heed forces EOS on every
+  beam there);
+- a length penalty (power or GNMT), an n-best list, min_len > 1: CTranslate2 searches each source to
+  its own limit without an early stop and heed ranks every hypothesis it finished by heed's score
+  (`ranking`: "heed"), which gives heed's n-best: heed's search stops only where nothing finished
+  later could rank above them. On 1,000 sentences of a trained model at beam 5 with the power
+  penalty, the best hypothesis of all 1,000 is heed's (bench/RESULTS.md, "The CTranslate2 fast
+  path's exactness"), at about twice the fast path's time; CTranslate2's own stop with a penalty
+  (`beam` finished) gave another best for 47 of them;
+- `max_len_a`/`max_len_b` per source (CTranslate2 takes one limit a call: where heed ranks, one call
+  per limit; else the batch's largest, and a source whose output passed its own limit is decoded
+  again alone with it);
 - min_len, n-best, prefixes, no_repeat_ngram, forbid_unk, sampling (temperature, top-k, top-p,
   seed through ctranslate2.set_random_seed: CTranslate2's draws, not heed's).
 Refused with a message naming the option: the coverage penalty (heed's is GNMT's over every step,
@@ -27,13 +26,15 @@ pass (the explorer's beam tree and alternatives, align, attention layers, attrib
 those take the model directory or an ONNX export.
 
 Scores: `log_prob` is CTranslate2's sum over the tokens and EOS, the model's own as heed's, except
-where tokens are disallowed (EOS before min_len, <unk> with forbid_unk, and PAD and BOS for a source
-searched again because CTranslate2 put them in a beam): CTranslate2 renormalises over the rest
-there, heed does not, so such scores differ by the disallowed tokens' probability. The attention of each output
+where tokens are disallowed (EOS before min_len, except where heed ranks; <unk> with forbid_unk,
+no_repeat_ngram's repeats, and PAD and BOS for a source searched again because CTranslate2 put them
+in a beam): CTranslate2 renormalises over the rest there, heed does not, so such scores differ by
+the disallowed tokens' probability, and where that differs between beams (forbid_unk,
+no_repeat_ngram) the searches can part. The attention of each output
 token and of EOS is the last decoder layer's cross-attention averaged over its heads, as heed's; a
 hypothesis cut at max_len gets EOS's log-probability from a teacher-forced CTranslate2 pass
 (score_batch; only those that can still rank among the n-best), as heed's search forces and
-charges EOS there, and a row of zeros for its attention;
+charges EOS there (and, from greedy search or sampling, a row of zeros for its attention);
 a forced prefix (which CTranslate2's scores leave out) is charged its log-probability the same way,
 past a many-language model's target language token (scored 0, as heed's search does).
 """
@@ -46,6 +47,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from heed.decode_config import DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError, ModelDirError
@@ -54,7 +56,6 @@ from heed.export.onnx import Manifest
 from heed.plumbing.runtime import cpu_int8_products_exact
 from heed.search import Decoded, Hypothesis, length_penalty, max_output_lengths
 
-PATIENCE = 4  # with a length penalty or n-best > 1: finished hypotheses kept = beam * PATIENCE before heed ranks them
 # Any non-zero length penalty turns off CTranslate2's early exit (which is only right without one);
 # this one leaves its scores raw sums of log-probabilities (length ** 1e-30 == 1.0f).
 RAW_SCORES = 1e-30
@@ -62,18 +63,23 @@ NEEDS_HEED = ("a CTranslate2 export translates with CTranslate2's own search, wh
               "pass to give heed; {what} needs the model directory or an ONNX export (heed export --format onnx)")
 
 
-def ranking(cfg: DecodeConfig, *, prefixed: bool) -> str:
-    """Who finishes and ranks a search's hypotheses (the fast path is CTranslate2's):
-    - "ctranslate2" for the best hypothesis alone without a penalty (CTranslate2 stops once its best
-      beam finished, as exact as heed's stop), or with the power penalty |Y|^alpha, which CTranslate2
-      divides by too (|Y| counting EOS), without a forced prefix (whose charge would change the
-      ranking): CTranslate2 stops once `beam` hypotheses finished and returns its best;
-    - "heed" for the GNMT penalty, an n-best list, or a prefix with a penalty: CTranslate2 searches on
-      to `beam * PATIENCE` finished hypotheses and heed ranks them by its own score;
+def ranking(cfg: DecodeConfig) -> str:
+    """Who finishes and ranks a search's hypotheses, each path exact w.r.t. heed's search:
+    - "ctranslate2" (the fast path) for the best hypothesis alone without a length penalty and with
+      min_len <= 1: CTranslate2 stops once its best beam finished; every live beam is below it then,
+      so heed's search stops there or earlier, with the same best (min_len 1 renormalises the first
+      step, which shifts every hypothesis of a source alike);
+    - "heed" for a length penalty (power or GNMT), an n-best list or min_len > 1: CTranslate2 searches
+      each source to its own limit without an early stop, and heed ranks everything it finished by
+      its own score. heed's search stops once no live beam can beat its n_best-th finished (log-probs
+      only fall, and lp grows with length: heed.search.beam._is_done), so nothing finished later ranks
+      above its n-best: the full search's n-best is heed's. CTranslate2's own stop with a penalty
+      (`beam` finished) is not: on a trained model it gave another best for 47 of 1,000 sentences
+      (bench/RESULTS.md, "The CTranslate2 fast path's exactness");
     - "none" for greedy search and sampling, which rank nothing."""
     if cfg.sampling or cfg.beam_size == 1:
         return "none"
-    if cfg.n_best == 1 and (cfg.length_penalty == 0 or (cfg.length_norm == "power" and not prefixed)):
+    if cfg.n_best == 1 and cfg.length_penalty == 0 and cfg.min_len <= 1:
         return "ctranslate2"
     return "heed"
 
@@ -203,95 +209,142 @@ class CT2Seq2Seq:
 
     def _decode(self, translator: Any, src_ids: list[list[int]], limits: list[int],
                 prefixes: list[Sequence[int]] | None, cfg: DecodeConfig, free: int, attention: bool) -> list[Decoded]:
-        """One translate_batch call at the batch's largest output limit. A source is decoded again
-        alone where that was not heed's search: its best output passed its own limit, or a
-        hypothesis holds PAD or BOS (which heed never emits; CTranslate2 is asked to suppress them
-        only then, as it renormalises the rest of the distribution when it does)."""
-        longest = max(limits)
-        out = self._translate_batch(translator, src_ids, longest, prefixes, cfg, free, attention, suppress=False)
+        """translate_batch calls: where heed ranks, one per output limit (each source searched to its
+        own); else one at the batch's largest. A source is decoded again alone where that was not
+        heed's search: its best output passed its own limit; where CTranslate2 ranks, its best was
+        cut at the limit (heed's search forces EOS on every live beam there, and the best of those
+        may be another: it is searched to the limit and ranked by heed); a hypothesis holds PAD or
+        BOS (which heed never emits; CTranslate2 is asked to suppress them only then, as it
+        renormalises the rest of the distribution when it does)."""
+        ranks = ranking(cfg)
+        groups = [list(range(len(src_ids)))]
+        if ranks == "heed":
+            groups = [[i for i, limit in enumerate(limits) if limit == own] for own in sorted(set(limits))]
+        out: list[Decoded] = [Decoded([]) for _ in src_ids]
+        for group in groups:
+            longest = max(limits[i] for i in group)
+            got = self._translate_batch(translator, [src_ids[i] for i in group], longest,
+                                        None if prefixes is None else [prefixes[i] for i in group], cfg, free,
+                                        attention, ranks=ranks, suppress=False)
+            for i, decoded in zip(group, got):
+                out[i] = decoded
         for i, (decoded, limit) in enumerate(zip(out, limits)):
-            too_long = limit < longest and decoded.hypotheses and len(decoded.hypotheses[0].tokens) > limit
-            if too_long or self._emits_specials(decoded):
+            cut = ranks == "ctranslate2" and self._longest(decoded) == limit
+            if cut or self._longest(decoded) > limit or self._emits_specials(decoded):
                 prefix = None if prefixes is None else [prefixes[i]]
-                alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, free, attention,
-                                              suppress=False)[0]
-                if self._emits_specials(alone):
-                    alone = self._translate_batch(translator, [src_ids[i]], limit, prefix, cfg, free, attention,
-                                                  suppress=True)[0]
+                again = "heed" if cut else ranks
+                alone = self._alone(translator, src_ids[i], limit, prefix, cfg, free, attention, again)
+                if again == "ctranslate2" and self._longest(alone) == limit:
+                    alone = self._alone(translator, src_ids[i], limit, prefix, cfg, free, attention, "heed")
                 out[i] = alone
         return out
 
+    @staticmethod
+    def _longest(decoded: Decoded) -> int:
+        """The length of its best hypothesis (0 for none)."""
+        return len(decoded.hypotheses[0].tokens) if decoded.hypotheses else 0
+
+    def _alone(self, translator: Any, src_ids: list[int], limit: int, prefix: list[Sequence[int]] | None,
+               cfg: DecodeConfig, free: int, attention: bool, ranks: str) -> Decoded:
+        """One source decoded alone at its own limit, searched again with PAD and BOS suppressed where
+        its hypotheses hold them."""
+        alone = self._translate_batch(translator, [src_ids], limit, prefix, cfg, free, attention, ranks=ranks,
+                                      suppress=False)[0]
+        if self._emits_specials(alone):
+            alone = self._translate_batch(translator, [src_ids], limit, prefix, cfg, free, attention, ranks=ranks,
+                                          suppress=True)[0]
+        return alone
+
     def _translate_batch(self, translator: Any, src_ids: list[list[int]], limit: int,
                          prefixes: list[Sequence[int]] | None,
-                         cfg: DecodeConfig, free: int, attention: bool, *, suppress: bool) -> list[Decoded]:
+                         cfg: DecodeConfig, free: int, attention: bool, *, ranks: str, suppress: bool) -> list[Decoded]:
+        """One translate_batch call at output limit `limit`. Where heed ranks (`ranks`: `ranking`'s), CTranslate2
+        searches to the limit (a patience past any count of finished hypotheses, and a penalty, which
+        turns its early exit off, that leaves the scores raw sums) and returns every hypothesis it
+        finished; min_len drops the shorter ones instead of CTranslate2's min_decoding_length, which
+        renormalises each beam's step apart and so would change which beams live; the attention of
+        the n-best comes from one forced pass (`_attention_of`)."""
         source = [[self.src_tokens[i] for i in ids] + [self.src_tokens[self.eos_id]] for ids in src_ids]
         target_prefix = None
         if prefixes is not None and any(prefixes):
             target_prefix = [[self.tgt_tokens[i] for i in p] or None for p in prefixes]
-        ranks = ranking(cfg, prefixed=target_prefix is not None)
         ranked_by_heed = ranks == "heed"
-        kept = cfg.beam_size * PATIENCE if ranked_by_heed else cfg.n_best
+        patience = limit + 1 if ranked_by_heed else 1  # at most `beam` finish per step, `limit` steps
         options: dict[str, Any] = dict(
-            max_decoding_length=max(limit, 1), min_decoding_length=min(cfg.min_len, limit),
+            max_decoding_length=max(limit, 1), min_decoding_length=0 if ranked_by_heed else min(cfg.min_len, limit),
             no_repeat_ngram_size=cfg.no_repeat_ngram, disable_unk=cfg.forbid_unk,
             suppress_sequences=[[self.tgt_tokens[self.pad_id]], [self.tgt_tokens[self.bos_id]]] if suppress else None,
-            max_input_length=0, return_scores=True, return_attention=attention, return_end_token=True,
-            num_hypotheses=kept, use_vmap=cfg.shortlist)
+            max_input_length=0, return_scores=True, return_attention=attention and not ranked_by_heed,
+            return_end_token=True, num_hypotheses=cfg.beam_size * patience if ranked_by_heed else cfg.n_best,
+            use_vmap=cfg.shortlist)
         if cfg.sampling:
             options.update(beam_size=1, length_penalty=0.0, sampling_temperature=cfg.temperature,
                            sampling_topk=cfg.top_k, sampling_topp=cfg.top_p)
         else:
-            penalty = RAW_SCORES if ranked_by_heed else cfg.length_penalty if ranks == "ctranslate2" else 0.0
-            options.update(beam_size=cfg.beam_size, length_penalty=penalty, patience=PATIENCE if ranked_by_heed else 1)
+            options.update(beam_size=cfg.beam_size, length_penalty=RAW_SCORES if ranked_by_heed else 0.0,
+                           patience=patience)
         results = translator.translate_batch(source, target_prefix=target_prefix, **options)
-        if ranks == "ctranslate2" and cfg.length_penalty:  # its scores divided by |Y|^alpha: the sums again
-            results = [SimpleNamespace(hypotheses=r.hypotheses, attention=r.attention,
-                                       scores=[score * len(tokens) ** cfg.length_penalty
-                                               for score, tokens in zip(r.scores, r.hypotheses)]) for r in results]
+        if ranked_by_heed:
+            results = [self._long_enough(r, min(cfg.min_len, limit)) for r in results]
         forced = self._prefix_log_probs(translator, source, target_prefix, free)
-        charges = self._charges(translator, source, results, forced, cfg)
+        ranked = self._ranked(translator, source, results, forced, cfg)
         first = [None] * len(source)
-        if attention and cfg.beam_size > 1 and not cfg.sampling and len(source) > 1:
+        if attention and ranks == "ctranslate2" and len(source) > 1:
             # CTranslate2 4.x's beam search on the CPU runs its first step on the unexpanded batch and
             # then gathers that step's attention with beam-expanded indices: source i gets source
             # i // beam's first row. One greedy step (encoder and one decoder step) gives the true ones.
             step = translator.translate_batch(source, beam_size=1, max_decoding_length=1, min_decoding_length=0,
                                               max_input_length=0, return_attention=True, return_end_token=True)
             first = [r.attention[0][0] for r in step]
-        return [self._decoded(r, len(src), cfg, charges[i], first[i])
-                for i, (r, src) in enumerate(zip(results, source))]
+        decoded = [self._decoded(r, len(src), chosen, first[i] if attention else None, attention)
+                   for i, (r, src, chosen) in enumerate(zip(results, source, ranked))]
+        if attention and ranked_by_heed:
+            self._attention_of(translator, source, decoded)
+        return decoded
 
     def _ended(self, tokens: Sequence[str]) -> bool:
         """Whether CTranslate2's hypothesis ends with EOS (else it was cut at the length limit)."""
         return bool(tokens) and tokens[-1] == self.tgt_tokens[self.eos_id]
 
-    def _charges(self, translator: Any, source: list[list[str]], results: list[Any], forced: list[float],
-                 cfg: DecodeConfig) -> list[list[float | None]]:
-        """Per source and hypothesis, what heed's search adds to CTranslate2's score: the forced
-        prefix's log-probability (`forced`), and for a hypothesis cut at the limit the EOS heed's
-        search forces there. A charge only lowers a score, so only a cut hypothesis that could still
-        rank among the n-best needs its EOS scored: the best are charged (one teacher-forced pass,
-        score_batch, per round) until the n-best are settled, in the common case the n-best alone in
-        one round. A cut hypothesis left uncharged (it cannot rank) is None."""
+    def _long_enough(self, result: Any, min_len: int) -> Any:
+        """`result`'s hypotheses less those that ended before `min_len` tokens (heed's search forbids
+        EOS there; CTranslate2 was let finish them, so that its beams stay heed's)."""
+        hypotheses, scores = result.hypotheses, result.scores  # each a fresh list at every access
+        keep = [j for j, tokens in enumerate(hypotheses) if not self._ended(tokens) or len(tokens) > min_len]
+        return SimpleNamespace(hypotheses=[hypotheses[j] for j in keep], scores=[scores[j] for j in keep],
+                               attention=None)
+
+    def _ranked(self, translator: Any, source: list[list[str]], results: list[Any], forced: list[float],
+                cfg: DecodeConfig) -> list[list[tuple[int, float, float]]]:
+        """Per source, its n-best by heed's score, best first: (index in CTranslate2's hypotheses,
+        score, log_prob). heed's search adds to CTranslate2's score the forced prefix's log-probability
+        (`forced`), and for a hypothesis cut at the limit the EOS it forces there. A charge only lowers
+        a score, so only a cut hypothesis that could still rank among the n-best needs its EOS scored:
+        the best are charged (one teacher-forced pass, score_batch, per round) until the n-best are
+        settled, in the common case the n-best alone in one round."""
         eos: dict[tuple[int, int], float] = {}
 
-        def bound(i: int, j: int) -> float:
-            tokens = results[i].hypotheses[j]
-            length = len(tokens) - 1 if self._ended(tokens) else len(tokens)
-            log_prob = results[i].scores[j] + forced[i] + eos.get((i, j), 0.0)
-            return log_prob / float(length_penalty(torch.tensor(length + 1), cfg.length_penalty, cfg.length_norm))
+        def scored(i: int) -> tuple[Tensor, Tensor]:  # (hypotheses,) each: heed's score, log_prob (float32)
+            r = results[i]
+            log_prob = torch.tensor([s + forced[i] + eos.get((i, j), 0.0) for j, s in enumerate(r.scores)])
+            lengths = torch.tensor([len(t) if self._ended(t) else len(t) + 1 for t in r.hypotheses])
+            return log_prob / length_penalty(lengths, cfg.length_penalty, cfg.length_norm), log_prob
 
         while True:
             todo = []
             for i, r in enumerate(results):
-                best = sorted(range(len(r.hypotheses)), key=lambda j: -bound(i, j))[: cfg.n_best]
+                best = scored(i)[0].topk(min(cfg.n_best, len(r.hypotheses))).indices.tolist() if r.hypotheses else []
                 todo += [(i, j) for j in best if (i, j) not in eos and not self._ended(r.hypotheses[j])]
             if not todo:
                 break
-            scored = translator.score_batch([source[i] for i, _ in todo], [results[i].hypotheses[j] for i, j in todo])
-            eos.update({key: s.log_probs[-1] for key, s in zip(todo, scored)})
-        return [[forced[i] + eos[i, j] if (i, j) in eos else forced[i] if self._ended(h) else None
-                 for j, h in enumerate(r.hypotheses)] for i, r in enumerate(results)]
+            charged = translator.score_batch([source[i] for i, _ in todo], [results[i].hypotheses[j] for i, j in todo])
+            eos.update({key: s.log_probs[-1] for key, s in zip(todo, charged)})
+        ranked = []
+        for i, r in enumerate(results):
+            score, log_prob = scored(i)
+            best = score.topk(min(cfg.n_best, len(r.hypotheses))).indices.tolist() if r.hypotheses else []
+            ranked.append([(j, float(score[j]), float(log_prob[j])) for j in best])
+        return ranked
 
     @staticmethod
     def _prefix_log_probs(translator: Any, source: list[list[str]], target_prefix: list[list[str] | None] | None,
@@ -307,30 +360,41 @@ class CT2Seq2Seq:
                 charged[i] = float(sum(s.log_probs[free:len(prefix)]))
         return charged
 
-    def _decoded(self, result: Any, src_len: int, cfg: DecodeConfig, charges: list[float | None],
-                 first_row: list[float] | None) -> Decoded:
-        """heed's hypotheses of one CTranslate2 result, ranked by heed's score; `charges`: what
-        to add to each hypothesis's score, its forced prefix's log-probability (heed.search charges
-        it, CTranslate2 does not) and the forced EOS's of one cut at the limit (None: a cut
-        hypothesis left uncharged, as it cannot rank among the n-best: dropped);
-        `first_row`: the first step's attention, where the beam search's own is wrong."""
+    def _decoded(self, result: Any, src_len: int, chosen: list[tuple[int, float, float]],
+                 first_row: list[float] | None, attention: bool) -> Decoded:
+        """The `chosen` hypotheses of one CTranslate2 result ((index, heed's score, log_prob), best
+        first: `_ranked`), with CTranslate2's attention where it returned one; `first_row`: the first
+        step's attention, where the beam search's own is wrong. A cut hypothesis' forced EOS gets a
+        row of zeros, where its attention comes from CTranslate2's search."""
         hypotheses = []
-        attentions = result.attention or [None] * len(result.hypotheses)
-        for tokens, raw, attention, charge in zip(result.hypotheses, result.scores, attentions, charges):
-            if charge is None:
-                continue
+        for j, score, log_prob in chosen:
+            tokens = result.hypotheses[j]
             ids = [self._tgt_ids[t] for t in (tokens[:-1] if self._ended(tokens) else tokens)]
-            log_prob = raw + charge
-            score = log_prob / float(length_penalty(torch.tensor(len(ids) + 1), cfg.length_penalty, cfg.length_norm))
-            weights = None  # (tokens + EOS, src_len) when asked; a forced EOS's row stays zeros
-            if attention:
+            weights = None  # (tokens + EOS, src_len) when asked
+            if attention and result.attention:
                 weights = torch.zeros(len(ids) + 1, src_len)
-                weights[: len(attention)] = torch.tensor(attention, dtype=torch.float32)[:, :src_len]
+                weights[: len(result.attention[j])] = torch.tensor(result.attention[j], dtype=torch.float32)[:, :src_len]
                 if first_row is not None:
                     weights[0] = torch.tensor(first_row[:src_len], dtype=torch.float32)
-            hypotheses.append(Hypothesis(ids, float(score), float(log_prob), weights))
-        hypotheses.sort(key=lambda h: -h.score)
-        return Decoded(hypotheses[: cfg.n_best])
+            hypotheses.append(Hypothesis(ids, score, log_prob, weights))
+        return Decoded(hypotheses)
+
+    def _attention_of(self, translator: Any, source: list[list[str]], decoded: list[Decoded]) -> None:
+        """Set each hypothesis' attention, (tokens + EOS, src_len), from one pass that forces its tokens
+        (translate_batch with them as the target prefix, and one step past them for EOS's row):
+        the rows CTranslate2's search computed for it, without returning those of every finished
+        hypothesis."""
+        todo = [(i, h) for i, d in enumerate(decoded) for h in d.hypotheses]
+        if not todo:
+            return
+        prefixes = [[self.tgt_tokens[t] for t in h.tokens] or None for _, h in todo]
+        passes = translator.translate_batch([source[i] for i, _ in todo], target_prefix=prefixes, beam_size=1,
+                                            max_decoding_length=max(len(h.tokens) for _, h in todo) + 1,
+                                            min_decoding_length=0, max_input_length=0, return_attention=True,
+                                            return_end_token=True)
+        for (i, h), forced in zip(todo, passes):
+            rows = torch.tensor(forced.attention[0][: len(h.tokens) + 1], dtype=torch.float32)
+            h.attention = rows[:, : len(source[i])]
 
     def _emits_specials(self, decoded: Decoded) -> bool:
         return any(self.pad_id in h.tokens or self.bos_id in h.tokens for h in decoded.hypotheses)
