@@ -41,23 +41,22 @@ def timed(run: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - start
 
 
-def own_stop(translator: Any, sources: list[str]) -> tuple[list[list[int]], float]:
+def own_stop(translator: Any, sources: list[str]) -> tuple[list[list[str]], float]:
     """CTranslate2's own search and ranking with the power penalty 1.0 (patience 1), called directly
-    on the export's CTranslate2 model: per source, its best hypothesis' ids."""
+    on the export's CTranslate2 model: per source, its best hypothesis' pieces."""
     model, codec = translator.subject[0], translator.codec
     ids = [codec.src_ids(codec.src_tokens(t)[: translator.max_src_len]) for t in sources]
     src = [[model.src_tokens[i] for i in s] + [model.src_tokens[model.eos_id]] for s in ids]
     limits = [int(2.0 * (len(s) + 1) + 10) for s in ids]
     ct2 = model._translator()
 
-    def run() -> list[list[int]]:
+    def run() -> list[list[str]]:
         best = []
         for k in range(0, len(src), 64):
             out = ct2.translate_batch(src[k:k + 64], beam_size=5, patience=1, length_penalty=1.0,
                                       max_decoding_length=max(limits[k:k + 64]), min_decoding_length=1,
                                       max_input_length=0, return_end_token=True)
-            best += [[model._tgt_ids[t] for t in r.hypotheses[0] if t != model.tgt_tokens[model.eos_id]]
-                     for r in out]
+            best += [[t for t in r.hypotheses[0] if t != model.tgt_tokens[model.eos_id]] for r in out]
         return best
     return timed(run)
 
@@ -83,19 +82,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         exported = export_model(args.model, Path(scratch) / "ct2", kind="ctranslate2")
         pytorch, ct2 = heed.load(args.model, device="cpu"), heed.load(str(exported))
+        model, searched = ct2.model, []
+        search_here = model._searched  # counted: the sources the search to the limit left unsettled
+        model._searched = lambda *a: searched.append(a[1]) or search_here(*a)  # type: ignore[method-assign]
         runs = {}
         for name, options in (("power", power), ("power n-best 2", power | {"n_best": 2}), ("no penalty", plain)):
             cfg = ct2.resolve_decode(options)
             exact, heed_s = timed(pytorch.translate_nbest, sources, decode=cfg, attention=False)
             ours, ct2_s = timed(ct2.translate_nbest, sources, decode=cfg, attention=False)
-            runs[name] = (ranking(cfg), exact, ours, heed_s, ct2_s)
+            runs[name] = (ranking(cfg), exact, ours, heed_s, ct2_s, len(searched))
+            searched.clear()
         stopped, stop_s = own_stop(ct2, sources)
     print(f"{n} sentences, beam 5, min_len 1, model {args.model}")
-    for name, (path, exact, ours, heed_s, ct2_s) in runs.items():
+    for name, (path, exact, ours, heed_s, ct2_s, unsettled) in runs.items():
         best = sum(a[0].tokens == b[0].tokens for a, b in zip(exact, ours))
         lists = sum([h.tokens for h in a] == [h.tokens for h in b] for a, b in zip(exact, ours))
         print(f"{name:15s} path {path!r:14s}: best {best}/{n}, n-best lists {lists}/{n} equal heed's search; "
-              f"CTranslate2 export {ct2_s:.2f} s, heed's own search {heed_s:.2f} s")
+              f"CTranslate2 export {ct2_s:.2f} s, heed's own search {heed_s:.2f} s; "
+              f"{unsettled} searched by heed's rule over CTranslate2's steps")
         for a, b in [(a, b) for a, b in zip(exact, ours) if a[0].tokens != b[0].tokens][:5]:
             print(f"  differs: heed {a[0].text!r} ({a[0].score:.6f}) / CTranslate2 {b[0].text!r} ({b[0].score:.6f})",
                   file=sys.stderr)

@@ -18,9 +18,10 @@ from served_exports import served_beside_pytorch
 
 import heed
 from heed.data.vocab import SPECIALS
+from heed.decode_config import DecodeConfig
 from heed.errors import ConfigError, HeedError
 from heed.export.ct2 import model_files, write_ct2
-from heed.export.ct2_run import CT2Seq2Seq
+from heed.export.ct2_run import CT2Seq2Seq, ranking
 from heed.export.onnx import MANIFEST_FILE, export_model
 from heed.nn.build import ModelConfig, build_model
 from heed.plumbing.runtime import cpu_int8_products_exact
@@ -87,26 +88,19 @@ def _sources(tiny_corpus) -> list[str]:
 @pytest.mark.parametrize("options", [dict(beam=1), dict(beam=4, n_best=4), dict(beam=4, length_penalty=0.6),
                                      dict(beam=4, n_best=2, length_penalty=1.0),
                                      dict(beam=4, length_penalty=1.0, length_norm="power")],
-                         ids=["greedy", "beam4-nbest4", "beam4-gnmt0.6", "beam4-gnmt1.0-nbest2",
-                              "beam4-power1.0-ctranslate2-ranks"])
+                         ids=["greedy", "beam4-nbest4", "beam4-gnmt0.6", "beam4-gnmt1.0-nbest2", "beam4-power1.0"])
 def test_heed_load_of_a_ct2_export_gives_pytorchs_hypotheses(transformer_run, ct2_dir, tiny_corpus, options):
-    """The same best hypotheses, and with a GNMT penalty (which heed ranks) the same n-best lists;
-    without min_len (CTranslate2 renormalises over what a constraint leaves, heed does not) the
-    same scores and log-probabilities; the same attention behind each output token and EOS (the
-    last layer's head mean). Without a penalty, the entries below the best are CTranslate2's search's
-    (the next test)."""
+    """The same n-best lists, by every path of ranking (min_len 3 sends the fast path's requests to
+    heed's ranking); the same scores and log-probabilities, but where CTranslate2 ranks with min_len
+    (it renormalises over what a constraint leaves, heed does not); the same attention behind each
+    output token and EOS (the last layer's head mean)."""
     exported, pytorch = heed.load(str(ct2_dir)), heed.load(str(transformer_run), device="cpu")
     assert isinstance(exported.model, CT2Seq2Seq)
     sources = _sources(tiny_corpus)
-    ranked_by_heed = options.get("length_penalty", 0) > 0
-    for min_len in (1, 0):
+    for min_len in (1, 3, 0):
         a = pytorch.translate_nbest(sources, min_len=min_len, **options)
         b = exported.translate_nbest(sources, min_len=min_len, **options)
-        if ranked_by_heed:
-            assert [[t.text for t in n] for n in a] == [[t.text for t in n] for n in b]
-        else:
-            assert [n[0].text for n in a] == [n[0].text for n in b]
-            a, b = [n[:1] for n in a], [n[:1] for n in b]
+        assert [[t.text for t in n] for n in a] == [[t.text for t in n] for n in b]
         assert b[-1][0].text == "" and b[-1][0].tokens == []
     # A source whose beams held PAD or BOS in CTranslate2's first search is searched again with them
     # suppressed, and CTranslate2 then renormalises over the rest: its hypotheses are heed's, its
@@ -118,15 +112,23 @@ def test_heed_load_of_a_ct2_export_gives_pytorchs_hypotheses(transformer_run, ct
         torch.testing.assert_close(torch.from_numpy(t.attention), torch.from_numpy(s.attention), atol=1e-4, rtol=0)
 
 
-def test_a_ct2_export_honours_each_sources_own_length_limit(transformer_run, ct2_dir, tiny_corpus):
-    """max_len = floor(a * src_len + b) per source, in one batch of sources of different lengths."""
+@pytest.mark.parametrize("beam", [1, 4, 5])
+def test_a_ct2_export_honours_each_sources_own_length_limit(transformer_run, ct2_dir, tiny_corpus, beam):
+    """max_len = floor(a * src_len + b) per source, in one batch of sources of different lengths;
+    outputs cut at the limit are heed's, whose search forces EOS on every beam there (CTranslate2
+    ranks without a penalty at beam 4; heed ranks at beam 5, with the power penalty)."""
     exported, pytorch = heed.load(str(ct2_dir)), heed.load(str(transformer_run), device="cpu")
     sources = _sources(tiny_corpus)
-    got = exported.translate(sources, max_len_a=0.5, max_len_b=1)
+    options = dict(beam=beam, max_len_a=0.5, max_len_b=1)
+    if beam == 5:
+        options.update(length_penalty=1.0, length_norm="power")
+    got = exported.translate(sources, **options)
     limits = [int(0.5 * (len(exported.codec.src_tokens(s)) + 1) + 1) for s in sources]
     assert all(len(t.tokens) <= limit for t, limit in zip(got, limits))
     assert max(len(t.tokens) for t in got) > min(limits)  # the limits differ, and longer outputs were allowed
-    assert [t.tokens for t in got] == [t.tokens for t in pytorch.translate(sources, max_len_a=0.5, max_len_b=1)]
+    assert [t.tokens for t in got] == [t.tokens for t in pytorch.translate(sources, **options)]
+    if beam == 5:  # heed's scores too (CTranslate2 renormalises the first step for min_len 1 where it ranks)
+        assert [round(t.score, 4) for t in got] == [round(t.score, 4) for t in pytorch.translate(sources, **options)]
 
 
 def test_prefixes_and_seeded_sampling_through_a_ct2_export(transformer_run, ct2_dir):
@@ -142,23 +144,50 @@ def test_prefixes_and_seeded_sampling_through_a_ct2_export(transformer_run, ct2_
     assert all(tok not in ("<pad>", "<s>") for n in first for t in n for tok in t.tokens)
 
 
-def test_below_the_best_an_nbest_list_is_ctranslate2s_search_sorted_and_of_real_hypotheses(
-        transformer_run, ct2_dir, tiny_corpus):
-    """What docs/guide/export.md and `heed export --help` say of n-best lists without a penalty: the best entry
-    is heed's; each lower one is a distinct hypothesis with the model's own log-probability (heed's
-    forced decoding of its tokens gives the same), in score order, and as many as heed gives."""
+@pytest.mark.parametrize("options", [dict(n_best=1), dict(n_best=3)], ids=["best", "nbest3"])
+def test_with_a_length_penalty_ctranslate2_searches_on_to_heeds_hypotheses_past_its_own_stop(
+        transformer_run, ct2_dir, tiny_corpus, options, monkeypatch):
+    """The power penalty at alpha 10 favours long outputs, so heed's search goes on past the step where
+    CTranslate2's own search, which stops once `beam` hypotheses finished, returns its best: there
+    CTranslate2's own best differs from heed's for some sources, and the export's, which searches
+    each source to its limit and ranks by heed's score ("heed"), is heed's for every source, with
+    the same n-best lists, scores and log-probabilities. The outputs reach max_len (12 in this model's
+    config) with an EOS among the best at CTranslate2's last step, where it leaves out beams that
+    heed's search finishes and that could rank: such sources are searched by heed's rule over
+    CTranslate2's steps."""
     exported, pytorch = heed.load(str(ct2_dir)), heed.load(str(transformer_run), device="cpu")
+    searched = []  # the sources where the search to the limit could not settle the n-best
+    search_here = exported.model._searched
+    monkeypatch.setattr(exported.model, "_searched", lambda *a: searched.append(a[1]) or search_here(*a))
     sources = _sources(tiny_corpus)[:-1]
-    a = pytorch.translate_nbest(sources, beam=4, n_best=4, min_len=0)
-    b = exported.translate_nbest(sources, beam=4, n_best=4, min_len=0)
-    for source, mine, theirs in zip(sources, a, b):
-        assert theirs[0].text == mine[0].text and abs(theirs[0].score - mine[0].score) < 1e-4
-        assert len(theirs) == len(mine) and len({tuple(t.tokens) for t in theirs}) == len(theirs)
-        assert [t.score for t in theirs] == sorted((t.score for t in theirs), reverse=True)
-        for t in (t for t in theirs if t.tokens):  # forced to write exactly t's tokens, heed scores them alike
-            forced = pytorch.translate_nbest([source], beam=1, min_len=0, prefix=[t.tokens],
-                                             max_len_a=0.0, max_len_b=len(t.tokens))[0][0]
-            assert forced.tokens == t.tokens and abs(forced.log_prob - t.log_prob) < 1e-4, (source, t.text)
+    decode = dict(beam=4, length_penalty=10.0, length_norm="power", min_len=1, **options)
+    assert ranking(exported.resolve_decode({k: v for k, v in decode.items() if k != "beam"}, beam=4)) == "heed"
+    mine, theirs = pytorch.translate_nbest(sources, **decode), exported.translate_nbest(sources, **decode)
+    assert [[t.tokens for t in n] for n in theirs] == [[t.tokens for t in n] for n in mine]
+    for s, t in zip((t for n in mine for t in n), (t for n in theirs for t in n)):
+        assert abs(s.score - t.score) < 1e-4 and abs(s.log_prob - t.log_prob) < 1e-4
+    model = exported.model
+    eos = model.tgt_tokens[model.eos_id]
+    own = []
+    for source in sources:  # CTranslate2's own stop and ranking, at heed's limit for the source
+        tokens = exported.codec.src_tokens(source)
+        result = model._translator().translate_batch([[*tokens, model.src_tokens[model.eos_id]]], beam_size=4,
+                                                     patience=1, length_penalty=10.0, min_decoding_length=1,
+                                                     max_decoding_length=2 * (len(tokens) + 1) + 10,
+                                                     max_input_length=0, return_end_token=True)[0]
+        own.append([t for t in result.hypotheses[0] if t != eos])
+    assert sum(o != n[0].tokens for o, n in zip(own, mine)) >= 2
+    assert searched
+
+
+def test_ranking_names_the_path_of_each_request():
+    """CTranslate2 ranks only where its stop is heed's: the best alone, no length penalty, min_len <= 1."""
+    def path(**fields):
+        return ranking(DecodeConfig(**{"beam_size": 5, **fields}))
+    assert path() == path(min_len=0) == "ctranslate2"
+    assert path(beam_size=1) == path(beam_size=1, sampling=True) == "none"
+    assert (path(length_penalty=1.0, length_norm="power") == path(length_penalty=0.6) == path(n_best=2)
+            == path(min_len=2) == "heed")
 
 
 def test_an_int8_ct2_export_is_smaller_and_translates_nearly_alike(transformer_run, ct2_dir, tiny_corpus, tmp_path):

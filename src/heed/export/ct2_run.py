@@ -15,9 +15,9 @@ with heed's tokens, scores and lengths:
   penalty, the best hypothesis of all 1,000 is heed's (bench/RESULTS.md, "The CTranslate2 fast
   path's exactness"), at about twice the fast path's time; CTranslate2's own stop with a penalty
   (`beam` finished) gave another best for 47 of them;
-- `max_len_a`/`max_len_b` per source (CTranslate2 takes one limit a call: where heed ranks, one call
-  per limit; else the batch's largest, and a source whose output passed its own limit is decoded
-  again alone with it);
+- `max_len_a`/`max_len_b` per source (CTranslate2 takes one limit a call: where heed ranks, batches
+  are made of sources of one limit; else the batch's largest, and a source whose output passed its
+  own limit is decoded again alone with it);
 - min_len, n-best, prefixes, no_repeat_ngram, forbid_unk, sampling (temperature, top-k, top-p,
   seed through ctranslate2.set_random_seed: CTranslate2's draws, not heed's).
 Refused with a message naming the option: the coverage penalty (heed's is GNMT's over every step,
@@ -41,6 +41,7 @@ past a many-language model's target language token (scored 0, as heed's search d
 from __future__ import annotations
 
 import functools
+import math
 import random
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
@@ -178,18 +179,29 @@ class CT2Seq2Seq:
             translator = self._translator(fresh=True)
         # heed's own per-source limit, each source with its EOS as heed's batches have it
         limits = max_output_lengths(torch.tensor([len(ids) + 1 for ids in src_ids]), cfg).tolist()
-        order = sorted(range(len(src_ids)), key=lambda k: -len(src_ids[k]))
         results: list[Decoded] = [Decoded([]) for _ in src_ids]
-        for start in range(0, len(order), batch_size):
+        for chunk in self._batches(src_ids, limits, cfg, batch_size):
             if stop is not None and stop():
                 raise Abandoned()
-            chunk = order[start:start + batch_size]
             got = self._decode(translator, [src_ids[k] for k in chunk], [limits[k] for k in chunk],
                                None if prefixes is None else [prefixes[k] for k in chunk], cfg, free_prefix,
                                attention)
             for k, decoded in zip(chunk, got):
                 results[k] = decoded
         return results
+
+    @staticmethod
+    def _batches(src_ids: Sequence[list[int]], limits: list[int], cfg: DecodeConfig, batch_size: int) -> list[list[int]]:
+        """The sources' indices in batches of `batch_size` at most, longest sources first; where heed
+        ranks, each batch of one output limit, as CTranslate2 searches each source to its own."""
+        order = sorted(range(len(src_ids)), key=lambda k: -len(src_ids[k]))
+        if ranking(cfg) != "heed":
+            return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+        groups: dict[int, list[int]] = {}
+        for k in order:
+            groups.setdefault(limits[k], []).append(k)
+        return [group[start:start + batch_size] for group in groups.values()
+                for start in range(0, len(group), batch_size)]
 
     def _check_shortlist(self, prefixes: Sequence[Sequence[int]] | None) -> None:
         """A HeedError unless the export has a vocabulary map that can search these prefixes: every
@@ -209,25 +221,16 @@ class CT2Seq2Seq:
 
     def _decode(self, translator: Any, src_ids: list[list[int]], limits: list[int],
                 prefixes: list[Sequence[int]] | None, cfg: DecodeConfig, free: int, attention: bool) -> list[Decoded]:
-        """translate_batch calls: where heed ranks, one per output limit (each source searched to its
-        own); else one at the batch's largest. A source is decoded again alone where that was not
-        heed's search: its best output passed its own limit; where CTranslate2 ranks, its best was
-        cut at the limit (heed's search forces EOS on every live beam there, and the best of those
-        may be another: it is searched to the limit and ranked by heed); a hypothesis holds PAD or
-        BOS (which heed never emits; CTranslate2 is asked to suppress them only then, as it
-        renormalises the rest of the distribution when it does)."""
+        """One translate_batch call at the batch's largest output limit (where heed ranks, the
+        batch's one: `_batches`). A source is decoded again alone where that was not heed's search:
+        its best output passed its own limit; where CTranslate2 ranks, its best was cut at the limit
+        (heed's search forces EOS on every live beam there, and the best of those may be another: it
+        is searched to the limit and ranked by heed); a hypothesis holds PAD or BOS (which heed never
+        emits; CTranslate2 is asked to suppress them only then, as it renormalises the rest of the
+        distribution when it does)."""
         ranks = ranking(cfg)
-        groups = [list(range(len(src_ids)))]
-        if ranks == "heed":
-            groups = [[i for i, limit in enumerate(limits) if limit == own] for own in sorted(set(limits))]
-        out: list[Decoded] = [Decoded([]) for _ in src_ids]
-        for group in groups:
-            longest = max(limits[i] for i in group)
-            got = self._translate_batch(translator, [src_ids[i] for i in group], longest,
-                                        None if prefixes is None else [prefixes[i] for i in group], cfg, free,
-                                        attention, ranks=ranks, suppress=False)
-            for i, decoded in zip(group, got):
-                out[i] = decoded
+        out = self._translate_batch(translator, src_ids, max(limits), prefixes, cfg, free, attention, ranks=ranks,
+                                    suppress=False)
         for i, (decoded, limit) in enumerate(zip(out, limits)):
             cut = ranks == "ctranslate2" and self._longest(decoded) == limit
             if cut or self._longest(decoded) > limit or self._emits_specials(decoded):
@@ -286,6 +289,9 @@ class CT2Seq2Seq:
         results = translator.translate_batch(source, target_prefix=target_prefix, **options)
         if ranked_by_heed:
             results = [self._long_enough(r, min(cfg.min_len, limit)) for r in results]
+            if target_prefix is None and not cfg.no_repeat_ngram and not cfg.shortlist:
+                results = [self._searched(translator, src, limit, cfg) if self._unsettled(r, limit, cfg) else r
+                           for r, src in zip(results, source)]
         forced = self._prefix_log_probs(translator, source, target_prefix, free)
         ranked = self._ranked(translator, source, results, forced, cfg)
         first = [None] * len(source)
@@ -313,6 +319,65 @@ class CT2Seq2Seq:
         keep = [j for j, tokens in enumerate(hypotheses) if not self._ended(tokens) or len(tokens) > min_len]
         return SimpleNamespace(hypotheses=[hypotheses[j] for j in keep], scores=[scores[j] for j in keep],
                                attention=None)
+
+    def _unsettled(self, result: Any, limit: int, cfg: DecodeConfig) -> bool:
+        """Whether a search to `limit` may have left out one of heed's n-best: CTranslate2 returns what
+        ranked within the top `beam` at its last step, while heed's search forces EOS on every live
+        beam, among them those ranked below an EOS there. Such a beam's score is at most the lowest
+        returned at that step over lp(limit + 1), so the n-best are settled where the n_best-th of
+        those that ended with EOS (a cut one's EOS is not charged yet) scores that much (always, where
+        no EOS ranked so high)."""
+        hypotheses, raw = result.hypotheses, result.scores
+        last = [(tokens, score) for tokens, score in zip(hypotheses, raw) if len(tokens) == limit]
+        if not any(self._ended(tokens) for tokens, _ in last):
+            return False
+        ended = [j for j, tokens in enumerate(hypotheses) if self._ended(tokens)]
+        if len(ended) < cfg.n_best:
+            return True
+        lengths = torch.tensor([len(hypotheses[j]) for j in ended])
+        scores = torch.tensor([raw[j] for j in ended]) / length_penalty(lengths, cfg.length_penalty, cfg.length_norm)
+        bound = torch.tensor(min(score for _, score in last)) / length_penalty(
+            torch.tensor(limit + 1), cfg.length_penalty, cfg.length_norm)
+        return bool(scores.topk(cfg.n_best).values[-1] < bound)
+
+    def _searched(self, translator: Any, source: list[str], limit: int, cfg: DecodeConfig) -> SimpleNamespace:
+        """heed's beam search of one source (heed.search.beam: the 2 * beam best extensions, EOS
+        among the top `beam` finished, the `beam` best others live, EOS forced at `limit`, stopped
+        once no live beam can beat the n_best-th finished), its steps read from CTranslate2: each
+        live beam's EOS log-probability (score_batch) and its best other tokens (translate_batch's
+        alternatives after the beam as a prefix, which CTranslate2 normalises without EOS: put back).
+        Every hypothesis it finished, with EOS, as a CTranslate2 result has them; for a source whose
+        search to its limit may have left one out (`_unsettled`)."""
+        beam, eos = cfg.beam_size, self.tgt_tokens[self.eos_id]
+        banned = {self.tgt_tokens[i] for i in (self.pad_id, self.bos_id, *((self.unk_id,) if cfg.forbid_unk else ()))}
+        far = float(length_penalty(torch.tensor(limit + 1), cfg.length_penalty, cfg.length_norm))
+        live: list[tuple[float, list[str]]] = [(0.0, [])]  # (log_prob, tokens), best first
+        finished: list[tuple[float, float, list[str]]] = []  # (score, log_prob, tokens with EOS)
+        for t in range(limit + 1):
+            prefixes = [tokens for _, tokens in live]
+            ends = [s.log_probs[-1] for s in translator.score_batch([source] * len(live), prefixes)]
+            candidates = [(log_prob + end, tokens + [eos]) for (log_prob, tokens), end in zip(live, ends)
+                          if t >= cfg.min_len or t == limit]
+            if t < limit:
+                alternatives = translator.translate_batch(
+                    [source] * len(live), target_prefix=[p or None for p in prefixes], return_alternatives=True,
+                    beam_size=1, num_hypotheses=2 * beam + len(banned), max_decoding_length=t + 1,
+                    min_decoding_length=0, max_input_length=0, return_scores=True)
+                for (log_prob, tokens), end, alt in zip(live, ends, alternatives):
+                    rest = math.log1p(-math.exp(end)) if end < 0 else -math.inf  # log(1 - p(EOS))
+                    candidates += [(log_prob + score + rest, tokens + [h[t]])
+                                   for h, score in zip(alt.hypotheses, alt.scores) if h[t] not in banned]
+            candidates = sorted(candidates, key=lambda c: -c[0])[: 2 * beam]
+            for log_prob, tokens in candidates[:beam]:
+                if tokens[-1] == eos:
+                    score = float(torch.tensor(log_prob) / length_penalty(torch.tensor(len(tokens)), cfg.length_penalty,
+                                                                          cfg.length_norm))
+                    finished.append((score, log_prob, tokens))
+            finished.sort(key=lambda f: -f[0])
+            live = [c for c in candidates if c[1][-1] != eos][:beam]
+            if not live or len(finished) >= cfg.n_best and finished[cfg.n_best - 1][0] >= live[0][0] / far:
+                break
+        return SimpleNamespace(hypotheses=[f[2] for f in finished], scores=[f[1] for f in finished], attention=None)
 
     def _ranked(self, translator: Any, source: list[list[str]], results: list[Any], forced: list[float],
                 cfg: DecodeConfig) -> list[list[tuple[int, float, float]]]:
