@@ -85,14 +85,19 @@ def main() -> None:
         model, searched = ct2.model, []
         search_here = model._searched  # counted: the sources the search to the limit left unsettled
         model._searched = lambda *a: searched.append(a[1]) or search_here(*a)  # type: ignore[method-assign]
-        runs = {}
-        for name, options in (("power", power), ("power n-best 2", power | {"n_best": 2}), ("no penalty", plain)):
-            cfg = ct2.resolve_decode(options)
-            exact, heed_s = timed(pytorch.translate_nbest, sources, decode=cfg, attention=False)
-            ours, ct2_s = timed(ct2.translate_nbest, sources, decode=cfg, attention=False)
-            runs[name] = (ranking(cfg), exact, ours, heed_s, ct2_s, len(searched))
-            searched.clear()
-        stopped, stop_s = own_stop(ct2, sources)
+        runs: dict[str, tuple[Any, ...]] = {}
+        stop_s = float("inf")
+        for _ in range(2):  # twice, interleaved: the faster of each
+            for name, options in (("power", power), ("power n-best 2", power | {"n_best": 2}), ("no penalty", plain)):
+                cfg = ct2.resolve_decode(options)
+                exact, heed_s = timed(pytorch.translate_nbest, sources, decode=cfg, attention=False)
+                ours, ct2_s = timed(ct2.translate_nbest, sources, decode=cfg, attention=False)
+                if name in runs:
+                    heed_s, ct2_s = min(heed_s, runs[name][3]), min(ct2_s, runs[name][4])
+                runs[name] = (ranking(cfg), exact, ours, heed_s, ct2_s, len(searched))
+                searched.clear()
+            stopped, seconds = own_stop(ct2, sources)
+            stop_s = min(seconds, stop_s)
     print(f"{n} sentences, beam 5, min_len 1, model {args.model}")
     for name, (path, exact, ours, heed_s, ct2_s, unsettled) in runs.items():
         best = sum(a[0].tokens == b[0].tokens for a, b in zip(exact, ours))

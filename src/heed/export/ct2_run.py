@@ -11,10 +11,11 @@ with heed's tokens, scores and lengths:
 - a length penalty (power or GNMT), an n-best list, min_len > 1: CTranslate2 searches each source to
   its own limit without an early stop and heed ranks every hypothesis it finished by heed's score
   (`ranking`: "heed"), which gives heed's n-best: heed's search stops only where nothing finished
-  later could rank above them. On 1,000 sentences of a trained model at beam 5 with the power
+  later could rank above them (and a source the limit cut short of that is searched by heed's rule
+  over CTranslate2's steps). On 1,000 sentences of a trained model at beam 5 with the power
   penalty, the best hypothesis of all 1,000 is heed's (bench/RESULTS.md, "The CTranslate2 fast
-  path's exactness"), at about twice the fast path's time; CTranslate2's own stop with a penalty
-  (`beam` finished) gave another best for 47 of them;
+  path's exactness"), at about three times the time of CTranslate2's own stop with a penalty
+  (`beam` finished), which gave another best for 47 of them;
 - `max_len_a`/`max_len_b` per source (CTranslate2 takes one limit a call: where heed ranks, batches
   are made of sources of one limit; else the batch's largest, and a source whose output passed its
   own limit is decoded again alone with it);
@@ -74,9 +75,13 @@ def ranking(cfg: DecodeConfig) -> str:
       each source to its own limit without an early stop, and heed ranks everything it finished by
       its own score. heed's search stops once no live beam can beat its n_best-th finished (log-probs
       only fall, and lp grows with length: heed.search.beam._is_done), so nothing finished later ranks
-      above its n-best: the full search's n-best is heed's. CTranslate2's own stop with a penalty
-      (`beam` finished) is not: on a trained model it gave another best for 47 of 1,000 sentences
-      (bench/RESULTS.md, "The CTranslate2 fast path's exactness");
+      above its n-best: the full search's n-best is heed's (where the limit cut it with EOS among the
+      best at CTranslate2's last step, which leaves out beams heed finishes there, and those could
+      rank, the source is searched by heed's rule over CTranslate2's steps, `_searched`; not with a
+      prefix, no_repeat_ngram or a shortlist, whose steps it does not read).
+      CTranslate2's own stop with a penalty (`beam` finished) is not heed's: on a trained model it
+      gave another best for 47 of 1,000 sentences (bench/RESULTS.md, "The CTranslate2 fast path's
+      exactness");
     - "none" for greedy search and sampling, which rank nothing."""
     if cfg.sampling or cfg.beam_size == 1:
         return "none"
