@@ -41,6 +41,36 @@ def test_a_hull_is_not_stretched_across_another_words_unit():
     assert [tgt[a:b] for a, b in ranges] == ["20", "06", "2021"]
 
 
+def test_a_hull_grows_over_the_unlinked_characters_of_its_target_word():
+    """A null threshold left the day's "0" unlinked: the day's tag still wraps "05"."""
+    src, tgt = "le 5 mai 2021", "2021-05-05"
+    links = [(3, 0), (3, 1), (3, 2), (3, 3), (2, 5), (2, 6), (1, 9)]  # unit 8 ("0" of the day) unlinked
+    ranges = place(src, [Span(3, 4), Span(5, 8), Span(9, 13)], tgt, links, "chars")
+    assert [tgt[a:b] for a, b in ranges] == ["05", "05", "2021"]
+
+
+def test_a_stray_link_does_not_keep_a_character_from_its_neighbours_tag():
+    """The year's last "1" linked to the day, apart from the day's own "10": it joins the year."""
+    src, tgt = "le 10 juin 1901", "1901-06-10"
+    links = [(3, 0), (3, 1), (3, 2), (1, 3), (2, 5), (2, 6), (1, 8), (1, 9)]
+    ranges = place(src, [Span(3, 5), Span(6, 10), Span(11, 15)], tgt, links, "chars")
+    assert [tgt[a:b] for a, b in ranges] == ["10", "06", "1901"]
+
+
+def test_a_hull_ending_on_a_separator_is_not_grown_past_it():
+    """The month's links end on the dash before the day: the day's unlinked "0" is not the month's."""
+    src, tgt = "1 nov. 2024", "2024-11-01"
+    links = [(2, 0), (2, 1), (2, 2), (2, 3), (1, 4), (1, 5), (1, 6), (1, 7), (0, 9)]
+    ranges = place(src, [Span(0, 1), Span(2, 6), Span(7, 11)], tgt, links, "chars")
+    assert [tgt[a:b] for a, b in ranges] == ["01", "11", "2024"]
+
+
+def test_in_words_a_hull_never_grows_over_an_unlinked_neighbour():
+    src, tgt = "a red car", "une voiture rouge"
+    ranges = place(src, [Span(2, 5)], tgt, [(1, 2), (2, 1)])  # "une" unlinked
+    assert [tgt[a:b] for a, b in ranges] == ["rouge"]
+
+
 def test_punctuation_the_source_element_lacks_stays_outside():
     src, tgt = "go here.", "va ici."
     assert [tgt[a:b] for a, b in place(src, [Span(3, 7)], tgt, [(0, 0), (1, 1)])] == ["ici"]
@@ -256,6 +286,22 @@ def test_tags_around_a_dates_fields_land_on_its_output_characters(dates_rnn):
         right += sum(got.get(tag) == span for tag, span in gold)
         total += len(gold)
     assert right / total >= 0.75, (right, total)  # 88.3% (438 of 496) on an AMD EPYC Zen 5
+
+
+def test_markup_reads_the_recorded_reading_with_every_unit_linked():
+    """A null threshold chosen for AER is left out (a unit below it would fall outside every tag);
+    the rest of the recorded reading is kept."""
+    from types import SimpleNamespace
+
+    from heed.explain.align_methods import AlignOptions
+    from heed.markup.carry import markup_reading
+
+    recorded = AlignOptions(method="argmax", layer=None, head=None, tgt_units="chars", weights="alignment_layer",
+                            join="sum", null_threshold=0.5)
+    translator = SimpleNamespace(codec=SimpleNamespace(tgt_tokenizer=SimpleNamespace(kind="char")),
+                                 default_reading=lambda units: (recorded, "recorded"))
+    assert markup_reading(translator) == AlignOptions(method="argmax", layer=None, head=None, tgt_units="chars",
+                                                      weights="alignment_layer", join="sum", null_threshold=0.0)
 
 
 # ---------------------------------------------------------------- heed markup
