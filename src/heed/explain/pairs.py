@@ -148,4 +148,24 @@ class Stoppable:
         return self._model(*args, **kwargs)
 
 
-__all__ = ["ForcedPairs", "Stoppable", "Subject", "check_texts", "forced_pairs", "known_target_ids", "precision"]
+class Reporting:
+    """A Transformer whose search steps report `report`'s cross-attention (a decoder layer, some of
+    its heads averaged: TransformerSeq2Seq.step) instead of its alignment layer's heads' mean, so
+    that a reading of those weights comes off the search (heed.markup.carry.own_links). Everything
+    else, the logits included, is the model's own."""
+
+    def __init__(self, model: Any, report: tuple[int, tuple[int, ...] | None]) -> None:
+        self._model, self._report = model, report
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def step(self, prev_tokens: Any, state: Any, enc: Any) -> Any:
+        return self._model.step(prev_tokens, state, enc, report=self._report)
+
+    def step_features(self, prev_tokens: Any, state: Any, enc: Any) -> Any:
+        """A step up to the output layer (a shortlist's search: heed.search.shortlist)."""
+        return self._model.step_features(prev_tokens, state, enc, report=self._report)
+
+
+__all__ = ["ForcedPairs", "Reporting", "Stoppable", "Subject", "check_texts", "forced_pairs", "known_target_ids", "precision"]
