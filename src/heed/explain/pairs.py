@@ -168,4 +168,21 @@ class Reporting:
         return self._model.step_features(prev_tokens, state, enc, report=self._report)
 
 
-__all__ = ["ForcedPairs", "Reporting", "Stoppable", "Subject", "check_texts", "forced_pairs", "known_target_ids", "precision"]
+def search_report(model: Any, options: Any) -> tuple[int, tuple[int, ...] | None] | None:
+    """The (decoder layer, heads) whose cross-attention a Transformer's search reports, when asked
+    (Reporting; TransformerSeq2Seq.step's `report`), as the reading `options` (an AlignOptions):
+    the attention weights of one layer, one head or several averaged (a guided head). None for any
+    other reading or model."""
+    from heed.explain.align_methods import MEAN
+    from heed.nn.transformer.model import TransformerSeq2Seq
+
+    if options.weights != "attention" or options.layer == MEAN or not isinstance(model, TransformerSeq2Seq):
+        return None
+    layer = model.alignment_layer if options.layer is None else int(options.layer)
+    head = options.head
+    heads = None if head is None or head == MEAN else tuple(head) if isinstance(head, tuple) else (int(head),)
+    return layer, heads
+
+
+__all__ = ["ForcedPairs", "Reporting", "Stoppable", "Subject", "check_texts", "forced_pairs", "known_target_ids", "precision",
+           "search_report"]

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from heed.api import Translation, Translator
     from heed.explain.align_methods import AlignOptions
     from heed.explain.priors import Aligner, Priors
-    from heed.nn.transformer.model import Report
     from heed.results import Alignment
 
 
@@ -171,23 +170,15 @@ def own_links(translator: Translator, translations: Sequence[Translation], optio
     return out
 
 
-def search_report(translator: Translator, options: AlignOptions) -> Report | None:
-    """The (decoder layer, heads) whose cross-attention a Transformer's search reports, when asked
-    (TransformerSeq2Seq.step's `report`), as the reading `options`: the attention weights of one
-    layer, one head or several averaged (a guided head). None for any other reading or model."""
-    from heed.explain.align_methods import MEAN
-    from heed.nn.transformer.model import TransformerSeq2Seq
+def search_report(translator: Translator, options: AlignOptions) -> tuple[int, tuple[int, ...] | None] | None:
+    """The (decoder layer, heads) whose attention the translator's search can report as the
+    reading `options` (heed.explain.pairs.search_report); None where it cannot."""
+    from heed.explain.pairs import search_report as report_of
 
-    model = translator.model
-    if options.weights != "attention" or options.layer == MEAN or not isinstance(model, TransformerSeq2Seq):
-        return None
-    layer = model.alignment_layer if options.layer is None else int(options.layer)
-    head = options.head
-    heads = None if head is None or head == MEAN else tuple(head) if isinstance(head, tuple) else (int(head),)
-    return layer, heads
+    return report_of(translator.model, options)
 
 
-def _reporting(translator: Translator, report: Report) -> Translator:
+def _reporting(translator: Translator, report: tuple[int, tuple[int, ...] | None]) -> Translator:
     """`translator` (the same model, not copied) whose search reports `report`'s attention."""
     from heed.explain.pairs import Reporting
 
