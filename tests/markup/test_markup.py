@@ -317,6 +317,25 @@ def test_a_heads_links_read_off_the_search_are_the_forced_passs(converged_transf
     assert searched == again
 
 
+def test_the_default_attention_of_a_transformer_of_two_layers_is_read_off_the_search(transformer_run):
+    """The search's own attention (the last layer's heads averaged) is one layer of one head: read
+    as that, not as layer 1 of it (an IndexError before)."""
+    import heed
+    from heed.explain.align_methods import AlignOptions
+    from heed.markup import translate_documents
+    from heed.markup.carry import own_links
+
+    translator = heed.load(str(transformer_run), device="cpu")
+    assert translator.model.head_grid[0] == 2
+    reading = AlignOptions(method="argmax", tgt_units="chars")
+    documents = [parse(s, "html") for s in ("<b>27</b> mars 2016", "le <u>3</u> juin 1999")]
+    own = [d[0] for d in translate_documents(translator, documents)]
+    found = own_links(translator, own, reading)
+    forced = translator.align([d.sentences[0] for d in documents], [t.text for t in own], options=reading)
+    assert [sorted(f) for f in found if f is not None] == [sorted(a.links) for a in forced]
+    assert None not in found
+
+
 def test_readings_the_search_cannot_report_are_not_read_off_it(converged_transformer):
     import heed
     from heed.explain.align_methods import AlignOptions
