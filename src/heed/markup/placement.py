@@ -87,7 +87,7 @@ class _Diagonal:
 
 class _Links:
     """A sentence's links by source word (`linked`: its target units) and by target unit
-    (`owners`: its source words); `free`, computed when first asked, as _free says."""
+    (`owners`: its source words); `free` is computed when a hull first asks."""
 
     def __init__(self, n_words: int, n_units: int, links: Sequence[tuple[int, int]]) -> None:
         self.linked: list[list[int]] = [[] for _ in range(n_words)]
