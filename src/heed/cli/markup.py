@@ -101,18 +101,21 @@ def carried(translator: Translator, documents: list[Marked], targets: list[str] 
     """Each document translated (decoded with `cfg`), or projected onto its line of `targets`, with
     its markup carried across by `aligner`'s links: CHUNK documents translated and aligned together."""
     from heed.markup import carry_many, translate_documents
+    from heed.markup.carry import markup_reading
 
+    reading = markup_reading(translator)
     results: list[str] = []
     for start in range(0, len(documents), CHUNK):
         chunk = documents[start:start + CHUNK]
         own = None
-        if targets is None:
-            own = translate_documents(translator, chunk, decode=cfg)
+        if targets is None:  # the search reports the reading where it can (own_links reads it)
+            own = translate_documents(translator, chunk, reading=reading if aligner == "model" else None, decode=cfg)
             given = [[t.text for t in d] for d in own]
         else:
             given = [[t] if d.sentences else [] for d, t in zip(chunk, targets[start:start + CHUNK])]
-        results += [line.replace("\n", " ") for line in carry_many(translator, chunk, given, translations=own,
-                                                                      aligner=aligner, priors=priors)]  # type: ignore[arg-type]
+        results += [line.replace("\n", " ") for line in carry_many(
+            translator, chunk, given, options=reading, translations=own, aligner=aligner,  # type: ignore[arg-type]
+            priors=priors, searched=True)]
         bar.advance(len(chunk))
     return results
 

@@ -148,4 +148,41 @@ class Stoppable:
         return self._model(*args, **kwargs)
 
 
-__all__ = ["ForcedPairs", "Stoppable", "Subject", "check_texts", "forced_pairs", "known_target_ids", "precision"]
+class Reporting:
+    """A Transformer whose search steps report `report`'s cross-attention (a decoder layer, some of
+    its heads averaged: TransformerSeq2Seq.step) instead of its alignment layer's heads' mean, so
+    that a reading of those weights comes off the search (heed.markup.carry.own_links). Everything
+    else, the logits included, is the model's own."""
+
+    def __init__(self, model: Any, report: tuple[int, tuple[int, ...] | None]) -> None:
+        self._model, self._report = model, report
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def step(self, prev_tokens: Any, state: Any, enc: Any) -> Any:
+        return self._model.step(prev_tokens, state, enc, report=self._report)
+
+    def step_features(self, prev_tokens: Any, state: Any, enc: Any) -> Any:
+        """A step up to the output layer (a shortlist's search: heed.search.shortlist)."""
+        return self._model.step_features(prev_tokens, state, enc, report=self._report)
+
+
+def search_report(model: Any, options: Any) -> tuple[int, tuple[int, ...] | None] | None:
+    """The (decoder layer, heads) whose cross-attention a Transformer's search reports, when asked
+    (Reporting; TransformerSeq2Seq.step's `report`), as the reading `options` (an AlignOptions):
+    the attention weights of one layer, one head or several averaged (a guided head). None for any
+    other reading or model."""
+    from heed.explain.align_methods import MEAN
+    from heed.nn.transformer.model import TransformerSeq2Seq
+
+    if options.weights != "attention" or options.layer == MEAN or not isinstance(model, TransformerSeq2Seq):
+        return None
+    layer = model.alignment_layer if options.layer is None else int(options.layer)
+    head = options.head
+    heads = None if head is None or head == MEAN else tuple(head) if isinstance(head, tuple) else (int(head),)
+    return layer, heads
+
+
+__all__ = ["ForcedPairs", "Reporting", "Stoppable", "Subject", "check_texts", "forced_pairs", "known_target_ids", "precision",
+           "search_report"]

@@ -7,7 +7,9 @@ through the word alignment, to the target characters they were translated as.
 
 An element that wraps text wraps the hull of the target units its source words are linked to (not
 across a unit linked only to words outside it, and less punctuation at its edges that its own
-source text lacks there); an
+source text lacks there), grown over the unlinked units that touch it inside the same target word
+(characters a null threshold left out, or linked only as a stray: apart from the rest of their
+word's units); an
 element of no width (`<br/>`, an element kept verbatim) goes before the first target unit of the
 source word that follows it. Where the alignment links none of an element's words, its place is
 scaled from the source's positions (the sentence's diagonal). Then the tree is made whole again:
@@ -20,6 +22,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 Units = Literal["words", "chars"]
@@ -53,17 +56,15 @@ def place(src_text: str, spans: Sequence[Span], tgt_text: str, links: Sequence[t
     words of `src_text` split at whitespace, units of `tgt_text` as `units` says."""
     src_words = unit_ranges(src_text, "words")
     tgt_units = unit_ranges(tgt_text, units)
-    linked: list[list[int]] = [[] for _ in src_words]
-    for i, j in links:
-        if 0 <= i < len(src_words) and 0 <= j < len(tgt_units):
-            linked[i].append(j)
+    links_of = _Links(len(src_words), len(tgt_units), links)
+    linked = links_of.linked
     scale = _Diagonal(len(src_text), len(tgt_text), tgt_text)
     raw = []
     for span in spans:
         if span.point or span.start == span.end:
             raw.append((p := _point(span.start, src_words, linked, tgt_units, scale, len(tgt_text)), p))
         else:
-            start, end = _hull(span, src_words, linked, tgt_units, scale)
+            start, end = _hull(span, src_words, links_of, tgt_units, tgt_text, scale)
             raw.append(_trim(src_text[span.start:span.end], tgt_text, start, end))
     return _nest(spans, raw, len(tgt_text))
 
@@ -84,42 +85,85 @@ class _Diagonal:
         return min(self.ends if end else self.starts + [self.length], key=lambda b: (abs(b - at), b))
 
 
-def _hull(span: Span, src_words: list[tuple[int, int]], linked: list[list[int]],
-          tgt_units: list[tuple[int, int]], scale: _Diagonal) -> tuple[int, int]:
+class _Links:
+    """A sentence's links by source word (`linked`: its target units) and by target unit
+    (`owners`: its source words); `free` is computed when a hull first asks."""
+
+    def __init__(self, n_words: int, n_units: int, links: Sequence[tuple[int, int]]) -> None:
+        self.linked: list[list[int]] = [[] for _ in range(n_words)]
+        self.owners: list[set[int]] = [set() for _ in range(n_units)]
+        for i, j in links:
+            if 0 <= i < n_words and 0 <= j < n_units:
+                self.linked[i].append(j)
+                self.owners[j].add(i)
+
+    @cached_property
+    def free(self) -> list[bool]:
+        """For each target unit, whether no word holds it but as a stray link: one outside the
+        largest part of that word's own units (_parts), as a year's last digit linked to the day."""
+        kept: list[set[int]] = [set(_largest(_parts(sorted(set(units)), {i}, self.owners))) if units else set()
+                                for i, units in enumerate(self.linked)]
+        return [all(j not in kept[i] for i in owned) for j, owned in enumerate(self.owners)]
+
+
+def _hull(span: Span, src_words: list[tuple[int, int]], links: _Links, tgt_units: list[tuple[int, int]],
+          tgt_text: str, scale: _Diagonal) -> tuple[int, int]:
     """The target range of a span's words: the hull of their linked units, split where a unit
     between them is linked to a word outside the span only (a separator argmax gave to a far
-    word, or a word of another element), keeping the part with the most units."""
+    word, or a word of another element), keeping the part with the most units; then grown over
+    the free units (_Links.free) that touch it inside one target word, up to punctuation."""
     words = {i for i, (a, b) in enumerate(src_words) if a < span.end and b > span.start}
-    targets = sorted({j for i in words for j in linked[i]})
+    targets = sorted({j for i in words for j in links.linked[i]})
     if not targets:
         start, end = scale(span.start), scale(span.end, end=True)
         return (start, end) if start < end else (start, start)
-    owners: dict[int, set[int]] = {}
-    for i, units in enumerate(linked):
-        for j in units:
-            owners.setdefault(j, set()).add(i)
+    best = _largest(_parts(targets, words, links.owners))
+    first, last = best[0], best[-1]
+    while first > 0 and _touches(first - 1, first, links, tgt_units, tgt_text):
+        first -= 1
+    while last + 1 < len(tgt_units) and _touches(last + 1, last, links, tgt_units, tgt_text):
+        last += 1
+    return tgt_units[first][0], tgt_units[last][1]
+
+
+def _parts(targets: list[int], words: set[int], owners: list[set[int]]) -> list[list[int]]:
+    """`targets` (sorted units) cut where a unit between two of them is linked, and only to words
+    outside `words`."""
     parts, part = [], [targets[0]]
     for j in targets[1:]:
-        between = range(part[-1] + 1, j)
-        if any(owners.get(g) and not owners[g] & words for g in between):
+        if any(owners[g] and not owners[g] & words for g in range(part[-1] + 1, j)):
             parts.append(part)
             part = []
         part.append(j)
     parts.append(part)
-    best = max(parts, key=len)  # the first of the largest
-    return tgt_units[best[0]][0], tgt_units[best[-1]][1]
+    return parts
+
+
+def _largest(parts: list[list[int]]) -> list[int]:
+    """The first of the parts with the most units."""
+    return max(parts, key=len)
+
+
+def _touches(j: int, neighbour: int, links: _Links, tgt_units: list[tuple[int, int]], tgt_text: str) -> bool:
+    """Whether unit `j` joins unit `neighbour` inside one target word (no space between:
+    characters, never words), neither of them punctuation (a hull that ends on a separator is
+    trimmed there, not grown past it), and is free."""
+    (a, b), (c, d) = tgt_units[j], tgt_units[neighbour]
+    return ((b == c or d == a) and b - a == 1 and d - c == 1 and not _punctuation(tgt_text[a])
+            and not _punctuation(tgt_text[c]) and links.free[j])
+
+
+def _punctuation(character: str) -> bool:
+    return unicodedata.category(character).startswith("P")
 
 
 def _trim(source: str, tgt_text: str, start: int, end: int) -> tuple[int, int]:
     """The hull without punctuation at its edges that the element's own source text does not
     have there: argmax gives a separator ("-" in 1991-09-02, a sentence's final ".") to one of
     its neighbours, and the element wraps its words, not their separators."""
-    def punctuation(c: str) -> bool:
-        return unicodedata.category(c).startswith("P")
-
-    while end - start > 1 and punctuation(tgt_text[end - 1]) and not source.endswith(tgt_text[end - 1]):
+    while end - start > 1 and _punctuation(tgt_text[end - 1]) and not source.endswith(tgt_text[end - 1]):
         end -= 1
-    while end - start > 1 and punctuation(tgt_text[start]) and not source.startswith(tgt_text[start]):
+    while end - start > 1 and _punctuation(tgt_text[start]) and not source.startswith(tgt_text[start]):
         start += 1
     return start, end
 

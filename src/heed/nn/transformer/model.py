@@ -85,6 +85,9 @@ class TransformerEncoded:
         return self.mask[:, None, None, :]
 
 
+Report = tuple[int, tuple[int, ...] | None]  # a step's reported attention: (decoder layer, its heads averaged; None: all)
+
+
 class TransformerStep(NamedTuple):
     logits: Tensor  # (rows, vocab)
     state: TensorState  # the key/value cache, one step longer
@@ -284,16 +287,19 @@ class TransformerSeq2Seq(nn.Module):
         keys = enc.memory[0][0]  # (batch, heads, src_len, d_k)
         return empty_cache(self.layers, enc.mask.size(0) * enc.group, keys.size(1), keys.size(3), like=keys)
 
-    def step(self, prev_tokens: Tensor, state: TensorState, enc: TransformerEncoded) -> TransformerStep:
+    def step(self, prev_tokens: Tensor, state: TensorState, enc: TransformerEncoded, *,
+             report: Report | None = None) -> TransformerStep:
         """prev_tokens (rows,) -> TransformerStep(logits (rows, vocab), the caches one step longer,
-        attention (rows, src_len))."""
-        out = self.step_features(prev_tokens, state, enc)
+        attention (rows, src_len)): the alignment layer's heads averaged, or with `report` (layer,
+        heads) that layer's cross-attention, those heads averaged (None: all of them)."""
+        out = self.step_features(prev_tokens, state, enc, report=report)
         return TransformerStep(self.decoder.generator(out.features), out.state, out.attention)
 
-    def step_features(self, prev_tokens: Tensor, state: TensorState,
-                      enc: TransformerEncoded) -> TransformerStepFeatures:
+    def step_features(self, prev_tokens: Tensor, state: TensorState, enc: TransformerEncoded, *,
+                      report: Report | None = None) -> TransformerStepFeatures:
         """`step` up to the output layer: features (rows, d_model) after the final norm
         (heed.search.shortlist multiplies them by a shortlist's rows of the output layer)."""
+        reported, heads = (self.alignment_layer, None) if report is None else report
         dec = self.decoder
         position = state["self_keys.0"].size(2)  # steps decoded so far
         positions = torch.full((1,), position, dtype=torch.long, device=prev_tokens.device)
@@ -303,11 +309,12 @@ class TransformerSeq2Seq(nn.Module):
         for i, layer in enumerate(dec.layers):
             keys, values = f"self_keys.{i}", f"self_values.{i}"
             out = layer(x, enc.memory[i], enc.memory_mask, cache=(state[keys], state[values]),
-                        need_weights=i == self.alignment_layer)
+                        need_weights=i == reported)
             x = out.states
             tensors[keys], tensors[values] = out.cache
-            if out.cross_weights is not None:
-                attention = out.cross_weights.mean(1).squeeze(1)  # (rows, heads, 1, src_len) -> (rows, src_len)
+            if out.cross_weights is not None:  # (rows, heads, 1, src_len) -> (rows, src_len)
+                weights = out.cross_weights if heads is None else out.cross_weights[:, list(heads)]
+                attention = weights.mean(1).squeeze(1)
         assert attention is not None
         return TransformerStepFeatures(dec.norm(x).squeeze(1), cache_state(tensors), attention)
 
