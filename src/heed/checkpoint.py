@@ -36,12 +36,13 @@ complete copy at every instant.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from safetensors import SafetensorError
@@ -262,7 +263,7 @@ def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str =
     codec = Codec.load(directory, data=config.data, copy=config.model.copy)
     model = build_model(config.model, src_vocab_size=len(codec.src_vocab), tgt_vocab_size=len(codec.tgt_vocab),
                         source_to_target=codec.source_to_target() if config.model.copy else None,
-                        **codec.special_ids())
+                        file_parameters=file_parameters(directory), **codec.special_ids())
     load_weights_into(model, directory)
     model.to(device).eval()
     return LoadedModel(model, config, codec, directory, meta)
@@ -270,6 +271,33 @@ def load_model_dir(path: str | os.PathLike[str], *, device: torch.device | str =
 
 _SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64,
                        "I64": torch.int64, "I32": torch.int32, "U8": torch.uint8, "BOOL": torch.bool}
+
+
+def _read_header(f: BinaryIO, path: Path) -> tuple[dict[str, Any], int]:
+    """A safetensors file's header (tensor name -> dtype, shape, data_offsets; no __metadata__) and
+    where its data begin."""
+    size = int.from_bytes(f.read(8), "little")
+    if not 2 <= size <= 100_000_000:
+        raise ModelDirError(f"{path}: unreadable weights (not a safetensors file)")
+    header = json.loads(f.read(size))
+    if not isinstance(header, dict):
+        raise ModelDirError(f"{path}: unreadable weights (not a safetensors file)")
+    header.pop("__metadata__", None)
+    return header, 8 + size
+
+
+def file_parameters(directory: Path) -> int:
+    """How many values the model directory's weights file holds, read off its header."""
+    path = directory / WEIGHTS_FILE
+    try:
+        check_regular(path)
+        with open(path, "rb") as f:
+            header, _ = _read_header(f, path)
+        return sum(math.prod(int(n) for n in entry["shape"]) for entry in header.values())
+    except FileNotFoundError:
+        raise ModelDirError(f"{path}: missing") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ModelDirError(f"{path}: unreadable weights ({e})") from None
 
 
 def load_weights_into(model: TorchModel, directory: Path) -> None:
@@ -290,12 +318,7 @@ def load_weights_into(model: TorchModel, directory: Path) -> None:
     try:
         check_regular(path)
         with open(path, "rb") as f:
-            size = int.from_bytes(f.read(8), "little")
-            if not 2 <= size <= 100_000_000:
-                raise ModelDirError(f"{path}: unreadable weights (not a safetensors file)")
-            header = json.loads(f.read(size))
-            header.pop("__metadata__", None)
-            start = 8 + size
+            header, start = _read_header(f, path)
             missing, unexpected = sorted(set(own) - set(header)), sorted(set(header) - set(own))
             if missing or unexpected:
                 raise unfit(f"missing {missing[:3]}, unexpected {unexpected[:3]}")

@@ -18,7 +18,7 @@ from heed.checkpoint import (
     resolve_dir,
     save_checkpoint,
 )
-from heed.errors import ModelDirError
+from heed.errors import ConfigError, ModelDirError
 
 
 def _files(directory):
@@ -219,3 +219,34 @@ def test_the_data_fingerprint_round_trips_and_old_checkpoints_have_none(tmp_path
     assert load_checkpoint(tmp_path / "c").trainer.data == fingerprint
     written_before_fingerprints = {"step": 1, "epoch": 0, "batch_in_epoch": 1}
     assert TrainerState.from_json(written_before_fingerprints).data is None
+
+
+@pytest.mark.parametrize("run", ["trained_run", "transformer_run"])
+def test_loading_draws_no_random_weights_and_imports_no_compiler(run, request):
+    """heed.load fills every parameter from the file (torch.nn.init skipped, heed.nn.build.SkipInit)
+    and counts the memory from the file's header, not a meta-device build, whose Python references
+    import torch._dynamo (1.5-2 s of every `heed translate`)."""
+    import subprocess
+    import sys
+
+    model = request.getfixturevalue(run) / "model"
+    script = ("import sys, torch, heed\n"
+              "from safetensors.torch import load_file\n"
+              f"t = heed.load({str(model)!r})\n"
+              "assert 'torch._dynamo' not in sys.modules, 'loading imported torch._dynamo'\n"
+              f"saved = load_file({str(model / 'model.safetensors')!r})\n"
+              "own = t.model.state_dict()\n"
+              "assert set(own) == set(saved)\n"
+              "assert all(torch.equal(own[k], saved[k]) for k in saved)\n"
+              "print('ok', len(saved))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done.stderr[-2000:]
+
+
+def test_an_edited_config_past_this_machines_memory_is_refused_at_load_before_building(trained_run, tmp_path,
+                                                                                       monkeypatch):
+    copy = tmp_path / "m"
+    shutil.copytree(trained_run / "model", copy)
+    monkeypatch.setattr("heed.nn.build.physical_memory", lambda: 1000)  # the file's weights alone exceed it
+    with pytest.raises(ConfigError, match="too large: .* parameters need"):
+        load_model_dir(copy)
