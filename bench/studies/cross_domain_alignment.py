@@ -310,13 +310,15 @@ def layer(case: Case) -> Links:
 
 
 PRODUCT_WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0)
+FILL_THRESHOLDS = (0.3, 0.5, 0.7, 0.9)  # `--combine fill --null-threshold T`: heed.explain.align_methods' grid
 
 
 def joins(case: Case, run: str) -> dict[str, Links]:
     """Every candidate rule of `--aligner both` for `run`'s default reading (the guided head, or the
     layer) and the priors: intersect, union, fill (the priors' links, the model's for the words
-    they leave unlinked), grow-diag-final of the two, and the product p_model * p_prior^w for each w
-    of PRODUCT_WEIGHTS (heed.explain.priors.aligner_links)."""
+    they leave unlinked; also with the model's null links at each of FILL_THRESHOLDS, so it fills
+    only the words it is sure of), grow-diag-final of the two, and the product p_model * p_prior^w
+    for each w of PRODUCT_WEIGHTS (heed.explain.priors.aligner_links)."""
     from heed.explain.priors import join_links, lexical_table, product_links
 
     key = ("joins", case.runs[run], case.test.name)
@@ -324,6 +326,8 @@ def joins(case: Case, run: str) -> dict[str, Links]:
         readings, theirs = case.readings(run), case.priors_links()
         mine = hard(readings)
         found = {rule: join_links(mine, theirs, rule) for rule in ("intersect", "union", "fill", "grow-diag-final")}
+        for threshold in FILL_THRESHOLDS:  # the model fills only the words it links with this share of its row
+            found[f"fill, null {threshold:g}"] = join_links(hard(readings, threshold), theirs, "fill")
         table = lexical_table(case.priors())
         for weight in PRODUCT_WEIGHTS:
             found[f"product, w {weight:g}"] = [product_links(r, table, units="words", weight=weight) for r in readings]
