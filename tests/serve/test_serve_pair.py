@@ -1,7 +1,10 @@
 """/v1/align with a model one of a recorded pair (`heed train --both-directions`, heed.pair.json):
-it symmetrises with the reverse model as `heed align` does, unless the request asks one_way."""
+it symmetrises with the reverse model as `heed align` does, unless the request asks one_way; a
+recorded reverse that is not the model's other direction is refused when the server starts."""
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,9 @@ from fastapi.testclient import TestClient
 from heed.api import Translator
 from heed.cli.serve import recorded_reverses
 from heed.data.pharaoh import read_alignments
+from heed.errors import HeedError
 from heed.serve.app import ServeSettings, create_app
+from heed.train.pair import PAIR_FILE
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +71,15 @@ def test_characters_read_the_model_alone(client, tiny_corpus):
     reply = client.post("/v1/align", json={"sources": sources, "targets": targets, "tgt_units": "chars"})
     assert reply.status_code == 200, reply.text
     assert reply.json()["symmetrized"] is None
+
+
+def test_a_recorded_reverse_of_the_same_direction_is_refused_at_start(pair, tmp_path):
+    forward, _ = pair
+    copy, twin = tmp_path / "copy", tmp_path / "twin"
+    shutil.copytree(forward / "model", copy)
+    shutil.copytree(forward / "model", twin)
+    (copy / PAIR_FILE).write_text(json.dumps({"direction": "forward", "other": "../twin",
+                                              "symmetrize": "grow-diag-final"}), encoding="utf-8")
+    translators = {"copy": Translator.load(copy, device="cpu")}
+    with pytest.raises(HeedError, match="not its other direction"):
+        recorded_reverses({"copy": copy}, translators, {}, device="cpu", bf16=False, int8=False)
