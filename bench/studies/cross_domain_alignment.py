@@ -2,7 +2,7 @@
 (issue 54 item 5; docs/look-inside.md, "Text unlike the training data").
 
 Two small French -> English Transformers (2 + 2 layers of 128, 4k pieces a side), each trained on
-one thread for --minutes: one on Tatoeba (manythings fra-eng, 1,000 pairs held out for test), one
+one thread for --minutes or --steps: one on Tatoeba (manythings fra-eng, 1,000 pairs held out for test), one
 on Multi30k's French and English sides (its val is its test). Multi30k is de-en-fr, so the French
 side makes the two corpora one language pair, and each model aligns the other's test pairs in its
 own direction:
@@ -17,23 +17,28 @@ function from (the corpus's runs, the pairs) to links, in LEVERS; the table says
 reads the translator itself or brings in a statistical aligner:
 
     plain, guided                the model's own reading (heed align's default: the measured rule,
-                                 or the trained head)
+                                 or the trained head). The plain run carries a full-context alignment
+                                 layer trained beside it (model.alignment_layer: it reads the
+                                 translator detached, so the translator is the plain one, weight for
+                                 weight), read here by the measured rule
     + null links                 the guided reading with a null threshold, chosen in-domain
     + both directions            the guided model symmetrised with its reverse (guided as well,
                                  trained by `heed train --both-directions`), by the rule chosen
                                  in-domain among grow-diag-final, intersect and union
     priors                       eflomal on the test pairs alone with the priors of the model's
                                  training corpus (`heed align --aligner priors`)
-    both                         the guided model x priors (`--aligner both`, its default rule)
+    layer                        the plain run's alignment layer (heed align's default for it)
+    both                         the guided head's reading, or the layer's, joined with the priors'
+                                 links by `--aligner both`'s rules (intersect, union, fill,
+                                 grow-diag-final, the product at weights 0.5-8), the rule chosen
+                                 in-domain (`joins`; every rule's F1 is printed)
     all                          null links + both directions, then x priors
-    layer                        (a full-context alignment layer: the `layer` lever, not measured
-                                 here yet; see `layer_links`)
 
 Markup: each test pair's source gets a random inline tag around a random phrase (1-3 words) of
 words eflomal links; the tag's gold span in the target is the span eflomal's links give, and heed's
 placement (heed.markup.carry_many onto the reference, forced) is scored by word F1 against it.
 
-    python bench/studies/cross_domain_alignment.py --out runs/xdomain [--minutes 9] [--seed 1] [--jobs 2]
+    python bench/studies/cross_domain_alignment.py --out runs/xdomain [--minutes 10 | --steps 800] [--seed 1] [--jobs 2]
 
 Prints the tables (markdown) and writes OUT/cross_domain.json.
 """
@@ -108,14 +113,31 @@ def prepare(data: Path) -> None:
                         str(data / "both.align")], check=True)
 
 
-def train_runs(corpus: str, out: Path, seed: int, minutes: float) -> dict[str, Path]:
-    """plain; guided and its reverse, guided as well (one `heed train --both-directions`)."""
+def run_sets(corpus: str, out: Path, seed: int, budget: dict[str, str]) -> tuple[str, dict[str, str], Path]:
+    """(the recipe, its --set overrides, the eflomal links of the training corpus) for `corpus`;
+    `budget`: each training's train.max_minutes or train.max_steps."""
     recipe, overrides = RECIPES[corpus]
     data = out / "data"
     supervision = data / ("tatoeba.align" if corpus == "tatoeba" else "multi30k-train.align")
     sets = {**SMALL, **{k: v.replace("DATA_DIR", str(data.resolve())) for k, v in overrides.items()},
-            "train.seed": str(seed), "train.max_minutes": str(minutes)}
-    plain = heed_train(recipe, sets, out / f"{corpus}-plain", out)
+            "train.seed": str(seed), **budget}
+    return recipe, sets, supervision
+
+
+def train_plain(corpus: str, out: Path, seed: int, budget: dict[str, str]) -> Path:
+    """The plain translator with a full-context alignment layer trained beside it on eflomal's links
+    (model.alignment_layer): the layer reads the translator detached and only the layer is trained
+    to align, so the translator is the plain run's, weight for weight at the same seed and steps
+    (heed.nn.transformer.alignment_layer): one run gives the plain reading and the layer's."""
+    recipe, sets, supervision = run_sets(corpus, out, seed, budget)
+    return heed_train(recipe, {**sets, "train.alignment": f"{{supervision: {supervision}}}",
+                               "model.alignment_layer": "true"}, out / f"{corpus}-plain-layer", out)
+
+
+def train_guided(corpus: str, out: Path, seed: int, budget: dict[str, str]) -> Path:
+    """Guided (head 0 of the second-to-last decoder layer trained on eflomal's links) and its reverse,
+    guided as well: one `heed train --both-directions`, into CORPUS-guided and CORPUS-guided-reverse."""
+    recipe, sets, supervision = run_sets(corpus, out, seed, budget)
     guided = out / f"{corpus}-guided"
     if not (guided / "model" / "heed.json").exists() or not (out / f"{corpus}-guided-reverse" / "model").exists():
         argv = [sys.executable, "-m", "heed", "train", str(REPO / "configs" / recipe), "--both-directions"]
@@ -127,7 +149,18 @@ def train_runs(corpus: str, out: Path, seed: int, minutes: float) -> dict[str, P
             subprocess.run(argv, check=True, stdout=log, stderr=subprocess.STDOUT,
                            env={**os.environ, "OMP_NUM_THREADS": "1"})
         (guided / "train_seconds").write_text(f"{time.perf_counter() - started:.0f}\n", encoding="utf-8")
-    return {"plain": plain, "guided": guided, "reverse": out / f"{corpus}-guided-reverse"}
+    return guided
+
+
+def train_all(out: Path, seed: int, budget: dict[str, str], jobs: int) -> dict[str, dict[str, Path]]:
+    """Every corpus's plain (+ layer) run and guided pair, `jobs` trainings at a time (one thread
+    each), the two guided pairs first (each is two trainings in a row)."""
+    work = [(train_guided, c) for c in RECIPES] + [(train_plain, c) for c in RECIPES]
+    with ThreadPoolExecutor(jobs) as pool:
+        done = list(pool.map(lambda job: job[0](job[1], out, seed, budget), work))
+    found = dict(zip(work, done))
+    return {c: {"plain": found[(train_plain, c)], "layer": found[(train_plain, c)],
+                "guided": found[(train_guided, c)], "reverse": out / f"{c}-guided-reverse"} for c in RECIPES}
 
 
 # ---- the test sets and the silver reference ------------------------------------------------------
@@ -161,7 +194,7 @@ def test_sets(out: Path) -> dict[str, TestSet]:
     where: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
     for k, (f, e) in enumerate(zip(fr, en)):
         where.setdefault((tuple(f.split()), tuple(e.split())), k)
-    held = out / "tatoeba-plain" / "data"
+    held = out / "tatoeba-plain-layer" / "data"
     found = [where[(tuple(f.split()), tuple(e.split()))] for f, e in zip(lines(held / "test.src"), lines(held / "test.tgt"))]
     start = TATOEBA_LINES + MULTI30K_TRAIN
     return {"tatoeba": TestSet("Tatoeba's 1,000 held-out pairs", [fr[k] for k in found], [en[k] for k in found],
@@ -194,15 +227,36 @@ class Case:
             self.cache[key] = Translator.load(self.runs[run], device="cpu")
         return self.cache[key]
 
-    def readings(self, run: str, *, join: str = "sum", reverse: bool = False) -> list:  # type: ignore[type-arg]
-        """The run's default reading (its trained head, or the measured rule) of the test pairs
-        (the other way round for the reverse model), pieces joined by `join`, every word linked."""
-        key = ("readings", self.runs[run], join, reverse, self.test.name)
+    def options(self, run: str, reading: str = "default"):  # type: ignore[no-untyped-def]
+        """The run's default reading (its trained head, its alignment layer), or with reading
+        "measured" the rule measured for its kind of model (what heed align reads of a model that
+        records no reading: the plain translator under the layer run's layer), in words."""
+        translator = self.translator(run)
+        if reading == "default":
+            return translator.default_reading("words")[0]
+        from heed.explain.align_methods import AlignOptions
+
+        measured = translator.model.measured_reading
+        return AlignOptions(method=measured.method, layer=measured.layer, weights=measured.weights, tgt_units="words")
+
+    def readings(self, run: str, *, join: str = "sum", reverse: bool = False, reading: str = "default") -> list:  # type: ignore[type-arg]
+        """The run's reading (Case.options) of the test pairs (the other way round for the reverse
+        model), pieces joined by `join`, every word linked."""
+        key = ("readings", self.runs[run], join, reverse, reading, self.test.name)
         if key not in self.cache:
-            translator = self.translator(run)
-            options = replace(translator.default_reading("words")[0], join=join, null_threshold=0.0)
+            options = replace(self.options(run, reading), join=join, null_threshold=0.0)
             src, tgt = (self.test.tgt, self.test.src) if reverse else (self.test.src, self.test.tgt)
-            self.cache[key] = translator.align(src, tgt, options=options)
+            self.cache[key] = self.translator(run).align(src, tgt, options=options)
+        return self.cache[key]
+
+    def priors_links(self) -> Links:
+        """eflomal with the priors of the models' training corpus on the test pairs alone (heed align
+        --aligner priors); once per case (eflomal samples, so every lever reads the same run)."""
+        from heed.explain.priors import priors_links
+
+        key = ("priors links", self.corpus, self.test.name)
+        if key not in self.cache:
+            self.cache[key] = priors_links(self.test.pairs, self.priors())
         return self.cache[key]
 
     def priors(self):  # type: ignore[no-untyped-def]
@@ -226,7 +280,7 @@ def hard(readings: list, threshold: float = 0.0, *, reverse: bool = False) -> Li
 
 
 def plain(case: Case) -> Links:
-    return hard(case.readings("plain"))
+    return hard(case.readings("plain", reading="measured"))
 
 
 def guided(case: Case) -> Links:
@@ -247,16 +301,48 @@ def both_directions(case: Case, how: str | None = None) -> Links:
 
 
 def priors(case: Case) -> Links:
-    from heed.explain.priors import priors_links
-
-    return priors_links(case.test.pairs, case.priors())
+    return case.priors_links()
 
 
-def model_and_priors(case: Case) -> Links:
-    """`heed align --aligner both`: the guided model's reading x the priors (BOTH_RULE)."""
-    from heed.explain.priors import aligner_links
+def layer(case: Case) -> Links:
+    """The full-context alignment layer, read as heed align reads it by default."""
+    return hard(case.readings("layer"))
 
-    return aligner_links("both", lambda: case.readings("guided"), case.test.pairs, case.priors(), units="words")
+
+PRODUCT_WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0)
+FILL_THRESHOLDS = (0.3, 0.5, 0.7, 0.9)  # `--combine fill --null-threshold T`: heed.explain.align_methods' grid
+
+
+def joins(case: Case, run: str) -> dict[str, Links]:
+    """Every candidate rule of `--aligner both` for `run`'s default reading (the guided head, or the
+    layer) and the priors: intersect, union, fill (the priors' links, the model's for the words
+    they leave unlinked; also with the model's null links at each of FILL_THRESHOLDS, so it fills
+    only the words it is sure of), grow-diag-final of the two, and the product p_model * p_prior^w
+    for each w of PRODUCT_WEIGHTS (heed.explain.priors.aligner_links)."""
+    from heed.explain.priors import join_links, lexical_table, product_links
+
+    key = ("joins", case.runs[run], case.test.name)
+    if key not in case.cache:
+        readings, theirs = case.readings(run), case.priors_links()
+        mine = hard(readings)
+        found = {rule: join_links(mine, theirs, rule) for rule in ("intersect", "union", "fill", "grow-diag-final")}
+        for threshold in FILL_THRESHOLDS:  # the model fills only the words it links with this share of its row
+            found[f"fill, null {threshold:g}"] = join_links(hard(readings, threshold), theirs, "fill")
+        table = lexical_table(case.priors())
+        for weight in PRODUCT_WEIGHTS:
+            found[f"product, w {weight:g}"] = [product_links(r, table, units="words", weight=weight) for r in readings]
+        case.cache[key] = found
+    return case.cache[key]
+
+
+def guided_and_priors(case: Case) -> Links:
+    """`--aligner both` on the guided head, by the rule chosen in-domain."""
+    return joins(case, "guided")[case.chosen["both guided"]]
+
+
+def layer_and_priors(case: Case) -> Links:
+    """`--aligner both` on the alignment layer, by the rule chosen in-domain."""
+    return joins(case, "layer")[case.chosen["both layer"]]
 
 
 def all_together(case: Case) -> Links:
@@ -279,29 +365,24 @@ def all_together(case: Case) -> Links:
     return [symmetrize(f, b, case.chosen["symmetrize"]) for f, b in zip(*sides)]
 
 
-def layer_links(case: Case) -> Links | None:
-    """The full-context alignment layer (issue 54 item 3, branch `alignlayer`): None until it is
-    merged. Then: the guided run's layer read as heed align reads it by default, e.g.
-    `hard(case.readings("layer"))` with a run "layer" trained with the layer, added to train_runs."""
-    return None
-
-
 READS_MODEL, READS_STATS = "the translator", "the translator + a statistical aligner"
 LEVERS: list[tuple[str, str, Callable[[Case], Links | None]]] = [
     ("plain (heed align's default: the measured rule)", READS_MODEL, plain),
     ("guided (the trained head)", READS_MODEL, guided),
     ("guided + null links", READS_MODEL, null_links),
     ("guided + both directions, symmetrised", READS_MODEL, both_directions),
-    ("guided + full-context alignment layer", READS_MODEL, layer_links),
+    ("full-context alignment layer (beside the plain translator)", READS_MODEL, layer),
     ("priors alone (eflomal on the pairs, the corpus's priors)", "a statistical aligner", priors),
-    ("both: guided x priors (`--aligner both`)", READS_STATS, model_and_priors),
+    ("both: guided x priors (`--aligner both`, the rule chosen in-domain)", READS_STATS, guided_and_priors),
+    ("both: layer x priors (the rule chosen in-domain)", READS_STATS, layer_and_priors),
     ("all: null links + both directions, each x priors", READS_STATS, all_together),
 ]
 
 
 def choose_in_domain(case: Case) -> dict:
-    """The null rule (join x threshold) and the symmetrisation that agree best with eflomal on the
-    model's own test pairs (in-domain), then used unchanged on the other corpus."""
+    """The null rule (join x threshold), the symmetrisation and `both`'s rule (for the guided head
+    and for the layer) that agree best with eflomal on the model's own test pairs (in-domain), then
+    used unchanged on the other corpus."""
     from heed.explain.align import agreement
     from heed.explain.align_methods import NULL_THRESHOLDS, SYMMETRIZE
 
@@ -309,9 +390,12 @@ def choose_in_domain(case: Case) -> dict:
             for join in ("sum", "max") for t in NULL_THRESHOLDS}
     null = max(grid, key=lambda k: grid[k].f1)
     rules = {how: agreement(both_directions(case, how), case.test.silver) for how in SYMMETRIZE}
+    both = {run: {rule: agreement(links, case.test.silver) for rule, links in joins(case, run).items()}
+            for run in ("guided", "layer")}
     return {"null": null, "symmetrize": max(rules, key=lambda k: rules[k].f1),
             "null_grid": {f"{j}/{t:g}": round(100 * a.f1, 2) for (j, t), a in grid.items()},
-            "symmetrize_f1": {how: round(100 * a.f1, 2) for how, a in rules.items()}}
+            "symmetrize_f1": {how: round(100 * a.f1, 2) for how, a in rules.items()},
+            **{f"both {run}": max(found, key=lambda k: found[k].f1) for run, found in both.items()}}
 
 
 # ---- markup placement ----------------------------------------------------------------------------
@@ -363,9 +447,10 @@ def markup(case: Case, run: str, aligner: str, phrases: list[tuple[int, str, set
     from heed.markup import carry_many, parse
 
     translator = case.translator(run)
+    options = case.options(run, "measured" if run == "plain" else "default")  # the plain translator under its layer
     outputs = carry_many(translator, [parse(src, "html") for _, src, _ in phrases],
                          [[case.test.tgt[k]] for k, _, _ in phrases], aligner=aligner,  # type: ignore[arg-type]
-                         priors=None if aligner == "model" else case.priors())
+                         options=options, priors=None if aligner == "model" else case.priors())
     exact = hits = found = wanted = 0
     for out, (_, _, gold) in zip(outputs, phrases):
         got = placed_words(out)
@@ -399,13 +484,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "xdomain")
     parser.add_argument("--seed", type=int, default=1, help="the trainings' seed")
     parser.add_argument("--markup-seed", type=int, default=53, help="the random phrases' seed")
-    parser.add_argument("--minutes", type=float, default=10, help="each training's wall-clock budget")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--minutes", type=float, default=10, help="each training's wall-clock budget")
+    budget.add_argument("--steps", type=int, help="each training's updates instead (fairer on a shared machine)")
     parser.add_argument("--jobs", type=int, default=2, help="corpora trained at once (one thread each)")
     args = parser.parse_args()
     data = args.out / "data"
     prepare(data)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        runs = dict(zip(RECIPES, pool.map(lambda corpus: train_runs(corpus, args.out, args.seed, args.minutes), RECIPES)))
+    limit = ({"train.max_steps": str(args.steps), "train.max_minutes": "null"} if args.steps
+             else {"train.max_minutes": str(args.minutes)})
+    runs = train_all(args.out, args.seed, limit, args.jobs)
     import torch
 
     from heed.explain.align import agreement
@@ -432,31 +520,39 @@ def main() -> None:
                                                      silver)}
         found.update({f"symmetrised: {how}": agreement(both_directions(case, how), silver) for how in SYMMETRIZE})
         directions[f"{c}/{where}"] = found
+    both_rules = {f"{run}/{c}/{where}": {rule: agreement(links, case.test.silver)
+                                         for rule, links in joins(case, run).items()}
+                  for (c, where), case in cases.items() for run in ("guided", "layer")}
     placements: dict[str, dict] = {}
     for (c, where), case in cases.items():
         phrases = tagged_phrases(case.test, args.markup_seed)
-        choices = [("plain", "model"), ("guided", "model")] + ([("guided", "priors"), ("guided", "both")]
-                                                              if where == "cross" else [])
+        choices = [("plain", "model"), ("guided", "model"), ("layer", "model")] + (
+            [("guided", "priors"), ("guided", "both"), ("layer", "both")] if where == "cross" else [])
         placements[f"{c}/{where}"] = {f"{run}, aligner {aligner}": markup(case, run, aligner, phrases)
                                       for run, aligner in choices}
     seconds = time.perf_counter() - started
-    as_json = {"cpu": cpu(), "seed": args.seed, "markup_seed": args.markup_seed, "minutes": args.minutes,
+    from heed.explain.priors import BOTH_RULE
+
+    as_json = {"cpu": cpu(), "seed": args.seed, "markup_seed": args.markup_seed, "budget": limit,
+               "both_rule": BOTH_RULE,
                "trained": {f"{c}/{r}": trained(p) for c, rs in runs.items() for r, p in rs.items()},
                "chosen": chosen,
                "levers": {n: {k: (v if isinstance(v, str) or v is None else
                                   {"precision": v.precision, "recall": v.recall, "f1": v.f1}) for k, v in r.items()}
                           for n, r in rows.items()},
                "directions": {k: {n: a.f1 for n, a in v.items()} for k, v in directions.items()},
+               "both_rules": {k: {n: a.f1 for n, a in v.items()} for k, v in both_rules.items()},
                "markup": placements, "score_seconds": round(seconds)}
     (args.out / "cross_domain.json").write_text(json.dumps(as_json, indent=1), encoding="utf-8")
 
-    print(f"\n{cpu()}; trainings seed {args.seed}, {args.minutes:g} min each on 1 thread; markup seed "
-          f"{args.markup_seed}; scored in {seconds:.0f} s")
+    print(f"\n{cpu()}; trainings seed {args.seed}, {limit} each on 1 thread; markup seed {args.markup_seed}; "
+          f"scored in {seconds:.0f} s; heed's `both` rule (BOTH_RULE): {BOTH_RULE}")
     for key, what in as_json["trained"].items():
         print(f"  {key}: {what}")
     for c, ch in chosen.items():
         print(f"  chosen in-domain for {c}: null links {ch['null'][0]}, threshold {ch['null'][1]:g}; symmetrise "
-              f"{ch['symmetrize']} (F1 {ch['symmetrize_f1']})")
+              f"{ch['symmetrize']} (F1 {ch['symmetrize_f1']}); both: guided {ch['both guided']}, layer "
+              f"{ch['both layer']}")
     head = ("| lever | reads | Tatoeba model -> Multi30k val | Multi30k model -> Tatoeba test | in-domain: Tatoeba "
             "-> Tatoeba | in-domain: Multi30k -> Multi30k |")
     print("\nAgreement with eflomal (both corpora together, grow-diag-final): precision / recall / F1 %\n")
@@ -468,6 +564,13 @@ def main() -> None:
     print("| | " + " | ".join(order) + " |\n|---|" + "---|" * len(order))
     for name in directions[order[0]]:
         print(f"| {name} | " + " | ".join(f"{100 * directions[k][name].f1:.1f}" for k in order) + " |")
+    print("\n`both`: F1 % of each rule joining the model's reading with the priors' links (* chosen in-domain)\n")
+    print("| reading, rule | " + " | ".join(order) + " |\n|---|" + "---|" * len(order))
+    for run in ("guided", "layer"):
+        for rule in both_rules[f"{run}/{order[0]}"]:
+            print(f"| {run}, {rule} | " + " | ".join(
+                f"{100 * both_rules[f'{run}/{k}'][rule].f1:.1f}" + ("*" if chosen[k.split('/')[0]][f"both {run}"] == rule
+                                                                     else "") for k in order) + " |")
     print("\nMarkup: one <b> around a random 1-3 word phrase a pair, carried onto the reference; exact / word F1 % "
           "against the span eflomal's links give\n")
     print("| model, aligner | " + " | ".join(order) + " |\n|---|" + "---|" * len(order))

@@ -48,6 +48,21 @@ def test_join_is_the_intersection_or_the_union():
     assert join_links(model, theirs, "union") == [{(0, 0), (1, 1), (2, 2)}]
 
 
+def test_fill_keeps_the_priors_links_and_takes_the_models_only_for_words_they_leave_unlinked():
+    model = [{(0, 0), (0, 1), (2, 3)}]  # target 1: the priors link it elsewhere; target 3: they do not link it
+    theirs = [{(0, 0), (1, 1), (1, 2)}]
+    assert join_links(model, theirs, "fill") == [{(0, 0), (1, 1), (1, 2), (2, 3)}]
+
+
+def test_grow_diag_final_grows_the_agreed_links_by_their_neighbours_the_priors_first():
+    model, theirs = [{(0, 0), (1, 1), (4, 4)}], [{(0, 0), (1, 2), (2, 2)}]
+    # from the agreed (0, 0): (1, 1) beside it, then (1, 2) and (2, 2) beside that; (4, 4) is no
+    # neighbour but links two unlinked words (final)
+    assert join_links(model, theirs, "grow-diag-final") == [{(0, 0), (1, 1), (1, 2), (2, 2), (4, 4)}]
+    # final: unlinked source word 3 is the model's to target 2 and the priors' to target 1; the priors' first
+    assert join_links([{(0, 0), (3, 2)}], [{(0, 0), (3, 1)}], "grow-diag-final") == [{(0, 0), (3, 1)}]
+
+
 def test_the_product_rule_lets_the_priors_break_the_models_doubt():
     import numpy as np
 

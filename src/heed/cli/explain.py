@@ -278,6 +278,8 @@ class CombineRule(str, enum.Enum):
     intersect = "intersect"
     union = "union"
     product = "product"
+    fill = "fill"
+    grow_diag_final = "grow-diag-final"
 
 
 class SymmetrizeHow(str, enum.Enum):
@@ -349,9 +351,10 @@ ALIGNER_OPTION = typer.Option(AlignerChoice.model, "--aligner", help="Whose link
 PRIORS_OPTION = typer.Option(None, "--priors", metavar="FILE", help="With --aligner priors/both: this priors file (heed "
                              "data align --priors-out) instead of the model's recorded one.")
 COMBINE_OPTION = typer.Option(None, "--combine", help="With --aligner both: intersect or union of the model's links and "
-                              "the priors', or product: each target word's source word by the model's attention times "
-                              "the priors' lexical probability (to the power --priors-weight). Default: the rule "
-                              "measured best (heed.explain.priors.BOTH_RULE).")
+                              "the priors'; fill: the priors' links, the model's for the target words they leave "
+                              "unlinked; grow-diag-final of the two; or product: each target word's source word by the "
+                              "model's attention times the priors' lexical probability (to the power --priors-weight). "
+                              "Default: the rule measured best (heed.explain.priors.BOTH_RULE).")
 PRIORS_WEIGHT_OPTION = typer.Option(1.0, "--priors-weight", help="With --combine product: the exponent on the priors' "
                                     "probability, 0 (the model alone) to 10.")
 BATCH_OPTION = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch.")

@@ -143,7 +143,9 @@ def serve(
         translators, metrics = _load_served(dict(zip(labels, models)), groups, languages, device=device, bf16=bf16,
                                             int8=int8)
         priors = recorded_priors(dict(zip(labels, models)))
-        app_ = create_app(translators, settings, metrics=metrics, api_keys=keys, priors=priors)
+        reverses = recorded_reverses(dict(zip(labels, models)), translators, languages, device=device, bf16=bf16,
+                                     int8=int8)
+        app_ = create_app(translators, settings, metrics=metrics, api_keys=keys, priors=priors, reverses=reverses)
         uvicorn.run(app_, host=host, port=port, log_level=log_level, http=read_timeout_protocol(settings.read_timeout))
 
 
@@ -185,6 +187,33 @@ def recorded_priors(paths: dict[str, Path]) -> dict[str, Any]:
             priors = model_priors(find_model_dir(path))
             if priors is not None:
                 found[label] = priors
+    return found
+
+
+def recorded_reverses(paths: dict[str, Path], translators: dict[str, Any], languages: dict[str, Any], *,
+                      device: str, bf16: bool, int8: bool) -> dict[str, Any]:
+    """Per served model directory one of a pair (heed train --both-directions, heed.pair.json), its
+    reverse model loaded as the model is and the recorded join: /v1/align symmetrises with it as
+    heed align does. A reverse whose vocabularies are not the model's the other way round is refused
+    in one line."""
+    from heed.api import Translator
+    from heed.checkpoint import find_model_dir
+    from heed.explain.align import reverse_mismatch
+    from heed.export.onnx import exported_dir
+    from heed.train.pair import recorded_reverse
+
+    found = {}
+    for label, path in paths.items():
+        pair = None if exported_dir(path) is not None else recorded_reverse(find_model_dir(path))
+        if pair is None:
+            continue
+        other, how = pair
+        backward = with_pair(Translator.load(other, device=device, bf16=bf16, int8=int8),
+                             {"src_lang": languages.get("tgt_lang"), "tgt_lang": languages.get("src_lang")})
+        why = reverse_mismatch(translators[label].codec, backward.codec)
+        if why is not None:
+            raise HeedError(f"{path}: the reverse model its pair records ({other}) is not its other direction: {why}")
+        found[label] = (backward, how)
     return found
 
 

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 Aligner = Literal["model", "priors", "both"]
 ALIGNERS: tuple[str, ...] = ("model", "priors", "both")
-Join = Literal["intersect", "union", "product"]
-JOINS: tuple[str, ...] = ("intersect", "union", "product")
+Join = Literal["intersect", "union", "product", "fill", "grow-diag-final"]
+JOINS: tuple[str, ...] = ("intersect", "union", "product", "fill", "grow-diag-final")
 MAX_WEIGHT = 10.0  # the product rule's exponent on the priors: 0 (the model alone) to this
 # The rule `both` uses, measured on the dates gold (bench/studies/align_priors.py, bench/RESULTS.md;
 # 1,000 new pairs, a tiny RNN, priors of its 3,000 training pairs): AER model 0.045, priors (eflomal)
@@ -187,10 +187,21 @@ def priors_links(pairs: Sequence[Pair], priors: Priors, *, how: Symmetrize = "gr
     return [symmetrize(f, b, how) for f, b in zip(ahead, behind)]
 
 
+def fill_links(model: set[Link], priors: set[Link]) -> set[Link]:
+    """The priors' links, and the model's links of the target units the priors leave unlinked."""
+    linked = {j for _, j in priors}
+    return priors | {(i, j) for i, j in model if j not in linked}
+
+
 def join_links(model: Sequence[set[Link]], priors: Sequence[set[Link]], rule: Join = BOTH_RULE) -> list[set[Link]]:
-    """The model's links joined with the priors', pair by pair: their intersection or union."""
-    assert len(model) == len(priors) and rule in ("intersect", "union")
-    return [(m & p) if rule == "intersect" else (m | p) for m, p in zip(model, priors)]
+    """The model's links joined with the priors', pair by pair: their intersection or union, the
+    priors' filled in by the model's (fill_links), or grow-diag-final of the two as if they were
+    two directions (heed.explain.align_methods.symmetrize), the priors' first: where a link of
+    each would add the same word in its final step, the priors' is taken."""
+    assert len(model) == len(priors) and rule != "product"
+    if rule == "fill":
+        return [fill_links(m, p) for m, p in zip(model, priors)]
+    return [symmetrize(p, m, rule) for m, p in zip(model, priors)]
 
 
 class Reading(Protocol):
@@ -243,7 +254,7 @@ def aligner_links(aligner: Aligner, model: Callable[[], Sequence[Reading]], pair
                   weight: float = 1.0) -> list[set[Link]]:
     """The links `aligner` chooses for `pairs`: those of `model()` (the model's alignments, only
     computed when used), eflomal with `priors` on the pairs alone, or both joined by `rule`
-    (intersect, union, or product_links with `weight`). A HeedError when priors are needed and
+    (product_links with `weight`, or join_links: intersect, union, fill, grow-diag-final). A HeedError when priors are needed and
     missing, or counted in other units than `units`, or the weight is out of range."""
     if aligner not in ALIGNERS:
         raise HeedError(f"aligner must be one of {', '.join(ALIGNERS)}, got {aligner!r}")

@@ -31,7 +31,7 @@ import json
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
 from typing import Any, cast
 
@@ -51,7 +51,7 @@ from heed.checkpoint import METRICS_FILE
 from heed.data.corpus import text_problem
 from heed.decode_config import MAX_OUTPUT_TOKENS, DecodeConfig
 from heed.errors import Abandoned, ConfigError, HeedError
-from heed.explain.align_methods import ALIGNMENT_LAYER, AlignOptions
+from heed.explain.align_methods import ALIGNMENT_LAYER, AlignOptions, Symmetrize, symmetrize
 from heed.explain.forced import no_alignment_layer
 from heed.explain.priors import Priors
 from heed.explain.readings import READINGS, PairSize, Reading
@@ -60,7 +60,7 @@ from heed.nn.ensemble import Ensemble
 from heed.nn.intervention import Intervention
 from heed.nn.protocol import AlignmentLayerModel, AttributableModel, ContributionModel, HeadsModel
 from heed.plumbing.files import open_regular
-from heed.plumbing.limits import search_work
+from heed.plumbing.limits import forced_work, search_work
 from heed.search import OwnSearchModel
 from heed.serve.batcher import Batcher, QueueFull
 from heed.serve.compat import Keys, install
@@ -419,18 +419,24 @@ def _until(abandoned: Callable[[], bool], items: list[Any]) -> Iterator[Any]:
 
 def create_app(translators: Mapping[str, Translator], settings: ServeSettings | None = None, *,
                metrics: Mapping[str, Mapping[str, Any] | None] | None = None,
-               api_keys: frozenset[str] = frozenset(), priors: Mapping[str, Priors] | None = None) -> FastAPI:
+               api_keys: frozenset[str] = frozenset(), priors: Mapping[str, Priors] | None = None,
+               reverses: Mapping[str, tuple[Translator, Symmetrize]] | None = None) -> FastAPI:
     """The FastAPI app serving `translators` by name; `metrics`: per name, its last training
     evaluations (GET /v1/models); `api_keys`: the keys LibreTranslate's and DeepL's routes ask for
     (heed.serve.compat; none: they ask for none); `priors`: per name, the statistical priors its
-    model directory records (heed.explain.priors), for /v1/align's aligner. The batcher's worker thread starts here and stops
-    at shutdown."""
+    model directory records (heed.explain.priors), for /v1/align's aligner; `reverses`: per name,
+    the other direction its directory's pair records (heed.train.pair) and how the two join, with
+    which /v1/align symmetrises as heed align does. The batcher's worker thread starts here and
+    stops at shutdown."""
     if not translators:
         raise ValueError("give at least one model")
     settings = settings or ServeSettings()
     models = dict(translators)
     infos = {name: model_info(name, t, (metrics or {}).get(name)) for name, t in models.items()}
-    batcher = Batcher(lambda key, items, abandoned: _run_batch(models, cast(_Key, key), items, abandoned),
+    # The reverse models run on the batcher's thread too, under names no request reaches (_model
+    # looks in `models`).
+    workers = {**models, **{_reverse_name(name): t for name, (t, _) in (reverses or {}).items()}}
+    batcher = Batcher(lambda key, items, abandoned: _run_batch(workers, cast(_Key, key), items, abandoned),
                       max_wait=settings.batch_wait_ms / 1000,
                       max_sentences=settings.batch_sentences, max_queue=settings.max_queue,
                       slice_work=settings.slice_work, enabled=settings.batching)
@@ -451,6 +457,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     _add_pages(app)
     routes = _Routes(models, infos, batcher, settings)
     routes.priors = dict(priors or {})
+    routes.reverses = dict(reverses or {})
     app.include_router(routes.router())
     install(app, models, routes.translate, settings, keys=Keys(api_keys))
     return app
@@ -483,6 +490,23 @@ def _align_weights(translator: Translator, request: AlignRequest) -> Any:
     return request.weights
 
 
+def _reverse_name(name: str) -> str:
+    """The batcher's name for model `name`'s recorded reverse."""
+    return f"{name} (reverse)"
+
+
+def _symmetrized(results: list[dict[str, Any]], backward: list[dict[str, Any]], how: Symmetrize
+                 ) -> list[dict[str, Any]]:
+    """/v1/align's results with their links joined by `how` with the reverse model's (which read
+    each pair target first: its links turned back to (source, target))."""
+    from heed.data.pharaoh import to_pharaoh
+
+    joined = [symmetrize({(int(i), int(j)) for i, j in r["links"]}, {(int(i), int(j)) for j, i in b["links"]}, how)
+              for r, b in zip(results, backward)]
+    return [{**r, "links": [list(link) for link in sorted(found)], "pharaoh": to_pharaoh(sorted(found))}
+            for r, found in zip(results, joined)]
+
+
 def _priors_aligned(results: list[dict[str, Any]], request: AlignRequest, priors: Priors) -> list[dict[str, Any]]:
     """/v1/align's results with the links `request.aligner` chooses (heed.explain.priors.aligner_links:
     eflomal with the model's priors on the request's pairs alone, or joined with the model's links)."""
@@ -508,6 +532,7 @@ class _Routes:
                  settings: ServeSettings) -> None:
         self.models, self.infos, self.batcher, self.settings = models, infos, batcher, settings
         self.priors: dict[str, Priors] = {}
+        self.reverses: dict[str, tuple[Translator, Symmetrize]] = {}  # name -> its recorded reverse, the join
 
     def router(self) -> APIRouter:
         router = APIRouter()
@@ -693,8 +718,15 @@ class _Routes:
         tgt_lens = [len(translator.codec.tgt_tokens(target)) for target in request.targets]
         units = [len(t.split()) if request.tgt_units == "words" else len("".join(t.split())) for t in request.targets]
         weights = _align_weights(translator, request)
-        cost = align_cost(src_lens, tgt_lens, [len(s.split()) for s in request.sources], units,
-                          reading=weights, grid=_grid(translator))
+        cost = forward = align_cost(src_lens, tgt_lens, [len(s.split()) for s in request.sources], units,
+                                    reading=weights, grid=_grid(translator))
+        # heed align's default: a model one of a recorded pair reads the pairs both ways, the model's
+        # links joined with its reverse's (the reverse by its own default reading), for the model's
+        # own links in words.
+        reverse = (self.reverses.get(name) if request.aligner == "model" and request.tgt_units == "words"
+                   and not request.one_way else None)
+        if reverse is not None:
+            cost = replace(cost, work=cost.work + [forced_work(n) for n in src_lens])
         priors = None
         if request.aligner != "model":
             priors = self.priors.get(name)
@@ -709,14 +741,23 @@ class _Routes:
                                tgt_units=request.tgt_units, join=request.join, null_threshold=request.null_threshold)
         key = _Key(name, "align", languages=(request.src_lang, request.tgt_lang), reading=reading)
         # ALTI+, rollout and value norms weigh every head: a pair a turn
-        costs = cost.work if weights == "attention" else [self.settings.slice_work] * len(cost.work)
+        costs = forward.work if weights == "attention" else [self.settings.slice_work] * len(forward.work)
         results = await self._decoded(key, list(zip(request.sources, request.targets)), costs)
+        if reverse is not None:
+            backward, how = reverse
+            reading = backward.default_reading("words")[0]
+            key = _Key(_reverse_name(name), "align", languages=(request.tgt_lang, request.src_lang), reading=reading)
+            as_is = reading.weights == "attention"  # the batcher slices as for the forward pass
+            results = _symmetrized(results, await self._decoded(
+                key, list(zip(request.targets, request.sources)),
+                [forced_work(n) if as_is else self.settings.slice_work for n in src_lens]), how)
         if priors is not None:
             try:
                 results = await asyncio.to_thread(_priors_aligned, results, request, priors)
             except HeedError as e:  # eflomal not installed
                 raise ApiError(422, str(e), "aligner") from None
-        return await _answer({"model": name, "aligner": request.aligner, "results": results})
+        return await _answer({"model": name, "aligner": request.aligner,
+                              "symmetrized": None if reverse is None else reverse[1], "results": results})
 
     async def attribute(self, request: AttributeRequest) -> Response:
         """The reading attribution, answered as heed attribute writes it."""

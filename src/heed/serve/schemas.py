@@ -102,6 +102,10 @@ class AlignRequest(_Pair):
         "model", description="whose links: the model's reading, eflomal on these pairs alone with the statistical "
                              "priors the model directory records (heed data priors), or both joined (the attention "
                              "returned is the model's either way)")
+    one_way: bool = Field(False, description="read this model alone, even where its directory records the other "
+                                             "direction (heed train --both-directions): by default the links of a "
+                                             "model one of a pair are its own joined with its reverse's, as heed "
+                                             "align does (with aligner model and tgt_units words)")
 
 
 class LensRequest(_Pair):
@@ -257,6 +261,9 @@ class AlignResponse(BaseModel):
     model: str
     aligner: Literal["model", "priors", "both"] = Field("model", description="whose links these are (the request's "
                                                                              "aligner)")
+    symmetrized: Literal["intersect", "union", "grow-diag-final"] | None = Field(
+        None, description="how the links join the model's with its recorded reverse model's (heed.pair.json), or "
+                          "null: the model's alone")
     results: list[AlignResult]
 
 
