@@ -219,6 +219,11 @@ def run_all(bench: Bench, args: argparse.Namespace, n_test: int) -> list[dict]:
     return [result for result, _ in trained]
 
 
+def _tokens_per_s(decode: dict) -> float:
+    """Output tokens a second of one decoding setting: its sentences/s times its mean output length."""
+    return decode["sent_per_s"] * decode["mean_output_tokens"]
+
+
 def decode_plan(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     """(beam, batch, sentences): greedy and beam 5, at --decode-batch and at batch 1."""
     return [(1, args.decode_batch, args.decode_sents), (5, args.decode_batch, args.decode_sents),
@@ -392,6 +397,10 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
             lambda r, k=f"beam{beam}_batch{batch}": _num(r["decode"][k]["sent_per_s"], ",.1f"))
     row(f"decode: mean output tokens (greedy, batch {args.decode_batch})",
         lambda r: _num(r["decode"][f"beam1_batch{args.decode_batch}"]["mean_output_tokens"], ".2f"))
+    for beam, batch, n in decode_plan(args):  # outputs of different lengths: the rate per output token too
+        what = "greedy" if beam == 1 else f"beam {beam}"
+        row(f"decode {what}, batch {batch}: output tokens/s",
+            lambda r, k=f"beam{beam}_batch{batch}": _num(_tokens_per_s(r["decode"][k]), ",.0f"))
     row("decode: peak RSS, MB (max of the four)",
         lambda r: _num(max(d["max_rss_mb"] for d in r["decode"].values() if d.get("max_rss_mb"))))
     row("decode: model load, s (heed.load; median of the four)",
@@ -433,6 +442,9 @@ def table(results: list[dict], floor: dict | None, tps: float, args: argparse.Na
         for beam, batch, what in plan:
             versus_ct2(f"decode {what}, batch {batch}: ÷ CTranslate2 at the same precision",
                        lambda r, k=f"beam{beam}_batch{batch}": r["decode"][k]["sent_per_s"])
+        for beam, batch, what in plan:
+            versus_ct2(f"decode {what}, batch {batch}, per output token: ÷ CTranslate2 at the same precision",
+                       lambda r, k=f"beam{beam}_batch{batch}": _tokens_per_s(r["decode"][k]))
 
     lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
