@@ -13,7 +13,8 @@ Routes (schemas in heed.serve.schemas; the OpenAPI page is /docs):
     POST /v1/explain/{reading}  given translations read by a reading of heed.explain.readings (one route
                          per registered reading, its request made from the reading's options)
     POST /translate, /v2/translate, ...   LibreTranslate's and DeepL's APIs (heed.serve.compat), through
-                         /v1/translate's handler, each answering in its own error shape
+                         /v1/translate's core (_Routes.translated: its checks, limits and batcher, its
+                         results as values), each answering in its own error shape
 
 Every request's sentences go through one Batcher (heed.serve.batcher): the model runs on its
 worker thread, never on the event loop. Every error is JSON, {"error": {"status", "message",
@@ -90,6 +91,7 @@ from heed.serve.schemas import (
     ModelsResponse,
     TranslateRequest,
     TranslateResponse,
+    TranslateResults,
     reading_request,
 )
 from heed.serve.settings import ApiError, ServeSettings
@@ -459,7 +461,8 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     routes.priors = dict(priors or {})
     routes.reverses = dict(reverses or {})
     app.include_router(routes.router())
-    install(app, models, routes.translate, settings, keys=Keys(api_keys))
+    install(app, models, routes.translated, settings, keys=Keys(api_keys))
+    app.include_router(routes.explain_router())
     return app
 
 
@@ -531,6 +534,9 @@ class _Routes:
     def __init__(self, models: dict[str, Translator], infos: dict[str, dict[str, Any]], batcher: Batcher,
                  settings: ServeSettings) -> None:
         self.models, self.infos, self.batcher, self.settings = models, infos, batcher, settings
+        # each model's (layers, heads), found once: a Protocol's isinstance reads every member (~40 us),
+        # and the translate route counts it on every request, before the batcher
+        self.grids = {name: _grid(translator) for name, translator in models.items()}
         self.priors: dict[str, Priors] = {}
         self.reverses: dict[str, tuple[Translator, Symmetrize]] = {}  # name -> its recorded reverse, the join
 
@@ -544,6 +550,13 @@ class _Routes:
                                         ("/v1/heads", self.heads, HeadsResponse),
                                         ("/v1/lens", self.lens, LensResponse)):
             router.add_api_route(path, handler, methods=["POST"], response_model=response, responses=WORK_ERRORS)
+        return router
+
+    def explain_router(self) -> APIRouter:
+        """POST /v1/explain/NAME, a route per reading: included after every other API's routes, as a
+        request is matched against each route in turn (~4 us a route), and these requests each run
+        a model pass while /translate's are the server's most frequent and cheapest."""
+        router = APIRouter()
         for reading in READINGS.values():
             router.add_api_route(f"/v1/explain/{reading.name}", self.reading_route(reading), methods=["POST"],
                                  name=f"explain_{reading.name}", summary=f"Explain: {reading.name}",
@@ -578,7 +591,7 @@ class _Routes:
         for field in options.per_pair:
             _one_target_each(request.sources, getattr(options, field), "source", field)
         sizes, search = self._pair_sizes(translator, request.sources, request.targets, "source")
-        pairs = _pair_costs(translator, reading, options, sizes)
+        pairs = _pair_costs(self.grids[name], reading, options, sizes)
         self._within(reading_cost(reading.name, [p._replace(work=p.work + w) for p, w in zip(pairs, search)]))
         results = await self._read(name, request, reading, options, request.sources, request.targets, "reading")
         return await _answer({"model": name, "reading": reading.name, "results": results})
@@ -661,6 +674,15 @@ class _Routes:
         return {"models": list(self.infos.values())}
 
     async def translate(self, request: TranslateRequest) -> Response:
+        # POST /v1/translate (a docstring here would be its OpenAPI description): `translated`, as JSON
+        done = await self.translated(request)
+        return await _answer({"model": done.model, "decode": done.decode.model_dump(mode="json"),
+                              "results": done.results})
+
+    async def translated(self, request: TranslateRequest) -> TranslateResults:
+        """The translation core of POST /v1/translate and of the compat APIs (heed.serve.compat):
+        the request checked against the model and the server's limits, then decoded by the batcher;
+        each sentence's JSON-ready result (the `results` of TranslateResponse). Refusals are ApiErrors."""
         name, translator = self._model(request)
         settings = self.settings
         _check_sentences(request.sentences, "sentences", settings)
@@ -694,7 +716,7 @@ class _Routes:
         cost = translate_cost([len(tokens) for tokens in sources], _output_steps(decode, sources, prefix_ids, settings),
                               width=width, n_best=decode.n_best, attention=request.attention,
                               alternatives=request.alternatives, trace=request.trace,
-                              source_share=bool(request.explain), grid=_grid(translator),
+                              source_share=bool(request.explain), grid=self.grids[name],
                               fields={"work": lever, "weights": "explain", "numbers": "sentences"})
         self._within(cost)
         # the source shares of a slice are read after its search: a sentence a turn
@@ -703,8 +725,7 @@ class _Routes:
                    request.alternatives if request.trace else 0, intervention,
                    languages=(request.src_lang, request.tgt_lang), explain=tuple(dict.fromkeys(request.explain)))
         prefixes = request.prefix or [None] * len(request.sentences)
-        results = await self._decoded(key, list(zip(request.sentences, prefixes)), costs)
-        return await _answer({"model": name, "decode": decode.model_dump(mode="json"), "results": results})
+        return TranslateResults(name, decode, await self._decoded(key, list(zip(request.sentences, prefixes)), costs))
 
     async def align(self, request: AlignRequest) -> Response:
         name, translator = self._model(request)
@@ -719,7 +740,7 @@ class _Routes:
         units = [len(t.split()) if request.tgt_units == "words" else len("".join(t.split())) for t in request.targets]
         weights = _align_weights(translator, request)
         cost = forward = align_cost(src_lens, tgt_lens, [len(s.split()) for s in request.sources], units,
-                                    reading=weights, grid=_grid(translator))
+                                    reading=weights, grid=self.grids[name])
         # heed align's default: a model one of a recorded pair reads the pairs both ways, the model's
         # links joined with its reverse's (the reverse by its own default reading), for the model's
         # own links in words.
@@ -766,7 +787,7 @@ class _Routes:
         _check_sentences(request.sentences, "sentences", self.settings)
         options = reading.parse({"method": request.method, "steps": request.steps})
         sizes, search = self._pair_sizes(translator, request.sentences, request.targets, "sentence")
-        self._within(attribute_cost(_pair_costs(translator, reading, options, sizes), points=request.steps,
+        self._within(attribute_cost(_pair_costs(self.grids[name], reading, options, sizes), points=request.steps,
                                     method=request.method, search=search))
         results = await self._read(name, request, reading, options, request.sentences, request.targets, "attribution")
         return await _answer({"model": name, "attributions": results})
@@ -778,8 +799,8 @@ class _Routes:
         _check_sentences(request.sources, "sources", self.settings)
         options = reading.parse({"top": request.top})
         sizes, _ = self._pair_sizes(translator, request.sources, request.targets, "source")
-        self._within(lens_cost(_pair_costs(translator, reading, options, sizes), top=request.top,
-                               layers=_grid(translator)[0]))
+        self._within(lens_cost(_pair_costs(self.grids[name], reading, options, sizes), top=request.top,
+                               layers=self.grids[name][0]))
         results = await self._read(name, request, reading, options, request.sources, request.targets, "lens")
         return await _answer({"model": name, "results": results})
 
@@ -791,15 +812,16 @@ class _Routes:
         parts = tuple(dict.fromkeys(request.parts))
         options = reading.parse({"self_attention": tuple(p for p in parts if p != "cross")})
         sizes, _ = self._pair_sizes(translator, request.sources, request.targets, "source")
-        self._within(heads_cost(_pair_costs(translator, reading, options, sizes), parts=parts,
-                                grid=_grid(translator)))
+        self._within(heads_cost(_pair_costs(self.grids[name], reading, options, sizes), parts=parts,
+                                grid=self.grids[name]))
         results = await self._read(name, request, reading, options, request.sources, request.targets, "heads")
         return await _answer({"model": name, "results": results})
 
 
-def _pair_costs(translator: Translator, reading: Reading, options: Any, sizes: Sequence[tuple[int, int]]) -> list[Any]:
-    """What each pair of (source, target) token counts costs, as `reading` counts it (Reading.cost)."""
-    layers, heads = _grid(translator)
+def _pair_costs(grid: tuple[int, int], reading: Reading, options: Any, sizes: Sequence[tuple[int, int]]) -> list[Any]:
+    """What each pair of (source, target) token counts costs, as `reading` counts it (Reading.cost),
+    in a model of `grid`'s (layers, heads)."""
+    layers, heads = grid
     return [reading.cost(PairSize(s, t, layers, heads), options) for s, t in sizes]
 
 

@@ -6,6 +6,7 @@ home of their defaults and limits: every field optional, None = the model's own 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -247,6 +248,17 @@ class TranslateResponse(BaseModel):
     model: str
     decode: dict[str, Any] = Field(description="the decoding options used (a sampling seed included)")
     results: list[SentenceResult]
+
+
+@dataclass(frozen=True)
+class TranslateResults:
+    """A translate request's answer before it is JSON (POST /v1/translate encodes it; the compat APIs
+    read it as it is): the model's name, the decoding it ran, and one result per sentence, as
+    TranslateResponse's `results` (JSON-ready dicts of SentenceResult's shape)."""
+
+    model: str
+    decode: DecodeConfig
+    results: list[dict[str, Any]]
 
 
 class AlignResult(BaseModel):

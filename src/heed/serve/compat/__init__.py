@@ -1,10 +1,10 @@
 """The APIs other clients speak, beside heed's own /v1: LibreTranslate's (libretranslate.py) and
 DeepL's v2 (deepl.py), each a router over one translation path (engine.py: POST /v1/translate's own
-handler, so the same batcher, limits and time limit), with the served models' languages in the
+core, so the same checks, batcher, limits and time limit), with the served models' languages in the
 codes those clients use (languages.py), their fields as JSON or forms (fields.py), texts cut into
 sentences (segments.py), a language identifier (detect.py) and API keys (keys.py).
 
-    install(app, translators, routes.translate, settings, keys=Keys(read_keys(path)))
+    install(app, translators, routes.translated, settings, keys=Keys(read_keys(path)))
 
 Browsers may call them from other origins (CORS, `heed serve --cors-origins`; any origin by
 default, as LibreTranslate allows): the preflight OPTIONS is answered and the answers carry
@@ -37,7 +37,7 @@ __all__ = ["Keys", "install", "read_keys"]
 def install(app: FastAPI, translators: Mapping[str, Translator], translate: TranslateCall, settings: ServeSettings,
             *, keys: Keys | None = None) -> None:
     """Add LibreTranslate's and DeepL's routes to `app`, translating through `translate` (POST
-    /v1/translate's handler), and the net that words any other error on their paths in their shape."""
+    /v1/translate's core: a request -> its results), and the net that words any other error on their paths in their shape."""
     keys = keys or Keys()
     engine = Engine(Catalog.of(translators), translate, settings)
     app.include_router(libretranslate.LibreTranslate(engine, settings, keys).router())

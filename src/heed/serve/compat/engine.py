@@ -1,7 +1,7 @@
 """The one translation path of the compat APIs: a client's texts, cut into the sentences a model
 reads (heed.serve.compat.segments; inside markup, heed.markup's sentences), translated by POST
-/v1/translate's own handler (so the same checks, limits, batcher, time limit and refusals apply),
-and put back together.
+/v1/translate's own core (heed.serve.app's `translated`: the same checks, limits, batcher, time limit
+and refusals apply; its results come as values, not as JSON to read back), and put back together.
 
 Markup's alignment pass is inside the server's limits as the translation is: its work (a forced
 pass of each marked sentence's translation, heed.plumbing.limits.markup_work) is counted with the
@@ -16,7 +16,6 @@ client's texts and which option it is about, so each API words them in its own s
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import re
 import time
@@ -25,7 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response
 
 from heed.decode_config import MAX_OUTPUT_TOKENS
 from heed.errors import Abandoned, HeedError
@@ -34,15 +32,15 @@ from heed.serve.compat.detect import Detector, Guess, NoDetector
 from heed.serve.compat.languages import Catalog, Route
 from heed.serve.compat.segments import Segmented, segment
 from heed.serve.costs import Cost, refusal
-from heed.serve.schemas import TranslateRequest
+from heed.serve.schemas import TranslateRequest, TranslateResults
 from heed.serve.settings import ApiError, ServeSettings
 
 if TYPE_CHECKING:
     from heed.api import Translation, Translator
     from heed.markup import Marked
 
-# POST /v1/translate's handler: a request -> its JSON response (or an ApiError).
-TranslateCall = Callable[[TranslateRequest], Awaitable[Response]]
+# POST /v1/translate's core: a request -> its results (or an ApiError).
+TranslateCall = Callable[[TranslateRequest], Awaitable[TranslateResults]]
 Markup = Literal["html", "xml"]
 
 
@@ -78,7 +76,7 @@ class _Unit:
 
 
 class Engine:
-    """The served models (`catalog`), /v1's translate handler, the server's limits, and a language
+    """The served models (`catalog`), /v1's translate core, the server's limits, and a language
     identifier."""
 
     def __init__(self, catalog: Catalog, translate: TranslateCall, settings: ServeSettings) -> None:
@@ -171,18 +169,16 @@ class Engine:
 
     async def _results(self, route: Route, pieces: list[str], owner: list[int], n: int, *,
                        attention: bool = False) -> list[dict[str, Any]]:
-        """Each piece's result from /v1/translate's handler (its n-best, with its attention when
+        """Each piece's result from /v1/translate's core (its n-best, with its attention when
         `attention`); its refusals as Refusals."""
         decode = route.served.translator.decode_config
         wider = {"n_best": n} if decode.sampling else {"n_best": n, "beam_size": max(n, decode.beam_size)}
         request = TranslateRequest(model=route.served.name, sentences=pieces, src_lang=route.src_lang,
                                    tgt_lang=route.tgt_lang, attention=attention, **(wider if n > 1 else {}))
         try:
-            response = await self._translate(request)
+            return (await self._translate(request)).results
         except ApiError as e:
             raise _refusal(e, owner) from None
-        results: list[dict[str, Any]] = json.loads(bytes(response.body))["results"]
-        return results
 
     @staticmethod
     def _parse(text: str, kind: Markup, ignore_tags: Sequence[str]) -> Any:

@@ -73,7 +73,9 @@ async def read_fields(request: Request, *, max_fields: int) -> Fields:
     """The request's query and body fields, at most `max_fields` of each; a 413 past that, a 400
     for a body that is neither a JSON object nor a form."""
     values: dict[str, list[Any]] = {}
-    for name, value in _form(request.url.query, max_fields, "query string"):
+    # the raw query from the ASGI scope: request.url would build and parse the whole URL first
+    for name, value in _form(_utf8(request.scope.get("query_string", b""), "query string"), max_fields,
+                             "query string"):
         values.setdefault(name, []).append(value)
     body = await request.body()
     if not body.strip():
@@ -92,16 +94,19 @@ async def read_fields(request: Request, *, max_fields: int) -> Fields:
             raise BadField(413, f"the body has {len(parsed)} fields; the server takes at most {max_fields}", "body")
         body_values = {str(name): [value] for name, value in parsed.items()}
     elif kind in ("application/x-www-form-urlencoded", ""):
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError:
-            raise BadField(400, "the form is not UTF-8", "body") from None
         body_values = {}
-        for name, value in _form(text, max_fields, "form"):
+        for name, value in _form(_utf8(body, "form"), max_fields, "form"):
             body_values.setdefault(name, []).append(value)
     else:
         raise BadField(400, f"send the fields as JSON or as application/x-www-form-urlencoded, not {kind}", "body")
     return Fields({**values, **body_values})
+
+
+def _utf8(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadField(400, f"the {what} is not UTF-8", "body") from None
 
 
 def _form(text: str, max_fields: int, what: str) -> list[tuple[str, str]]:
