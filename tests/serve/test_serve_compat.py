@@ -565,3 +565,37 @@ def test_an_alignment_pass_past_the_timeout_is_cut_in_each_apis_shape(trained_ru
         assert stopped and stopped[-1] - asked < 3.0 + 2.0  # the pass was told to stop at the deadline
         dl = client.post("/v2/translate", json={"text": [text], "target_lang": "EN-US", "tag_handling": "html"})
         assert dl.status_code == 504 and set(dl.json()) == {"message"} and "--timeout" in dl.json()["message"]
+
+
+def test_markup_is_carried_on_the_batchers_thread_with_other_requests_texts(trained_run: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The alignment pass that carries markup runs where the search runs (the batcher's one worker
+    thread, never beside it), and the texts of requests that arrive together share one pass."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fastapi.testclient import TestClient
+
+    import heed.markup
+    from heed.api import Translator
+    from heed.serve.app import ServeSettings, create_app
+
+    calls: list[tuple[str, int]] = []
+    real = heed.markup.carry_many
+
+    def recorded(translator: Translator, documents: Any, *args: Any, **kwargs: Any) -> list[str]:
+        calls.append((threading.current_thread().name, len(documents)))
+        time.sleep(0.3)  # the next requests queue meanwhile
+        return real(translator, documents, *args, **kwargs)
+
+    monkeypatch.setattr(heed.markup, "carry_many", recorded)
+    texts = [f"<b>{d}</b> et <i>{d}</i>" for d in ("12 mars 1999", "3 avril 2001", "5 mai 1950", "1 juin 1901")]
+    model = Translator.load(trained_run, device="cpu")
+    with TestClient(create_app({"fr-en": model}, ServeSettings(batch_wait_ms=200))) as client:
+        def post(text: str) -> Any:
+            return client.post("/translate", json={"q": text, "source": "fr", "target": "en", "format": "html"})
+
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(post, texts))
+    assert all(a.status_code == 200 and "<b>" in a.json()["translatedText"] for a in answers), answers
+    assert {name for name, _ in calls} == {"heed-batcher"}
+    assert sum(n for _, n in calls) == 4 and max(n for _, n in calls) >= 2, calls  # texts of several requests in one pass

@@ -173,7 +173,7 @@ class _Key:
     options, as values (DecodeConfig is frozen and hashable). Each task has one handler (_TASKS)."""
 
     model: str
-    task: str  # "translate", "explore", "align" or "explain"
+    task: str  # "translate", "explore", "align", "explain" or "carry"
     decode: DecodeConfig | None = None  # translate and explore: the request's resolved config
     replace_unk: bool = False
     attention: bool = True
@@ -371,6 +371,16 @@ def _aligned(translator: Translator, key: _Key, items: list[Any], abandoned: Cal
              "links": [list(link) for link in a.links], "pharaoh": a.pharaoh()} for a in alignments]
 
 
+def _carried(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
+    """The compat APIs' markup (heed.serve.compat.engine): items are (a text's Marked, its sentences'
+    translations, their search Translations or None), carried in one batched pass (heed.markup.
+    carry_many), each answered as its rendered markup."""
+    from heed.markup import carry_many
+
+    return carry_many(translator, [m for m, _, _ in items], [o for _, o, _ in items],
+                      translations=[t for _, _, t in items], stop=abandoned)
+
+
 def _read(translator: Translator, key: _Key, items: list[Any], abandoned: Callable[[], bool]) -> list[Any]:
     """A reading of heed.explain.readings, a pair at a time: items are (source, target or None: the
     model's own, the pair's per-pair option values), each answered in the shape `key.shown` names."""
@@ -403,7 +413,7 @@ _SHOWN: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
 
 # task -> its handler: (translator, key, items, abandoned) -> one JSON-ready result per item
 _TASKS: dict[str, Callable[[Translator, _Key, list[Any], Callable[[], bool]], list[Any]]] = {
-    "translate": _translated, "explore": _explored, "align": _aligned, "explain": _read,
+    "translate": _translated, "explore": _explored, "align": _aligned, "explain": _read, "carry": _carried,
 }
 
 
@@ -461,7 +471,7 @@ def create_app(translators: Mapping[str, Translator], settings: ServeSettings | 
     routes.priors = dict(priors or {})
     routes.reverses = dict(reverses or {})
     app.include_router(routes.router())
-    install(app, models, routes.translated, settings, keys=Keys(api_keys))
+    install(app, models, routes.translated, routes.carried, settings, keys=Keys(api_keys))
     app.include_router(routes.explain_router())
     return app
 
@@ -653,11 +663,12 @@ class _Routes:
         if refused is not None:
             raise ApiError(422, *refused)
 
-    async def _decoded(self, key: _Key, items: list[Any], costs: list[int]) -> list[Any]:
-        """The batcher's results for `items`, its refusals as the API's errors."""
+    async def _decoded(self, key: _Key, items: list[Any], costs: list[int], *, timeout: float | None = None) -> list[Any]:
+        """The batcher's results for `items` within `timeout` seconds (default --timeout), its
+        refusals as the API's errors."""
         settings = self.settings
         try:
-            return await self.batcher.run(key, items, costs=costs, timeout=settings.timeout)
+            return await self.batcher.run(key, items, costs=costs, timeout=settings.timeout if timeout is None else timeout)
         except QueueFull as e:
             raise ApiError(503, f"{e}; the queue holds {self.batcher.queued} sentences (--max-queue "
                                 f"{settings.max_queue})", None, {"Retry-After": str(e.retry_after)}) from None
@@ -678,6 +689,13 @@ class _Routes:
         done = await self.translated(request)
         return await _answer({"model": done.model, "decode": done.decode.model_dump(mode="json"),
                               "results": done.results})
+
+    async def carried(self, model: str, languages: tuple[str | None, str | None], items: list[Any], costs: list[int],
+                      timeout: float) -> list[str]:
+        """The compat APIs' markup pass (heed.serve.compat.engine.CarryCall) on the batcher's thread:
+        `items` (a text's Marked, its translations, their search Translations) of `model` along
+        `languages`, each text's `costs`, within `timeout` seconds; refusals are ApiErrors."""
+        return await self._decoded(_Key(model=model, task="carry", languages=languages), items, costs, timeout=timeout)
 
     async def translated(self, request: TranslateRequest) -> TranslateResults:
         """The translation core of POST /v1/translate and of the compat APIs (heed.serve.compat):

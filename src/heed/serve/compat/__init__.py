@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from heed.api import Translator
 from heed.serve.compat import deepl, libretranslate
-from heed.serve.compat.engine import Engine, TranslateCall
+from heed.serve.compat.engine import CarryCall, Engine, TranslateCall
 from heed.serve.compat.keys import Keys, read_keys
 from heed.serve.compat.languages import Catalog
 from heed.serve.settings import ServeSettings
@@ -34,12 +34,13 @@ from heed.serve.settings import ServeSettings
 __all__ = ["Keys", "install", "read_keys"]
 
 
-def install(app: FastAPI, translators: Mapping[str, Translator], translate: TranslateCall, settings: ServeSettings,
-            *, keys: Keys | None = None) -> None:
+def install(app: FastAPI, translators: Mapping[str, Translator], translate: TranslateCall, carry: CarryCall,
+            settings: ServeSettings, *, keys: Keys | None = None) -> None:
     """Add LibreTranslate's and DeepL's routes to `app`, translating through `translate` (POST
-    /v1/translate's core: a request -> its results), and the net that words any other error on their paths in their shape."""
+    /v1/translate's core: a request -> its results) and carrying markup through `carry` (the app's
+    batcher), and the net that words any other error on their paths in their shape."""
     keys = keys or Keys()
-    engine = Engine(Catalog.of(translators), translate, settings)
+    engine = Engine(Catalog.of(translators), translate, carry, settings)
     app.include_router(libretranslate.LibreTranslate(engine, settings, keys).router())
     app.include_router(deepl.DeepL(engine, settings, keys).router())
     app.add_middleware(ErrorShapes, shapes=[(_libretranslate, libretranslate.error), (_deepl, deepl.error)])

@@ -5,8 +5,10 @@ and refusals apply; its results come as values, not as JSON to read back), and p
 
 Markup's alignment pass is inside the server's limits as the translation is: its work (a forced
 pass of each marked sentence's translation, heed.plumbing.limits.markup_work) is counted with the
-search's before anything runs and refused past --max-work, and the whole request, the pass
-included, answers within --timeout (the pass is stopped at the deadline). Where the model's
+search's before anything runs and refused past --max-work; the pass runs on the batcher's worker
+thread, as the search does (`CarryCall`: the app's `carried`, so it never runs beside the model's
+other work, and the texts of concurrent requests are carried together), and the whole request, the
+pass included, answers within --timeout (the pass is stopped at the deadline). Where the model's
 reading is the attention the search reports, the links are read off the search (heed.markup.carry.
 own_links) and no pass runs at all.
 
@@ -15,7 +17,6 @@ client's texts and which option it is about, so each API words them in its own s
 """
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 import time
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from starlette.concurrency import run_in_threadpool
 
 from heed.decode_config import MAX_OUTPUT_TOKENS
-from heed.errors import Abandoned, HeedError
+from heed.errors import HeedError
 from heed.plumbing.limits import markup_work, search_work
 from heed.serve.compat.detect import Detector, Guess, NoDetector
 from heed.serve.compat.languages import Catalog, Route
@@ -41,6 +42,11 @@ if TYPE_CHECKING:
 
 # POST /v1/translate's core: a request -> its results (or an ApiError).
 TranslateCall = Callable[[TranslateRequest], Awaitable[TranslateResults]]
+# The app's markup pass on the batcher's thread: (model, (src_lang, tgt_lang), items, each item's
+# work, seconds left) -> each item's rendered markup (or an ApiError). An item is a text's Marked, its
+# sentences' translations, and their search Translations (None where there is none).
+CarryCall = Callable[[str, tuple["str | None", "str | None"], list[tuple["Marked", list[str], list["Translation | None"]]],
+                      list[int], float], Awaitable[list[str]]]
 Markup = Literal["html", "xml"]
 
 
@@ -79,8 +85,8 @@ class Engine:
     """The served models (`catalog`), /v1's translate core, the server's limits, and a language
     identifier."""
 
-    def __init__(self, catalog: Catalog, translate: TranslateCall, settings: ServeSettings) -> None:
-        self.catalog, self._translate, self.settings = catalog, translate, settings
+    def __init__(self, catalog: Catalog, translate: TranslateCall, carry: CarryCall, settings: ServeSettings) -> None:
+        self.catalog, self._translate, self._carry_call, self.settings = catalog, translate, carry, settings
         self.max_texts = settings.max_sentences
         self.detector = Detector(catalog.sources())
 
@@ -128,7 +134,8 @@ class Engine:
             outputs[k].append(j[0])
             translations[k].append(searched[first] if len(unit.cut.pieces) == 1 else None)
             first += len(unit.cut.pieces)
-        return Translated(await self._carry(paired, marked, outputs, translations, deadline), [[] for _ in marked])
+        return Translated(await self._carry(route, paired, marked, outputs, translations, deadline),
+                          [[] for _ in marked])
 
     async def detect(self, text: str, among: Sequence[str] | None = None, *, markup: bool = False) -> list[Guess]:
         """The likeliest source languages of `text` (with `markup`, its tags left out), best first,
@@ -192,25 +199,25 @@ class Engine:
         except (HeedError, ValueError) as e:
             raise Refusal(400, f"the {kind} cannot be read: {e}", option="format") from None
 
-    async def _carry(self, translator: Translator, marked: list[Marked], outputs: list[list[str]],
+    async def _carry(self, route: Route, translator: Translator, marked: list[Marked], outputs: list[list[str]],
                      translations: list[list[Translation | None]], deadline: float) -> list[str]:
-        """Every text's markup carried onto its translations in one batched alignment pass, off the
-        event loop, stopped and refused (504) at the request's `deadline` (--timeout)."""
-        from heed.markup import carry_many
-
+        """Every text's markup carried onto its translations by the app's batcher (one batched
+        alignment pass, with other requests' texts), stopped and refused (504) at the request's
+        `deadline` (--timeout); each text's work is its marked sentences' forced passes."""
         late = Refusal(504, f"the request took longer than the server's limit of {self.settings.timeout:g} s "
                             "(--timeout), carrying its markup included; send fewer or shorter texts")
         left = deadline - time.monotonic()
         if left <= 0:
             raise late
-        try:  # the thread stops at its next batch once the deadline passes (Abandoned)
-            return await asyncio.wait_for(asyncio.to_thread(
-                carry_many, translator, marked, outputs, translations=translations,
-                stop=lambda: time.monotonic() > deadline), left)
-        except (asyncio.TimeoutError, Abandoned):
-            raise late from None
-        except HeedError as e:
-            raise Refusal(400, str(e), texts=True) from None
+        costs = [sum(markup_work(len(translator.codec.tgt_tokens(o))) for o, run in zip(out, m.runs) if run.spans)
+                 for m, out in zip(marked, outputs)]
+        try:
+            return await self._carry_call(route.served.name, (route.src_lang, route.tgt_lang),
+                                          list(zip(marked, outputs, translations)), costs, left)
+        except ApiError as e:
+            if e.status == 504:
+                raise late from None
+            raise Refusal(e.status, e.message, texts=True, retry_after=e.headers.get("Retry-After")) from None
 
 
 def _translations(results: list[dict[str, Any]]) -> list[Translation | None]:
