@@ -27,7 +27,7 @@ class DecodeConfig(BaseModel):
     length_norm: Literal["gnmt", "power"] = Field(
         "gnmt", description="what length_penalty divides a hypothesis' log-probability by: gnmt ((5 + |Y|) / 6)^alpha "
                             "(Wu et al. 2016), or power |Y|^alpha (fairseq's and Hugging Face's); |Y| counts </s>")
-    stop: Literal["exact", "beam"] = Field(
+    stopping: Literal["exact", "beam"] = Field(
         "exact", description="when a sentence's beam search ends: exact, once no live beam can beat its n_best "
                              "(the result of searching to the length limit); beam, once beam_size hypotheses have "
                              "finished (fairseq's, Marian's, CTranslate2's and Hugging Face's early_stopping=True "

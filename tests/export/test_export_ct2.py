@@ -181,13 +181,54 @@ def test_with_a_length_penalty_ctranslate2_searches_on_to_heeds_hypotheses_past_
 
 
 def test_ranking_names_the_path_of_each_request():
-    """CTranslate2 ranks only where its stop is heed's: the best alone, no length penalty, min_len <= 1."""
-    def path(**fields):
-        return ranking(DecodeConfig(**{"beam_size": 5, **fields}))
-    assert path() == path(min_len=0) == "ctranslate2"
+    """CTranslate2 ranks only where its stop is heed's: with stopping exact, the best alone, no length
+    penalty, min_len <= 1; with stopping beam, no penalty or the power one, min_len <= 1, no prefix."""
+    def path(prefixed=False, **fields):
+        return ranking(DecodeConfig(**{"beam_size": 5, **fields}), prefixed=prefixed)
+    assert path() == path(min_len=0) == path(prefixed=True) == "ctranslate2"
     assert path(beam_size=1) == path(beam_size=1, sampling=True) == "none"
     assert (path(length_penalty=1.0, length_norm="power") == path(length_penalty=0.6) == path(n_best=2)
             == path(min_len=2) == "heed")
+    power = dict(length_penalty=1.0, length_norm="power", stopping="beam")
+    assert path(**power) == path(**power, n_best=3, min_len=0) == path(stopping="beam", n_best=2) == "ctranslate2"
+    assert (path(length_penalty=0.6, stopping="beam") == path(**power, min_len=2) == path(prefixed=True, **power)
+            == "heed")
+
+
+@pytest.mark.parametrize("options", [
+    dict(length_penalty=10.0, length_norm="power", min_len=1), dict(length_penalty=10.0, length_norm="power", n_best=3),
+    dict(length_penalty=1.0, length_norm="power", max_len_a=0.5, max_len_b=1),
+    dict(length_penalty=0.0, min_len=0, n_best=2), dict(length_penalty=10.0, length_norm="power", min_len=3),
+    dict(length_penalty=0.6, n_best=2)],
+    ids=["power10", "power10-nbest3", "power1-cut", "none-min0-nbest2", "power10-min3", "gnmt"])
+def test_with_stop_beam_a_ct2_export_gives_heeds_stop_beam_search(transformer_run, ct2_dir, tiny_corpus, options,
+                                                                  monkeypatch):
+    """stopping "beam" (a sentence ends once `beam` hypotheses finished) is CTranslate2's own stop: its
+    search (ranking "ctranslate2": no penalty or the power one, min_len <= 1; else searched to the
+    limit, where heed keeps what the beam stop finished) gives heed's stop-beam n-best lists, scores
+    and log-probabilities. At alpha 10 the beam stop's best differs from heed's exact stop's for some
+    sources. Where the limit cuts
+    outputs (max_len 0.5 * src_len + 1), CTranslate2 returns what it cut at its last step, where heed
+    forces EOS a step later: those sources are searched again to their limit."""
+    exported, pytorch = heed.load(str(ct2_dir)), heed.load(str(transformer_run), device="cpu")
+    alone = []  # the sources the fast path searched again, to the limit
+    search_here = exported.model._translate_batch
+    monkeypatch.setattr(exported.model, "_translate_batch",
+                        lambda *a, **k: (alone.append(a[1]) if k["ranks"] == "heed" and len(a[1]) == 1 else None)
+                        or search_here(*a, **k))
+    sources = _sources(tiny_corpus)
+    decode = dict(beam=4, stopping="beam", **options)
+    path = ranking(exported.resolve_decode({k: v for k, v in decode.items() if k != "beam"}, beam=4))
+    assert path == ("ctranslate2" if options.get("min_len", 1) <= 1 and options.get("length_norm") != "gnmt"
+                    and (options["length_penalty"] == 0 or options.get("length_norm") == "power") else "heed")
+    mine, theirs = pytorch.translate_nbest(sources, **decode), exported.translate_nbest(sources, **decode)
+    assert [[t.tokens for t in n] for n in theirs] == [[t.tokens for t in n] for n in mine]
+    for s, t in zip((t for n in mine for t in n), (t for n in theirs for t in n)):
+        assert abs(s.score - t.score) < 1e-4 and abs(s.log_prob - t.log_prob) < 1e-4
+    if options["length_penalty"] == 10.0:
+        exact = pytorch.translate_nbest(sources, **(decode | {"stopping": "exact"}))
+        assert sum(e[0].tokens != m[0].tokens for e, m in zip(exact, mine)) >= 2
+    assert bool(alone) == ("max_len_a" in options)
 
 
 def test_an_int8_ct2_export_is_smaller_and_translates_nearly_alike(transformer_run, ct2_dir, tiny_corpus, tmp_path):

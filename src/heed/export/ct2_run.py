@@ -67,7 +67,7 @@ NEEDS_HEED = ("a CTranslate2 export translates with CTranslate2's own search, wh
 
 def ranking(cfg: DecodeConfig, *, prefixed: bool = False) -> str:
     """Who finishes and ranks a search's hypotheses (`prefixed`: some source has a forced prefix),
-    each path exact w.r.t. heed's search. With stop "exact" (heed's default):
+    each path exact w.r.t. heed's search. With stopping "exact" (heed's default):
     - "ctranslate2" (the fast path) for the best hypothesis alone without a length penalty and with
       min_len <= 1: CTranslate2 stops once its best beam finished; every live beam is below it then,
       so heed's search stops there or earlier, with the same best (min_len 1 renormalises the first
@@ -84,7 +84,7 @@ def ranking(cfg: DecodeConfig, *, prefixed: bool = False) -> str:
       gave another best for 47 of 1,000 sentences (bench/RESULTS.md, "The CTranslate2 fast path's
       exactness");
     - "none" for greedy search and sampling, which rank nothing.
-    With stop "beam" (a sentence ends once `beam` hypotheses finished), CTranslate2's stop with any
+    With stopping "beam" (a sentence ends once `beam` hypotheses finished), CTranslate2's stop with any
     penalty (patience 1: `beam` finished, each EOS among a step's best `beam` candidates) is heed's:
     - "ctranslate2" without a length penalty or with the power one, min_len <= 1 and no prefix, any
       n-best: CTranslate2 stops, ranks (power: its score / |Y|^alpha with |Y| counting EOS, heed's)
@@ -99,7 +99,7 @@ def ranking(cfg: DecodeConfig, *, prefixed: bool = False) -> str:
       limit) and ranks them."""
     if cfg.sampling or cfg.beam_size == 1:
         return "none"
-    if cfg.stop == "beam":
+    if cfg.stopping == "beam":
         fast = cfg.length_penalty == 0 or cfg.length_norm == "power"
         return "ctranslate2" if fast and cfg.min_len <= 1 and not prefixed else "heed"
     if cfg.n_best == 1 and cfg.length_penalty == 0 and cfg.min_len <= 1:
@@ -251,12 +251,12 @@ class CT2Seq2Seq:
         (heed's search forces EOS on every live beam there, and the best of those may be another: it
         is searched to the limit and ranked by heed); a hypothesis holds PAD or BOS (which heed never
         emits; CTranslate2 is asked to suppress them only then, as it renormalises the rest of the
-        distribution when it does). With stop "beam", `_translate_batch` searches again a source it did
+        distribution when it does). With stopping "beam", `_translate_batch` searches again a source it did
         not settle (`_beam_settled`)."""
         out = self._translate_batch(translator, src_ids, max(limits), prefixes, cfg, free, attention, ranks=ranks,
                                     suppress=False, own=limits)
         for i, (decoded, limit) in enumerate(zip(out, limits)):
-            cut = ranks == "ctranslate2" and cfg.stop == "exact" and self._longest(decoded) == limit
+            cut = ranks == "ctranslate2" and cfg.stopping == "exact" and self._longest(decoded) == limit
             if cut or self._longest(decoded) > limit or self._emits_specials(decoded):
                 prefix = None if prefixes is None else [prefixes[i]]
                 again = "heed" if cut else ranks
@@ -291,9 +291,9 @@ class CT2Seq2Seq:
         searches to the limit (a patience past any count of finished hypotheses, and a penalty, which
         turns its early exit off, that leaves the scores raw sums) and returns every hypothesis it
         finished; min_len drops the shorter ones instead of CTranslate2's min_decoding_length, which
-        renormalises each beam's step apart and so would change which beams live; with stop "beam"
+        renormalises each beam's step apart and so would change which beams live; with stopping "beam"
         only those its stop finished are kept (`_beam_stopped`); the attention of the n-best comes
-        from one forced pass (`_attention_of`). Where CTranslate2 ranks with stop "beam", it stops
+        from one forced pass (`_attention_of`). Where CTranslate2 ranks with stopping "beam", it stops
         once `beam` finished (patience 1, and a penalty, the power one or RAW_SCORES, which turns its
         early exit off) and returns its `beam` best, whose scores are made raw sums again
         (`_beam_raw`); a source that is not settled so is searched again alone where heed ranks."""
@@ -303,7 +303,7 @@ class CT2Seq2Seq:
         if prefixes is not None and any(prefixes):
             target_prefix = [[self.tgt_tokens[i] for i in p] or None for p in prefixes]
         ranked_by_heed = ranks == "heed"
-        beam_stop = ranks == "ctranslate2" and cfg.stop == "beam"
+        beam_stop = ranks == "ctranslate2" and cfg.stopping == "beam"
         patience = limit + 1 if ranked_by_heed else 1  # at most `beam` finish per step, `limit` steps
         num_hypotheses = cfg.beam_size * patience if ranked_by_heed else cfg.beam_size if beam_stop else cfg.n_best
         options: dict[str, Any] = dict(
@@ -332,7 +332,7 @@ class CT2Seq2Seq:
                     results[i] = SimpleNamespace(hypotheses=[], scores=[], attention=None)
         if ranked_by_heed:
             results = [self._long_enough(r, min(cfg.min_len, limit)) for r in results]
-            stopped = [self._beam_stopped(r, limit, cfg) if cfg.stop == "beam" else None for r in results]
+            stopped = [self._beam_stopped(r, limit, cfg) if cfg.stopping == "beam" else None for r in results]
             if target_prefix is None and not cfg.no_repeat_ngram and not cfg.shortlist:
                 results = [self._searched(translator, src, limit, cfg) if s is None and self._unsettled(r, limit, cfg)
                            else r for r, s, src in zip(results, stopped, source)]
@@ -365,7 +365,7 @@ class CT2Seq2Seq:
         return [-math.log1p(-math.exp(s.log_probs[-1])) if s.log_probs[-1] < 0 else math.inf for s in first]
 
     def _beam_raw(self, result: Any, delta: float, cfg: DecodeConfig, own: int, limit: int) -> Any:
-        """CTranslate2's result of a stop "beam" search (patience 1, its `beam` best, at call limit
+        """CTranslate2's result of a stopping "beam" search (patience 1, its `beam` best, at call limit
         `limit`) with heed's raw log-probabilities (its score times |Y|^alpha, less the first step's
         `delta`), or None where it is not heed's search at the source's own limit `own`: a hypothesis
         registered at or past that limit's last step (CTranslate2 registers every best candidate at
@@ -390,7 +390,7 @@ class CT2Seq2Seq:
 
     def _beam_stopped(self, result: Any, limit: int, cfg: DecodeConfig) -> Any | None:
         """Of a search to `limit` (every hypothesis it finished, those that ended before min_len left
-        out), what heed's stop "beam" finished: the hypotheses that ended by the step where the
+        out), what heed's stopping "beam" finished: the hypotheses that ended by the step where the
         `beam`-th ended (a hypothesis of n tokens with EOS ended at step n - 1), none cut; None where
         fewer ended by the limit (heed forces EOS on every live beam there: `_unsettled`)."""
         ended = sorted(len(t) for t in result.hypotheses if self._ended(t))
@@ -439,7 +439,7 @@ class CT2Seq2Seq:
         once no live beam can beat the n_best-th finished), its steps read from CTranslate2: each
         live beam's EOS log-probability (score_batch) and its best other tokens (translate_batch's
         alternatives after the beam as a prefix, which CTranslate2 normalises without EOS: put back);
-        with stop "beam", stopped once `beam` finished.
+        with stopping "beam", stopped once `beam` finished.
         Every hypothesis it finished, with EOS, as a CTranslate2 result has them; for a source whose
         search to its limit may have left one out (`_unsettled`)."""
         beam, eos = cfg.beam_size, self.tgt_tokens[self.eos_id]
@@ -469,7 +469,7 @@ class CT2Seq2Seq:
                     finished.append((score, log_prob, tokens))
             finished.sort(key=lambda f: -f[0])
             live = [c for c in candidates if c[1][-1] != eos][:beam]
-            if not live or (len(finished) >= beam if cfg.stop == "beam" else
+            if not live or (len(finished) >= beam if cfg.stopping == "beam" else
                             len(finished) >= cfg.n_best and finished[cfg.n_best - 1][0] >= live[0][0] / far):
                 break
         return SimpleNamespace(hypotheses=[f[2] for f in finished], scores=[f[1] for f in finished], attention=None)

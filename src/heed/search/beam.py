@@ -1,7 +1,7 @@
 """Beam search: for a batch, vectorised over batch x beam (`beam_search`), and for one sentence on
 the CPU with its bookkeeping on host lists (`beam_search_one`); the same hypotheses.
 
-A sentence's search ends (DecodeConfig.stop) with "exact" once no live beam can beat its n_best-th
+A sentence's search ends (DecodeConfig.stopping) with "exact" once no live beam can beat its n_best-th
 finished hypothesis (`_is_done`: the result of searching to max_len), with "beam" once `beam`
 hypotheses have finished, counting each EOS among a step's best `beam` candidates (`_finish`), as
 fairseq, Marian, CTranslate2 (patience 1) and Hugging Face's early_stopping=True count them; either
@@ -53,7 +53,7 @@ class _Finished(NamedTuple):
     log_prob: Tensor  # (batch, n_best)
     step: Tensor  # (batch, n_best) long
     row: Tensor  # (batch, n_best) long, flat row of the step's input
-    ended: Tensor  # (batch,) long: hypotheses finished so far, kept or not (DecodeConfig.stop "beam")
+    ended: Tensor  # (batch,) long: hypotheses finished so far, kept or not (DecodeConfig.stopping "beam")
 
     def put(self, index: Tensor, part: _Finished) -> _Finished:
         """These sentences' rows replaced by `part`'s: index (n,) long, part (n, n_best) and (n,)."""
@@ -155,8 +155,8 @@ def _prune(cand_log_prob: Tensor, token: Tensor, parent_row: Tensor, beam: int,
 
 
 def _is_done(fin: _Finished, cum_log_prob: Tensor, max_len: Tensor, cfg: DecodeConfig) -> Tensor:
-    """(batch,) bool: no live beam is left, or with stop "beam" `beam` hypotheses have finished, or
-    with stop "exact" the sentence holds n_best finished hypotheses no live beam can beat.
+    """(batch,) bool: no live beam is left, or with stopping "beam" `beam` hypotheses have finished, or
+    with stopping "exact" the sentence holds n_best finished hypotheses no live beam can beat.
 
     A live beam with log-prob L <= 0 can only finish with log_prob <= L (log-probs only fall), in
     at most max_len + 1 steps, and with cp <= 0. As lp grows with length (alpha >= 0), its final
@@ -164,7 +164,7 @@ def _is_done(fin: _Finished, cum_log_prob: Tensor, max_len: Tensor, cfg: DecodeC
     with beta > 0 the bound (cp <= 0) is loose and search tends to run longer.
     cum_log_prob (batch, beam); max_len (batch,)."""
     best_live = cum_log_prob.max(dim=1).values  # (batch,)
-    if cfg.stop == "beam":
+    if cfg.stopping == "beam":
         return (fin.ended >= cfg.beam_size) | torch.isneginf(best_live)
     bound = best_live / length_penalty(max_len + 1, cfg.length_penalty, cfg.length_norm) if cfg.length_penalty else best_live
     return (fin.score[:, -1] >= bound) | torch.isneginf(best_live)
@@ -305,7 +305,7 @@ def beam_search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: Decod
     per sentence (_select_top) -> EOS ones among the top beam finish
     (_finish) -> the beam best others live on (_prune) and the decoder state follows them
     (state.select). A sentence is done once no live beam can beat its n_best-th finished one, or
-    with stop "beam" once `beam` finished (_is_done); it then leaves the batch (_Active.keep). Tokens and attention are recovered at the
+    with stopping "beam" once `beam` finished (_is_done); it then leaves the batch (_Active.keep). Tokens and attention are recovered at the
     end (_backtrack).
     """
     cfg = cfg or DecodeConfig()
@@ -419,7 +419,7 @@ def beam_search_one(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: D
     seq = src.new_zeros(beam, 0) if cfg.no_repeat_ngram else None  # (beam, t) the live beams' tokens
     coverage = None  # (beam, src_len) the live beams' attention sums
     finished: list[tuple[float, float, int, int]] = []  # (score, log_prob, step, parent row), best first
-    ended = 0  # hypotheses finished so far, kept or not (stop "beam")
+    ended = 0  # hypotheses finished so far, kept or not (stopping "beam")
     tok_hist: list[list[int]] = []  # [t][k]: live beam k's token after step t
     back_hist: list[list[int]] = []  # [t][k]: the row of step t's input it extends
     attn_hist: list[np.ndarray] = []  # [t]: step t's attention, (rows of its input, src_len)
@@ -480,12 +480,12 @@ def _finish_one(finished: list[tuple[float, float, int, int]], cand_lp: list[flo
 
 def _one_is_done(finished: list[tuple[float, float, int, int]], ended: int, best_live: float, bound_lp: Any,
                  cfg: DecodeConfig) -> bool:
-    """No live beam left, or with stop "beam" `ended` >= beam (hypotheses finished so far), or with
-    stop "exact" none that can beat the n_best-th finished hypothesis (as _is_done, in float32 as
+    """No live beam left, or with stopping "beam" `ended` >= beam (hypotheses finished so far), or with
+    stopping "exact" none that can beat the n_best-th finished hypothesis (as _is_done, in float32 as
     beam_search computes it); `bound_lp`: the length penalty at the longest output, or None."""
     if best_live == NEG_INF:
         return True
-    if cfg.stop == "beam":
+    if cfg.stopping == "beam":
         return ended >= cfg.beam_size
     if len(finished) < cfg.n_best:
         return False
