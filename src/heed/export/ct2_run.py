@@ -16,6 +16,13 @@ with heed's tokens, scores and lengths:
   penalty, the best hypothesis of all 1,000 is heed's (bench/RESULTS.md, "The CTranslate2 fast
   path's exactness"), at about three times the time of CTranslate2's own stop with a penalty
   (`beam` finished), which gave another best for 47 of them;
+- with stopping "beam" (a sentence ends once `beam` hypotheses finished: DecodeConfig.stopping),
+  CTranslate2's own stop (patience 1) is heed's: without a penalty or with the power one, min_len
+  <= 1 and no prefix, CTranslate2 stops and ranks (`ranking`: "ctranslate2"; a source the count did
+  not stop before its own limit, or whose n-best min_len 1's renormalised first step could reorder,
+  is searched to its limit as with the GNMT penalty, min_len > 1 or a prefix: heed keeps what its
+  beam stop finished there, every hypothesis that ended by the step where the `beam`-th ended, and
+  ranks them);
 - `max_len_a`/`max_len_b` per source (CTranslate2 takes one limit a call: where heed ranks, batches
   are made of sources of one limit; else the batch's largest, and a source whose output passed its
   own limit is decoded again alone with it);
@@ -27,7 +34,8 @@ pass (the explorer's beam tree and alternatives, align, attention layers, attrib
 those take the model directory or an ONNX export.
 
 Scores: `log_prob` is CTranslate2's sum over the tokens and EOS, the model's own as heed's, except
-where tokens are disallowed (EOS before min_len, except where heed ranks; <unk> with forbid_unk,
+where tokens are disallowed (EOS before min_len, except where heed ranks and, with stopping "beam"
+and the power penalty, where CTranslate2 ranks: the first step's shift is taken off; <unk> with forbid_unk,
 no_repeat_ngram's repeats, and PAD and BOS for a source searched again because CTranslate2 put them
 in a beam): CTranslate2 renormalises over the rest there, heed does not, so such scores differ by
 the disallowed tokens' probability, and where that differs between beams (forbid_unk,
