@@ -87,9 +87,9 @@ def main() -> None:
         model, searched = ct2.model, []
         search_here = model._searched  # counted: the sources the search to the limit left unsettled
         model._searched = lambda *a: searched.append(a[1]) or search_here(*a)  # type: ignore[method-assign]
-        alone, batch_here = [], model._translate_batch  # counted: the sources searched again alone to their limit
+        calls, batch_here = [], model._translate_batch  # (ranks, sources) of every translate_batch call
         model._translate_batch = lambda *a, **k: (  # type: ignore[method-assign]
-            alone.append(a[1]) if k["ranks"] == "heed" and len(a[1]) == 1 else None) or batch_here(*a, **k)
+            calls.append((k["ranks"], len(a[1])))) or batch_here(*a, **k)
         runs: dict[str, tuple[Any, ...]] = {}
         stop_s = float("inf")
         for _ in range(2):  # twice, interleaved: the faster of each
@@ -100,9 +100,13 @@ def main() -> None:
                 ours, ct2_s = timed(ct2.translate_nbest, sources, decode=cfg, attention=False)
                 if name in runs:
                     heed_s, ct2_s = min(heed_s, runs[name][3]), min(ct2_s, runs[name][4])
-                runs[name] = (ranking(cfg), exact, ours, heed_s, ct2_s, len(searched), len(alone))
+                # searched again to their limit where heed ranks: where CTranslate2 ranks, every source of a
+                # call where heed ranks; where heed ranks, a source decoded again alone
+                path = ranking(cfg)
+                again = sum(n for ranks, n in calls if ranks == "heed" and (path == "ctranslate2" or n == 1))
+                runs[name] = (path, exact, ours, heed_s, ct2_s, len(searched), again)
                 searched.clear()
-                alone.clear()
+                calls.clear()
             stopped, seconds = own_stop(ct2, sources)
             stop_s = min(seconds, stop_s)
     print(f"{n} sentences, beam 5, min_len 1, model {args.model}")
@@ -111,7 +115,7 @@ def main() -> None:
         lists = sum([h.tokens for h in a] == [h.tokens for h in b] for a, b in zip(exact, ours))
         print(f"{name:15s} path {path!r:14s}: best {best}/{n}, n-best lists {lists}/{n} equal heed's search; "
               f"CTranslate2 export {ct2_s:.2f} s, heed's own search {heed_s:.2f} s; "
-              f"{unsettled} searched by heed's rule over CTranslate2's steps, {again} again alone to the limit")
+              f"{unsettled} searched by heed's rule over CTranslate2's steps, {again} searched again to their limit")
         for a, b in [(a, b) for a, b in zip(exact, ours) if a[0].tokens != b[0].tokens][:5]:
             print(f"  differs: heed {a[0].text!r} ({a[0].score:.6f}) / CTranslate2 {b[0].text!r} ({b[0].score:.6f})",
                   file=sys.stderr)

@@ -304,7 +304,7 @@ class CT2Seq2Seq:
         from one forced pass (`_attention_of`). Where CTranslate2 ranks with stopping "beam", it stops
         once `beam` finished (patience 1, and a penalty, the power one or RAW_SCORES, which turns its
         early exit off) and returns its `beam` best, whose scores are made raw sums again
-        (`_beam_raw`); a source that is not settled so is searched again alone where heed ranks."""
+        (`_beam_raw`); the sources not settled so are searched again where heed ranks, a batch per limit."""
         own = own or [limit] * len(src_ids)
         source = [[self.src_tokens[i] for i in ids] + [self.src_tokens[self.eos_id]] for ids in src_ids]
         target_prefix = None
@@ -329,15 +329,19 @@ class CT2Seq2Seq:
                 penalty = cfg.length_penalty or RAW_SCORES
             options.update(beam_size=cfg.beam_size, length_penalty=penalty, patience=patience)
         results = translator.translate_batch(source, target_prefix=target_prefix, **options)
-        again: dict[int, Decoded] = {}  # sources searched again where heed ranks
+        again: dict[int, Decoded] = {}  # sources searched again where heed ranks, a batch per limit
         if beam_stop:
             shift = self._first_step_shift(translator, source, cfg, limit)
-            for i, (r, delta, ids, mine) in enumerate(zip(results, shift, src_ids, own)):
+            unsettled: dict[int, list[int]] = {}
+            for i, (r, delta, mine) in enumerate(zip(results, shift, own)):
                 results[i] = self._beam_raw(r, delta, cfg, mine, limit)
                 if results[i] is None:
-                    again[i] = self._translate_batch(translator, [ids], mine, None, cfg, free, attention, ranks="heed",
-                                                     suppress=suppress)[0]
+                    unsettled.setdefault(mine, []).append(i)
                     results[i] = SimpleNamespace(hypotheses=[], scores=[], attention=None)
+            for mine, group in unsettled.items():
+                redone = self._translate_batch(translator, [src_ids[i] for i in group], mine, None, cfg, free,
+                                               attention, ranks="heed", suppress=suppress)
+                again.update(zip(group, redone))
         if ranked_by_heed:
             results = [self._long_enough(r, min(cfg.min_len, limit)) for r in results]
             stopped = [self._beam_stopped(r, limit, cfg) if cfg.stopping == "beam" else None for r in results]
