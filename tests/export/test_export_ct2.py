@@ -137,6 +137,9 @@ def test_prefixes_and_seeded_sampling_through_a_ct2_export(transformer_run, ct2_
     forced = exported.translate(sources, prefix=["2", None], beam=3)
     assert forced[0].tokens[0] == "2"
     assert [t.text for t in forced] == [t.text for t in pytorch.translate(sources, prefix=["2", None], beam=3)]
+    beam_stop = dict(prefix=["2", None], beam=3, stopping="beam", length_penalty=1.0, length_norm="power")
+    assert ([(t.text, round(t.score, 4)) for t in exported.translate(sources, **beam_stop)]
+            == [(t.text, round(t.score, 4)) for t in pytorch.translate(sources, **beam_stop)])
     draw = dict(sampling=True, n_best=3, seed=7, temperature=2.0)
     first, again = exported.translate_nbest(sources, **draw), exported.translate_nbest(sources, **draw)
     assert [[t.text for t in n] for n in first] == [[t.text for t in n] for n in again]
@@ -193,6 +196,26 @@ def test_ranking_names_the_path_of_each_request():
     assert path(**power) == path(**power, n_best=3, min_len=0) == path(stopping="beam", n_best=2) == "ctranslate2"
     assert (path(length_penalty=0.6, stopping="beam") == path(**power, min_len=2) == path(prefixed=True, **power)
             == "heed")
+
+
+def test_a_stop_beam_result_is_heeds_only_where_its_count_and_first_step_shift_settle_it(ct2_dir):
+    """_beam_raw on hand-made results (beam 2, power 1, CTranslate2's scores score / |Y|): raw sums
+    with the first step's shift delta taken off; None where a hypothesis was cut or reached the
+    source's last step, or where delta could lift a hypothesis CTranslate2 did not return above the
+    n-best (it scores at most the lowest returned less delta / own limit)."""
+    model = heed.load(str(ct2_dir)).model
+    eos = model.tgt_tokens[model.eos_id]
+    cfg = DecodeConfig(beam_size=2, length_penalty=1.0, length_norm="power", stopping="beam")
+    result = SimpleNamespace(hypotheses=[["a", eos], ["a", "b", "c", eos]], scores=[-0.5, -0.52], attention=None)
+    assert model._beam_raw(result, 0.0, cfg, 10, 10).scores == pytest.approx([-1.0, -2.08])
+    shifted = model._beam_raw(result, 0.01, cfg, 10, 10)  # heed's scores -0.505, -0.5225; bound -0.521
+    assert shifted.scores == pytest.approx([-1.01, -2.09])
+    assert model._beam_raw(result, 0.2, cfg, 10, 10) is None  # heed's best -0.57 < bound -0.54
+    assert model._beam_raw(result, 0.0, cfg, 4, 4) is None  # registered at the call's last step (3), cut ones too
+    assert model._beam_raw(result, 0.0, cfg, 4, 9) is not None  # ended by step 3; the search ran on, not past it
+    assert model._beam_raw(result, 0.0, cfg, 3, 9) is None  # past the source's own limit
+    cut = SimpleNamespace(hypotheses=[["a", eos], ["a", "b"]], scores=[-0.5, -0.4], attention=None)
+    assert model._beam_raw(cut, 0.0, cfg, 10, 10) is None
 
 
 @pytest.mark.parametrize("options", [
