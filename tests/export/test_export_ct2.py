@@ -87,8 +87,10 @@ def _sources(tiny_corpus) -> list[str]:
 
 @pytest.mark.parametrize("options", [dict(beam=1), dict(beam=4, n_best=4), dict(beam=4, length_penalty=0.6),
                                      dict(beam=4, n_best=2, length_penalty=1.0),
-                                     dict(beam=4, length_penalty=1.0, length_norm="power")],
-                         ids=["greedy", "beam4-nbest4", "beam4-gnmt0.6", "beam4-gnmt1.0-nbest2", "beam4-power1.0"])
+                                     dict(beam=4, length_penalty=1.0, length_norm="power"),
+                                     dict(beam=4, n_best=2, length_penalty=1.0, length_norm="power", stopping="beam")],
+                         ids=["greedy", "beam4-nbest4", "beam4-gnmt0.6", "beam4-gnmt1.0-nbest2", "beam4-power1.0",
+                              "beam4-power1.0-nbest2-stop-beam"])
 def test_heed_load_of_a_ct2_export_gives_pytorchs_hypotheses(transformer_run, ct2_dir, tiny_corpus, options):
     """The same n-best lists, by every path of ranking (min_len 3 sends the fast path's requests to
     heed's ranking); the same scores and log-probabilities, but where CTranslate2 ranks with min_len
