@@ -101,7 +101,9 @@ def ranking(cfg: DecodeConfig, *, prefixed: bool = False) -> str:
       min_len 1 CTranslate2 renormalises the first step without EOS, which adds to every hypothesis
       of a source the same delta = -log(1 - p(EOS first)): taken off (one teacher-forced step), and a
       source whose n-best that could reorder past what CTranslate2 returned is searched again as below;
-    - "heed" for the GNMT penalty, min_len > 1 or a prefix: CTranslate2 searches each source to its
+    - "heed" for the GNMT penalty (CTranslate2 would return its `beam` best by raw sums, which can
+      leave out one of heed's n-best), min_len > 1 (CTranslate2's min_decoding_length renormalises
+      each beam's step apart) or a prefix (its score leaves the prefix out): CTranslate2 searches each source to its
       limit and heed keeps what its beam stop finished (the hypotheses that ended by the step where
       the `beam`-th ended; all, with EOS forced on the live beams, where none such came before the
       limit) and ranks them."""
