@@ -31,7 +31,12 @@ Systems:
 - heed-int8:     heed's search with `heed.load(int8=True)` (dynamic int8 products: heed.nn.int8);
 - heed-onnx:     heed's search over `heed export --format onnx`, float32 (base only);
 - heed-ct2-int8: `heed export --format ctranslate2 --int8`, through heed's CT2 runtime as
-  `heed translate` calls it (no attention asked; CTranslate2 ranks: heed.export.ct2_run.ranking);
+  `heed translate` calls it (no attention asked), with `stopping: beam`: a sentence ends once 5
+  hypotheses finished, CTranslate2's own stop, the search ct2-own-int8 runs (heed's default, exact,
+  searches each source to its limit with a penalty). The path is heed.export.ct2_run.ranking's: with
+  min_len = --tokens > 1 "heed" (CTranslate2 searches to the limit, --tokens + SLACK, and heed keeps
+  what the beam stop finished), as CTranslate2's min_decoding_length renormalises each beam's step
+  without </s> apart, which heed's search does not, so its beams would not be heed's;
 - heed-ct2-int8-shortlist: the same with the shortlist, CTranslate2's vocabulary map (tc-big only);
 - ct2-own-int8:  CTranslate2's own TransformersConverter on the Hugging Face directory, int8, its
   translate_batch called directly.
@@ -218,7 +223,8 @@ def run(system: str, root: Path, batch: int, count: int, tokens: int) -> dict:
         translator = heed.load(root / path, device="cpu", bf16=system == "heed-bf16", int8=system == "heed-int8")
         cfg = translator.resolve_decode({"beam_size": 5, "min_len": tokens, "max_len_a": 0.0,
                                          "max_len_b": tokens + SLACK, "length_penalty": 1.0, "length_norm": "power",
-                                         "shortlist": system.endswith("shortlist")})
+                                         "shortlist": system.endswith("shortlist"),
+                                         "stopping": "beam" if path == "ct2" else "exact"})
         model = translator.model
 
         def decode(group: list[list[int]]) -> list:

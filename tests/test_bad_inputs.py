@@ -1052,6 +1052,11 @@ def _(c: Ctx) -> Call:
     return Call(["translate", c.run, "--beam", "0"], ["--beam"], stdin="x\n")
 
 
+@case("translate-stop-nope")
+def _(c: Ctx) -> Call:
+    return Call(["translate", c.run, "--stop", "nope"], ["--stop", "exact", "beam"], stdin="x\n")
+
+
 @case("translate-batch-size-zero")
 def _(c: Ctx) -> Call:
     return Call(["translate", c.run, "--batch-size", "0"], ["--batch-size"], stdin="x\n")

@@ -5,7 +5,9 @@ and by its CTranslate2 export (float32, so that only the search differs):
   heed ranks), the best hypothesis and, at n-best 2, the whole list;
 - CTranslate2's own stop and ranking with that penalty (patience 1, `beam` finished: what the fast
   path was), called directly, for comparison;
-- no penalty (the "ctranslate2" fast path: CTranslate2 stops and ranks).
+- no penalty (the "ctranslate2" fast path: CTranslate2 stops and ranks);
+- stopping "beam" with the power penalty 1.0 (the "ctranslate2" path: CTranslate2's own stop,
+  `beam` finished, is heed's stop "beam"), against heed's search with the same stop.
 
     .venv/bin/python bench/studies/ct2_fast_path.py MODEL_DIR [--sources FILE] [--count 1000]
 
@@ -85,33 +87,43 @@ def main() -> None:
         model, searched = ct2.model, []
         search_here = model._searched  # counted: the sources the search to the limit left unsettled
         model._searched = lambda *a: searched.append(a[1]) or search_here(*a)  # type: ignore[method-assign]
+        calls, batch_here = [], model._translate_batch  # (ranks, sources) of every translate_batch call
+        model._translate_batch = lambda *a, **k: (  # type: ignore[method-assign]
+            calls.append((k["ranks"], len(a[1])))) or batch_here(*a, **k)
         runs: dict[str, tuple[Any, ...]] = {}
         stop_s = float("inf")
         for _ in range(2):  # twice, interleaved: the faster of each
-            for name, options in (("power", power), ("power n-best 2", power | {"n_best": 2}), ("no penalty", plain)):
+            for name, options in (("power", power), ("power n-best 2", power | {"n_best": 2}), ("no penalty", plain),
+                                  ("power stop beam", power | {"stopping": "beam"})):
                 cfg = ct2.resolve_decode(options)
                 exact, heed_s = timed(pytorch.translate_nbest, sources, decode=cfg, attention=False)
                 ours, ct2_s = timed(ct2.translate_nbest, sources, decode=cfg, attention=False)
                 if name in runs:
                     heed_s, ct2_s = min(heed_s, runs[name][3]), min(ct2_s, runs[name][4])
-                runs[name] = (ranking(cfg), exact, ours, heed_s, ct2_s, len(searched))
+                # searched again to their limit where heed ranks: where CTranslate2 ranks, every source of a
+                # call where heed ranks; where heed ranks, a source decoded again alone
+                path = ranking(cfg)
+                again = sum(n for ranks, n in calls if ranks == "heed" and (path == "ctranslate2" or n == 1))
+                runs[name] = (path, exact, ours, heed_s, ct2_s, len(searched), again)
                 searched.clear()
+                calls.clear()
             stopped, seconds = own_stop(ct2, sources)
             stop_s = min(seconds, stop_s)
     print(f"{n} sentences, beam 5, min_len 1, model {args.model}")
-    for name, (path, exact, ours, heed_s, ct2_s, unsettled) in runs.items():
+    for name, (path, exact, ours, heed_s, ct2_s, unsettled, again) in runs.items():
         best = sum(a[0].tokens == b[0].tokens for a, b in zip(exact, ours))
         lists = sum([h.tokens for h in a] == [h.tokens for h in b] for a, b in zip(exact, ours))
         print(f"{name:15s} path {path!r:14s}: best {best}/{n}, n-best lists {lists}/{n} equal heed's search; "
               f"CTranslate2 export {ct2_s:.2f} s, heed's own search {heed_s:.2f} s; "
-              f"{unsettled} searched by heed's rule over CTranslate2's steps")
+              f"{unsettled} searched by heed's rule over CTranslate2's steps, {again} searched again to their limit")
         for a, b in [(a, b) for a, b in zip(exact, ours) if a[0].tokens != b[0].tokens][:5]:
             print(f"  differs: heed {a[0].text!r} ({a[0].score:.6f}) / CTranslate2 {b[0].text!r} ({b[0].score:.6f})",
                   file=sys.stderr)
     exact = runs["power"][1]
     same = sum(a[0].tokens == b for a, b in zip(exact, stopped))
-    print(f"CTranslate2's own stop and ranking (patience 1, power 1.0, called directly): best {same}/{n}; "
-          f"{stop_s:.2f} s")
+    beam_stop = sum(a[0].tokens == b for a, b in zip(runs["power stop beam"][1], stopped))
+    print(f"CTranslate2's own stop and ranking (patience 1, power 1.0, called directly): best {same}/{n} heed's "
+          f"exact stop's, {beam_stop}/{n} heed's stop beam's; {stop_s:.2f} s")
 
 
 if __name__ == "__main__":

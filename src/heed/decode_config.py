@@ -27,6 +27,11 @@ class DecodeConfig(BaseModel):
     length_norm: Literal["gnmt", "power"] = Field(
         "gnmt", description="what length_penalty divides a hypothesis' log-probability by: gnmt ((5 + |Y|) / 6)^alpha "
                             "(Wu et al. 2016), or power |Y|^alpha (fairseq's and Hugging Face's); |Y| counts </s>")
+    stopping: Literal["exact", "beam"] = Field(
+        "exact", description="when a sentence's beam search ends: exact, once no live beam can beat its n_best "
+                             "(the result of searching to the length limit); beam, once beam_size hypotheses have "
+                             "finished (fairseq's, Marian's, CTranslate2's and Hugging Face's early_stopping=True "
+                             "rule): faster, at times another output with a length penalty")
     coverage_penalty: float = Field(0.0, ge=0.0, le=10.0, description="coverage penalty: GNMT beta; 0 = off; "
                                                                       "needs attention")
     # 1, not 0: an empty translation of a non-empty source is never what a user wants, yet a beam

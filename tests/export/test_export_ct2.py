@@ -87,8 +87,10 @@ def _sources(tiny_corpus) -> list[str]:
 
 @pytest.mark.parametrize("options", [dict(beam=1), dict(beam=4, n_best=4), dict(beam=4, length_penalty=0.6),
                                      dict(beam=4, n_best=2, length_penalty=1.0),
-                                     dict(beam=4, length_penalty=1.0, length_norm="power")],
-                         ids=["greedy", "beam4-nbest4", "beam4-gnmt0.6", "beam4-gnmt1.0-nbest2", "beam4-power1.0"])
+                                     dict(beam=4, length_penalty=1.0, length_norm="power"),
+                                     dict(beam=4, n_best=2, length_penalty=1.0, length_norm="power", stopping="beam")],
+                         ids=["greedy", "beam4-nbest4", "beam4-gnmt0.6", "beam4-gnmt1.0-nbest2", "beam4-power1.0",
+                              "beam4-power1.0-nbest2-stop-beam"])
 def test_heed_load_of_a_ct2_export_gives_pytorchs_hypotheses(transformer_run, ct2_dir, tiny_corpus, options):
     """The same n-best lists, by every path of ranking (min_len 3 sends the fast path's requests to
     heed's ranking); the same scores and log-probabilities, but where CTranslate2 ranks with min_len
@@ -137,6 +139,9 @@ def test_prefixes_and_seeded_sampling_through_a_ct2_export(transformer_run, ct2_
     forced = exported.translate(sources, prefix=["2", None], beam=3)
     assert forced[0].tokens[0] == "2"
     assert [t.text for t in forced] == [t.text for t in pytorch.translate(sources, prefix=["2", None], beam=3)]
+    beam_stop = dict(prefix=["2", None], beam=3, stopping="beam", length_penalty=1.0, length_norm="power")
+    assert ([(t.text, round(t.score, 4)) for t in exported.translate(sources, **beam_stop)]
+            == [(t.text, round(t.score, 4)) for t in pytorch.translate(sources, **beam_stop)])
     draw = dict(sampling=True, n_best=3, seed=7, temperature=2.0)
     first, again = exported.translate_nbest(sources, **draw), exported.translate_nbest(sources, **draw)
     assert [[t.text for t in n] for n in first] == [[t.text for t in n] for n in again]
@@ -181,13 +186,74 @@ def test_with_a_length_penalty_ctranslate2_searches_on_to_heeds_hypotheses_past_
 
 
 def test_ranking_names_the_path_of_each_request():
-    """CTranslate2 ranks only where its stop is heed's: the best alone, no length penalty, min_len <= 1."""
-    def path(**fields):
-        return ranking(DecodeConfig(**{"beam_size": 5, **fields}))
-    assert path() == path(min_len=0) == "ctranslate2"
+    """CTranslate2 ranks only where its stop is heed's: with stopping exact, the best alone, no length
+    penalty, min_len <= 1; with stopping beam, no penalty or the power one, min_len <= 1, no prefix
+    (with the GNMT penalty CTranslate2's ranking by raw sums could leave out one of heed's n-best)."""
+    def path(prefixed=False, **fields):
+        return ranking(DecodeConfig(**{"beam_size": 5, **fields}), prefixed=prefixed)
+    assert path() == path(min_len=0) == path(prefixed=True) == "ctranslate2"
     assert path(beam_size=1) == path(beam_size=1, sampling=True) == "none"
     assert (path(length_penalty=1.0, length_norm="power") == path(length_penalty=0.6) == path(n_best=2)
             == path(min_len=2) == "heed")
+    power = dict(length_penalty=1.0, length_norm="power", stopping="beam")
+    assert path(**power) == path(**power, n_best=3, min_len=0) == path(stopping="beam", n_best=2) == "ctranslate2"
+    assert (path(length_penalty=0.6, stopping="beam") == path(**power, min_len=2) == path(prefixed=True, **power)
+            == "heed")
+
+
+def test_a_stop_beam_result_is_heeds_only_where_its_count_and_first_step_shift_settle_it(ct2_dir):
+    """_beam_raw on hand-made results (beam 2, power 1, CTranslate2's scores score / |Y|): raw sums
+    with the first step's shift delta taken off; None where a hypothesis was cut or reached the
+    source's last step, or where delta could lift a hypothesis CTranslate2 did not return above the
+    n-best (it scores at most the lowest returned less delta / own limit)."""
+    model = heed.load(str(ct2_dir)).model
+    eos = model.tgt_tokens[model.eos_id]
+    cfg = DecodeConfig(beam_size=2, length_penalty=1.0, length_norm="power", stopping="beam")
+    result = SimpleNamespace(hypotheses=[["a", eos], ["a", "b", "c", eos]], scores=[-0.5, -0.52], attention=None)
+    assert model._beam_raw(result, 0.0, cfg, 10, 10).scores == pytest.approx([-1.0, -2.08])
+    shifted = model._beam_raw(result, 0.01, cfg, 10, 10)  # heed's scores -0.505, -0.5225; bound -0.521
+    assert shifted.scores == pytest.approx([-1.01, -2.09])
+    assert model._beam_raw(result, 0.2, cfg, 10, 10) is None  # heed's best -0.57 < bound -0.54
+    assert model._beam_raw(result, 0.0, cfg, 4, 4) is None  # registered at the call's last step (3), cut ones too
+    assert model._beam_raw(result, 0.0, cfg, 4, 9) is not None  # ended by step 3; the search ran on, not past it
+    assert model._beam_raw(result, 0.0, cfg, 3, 9) is None  # past the source's own limit
+    cut = SimpleNamespace(hypotheses=[["a", eos], ["a", "b"]], scores=[-0.5, -0.4], attention=None)
+    assert model._beam_raw(cut, 0.0, cfg, 10, 10) is None
+
+
+@pytest.mark.parametrize("options", [
+    dict(length_penalty=10.0, length_norm="power", min_len=1), dict(length_penalty=10.0, length_norm="power", n_best=3),
+    dict(length_penalty=1.0, length_norm="power", max_len_a=0.5, max_len_b=1),
+    dict(length_penalty=0.0, min_len=0, n_best=2), dict(length_penalty=10.0, length_norm="power", min_len=3),
+    dict(length_penalty=0.6, n_best=2), dict(length_penalty=2.0, max_len_a=0.5, max_len_b=1)],
+    ids=["power10", "power10-nbest3", "power1-cut", "none-min0-nbest2", "power10-min3", "gnmt", "gnmt2-cut"])
+def test_with_stop_beam_a_ct2_export_gives_heeds_stop_beam_search(transformer_run, ct2_dir, tiny_corpus, options,
+                                                                  monkeypatch):
+    """stopping "beam" (a sentence ends once `beam` hypotheses finished) is CTranslate2's own stop: its
+    search (ranking "ctranslate2": no penalty or the power one, min_len <= 1; else searched to the
+    limit, where heed keeps what the beam stop finished) gives heed's stop-beam n-best lists, scores
+    and log-probabilities. At alpha 10 the beam stop's best differs from heed's exact stop's for some
+    sources. Where the limit cuts
+    outputs (max_len 0.5 * src_len + 1), CTranslate2 returns what it cut at its last step, where heed
+    forces EOS a step later: those sources are searched again to their limit."""
+    exported, pytorch = heed.load(str(ct2_dir)), heed.load(str(transformer_run), device="cpu")
+    calls = []  # each translate_batch call's ranks
+    search_here = exported.model._translate_batch
+    monkeypatch.setattr(exported.model, "_translate_batch", lambda *a, **k: calls.append(k["ranks"]) or search_here(*a, **k))
+    sources = _sources(tiny_corpus)
+    decode = dict(beam=4, stopping="beam", **options)
+    path = ranking(exported.resolve_decode({k: v for k, v in decode.items() if k != "beam"}, beam=4))
+    fast = options.get("length_norm") == "power" or options["length_penalty"] == 0
+    assert path == ("ctranslate2" if fast and options.get("min_len", 1) <= 1 else "heed")
+    mine, theirs = pytorch.translate_nbest(sources, **decode), exported.translate_nbest(sources, **decode)
+    assert [[t.tokens for t in n] for n in theirs] == [[t.tokens for t in n] for n in mine]
+    for s, t in zip((t for n in mine for t in n), (t for n in theirs for t in n)):
+        assert abs(s.score - t.score) < 1e-4 and abs(s.log_prob - t.log_prob) < 1e-4
+    if options["length_penalty"] == 10.0:
+        exact = pytorch.translate_nbest(sources, **(decode | {"stopping": "exact"}))
+        assert sum(e[0].tokens != m[0].tokens for e, m in zip(exact, mine)) >= 2
+    if path == "ctranslate2":  # the sources the fast path searched again, to their limit
+        assert ("heed" in calls) == ("max_len_a" in options)
 
 
 def test_an_int8_ct2_export_is_smaller_and_translates_nearly_alike(transformer_run, ct2_dir, tiny_corpus, tmp_path):

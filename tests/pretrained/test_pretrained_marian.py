@@ -118,6 +118,37 @@ def test_beam_5_best_is_hugging_faces_with_its_length_penalty(pair):
             assert found[i].log_prob / (len(got[i]) + 1) >= theirs / (len(expected[i]) + 1) - 1e-5
 
 
+def test_beam_5_stopping_beam_is_hugging_faces_early_stopping_true(pair):
+    """`stopping="beam"` is Hugging Face's `early_stopping=True`: a sentence ends once 5 hypotheses
+    finished (each </s> among a step's best 5 counts). Below the length limit (where Hugging Face
+    forces </s> with log-probability 0) the best hypothesis is the same, and it differs from the
+    exact stop's for some sentences."""
+    hf, tokenizer, translator, _ = pair
+    texts = sources()
+    expected = hf_tokens(hf, tokenizer, texts, beams=5, early_stopping=True)
+    options = dict(beam=5, max_len_a=0, max_len_b=MAX_TOKENS, min_len=0, length_penalty=1.0, length_norm="power")
+    got = [t.tokens for t in translator.translate(texts, stopping="beam", **options)]
+    exact = [t.tokens for t in translator.translate(texts, **options)]
+    below_limit = [i for i in range(len(texts)) if len(got[i]) < MAX_TOKENS and len(expected[i]) < MAX_TOKENS]
+    assert len(below_limit) >= 60
+    assert [got[i] for i in below_limit] == [expected[i] for i in below_limit]
+    assert any(got[i] != exact[i] for i in below_limit)
+
+
+def test_early_stopping_true_in_the_generation_config_is_imported_as_stopping_beam(pair, tmp_path):
+    """Hugging Face's `early_stopping: true` (num_beams finished) is heed's stopping "beam"; without
+    it, heed's exact stop (the pair's model)."""
+    _hf, _tokenizer, translator, _ = pair
+    assert translator.config.decode.stopping == "exact"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf_dir = make_marian(tmp_path / "hf")
+    settings = json.loads((hf_dir / "generation_config.json").read_text()) if (hf_dir / "generation_config.json").exists() else {}
+    (hf_dir / "generation_config.json").write_text(json.dumps(settings | {"num_beams": 4, "early_stopping": True}))
+    decode = load_model_dir(import_model(hf_dir, tmp_path / "heed"), verify=True).config.decode
+    assert (decode.stopping, decode.beam_size, decode.length_norm) == ("beam", 4, "power")
+
+
 def test_an_imported_directory_is_an_ordinary_checked_model_directory(pair, tmp_path):
     hf, _tokenizer, _translator, directory = pair
     loaded = load_model_dir(directory, verify=True)

@@ -70,7 +70,8 @@ class _Beam:
 
 
 def reference_beam_search(model, src: Tensor, src_len: int, cfg: DecodeConfig) -> list[Hypothesis]:
-    """Textbook beam search, one sentence and one beam at a time, no early stopping.
+    """Textbook beam search, one sentence and one beam at a time, no early stopping (with stop
+    "beam", the stop once `beam` hypotheses finished).
 
     Same rules as heed.search: the 2 * beam best extensions; EOS ones among the top beam finish;
     the beam best others live on; PAD/BOS never; EOS not before min_len; EOS forced at max_len."""
@@ -103,7 +104,7 @@ def reference_beam_search(model, src: Tensor, src_len: int, cfg: DecodeConfig) -
                 finished.append(Hypothesis(tokens[:-1], gnmt_score(log_prob, t, attn, cfg), log_prob, attn))
         live = [_Beam(tokens, log_prob, state, attention)
                 for log_prob, tokens, state, attention in top if tokens[-1] != model.eos_id][:k]
-        if not live:
+        if not live or (cfg.stopping == "beam" and len(finished) >= k):
             break
     return sorted(finished, key=lambda h: -h.score)[:cfg.n_best]
 
@@ -312,6 +313,51 @@ def test_beam_does_not_stop_while_a_live_hypothesis_can_still_win(alpha: float, 
     cfg = DecodeConfig(beam_size=2, n_best=1, length_penalty=alpha, max_len_a=0, max_len_b=1)
     (best,) = beam_search(ScriptedModel(table(rows)), src, lengths, cfg)[0]
     assert best.tokens == want[0] and best.score == pytest.approx(want[1])
+
+
+@pytest.mark.parametrize("search_one", [False, True], ids=["batched", "one-sentence"])
+def test_stop_beam_ends_once_beam_hypotheses_finished_where_exact_searches_on(search_one: bool) -> None:
+    """Beam 2, power penalty 1, max_len 2 (probabilities):
+    step 0: EOS .5, A .45, B .05: "" finishes (1 finished; score log .5 = -0.693) -> live A, B
+    step 1: A A .405, B EOS .05, A EOS .045: "B" finishes (2 finished)              -> live A A
+    stopping "beam" ends here, best "" (-0.693); stopping "exact" goes on, as A A (log .405 = -0.904) may
+    still win over lp(3) = 3: step 2: A A EOS .405 scores -0.301, the best."""
+    rows = {(): {EOS: 0.5, A: 0.45, B: 0.05}, (A,): {EOS: 0.1, A: 0.9}, (B,): {EOS: 1.0}, (A, A): {EOS: 1.0}}
+    src, lengths = one_source()
+    found = {}
+    for stop in ("exact", "beam"):
+        model = ScriptedModel(table(rows))
+        cfg = DecodeConfig(beam_size=2, n_best=2, length_penalty=1.0, length_norm="power", min_len=0, max_len_a=0,
+                           max_len_b=2, stopping=stop)
+        found[stop] = beam_search_one(model, src, lengths, cfg) if search_one else beam_search(model, src, lengths, cfg)[0]
+        found[stop + " steps"] = model.steps
+    assert [h.tokens for h in found["exact"]] == [[A, A], []] and found["exact steps"] == 3
+    assert found["exact"][0].score == pytest.approx(math.log(0.405) / 3)
+    assert [h.tokens for h in found["beam"]] == [[], [B]] and found["beam steps"] == 2
+    assert [h.score for h in found["beam"]] == pytest.approx([math.log(0.5), math.log(0.05) / 2])
+
+
+@pytest.mark.parametrize("extra", [{"beam_size": 3, "n_best": 2, "length_penalty": 1.0},
+                                   {"beam_size": 4, "n_best": 1, "length_penalty": 0.0, "min_len": 0},
+                                   {"beam_size": 2, "n_best": 2, "length_penalty": 2.0, "no_repeat_ngram": 2}],
+                         ids=["gnmt1", "no-penalty", "gnmt2-ngram"])
+def test_stop_beam_equals_the_reference_loop_that_stops_once_beam_finished(extra: dict) -> None:
+    """Batched and one-sentence searches with stopping "beam" give the reference loop's hypotheses, which
+    stops once `beam` EOS among a step's best `beam` finished; at alpha 2 some best differs from
+    stopping "exact"'s."""
+    differ = 0
+    for decoder in ("luong", "bahdanau"):
+        model = tiny_model(decoder)
+        src, lengths = padded_batch([5, 2, 4, 7, 3])
+        cfg = DecodeConfig(max_len_a=1.0, max_len_b=4, stopping="beam", **extra)
+        batched = beam_search(model, src, lengths, cfg)
+        exact = beam_search(model, src, lengths, cfg.model_copy(update={"stopping": "exact"}))
+        for b, n in enumerate(lengths.tolist()):
+            want = reference_beam_search(model, src[b], n, cfg)
+            assert_same_hypotheses(batched[b], want)
+            assert_same_hypotheses(beam_search_one(model, src[b:b + 1, :n], lengths[b:b + 1], cfg), want)
+            differ += [h.tokens for h in exact[b]] != [h.tokens for h in batched[b]]
+    assert differ or extra["length_penalty"] < 2.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -549,3 +595,5 @@ def test_decode_config_rejects_unknown_keys_and_n_best_above_beam() -> None:
         DecodeConfig(beam=5)
     with pytest.raises(ValidationError, match="n_best"):
         DecodeConfig(beam_size=2, n_best=3)
+    with pytest.raises(ValidationError, match="stopping"):
+        DecodeConfig(stopping="early")

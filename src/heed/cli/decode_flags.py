@@ -41,7 +41,7 @@ DECODE_PANEL = "Decoding options"  # the heading the decode flags stand under in
 # The one thing written here by hand: each DecodeConfig field's flag (with its --no- form for a switch).
 DECODE_FLAG_NAMES: dict[str, str] = {
     "beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty", "length_norm": "--length-norm",
-    "coverage_penalty": "--coverage-penalty", "min_len": "--min-len", "max_len_a": "--max-len-a",
+    "stopping": "--stop", "coverage_penalty": "--coverage-penalty", "min_len": "--min-len", "max_len_a": "--max-len-a",
     "max_len_b": "--max-len-b", "no_repeat_ngram": "--no-repeat-ngram", "forbid_unk": "--forbid-unk/--allow-unk",
     "shortlist": "--shortlist/--no-shortlist", "sampling": "--sampling/--no-sampling", "temperature": "--temperature",
     "top_k": "--top-k", "top_p": "--top-p", "seed": "--seed",

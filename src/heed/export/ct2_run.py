@@ -16,6 +16,13 @@ with heed's tokens, scores and lengths:
   penalty, the best hypothesis of all 1,000 is heed's (bench/RESULTS.md, "The CTranslate2 fast
   path's exactness"), at about three times the time of CTranslate2's own stop with a penalty
   (`beam` finished), which gave another best for 47 of them;
+- with stopping "beam" (a sentence ends once `beam` hypotheses finished: DecodeConfig.stopping),
+  CTranslate2's own stop (patience 1) is heed's: without a penalty or with the power one, min_len
+  <= 1 and no prefix, CTranslate2 stops and ranks (`ranking`: "ctranslate2"; a source the count did
+  not stop before its own limit, or whose n-best min_len 1's renormalised first step could reorder,
+  is searched to its limit as with the GNMT penalty, min_len > 1 or a prefix: heed keeps what its
+  beam stop finished there, every hypothesis that ended by the step where the `beam`-th ended, and
+  ranks them);
 - `max_len_a`/`max_len_b` per source (CTranslate2 takes one limit a call: where heed ranks, batches
   are made of sources of one limit; else the batch's largest, and a source whose output passed its
   own limit is decoded again alone with it);
@@ -27,7 +34,8 @@ pass (the explorer's beam tree and alternatives, align, attention layers, attrib
 those take the model directory or an ONNX export.
 
 Scores: `log_prob` is CTranslate2's sum over the tokens and EOS, the model's own as heed's, except
-where tokens are disallowed (EOS before min_len, except where heed ranks; <unk> with forbid_unk,
+where tokens are disallowed (EOS before min_len, except where heed ranks and, with stopping "beam"
+and the power penalty, where CTranslate2 ranks: the first step's shift is taken off; <unk> with forbid_unk,
 no_repeat_ngram's repeats, and PAD and BOS for a source searched again because CTranslate2 put them
 in a beam): CTranslate2 renormalises over the rest there, heed does not, so such scores differ by
 the disallowed tokens' probability, and where that differs between beams (forbid_unk,
@@ -65,8 +73,9 @@ NEEDS_HEED = ("a CTranslate2 export translates with CTranslate2's own search, wh
               "pass to give heed; {what} needs the model directory or an ONNX export (heed export --format onnx)")
 
 
-def ranking(cfg: DecodeConfig) -> str:
-    """Who finishes and ranks a search's hypotheses, each path exact w.r.t. heed's search:
+def ranking(cfg: DecodeConfig, *, prefixed: bool = False) -> str:
+    """Who finishes and ranks a search's hypotheses (`prefixed`: some source has a forced prefix),
+    each path exact w.r.t. heed's search. With stopping "exact" (heed's default):
     - "ctranslate2" (the fast path) for the best hypothesis alone without a length penalty and with
       min_len <= 1: CTranslate2 stops once its best beam finished; every live beam is below it then,
       so heed's search stops there or earlier, with the same best (min_len 1 renormalises the first
@@ -82,9 +91,27 @@ def ranking(cfg: DecodeConfig) -> str:
       CTranslate2's own stop with a penalty (`beam` finished) is not heed's: on a trained model it
       gave another best for 47 of 1,000 sentences (bench/RESULTS.md, "The CTranslate2 fast path's
       exactness");
-    - "none" for greedy search and sampling, which rank nothing."""
+    - "none" for greedy search and sampling, which rank nothing.
+    With stopping "beam" (a sentence ends once `beam` hypotheses finished), CTranslate2's stop with any
+    penalty (patience 1: `beam` finished, each EOS among a step's best `beam` candidates) is heed's:
+    - "ctranslate2" without a length penalty or with the power one, min_len <= 1 and no prefix, any
+      n-best: CTranslate2 stops, ranks (power: its score / |Y|^alpha with |Y| counting EOS, heed's)
+      and returns its `beam` best; a source it did not stop by that count before its own limit (heed
+      forces EOS at the limit where CTranslate2 returns what it cut) is searched again as below; with
+      min_len 1 CTranslate2 renormalises the first step without EOS, which adds to every hypothesis
+      of a source the same delta = -log(1 - p(EOS first)): taken off (one teacher-forced step), and a
+      source whose n-best that could reorder past what CTranslate2 returned is searched again as below;
+    - "heed" for the GNMT penalty (CTranslate2 would return its `beam` best by raw sums, which can
+      leave out one of heed's n-best), min_len > 1 (CTranslate2's min_decoding_length renormalises
+      each beam's step apart) or a prefix (its score leaves the prefix out): CTranslate2 searches each source to its
+      limit and heed keeps what its beam stop finished (the hypotheses that ended by the step where
+      the `beam`-th ended; all, with EOS forced on the live beams, where none such came before the
+      limit) and ranks them."""
     if cfg.sampling or cfg.beam_size == 1:
         return "none"
+    if cfg.stopping == "beam":
+        fast = cfg.length_penalty == 0 or cfg.length_norm == "power"
+        return "ctranslate2" if fast and cfg.min_len <= 1 and not prefixed else "heed"
     if cfg.n_best == 1 and cfg.length_penalty == 0 and cfg.min_len <= 1:
         return "ctranslate2"
     return "heed"
@@ -184,23 +211,24 @@ class CT2Seq2Seq:
             translator = self._translator(fresh=True)
         # heed's own per-source limit, each source with its EOS as heed's batches have it
         limits = max_output_lengths(torch.tensor([len(ids) + 1 for ids in src_ids]), cfg).tolist()
+        ranks = ranking(cfg, prefixed=prefixes is not None and any(prefixes))
         results: list[Decoded] = [Decoded([]) for _ in src_ids]
-        for chunk in self._batches(src_ids, limits, cfg, batch_size):
+        for chunk in self._batches(src_ids, limits, ranks, batch_size):
             if stop is not None and stop():
                 raise Abandoned()
             got = self._decode(translator, [src_ids[k] for k in chunk], [limits[k] for k in chunk],
                                None if prefixes is None else [prefixes[k] for k in chunk], cfg, free_prefix,
-                               attention)
+                               attention, ranks)
             for k, decoded in zip(chunk, got):
                 results[k] = decoded
         return results
 
     @staticmethod
-    def _batches(src_ids: Sequence[list[int]], limits: list[int], cfg: DecodeConfig, batch_size: int) -> list[list[int]]:
+    def _batches(src_ids: Sequence[list[int]], limits: list[int], ranks: str, batch_size: int) -> list[list[int]]:
         """The sources' indices in batches of `batch_size` at most, longest sources first; where heed
         ranks, each batch of one output limit, as CTranslate2 searches each source to its own."""
         order = sorted(range(len(src_ids)), key=lambda k: -len(src_ids[k]))
-        if ranking(cfg) != "heed":
+        if ranks != "heed":
             return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
         groups: dict[int, list[int]] = {}
         for k in order:
@@ -225,19 +253,20 @@ class CT2Seq2Seq:
                                 "translate this prefix without --shortlist")
 
     def _decode(self, translator: Any, src_ids: list[list[int]], limits: list[int],
-                prefixes: list[Sequence[int]] | None, cfg: DecodeConfig, free: int, attention: bool) -> list[Decoded]:
+                prefixes: list[Sequence[int]] | None, cfg: DecodeConfig, free: int, attention: bool,
+                ranks: str) -> list[Decoded]:
         """One translate_batch call at the batch's largest output limit (where heed ranks, the
         batch's one: `_batches`). A source is decoded again alone where that was not heed's search:
         its best output passed its own limit; where CTranslate2 ranks, its best was cut at the limit
         (heed's search forces EOS on every live beam there, and the best of those may be another: it
         is searched to the limit and ranked by heed); a hypothesis holds PAD or BOS (which heed never
         emits; CTranslate2 is asked to suppress them only then, as it renormalises the rest of the
-        distribution when it does)."""
-        ranks = ranking(cfg)
+        distribution when it does). With stopping "beam", `_translate_batch` searches again a source it did
+        not settle (`_beam_settled`)."""
         out = self._translate_batch(translator, src_ids, max(limits), prefixes, cfg, free, attention, ranks=ranks,
-                                    suppress=False)
+                                    suppress=False, own=limits)
         for i, (decoded, limit) in enumerate(zip(out, limits)):
-            cut = ranks == "ctranslate2" and self._longest(decoded) == limit
+            cut = ranks == "ctranslate2" and cfg.stopping == "exact" and self._longest(decoded) == limit
             if cut or self._longest(decoded) > limit or self._emits_specials(decoded):
                 prefix = None if prefixes is None else [prefixes[i]]
                 again = "heed" if cut else ranks
@@ -265,38 +294,63 @@ class CT2Seq2Seq:
 
     def _translate_batch(self, translator: Any, src_ids: list[list[int]], limit: int,
                          prefixes: list[Sequence[int]] | None,
-                         cfg: DecodeConfig, free: int, attention: bool, *, ranks: str, suppress: bool) -> list[Decoded]:
-        """One translate_batch call at output limit `limit`. Where heed ranks (`ranks`: `ranking`'s), CTranslate2
+                         cfg: DecodeConfig, free: int, attention: bool, *, ranks: str, suppress: bool,
+                         own: list[int] | None = None) -> list[Decoded]:
+        """One translate_batch call at output limit `limit` (`own`: each source's own limit, else
+        `limit`). Where heed ranks (`ranks`: `ranking`'s), CTranslate2
         searches to the limit (a patience past any count of finished hypotheses, and a penalty, which
         turns its early exit off, that leaves the scores raw sums) and returns every hypothesis it
         finished; min_len drops the shorter ones instead of CTranslate2's min_decoding_length, which
-        renormalises each beam's step apart and so would change which beams live; the attention of
-        the n-best comes from one forced pass (`_attention_of`)."""
+        renormalises each beam's step apart and so would change which beams live; with stopping "beam"
+        only those its stop finished are kept (`_beam_stopped`); the attention of the n-best comes
+        from one forced pass (`_attention_of`). Where CTranslate2 ranks with stopping "beam", it stops
+        once `beam` finished (patience 1, and a penalty, the power one or RAW_SCORES, which turns its
+        early exit off) and returns its `beam` best, whose scores are made raw sums again
+        (`_beam_raw`); the sources not settled so are searched again where heed ranks, a batch per limit."""
+        own = own or [limit] * len(src_ids)
         source = [[self.src_tokens[i] for i in ids] + [self.src_tokens[self.eos_id]] for ids in src_ids]
         target_prefix = None
         if prefixes is not None and any(prefixes):
             target_prefix = [[self.tgt_tokens[i] for i in p] or None for p in prefixes]
         ranked_by_heed = ranks == "heed"
+        beam_stop = ranks == "ctranslate2" and cfg.stopping == "beam"
         patience = limit + 1 if ranked_by_heed else 1  # at most `beam` finish per step, `limit` steps
+        num_hypotheses = cfg.beam_size * patience if ranked_by_heed else cfg.beam_size if beam_stop else cfg.n_best
         options: dict[str, Any] = dict(
             max_decoding_length=max(limit, 1), min_decoding_length=0 if ranked_by_heed else min(cfg.min_len, limit),
             no_repeat_ngram_size=cfg.no_repeat_ngram, disable_unk=cfg.forbid_unk,
             suppress_sequences=[[self.tgt_tokens[self.pad_id]], [self.tgt_tokens[self.bos_id]]] if suppress else None,
             max_input_length=0, return_scores=True, return_attention=attention and not ranked_by_heed,
-            return_end_token=True, num_hypotheses=cfg.beam_size * patience if ranked_by_heed else cfg.n_best,
-            use_vmap=cfg.shortlist)
+            return_end_token=True, num_hypotheses=num_hypotheses, use_vmap=cfg.shortlist)
         if cfg.sampling:
             options.update(beam_size=1, length_penalty=0.0, sampling_temperature=cfg.temperature,
                            sampling_topk=cfg.top_k, sampling_topp=cfg.top_p)
         else:
-            options.update(beam_size=cfg.beam_size, length_penalty=RAW_SCORES if ranked_by_heed else 0.0,
-                           patience=patience)
+            penalty = RAW_SCORES if ranked_by_heed else 0.0
+            if beam_stop:
+                penalty = cfg.length_penalty or RAW_SCORES
+            options.update(beam_size=cfg.beam_size, length_penalty=penalty, patience=patience)
         results = translator.translate_batch(source, target_prefix=target_prefix, **options)
+        again: dict[int, Decoded] = {}  # sources searched again where heed ranks, a batch per limit
+        if beam_stop:
+            shift = self._first_step_shift(translator, source, cfg, limit)
+            unsettled: dict[int, list[int]] = {}
+            for i, (r, delta, mine) in enumerate(zip(results, shift, own)):
+                results[i] = self._beam_raw(r, delta, cfg, mine, limit)
+                if results[i] is None:
+                    unsettled.setdefault(mine, []).append(i)
+                    results[i] = SimpleNamespace(hypotheses=[], scores=[], attention=None)
+            for mine, group in unsettled.items():
+                redone = self._translate_batch(translator, [src_ids[i] for i in group], mine, None, cfg, free,
+                                               attention, ranks="heed", suppress=suppress)
+                again.update(zip(group, redone))
         if ranked_by_heed:
             results = [self._long_enough(r, min(cfg.min_len, limit)) for r in results]
+            stopped = [self._beam_stopped(r, limit, cfg) if cfg.stopping == "beam" else None for r in results]
             if target_prefix is None and not cfg.no_repeat_ngram and not cfg.shortlist:
-                results = [self._searched(translator, src, limit, cfg) if self._unsettled(r, limit, cfg) else r
-                           for r, src in zip(results, source)]
+                results = [self._searched(translator, src, limit, cfg) if s is None and self._unsettled(r, limit, cfg)
+                           else r for r, s, src in zip(results, stopped, source)]
+            results = [r if s is None else s for r, s in zip(results, stopped)]
         forced = self._prefix_log_probs(translator, source, target_prefix, free)
         ranked = self._ranked(translator, source, results, forced, cfg)
         first = [None] * len(source)
@@ -307,11 +361,59 @@ class CT2Seq2Seq:
             step = translator.translate_batch(source, beam_size=1, max_decoding_length=1, min_decoding_length=0,
                                               max_input_length=0, return_attention=True, return_end_token=True)
             first = [r.attention[0][0] for r in step]
-        decoded = [self._decoded(r, len(src), chosen, first[i] if attention else None, attention)
+        decoded = [again[i] if i in again else self._decoded(r, len(src), chosen, first[i] if attention else None,
+                                                             attention)
                    for i, (r, src, chosen) in enumerate(zip(results, source, ranked))]
         if attention and ranked_by_heed:
             self._attention_of(translator, source, decoded)
         return decoded
+
+    def _first_step_shift(self, translator: Any, source: list[list[str]], cfg: DecodeConfig, limit: int) -> list[float]:
+        """Per source, what CTranslate2's min_decoding_length 1 adds to every hypothesis' log-probability
+        where it ranks with the power penalty: it renormalises the first step without EOS, heed forbids
+        EOS there without, so delta = -log(1 - p(EOS first)) (one teacher-forced step, score_batch);
+        0 elsewhere (no renormalisation, or a ranking it leaves alone)."""
+        if not (cfg.length_penalty and cfg.min_len >= 1 and limit >= 1):
+            return [0.0] * len(source)
+        first = translator.score_batch(source, [[] for _ in source])
+        return [-math.log1p(-math.exp(s.log_probs[-1])) if s.log_probs[-1] < 0 else math.inf for s in first]
+
+    def _beam_raw(self, result: Any, delta: float, cfg: DecodeConfig, own: int, limit: int) -> Any:
+        """CTranslate2's result of a stopping "beam" search (patience 1, its `beam` best, at call limit
+        `limit`) with heed's raw log-probabilities (its score times |Y|^alpha, less the first step's
+        `delta`), or None where it is not heed's search at the source's own limit `own`: a hypothesis
+        registered at or past that limit's last step (CTranslate2 registers every best candidate at
+        its last step, cut or not, where heed forces EOS a step later; past `own`, the search ran on
+        where heed's stopped), or where the `delta` it had could reorder the n-best past what it
+        returned: a hypothesis not returned scores at most the lowest returned less delta / own^alpha
+        (it ended by `own` tokens with EOS)."""
+        hypotheses, scores = result.hypotheses, result.scores
+        last = own if own < limit else own - 1  # the longest hypothesis, with EOS, heed's search ends as here
+        if not math.isfinite(delta) or any(not self._ended(t) or len(t) > last for t in hypotheses):
+            return None
+        lengths = torch.tensor([len(t) for t in hypotheses])
+        alpha = cfg.length_penalty
+        lp = length_penalty(lengths, alpha, "power") if alpha else torch.ones(len(hypotheses))
+        raw = torch.tensor(scores) * lp - delta  # (hypotheses,)
+        if delta and len(hypotheses) == cfg.beam_size:
+            heed_scores = (raw / lp).topk(cfg.n_best).values
+            bound = min(scores) - delta / float(length_penalty(torch.tensor(own), alpha, "power"))
+            if float(heed_scores[-1]) < bound:
+                return None
+        return SimpleNamespace(hypotheses=hypotheses, scores=raw.tolist(), attention=result.attention)
+
+    def _beam_stopped(self, result: Any, limit: int, cfg: DecodeConfig) -> Any | None:
+        """Of a search to `limit` (every hypothesis it finished, those that ended before min_len left
+        out), what heed's stopping "beam" finished: the hypotheses that ended by the step where the
+        `beam`-th ended (a hypothesis of n tokens with EOS ended at step n - 1), none cut; None where
+        fewer ended by the limit (heed forces EOS on every live beam there: `_unsettled`)."""
+        ended = sorted(len(t) for t in result.hypotheses if self._ended(t))
+        if len(ended) < cfg.beam_size or ended[cfg.beam_size - 1] > limit:
+            return None
+        last = ended[cfg.beam_size - 1]
+        keep = [j for j, t in enumerate(result.hypotheses) if self._ended(t) and len(t) <= last]
+        return SimpleNamespace(hypotheses=[result.hypotheses[j] for j in keep], scores=[result.scores[j] for j in keep],
+                               attention=None)
 
     def _ended(self, tokens: Sequence[str]) -> bool:
         """Whether CTranslate2's hypothesis ends with EOS (else it was cut at the length limit)."""
@@ -350,7 +452,8 @@ class CT2Seq2Seq:
         among the top `beam` finished, the `beam` best others live, EOS forced at `limit`, stopped
         once no live beam can beat the n_best-th finished), its steps read from CTranslate2: each
         live beam's EOS log-probability (score_batch) and its best other tokens (translate_batch's
-        alternatives after the beam as a prefix, which CTranslate2 normalises without EOS: put back).
+        alternatives after the beam as a prefix, which CTranslate2 normalises without EOS: put back);
+        with stopping "beam", stopped once `beam` finished.
         Every hypothesis it finished, with EOS, as a CTranslate2 result has them; for a source whose
         search to its limit may have left one out (`_unsettled`)."""
         beam, eos = cfg.beam_size, self.tgt_tokens[self.eos_id]
@@ -380,7 +483,8 @@ class CT2Seq2Seq:
                     finished.append((score, log_prob, tokens))
             finished.sort(key=lambda f: -f[0])
             live = [c for c in candidates if c[1][-1] != eos][:beam]
-            if not live or len(finished) >= cfg.n_best and finished[cfg.n_best - 1][0] >= live[0][0] / far:
+            if not live or (len(finished) >= beam if cfg.stopping == "beam" else
+                            len(finished) >= cfg.n_best and finished[cfg.n_best - 1][0] >= live[0][0] / far):
                 break
         return SimpleNamespace(hypotheses=[f[2] for f in finished], scores=[f[1] for f in finished], attention=None)
 

@@ -1,6 +1,12 @@
 """Beam search: for a batch, vectorised over batch x beam (`beam_search`), and for one sentence on
 the CPU with its bookkeeping on host lists (`beam_search_one`); the same hypotheses.
 
+A sentence's search ends (DecodeConfig.stopping) with "exact" once no live beam can beat its n_best-th
+finished hypothesis (`_is_done`: the result of searching to max_len), with "beam" once `beam`
+hypotheses have finished, counting each EOS among a step's best `beam` candidates (`_finish`), as
+fairseq, Marian, CTranslate2 (patience 1) and Hugging Face's early_stopping=True count them; either
+way at max_len, where EOS is forced on every live beam.
+
 Flat (batch * beam) rows: row b * beam + k is beam k of sentence b."""
 from __future__ import annotations
 
@@ -47,9 +53,10 @@ class _Finished(NamedTuple):
     log_prob: Tensor  # (batch, n_best)
     step: Tensor  # (batch, n_best) long
     row: Tensor  # (batch, n_best) long, flat row of the step's input
+    ended: Tensor  # (batch,) long: hypotheses finished so far, kept or not (DecodeConfig.stopping "beam")
 
     def put(self, index: Tensor, part: _Finished) -> _Finished:
-        """These sentences' rows replaced by `part`'s: index (n,) long, part (n, n_best)."""
+        """These sentences' rows replaced by `part`'s: index (n,) long, part (n, n_best) and (n,)."""
         return _Finished(*(whole.index_copy(0, index, rows) for whole, rows in zip(self, part)))
 
     @staticmethod
@@ -57,7 +64,8 @@ class _Finished(NamedTuple):
         return _Finished(torch.full((batch, n_best), NEG_INF, device=device),
                          torch.full((batch, n_best), NEG_INF, device=device),
                          torch.zeros(batch, n_best, dtype=torch.long, device=device),
-                         torch.zeros(batch, n_best, dtype=torch.long, device=device))
+                         torch.zeros(batch, n_best, dtype=torch.long, device=device),
+                         torch.zeros(batch, dtype=torch.long, device=device))
 
 
 # _select_top's two-level search (_row_topk) pays from about this many vocabulary entries per
@@ -112,7 +120,8 @@ def _select_top(cum_log_prob: Tensor, logp: Tensor, beam: int) -> tuple[Tensor, 
 def _finish(fin: _Finished, cand_log_prob: Tensor, token: Tensor, parent_row: Tensor, t: int,
             coverage: Tensor | None, src_mask: Tensor, cfg: DecodeConfig, eos_id: int) -> _Finished:
     """Move EOS candidates that rank within the top `beam` into the finished set (fairseq's rule:
-    an EOS ranked below the beam would not have survived pruning, so it does not count).
+    an EOS ranked below the beam would not have survived pruning, so it does not count), and count
+    them (a finite one each).
 
     cand_log_prob, token, parent_row: (batch, beam) the top `beam` candidates; coverage
     (batch, beam, src_len) their attention sums with this step's row, or None; src_mask (batch, src_len)."""
@@ -128,6 +137,7 @@ def _finish(fin: _Finished, cand_log_prob: Tensor, token: Tensor, parent_row: Te
         torch.cat([fin.log_prob, cand_log_prob], dim=1).gather(1, pick),
         torch.cat([fin.step, torch.full_like(token, t)], dim=1).gather(1, pick),
         torch.cat([fin.row, parent_row], dim=1).gather(1, pick),
+        fin.ended + torch.isfinite(score).sum(dim=1),
     )
 
 
@@ -145,8 +155,8 @@ def _prune(cand_log_prob: Tensor, token: Tensor, parent_row: Tensor, beam: int,
 
 
 def _is_done(fin: _Finished, cum_log_prob: Tensor, max_len: Tensor, cfg: DecodeConfig) -> Tensor:
-    """(batch,) bool: the sentence holds n_best finished hypotheses no live beam can beat, or no
-    live beam is left.
+    """(batch,) bool: no live beam is left, or with stopping "beam" `beam` hypotheses have finished, or
+    with stopping "exact" the sentence holds n_best finished hypotheses no live beam can beat.
 
     A live beam with log-prob L <= 0 can only finish with log_prob <= L (log-probs only fall), in
     at most max_len + 1 steps, and with cp <= 0. As lp grows with length (alpha >= 0), its final
@@ -154,6 +164,8 @@ def _is_done(fin: _Finished, cum_log_prob: Tensor, max_len: Tensor, cfg: DecodeC
     with beta > 0 the bound (cp <= 0) is loose and search tends to run longer.
     cum_log_prob (batch, beam); max_len (batch,)."""
     best_live = cum_log_prob.max(dim=1).values  # (batch,)
+    if cfg.stopping == "beam":
+        return (fin.ended >= cfg.beam_size) | torch.isneginf(best_live)
     bound = best_live / length_penalty(max_len + 1, cfg.length_penalty, cfg.length_norm) if cfg.length_penalty else best_live
     return (fin.score[:, -1] >= bound) | torch.isneginf(best_live)
 
@@ -292,8 +304,8 @@ def beam_search(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: Decod
     Each step: log-probs of every live beam (step_log_probs) -> the 2 * beam best extensions
     per sentence (_select_top) -> EOS ones among the top beam finish
     (_finish) -> the beam best others live on (_prune) and the decoder state follows them
-    (state.select). A sentence is done once no live beam can beat its n_best-th finished one
-    (_is_done); it then leaves the batch (_Active.keep). Tokens and attention are recovered at the
+    (state.select). A sentence is done once no live beam can beat its n_best-th finished one, or
+    with stopping "beam" once `beam` finished (_is_done); it then leaves the batch (_Active.keep). Tokens and attention are recovered at the
     end (_backtrack).
     """
     cfg = cfg or DecodeConfig()
@@ -407,6 +419,7 @@ def beam_search_one(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: D
     seq = src.new_zeros(beam, 0) if cfg.no_repeat_ngram else None  # (beam, t) the live beams' tokens
     coverage = None  # (beam, src_len) the live beams' attention sums
     finished: list[tuple[float, float, int, int]] = []  # (score, log_prob, step, parent row), best first
+    ended = 0  # hypotheses finished so far, kept or not (stopping "beam")
     tok_hist: list[list[int]] = []  # [t][k]: live beam k's token after step t
     back_hist: list[list[int]] = []  # [t][k]: the row of step t's input it extends
     attn_hist: list[np.ndarray] = []  # [t]: step t's attention, (rows of its input, src_len)
@@ -422,7 +435,8 @@ def beam_search_one(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: D
             assert attn is not None  # checked_attention refused a model without attention
             step_coverage = attn.float() if coverage is None else coverage + attn.float()  # (rows, src_len)
 
-        finished = _finish_one(finished, cand_lp, token, parent, t, step_coverage, src_mask, cfg, eos)
+        finished, ends = _finish_one(finished, cand_lp, token, parent, t, step_coverage, src_mask, cfg, eos)
+        ended += ends
 
         # The beam best others live on (at most beam of the 2 * beam are EOS); -inf ones are dead.
         live = [c for c in range(2 * beam) if token[c] != eos][:beam]
@@ -432,7 +446,7 @@ def beam_search_one(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: D
         back_hist.append(back)
         if attn is not None:
             attn_hist.append(attn.float().numpy())
-        if t == max_len or _one_is_done(finished, max(live_lp), bound_lp, cfg):
+        if t == max_len or _one_is_done(finished, ended, max(live_lp), bound_lp, cfg):
             break
         # numpy, then torch: a third of torch.tensor's cost for a few numbers (the search runs on the CPU)
         back_t = torch.from_numpy(np.array(back, dtype=np.int64))
@@ -448,27 +462,31 @@ def beam_search_one(model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: D
 
 def _finish_one(finished: list[tuple[float, float, int, int]], cand_lp: list[float], token: list[int],
                 parent: list[int], t: int, step_coverage: Tensor | None, src_mask: Tensor, cfg: DecodeConfig,
-                eos: int) -> list[tuple[float, float, int, int]]:
+                eos: int) -> tuple[list[tuple[float, float, int, int]], int]:
     """`finished` (score, log_prob, step, parent row), best first, with this step's EOS candidates
-    among the top beam added and only the n_best best kept (beam_search's _finish on lists)."""
+    among the top beam added and only the n_best best kept (beam_search's _finish on lists), and how
+    many finished at this step."""
     ends = [c for c in range(cfg.beam_size) if token[c] == eos and cand_lp[c] != NEG_INF]
     if not ends:
-        return finished
+        return finished, 0
     end_lp = torch.tensor([cand_lp[c] for c in ends], device=src_mask.device)
     rows = torch.tensor([parent[c] for c in ends], device=src_mask.device)
     scores = hypothesis_score(end_lp, torch.full_like(rows, t + 1),
                               None if step_coverage is None else step_coverage.index_select(0, rows),
                               src_mask, cfg).tolist()
     finished = finished + [(score, cand_lp[c], t, parent[c]) for score, c in zip(scores, ends)]
-    return sorted(finished, key=lambda f: -f[0])[:cfg.n_best]
+    return sorted(finished, key=lambda f: -f[0])[:cfg.n_best], len(ends)
 
 
-def _one_is_done(finished: list[tuple[float, float, int, int]], best_live: float, bound_lp: Any,
+def _one_is_done(finished: list[tuple[float, float, int, int]], ended: int, best_live: float, bound_lp: Any,
                  cfg: DecodeConfig) -> bool:
-    """No live beam left, or none that can beat the n_best-th finished hypothesis (as _is_done, in
-    float32 as beam_search computes it); `bound_lp`: the length penalty at the longest output, or None."""
+    """No live beam left, or with stopping "beam" `ended` >= beam (hypotheses finished so far), or with
+    stopping "exact" none that can beat the n_best-th finished hypothesis (as _is_done, in float32 as
+    beam_search computes it); `bound_lp`: the length penalty at the longest output, or None."""
     if best_live == NEG_INF:
         return True
+    if cfg.stopping == "beam":
+        return ended >= cfg.beam_size
     if len(finished) < cfg.n_best:
         return False
     bound = np.float32(best_live) / bound_lp if bound_lp is not None else best_live

@@ -376,8 +376,10 @@ def fraction(config: dict[str, Any], key: str, default: float, path: Path) -> fl
 
 def generation_defaults(directory: Path, config: dict[str, Any]) -> dict[str, Any]:
     """DecodeConfig fields for the search the model's own generation settings ask for
-    (generation_config.json, else config.json): its beam size, and Hugging Face's length
-    normalisation, log P / |Y|^length_penalty (default 1.0)."""
+    (generation_config.json, else config.json): its beam size, Hugging Face's length
+    normalisation, log P / |Y|^length_penalty (default 1.0), and its stop: `early_stopping: true`
+    ends a sentence once num_beams hypotheses finished (stopping "beam"; false and "never", heed's
+    exact stop, the default)."""
     path = directory / "generation_config.json"
     settings = read_json(path) if path.exists() else config
     beams = settings.get("num_beams")
@@ -387,4 +389,6 @@ def generation_defaults(directory: Path, config: dict[str, Any]) -> dict[str, An
         decode["beam_size"] = beams
     if isinstance(alpha, (int, float)) and 0.0 <= alpha <= 10.0:
         decode["length_penalty"] = float(alpha)
+    if settings.get("early_stopping") is True:
+        decode["stopping"] = "beam"
     return decode
