@@ -222,7 +222,7 @@ def data_shortlist(
     It is recorded in the model directory (shortlist.json, listed in heed.json with its sha256), where
     `heed translate --shortlist`, the server's `shortlist` decode option and `heed export --format
     ctranslate2` (as CTranslate2's vocabulary map) use it. What it costs in quality and gains in speed:
-    bench/RESULTS.md ("Vocabulary shortlists")."""
+    bench/RESULTS.md ("What a shortlist costs")."""
     from heed.checkpoint import find_model_dir, read_meta, verify_files
     from heed.data.codec import Codec
     from heed.data.corpus import read_parallel, read_tsv
