@@ -41,6 +41,13 @@ Systems:
 - ct2-own-int8:  CTranslate2's own TransformersConverter on the Hugging Face directory, int8, its
   translate_batch called directly.
 The heed CT2 rows also print how many outputs equal ct2-own-int8's (the converters' agreement).
+
+`--lengths natural --eos-bias B` (a work directory of its own: the bias is in the weights) decodes
+without a minimum length instead: the </s> bias B lets the random model's beams end by themselves
+(base at B 1.6: 20-26 tokens), every system with the beam stop (heed `stopping: beam`, HF
+`early_stopping=True`, CTranslate2's own) and min_len 1, the imported models' own, up to 64 tokens.
+There heed's CTranslate2 export takes its fast path (ranking "ctranslate2": CTranslate2 stops and
+ranks), which a minimum length past 1 rules out, as a trained model's decoding does.
 """
 from __future__ import annotations
 
@@ -54,8 +61,9 @@ import sys
 import time
 from pathlib import Path
 
-EOS_BIAS = 30.0
+EOS_BIAS = 30.0  # --lengths forced: </s> wins at once when the minimum length lets it
 SLACK = 8  # the length limit is this far past --tokens: no output reaches it
+NATURAL_LIMIT = 64  # --lengths natural: the length limit
 SYSTEMS = ("hf", "heed", "heed-shortlist", "heed-bf16", "heed-int8", "heed-onnx", "heed-ct2-int8", "heed-ct2-int8-shortlist",
            "ct2-own-int8")
 ONLY = {"heed-onnx": "base", "heed-shortlist": "tc-big", "heed-ct2-int8-shortlist": "tc-big"}
@@ -112,7 +120,7 @@ def _save_random(config, hf: Path) -> None:
     torch.manual_seed(0)
     model = transformers.MarianMTModel(config).eval()
     with torch.no_grad():
-        model.final_logits_bias[0, config.eos_token_id] = EOS_BIAS
+        model.final_logits_bias[0, config.eos_token_id] = float(os.environ.get("HEED_BENCH_EOS_BIAS", EOS_BIAS))
     model.save_pretrained(hf)
 
 
@@ -178,9 +186,12 @@ def _sources(root: Path, shape: str, corpus: Path, count: int = 256) -> list[lis
     return out[:count]
 
 
-def run(system: str, root: Path, batch: int, count: int, tokens: int) -> dict:
-    """Decode `count` sentences `batch` at a time with `system`; seconds of decoding, peak RSS, outputs."""
+def run(system: str, root: Path, batch: int, count: int, tokens: int, natural: bool = False) -> dict:
+    """Decode `count` sentences `batch` at a time with `system`; seconds of decoding, peak RSS, outputs.
+    `natural`: no minimum length and the beam stop (--lengths natural), else exactly `tokens` tokens."""
     import torch
+
+    least, limit = (1, NATURAL_LIMIT) if natural else (tokens, tokens + SLACK)
 
     torch.set_num_threads(1)
     ids = json.loads((root / "sources.json").read_text(encoding="utf-8"))[:count]
@@ -198,8 +209,9 @@ def run(system: str, root: Path, batch: int, count: int, tokens: int) -> dict:
             for k, s in enumerate(group):
                 src[k, :len(s) + 1], mask[k, :len(s) + 1] = torch.tensor([*s, eos]), 1
             with torch.inference_mode():
-                out = model.generate(src, attention_mask=mask, num_beams=5, max_new_tokens=tokens + SLACK,
-                                     min_new_tokens=tokens, length_penalty=1.0, do_sample=False)
+                out = model.generate(src, attention_mask=mask, num_beams=5, max_new_tokens=limit,
+                                     min_new_tokens=least, length_penalty=1.0, do_sample=False,
+                                     **({"early_stopping": True} if natural else {}))
             return [[i for i in row[1:] if i != pad][:-1] for row in out.tolist()]  # no start, pad, </s>
     elif system == "ct2-own-int8":
         import ctranslate2
@@ -209,7 +221,7 @@ def run(system: str, root: Path, batch: int, count: int, tokens: int) -> dict:
 
         def decode(group: list[list[int]]) -> list:
             out = translator.translate_batch([[by_id[i] for i in s] + ["</s>"] for s in group], beam_size=5,
-                                             max_decoding_length=tokens + SLACK, min_decoding_length=tokens,
+                                             max_decoding_length=limit, min_decoding_length=least,
                                              max_batch_size=len(group), length_penalty=1.0)
             return [[vocab[t] for t in r.hypotheses[0]] for r in out]
     else:
@@ -221,10 +233,10 @@ def run(system: str, root: Path, batch: int, count: int, tokens: int) -> dict:
         path = {"heed": "heed", "heed-shortlist": "heed", "heed-bf16": "heed", "heed-int8": "heed", "heed-onnx": "onnx",
                 "heed-ct2-int8": "ct2", "heed-ct2-int8-shortlist": "ct2"}[system]
         translator = heed.load(root / path, device="cpu", bf16=system == "heed-bf16", int8=system == "heed-int8")
-        cfg = translator.resolve_decode({"beam_size": 5, "min_len": tokens, "max_len_a": 0.0,
-                                         "max_len_b": tokens + SLACK, "length_penalty": 1.0, "length_norm": "power",
+        cfg = translator.resolve_decode({"beam_size": 5, "min_len": least, "max_len_a": 0.0,
+                                         "max_len_b": limit, "length_penalty": 1.0, "length_norm": "power",
                                          "shortlist": system.endswith("shortlist"),
-                                         "stopping": "beam" if path == "ct2" else "exact"})
+                                         "stopping": "beam" if natural or path == "ct2" else "exact"})
         model = translator.model
 
         def decode(group: list[list[int]]) -> list:
@@ -253,7 +265,12 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=["base", "tc-big"], choices=["base", "tc-big"])
     parser.add_argument("--sentences", type=int, default=64, help="sentences decoded at batch 64")
     parser.add_argument("--single", type=int, default=16, help="sentences decoded one at a time")
-    parser.add_argument("--tokens", type=int, default=24, help="output tokens per sentence")
+    parser.add_argument("--tokens", type=int, default=24, help="output tokens per sentence (--lengths forced)")
+    parser.add_argument("--lengths", choices=["forced", "natural"], default="forced",
+                        help="forced: every output --tokens long (min_len); natural: outputs end by themselves, "
+                             "the beam stop everywhere (see above)")
+    parser.add_argument("--eos-bias", type=float, default=EOS_BIAS,
+                        help="the random models' </s> bias, set when --work's models are made")
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     parser.add_argument("--corpus", type=Path, default=SHARED / "tatoeba-fra-eng" / "fra.txt")
     parser.add_argument("--tc-big", type=Path, default=SHARED / "opus-mt-tc-big-fr-en")
@@ -263,14 +280,14 @@ def main() -> None:
     if args.one:
         shape, system, batch = args.one[0], args.one[1], int(args.one[2])
         count = args.single if batch == 1 else args.sentences
-        print(json.dumps(run(system, args.work / shape, batch, count, args.tokens)))
+        print(json.dumps(run(system, args.work / shape, batch, count, args.tokens, args.lengths == "natural")))
         return
     if args.make:
         make_models(args.work, args.make, args.corpus, args.tc_big)
         return
     # Every system, and the models' making, in a process of its own: Linux keeps a process's peak
     # RSS across exec, so a child of a large parent would report the parent's.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HEED_BENCH_EOS_BIAS": str(args.eos_bias)}
     rows = []
     for shape in args.shapes:
         subprocess.run([sys.executable, __file__, "--work", str(args.work), "--corpus", str(args.corpus),
@@ -279,7 +296,7 @@ def main() -> None:
             for system in (s for s in args.systems if ONLY.get(s, shape) == shape):
                 done = subprocess.run([sys.executable, __file__, "--work", str(args.work), "--sentences",
                                        str(args.sentences), "--single", str(args.single), "--tokens",
-                                       str(args.tokens), "--one", shape, system, str(batch)],
+                                       str(args.tokens), "--lengths", args.lengths, "--one", shape, system, str(batch)],
                                       capture_output=True, text=True, env=env)
                 if done.returncode:
                     print(done.stderr[-3000:], file=sys.stderr)
