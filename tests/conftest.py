@@ -120,6 +120,21 @@ def trained_run(make_config: Callable[..., Any], tmp_path_factory: pytest.TempPa
     return output
 
 
+@pytest.fixture(scope="session")
+def trained_pair(tiny_config: Callable[..., dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny model trained both ways by `heed train --both-directions`: (forward, reverse) run dirs.
+    Shared: copy them before changing anything inside."""
+    import yaml
+    from cli_helpers import invoke
+
+    directory = tmp_path_factory.mktemp("pair")
+    config = directory / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(directory / "dates")), encoding="utf-8")
+    result = invoke("train", config, "--both-directions")
+    assert result.exit_code == 0, result.output
+    return directory / "dates", directory / "dates-reverse"
+
+
 GREETINGS = [("hello", "bonjour"), ("goodbye", "au revoir"), ("thanks", "merci")]
 VERBS = [("sleeps", "dort"), ("eats", "mange"), ("runs", "court"), ("sings", "chante")]
 NAMES = ["anna", "paul", "marie", "jean", "luc", "eva"]

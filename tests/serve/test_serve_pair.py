@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 pytest.importorskip("fastapi", reason="heed-nmt[serve] is not installed")
 from cli_helpers import invoke
@@ -23,14 +22,9 @@ from heed.train.pair import PAIR_FILE
 
 
 @pytest.fixture(scope="module")
-def pair(tiny_config, tmp_path_factory) -> tuple[Path, Path]:
-    """A tiny model trained both ways by `heed train --both-directions`: (forward, reverse) run dirs."""
-    directory = tmp_path_factory.mktemp("pair")
-    config = directory / "tiny.yaml"
-    config.write_text(yaml.safe_dump(tiny_config(directory / "dates")), encoding="utf-8")
-    result = invoke("train", config, "--both-directions")
-    assert result.exit_code == 0, result.output
-    return directory / "dates", directory / "dates-reverse"
+def pair(trained_pair: tuple[Path, Path]) -> tuple[Path, Path]:
+    """conftest's `trained_pair`: (forward, reverse) run dirs of `heed train --both-directions`."""
+    return trained_pair
 
 
 @pytest.fixture(scope="module")
