@@ -5,6 +5,7 @@ line what CTranslate2 cannot do."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 from served_exports import served_beside_pytorch
 
 import heed
+from heed.checkpoint import load_model_dir, save_model_dir
 from heed.data.vocab import SPECIALS
 from heed.decode_config import DecodeConfig
 from heed.errors import ConfigError, HeedError
@@ -201,24 +203,24 @@ def test_ranking_names_the_path_of_each_request():
             == "heed")
 
 
-def test_a_stop_beam_result_is_heeds_only_where_its_count_and_first_step_shift_settle_it(ct2_dir):
-    """_beam_raw on hand-made results (beam 2, power 1, CTranslate2's scores score / |Y|): raw sums
-    with the first step's shift delta taken off; None where a hypothesis was cut or reached the
-    source's last step, or where delta could lift a hypothesis CTranslate2 did not return above the
-    n-best (it scores at most the lowest returned less delta / own limit)."""
+def test_a_stop_beam_result_is_heeds_only_where_its_count_settles_it(ct2_dir):
+    """_beam_raw on hand-made results (beam 2, power 1, CTranslate2's scores score / |Y|): raw sums;
+    None where a hypothesis was cut or reached the source's last step, or, with min_len 1, where the
+    empty hypothesis (EOS first, which CTranslate2 searched without min_decoding_length) is returned:
+    it counted toward CTranslate2's stop, not heed's."""
     model = heed.load(str(ct2_dir)).model
     eos = model.tgt_tokens[model.eos_id]
     cfg = DecodeConfig(beam_size=2, length_penalty=1.0, length_norm="power", stopping="beam")
     result = SimpleNamespace(hypotheses=[["a", eos], ["a", "b", "c", eos]], scores=[-0.5, -0.52], attention=None)
-    assert model._beam_raw(result, 0.0, cfg, 10, 10).scores == pytest.approx([-1.0, -2.08])
-    shifted = model._beam_raw(result, 0.01, cfg, 10, 10)  # heed's scores -0.505, -0.5225; bound -0.521
-    assert shifted.scores == pytest.approx([-1.01, -2.09])
-    assert model._beam_raw(result, 0.2, cfg, 10, 10) is None  # heed's best -0.57 < bound -0.54
-    assert model._beam_raw(result, 0.0, cfg, 4, 4) is None  # registered at the call's last step (3), cut ones too
-    assert model._beam_raw(result, 0.0, cfg, 4, 9) is not None  # ended by step 3; the search ran on, not past it
-    assert model._beam_raw(result, 0.0, cfg, 3, 9) is None  # past the source's own limit
+    assert model._beam_raw(result, cfg, 10, 10).scores == pytest.approx([-1.0, -2.08])
+    assert model._beam_raw(result, cfg, 4, 4) is None  # registered at the call's last step (3), cut ones too
+    assert model._beam_raw(result, cfg, 4, 9) is not None  # ended by step 3; the search ran on, not past it
+    assert model._beam_raw(result, cfg, 3, 9) is None  # past the source's own limit
     cut = SimpleNamespace(hypotheses=[["a", eos], ["a", "b"]], scores=[-0.5, -0.4], attention=None)
-    assert model._beam_raw(cut, 0.0, cfg, 10, 10) is None
+    assert model._beam_raw(cut, cfg, 10, 10) is None
+    empty = SimpleNamespace(hypotheses=[["a", eos], [eos]], scores=[-0.5, -0.9], attention=None)
+    assert model._beam_raw(empty, cfg, 10, 10) is None
+    assert model._beam_raw(empty, cfg.model_copy(update={"min_len": 0}), 10, 10).scores == pytest.approx([-1.0, -0.9])
 
 
 @pytest.mark.parametrize("options", [
@@ -254,6 +256,46 @@ def test_with_stop_beam_a_ct2_export_gives_heeds_stop_beam_search(transformer_ru
         assert sum(e[0].tokens != m[0].tokens for e, m in zip(exact, mine)) >= 2
     if path == "ctranslate2":  # the sources the fast path searched again, to their limit
         assert ("heed" in calls) == ("max_len_a" in options)
+
+
+@pytest.mark.parametrize("options", [dict(length_penalty=1.0, length_norm="power"), dict(length_penalty=0.0)],
+                         ids=["power1", "none"])
+def test_with_stop_beam_a_source_whose_empty_hypothesis_finished_first_is_still_heeds(transformer_run, tiny_corpus,
+                                                                                      tmp_path, options):
+    """CTranslate2 searches stopping "beam" without min_decoding_length (which would renormalise the
+    first step): with min_len 1 its live beams are heed's, but an EOS among the first step's best
+    `beam` finishes the empty hypothesis, which counts toward its stop. With </s> favoured by 2 in
+    the output layer's bias that happens for most sources: where the empty hypothesis is returned
+    the source is searched again to its limit where heed ranks; where `beam` others outrank it
+    CTranslate2's result stands. Both kinds occur here with the power penalty (without one the
+    empty hypothesis is always returned), and every n-best list, score and log-probability is heed's."""
+    base = load_model_dir(transformer_run)
+    with torch.no_grad():
+        base.model.decoder.generator.bias[base.model.eos_id] += 2.0
+    model_dir = save_model_dir(tmp_path / "model", model=base.model, config=base.config, codec=base.codec)
+    exported = heed.load(str(export_model(model_dir, tmp_path / "ct2", kind="ctranslate2")))
+    pytorch = heed.load(str(model_dir), device="cpu")
+    model, sources = exported.model, _sources(tiny_corpus)[:-1]  # each searched by CTranslate2
+    returned = []  # per source CTranslate2 searched with the beam stop: whether it returned the empty hypothesis
+    raw = model._beam_raw
+    model._beam_raw = lambda r, *a: returned.append([model.tgt_tokens[model.eos_id]] in r.hypotheses) or raw(r, *a)
+    decode = dict(beam=4, stopping="beam", n_best=2, **options)
+    assert ranking(exported.resolve_decode({k: v for k, v in decode.items() if k != "beam"}, beam=4)) == "ctranslate2"
+    mine, theirs = pytorch.translate_nbest(sources, **decode), exported.translate_nbest(sources, **decode)
+    assert [[t.tokens for t in n] for n in theirs] == [[t.tokens for t in n] for n in mine]
+    for s, t in zip((t for n in mine for t in n), (t for n in theirs for t in n)):
+        assert abs(s.score - t.score) < 1e-4 and abs(s.log_prob - t.log_prob) < 1e-4
+    # the sources whose first step put EOS among its best 4 (the empty hypothesis finished there)
+    translator = model._translator()
+    source = [[model.src_tokens[i] for i in pytorch.codec.encode_src(x)] + [model.src_tokens[model.eos_id]]
+              for x in sources]
+    ends = [s.log_probs[-1] for s in translator.score_batch(source, [[] for _ in source])]
+    others = translator.translate_batch(source, beam_size=1, return_alternatives=True, num_hypotheses=4,
+                                        max_decoding_length=1, return_scores=True, max_input_length=0)
+    finished_first = sum(end > o.scores[3] + math.log1p(-math.exp(end)) for o, end in zip(others, ends))
+    assert len(returned) == len(sources) and finished_first >= sum(returned) > 0
+    if options["length_penalty"]:  # without one, a short sum outranks the longer ones: every empty one returned
+        assert finished_first > sum(returned)
 
 
 def test_an_int8_ct2_export_is_smaller_and_translates_nearly_alike(transformer_run, ct2_dir, tiny_corpus, tmp_path):

@@ -18,9 +18,10 @@ with heed's tokens, scores and lengths:
   (`beam` finished), which gave another best for 47 of them;
 - with stopping "beam" (a sentence ends once `beam` hypotheses finished: DecodeConfig.stopping),
   CTranslate2's own stop (patience 1) is heed's: without a penalty or with the power one, min_len
-  <= 1 and no prefix, CTranslate2 stops and ranks (`ranking`: "ctranslate2"; a source the count did
-  not stop before its own limit, or whose n-best min_len 1's renormalised first step could reorder,
-  is searched to its limit as with the GNMT penalty, min_len > 1 or a prefix: heed keeps what its
+  <= 1 and no prefix, CTranslate2 stops and ranks (`ranking`: "ctranslate2"; without
+  min_decoding_length, whose renormalised first step would shift every score; a source the count
+  did not stop before its own limit, or for min_len 1 whose empty hypothesis it returned, is
+  searched to its limit as with the GNMT penalty, min_len > 1 or a prefix: heed keeps what its
   beam stop finished there, every hypothesis that ended by the step where the `beam`-th ended, and
   ranks them);
 - `max_len_a`/`max_len_b` per source (CTranslate2 takes one limit a call: where heed ranks, batches
@@ -34,8 +35,8 @@ pass (the explorer's beam tree and alternatives, align, attention layers, attrib
 those take the model directory or an ONNX export.
 
 Scores: `log_prob` is CTranslate2's sum over the tokens and EOS, the model's own as heed's, except
-where tokens are disallowed (EOS before min_len, except where heed ranks and, with stopping "beam"
-and the power penalty, where CTranslate2 ranks: the first step's shift is taken off; <unk> with forbid_unk,
+where tokens are disallowed (EOS before min_len, except where heed ranks and, with stopping "beam",
+where CTranslate2 ranks: both search without min_decoding_length; <unk> with forbid_unk,
 no_repeat_ngram's repeats, and PAD and BOS for a source searched again because CTranslate2 put them
 in a beam): CTranslate2 renormalises over the rest there, heed does not, so such scores differ by
 the disallowed tokens' probability, and where that differs between beams (forbid_unk,
@@ -98,9 +99,12 @@ def ranking(cfg: DecodeConfig, *, prefixed: bool = False) -> str:
       n-best: CTranslate2 stops, ranks (power: its score / |Y|^alpha with |Y| counting EOS, heed's)
       and returns its `beam` best; a source it did not stop by that count before its own limit (heed
       forces EOS at the limit where CTranslate2 returns what it cut) is searched again as below; with
-      min_len 1 CTranslate2 renormalises the first step without EOS, which adds to every hypothesis
-      of a source the same delta = -log(1 - p(EOS first)): taken off (one teacher-forced step), and a
-      source whose n-best that could reorder past what CTranslate2 returned is searched again as below;
+      min_len 1 CTranslate2 searches without min_decoding_length (which would renormalise the first
+      step without EOS, adding to every hypothesis of a source the same -log(1 - p(EOS first)), which
+      the power penalty turns into a reordering): its live beams are heed's, and only the empty
+      hypothesis, where an EOS among the first step's best `beam` finished it, differs (it counts
+      toward the stop); a source whose returned hypotheses hold it is searched again as below
+      (`_beam_raw`);
     - "heed" for the GNMT penalty (CTranslate2 would return its `beam` best by raw sums, which can
       leave out one of heed's n-best), min_len > 1 (CTranslate2's min_decoding_length renormalises
       each beam's step apart) or a prefix (its score leaves the prefix out): CTranslate2 searches each source to its
@@ -305,7 +309,7 @@ class CT2Seq2Seq:
         only those its stop finished are kept (`_beam_stopped`); the attention of the n-best comes
         from one forced pass (`_attention_of`). Where CTranslate2 ranks with stopping "beam", it stops
         once `beam` finished (patience 1, and a penalty, the power one or RAW_SCORES, which turns its
-        early exit off) and returns its `beam` best, whose scores are made raw sums again
+        early exit off; min_decoding_length 0) and returns its `beam` best, whose scores are made raw sums again
         (`_beam_raw`); the sources not settled so are searched again where heed ranks, a batch per limit."""
         own = own or [limit] * len(src_ids)
         source = [[self.src_tokens[i] for i in ids] + [self.src_tokens[self.eos_id]] for ids in src_ids]
@@ -317,7 +321,8 @@ class CT2Seq2Seq:
         patience = limit + 1 if ranked_by_heed else 1  # at most `beam` finish per step, `limit` steps
         num_hypotheses = cfg.beam_size * patience if ranked_by_heed else cfg.beam_size if beam_stop else cfg.n_best
         options: dict[str, Any] = dict(
-            max_decoding_length=max(limit, 1), min_decoding_length=0 if ranked_by_heed else min(cfg.min_len, limit),
+            max_decoding_length=max(limit, 1),
+            min_decoding_length=0 if ranked_by_heed or beam_stop else min(cfg.min_len, limit),
             no_repeat_ngram_size=cfg.no_repeat_ngram, disable_unk=cfg.forbid_unk,
             suppress_sequences=[[self.tgt_tokens[self.pad_id]], [self.tgt_tokens[self.bos_id]]] if suppress else None,
             max_input_length=0, return_scores=True, return_attention=attention and not ranked_by_heed,
@@ -333,10 +338,9 @@ class CT2Seq2Seq:
         results = translator.translate_batch(source, target_prefix=target_prefix, **options)
         again: dict[int, Decoded] = {}  # sources searched again where heed ranks, a batch per limit
         if beam_stop:
-            shift = self._first_step_shift(translator, source, cfg, limit)
             unsettled: dict[int, list[int]] = {}
-            for i, (r, delta, mine) in enumerate(zip(results, shift, own)):
-                results[i] = self._beam_raw(r, delta, cfg, mine, limit)
+            for i, (r, mine) in enumerate(zip(results, own)):
+                results[i] = self._beam_raw(r, cfg, mine, limit)
                 if results[i] is None:
                     unsettled.setdefault(mine, []).append(i)
                     results[i] = SimpleNamespace(hypotheses=[], scores=[], attention=None)
@@ -368,39 +372,28 @@ class CT2Seq2Seq:
             self._attention_of(translator, source, decoded)
         return decoded
 
-    def _first_step_shift(self, translator: Any, source: list[list[str]], cfg: DecodeConfig, limit: int) -> list[float]:
-        """Per source, what CTranslate2's min_decoding_length 1 adds to every hypothesis' log-probability
-        where it ranks with the power penalty: it renormalises the first step without EOS, heed forbids
-        EOS there without, so delta = -log(1 - p(EOS first)) (one teacher-forced step, score_batch);
-        0 elsewhere (no renormalisation, or a ranking it leaves alone)."""
-        if not (cfg.length_penalty and cfg.min_len >= 1 and limit >= 1):
-            return [0.0] * len(source)
-        first = translator.score_batch(source, [[] for _ in source])
-        return [-math.log1p(-math.exp(s.log_probs[-1])) if s.log_probs[-1] < 0 else math.inf for s in first]
-
-    def _beam_raw(self, result: Any, delta: float, cfg: DecodeConfig, own: int, limit: int) -> Any:
+    def _beam_raw(self, result: Any, cfg: DecodeConfig, own: int, limit: int) -> Any:
         """CTranslate2's result of a stopping "beam" search (patience 1, its `beam` best, at call limit
-        `limit`) with heed's raw log-probabilities (its score times |Y|^alpha, less the first step's
-        `delta`), or None where it is not heed's search at the source's own limit `own`: a hypothesis
-        registered at or past that limit's last step (CTranslate2 registers every best candidate at
-        its last step, cut or not, where heed forces EOS a step later; past `own`, the search ran on
-        where heed's stopped), or where the `delta` it had could reorder the n-best past what it
-        returned: a hypothesis not returned scores at most the lowest returned less delta / own^alpha
-        (it ended by `own` tokens with EOS)."""
+        `limit`, min_decoding_length 0) with heed's raw log-probabilities (its score times |Y|^alpha),
+        or None where it is not heed's search at the source's own limit `own`: a hypothesis registered
+        at or past that limit's last step (CTranslate2 registers every best candidate at its last step,
+        cut or not, where heed forces EOS a step later; past `own`, the search ran on where heed's
+        stopped), or, with min_len >= 1, an empty hypothesis among those returned. Without
+        min_decoding_length its first step is heed's with EOS masked (raw log-probabilities; an EOS
+        among the top `beam` is registered and its slot refilled by the next best other token, so the
+        live beams are the same), and every later step is the same, except that the empty hypothesis,
+        where one was registered at step 0, counts toward CTranslate2's stop. Where none is returned,
+        none was registered, or `beam` others rank above it: then at least `beam` others had finished
+        by CTranslate2's stop, so heed's count stopped at the same step, and its n-best are among them."""
         hypotheses, scores = result.hypotheses, result.scores
         last = own if own < limit else own - 1  # the longest hypothesis, with EOS, heed's search ends as here
-        if not math.isfinite(delta) or any(not self._ended(t) or len(t) > last for t in hypotheses):
+        if any(not self._ended(t) or len(t) > last or (len(t) == 1 and cfg.min_len >= 1) for t in hypotheses):
             return None
         lengths = torch.tensor([len(t) for t in hypotheses])
         alpha = cfg.length_penalty
         lp = length_penalty(lengths, alpha, "power") if alpha else torch.ones(len(hypotheses))
-        raw = torch.tensor(scores) * lp - delta  # (hypotheses,)
-        if delta and len(hypotheses) == cfg.beam_size:
-            heed_scores = (raw / lp).topk(cfg.n_best).values
-            bound = min(scores) - delta / float(length_penalty(torch.tensor(own), alpha, "power"))
-            if float(heed_scores[-1]) < bound:
-                return None
-        return SimpleNamespace(hypotheses=hypotheses, scores=raw.tolist(), attention=result.attention)
+        return SimpleNamespace(hypotheses=hypotheses, scores=(torch.tensor(scores) * lp).tolist(),
+                               attention=result.attention)
 
     def _beam_stopped(self, result: Any, limit: int, cfg: DecodeConfig) -> Any | None:
         """Of a search to `limit` (every hypothesis it finished, those that ended before min_len left
