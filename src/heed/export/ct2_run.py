@@ -339,8 +339,17 @@ class CT2Seq2Seq:
         again: dict[int, Decoded] = {}  # sources searched again where heed ranks, a batch per limit
         if beam_stop:
             unsettled: dict[int, list[int]] = {}
-            for i, (r, mine) in enumerate(zip(results, own)):
-                results[i] = self._beam_raw(r, cfg, mine, limit)
+            raw = [self._beam_raw(r, cfg, mine, limit) for r, mine in zip(results, own)]
+            empty = [i for i, (r, mine) in enumerate(zip(results, own))
+                     if raw[i] is None and self._beam_raw(r, cfg, mine, limit, empty_ok=True) is not None]
+            if empty:  # searched again with min_decoding_length 1, its first step's shift taken off
+                shift = self._first_step_shift(translator, [source[i] for i in empty])
+                redone = translator.translate_batch([source[i] for i in empty],
+                                                    **{**options, "min_decoding_length": min(1, limit)})
+                for i, r, delta in zip(empty, redone, shift):
+                    raw[i] = self._beam_shifted(r, delta, cfg, own[i], limit)
+            for i, mine in enumerate(own):
+                results[i] = raw[i]
                 if results[i] is None:
                     unsettled.setdefault(mine, []).append(i)
                     results[i] = SimpleNamespace(hypotheses=[], scores=[], attention=None)
@@ -372,7 +381,7 @@ class CT2Seq2Seq:
             self._attention_of(translator, source, decoded)
         return decoded
 
-    def _beam_raw(self, result: Any, cfg: DecodeConfig, own: int, limit: int) -> Any:
+    def _beam_raw(self, result: Any, cfg: DecodeConfig, own: int, limit: int, *, empty_ok: bool = False) -> Any:
         """CTranslate2's result of a stopping "beam" search (patience 1, its `beam` best, at call limit
         `limit`, min_decoding_length 0) with heed's raw log-probabilities (its score times |Y|^alpha),
         or None where it is not heed's search at the source's own limit `own`: a hypothesis registered
@@ -384,16 +393,49 @@ class CT2Seq2Seq:
         live beams are the same), and every later step is the same, except that the empty hypothesis,
         where one was registered at step 0, counts toward CTranslate2's stop. Where none is returned,
         none was registered, or `beam` others rank above it: then at least `beam` others had finished
-        by CTranslate2's stop, so heed's count stopped at the same step, and its n-best are among them."""
+        by CTranslate2's stop, so heed's count stopped at the same step, and its n-best are among them.
+        `empty_ok`: the empty hypothesis is no reason (a source it alone unsettles is searched again
+        with min_decoding_length 1: `_beam_shifted`)."""
         hypotheses, scores = result.hypotheses, result.scores
         last = own if own < limit else own - 1  # the longest hypothesis, with EOS, heed's search ends as here
-        if any(not self._ended(t) or len(t) > last or (len(t) == 1 and cfg.min_len >= 1) for t in hypotheses):
+        if any(not self._ended(t) or len(t) > last or (len(t) == 1 and cfg.min_len >= 1 and not empty_ok)
+               for t in hypotheses):
             return None
         lengths = torch.tensor([len(t) for t in hypotheses])
         alpha = cfg.length_penalty
         lp = length_penalty(lengths, alpha, "power") if alpha else torch.ones(len(hypotheses))
         return SimpleNamespace(hypotheses=hypotheses, scores=(torch.tensor(scores) * lp).tolist(),
                                attention=result.attention)
+
+    @staticmethod
+    def _first_step_shift(translator: Any, source: list[list[str]]) -> list[float]:
+        """Per source, what CTranslate2's min_decoding_length 1 adds to every hypothesis' log-probability:
+        it renormalises the first step without EOS, where heed forbids EOS without, so
+        delta = -log(1 - p(EOS first)) (one teacher-forced step, score_batch)."""
+        first = translator.score_batch(source, [[] for _ in source])
+        return [-math.log1p(-math.exp(s.log_probs[-1])) if s.log_probs[-1] < 0 else math.inf for s in first]
+
+    def _beam_shifted(self, result: Any, delta: float, cfg: DecodeConfig, own: int, limit: int) -> Any:
+        """`_beam_raw` for a stopping "beam" search with min_decoding_length 1 (the empty hypothesis
+        never finishes; the live beams are heed's, every score shifted by the first step's `delta`):
+        heed's raw log-probabilities, or None where it is not heed's search at `own` (as `_beam_raw`),
+        or where `delta` could reorder the n-best past what it returned: a hypothesis not returned
+        scores at most the lowest returned less delta / own^alpha (it ended by `own` tokens with EOS)."""
+        hypotheses = result.hypotheses
+        last = own if own < limit else own - 1  # as _beam_raw
+        if not math.isfinite(delta) or any(not self._ended(t) or len(t) > last for t in hypotheses):
+            return None
+        alpha = cfg.length_penalty
+        lengths = torch.tensor([len(t) for t in hypotheses])
+        lp = length_penalty(lengths, alpha, "power") if alpha else torch.ones(len(lengths))
+        raw = torch.tensor(result.scores) * lp - delta  # (hypotheses,)
+        if delta and len(raw) == cfg.beam_size:
+            heed_scores = (raw / lp).topk(cfg.n_best).values
+            bound = min(result.scores) - delta / float(length_penalty(torch.tensor(own), alpha, "power")) \
+                if alpha else min(result.scores) - delta
+            if float(heed_scores[-1]) < bound:
+                return None
+        return SimpleNamespace(hypotheses=hypotheses, scores=raw.tolist(), attention=result.attention)
 
     def _beam_stopped(self, result: Any, limit: int, cfg: DecodeConfig) -> Any | None:
         """Of a search to `limit` (every hypothesis it finished, those that ended before min_len left
