@@ -336,27 +336,8 @@ class CT2Seq2Seq:
                 penalty = cfg.length_penalty or RAW_SCORES
             options.update(beam_size=cfg.beam_size, length_penalty=penalty, patience=patience)
         results = translator.translate_batch(source, target_prefix=target_prefix, **options)
-        again: dict[int, Decoded] = {}  # sources searched again where heed ranks, a batch per limit
-        if beam_stop:
-            unsettled: dict[int, list[int]] = {}
-            raw = [self._beam_raw(r, cfg, mine, limit) for r, mine in zip(results, own)]
-            empty = [i for i, (r, mine) in enumerate(zip(results, own))
-                     if raw[i] is None and self._beam_raw(r, cfg, mine, limit, empty_ok=True) is not None]
-            if empty:  # searched again with min_decoding_length 1, its first step's shift taken off
-                shift = self._first_step_shift(translator, [source[i] for i in empty])
-                redone = translator.translate_batch([source[i] for i in empty],
-                                                    **{**options, "min_decoding_length": min(1, limit)})
-                for i, r, delta in zip(empty, redone, shift):
-                    raw[i] = self._beam_shifted(r, delta, cfg, own[i], limit)
-            for i, mine in enumerate(own):
-                results[i] = raw[i]
-                if results[i] is None:
-                    unsettled.setdefault(mine, []).append(i)
-                    results[i] = SimpleNamespace(hypotheses=[], scores=[], attention=None)
-            for mine, group in unsettled.items():
-                redone = self._translate_batch(translator, [src_ids[i] for i in group], mine, None, cfg, free,
-                                               attention, ranks="heed", suppress=suppress)
-                again.update(zip(group, redone))
+        again = (self._beam_settled(translator, source, src_ids, results, own, limit, options, cfg, free, attention,
+                                    suppress) if beam_stop else {})  # sources searched again, by index
         if ranked_by_heed:
             results = [self._long_enough(r, min(cfg.min_len, limit)) for r in results]
             stopped = [self._beam_stopped(r, limit, cfg) if cfg.stopping == "beam" else None for r in results]
@@ -380,6 +361,36 @@ class CT2Seq2Seq:
         if attention and ranked_by_heed:
             self._attention_of(translator, source, decoded)
         return decoded
+
+    def _beam_settled(self, translator: Any, source: list[list[str]], src_ids: list[list[int]], results: list[Any],
+                      own: list[int], limit: int, options: dict[str, Any], cfg: DecodeConfig, free: int,
+                      attention: bool, suppress: bool) -> dict[int, Decoded]:
+        """A stopping "beam" search where CTranslate2 ranked: `results` made heed's in place
+        (`_beam_raw`); a source unsettled only by its empty hypothesis searched again with
+        min_decoding_length 1 and its first step's shift taken off (`_beam_shifted`); those still
+        unsettled (their result left empty here) searched again where heed ranks, a batch per own
+        limit, and returned by index."""
+        raw = [self._beam_raw(r, cfg, mine, limit) for r, mine in zip(results, own)]
+        empty = [i for i, (r, mine) in enumerate(zip(results, own))
+                 if raw[i] is None and self._beam_raw(r, cfg, mine, limit, empty_ok=True) is not None]
+        if empty:
+            shift = self._first_step_shift(translator, [source[i] for i in empty])
+            redone = translator.translate_batch([source[i] for i in empty],
+                                                **{**options, "min_decoding_length": min(1, limit)})
+            for i, r, delta in zip(empty, redone, shift):
+                raw[i] = self._beam_shifted(r, delta, cfg, own[i], limit)
+        unsettled: dict[int, list[int]] = {}
+        for i, mine in enumerate(own):
+            results[i] = raw[i]
+            if results[i] is None:
+                unsettled.setdefault(mine, []).append(i)
+                results[i] = SimpleNamespace(hypotheses=[], scores=[], attention=None)
+        again: dict[int, Decoded] = {}
+        for mine, group in unsettled.items():
+            searched = self._translate_batch(translator, [src_ids[i] for i in group], mine, None, cfg, free,
+                                             attention, ranks="heed", suppress=suppress)
+            again.update(zip(group, searched))
+        return again
 
     def _beam_raw(self, result: Any, cfg: DecodeConfig, own: int, limit: int, *, empty_ok: bool = False) -> Any:
         """CTranslate2's result of a stopping "beam" search (patience 1, its `beam` best, at call limit
