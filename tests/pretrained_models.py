@@ -43,6 +43,27 @@ def teacher_forced(translator, src_ids: list[int], tgt_ids: list[int]):
     return logits.log_softmax(-1), batch.tgt_out[0]
 
 
+def assert_teacher_forced_like_hugging_face(hf, tokenizer, translator, fr: list[str], en: list[str]):
+    """heed's teacher-forced log-probabilities of the (fr, en) pairs equal those of the Hugging Face
+    model `hf` (within 1e-4), and its targets equal the tokenizer's labels; returns heed's batch."""
+    import torch
+
+    from heed.data.batching import collate, specials_of
+
+    batch = tokenizer(fr, text_target=en, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        expected = torch.log_softmax(hf(**batch).logits, dim=-1)  # (batch, tgt_len, vocab)
+    codec, model = translator.codec, translator.model
+    examples = [(codec.encode_src(s), codec.tgt_ids(codec.tgt_tokens(t), [])) for s, t in zip(fr, en)]
+    ours = collate(examples, list(range(len(examples))), specials_of(model))
+    with torch.no_grad():
+        got = torch.log_softmax(model(ours.src, ours.src_lengths, ours.tgt_in).logits, dim=-1)
+    steps = got.size(1)
+    assert ours.tgt_out.equal(batch["labels"][:, :steps].masked_fill(~ours.tgt_mask, model.pad_id))
+    assert float((got - expected[:, :steps]).abs()[ours.tgt_mask].max()) < 1e-4
+    return ours
+
+
 @cache
 def tatoeba(start: int, count: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(French, English) sentences start .. start + count of Tatoeba, or of the dates task where the

@@ -10,10 +10,9 @@ import warnings
 
 import pytest
 import torch
-from tests.pretrained_models import make_m2m100, tatoeba
+from tests.pretrained_models import assert_teacher_forced_like_hugging_face, make_m2m100, tatoeba
 
 import heed
-from heed.data.batching import collate, specials_of
 from heed.errors import HeedError
 from heed.pretrained import import_model
 
@@ -81,19 +80,8 @@ def test_source_and_target_ids_are_hugging_faces(pair):
 
 def test_teacher_forced_log_probs_equal_hugging_faces(pair):
     hf, tokenizer, translator, _, _ = pair
-    fr, en = (list(side) for side in tatoeba(5000, 64))
-    batch = tokenizer(fr, text_target=en, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        expected = torch.log_softmax(hf(**batch).logits, dim=-1)  # (batch, tgt_len, vocab)
-    codec, model = translator.codec, translator.model
-    examples = [(codec.encode_src(s), codec.tgt_ids(codec.tgt_tokens(t), [])) for s, t in zip(fr, en)]
-    ours = collate(examples, list(range(len(examples))), specials_of(model))
+    ours = assert_teacher_forced_like_hugging_face(hf, tokenizer, translator, *map(list, tatoeba(5000, 64)))
     assert ours.tgt_in[:, 0].eq(2).all()  # the decoder starts from </s>, then reads the language token
-    with torch.no_grad():
-        got = torch.log_softmax(model(ours.src, ours.src_lengths, ours.tgt_in).logits, dim=-1)
-    steps = got.size(1)
-    assert ours.tgt_out.equal(batch["labels"][:, :steps].masked_fill(~ours.tgt_mask, model.pad_id))
-    assert float((got - expected[:, :steps]).abs()[ours.tgt_mask].max()) < 1e-4
 
 
 def test_greedy_outputs_are_hugging_faces_on_200_sentences(pair):

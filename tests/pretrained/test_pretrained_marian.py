@@ -8,11 +8,16 @@ import warnings
 
 import pytest
 import torch
-from tests.pretrained_models import make_marian, multi30k, tatoeba, teacher_forced
+from tests.pretrained_models import (
+    assert_teacher_forced_like_hugging_face,
+    make_marian,
+    multi30k,
+    tatoeba,
+    teacher_forced,
+)
 
 import heed
 from heed.checkpoint import load_model_dir
-from heed.data.batching import collate, specials_of
 from heed.pretrained import import_model
 
 transformers = pytest.importorskip("transformers")
@@ -73,19 +78,7 @@ def test_imported_ids_are_marian_tokenizers(pair):
 
 def test_teacher_forced_log_probs_equal_hugging_faces(pair):
     hf, tokenizer, translator, _ = pair
-    fr, en = (list(side) for side in tatoeba(5000, 64))
-    batch = tokenizer(fr, text_target=en, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        expected = torch.log_softmax(hf(**batch).logits, dim=-1)  # (batch, tgt_len, vocab)
-    codec, model = translator.codec, translator.model
-    examples = [(codec.encode_src(s), codec.tgt_ids(codec.tgt_tokens(t), [])) for s, t in zip(fr, en)]
-    ours = collate(examples, list(range(len(examples))), specials_of(model))
-    with torch.no_grad():
-        got = torch.log_softmax(model(ours.src, ours.src_lengths, ours.tgt_in).logits, dim=-1)
-    steps = got.size(1)
-    assert ours.tgt_out.equal(batch["labels"][:, :steps].masked_fill(~ours.tgt_mask, model.pad_id))
-    difference = (got - expected[:, :steps]).abs()[ours.tgt_mask]
-    assert float(difference.max()) < 1e-4
+    assert_teacher_forced_like_hugging_face(hf, tokenizer, translator, *map(list, tatoeba(5000, 64)))
 
 
 def test_greedy_outputs_are_hugging_faces_on_200_sentences(pair):
