@@ -383,9 +383,12 @@ class Recording(Counting):
     def __init__(self, translator: Translator) -> None:
         super().__init__(translator)
         self.calls: list[list[str]] = []
+        self.first_call_waits_for: threading.Event | None = None  # the first call holds its turn until set
 
     def translate_nbest(self, texts: list[str], **kwargs: Any) -> Any:
         self.calls.append(list(texts))
+        if len(self.calls) == 1 and self.first_call_waits_for is not None:
+            self.first_call_waits_for.wait(10)
         return super().translate_nbest(texts, **kwargs)
 
 
@@ -398,6 +401,10 @@ def test_a_costly_request_is_decoded_in_slices_and_a_later_small_one_runs_betwee
     with TestClient(_app(translators, trained_run)) as c:
         whole = c.post("/v1/translate", json={"model": "tiny", "sentences": sentences, **decode}).json()["results"]
     recording = Recording(translators["tiny"])
+    # The costly request's first turn is held until the small request has had time to reach the
+    # queue (its handler runs in well under the 0.2 s), so the race with the tiny model's fast turns
+    # cannot decide where the small one lands.
+    recording.first_call_waits_for = threading.Event()
     # Each sentence costs beam 4 x (its max length + 1) rows x steps, so 60 a turn is one sentence.
     app = _app({"tiny": recording}, trained_run, slice_work=60, batch_wait_ms=0)  # type: ignore[dict-item]
     small = "le 5 mai 2001"
@@ -408,8 +415,11 @@ def test_a_costly_request_is_decoded_in_slices_and_a_later_small_one_runs_betwee
             costly = asyncio.create_task(ac.post("/v1/translate", json={"sentences": sentences, **decode}))
             while not recording.calls:
                 await asyncio.sleep(0.001)
-            cheap = await ac.post("/v1/translate", json={"sentences": [small], **decode})
-            return await costly, cheap
+            cheap = asyncio.create_task(ac.post("/v1/translate", json={"sentences": [small], **decode}))
+            await asyncio.sleep(0.2)
+            assert recording.first_call_waits_for is not None
+            recording.first_call_waits_for.set()
+            return await costly, await cheap
 
     costly, cheap = asyncio.run(costly_then_small())
     assert costly.status_code == 200 and cheap.status_code == 200
