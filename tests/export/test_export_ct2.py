@@ -24,7 +24,7 @@ from heed.data.vocab import SPECIALS
 from heed.decode_config import DecodeConfig
 from heed.errors import ConfigError, HeedError
 from heed.export.ct2 import model_files, write_ct2
-from heed.export.ct2_run import CT2Seq2Seq, ranking
+from heed.export.ct2_run import PROBE_RATE, CT2Seq2Seq, FirstStepEnds, ranking
 from heed.export.onnx import MANIFEST_FILE, export_model
 from heed.nn.build import ModelConfig, build_model
 from heed.plumbing.runtime import cpu_int8_products_exact
@@ -259,18 +259,35 @@ def test_with_stop_beam_a_ct2_export_gives_heeds_stop_beam_search(transformer_ru
         assert ("heed" in calls) == ("max_len_a" in options)
 
 
+def _first_step_ended(model: Any, sources: list[str], codec: Any, beam: int) -> list[bool]:
+    """Per source, whether its EOS ranks among its first step's best `beam` candidates, from
+    CTranslate2's teacher-forced EOS and its best other tokens (which it normalises without EOS)."""
+    translator = model._translator()
+    source = [[model.src_tokens[i] for i in codec.encode_src(x)] + [model.src_tokens[model.eos_id]] for x in sources]
+    ends = [s.log_probs[-1] for s in translator.score_batch(source, [[] for _ in source])]
+    others = translator.translate_batch(source, beam_size=1, return_alternatives=True, num_hypotheses=beam,
+                                        max_decoding_length=1, return_scores=True, max_input_length=0)
+    return [end > o.scores[beam - 1] + math.log1p(-math.exp(end)) for o, end in zip(others, ends)]
+
+
+@pytest.mark.parametrize("probe", [False, True], ids=["searched-again", "probed"])
 @pytest.mark.parametrize("options", [dict(length_penalty=1.0, length_norm="power"), dict(length_penalty=0.0)],
                          ids=["power1", "none"])
 def test_with_stop_beam_a_source_whose_empty_hypothesis_finished_first_is_still_heeds(transformer_run, tiny_corpus,
-                                                                                      tmp_path, options):
+                                                                                      tmp_path, options, probe):
     """CTranslate2 searches stopping "beam" without min_decoding_length (which would renormalise the
     first step): with min_len 1 its live beams are heed's, but an EOS among the first step's best
     `beam` finishes the empty hypothesis, which counts toward its stop. With </s> favoured by 2 in
-    the output layer's bias that happens for most sources: where the empty hypothesis is returned
-    the source is searched again with min_decoding_length 1, its first step's shift taken off (or,
-    where that shift could reorder its n-best, to its limit where heed ranks); where `beam` others outrank it
-    CTranslate2's result stands. Both kinds occur here with the power penalty (without one the
-    empty hypothesis is always returned), and every n-best list, score and log-probability is heed's."""
+    the output layer's bias that happens for most sources.
+    - Without a probe: where the empty hypothesis is returned the source is searched again with
+      min_decoding_length 1, its first step's shift taken off (or, where that shift could reorder its
+      n-best, to its limit where heed ranks); where `beam` others outrank it CTranslate2's result
+      stands. Both kinds occur here with the power penalty (without one the empty hypothesis is
+      always returned).
+    - Probed (FirstStepEnds: the default for a model's first search, and kept while such sources are
+      common): one step finds those sources first, and they alone are searched with
+      min_decoding_length 1, once.
+    Either way every n-best list, score and log-probability is heed's."""
     base = load_model_dir(transformer_run)
     with torch.no_grad():
         base.model.decoder.generator.bias[base.model.eos_id] += 2.0
@@ -278,8 +295,11 @@ def test_with_stop_beam_a_source_whose_empty_hypothesis_finished_first_is_still_
     exported = heed.load(str(export_model(model_dir, tmp_path / "ct2", kind="ctranslate2")))
     pytorch = heed.load(str(model_dir), device="cpu")
     model, sources = exported.model, _sources(tiny_corpus)[:-1]  # each searched by CTranslate2
-    returned = []  # per source CTranslate2 searched with the beam stop: whether it returned the empty hypothesis
-    raw = model._beam_raw
+    if not probe:
+        model.first_step_ends = FirstStepEnds(ended=0, seen=10**6)
+    returned = []  # per source CTranslate2 searched without min_decoding_length: whether it returned the empty hypothesis
+    shifted = []  # per source searched with min_decoding_length 1: its shift
+    raw, shift = model._beam_raw, model._beam_shifted
 
     def spied(r: Any, *a: Any, **k: Any) -> Any:
         if not k:  # the first look at each source's result (empty_ok: the second, for the empty hypothesis)
@@ -287,23 +307,43 @@ def test_with_stop_beam_a_source_whose_empty_hypothesis_finished_first_is_still_
         return raw(r, *a, **k)
 
     model._beam_raw = spied
+    model._beam_shifted = lambda r, delta, *a: shifted.append(delta) or shift(r, delta, *a)
     decode = dict(beam=4, stopping="beam", n_best=2, **options)
     assert ranking(exported.resolve_decode({k: v for k, v in decode.items() if k != "beam"}, beam=4)) == "ctranslate2"
     mine, theirs = pytorch.translate_nbest(sources, **decode), exported.translate_nbest(sources, **decode)
     assert [[t.tokens for t in n] for n in theirs] == [[t.tokens for t in n] for n in mine]
     for s, t in zip((t for n in mine for t in n), (t for n in theirs for t in n)):
         assert abs(s.score - t.score) < 1e-4 and abs(s.log_prob - t.log_prob) < 1e-4
-    # the sources whose first step put EOS among its best 4 (the empty hypothesis finished there)
-    translator = model._translator()
-    source = [[model.src_tokens[i] for i in pytorch.codec.encode_src(x)] + [model.src_tokens[model.eos_id]]
-              for x in sources]
-    ends = [s.log_probs[-1] for s in translator.score_batch(source, [[] for _ in source])]
-    others = translator.translate_batch(source, beam_size=1, return_alternatives=True, num_hypotheses=4,
-                                        max_decoding_length=1, return_scores=True, max_input_length=0)
-    finished_first = sum(end > o.scores[3] + math.log1p(-math.exp(end)) for o, end in zip(others, ends))
-    assert len(returned) == len(sources) and finished_first >= sum(returned) > 0
-    if options["length_penalty"]:  # without one, a short sum outranks the longer ones: every empty one returned
-        assert finished_first > sum(returned)
+    finished_first = sum(_first_step_ended(model, sources, pytorch.codec, 4))
+    assert finished_first > 0.5 * len(sources)
+    if probe:  # found first, searched once; the others as before, and none of them returned the empty hypothesis
+        assert len(shifted) == finished_first and len(returned) == len(sources) - finished_first
+        assert not any(returned) and all(0 < d < math.inf for d in shifted)
+        assert (model.first_step_ends.ended, model.first_step_ends.seen) == (1 + finished_first, 2 + len(sources))
+        assert model.first_step_ends.probing
+    else:
+        assert len(returned) == len(sources) and finished_first >= sum(returned) > 0
+        assert len(shifted) == sum(returned)  # those searched again with min_decoding_length 1
+        if options["length_penalty"]:  # without one, a short sum outranks the longer ones: every empty one returned
+            assert finished_first > sum(returned)
+
+
+def test_a_ct2_export_probes_the_first_step_only_while_eos_often_ranks_there(ct2_dir, transformer_run, tiny_corpus):
+    """FirstStepEnds: a model's first stopping "beam" search probes the first step (a prior of one in
+    two); on the trained tiny model no source puts EOS among its first step's best 4, so after one
+    batch the count turns the probe off, and later searches count the sources searched again instead."""
+    exported = heed.load(str(ct2_dir))
+    model, sources = exported.model, _sources(tiny_corpus)[:-1]  # each searched by CTranslate2
+    assert not any(_first_step_ended(model, sources, heed.load(str(transformer_run), device="cpu").codec, 4))
+    probes = []
+    probe = model._first_step_ends
+    model._first_step_ends = lambda *a: probes.append(len(a[1])) or probe(*a)
+    for _ in range(2):
+        exported.translate(sources, beam=4, stopping="beam")
+    assert probes == [len(sources)]  # the first batch only
+    assert (model.first_step_ends.ended, model.first_step_ends.seen) == (1, 2 + 2 * len(sources))
+    assert not model.first_step_ends.probing and PROBE_RATE * model.first_step_ends.seen > 1
+    assert FirstStepEnds(ended=1 + 7, seen=2 + 64).probing and not FirstStepEnds(ended=1 + 3, seen=2 + 64).probing
 
 
 def test_an_int8_ct2_export_is_smaller_and_translates_nearly_alike(transformer_run, ct2_dir, tiny_corpus, tmp_path):

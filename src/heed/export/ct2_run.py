@@ -19,11 +19,14 @@ with heed's tokens, scores and lengths:
 - with stopping "beam" (a sentence ends once `beam` hypotheses finished: DecodeConfig.stopping),
   CTranslate2's own stop (patience 1) is heed's: without a penalty or with the power one, min_len
   <= 1 and no prefix, CTranslate2 stops and ranks (`ranking`: "ctranslate2"; without
-  min_decoding_length, whose renormalised first step would shift every score; a source the count
-  did not stop before its own limit, or for min_len 1 whose empty hypothesis it returned, is
-  searched to its limit as with the GNMT penalty, min_len > 1 or a prefix: heed keeps what its
-  beam stop finished there, every hypothesis that ended by the step where the `beam`-th ended, and
-  ranks them);
+  min_decoding_length, whose renormalised first step would shift every score; with min_len 1 a
+  source whose EOS ranks among its first step's best `beam` would finish the empty hypothesis,
+  which heed's search does not: it is searched with min_decoding_length 1 and that step's shift
+  taken off, found first by a one-step probe while such sources are common (FirstStepEnds), else
+  searched again where it returned the empty hypothesis; a source the count did not stop before
+  its own limit is searched to its limit as with the GNMT penalty, min_len > 1 or a prefix: heed
+  keeps what its beam stop finished there, every hypothesis that ended by the step where the
+  `beam`-th ended, and ranks them);
 - `max_len_a`/`max_len_b` per source (CTranslate2 takes one limit a call: where heed ranks, batches
   are made of sources of one limit; else the batch's largest, and a source whose output passed its
   own limit is decoded again alone with it);
@@ -54,6 +57,7 @@ import functools
 import math
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -70,6 +74,10 @@ from heed.search import Decoded, Hypothesis, length_penalty, max_output_lengths
 # Any non-zero length penalty turns off CTranslate2's early exit (which is only right without one);
 # this one leaves its scores raw sums of log-probabilities (length ** 1e-30 == 1.0f).
 RAW_SCORES = 1e-30
+# The share of sources whose EOS ranks among the first step's best `beam` above which a stopping "beam"
+# search probes the first step (CT2Seq2Seq._first_step_ends): the probe (encoder and one step) costs
+# 6-7% of a tc-big search at batch 64; a source the search without it finishes empty is searched again.
+PROBE_RATE = 0.07
 NEEDS_HEED = ("a CTranslate2 export translates with CTranslate2's own search, which has no step or teacher-forced "
               "pass to give heed; {what} needs the model directory or an ONNX export (heed export --format onnx)")
 
@@ -125,6 +133,27 @@ def needs_heed(what: str) -> HeedError:
     return HeedError(NEEDS_HEED.format(what=what))
 
 
+@dataclass
+class FirstStepEnds:
+    """How many of the sources a model's stopping "beam" searches (min_len >= 1, ranked by
+    CTranslate2) have seen put EOS among their first step's best `beam` (`ended`, of `seen`; with a
+    prior of one in two), and so whether the next search probes the first step first
+    (CT2Seq2Seq._first_step_ends): where EOS ranks there a search without min_decoding_length finishes
+    the empty hypothesis, which heed's does not, and the source is searched twice. Counted from the
+    probe's findings, or from the sources searched again where none ran."""
+
+    ended: int = 1
+    seen: int = 2
+
+    def add(self, ended: int, seen: int) -> None:
+        self.ended += ended
+        self.seen += seen
+
+    @property
+    def probing(self) -> bool:
+        return self.ended >= PROBE_RATE * self.seen
+
+
 class CT2Seq2Seq:
     """A CTranslate2 model directory behind heed's Translator (heed.search.OwnSearchModel)."""
 
@@ -140,6 +169,7 @@ class CT2Seq2Seq:
         self.tgt_tokens = list(tgt_tokens)
         self._tgt_ids = {t: i for i, t in enumerate(self.tgt_tokens)}
         self._translators: dict[int, Any] = {}
+        self.first_step_ends = FirstStepEnds()
         self._translator()  # load now: a damaged model fails at load
 
     @property
@@ -335,9 +365,13 @@ class CT2Seq2Seq:
             if beam_stop:
                 penalty = cfg.length_penalty or RAW_SCORES
             options.update(beam_size=cfg.beam_size, length_penalty=penalty, patience=patience)
-        results = translator.translate_batch(source, target_prefix=target_prefix, **options)
+        shifted = None  # where the first step was probed: the sources searched with min_decoding_length 1, their shifts
+        if beam_stop and cfg.min_len >= 1 and self.first_step_ends.probing:
+            shifted = self._first_step_ends(translator, source, cfg.beam_size)
+        results = self._apart(translator, source, options, shifted, limit) if shifted else \
+            translator.translate_batch(source, target_prefix=target_prefix, **options)
         again = (self._beam_settled(translator, source, src_ids, results, own, limit, options, cfg, free, attention,
-                                    suppress) if beam_stop else {})  # sources searched again, by index
+                                    suppress, shifted) if beam_stop else {})  # sources searched again, by index
         if ranked_by_heed:
             results = [self._long_enough(r, min(cfg.min_len, limit)) for r in results]
             stopped = [self._beam_stopped(r, limit, cfg) if cfg.stopping == "beam" else None for r in results]
@@ -362,17 +396,51 @@ class CT2Seq2Seq:
             self._attention_of(translator, source, decoded)
         return decoded
 
+    def _first_step_ends(self, translator: Any, source: list[list[str]], beam: int) -> dict[int, float]:
+        """The sources whose EOS ranks among their first step's best `beam` (where a search without
+        min_decoding_length would finish the empty hypothesis), by index, each with the shift
+        min_decoding_length 1 adds to its hypotheses' log-probabilities, -log(1 - p(EOS first)): one
+        beam search step (encoder and one decoder step) whose candidates are that step's best `beam`."""
+        eos = [self.tgt_tokens[self.eos_id]]
+        step = translator.translate_batch(source, beam_size=beam, num_hypotheses=beam, max_decoding_length=1,
+                                          min_decoding_length=0, max_input_length=0, length_penalty=0.0,
+                                          return_scores=True, return_end_token=True)
+        shifts = {i: next(-math.log1p(-math.exp(s)) if s < 0 else math.inf
+                          for tokens, s in zip(r.hypotheses, r.scores) if tokens == eos)
+                  for i, r in enumerate(step) if eos in r.hypotheses}
+        self.first_step_ends.add(len(shifts), len(source))
+        return shifts
+
+    @staticmethod
+    def _apart(translator: Any, source: list[list[str]], options: dict[str, Any], shifted: dict[int, float],
+               limit: int) -> list[Any]:
+        """CTranslate2's results for `source` in its order: the sources in `shifted` searched with
+        min_decoding_length 1 (the empty hypothesis never finishes), the others without, a call each."""
+        results: list[Any] = [None] * len(source)
+        rest = [i for i in range(len(source)) if i not in shifted]
+        for group, least in ((rest, 0), (sorted(shifted), min(1, limit))):
+            if group:
+                found = translator.translate_batch([source[i] for i in group], **{**options, "min_decoding_length": least})
+                for i, r in zip(group, found):
+                    results[i] = r
+        return results
+
     def _beam_settled(self, translator: Any, source: list[list[str]], src_ids: list[list[int]], results: list[Any],
                       own: list[int], limit: int, options: dict[str, Any], cfg: DecodeConfig, free: int,
-                      attention: bool, suppress: bool) -> dict[int, Decoded]:
+                      attention: bool, suppress: bool, shifted: dict[int, float] | None) -> dict[int, Decoded]:
         """A stopping "beam" search where CTranslate2 ranked: `results` made heed's in place
-        (`_beam_raw`); a source unsettled only by its empty hypothesis searched again with
-        min_decoding_length 1 and its first step's shift taken off (`_beam_shifted`); those still
-        unsettled (their result left empty here) searched again where heed ranks, a batch per own
-        limit, and returned by index."""
-        raw = [self._beam_raw(r, cfg, mine, limit) for r, mine in zip(results, own)]
+        (`_beam_raw`; where the first step was probed, the sources in `shifted`, searched with
+        min_decoding_length 1, with their first step's shift taken off: `_beam_shifted`); a source
+        unsettled only by its empty hypothesis searched again so (and counted in `first_step_ends`
+        where no probe ran); those still unsettled (their result left empty here) searched again
+        where heed ranks, a batch per own limit, and returned by index."""
+        shifts = shifted or {}
+        raw = [self._beam_shifted(r, shifts[i], cfg, mine, limit) if i in shifts else self._beam_raw(r, cfg, mine, limit)
+               for i, (r, mine) in enumerate(zip(results, own))]
         empty = [i for i, (r, mine) in enumerate(zip(results, own))
-                 if raw[i] is None and self._beam_raw(r, cfg, mine, limit, empty_ok=True) is not None]
+                 if i not in shifts and raw[i] is None and self._beam_raw(r, cfg, mine, limit, empty_ok=True) is not None]
+        if shifted is None and cfg.min_len >= 1:
+            self.first_step_ends.add(len(empty), len(results))
         if empty:
             shift = self._first_step_shift(translator, [source[i] for i in empty])
             redone = translator.translate_batch([source[i] for i in empty],
@@ -431,7 +499,10 @@ class CT2Seq2Seq:
         never finishes; the live beams are heed's, every score shifted by the first step's `delta`):
         heed's raw log-probabilities, or None where it is not heed's search at `own` (as `_beam_raw`),
         or where `delta` could reorder the n-best past what it returned: a hypothesis not returned
-        scores at most the lowest returned less delta / own^alpha (it ended by `own` tokens with EOS)."""
+        scores at most the lowest returned less delta / longest^alpha. (One is left out only where more
+        than `beam` finished by the step that stopped the search, which the longest returned ended at:
+        had none of that step's been returned, `beam` would have finished a step before. So each ended
+        by `longest` tokens with EOS.)"""
         hypotheses = result.hypotheses
         last = own if own < limit else own - 1  # as _beam_raw
         if not math.isfinite(delta) or any(not self._ended(t) or len(t) > last for t in hypotheses):
@@ -442,8 +513,8 @@ class CT2Seq2Seq:
         raw = torch.tensor(result.scores) * lp - delta  # (hypotheses,)
         if delta and len(raw) == cfg.beam_size:
             heed_scores = (raw / lp).topk(cfg.n_best).values
-            bound = min(result.scores) - delta / float(length_penalty(torch.tensor(own), alpha, "power")) \
-                if alpha else min(result.scores) - delta
+            longest = float(length_penalty(lengths.max(), alpha, "power")) if alpha else 1.0
+            bound = min(result.scores) - delta / longest
             if float(heed_scores[-1]) < bound:
                 return None
         return SimpleNamespace(hypotheses=hypotheses, scores=raw.tolist(), attention=result.attention)
