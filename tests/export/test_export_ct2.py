@@ -224,6 +224,24 @@ def test_a_stop_beam_result_is_heeds_only_where_its_count_settles_it(ct2_dir):
     assert model._beam_raw(empty, cfg.model_copy(update={"min_len": 0}), 10, 10).scores == pytest.approx([-1.0, -0.9])
 
 
+def test_a_shifted_stop_beam_result_is_heeds_only_where_no_left_out_hypothesis_could_rank(ct2_dir):
+    """_beam_shifted on a hand-made result of a search with min_decoding_length 1 (beam 2, power 1,
+    CTranslate2's scores (raw + delta) / |Y|, delta 0.5): raw sums back, reranked by heed's score. A
+    hypothesis CTranslate2 left out scored at most the lowest returned, -0.3, and ended by the
+    longest returned (4 tokens with EOS: the step that stopped the search), so heed scores it at most
+    -0.3 - 0.5 / 4 = -0.425: heed's best (-0.4) is settled (not by the source's own limit, 10 tokens:
+    -0.35), its second (-0.55) is not."""
+    model = heed.load(str(ct2_dir)).model
+    eos = model.tgt_tokens[model.eos_id]
+    cfg = DecodeConfig(beam_size=2, length_penalty=1.0, length_norm="power", stopping="beam")
+    result = SimpleNamespace(hypotheses=[["a", eos], ["a", "b", "c", eos]], scores=[-0.3, -0.275], attention=None)
+    settled = model._beam_shifted(result, 0.5, cfg, 10, 10)
+    assert settled.scores == pytest.approx([-1.1, -1.6])  # heed ranks ["a", "b", "c"] first: -0.4 against -0.55
+    assert model._beam_shifted(result, 0.5, cfg.model_copy(update={"n_best": 2}), 10, 10) is None
+    assert model._beam_shifted(result, math.inf, cfg, 10, 10) is None  # p(EOS first) 1: no shift to take off
+    assert model._beam_shifted(result, 0.5, cfg, 4, 4) is None  # registered at the call's last step
+
+
 @pytest.mark.parametrize("options", [
     dict(length_penalty=10.0, length_norm="power", min_len=1), dict(length_penalty=10.0, length_norm="power", n_best=3),
     dict(length_penalty=1.0, length_norm="power", max_len_a=0.5, max_len_b=1),
