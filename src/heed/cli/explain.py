@@ -280,7 +280,6 @@ class CombineRule(str, enum.Enum):
     product = "product"
     fill = "fill"
     grow_diag_final = "grow-diag-final"
-    guide = "guide"
 
 
 class SymmetrizeHow(str, enum.Enum):
@@ -354,13 +353,10 @@ PRIORS_OPTION = typer.Option(None, "--priors", metavar="FILE", help="With --alig
 COMBINE_OPTION = typer.Option(None, "--combine", help="With --aligner both: intersect or union of the model's links and "
                               "the priors'; fill: the priors' links, the model's for the target words they leave "
                               "unlinked; grow-diag-final of the two; or product: each target word's source word by the "
-                              "model's attention times the priors' lexical probability (to the power --priors-weight); or "
-                              "guide: eflomal with the priors and the model's attention on these pairs as extra lexical "
-                              "counts (--priors-weight counts a target word). Default: the rule measured best (heed.explain.priors.BOTH_RULE).")
+                              "model's attention times the priors' lexical probability (to the power --priors-weight). "
+                              "Default: the rule measured best (heed.explain.priors.BOTH_RULE).")
 PRIORS_WEIGHT_OPTION = typer.Option(1.0, "--priors-weight", help="With --combine product: the exponent on the priors' "
-                                    "probability, 0 (the model alone) to 10; with --combine guide: the counts each "
-                                    "target word's attention adds to eflomal's lexical priors, 0 (the priors alone) to "
-                                    "10.")
+                                    "probability, 0 (the model alone) to 10.")
 BATCH_OPTION = typer.Option(64, "--batch-size", min=1, help="Sentence pairs per batch.")
 DEVICE_OPTION = typer.Option("auto", "--device", help="auto, cpu or cuda.")
 
@@ -529,7 +525,7 @@ def _links_with_priors(translator: Any, aligner: AlignerChoice, combine: Combine
     links = aligner_links(aligner.value, lambda: translator.align(src_texts, tgt_texts, options=options,
                                                                   batch_size=batch_size),
                           pairs, priors, units=options.tgt_units, rule=rule, weight=weight)  # type: ignore[arg-type]
-    weighted = f" (weight {weight:g})" if rule in ("product", "guide") else ""
+    weighted = f" (weight {weight:g})" if rule == "product" else ""
     what = (f"aligner priors ({priors.path})" if aligner is AlignerChoice.priors
             else f"aligner both ({rule}{weighted} of {what} and the priors of {priors.path})")
     stderr().print(f"aligner: {what}", soft_wrap=True)

@@ -22,7 +22,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -41,10 +41,9 @@ if TYPE_CHECKING:
 
 Aligner = Literal["model", "priors", "both"]
 ALIGNERS: tuple[str, ...] = ("model", "priors", "both")
-Join = Literal["intersect", "union", "product", "fill", "grow-diag-final", "guide"]
-JOINS: tuple[str, ...] = ("intersect", "union", "product", "fill", "grow-diag-final", "guide")
-MAX_WEIGHT = 10.0  # the product rule's exponent on the priors, the guide rule's counts a unit: 0 (none) to this
-MIN_SHARE = 0.01  # the guide rule: a row's cells under this share of its weight add no count
+Join = Literal["intersect", "union", "product", "fill", "grow-diag-final"]
+JOINS: tuple[str, ...] = ("intersect", "union", "product", "fill", "grow-diag-final")
+MAX_WEIGHT = 10.0  # the product rule's exponent on the priors: 0 (the model alone) to this
 # The rule `both` uses, measured on the dates gold (bench/studies/align_priors.py, bench/RESULTS.md;
 # 1,000 new pairs, a tiny RNN, priors of its 3,000 training pairs): AER model 0.045, priors (eflomal)
 # 0.321, intersect 0.326, union 0.071, product 0.025 (weight 1; 0.022 at 2, 0.079 at 4).
@@ -188,38 +187,6 @@ def priors_links(pairs: Sequence[Pair], priors: Priors, *, how: Symmetrize = "gr
     return [symmetrize(f, b, how) for f, b in zip(ahead, behind)]
 
 
-def evidence_lines(readings: Sequence[Reading], *, units: Units, weight: float) -> list[str]:
-    """The model's reading of the pairs as eflomal lexical priors (LEX lines): each target unit of
-    each pair adds `weight` counts, shared among the source words by its attention row (cells under
-    MIN_SHARE of the row dropped, the rest normalised), summed over the pairs per (source word,
-    target unit), lowercased as eflomal reads them. Weight 1: a unit counts as much as one link
-    eflomal made in the training corpus (what the corpus priors count)."""
-    counts: dict[tuple[str, str], float] = {}
-    for reading in readings:
-        src = [w.lower() for w in reading.src_words]
-        tgt = [u.lower() for u in (reading.tgt_words if units == "words" else list("".join(reading.tgt_words)))]
-        attention = np.asarray(reading.attention, dtype=np.float64).reshape(len(tgt), len(src))  # (tgt units, src words)
-        for j, row in enumerate(attention):
-            if row.sum() <= 0:
-                continue
-            kept = np.flatnonzero(row >= MIN_SHARE * row.sum())
-            for i in kept:
-                key = (src[i], tgt[j])
-                counts[key] = counts.get(key, 0.0) + weight * float(row[i] / row[kept].sum())
-    return [f"LEX\t{s}\t{t}\t{alpha:.6g}" for (s, t), alpha in sorted(counts.items())]
-
-
-def guide_links(pairs: Sequence[Pair], readings: Sequence[Reading], priors: Priors, *, weight: float = 1.0,
-                how: Symmetrize = "grow-diag-final") -> list[set[Link]]:
-    """eflomal on `pairs` with `priors` and the model's reading of those pairs (`readings`, one a
-    pair) added to them as lexical counts (evidence_lines with `weight`): eflomal's sampler joins
-    the corpus's statistics with the translator's evidence (its jumps, fertilities and its own counts
-    decide each link), instead of a join after the fact. Weight 0: the priors alone."""
-    assert len(pairs) == len(readings)
-    extra = evidence_lines(readings, units=priors.units, weight=weight) if weight > 0 else []
-    return priors_links(pairs, replace(priors, lines=priors.lines + tuple(extra)), how=how)
-
-
 def fill_links(model: set[Link], priors: set[Link]) -> set[Link]:
     """The priors' links, and the model's links of the target units the priors leave unlinked."""
     linked = {j for _, j in priors}
@@ -230,9 +197,8 @@ def join_links(model: Sequence[set[Link]], priors: Sequence[set[Link]], rule: Jo
     """The model's links joined with the priors', pair by pair: their intersection or union, the
     priors' filled in by the model's (fill_links), or grow-diag-final of the two as if they were
     two directions (heed.explain.align_methods.symmetrize), the priors' first: where a link of
-    each would add the same word in its final step, the priors' is taken. (The product and guide
-    rules read the model's attention, not its links: product_links, guide_links.)"""
-    assert len(model) == len(priors) and rule != "product" and rule != "guide"
+    each would add the same word in its final step, the priors' is taken."""
+    assert len(model) == len(priors) and rule != "product"
     if rule == "fill":
         return [fill_links(m, p) for m, p in zip(model, priors)]
     return [symmetrize(p, m, rule) for m, p in zip(model, priors)]
@@ -278,7 +244,7 @@ def product_links(reading: Reading, table: dict[tuple[str, str], float], *, unit
 
 
 def check_weight(weight: float) -> None:
-    """A HeedError for a product or guide weight outside [0, MAX_WEIGHT]."""
+    """A HeedError for a product weight outside [0, MAX_WEIGHT]."""
     if not (math.isfinite(weight) and 0 <= weight <= MAX_WEIGHT):
         raise HeedError(f"the priors' weight must be between 0 and {MAX_WEIGHT:g}, got {weight:g}")
 
@@ -288,9 +254,8 @@ def aligner_links(aligner: Aligner, model: Callable[[], Sequence[Reading]], pair
                   weight: float = 1.0) -> list[set[Link]]:
     """The links `aligner` chooses for `pairs`: those of `model()` (the model's alignments, only
     computed when used), eflomal with `priors` on the pairs alone, or both joined by `rule`
-    (product_links or guide_links with `weight`, or join_links: intersect, union, fill,
-    grow-diag-final). A HeedError when priors are needed and missing, or counted in other units
-    than `units`, or the weight is out of range."""
+    (product_links with `weight`, or join_links: intersect, union, fill, grow-diag-final). A HeedError when priors are needed and
+    missing, or counted in other units than `units`, or the weight is out of range."""
     if aligner not in ALIGNERS:
         raise HeedError(f"aligner must be one of {', '.join(ALIGNERS)}, got {aligner!r}")
     check_weight(weight)
@@ -304,8 +269,6 @@ def aligner_links(aligner: Aligner, model: Callable[[], Sequence[Reading]], pair
     if aligner == "both" and rule == "product":
         table = lexical_table(priors)
         return [product_links(r, table, units=units, weight=weight) for r in model()]
-    if aligner == "both" and rule == "guide":
-        return guide_links(pairs, model(), priors, weight=weight)
     theirs = priors_links(pairs, priors)
     if aligner == "priors":
         return theirs
@@ -379,8 +342,6 @@ __all__ = [
     "Priors",
     "aligner_links",
     "check_vocabulary",
-    "evidence_lines",
-    "guide_links",
     "join_links",
     "model_priors",
     "needs_eflomal",
