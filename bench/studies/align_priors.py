@@ -4,7 +4,8 @@ task's gold by construction (source words -> target characters).
 A tiny RNN is trained on generated dates; eflomal's priors are learned on its training corpus (as
 `heed data align --priors-out FILE --priors-units chars` does); then, on --n new pairs, the AER of
 the model's default reading, of eflomal with the priors on those pairs alone, and of their
-intersection, union and product with weights (the candidates for the `both` rule). And the time eflomal with priors
+intersection, union, fill, product with weights and guide with weights (eflomal with the model's
+reading as extra lexical priors, bench/studies/guide_rule.py: the candidates for the `both` rule). And the time eflomal with priors
 takes on the new pairs, beyond the model's forward pass (target: under 1 s for 1,000 pairs).
 
     python bench/studies/align_priors.py [--train 3000] [--n 1000] [--epochs 4] [--out runs/align-priors] [--reuse]
@@ -114,8 +115,19 @@ def main() -> None:
     products = {w: [product_links(r, table, units="chars", weight=w) for r in readings] for w in (0.5, 1.0, 2.0, 4.0)}
     print(f"AER  product (model attention x priors' lexical p^w, {(time.perf_counter() - started) / 4:.2f} s each)  "
           + "  ".join(f"w={w:g} {aer(links, gold):.4f}" for w, links in products.items()))
+    print(f"AER  fill {aer(join_links(model, theirs, 'fill'), gold):.4f}")
+    started = time.perf_counter()
+    from guide_rule import guide_links  # this folder's module: run as a script
+
+    guides = {w: guide_links(test, readings, priors, weight=w) for w in GUIDE_WEIGHTS}
+    print(f"AER  guide (eflomal, the model's reading as w lexical counts a unit, "
+          f"{(time.perf_counter() - started) / len(GUIDE_WEIGHTS):.2f} s each)  "
+          + "  ".join(f"w={w:g} {aer(links, gold):.4f}" for w, links in guides.items()))
 
     markup(translator, test, gold, priors)
+
+
+GUIDE_WEIGHTS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 def markup(translator, test, gold, priors) -> None:  # type: ignore[no-untyped-def]

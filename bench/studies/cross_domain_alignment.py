@@ -32,6 +32,9 @@ reads the translator itself or brings in a statistical aligner:
                                  links by `--aligner both`'s rules (intersect, union, fill,
                                  grow-diag-final, the product at weights 0.5-8), the rule chosen
                                  in-domain (`joins`; every rule's F1 is printed)
+    both: guide                  measured, not in heed (guide_rule.py): eflomal on the test pairs with
+                                 the priors and the model's reading of them as extra lexical counts,
+                                 the weight chosen in-domain
     all                          null links + both directions, then x priors
 
 Markup: each test pair's source gets a random inline tag around a random phrase (1-3 words) of
@@ -39,6 +42,7 @@ words eflomal links; the tag's gold span in the target is the span eflomal's lin
 placement (heed.markup.carry_many onto the reference, forced) is scored by word F1 against it.
 
     python bench/studies/cross_domain_alignment.py --out runs/xdomain [--minutes 10 | --steps 800] [--seed 1] [--jobs 2]
+        [--one-way]   (no reverse models: the both-directions and all rows left out)
 
 Prints the tables (markdown) and writes OUT/cross_domain.json.
 """
@@ -134,11 +138,14 @@ def train_plain(corpus: str, out: Path, seed: int, budget: dict[str, str]) -> Pa
                                "model.alignment_layer": "true"}, out / f"{corpus}-plain-layer", out)
 
 
-def train_guided(corpus: str, out: Path, seed: int, budget: dict[str, str]) -> Path:
+def train_guided(corpus: str, out: Path, seed: int, budget: dict[str, str], reverse: bool = True) -> Path:
     """Guided (head 0 of the second-to-last decoder layer trained on eflomal's links) and its reverse,
-    guided as well: one `heed train --both-directions`, into CORPUS-guided and CORPUS-guided-reverse."""
+    guided as well: one `heed train --both-directions`, into CORPUS-guided and CORPUS-guided-reverse
+    (without `reverse`, the guided run alone)."""
     recipe, sets, supervision = run_sets(corpus, out, seed, budget)
     guided = out / f"{corpus}-guided"
+    if not reverse:
+        return heed_train(recipe, {**sets, "train.alignment": f"{{supervision: {supervision}}}"}, guided, out)
     if not (guided / "model" / "heed.json").exists() or not (out / f"{corpus}-guided-reverse" / "model").exists():
         argv = [sys.executable, "-m", "heed", "train", str(REPO / "configs" / recipe), "--both-directions"]
         for key, value in {**sets, "train.alignment": f"{{supervision: {supervision}}}",
@@ -152,15 +159,17 @@ def train_guided(corpus: str, out: Path, seed: int, budget: dict[str, str]) -> P
     return guided
 
 
-def train_all(out: Path, seed: int, budget: dict[str, str], jobs: int) -> dict[str, dict[str, Path]]:
-    """Every corpus's plain (+ layer) run and guided pair, `jobs` trainings at a time (one thread
-    each), the two guided pairs first (each is two trainings in a row)."""
+def train_all(out: Path, seed: int, budget: dict[str, str], jobs: int, reverse: bool = True) -> dict[str, dict[str, Path]]:
+    """Every corpus's plain (+ layer) run and guided pair (without `reverse`, the guided run alone),
+    `jobs` trainings at a time (one thread each), the two guided pairs first (each is two trainings
+    in a row)."""
     work = [(train_guided, c) for c in RECIPES] + [(train_plain, c) for c in RECIPES]
     with ThreadPoolExecutor(jobs) as pool:
-        done = list(pool.map(lambda job: job[0](job[1], out, seed, budget), work))
+        done = list(pool.map(lambda job: (train_guided(job[1], out, seed, budget, reverse) if job[0] is train_guided
+                                          else job[0](job[1], out, seed, budget)), work))
     found = dict(zip(work, done))
-    return {c: {"plain": found[(train_plain, c)], "layer": found[(train_plain, c)],
-                "guided": found[(train_guided, c)], "reverse": out / f"{c}-guided-reverse"} for c in RECIPES}
+    return {c: {"plain": found[(train_plain, c)], "layer": found[(train_plain, c)], "guided": found[(train_guided, c)],
+                **({"reverse": out / f"{c}-guided-reverse"} if reverse else {})} for c in RECIPES}
 
 
 # ---- the test sets and the silver reference ------------------------------------------------------
@@ -292,8 +301,12 @@ def null_links(case: Case) -> Links:
     return hard(case.readings("guided", join=join), threshold)
 
 
-def both_directions(case: Case, how: str | None = None) -> Links:
+def both_directions(case: Case, how: str | None = None) -> Links | None:
+    """The guided model symmetrised with its reverse (None without a reverse run: --one-way)."""
     from heed.explain.align_methods import symmetrize
+
+    if "reverse" not in case.runs:
+        return None
 
     how = how or case.chosen["symmetrize"]
     return [symmetrize(f, b, how) for f, b in zip(guided(case), hard(case.readings("reverse", reverse=True),
@@ -311,14 +324,20 @@ def layer(case: Case) -> Links:
 
 PRODUCT_WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0)
 FILL_THRESHOLDS = (0.3, 0.5, 0.7, 0.9)  # `--combine fill --null-threshold T`: heed.explain.align_methods' grid
+GUIDE_WEIGHTS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # guide_rule.guide_links: counts a target word
+PRIORS_SAMPLES = 3  # eflomal samples: the priors alone run this many times more, for their spread
 
 
 def joins(case: Case, run: str) -> dict[str, Links]:
     """Every candidate rule of `--aligner both` for `run`'s default reading (the guided head, or the
     layer) and the priors: intersect, union, fill (the priors' links, the model's for the words
     they leave unlinked; also with the model's null links at each of FILL_THRESHOLDS, so it fills
-    only the words it is sure of), grow-diag-final of the two, and the product p_model * p_prior^w
-    for each w of PRODUCT_WEIGHTS (heed.explain.priors.aligner_links)."""
+    only the words it is sure of), grow-diag-final of the two, the product p_model * p_prior^w
+    for each w of PRODUCT_WEIGHTS (heed.explain.priors.aligner_links), and guide, measured and not in
+    heed (eflomal with the priors and the model's reading as w lexical counts a target word, one
+    eflomal sample each; guide_rule.guide_links) for each w of GUIDE_WEIGHTS."""
+    from guide_rule import guide_links
+
     from heed.explain.priors import join_links, lexical_table, product_links
 
     key = ("joins", case.runs[run], case.test.name)
@@ -331,6 +350,8 @@ def joins(case: Case, run: str) -> dict[str, Links]:
         table = lexical_table(case.priors())
         for weight in PRODUCT_WEIGHTS:
             found[f"product, w {weight:g}"] = [product_links(r, table, units="words", weight=weight) for r in readings]
+        for weight in GUIDE_WEIGHTS:
+            found[f"guide, w {weight:g}"] = guide_links(case.test.pairs, readings, case.priors(), weight=weight)
         case.cache[key] = found
     return case.cache[key]
 
@@ -345,11 +366,25 @@ def layer_and_priors(case: Case) -> Links:
     return joins(case, "layer")[case.chosen["both layer"]]
 
 
-def all_together(case: Case) -> Links:
+def guided_guide(case: Case) -> Links:
+    """`--aligner both --combine guide` on the guided head, at the weight chosen in-domain."""
+    return joins(case, "guided")[case.chosen["guide guided"]]
+
+
+def layer_guide(case: Case) -> Links:
+    """`--aligner both --combine guide` on the alignment layer, at the weight chosen in-domain."""
+    return joins(case, "layer")[case.chosen["guide layer"]]
+
+
+def all_together(case: Case) -> Links | None:
     """Null links and both directions, each direction's attention times the priors' lexical
-    probability (the product rule of `both`), joined by the symmetrisation chosen in-domain."""
+    probability (the product rule of `both`), joined by the symmetrisation chosen in-domain (None
+    without a reverse run)."""
     from heed.explain.align_methods import symmetrize
     from heed.explain.priors import lexical_table, product_links
+
+    if "reverse" not in case.runs:
+        return None
 
     join, threshold = case.chosen["null"]
     table = lexical_table(case.priors())
@@ -375,6 +410,10 @@ LEVERS: list[tuple[str, str, Callable[[Case], Links | None]]] = [
     ("priors alone (eflomal on the pairs, the corpus's priors)", "a statistical aligner", priors),
     ("both: guided x priors (`--aligner both`, the rule chosen in-domain)", READS_STATS, guided_and_priors),
     ("both: layer x priors (the rule chosen in-domain)", READS_STATS, layer_and_priors),
+    ("both: guided, guide (eflomal + the head's reading as priors, weight chosen in-domain)", READS_STATS,
+     guided_guide),
+    ("both: layer, guide (eflomal + the layer's reading as priors, weight chosen in-domain)", READS_STATS,
+     layer_guide),
     ("all: null links + both directions, each x priors", READS_STATS, all_together),
 ]
 
@@ -389,13 +428,17 @@ def choose_in_domain(case: Case) -> dict:
     grid = {(join, t): agreement(hard(case.readings("guided", join=join), t), case.test.silver)
             for join in ("sum", "max") for t in NULL_THRESHOLDS}
     null = max(grid, key=lambda k: grid[k].f1)
-    rules = {how: agreement(both_directions(case, how), case.test.silver) for how in SYMMETRIZE}
+    rules = {how: agreement(links, case.test.silver) for how in SYMMETRIZE
+             if (links := both_directions(case, how)) is not None}
     both = {run: {rule: agreement(links, case.test.silver) for rule, links in joins(case, run).items()}
             for run in ("guided", "layer")}
-    return {"null": null, "symmetrize": max(rules, key=lambda k: rules[k].f1),
+    return {"null": null, "symmetrize": max(rules, key=lambda k: rules[k].f1) if rules else None,
             "null_grid": {f"{j}/{t:g}": round(100 * a.f1, 2) for (j, t), a in grid.items()},
             "symmetrize_f1": {how: round(100 * a.f1, 2) for how, a in rules.items()},
-            **{f"both {run}": max(found, key=lambda k: found[k].f1) for run, found in both.items()}}
+            **{f"both {run}": max((k for k in found if not k.startswith("guide")), key=lambda k: found[k].f1)
+               for run, found in both.items()},
+            **{f"guide {run}": max((k for k in found if k.startswith("guide")), key=lambda k: found[k].f1)
+               for run, found in both.items()}}
 
 
 # ---- markup placement ----------------------------------------------------------------------------
@@ -479,6 +522,11 @@ def cells(found) -> str:  # type: ignore[no-untyped-def]
     return "-" if found is None else f"{100 * found.precision:.1f} / {100 * found.recall:.1f} / {100 * found.f1:.1f}"
 
 
+def mark(chosen: dict, run: str, rule: str) -> str:
+    """'*' for `run`'s rule chosen in-domain, '+' for its guide weight chosen in-domain."""
+    return ("*" if chosen[f"both {run}"] == rule else "") + ("+" if chosen[f"guide {run}"] == rule else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "xdomain")
@@ -488,12 +536,14 @@ def main() -> None:
     budget.add_argument("--minutes", type=float, default=10, help="each training's wall-clock budget")
     budget.add_argument("--steps", type=int, help="each training's updates instead (fairer on a shared machine)")
     parser.add_argument("--jobs", type=int, default=2, help="corpora trained at once (one thread each)")
+    parser.add_argument("--one-way", action="store_true",
+                        help="train no reverse models (the both-directions and all rows left out)")
     args = parser.parse_args()
     data = args.out / "data"
     prepare(data)
     limit = ({"train.max_steps": str(args.steps), "train.max_minutes": "null"} if args.steps
              else {"train.max_minutes": str(args.minutes)})
-    runs = train_all(args.out, args.seed, limit, args.jobs)
+    runs = train_all(args.out, args.seed, limit, args.jobs, reverse=not args.one_way)
     import torch
 
     from heed.explain.align import agreement
@@ -514,12 +564,19 @@ def main() -> None:
 
     directions: dict[str, dict] = {}
     for (c, where), case in cases.items():
+        if args.one_way:
+            break
         silver = case.test.silver
         found = {"forward (guided) alone": agreement(guided(case), silver),
                  "reverse (guided) alone": agreement(hard(case.readings("reverse", reverse=True), reverse=True),
                                                      silver)}
-        found.update({f"symmetrised: {how}": agreement(both_directions(case, how), silver) for how in SYMMETRIZE})
+        found.update({f"symmetrised: {how}": agreement(both_directions(case, how), silver)  # type: ignore[arg-type]
+                      for how in SYMMETRIZE})
         directions[f"{c}/{where}"] = found
+    from heed.explain.priors import priors_links
+
+    spread = {f"{c}/{where}": [100 * agreement(priors_links(case.test.pairs, case.priors()), case.test.silver).f1
+                               for _ in range(PRIORS_SAMPLES)] for (c, where), case in cases.items()}
     both_rules = {f"{run}/{c}/{where}": {rule: agreement(links, case.test.silver)
                                          for rule, links in joins(case, run).items()}
                   for (c, where), case in cases.items() for run in ("guided", "layer")}
@@ -542,6 +599,7 @@ def main() -> None:
                           for n, r in rows.items()},
                "directions": {k: {n: a.f1 for n, a in v.items()} for k, v in directions.items()},
                "both_rules": {k: {n: a.f1 for n, a in v.items()} for k, v in both_rules.items()},
+               "priors_samples_f1": spread,
                "markup": placements, "score_seconds": round(seconds)}
     (args.out / "cross_domain.json").write_text(json.dumps(as_json, indent=1), encoding="utf-8")
 
@@ -552,7 +610,7 @@ def main() -> None:
     for c, ch in chosen.items():
         print(f"  chosen in-domain for {c}: null links {ch['null'][0]}, threshold {ch['null'][1]:g}; symmetrise "
               f"{ch['symmetrize']} (F1 {ch['symmetrize_f1']}); both: guided {ch['both guided']}, layer "
-              f"{ch['both layer']}")
+              f"{ch['both layer']}; guide: guided {ch['guide guided']}, layer {ch['guide layer']}")
     head = ("| lever | reads | Tatoeba model -> Multi30k val | Multi30k model -> Tatoeba test | in-domain: Tatoeba "
             "-> Tatoeba | in-domain: Multi30k -> Multi30k |")
     print("\nAgreement with eflomal (both corpora together, grow-diag-final): precision / recall / F1 %\n")
@@ -560,17 +618,21 @@ def main() -> None:
     order = ("tatoeba/cross", "multi30k/cross", "tatoeba/in", "multi30k/in")
     for name, row in rows.items():
         print(f"| {name} | {row['reads']} | " + " | ".join(cells(row[k]) for k in order) + " |")
-    print("\nBoth directions: F1 % of each direction alone and of each symmetrisation\n")
-    print("| | " + " | ".join(order) + " |\n|---|" + "---|" * len(order))
-    for name in directions[order[0]]:
+    print(f"\nThe priors alone, {PRIORS_SAMPLES} more eflomal samples (F1 %): " + "; ".join(
+        f"{k} " + " / ".join(f"{f:.1f}" for f in spread[k]) for k in order))
+    if directions:
+        print("\nBoth directions: F1 % of each direction alone and of each symmetrisation\n")
+        print("| | " + " | ".join(order) + " |\n|---|" + "---|" * len(order))
+    for name in directions.get(order[0], {}):
         print(f"| {name} | " + " | ".join(f"{100 * directions[k][name].f1:.1f}" for k in order) + " |")
-    print("\n`both`: F1 % of each rule joining the model's reading with the priors' links (* chosen in-domain)\n")
+    print("\n`both`: F1 % of each rule joining the model's reading with the priors' links (* the rule chosen "
+          "in-domain, + the guide weight chosen in-domain)\n")
     print("| reading, rule | " + " | ".join(order) + " |\n|---|" + "---|" * len(order))
     for run in ("guided", "layer"):
         for rule in both_rules[f"{run}/{order[0]}"]:
             print(f"| {run}, {rule} | " + " | ".join(
-                f"{100 * both_rules[f'{run}/{k}'][rule].f1:.1f}" + ("*" if chosen[k.split('/')[0]][f"both {run}"] == rule
-                                                                     else "") for k in order) + " |")
+                f"{100 * both_rules[f'{run}/{k}'][rule].f1:.1f}" + mark(chosen[k.split('/')[0]], run, rule)
+                for k in order) + " |")
     print("\nMarkup: one <b> around a random 1-3 word phrase a pair, carried onto the reference; exact / word F1 % "
           "against the span eflomal's links give\n")
     print("| model, aligner | " + " | ".join(order) + " |\n|---|" + "---|" * len(order))

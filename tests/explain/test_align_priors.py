@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from heed.explain.external import eflomal_directions, eflomal_links
 from heed.explain.priors import join_links, priors_links, priors_text, read_priors
 
 pytest.importorskip("eflomal")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "studies"))  # guide_rule: measured, not in heed
 
 
 def _priors_file(path: Path, pairs: list[Pair], units: str = "words") -> Path:
@@ -75,6 +77,50 @@ def test_the_product_rule_lets_the_priors_break_the_models_doubt():
     # p(i | y) = (1, 3) / 4 and p(i | z) = (1, 1) / 2: 0.5 * 1/4 < 0.4 * 3/4
     assert product_links(reading, table, units="words", weight=1.0) == {(1, 0), (1, 1)}
     assert product_links(reading, table, units="words", weight=0.0) == {(0, 0), (1, 1)}  # the model alone
+
+
+def _reading(src: str, tgt: str, links: set[tuple[int, int]]):  # type: ignore[no-untyped-def]
+    """A model's reading that puts 0.9 of each target word's row on its linked source word."""
+    import numpy as np
+
+    from heed.results import Alignment
+
+    attention = np.full((len(tgt.split()), len(src.split())), 0.02, dtype=np.float32)
+    for i, j in links:
+        attention[j, i] = 0.9
+    return Alignment(src.split(), tgt.split(), attention, sorted(links))
+
+
+def test_the_models_reading_becomes_lexical_counts_a_target_word_shared_by_its_row():
+    import numpy as np
+    from guide_rule import evidence_lines
+
+    from heed.results import Alignment
+
+    # rows normalised (0.6 + 0.2 = 0.8 of the row on the source), cells under 1% of the row dropped,
+    # (source, target) summed over the pairs and lowercased as eflomal reads them
+    first = Alignment(["Le", "chat"], ["the", "cat"], np.array([[0.6, 0.2], [0.001, 0.5]], dtype=np.float32), [])
+    second = Alignment(["le", "chien"], ["the", "dog"], np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32), [])
+    assert evidence_lines([first, second], units="words", weight=2.0) == [
+        "LEX\tchat\tcat\t2", "LEX\tchat\tthe\t0.5", "LEX\tchien\tdog\t2", "LEX\tle\tthe\t3.5"]
+    chars = Alignment(["deux"], ["2", "3"], np.array([[1.0], [1.0]], dtype=np.float32), [])
+    assert evidence_lines([chars], units="chars", weight=1.0) == ["LEX\tdeux\t2\t1", "LEX\tdeux\t3\t1"]
+
+
+def test_the_guide_rule_lets_the_models_evidence_move_links_eflomal_alone_gets_wrong(tmp_path):
+    from guide_rule import guide_links
+
+    priors = read_priors(_priors_file(tmp_path / "p.eflomal", _corpus(400, seed=3)[0]))
+    # two words the priors never saw, their translations in swapped order: eflomal's jumps link them
+    # monotonically (x -> v, y -> u); the model's reading says x -> u, y -> v
+    new = [Pair(f"s1 s2 x{k} y{k} s3", f"t1 t2 v{k} u{k} t3") for k in range(6)]
+    gold = {(0, 0), (1, 1), (2, 3), (3, 2), (4, 4)}
+    readings = [_reading(p.src, p.tgt, gold) for p in new]
+    swapped = lambda links: sum({(2, 3), (3, 2)} <= found for found in links)
+    guided = guide_links(new, readings, priors, weight=1.0)
+    assert swapped(priors_links(new, priors)) <= 2
+    assert swapped(guided) >= 4, guided
+    assert all({(0, 0), (1, 1), (4, 4)} <= found for found in guided)  # the words the priors know, as they were
 
 
 @pytest.fixture(scope="module")
