@@ -354,8 +354,8 @@ def test_a_ct2_export_probes_the_first_step_only_while_eos_often_ranks_there(ct2
     model, sources = exported.model, _sources(tiny_corpus)[:-1]  # each searched by CTranslate2
     assert not any(_first_step_ended(model, sources, heed.load(str(transformer_run), device="cpu").codec, 4))
     probes = []
-    probe = model._first_step_ends
-    model._first_step_ends = lambda *a: probes.append(len(a[1])) or probe(*a)
+    probe = model._probe_first_step
+    model._probe_first_step = lambda *a: probes.append(len(a[1])) or probe(*a)
     for _ in range(2):
         exported.translate(sources, beam=4, stopping="beam")
     assert probes == [len(sources)]  # the first batch only

@@ -75,7 +75,7 @@ from heed.search import Decoded, Hypothesis, length_penalty, max_output_lengths
 # this one leaves its scores raw sums of log-probabilities (length ** 1e-30 == 1.0f).
 RAW_SCORES = 1e-30
 # The share of sources whose EOS ranks among the first step's best `beam` above which a stopping "beam"
-# search probes the first step (CT2Seq2Seq._first_step_ends): the probe (encoder and one step) costs
+# search probes the first step (CT2Seq2Seq._probe_first_step): the probe (encoder and one step) costs
 # 6-7% of a tc-big search at batch 64; a source the search without it finishes empty is searched again.
 PROBE_RATE = 0.07
 NEEDS_HEED = ("a CTranslate2 export translates with CTranslate2's own search, which has no step or teacher-forced "
@@ -138,7 +138,7 @@ class FirstStepEnds:
     """How many of the sources a model's stopping "beam" searches (min_len >= 1, ranked by
     CTranslate2) have seen put EOS among their first step's best `beam` (`ended`, of `seen`; with a
     prior of one in two), and so whether the next search probes the first step first
-    (CT2Seq2Seq._first_step_ends): where EOS ranks there a search without min_decoding_length finishes
+    (CT2Seq2Seq._probe_first_step): where EOS ranks there a search without min_decoding_length finishes
     the empty hypothesis, which heed's does not, and the source is searched twice. Counted from the
     probe's findings, or from the sources searched again where none ran."""
 
@@ -367,7 +367,7 @@ class CT2Seq2Seq:
             options.update(beam_size=cfg.beam_size, length_penalty=penalty, patience=patience)
         shifted = None  # where the first step was probed: the sources searched with min_decoding_length 1, their shifts
         if beam_stop and cfg.min_len >= 1 and self.first_step_ends.probing:
-            shifted = self._first_step_ends(translator, source, cfg.beam_size)
+            shifted = self._probe_first_step(translator, source, cfg.beam_size)
         results = self._apart(translator, source, options, shifted, limit) if shifted else \
             translator.translate_batch(source, target_prefix=target_prefix, **options)
         again = (self._beam_settled(translator, source, src_ids, results, own, limit, options, cfg, free, attention,
@@ -396,7 +396,7 @@ class CT2Seq2Seq:
             self._attention_of(translator, source, decoded)
         return decoded
 
-    def _first_step_ends(self, translator: Any, source: list[list[str]], beam: int) -> dict[int, float]:
+    def _probe_first_step(self, translator: Any, source: list[list[str]], beam: int) -> dict[int, float]:
         """The sources whose EOS ranks among their first step's best `beam` (where a search without
         min_decoding_length would finish the empty hypothesis), by index, each with the shift
         min_decoding_length 1 adds to its hypotheses' log-probabilities, -log(1 - p(EOS first)): one
