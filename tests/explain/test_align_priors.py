@@ -44,6 +44,14 @@ def test_priors_align_a_few_new_pairs_better_than_eflomal_on_them_alone(tmp_path
     assert with_priors < alone, (with_priors, alone)
 
 
+def test_priors_links_join_directions_given_without_running_eflomal_again(tmp_path):
+    priors = read_priors(_priors_file(tmp_path / "p.eflomal", _corpus(50, seed=3)[0]))
+    pairs = [Pair("a b c", "x y z")]
+    directions = ([{(0, 0), (1, 1)}], [{(0, 0), (2, 2)}])  # no eflomal run gives these on words it never saw
+    assert priors_links(pairs, priors, how="intersect", directions=directions) == [{(0, 0)}]
+    assert priors_links(pairs, priors, how="union", directions=directions) == [{(0, 0), (1, 1), (2, 2)}]
+
+
 def test_join_is_the_intersection_or_the_union():
     model, theirs = [{(0, 0), (1, 1)}], [{(1, 1), (2, 2)}]
     assert join_links(model, theirs, "intersect") == [{(1, 1)}]
