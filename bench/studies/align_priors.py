@@ -4,7 +4,8 @@ task's gold by construction (source words -> target characters).
 A tiny RNN is trained on generated dates; eflomal's priors are learned on its training corpus (as
 `heed data align --priors-out FILE --priors-units chars` does); then, on --n new pairs, the AER of
 the model's default reading, of eflomal with the priors on those pairs alone, and of their
-intersection, union, fill, product with weights and guide with weights (eflomal with the model's
+intersection, union, fill, arbitrate at shares (eflomal's two directions joined with the model
+deciding the links they dispute), product with weights and guide with weights (eflomal with the model's
 reading as extra lexical priors, bench/studies/guide_rule.py: the candidates for the `both` rule). And the time eflomal with priors
 takes on the new pairs, beyond the model's forward pass (target: under 1 s for 1,000 pairs).
 
@@ -25,8 +26,10 @@ from heed.data.dates import generate_dates_aligned, write_splits
 from heed.explain.align import AerCounts
 from heed.explain.external import eflomal_directions
 from heed.explain.priors import (
+    arbitrate_links,
     join_links,
     lexical_table,
+    priors_directions,
     priors_links,
     priors_text,
     product_links,
@@ -98,7 +101,8 @@ def main() -> None:
     times = []
     for _ in range(3):
         started = time.perf_counter()
-        theirs = priors_links(test, priors)
+        directions = priors_directions(test, priors)
+        theirs = priors_links(test, priors, directions=directions)
         times.append(time.perf_counter() - started)
     gold = list(golds.test)
     print(f"CPU: {cpu()}")
@@ -116,6 +120,10 @@ def main() -> None:
     print(f"AER  product (model attention x priors' lexical p^w, {(time.perf_counter() - started) / 4:.2f} s each)  "
           + "  ".join(f"w={w:g} {aer(links, gold):.4f}" for w, links in products.items()))
     print(f"AER  fill {aer(join_links(model, theirs, 'fill'), gold):.4f}")
+    print("AER  arbitrate (eflomal's two directions, the model deciding the links they dispute; the last sample's)  "
+          + "  ".join(f"share={share:g} "
+                      f"{aer([arbitrate_links(f, b, r.attention, share=share) for f, b, r in zip(*directions, readings)], gold):.4f}"
+                      for share in ARBITRATE_SHARES))
     started = time.perf_counter()
     from guide_rule import guide_links  # this folder's module: run as a script
 
@@ -128,6 +136,7 @@ def main() -> None:
 
 
 GUIDE_WEIGHTS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+ARBITRATE_SHARES = (0.0, 0.02, 0.05, 0.1, 0.2)
 
 
 def markup(translator, test, gold, priors) -> None:  # type: ignore[no-untyped-def]

@@ -30,8 +30,12 @@ reads the translator itself or brings in a statistical aligner:
     layer                        the plain run's alignment layer (heed align's default for it)
     both                         the guided head's reading, or the layer's, joined with the priors'
                                  links by `--aligner both`'s rules (intersect, union, fill,
-                                 grow-diag-final, the product at weights 0.5-8), the rule chosen
-                                 in-domain (`joins`; every rule's F1 is printed)
+                                 grow-diag-final, the product at weights 0.5-8, arbitrate at shares
+                                 0-0.2), the rule chosen in-domain (`joins`; every rule's F1 is printed)
+    both: arbitrate              eflomal's two directions joined by grow-diag-final with the model
+                                 deciding the links they dispute (`--combine arbitrate`), the share
+                                 chosen in-domain; with the priors alone and fill at null 0.9, also on
+                                 PRIORS_SAMPLES more eflomal samples, each rule on the same sample
     both: guide                  measured, not in heed (guide_rule.py): eflomal on the test pairs with
                                  the priors and the model's reading of them as extra lexical counts,
                                  the weight chosen in-domain
@@ -258,15 +262,21 @@ class Case:
             self.cache[key] = self.translator(run).align(src, tgt, options=options)
         return self.cache[key]
 
+    def directions(self):  # type: ignore[no-untyped-def]
+        """eflomal's two directions of the test pairs, with the priors of the models' training corpus;
+        run once per case (eflomal samples, so every lever and rule reads the same run)."""
+        from heed.explain.priors import priors_directions
+
+        key = ("priors directions", self.corpus, self.test.name)
+        if key not in self.cache:
+            self.cache[key] = priors_directions(self.test.pairs, self.priors())
+        return self.cache[key]
+
     def priors_links(self) -> Links:
-        """eflomal with the priors of the models' training corpus on the test pairs alone (heed align
-        --aligner priors); once per case (eflomal samples, so every lever reads the same run)."""
+        """The two directions joined by grow-diag-final (heed align --aligner priors)."""
         from heed.explain.priors import priors_links
 
-        key = ("priors links", self.corpus, self.test.name)
-        if key not in self.cache:
-            self.cache[key] = priors_links(self.test.pairs, self.priors())
-        return self.cache[key]
+        return priors_links(self.test.pairs, self.priors(), directions=self.directions())
 
     def priors(self):  # type: ignore[no-untyped-def]
         """The statistical priors of the models' training corpus (heed data align --priors-out)."""
@@ -325,7 +335,52 @@ def layer(case: Case) -> Links:
 PRODUCT_WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0)
 FILL_THRESHOLDS = (0.3, 0.5, 0.7, 0.9)  # `--combine fill --null-threshold T`: heed.explain.align_methods' grid
 GUIDE_WEIGHTS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # guide_rule.guide_links: counts a target word
-PRIORS_SAMPLES = 3  # eflomal samples: the priors alone run this many times more, for their spread
+ARBITRATE_SHARES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2)  # arbitrate_links: the model's least share of a row
+PRIORS_SAMPLES = 5  # eflomal samples: the priors alone run this many times more, for their spread
+
+
+def samples(case: Case) -> list:  # type: ignore[type-arg]
+    """eflomal's two directions of the case's test pairs: the run every lever reads, then
+    PRIORS_SAMPLES more (eflomal samples), each run once."""
+    from heed.explain.priors import priors_directions
+
+    key = ("priors samples", case.corpus, case.test.name)
+    if key not in case.cache:
+        case.cache[key] = [priors_directions(case.test.pairs, case.priors()) for _ in range(PRIORS_SAMPLES)]
+    return [case.directions(), *case.cache[key]]
+
+
+def arbitrate_samples(case: Case, run: str) -> dict[str, list[float]]:
+    """F1 % of arbitrate at each of ARBITRATE_SHARES for `run`'s reading, on every sample of samples()."""
+    from heed.explain.align import agreement
+    from heed.explain.priors import arbitrate_links
+
+    key = ("arbitrate samples", case.runs[run], case.test.name)
+    if key not in case.cache:
+        readings = case.readings(run)
+        case.cache[key] = {f"arbitrate, share {share:g}": [
+            100 * agreement([arbitrate_links(f, b, r.attention, share=share) for f, b, r in zip(*found, readings)],
+                            case.test.silver).f1 for found in samples(case)] for share in ARBITRATE_SHARES}
+    return case.cache[key]
+
+
+def resampled(case: Case) -> dict[str, list[float]]:
+    """F1 % on every sample of samples() (each rule joining the same directions, so the differences
+    are paired): the priors alone, and for the guided head and the layer fill at null 0.9 and
+    arbitrate at each of ARBITRATE_SHARES."""
+    from heed.explain.align import agreement
+    from heed.explain.priors import join_links, priors_links
+
+    found: dict[str, list[float]] = {"priors alone": []}
+    for directions in samples(case):
+        theirs = priors_links(case.test.pairs, case.priors(), directions=directions)
+        found["priors alone"].append(100 * agreement(theirs, case.test.silver).f1)
+        for run in ("guided", "layer"):
+            fill = join_links(hard(case.readings(run), 0.9), theirs, "fill")
+            found.setdefault(f"{run}, fill, null 0.9", []).append(100 * agreement(fill, case.test.silver).f1)
+    for run in ("guided", "layer"):
+        found.update({f"{run}, {rule}": f1 for rule, f1 in arbitrate_samples(case, run).items()})
+    return found
 
 
 def joins(case: Case, run: str) -> dict[str, Links]:
@@ -333,12 +388,14 @@ def joins(case: Case, run: str) -> dict[str, Links]:
     layer) and the priors: intersect, union, fill (the priors' links, the model's for the words
     they leave unlinked; also with the model's null links at each of FILL_THRESHOLDS, so it fills
     only the words it is sure of), grow-diag-final of the two, the product p_model * p_prior^w
-    for each w of PRODUCT_WEIGHTS (heed.explain.priors.aligner_links), and guide, measured and not in
+    for each w of PRODUCT_WEIGHTS (heed.explain.priors.aligner_links), arbitrate (eflomal's two
+    directions joined with the model deciding the links they dispute) at each share of
+    ARBITRATE_SHARES, and guide, measured and not in
     heed (eflomal with the priors and the model's reading as w lexical counts a target word, one
     eflomal sample each; guide_rule.guide_links) for each w of GUIDE_WEIGHTS."""
     from guide_rule import guide_links
 
-    from heed.explain.priors import join_links, lexical_table, product_links
+    from heed.explain.priors import arbitrate_links, join_links, lexical_table, product_links
 
     key = ("joins", case.runs[run], case.test.name)
     if key not in case.cache:
@@ -350,6 +407,9 @@ def joins(case: Case, run: str) -> dict[str, Links]:
         table = lexical_table(case.priors())
         for weight in PRODUCT_WEIGHTS:
             found[f"product, w {weight:g}"] = [product_links(r, table, units="words", weight=weight) for r in readings]
+        for share in ARBITRATE_SHARES:
+            found[f"arbitrate, share {share:g}"] = [arbitrate_links(f, b, r.attention, share=share)
+                                                    for f, b, r in zip(*case.directions(), readings)]
         for weight in GUIDE_WEIGHTS:
             found[f"guide, w {weight:g}"] = guide_links(case.test.pairs, readings, case.priors(), weight=weight)
         case.cache[key] = found
@@ -364,6 +424,16 @@ def guided_and_priors(case: Case) -> Links:
 def layer_and_priors(case: Case) -> Links:
     """`--aligner both` on the alignment layer, by the rule chosen in-domain."""
     return joins(case, "layer")[case.chosen["both layer"]]
+
+
+def guided_arbitrate(case: Case) -> Links:
+    """`--aligner both --combine arbitrate` on the guided head, at the share chosen in-domain."""
+    return joins(case, "guided")[case.chosen["arbitrate guided"]]
+
+
+def layer_arbitrate(case: Case) -> Links:
+    """`--aligner both --combine arbitrate` on the alignment layer, at the share chosen in-domain."""
+    return joins(case, "layer")[case.chosen["arbitrate layer"]]
 
 
 def guided_guide(case: Case) -> Links:
@@ -410,6 +480,10 @@ LEVERS: list[tuple[str, str, Callable[[Case], Links | None]]] = [
     ("priors alone (eflomal on the pairs, the corpus's priors)", "a statistical aligner", priors),
     ("both: guided x priors (`--aligner both`, the rule chosen in-domain)", READS_STATS, guided_and_priors),
     ("both: layer x priors (the rule chosen in-domain)", READS_STATS, layer_and_priors),
+    ("both: guided, arbitrate (eflomal's directions, the head deciding their disputes; share chosen in-domain)",
+     READS_STATS, guided_arbitrate),
+    ("both: layer, arbitrate (eflomal's directions, the layer deciding their disputes; share chosen in-domain)",
+     READS_STATS, layer_arbitrate),
     ("both: guided, guide (eflomal + the head's reading as priors, weight chosen in-domain)", READS_STATS,
      guided_guide),
     ("both: layer, guide (eflomal + the layer's reading as priors, weight chosen in-domain)", READS_STATS,
@@ -421,7 +495,8 @@ LEVERS: list[tuple[str, str, Callable[[Case], Links | None]]] = [
 def choose_in_domain(case: Case) -> dict:
     """The null rule (join x threshold), the symmetrisation and `both`'s rule (for the guided head
     and for the layer) that agree best with eflomal on the model's own test pairs (in-domain), then
-    used unchanged on the other corpus."""
+    used unchanged on the other corpus; arbitrate's share by its mean F1 over 1 + PRIORS_SAMPLES
+    eflomal samples (arbitrate_samples: its shares differ by less than one sample's noise)."""
     from heed.explain.align import agreement
     from heed.explain.align_methods import NULL_THRESHOLDS, SYMMETRIZE
 
@@ -432,11 +507,17 @@ def choose_in_domain(case: Case) -> dict:
              if (links := both_directions(case, how)) is not None}
     both = {run: {rule: agreement(links, case.test.silver) for rule, links in joins(case, run).items()}
             for run in ("guided", "layer")}
+    shares = {run: {rule: sum(f1) / len(f1) for rule, f1 in arbitrate_samples(case, run).items()}
+              for run in ("guided", "layer")}
+    arbitrate = {run: max(found, key=lambda k: found[k]) for run, found in shares.items()}
     return {"null": null, "symmetrize": max(rules, key=lambda k: rules[k].f1) if rules else None,
             "null_grid": {f"{j}/{t:g}": round(100 * a.f1, 2) for (j, t), a in grid.items()},
             "symmetrize_f1": {how: round(100 * a.f1, 2) for how, a in rules.items()},
-            **{f"both {run}": max((k for k in found if not k.startswith("guide")), key=lambda k: found[k].f1)
+            **{f"both {run}": max((k for k in found if not k.startswith(("guide", "arbitrate")) or k == arbitrate[run]),
+                                  key=lambda k: found[k].f1)
                for run, found in both.items()},
+            **{f"arbitrate {run}": arbitrate[run] for run in both},
+            "arbitrate_f1": {run: {k: round(v, 2) for k, v in found.items()} for run, found in shares.items()},
             **{f"guide {run}": max((k for k in found if k.startswith("guide")), key=lambda k: found[k].f1)
                for run, found in both.items()}}
 
@@ -522,9 +603,19 @@ def cells(found) -> str:  # type: ignore[no-untyped-def]
     return "-" if found is None else f"{100 * found.precision:.1f} / {100 * found.recall:.1f} / {100 * found.f1:.1f}"
 
 
+def sampled_cell(found: dict[str, list[float]], name: str, chosen: dict) -> str:
+    """'mean (min-max) +diff' of rule `name`'s F1 over the samples, the diff paired with the priors alone."""
+    f1, base = found[name], found["priors alone"]
+    diff = "" if name == "priors alone" else f" {sum(a - b for a, b in zip(f1, base)) / len(f1):+.2f}"
+    run, _, rule = name.partition(", ")
+    picked = "^" if chosen.get(f"arbitrate {run}") == rule else ""
+    return f"{sum(f1) / len(f1):.2f} ({min(f1):.1f}-{max(f1):.1f}){diff}{picked}"
+
+
 def mark(chosen: dict, run: str, rule: str) -> str:
-    """'*' for `run`'s rule chosen in-domain, '+' for its guide weight chosen in-domain."""
-    return ("*" if chosen[f"both {run}"] == rule else "") + ("+" if chosen[f"guide {run}"] == rule else "")
+    """'*' for `run`'s rule chosen in-domain, '+' for its guide weight, '^' its arbitrate share."""
+    return (("*" if chosen[f"both {run}"] == rule else "") + ("+" if chosen[f"guide {run}"] == rule else "")
+            + ("^" if chosen[f"arbitrate {run}"] == rule else ""))
 
 
 def main() -> None:
@@ -573,10 +664,7 @@ def main() -> None:
         found.update({f"symmetrised: {how}": agreement(both_directions(case, how), silver)  # type: ignore[arg-type]
                       for how in SYMMETRIZE})
         directions[f"{c}/{where}"] = found
-    from heed.explain.priors import priors_links
-
-    spread = {f"{c}/{where}": [100 * agreement(priors_links(case.test.pairs, case.priors()), case.test.silver).f1
-                               for _ in range(PRIORS_SAMPLES)] for (c, where), case in cases.items()}
+    spread = {f"{c}/{where}": resampled(case) for (c, where), case in cases.items()}
     both_rules = {f"{run}/{c}/{where}": {rule: agreement(links, case.test.silver)
                                          for rule, links in joins(case, run).items()}
                   for (c, where), case in cases.items() for run in ("guided", "layer")}
@@ -610,7 +698,8 @@ def main() -> None:
     for c, ch in chosen.items():
         print(f"  chosen in-domain for {c}: null links {ch['null'][0]}, threshold {ch['null'][1]:g}; symmetrise "
               f"{ch['symmetrize']} (F1 {ch['symmetrize_f1']}); both: guided {ch['both guided']}, layer "
-              f"{ch['both layer']}; guide: guided {ch['guide guided']}, layer {ch['guide layer']}")
+              f"{ch['both layer']}; guide: guided {ch['guide guided']}, layer {ch['guide layer']}; arbitrate: "
+              f"guided {ch['arbitrate guided']}, layer {ch['arbitrate layer']}")
     head = ("| lever | reads | Tatoeba model -> Multi30k val | Multi30k model -> Tatoeba test | in-domain: Tatoeba "
             "-> Tatoeba | in-domain: Multi30k -> Multi30k |")
     print("\nAgreement with eflomal (both corpora together, grow-diag-final): precision / recall / F1 %\n")
@@ -618,15 +707,19 @@ def main() -> None:
     order = ("tatoeba/cross", "multi30k/cross", "tatoeba/in", "multi30k/in")
     for name, row in rows.items():
         print(f"| {name} | {row['reads']} | " + " | ".join(cells(row[k]) for k in order) + " |")
-    print(f"\nThe priors alone, {PRIORS_SAMPLES} more eflomal samples (F1 %): " + "; ".join(
-        f"{k} " + " / ".join(f"{f:.1f}" for f in spread[k]) for k in order))
+    print(f"\nOn 1 + {PRIORS_SAMPLES} eflomal samples (the one above and {PRIORS_SAMPLES} more), every rule joining the "
+          "same sample's directions: F1 % mean (min-max) and the mean paired difference from the priors alone "
+          "(^ the arbitrate share chosen in-domain, on these means)\n")
+    print("| rule | " + " | ".join(order) + " |\n|---|" + "---|" * len(order))
+    for name in spread[order[0]]:
+        print(f"| {name} | " + " | ".join(sampled_cell(spread[k], name, chosen[k.split('/')[0]]) for k in order) + " |")
     if directions:
         print("\nBoth directions: F1 % of each direction alone and of each symmetrisation\n")
         print("| | " + " | ".join(order) + " |\n|---|" + "---|" * len(order))
     for name in directions.get(order[0], {}):
         print(f"| {name} | " + " | ".join(f"{100 * directions[k][name].f1:.1f}" for k in order) + " |")
     print("\n`both`: F1 % of each rule joining the model's reading with the priors' links (* the rule chosen "
-          "in-domain, + the guide weight chosen in-domain)\n")
+          "in-domain, + the guide weight chosen in-domain, ^ the arbitrate share chosen in-domain)\n")
     print("| reading, rule | " + " | ".join(order) + " |\n|---|" + "---|" * len(order))
     for run in ("guided", "layer"):
         for rule in both_rules[f"{run}/{order[0]}"]:

@@ -44,6 +44,14 @@ def test_priors_align_a_few_new_pairs_better_than_eflomal_on_them_alone(tmp_path
     assert with_priors < alone, (with_priors, alone)
 
 
+def test_priors_links_join_directions_given_without_running_eflomal_again(tmp_path):
+    priors = read_priors(_priors_file(tmp_path / "p.eflomal", _corpus(50, seed=3)[0]))
+    pairs = [Pair("a b c", "x y z")]
+    directions = ([{(0, 0), (1, 1)}], [{(0, 0), (2, 2)}])  # no eflomal run gives these on words it never saw
+    assert priors_links(pairs, priors, how="intersect", directions=directions) == [{(0, 0)}]
+    assert priors_links(pairs, priors, how="union", directions=directions) == [{(0, 0), (1, 1), (2, 2)}]
+
+
 def test_join_is_the_intersection_or_the_union():
     model, theirs = [{(0, 0), (1, 1)}], [{(1, 1), (2, 2)}]
     assert join_links(model, theirs, "intersect") == [{(1, 1)}]
@@ -63,6 +71,58 @@ def test_grow_diag_final_grows_the_agreed_links_by_their_neighbours_the_priors_f
     assert join_links(model, theirs, "grow-diag-final") == [{(0, 0), (1, 1), (1, 2), (2, 2), (4, 4)}]
     # final: unlinked source word 3 is the model's to target 2 and the priors' to target 1; the priors' first
     assert join_links([{(0, 0), (3, 2)}], [{(0, 0), (3, 1)}], "grow-diag-final") == [{(0, 0), (3, 1)}]
+
+
+def _rows(shares: dict[tuple[int, int], float], shape: tuple[int, int]):  # type: ignore[no-untyped-def]
+    """A model's attention (target units, source words) with these cells, every row summing to 1."""
+    import numpy as np
+
+    attention = np.zeros(shape)
+    for (i, j), share in shares.items():
+        attention[j, i] = share
+    attention[:, -1] += 1 - attention.sum(axis=1)  # the rest of each row on the last source word
+    return attention
+
+
+def test_arbitrate_keeps_a_disputed_link_only_where_the_model_gives_it_its_share():
+    from heed.explain.align_methods import symmetrize
+    from heed.explain.priors import arbitrate_links
+
+    # the directions agree on (0, 0) and dispute (1, 1), (1, 2) and (2, 1): grow-diag-final adds
+    # (1, 1) beside (0, 0), then (1, 2) and (2, 1) beside that
+    forward, backward = {(0, 0), (1, 1)}, {(0, 0), (1, 2), (2, 1)}
+    assert symmetrize(forward, backward, "grow-diag-final") == {(0, 0), (1, 1), (1, 2), (2, 1)}
+    # the model: target 1 reads source 2 (0.8) and source 1 hardly (0.01); target 2 reads source 1 (0.6)
+    attention = _rows({(1, 1): 0.01, (2, 1): 0.8, (1, 2): 0.6}, (3, 4))
+    # (1, 1) is under the share, so nothing disputed is beside (0, 0); the final step adds the other
+    # two, each between two unlinked words
+    assert arbitrate_links(forward, backward, attention, share=0.05) == {(0, 0), (1, 2), (2, 1)}
+    # share 0: every disputed link may be added (here all of grow-diag-final's), the model only orders them
+    assert arbitrate_links(forward, backward, attention, share=0.0) == {(0, 0), (1, 1), (1, 2), (2, 1)}
+
+
+def test_arbitrate_takes_the_models_stronger_link_where_two_compete_for_a_word():
+    from heed.explain.align_methods import symmetrize
+    from heed.explain.priors import arbitrate_links
+
+    # the directions agree on (1, 1); forward links source 3 to target 3, backward to target 4, no
+    # neighbours of (1, 1): grow-diag-final's final step takes forward's first, and backward's then
+    # links no unlinked word
+    forward, backward = {(1, 1), (3, 3)}, {(1, 1), (3, 4)}
+    assert symmetrize(forward, backward, "grow-diag-final") == {(1, 1), (3, 3)}
+    # the model reads target 4 on source 3 (0.7), target 3 mostly elsewhere (0.1): backward's first
+    attention = _rows({(3, 3): 0.1, (3, 4): 0.7}, (5, 5))
+    assert arbitrate_links(forward, backward, attention, share=0.05) == {(1, 1), (3, 4)}
+    # a link outside the model's reading (a pair cut to its lengths) weighs 0: kept only at share 0
+    assert arbitrate_links({(0, 0), (6, 6)}, {(0, 0)}, attention, share=0.05) == {(0, 0)}
+    assert arbitrate_links({(0, 0), (6, 6)}, {(0, 0)}, attention, share=0.0) == {(0, 0), (6, 6)}
+
+
+def test_the_combine_help_gives_arbitrates_share():
+    from heed.cli.explain import COMBINE_OPTION
+    from heed.explain.priors import ARBITRATE_SHARE
+
+    assert f"at least {ARBITRATE_SHARE:.0%} of the target word's row" in (COMBINE_OPTION.help or "")
 
 
 def test_the_product_rule_lets_the_priors_break_the_models_doubt():
@@ -156,8 +216,10 @@ def test_recorded_priors_are_listed_with_their_sha256_and_used_by_heed_align(mod
         assert f"aligner: aligner {aligner}" in " ".join(result.stderr.split()), result.stderr
         assert len(result.stdout.splitlines()) == 20
     assert "product (weight 1) of" in " ".join(result.stderr.split())  # the last, both: the measured rule
-    result = _align(model_dir, gold_files, "--aligner", "both", "--combine", "intersect")
-    assert result.exit_code == 0 and "intersect of" in " ".join(result.stderr.split())
+    for rule in ("intersect", "arbitrate"):
+        result = _align(model_dir, gold_files, "--aligner", "both", "--combine", rule)
+        assert result.exit_code == 0 and f"{rule} of" in " ".join(result.stderr.split()), result.output
+        assert len(result.stdout.splitlines()) == 20
 
 
 def test_the_priors_aligner_reads_a_priors_file_given_by_flag(model_dir, dates_priors, gold_files):

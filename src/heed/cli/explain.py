@@ -280,6 +280,7 @@ class CombineRule(str, enum.Enum):
     product = "product"
     fill = "fill"
     grow_diag_final = "grow-diag-final"
+    arbitrate = "arbitrate"
 
 
 class SymmetrizeHow(str, enum.Enum):
@@ -352,8 +353,11 @@ PRIORS_OPTION = typer.Option(None, "--priors", metavar="FILE", help="With --alig
                              "data align --priors-out) instead of the model's recorded one.")
 COMBINE_OPTION = typer.Option(None, "--combine", help="With --aligner both: intersect or union of the model's links and "
                               "the priors'; fill: the priors' links, the model's for the target words they leave "
-                              "unlinked; grow-diag-final of the two; or product: each target word's source word by the "
-                              "model's attention times the priors' lexical probability (to the power --priors-weight). "
+                              "unlinked; grow-diag-final of the two; product: each target word's source word by the "
+                              "model's attention times the priors' lexical probability (to the power --priors-weight); "
+                              "or arbitrate: eflomal's two directions joined by grow-diag-final with the model deciding "
+                              "the links they dispute (kept where its attention gives them at least 5% of the target "
+                              "word's row, its strongest first). "
                               "Default: the rule measured best (heed.explain.priors.BOTH_RULE).")
 PRIORS_WEIGHT_OPTION = typer.Option(1.0, "--priors-weight", help="With --combine product: the exponent on the priors' "
                                     "probability, 0 (the model alone) to 10.")

@@ -62,6 +62,8 @@ Symmetrize = Literal["intersect", "union", "grow-diag-final"]
 METHODS: tuple[Method, ...] = ("argmax", "shift")
 SYMMETRIZE: tuple[Symmetrize, ...] = ("intersect", "union", "grow-diag-final")
 MEAN: Literal["mean"] = "mean"  # a layer or head "index" that means the average over all of them
+# grow-diag-final's neighbours of a link (source, target): the 8 cells around it
+NEIGHBOURS: tuple[tuple[int, int], ...] = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
 
 
 @dataclass(frozen=True)
@@ -296,12 +298,11 @@ def symmetrize(forward: Iterable[Link], backward: Iterable[Link], how: Symmetriz
     union, links = f | b, f & b
     aligned_src = {i for i, _ in links}
     aligned_tgt = {j for _, j in links}
-    neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
     grown = True
     while grown:
         grown = False
         for i, j in sorted(links):
-            for di, dj in neighbours:
+            for di, dj in NEIGHBOURS:
                 cand = (i + di, j + dj)
                 if cand in union and cand not in links and (cand[0] not in aligned_src or cand[1] not in aligned_tgt):
                     links.add(cand)

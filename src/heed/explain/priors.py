@@ -13,7 +13,8 @@ before eflomal reads it:
 (the dates task's gold). A model directory records its priors as PRIORS_FILE, listed in heed.json's
 "files" (sha256 checked like every other file) and named by heed.json's "priors" (`heed data
 priors MODEL FILE`). The `aligner` choice (ALIGNERS) says whose links an alignment takes: the
-model's reading, the priors', or both joined by BOTH_RULE (bench/studies/align_priors.py).
+model's reading, the priors', or both joined by BOTH_RULE (bench/studies/align_priors.py) or another
+Join; eflomal runs once a call, and every rule reads its two directions (priors_directions).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from heed.data.corpus import Pair
 from heed.data.pharaoh import Link
 from heed.data.units import Units
 from heed.errors import DataError, HeedError
-from heed.explain.align_methods import Symmetrize, symmetrize
+from heed.explain.align_methods import NEIGHBOURS, Symmetrize, symmetrize
 from heed.explain.external import INSTALL, eflomal_directions
 
 if TYPE_CHECKING:
@@ -41,12 +42,13 @@ if TYPE_CHECKING:
 
 Aligner = Literal["model", "priors", "both"]
 ALIGNERS: tuple[str, ...] = ("model", "priors", "both")
-Join = Literal["intersect", "union", "product", "fill", "grow-diag-final"]
-JOINS: tuple[str, ...] = ("intersect", "union", "product", "fill", "grow-diag-final")
+Join = Literal["intersect", "union", "product", "fill", "grow-diag-final", "arbitrate"]
+JOINS: tuple[str, ...] = ("intersect", "union", "product", "fill", "grow-diag-final", "arbitrate")
 MAX_WEIGHT = 10.0  # the product rule's exponent on the priors: 0 (the model alone) to this
 # The rule `both` uses, measured on the dates gold (bench/studies/align_priors.py, bench/RESULTS.md;
 # 1,000 new pairs, a tiny RNN, priors of its 3,000 training pairs): AER model 0.045, priors (eflomal)
-# 0.321, intersect 0.326, union 0.071, product 0.025 (weight 1; 0.022 at 2, 0.079 at 4).
+# 0.321, intersect 0.326, union 0.071, product 0.025 (weight 1; 0.022 at 2, 0.079 at 4), arbitrate 0.315
+# (it keeps or drops only what eflomal proposes; level with the priors on the cross-domain silver).
 BOTH_RULE: Join = "product"
 PRIORS_FILE = "priors.eflomal"
 MAGIC = "# heed priors 1"
@@ -177,14 +179,66 @@ def check_vocabulary(priors: Priors, known: KnownWords) -> None:
                             "model's training corpus)", path=priors.path)
 
 
-def priors_links(pairs: Sequence[Pair], priors: Priors, *, how: Symmetrize = "grow-diag-final") -> list[set[Link]]:
-    """Each pair's links by eflomal run on `pairs` alone with `priors` (target positions in the
-    priors' units), its two directions joined by `how`."""
+Directions = tuple[list[set[Link]], list[set[Link]]]  # eflomal's forward and backward links, source-first
+
+
+def priors_directions(pairs: Sequence[Pair], priors: Priors) -> Directions:
+    """eflomal's two directions of each pair, run once on `pairs` alone with `priors` (target
+    positions in the priors' units): what every rule joins (symmetrize, arbitrate_links)."""
     needs_eflomal()
     unit_pairs = [Pair(unit_text(p.src, "words"), unit_text(p.tgt, priors.units)) for p in pairs]
-    ahead, behind = eflomal_directions(unit_pairs, priors_input=[line + "\n" for line in priors.lines],
-                                       samplers=RUN_SAMPLERS, rel_iterations=RUN_REL_ITERATIONS)
+    return eflomal_directions(unit_pairs, priors_input=[line + "\n" for line in priors.lines],
+                              samplers=RUN_SAMPLERS, rel_iterations=RUN_REL_ITERATIONS)
+
+
+def priors_links(pairs: Sequence[Pair], priors: Priors, *, how: Symmetrize = "grow-diag-final",
+                 directions: Directions | None = None) -> list[set[Link]]:
+    """Each pair's links by eflomal run on `pairs` alone with `priors`, its two directions joined by
+    `how`; `directions`: a run of priors_directions on these pairs, to join instead of running again."""
+    ahead, behind = directions or priors_directions(pairs, priors)
     return [symmetrize(f, b, how) for f, b in zip(ahead, behind)]
+
+
+# arbitrate_links: the least share of its target unit's row the model gives a link eflomal's
+# directions dispute, for the link to be kept. Chosen on each model's in-domain pairs in
+# bench/studies/cross_domain_alignment.py (bench/RESULTS.md, "Text unlike the training data").
+ARBITRATE_SHARE = 0.05
+
+
+def arbitrate_links(forward: set[Link], backward: set[Link], attention: np.ndarray, *,
+                    share: float = ARBITRATE_SHARE) -> set[Link]:
+    """eflomal's two directions of a pair joined with the model as the arbiter of the links they
+    dispute (those of one direction only). grow-diag-final's steps (heed.explain.align_methods.
+    symmetrize), from the links both directions agree on: add a disputed link beside a kept one
+    whose source or target unit is still unlinked, then one between two unlinked units; but a
+    disputed link only where the model's reading gives its cell at least `share` of its target
+    unit's row on the source words, and of the links a step may add, the one the model weighs most
+    first (grow-diag-final takes them in position order). Share 0: every disputed link may be added,
+    the model only orders them. `attention`: the model's reading, (target units, source words); a
+    link outside it (a pair cut to the model's lengths) weighs 0."""
+    rows = np.asarray(attention, dtype=np.float64)  # (target units, source words)
+    total = rows.sum(axis=1, keepdims=True)  # (target units, 1)
+    shares = np.divide(rows, total, out=np.zeros_like(rows), where=total > 0)  # (target units, source words)
+    weight = lambda link: float(shares[link[1], link[0]]) if link[1] < len(shares) and link[0] < shares.shape[1] else 0.0
+    links = forward & backward
+    allowed = links | {link for link in forward ^ backward if weight(link) >= share}
+    linked_src, linked_tgt = {i for i, _ in links}, {j for _, j in links}
+
+    def add(link: Link) -> None:
+        links.add(link)
+        linked_src.add(link[0])
+        linked_tgt.add(link[1])
+
+    while True:
+        beside = {(i + di, j + dj) for i, j in links for di, dj in NEIGHBOURS} & allowed - links
+        open_ = [(i, j) for i, j in beside if i not in linked_src or j not in linked_tgt]
+        if not open_:
+            break
+        add(max(open_, key=lambda link: (weight(link), -link[0], -link[1])))
+    for i, j in sorted(allowed - links, key=lambda link: (-weight(link), link)):  # final-and
+        if i not in linked_src and j not in linked_tgt:
+            add((i, j))
+    return links
 
 
 def fill_links(model: set[Link], priors: set[Link]) -> set[Link]:
@@ -197,8 +251,9 @@ def join_links(model: Sequence[set[Link]], priors: Sequence[set[Link]], rule: Jo
     """The model's links joined with the priors', pair by pair: their intersection or union, the
     priors' filled in by the model's (fill_links), or grow-diag-final of the two as if they were
     two directions (heed.explain.align_methods.symmetrize), the priors' first: where a link of
-    each would add the same word in its final step, the priors' is taken."""
-    assert len(model) == len(priors) and rule != "product"
+    each would add the same word in its final step, the priors' is taken. (product and arbitrate
+    read the model's attention: aligner_links.)"""
+    assert len(model) == len(priors) and rule != "product" and rule != "arbitrate"
     if rule == "fill":
         return [fill_links(m, p) for m, p in zip(model, priors)]
     return [symmetrize(p, m, rule) for m, p in zip(model, priors)]
@@ -254,8 +309,10 @@ def aligner_links(aligner: Aligner, model: Callable[[], Sequence[Reading]], pair
                   weight: float = 1.0) -> list[set[Link]]:
     """The links `aligner` chooses for `pairs`: those of `model()` (the model's alignments, only
     computed when used), eflomal with `priors` on the pairs alone, or both joined by `rule`
-    (product_links with `weight`, or join_links: intersect, union, fill, grow-diag-final). A HeedError when priors are needed and
-    missing, or counted in other units than `units`, or the weight is out of range."""
+    (product_links with `weight`; arbitrate_links, the model deciding the links eflomal's two
+    directions dispute; or join_links: intersect, union, fill, grow-diag-final). A HeedError when
+    priors are needed and missing, or counted in other units than `units`, or the weight is out of
+    range."""
     if aligner not in ALIGNERS:
         raise HeedError(f"aligner must be one of {', '.join(ALIGNERS)}, got {aligner!r}")
     check_weight(weight)
@@ -269,7 +326,10 @@ def aligner_links(aligner: Aligner, model: Callable[[], Sequence[Reading]], pair
     if aligner == "both" and rule == "product":
         table = lexical_table(priors)
         return [product_links(r, table, units=units, weight=weight) for r in model()]
-    theirs = priors_links(pairs, priors)
+    directions = priors_directions(pairs, priors)
+    if aligner == "both" and rule == "arbitrate":
+        return [arbitrate_links(f, b, r.attention) for f, b, r in zip(*directions, model(), strict=True)]
+    theirs = priors_links(pairs, priors, directions=directions)
     if aligner == "priors":
         return theirs
     return join_links([set(r.links) for r in model()], theirs, rule)
@@ -333,6 +393,7 @@ def priors_for(model: Path, given: Path | None, known: KnownWords, units: Units)
 
 __all__ = [
     "ALIGNERS",
+    "ARBITRATE_SHARE",
     "BOTH_RULE",
     "JOINS",
     "PRIORS_FILE",
@@ -341,10 +402,12 @@ __all__ = [
     "KnownWords",
     "Priors",
     "aligner_links",
+    "arbitrate_links",
     "check_vocabulary",
     "join_links",
     "model_priors",
     "needs_eflomal",
+    "priors_directions",
     "priors_for",
     "priors_links",
     "priors_text",
