@@ -24,7 +24,7 @@ from heed.data.vocab import SPECIALS
 from heed.decode_config import DecodeConfig
 from heed.errors import ConfigError, HeedError
 from heed.export.ct2 import model_files, write_ct2
-from heed.export.ct2_run import PROBE_RATE, CT2Seq2Seq, FirstStepEnds, ranking
+from heed.export.ct2_run import PROBE_RATE, BeamStops, CT2Seq2Seq, FirstStepEnds, ranking
 from heed.export.onnx import MANIFEST_FILE, export_model
 from heed.nn.build import ModelConfig, build_model
 from heed.plumbing.runtime import cpu_int8_products_exact
@@ -275,6 +275,62 @@ def test_with_stop_beam_a_ct2_export_gives_heeds_stop_beam_search(transformer_ru
         assert sum(e[0].tokens != m[0].tokens for e, m in zip(exact, mine)) >= 2
     if path == "ctranslate2":  # the sources the fast path searched again, to their limit
         assert ("heed" in calls) == ("max_len_a" in options)
+
+
+def test_beam_stops_reach_as_far_as_most_of_a_models_searches_stopped():
+    stops = BeamStops()
+    assert stops.reach(30, least=2) == 30  # nothing known yet: to the limit
+    stops.add(10, 20)  # stopped at half its limit
+    assert stops.reach(30, least=2) == 15 and stops.reach(30, least=20) == 20
+    for _ in range(18):
+        stops.add(5, 20)  # a quarter, mostly; the 0.9 quantile of 19 shares is the 18th: still a quarter
+    assert stops.reach(30, least=2) == 8
+    for _ in range(3):
+        stops.add(20, 20)  # 3 of 22 at their limit: the 0.9 quantile (the 20th) is one of them
+    assert stops.reach(30, least=2) == 30
+
+
+@pytest.mark.parametrize("seeded", [False, True], ids=["learned", "too-short"])
+@pytest.mark.parametrize("options", [dict(length_penalty=0.6), dict(length_penalty=1.0, length_norm="power", min_len=3)],
+                         ids=["gnmt", "power-min3"])
+def test_with_stop_beam_where_heed_ranks_a_search_first_reaches_as_far_as_earlier_ones_stopped(
+        transformer_run, ct2_dir, tiny_corpus, options, seeded):
+    """Where heed ranks a stopping "beam" search (the GNMT penalty, min_len > 1), CTranslate2 searches
+    with no early stop; after a first batch (to the limit) it searches first only as far as the
+    earlier ones stopped (BeamStops.reach), and the sources not stopped by then again to the limit.
+    The n-best lists, scores and log-probabilities are heed's either way: learned from the first
+    batch, and with the stops seeded far too short, where most sources are searched twice."""
+    exported, pytorch = heed.load(str(ct2_dir)), heed.load(str(transformer_run), device="cpu")
+    model, sources = exported.model, _sources(tiny_corpus)[:-1]
+    decode = dict(beam=4, stopping="beam", n_best=2, **options)
+    assert ranking(exported.resolve_decode({k: v for k, v in decode.items() if k != "beam"}, beam=4)) == "heed"
+    mine = pytorch.translate_nbest(sources, **decode)
+    if seeded:
+        for _ in range(8):
+            model.beam_stops.add(1, 10)
+    else:
+        exported.translate_nbest(sources, **decode)  # the first batch: to the limit, its stops counted
+    reaches, wholes = [], []  # (reach, limit) of each batch; how many sources each search again to the limit had
+    reach_here, search_here = model.beam_stops.reach, model._translate_batch
+
+    def reach(limit: int, least: int) -> int:
+        reaches.append((reach_here(limit, least), limit))
+        return reaches[-1][0]
+
+    def search(*a: Any, **k: Any) -> Any:
+        if k.get("whole"):
+            wholes.append(len(a[1]))
+        return search_here(*a, **k)
+
+    model.beam_stops.reach, model._translate_batch = reach, search
+    theirs = exported.translate_nbest(sources, **decode)
+    assert [[t.tokens for t in n] for n in theirs] == [[t.tokens for t in n] for n in mine]
+    for s, t in zip((t for n in mine for t in n), (t for n in theirs for t in n)):
+        assert abs(s.score - t.score) < 1e-4 and abs(s.log_prob - t.log_prob) < 1e-4
+        torch.testing.assert_close(torch.from_numpy(t.attention), torch.from_numpy(s.attention), atol=1e-4, rtol=0)
+    assert any(first < limit for first, limit in reaches)  # a first search shorter than the limit
+    if seeded:
+        assert sum(wholes) >= len(sources) // 2  # most searched again to the limit
 
 
 def _first_step_ended(model: Any, sources: list[str], codec: Any, beam: int) -> list[bool]:

@@ -56,8 +56,9 @@ from __future__ import annotations
 import functools
 import math
 import random
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -78,6 +79,12 @@ RAW_SCORES = 1e-30
 # search probes the first step (CT2Seq2Seq._probe_first_step): the probe (encoder and one step) costs
 # 6-7% of a tc-big search at batch 64; a source the search without it finishes empty is searched again.
 PROBE_RATE = 0.07
+# Where heed ranks a stopping "beam" search, CTranslate2 first searches only as far as this share of
+# the model's last STOPS_KEPT such searches stopped by (BeamStops), once MIN_STOPS are known (the largest,
+# while fewer than 10 are).
+STOP_QUANTILE = 0.9
+STOPS_KEPT = 256
+MIN_STOPS = 1
 NEEDS_HEED = ("a CTranslate2 export translates with CTranslate2's own search, which has no step or teacher-forced "
               "pass to give heed; {what} needs the model directory or an ONNX export (heed export --format onnx)")
 
@@ -154,6 +161,29 @@ class FirstStepEnds:
         return self.ended >= PROBE_RATE * self.seen
 
 
+@dataclass
+class BeamStops:
+    """Where a model's stopping "beam" searches ranked by heed stopped: the length (with EOS) of the
+    `beam`-th hypothesis to end, as a share of the source's limit, for the last STOPS_KEPT sources.
+    CTranslate2 cannot stop where heed's beam stop does there (its count takes in the hypotheses
+    that end before min_len, and its min_decoding_length would renormalise), so it searches with no
+    early stop: to the limit, or first only to `reach`, the STOP_QUANTILE of those shares, where
+    the sources that had not stopped are searched again to the limit."""
+
+    shares: deque[float] = field(default_factory=lambda: deque(maxlen=STOPS_KEPT))
+
+    def add(self, length: int, limit: int) -> None:
+        self.shares.append(length / max(limit, 1))
+
+    def reach(self, limit: int, least: int) -> int:
+        """How far to search first a batch whose limit is `limit`; `least`: no hypothesis shorter
+        than it can count (min_len and EOS)."""
+        if len(self.shares) < MIN_STOPS:
+            return limit
+        share = sorted(self.shares)[math.ceil(STOP_QUANTILE * len(self.shares)) - 1]
+        return min(limit, max(least, math.ceil(share * limit)))
+
+
 class CT2Seq2Seq:
     """A CTranslate2 model directory behind heed's Translator (heed.search.OwnSearchModel)."""
 
@@ -170,6 +200,7 @@ class CT2Seq2Seq:
         self._tgt_ids = {t: i for i, t in enumerate(self.tgt_tokens)}
         self._translators: dict[int, Any] = {}
         self.first_step_ends = FirstStepEnds()
+        self.beam_stops = BeamStops()
         self._translator()  # load now: a damaged model fails at load
 
     @property
@@ -329,7 +360,7 @@ class CT2Seq2Seq:
     def _translate_batch(self, translator: Any, src_ids: list[list[int]], limit: int,
                          prefixes: list[Sequence[int]] | None,
                          cfg: DecodeConfig, free: int, attention: bool, *, ranks: str, suppress: bool,
-                         own: list[int] | None = None) -> list[Decoded]:
+                         own: list[int] | None = None, whole: bool = False) -> list[Decoded]:
         """One translate_batch call at output limit `limit` (`own`: each source's own limit, else
         `limit`). Where heed ranks (`ranks`: `ranking`'s), CTranslate2
         searches to the limit (a patience past any count of finished hypotheses, and a penalty, which
@@ -340,7 +371,11 @@ class CT2Seq2Seq:
         from one forced pass (`_attention_of`). Where CTranslate2 ranks with stopping "beam", it stops
         once `beam` finished (patience 1, and a penalty, the power one or RAW_SCORES, which turns its
         early exit off; min_decoding_length 0) and returns its `beam` best, whose scores are made raw sums again
-        (`_beam_raw`); the sources not settled so are searched again where heed ranks, a batch per limit."""
+        (`_beam_raw`); the sources not settled so are searched again where heed ranks, a batch per limit.
+        Where heed ranks with stopping "beam", CTranslate2 first searches only as far as this model's
+        searches have stopped (BeamStops.reach; `whole`: to the limit at once): the sources whose beam
+        stop came by then are heed's (its stop depends only on the steps before it), the others are
+        searched again to the limit."""
         own = own or [limit] * len(src_ids)
         source = [[self.src_tokens[i] for i in ids] + [self.src_tokens[self.eos_id]] for ids in src_ids]
         target_prefix = None
@@ -348,10 +383,13 @@ class CT2Seq2Seq:
             target_prefix = [[self.tgt_tokens[i] for i in p] or None for p in prefixes]
         ranked_by_heed = ranks == "heed"
         beam_stop = ranks == "ctranslate2" and cfg.stopping == "beam"
-        patience = limit + 1 if ranked_by_heed else 1  # at most `beam` finish per step, `limit` steps
+        reach = limit  # how far CTranslate2 searches
+        if ranked_by_heed and cfg.stopping == "beam" and not whole:
+            reach = self.beam_stops.reach(limit, least=min(cfg.min_len, limit) + 1)
+        patience = reach + 1 if ranked_by_heed else 1  # at most `beam` finish per step, `reach` steps
         num_hypotheses = cfg.beam_size * patience if ranked_by_heed else cfg.beam_size if beam_stop else cfg.n_best
         options: dict[str, Any] = dict(
-            max_decoding_length=max(limit, 1),
+            max_decoding_length=max(reach, 1),
             min_decoding_length=0 if ranked_by_heed or beam_stop else min(cfg.min_len, limit),
             no_repeat_ngram_size=cfg.no_repeat_ngram, disable_unk=cfg.forbid_unk,
             suppress_sequences=[[self.tgt_tokens[self.pad_id]], [self.tgt_tokens[self.bos_id]]] if suppress else None,
@@ -374,7 +412,20 @@ class CT2Seq2Seq:
                                     suppress, shifted) if beam_stop else {})  # sources searched again, by index
         if ranked_by_heed:
             results = [self._long_enough(r, min(cfg.min_len, limit)) for r in results]
-            stopped = [self._beam_stopped(r, limit, cfg) if cfg.stopping == "beam" else None for r in results]
+            stopped = [self._beam_stopped(r, reach, cfg) if cfg.stopping == "beam" else None for r in results]
+            for s in stopped:
+                if s is not None:
+                    self.beam_stops.add(max(map(len, s.hypotheses)), limit)
+            if reach < limit:  # the sources not stopped by `reach`, searched again to the limit
+                short = [i for i, s in enumerate(stopped) if s is None]
+                if short:
+                    whole_searched = self._translate_batch(
+                        translator, [src_ids[i] for i in short], limit,
+                        None if prefixes is None else [prefixes[i] for i in short], cfg, free, attention,
+                        ranks="heed", suppress=suppress, whole=True)
+                    again.update(zip(short, whole_searched))
+                    for i in short:
+                        stopped[i] = SimpleNamespace(hypotheses=[], scores=[], attention=None)
             if target_prefix is None and not cfg.no_repeat_ngram and not cfg.shortlist:
                 results = [self._searched(translator, src, limit, cfg) if s is None and self._unsettled(r, limit, cfg)
                            else r for r, s, src in zip(results, stopped, source)]
@@ -393,7 +444,8 @@ class CT2Seq2Seq:
                                                              attention)
                    for i, (r, src, chosen) in enumerate(zip(results, source, ranked))]
         if attention and ranked_by_heed:
-            self._attention_of(translator, source, decoded)
+            todo = [i for i in range(len(source)) if i not in again]
+            self._attention_of(translator, [source[i] for i in todo], [decoded[i] for i in todo])
         return decoded
 
     def _probe_first_step(self, translator: Any, source: list[list[str]], beam: int) -> dict[int, float]:
