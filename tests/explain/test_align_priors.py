@@ -8,6 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy
 import pytest
 from cli_helpers import assert_user_error, invoke
 from explain.test_external_aligner import _corpus
@@ -56,6 +57,11 @@ def test_join_is_the_intersection_or_the_union():
     model, theirs = [{(0, 0), (1, 1)}], [{(1, 1), (2, 2)}]
     assert join_links(model, theirs, "intersect") == [{(1, 1)}]
     assert join_links(model, theirs, "union") == [{(0, 0), (1, 1), (2, 2)}]
+    for reads_attention in ("product", "arbitrate"):
+        with pytest.raises(ValueError, match="aligner_links"):
+            join_links(model, theirs, reads_attention)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="1 model alignments against 2"):
+        join_links(model, theirs * 2, "union")
 
 
 def test_fill_keeps_the_priors_links_and_takes_the_models_only_for_words_they_leave_unlinked():
@@ -97,6 +103,8 @@ def test_arbitrate_keeps_a_disputed_link_only_where_the_model_gives_it_its_share
     # (1, 1) is under the share, so nothing disputed is beside (0, 0); the final step adds the other
     # two, each between two unlinked words
     assert arbitrate_links(forward, backward, attention, share=0.05) == {(0, 0), (1, 2), (2, 1)}
+    # an empty target's reading, as a server's JSON gives it back: (0,), no links to dispute
+    assert arbitrate_links(set(), set(), numpy.asarray([])) == set()
     # share 0: every disputed link may be added (here all of grow-diag-final's), the model only orders them
     assert arbitrate_links(forward, backward, attention, share=0.0) == {(0, 0), (1, 1), (1, 2), (2, 1)}
 
@@ -179,7 +187,7 @@ def test_the_guide_rule_lets_the_models_evidence_move_links_eflomal_alone_gets_w
     swapped = lambda links: sum({(2, 3), (3, 2)} <= found for found in links)
     guided = guide_links(new, readings, priors, weight=1.0)
     assert swapped(priors_links(new, priors)) <= 2
-    assert swapped(guided) >= 4, guided
+    assert swapped(guided) >= 3, guided  # eflomal samples: 4-6 of 6 in 150 runs
     assert all({(0, 0), (1, 1), (4, 4)} <= found for found in guided)  # the words the priors know, as they were
 
 

@@ -402,13 +402,18 @@ def test_with_stop_beam_a_source_whose_empty_hypothesis_finished_first_is_still_
             assert finished_first > sum(returned)
 
 
-def test_a_ct2_export_probes_the_first_step_only_while_eos_often_ranks_there(ct2_dir, transformer_run, tiny_corpus):
+def test_a_ct2_export_probes_the_first_step_only_while_eos_often_ranks_there(transformer_run, tiny_corpus, tmp_path):
     """FirstStepEnds: a model's first stopping "beam" search probes the first step (a prior of one in
-    two); on the trained tiny model no source puts EOS among its first step's best 4, so after one
-    batch the count turns the probe off, and later searches count the sources searched again instead."""
-    exported = heed.load(str(ct2_dir))
+    two); with </s> held back by 5 in the output layer's bias no source puts EOS among its first
+    step's best 4, so after one batch the count turns the probe off, and later searches count the
+    sources searched again instead."""
+    base = load_model_dir(transformer_run)
+    with torch.no_grad():
+        base.model.decoder.generator.bias[base.model.eos_id] -= 5.0
+    model_dir = save_model_dir(tmp_path / "model", model=base.model, config=base.config, codec=base.codec)
+    exported = heed.load(str(export_model(model_dir, tmp_path / "ct2", kind="ctranslate2")))
     model, sources = exported.model, _sources(tiny_corpus)[:-1]  # each searched by CTranslate2
-    assert not any(_first_step_ended(model, sources, heed.load(str(transformer_run), device="cpu").codec, 4))
+    assert not any(_first_step_ended(model, sources, base.codec, 4))
     probes = []
     probe = model._probe_first_step
     model._probe_first_step = lambda *a: probes.append(len(a[1])) or probe(*a)

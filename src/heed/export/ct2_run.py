@@ -77,7 +77,7 @@ from heed.search import Decoded, Hypothesis, length_penalty, max_output_lengths
 RAW_SCORES = 1e-30
 # The share of sources whose EOS ranks among the first step's best `beam` above which a stopping "beam"
 # search probes the first step (CT2Seq2Seq._probe_first_step): the probe (encoder and one step) costs
-# 6-7% of a tc-big search at batch 64; a source the search without it finishes empty is searched again.
+# 6-8% of a tc-big search at batch 64; a source the search without it finishes empty is searched again.
 PROBE_RATE = 0.07
 # Where heed ranks a stopping "beam" search, CTranslate2 first searches only as far as this share of
 # the model's last STOPS_KEPT such searches stopped by (BeamStops), once MIN_STOPS are known (the largest,
@@ -118,14 +118,18 @@ def ranking(cfg: DecodeConfig, *, prefixed: bool = False) -> str:
       step without EOS, adding to every hypothesis of a source the same -log(1 - p(EOS first)), which
       the power penalty turns into a reordering): its live beams are heed's, and only the empty
       hypothesis, where an EOS among the first step's best `beam` finished it, differs (it counts
-      toward the stop); a source whose returned hypotheses hold it is searched again as below
-      (`_beam_raw`);
+      toward the stop); such a source is searched with min_decoding_length 1 and that step's shift
+      taken off (`_beam_shifted`): found first by a one-step probe while such sources are common
+      (FirstStepEnds, not with a shortlist, whose candidates are the batch's), else searched again
+      where its returned hypotheses hold the empty one (`_beam_raw`), and as below only where the
+      shift could reorder its n-best;
     - "heed" for the GNMT penalty (CTranslate2 would return its `beam` best by raw sums, which can
       leave out one of heed's n-best), min_len > 1 (CTranslate2's min_decoding_length renormalises
-      each beam's step apart) or a prefix (its score leaves the prefix out): CTranslate2 searches each source to its
-      limit and heed keeps what its beam stop finished (the hypotheses that ended by the step where
-      the `beam`-th ended; all, with EOS forced on the live beams, where none such came before the
-      limit) and ranks them."""
+      each beam's step apart) or a prefix (its score leaves the prefix out): CTranslate2 searches each
+      source with no early stop, first only as far as the model's earlier such searches stopped
+      (BeamStops) and then to the limit for the sources not stopped by then, and heed keeps what its
+      beam stop finished (the hypotheses that ended by the step where the `beam`-th ended; all, with
+      EOS forced on the live beams, where none such came before the limit) and ranks them."""
     if cfg.sampling or cfg.beam_size == 1:
         return "none"
     if cfg.stopping == "beam":
@@ -404,10 +408,13 @@ class CT2Seq2Seq:
                 penalty = cfg.length_penalty or RAW_SCORES
             options.update(beam_size=cfg.beam_size, length_penalty=penalty, patience=patience)
         shifted = None  # where the first step was probed: the sources searched with min_decoding_length 1, their shifts
-        if beam_stop and cfg.min_len >= 1 and self.first_step_ends.probing:
-            shifted = self._probe_first_step(translator, source, cfg.beam_size)
-        results = self._apart(translator, source, options, shifted, limit) if shifted else \
-            translator.translate_batch(source, target_prefix=target_prefix, **options)
+        if beam_stop and cfg.min_len >= 1 and not cfg.shortlist and self.first_step_ends.probing:
+            shifted = self._probe_first_step(translator, source, options, cfg.beam_size)
+        if shifted:  # CTranslate2 ranks with stopping "beam" only without a prefix (`ranking`)
+            assert target_prefix is None
+            results = self._apart(translator, source, options, shifted, limit)
+        else:
+            results = translator.translate_batch(source, target_prefix=target_prefix, **options)
         again = (self._beam_settled(translator, source, src_ids, results, own, limit, options, cfg, free, attention,
                                     suppress, shifted) if beam_stop else {})  # sources searched again, by index
         if ranked_by_heed:
@@ -448,15 +455,17 @@ class CT2Seq2Seq:
             self._attention_of(translator, [source[i] for i in todo], [decoded[i] for i in todo])
         return decoded
 
-    def _probe_first_step(self, translator: Any, source: list[list[str]], beam: int) -> dict[int, float]:
+    def _probe_first_step(self, translator: Any, source: list[list[str]], options: dict[str, Any],
+                          beam: int) -> dict[int, float]:
         """The sources whose EOS ranks among their first step's best `beam` (where a search without
         min_decoding_length would finish the empty hypothesis), by index, each with the shift
         min_decoding_length 1 adds to its hypotheses' log-probabilities, -log(1 - p(EOS first)): one
-        beam search step (encoder and one decoder step) whose candidates are that step's best `beam`."""
+        beam search step (encoder and one decoder step) with the search's `options` (the tokens it
+        disallows), whose candidates are that step's best `beam`."""
         eos = [self.tgt_tokens[self.eos_id]]
-        step = translator.translate_batch(source, beam_size=beam, num_hypotheses=beam, max_decoding_length=1,
-                                          min_decoding_length=0, max_input_length=0, length_penalty=0.0,
-                                          return_scores=True, return_end_token=True)
+        step = translator.translate_batch(source, **{**options, "max_decoding_length": 1, "min_decoding_length": 0,
+                                                     "num_hypotheses": beam, "length_penalty": 0.0,
+                                                     "return_attention": False})
         shifts = {i: next(-math.log1p(-math.exp(s)) if s < 0 else math.inf
                           for tokens, s in zip(r.hypotheses, r.scores) if tokens == eos)
                   for i, r in enumerate(step) if eos in r.hypotheses}
