@@ -7,7 +7,10 @@ and by its CTranslate2 export (float32, so that only the search differs):
   path was), called directly, for comparison;
 - no penalty (the "ctranslate2" fast path: CTranslate2 stops and ranks);
 - stopping "beam" with the power penalty 1.0 (the "ctranslate2" path: CTranslate2's own stop,
-  `beam` finished, is heed's stop "beam"), against heed's search with the same stop.
+  `beam` finished, is heed's stop "beam"), against heed's search with the same stop;
+- stopping "beam" with the GNMT penalty 0.6, and with the power penalty and min_len 3 (the "heed"
+  path with the beam stop: CTranslate2 searches with no early stop, first only as far as the model's
+  earlier searches stopped, BeamStops), against heed's search with the same stop.
 
     .venv/bin/python bench/studies/ct2_fast_path.py MODEL_DIR [--sources FILE] [--count 1000]
 
@@ -89,21 +92,25 @@ def main() -> None:
         model._searched = lambda *a: searched.append(a[1]) or search_here(*a)  # type: ignore[method-assign]
         calls, batch_here = [], model._translate_batch  # (ranks, sources) of every translate_batch call
         model._translate_batch = lambda *a, **k: (  # type: ignore[method-assign]
-            calls.append((k["ranks"], len(a[1])))) or batch_here(*a, **k)
+            calls.append((k["ranks"], len(a[1]), k.get("whole", False)))) or batch_here(*a, **k)
         runs: dict[str, tuple[Any, ...]] = {}
         stop_s = float("inf")
         for _ in range(2):  # twice, interleaved: the faster of each
             for name, options in (("power", power), ("power n-best 2", power | {"n_best": 2}), ("no penalty", plain),
-                                  ("power stop beam", power | {"stopping": "beam"})):
+                                  ("power stop beam", power | {"stopping": "beam"}),
+                                  ("gnmt stop beam", plain | {"length_penalty": 0.6, "length_norm": "gnmt",
+                                                              "stopping": "beam"}),
+                                  ("power min 3 stop beam", power | {"min_len": 3, "stopping": "beam"})):
                 cfg = ct2.resolve_decode(options)
                 exact, heed_s = timed(pytorch.translate_nbest, sources, decode=cfg, attention=False)
                 ours, ct2_s = timed(ct2.translate_nbest, sources, decode=cfg, attention=False)
                 if name in runs:
                     heed_s, ct2_s = min(heed_s, runs[name][3]), min(ct2_s, runs[name][4])
                 # searched again to their limit where heed ranks: where CTranslate2 ranks, every source of a
-                # call where heed ranks; where heed ranks, a source decoded again alone
+                # call where heed ranks; where heed ranks, a source decoded again alone, or not stopped
+                # by the first search's reach (BeamStops)
                 path = ranking(cfg)
-                again = sum(n for ranks, n in calls if ranks == "heed" and (path == "ctranslate2" or n == 1))
+                again = sum(n for ranks, n, whole in calls if ranks == "heed" and (path == "ctranslate2" or n == 1 or whole))
                 runs[name] = (path, exact, ours, heed_s, ct2_s, len(searched), again)
                 searched.clear()
                 calls.clear()
@@ -113,7 +120,7 @@ def main() -> None:
     for name, (path, exact, ours, heed_s, ct2_s, unsettled, again) in runs.items():
         best = sum(a[0].tokens == b[0].tokens for a, b in zip(exact, ours))
         lists = sum([h.tokens for h in a] == [h.tokens for h in b] for a, b in zip(exact, ours))
-        print(f"{name:15s} path {path!r:14s}: best {best}/{n}, n-best lists {lists}/{n} equal heed's search; "
+        print(f"{name:21s} path {path!r:14s}: best {best}/{n}, n-best lists {lists}/{n} equal heed's search; "
               f"CTranslate2 export {ct2_s:.2f} s, heed's own search {heed_s:.2f} s; "
               f"{unsettled} searched by heed's rule over CTranslate2's steps, {again} searched again to their limit")
         for a, b in [(a, b) for a, b in zip(exact, ours) if a[0].tokens != b[0].tokens][:5]:

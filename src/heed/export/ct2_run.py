@@ -494,7 +494,8 @@ class CT2Seq2Seq:
         min_decoding_length 1, with their first step's shift taken off: `_beam_shifted`); a source
         unsettled only by its empty hypothesis searched again so (and counted in `first_step_ends`
         where no probe ran); those still unsettled (their result left empty here) searched again
-        where heed ranks, a batch per own limit, and returned by index."""
+        where heed ranks, a batch per own limit, to the limit at once (most did not stop before it;
+        the others are those whose shift could reorder their n-best), and returned by index."""
         shifts = shifted or {}
         raw = [self._beam_shifted(r, shifts[i], cfg, mine, limit) if i in shifts else self._beam_raw(r, cfg, mine, limit)
                for i, (r, mine) in enumerate(zip(results, own))]
@@ -517,7 +518,8 @@ class CT2Seq2Seq:
         again: dict[int, Decoded] = {}
         for mine, group in unsettled.items():
             searched = self._translate_batch(translator, [src_ids[i] for i in group], mine, None, cfg, free,
-                                             attention, ranks="heed", suppress=suppress)
+                                             attention, ranks="heed", suppress=suppress,
+                                             whole=True)
             again.update(zip(group, searched))
         return again
 
