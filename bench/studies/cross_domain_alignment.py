@@ -416,34 +416,11 @@ def joins(case: Case, run: str) -> dict[str, Links]:
     return case.cache[key]
 
 
-def guided_and_priors(case: Case) -> Links:
-    """`--aligner both` on the guided head, by the rule chosen in-domain."""
-    return joins(case, "guided")[case.chosen["both guided"]]
-
-
-def layer_and_priors(case: Case) -> Links:
-    """`--aligner both` on the alignment layer, by the rule chosen in-domain."""
-    return joins(case, "layer")[case.chosen["both layer"]]
-
-
-def guided_arbitrate(case: Case) -> Links:
-    """`--aligner both --combine arbitrate` on the guided head, at the share chosen in-domain."""
-    return joins(case, "guided")[case.chosen["arbitrate guided"]]
-
-
-def layer_arbitrate(case: Case) -> Links:
-    """`--aligner both --combine arbitrate` on the alignment layer, at the share chosen in-domain."""
-    return joins(case, "layer")[case.chosen["arbitrate layer"]]
-
-
-def guided_guide(case: Case) -> Links:
-    """`--aligner both --combine guide` on the guided head, at the weight chosen in-domain."""
-    return joins(case, "guided")[case.chosen["guide guided"]]
-
-
-def layer_guide(case: Case) -> Links:
-    """`--aligner both --combine guide` on the alignment layer, at the weight chosen in-domain."""
-    return joins(case, "layer")[case.chosen["guide layer"]]
+def chosen_join(reading: str, choice: str) -> Callable[[Case], Links]:
+    """A lever: `--aligner both` on `reading` ("guided": the guided head, "layer": the alignment
+    layer) by what the in-domain pairs chose for `choice` ("both": the rule; "arbitrate": its
+    share; "guide": its weight)."""
+    return lambda case: joins(case, reading)[case.chosen[f"{choice} {reading}"]]
 
 
 def all_together(case: Case) -> Links | None:
@@ -478,16 +455,16 @@ LEVERS: list[tuple[str, str, Callable[[Case], Links | None]]] = [
     ("guided + both directions, symmetrised", READS_MODEL, both_directions),
     ("full-context alignment layer (beside the plain translator)", READS_MODEL, layer),
     ("priors alone (eflomal on the pairs, the corpus's priors)", "a statistical aligner", priors),
-    ("both: guided x priors (`--aligner both`, the rule chosen in-domain)", READS_STATS, guided_and_priors),
-    ("both: layer x priors (the rule chosen in-domain)", READS_STATS, layer_and_priors),
+    ("both: guided x priors (`--aligner both`, the rule chosen in-domain)", READS_STATS, chosen_join("guided", "both")),
+    ("both: layer x priors (the rule chosen in-domain)", READS_STATS, chosen_join("layer", "both")),
     ("both: guided, arbitrate (eflomal's directions, the head deciding their disputes; share chosen in-domain)",
-     READS_STATS, guided_arbitrate),
+     READS_STATS, chosen_join("guided", "arbitrate")),
     ("both: layer, arbitrate (eflomal's directions, the layer deciding their disputes; share chosen in-domain)",
-     READS_STATS, layer_arbitrate),
+     READS_STATS, chosen_join("layer", "arbitrate")),
     ("both: guided, guide (eflomal + the head's reading as priors, weight chosen in-domain)", READS_STATS,
-     guided_guide),
+     chosen_join("guided", "guide")),
     ("both: layer, guide (eflomal + the layer's reading as priors, weight chosen in-domain)", READS_STATS,
-     layer_guide),
+     chosen_join("layer", "guide")),
     ("all: null links + both directions, each x priors", READS_STATS, all_together),
 ]
 
