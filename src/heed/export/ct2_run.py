@@ -188,6 +188,11 @@ class BeamStops:
         return min(limit, max(least, math.ceil(share * limit)))
 
 
+def _nothing() -> SimpleNamespace:
+    """A result with no hypotheses: where a source's are those of a search again, kept apart."""
+    return SimpleNamespace(hypotheses=[], scores=[], attention=None)
+
+
 class CT2Seq2Seq:
     """A CTranslate2 model directory behind heed's Translator (heed.search.OwnSearchModel)."""
 
@@ -390,23 +395,7 @@ class CT2Seq2Seq:
         reach = limit  # how far CTranslate2 searches
         if ranked_by_heed and cfg.stopping == "beam" and not whole:
             reach = self.beam_stops.reach(limit, least=min(cfg.min_len, limit) + 1)
-        patience = reach + 1 if ranked_by_heed else 1  # at most `beam` finish per step, `reach` steps
-        num_hypotheses = cfg.beam_size * patience if ranked_by_heed else cfg.beam_size if beam_stop else cfg.n_best
-        options: dict[str, Any] = dict(
-            max_decoding_length=max(reach, 1),
-            min_decoding_length=0 if ranked_by_heed or beam_stop else min(cfg.min_len, limit),
-            no_repeat_ngram_size=cfg.no_repeat_ngram, disable_unk=cfg.forbid_unk,
-            suppress_sequences=[[self.tgt_tokens[self.pad_id]], [self.tgt_tokens[self.bos_id]]] if suppress else None,
-            max_input_length=0, return_scores=True, return_attention=attention and not ranked_by_heed,
-            return_end_token=True, num_hypotheses=num_hypotheses, use_vmap=cfg.shortlist)
-        if cfg.sampling:
-            options.update(beam_size=1, length_penalty=0.0, sampling_temperature=cfg.temperature,
-                           sampling_topk=cfg.top_k, sampling_topp=cfg.top_p)
-        else:
-            penalty = RAW_SCORES if ranked_by_heed else 0.0
-            if beam_stop:
-                penalty = cfg.length_penalty or RAW_SCORES
-            options.update(beam_size=cfg.beam_size, length_penalty=penalty, patience=patience)
+        options = self._options(cfg, limit, reach, ranks=ranks, attention=attention, suppress=suppress)
         shifted = None  # where the first step was probed: the sources searched with min_decoding_length 1, their shifts
         if beam_stop and cfg.min_len >= 1 and not cfg.shortlist and self.first_step_ends.probing:
             shifted = self._probe_first_step(translator, source, options, cfg.beam_size)
@@ -415,28 +404,13 @@ class CT2Seq2Seq:
             results = self._apart(translator, source, options, shifted, limit)
         else:
             results = translator.translate_batch(source, target_prefix=target_prefix, **options)
-        again = (self._beam_settled(translator, source, src_ids, results, own, limit, options, cfg, free, attention,
-                                    suppress, shifted) if beam_stop else {})  # sources searched again, by index
+        again: dict[int, Decoded] = {}  # sources searched again, by index
+        if beam_stop:
+            again = self._beam_settled(translator, source, src_ids, results, own, limit, options, cfg, free,
+                                       attention, suppress, shifted)
         if ranked_by_heed:
-            results = [self._long_enough(r, min(cfg.min_len, limit)) for r in results]
-            stopped = [self._beam_stopped(r, reach, cfg) if cfg.stopping == "beam" else None for r in results]
-            for s in stopped:
-                if s is not None:
-                    self.beam_stops.add(max(map(len, s.hypotheses)), limit)
-            if reach < limit:  # the sources not stopped by `reach`, searched again to the limit
-                short = [i for i, s in enumerate(stopped) if s is None]
-                if short:
-                    whole_searched = self._translate_batch(
-                        translator, [src_ids[i] for i in short], limit,
-                        None if prefixes is None else [prefixes[i] for i in short], cfg, free, attention,
-                        ranks="heed", suppress=suppress, whole=True)
-                    again.update(zip(short, whole_searched))
-                    for i in short:
-                        stopped[i] = SimpleNamespace(hypotheses=[], scores=[], attention=None)
-            if target_prefix is None and not cfg.no_repeat_ngram and not cfg.shortlist:
-                results = [self._searched(translator, src, limit, cfg) if s is None and self._unsettled(r, limit, cfg)
-                           else r for r, s, src in zip(results, stopped, source)]
-            results = [r if s is None else s for r, s in zip(results, stopped)]
+            again = self._heed_settled(translator, source, src_ids, prefixes, results, limit, reach, cfg, free,
+                                       attention, suppress, prefixed=target_prefix is not None)
         forced = self._prefix_log_probs(translator, source, target_prefix, free)
         ranked = self._ranked(translator, source, results, forced, cfg)
         first = [None] * len(source)
@@ -454,6 +428,72 @@ class CT2Seq2Seq:
             todo = [i for i in range(len(source)) if i not in again]
             self._attention_of(translator, [source[i] for i in todo], [decoded[i] for i in todo])
         return decoded
+
+    def _options(self, cfg: DecodeConfig, limit: int, reach: int, *, ranks: str, attention: bool,
+                 suppress: bool) -> dict[str, Any]:
+        """translate_batch's options for a search to `reach` (the output limit `limit`, or short of it)
+        where `ranks` (`ranking`'s) ranks, as `_translate_batch` says."""
+        ranked_by_heed = ranks == "heed"
+        beam_stop = ranks == "ctranslate2" and cfg.stopping == "beam"
+        patience = reach + 1 if ranked_by_heed else 1  # at most `beam` finish per step, `reach` steps
+        num_hypotheses = cfg.beam_size * patience if ranked_by_heed else cfg.beam_size if beam_stop else cfg.n_best
+        options: dict[str, Any] = dict(
+            max_decoding_length=max(reach, 1),
+            min_decoding_length=0 if ranked_by_heed or beam_stop else min(cfg.min_len, limit),
+            no_repeat_ngram_size=cfg.no_repeat_ngram, disable_unk=cfg.forbid_unk,
+            suppress_sequences=[[self.tgt_tokens[self.pad_id]], [self.tgt_tokens[self.bos_id]]] if suppress else None,
+            max_input_length=0, return_scores=True, return_attention=attention and not ranked_by_heed,
+            return_end_token=True, num_hypotheses=num_hypotheses, use_vmap=cfg.shortlist)
+        if cfg.sampling:
+            options.update(beam_size=1, length_penalty=0.0, sampling_temperature=cfg.temperature,
+                           sampling_topk=cfg.top_k, sampling_topp=cfg.top_p)
+        else:
+            penalty = RAW_SCORES if ranked_by_heed else 0.0
+            if beam_stop:
+                penalty = cfg.length_penalty or RAW_SCORES
+            options.update(beam_size=cfg.beam_size, length_penalty=penalty, patience=patience)
+        return options
+
+    def _heed_settled(self, translator: Any, source: list[list[str]], src_ids: list[list[int]],
+                      prefixes: list[Sequence[int]] | None, results: list[Any], limit: int, reach: int,
+                      cfg: DecodeConfig, free: int, attention: bool, suppress: bool, *,
+                      prefixed: bool) -> dict[int, Decoded]:
+        """A search where heed ranks, to `reach` (the limit, or short of it with stopping "beam"):
+        `results` made what heed ranks in place: the hypotheses that ended before min_len left out
+        (`_long_enough`); with stopping "beam" what its stop finished (`_beam_stopped`, its length
+        counted in `beam_stops`), the sources it had not stopped by a `reach` short of the limit
+        searched again to the limit and returned by index; where the limit cut a search that may
+        have left out one of heed's n-best, heed's rule over CTranslate2's steps (`_searched`; not
+        with a prefix, no_repeat_ngram or a shortlist)."""
+        results[:] = [self._long_enough(r, min(cfg.min_len, limit)) for r in results]
+        stopped = [self._beam_stopped(r, reach, cfg) if cfg.stopping == "beam" else None for r in results]
+        for s in stopped:
+            if s is not None:
+                self.beam_stops.add(max(map(len, s.hypotheses)), limit)
+        again: dict[int, Decoded] = {}
+        short = [i for i, s in enumerate(stopped) if s is None] if reach < limit else []
+        if short:  # not stopped by `reach`: searched again to the limit
+            again = self._searched_whole(translator, src_ids, {limit: short}, prefixes, cfg, free, attention, suppress)
+            for i in short:
+                stopped[i] = _nothing()
+        if not prefixed and not cfg.no_repeat_ngram and not cfg.shortlist:
+            results[:] = [self._searched(translator, src, limit, cfg) if s is None and self._unsettled(r, limit, cfg)
+                          else r for r, s, src in zip(results, stopped, source)]
+        results[:] = [r if s is None else s for r, s in zip(results, stopped)]
+        return again
+
+    def _searched_whole(self, translator: Any, src_ids: list[list[int]], groups: dict[int, list[int]],
+                        prefixes: list[Sequence[int]] | None, cfg: DecodeConfig, free: int, attention: bool,
+                        suppress: bool) -> dict[int, Decoded]:
+        """The sources of `groups` (their indices by output limit) searched again where heed ranks, to
+        the limit at once, a batch per limit; by index."""
+        again: dict[int, Decoded] = {}
+        for limit, group in groups.items():
+            searched = self._translate_batch(translator, [src_ids[i] for i in group], limit,
+                                             None if prefixes is None else [prefixes[i] for i in group], cfg, free,
+                                             attention, ranks="heed", suppress=suppress, whole=True)
+            again.update(zip(group, searched))
+        return again
 
     def _probe_first_step(self, translator: Any, source: list[list[str]], options: dict[str, Any],
                           beam: int) -> dict[int, float]:
@@ -514,14 +554,8 @@ class CT2Seq2Seq:
             results[i] = raw[i]
             if results[i] is None:
                 unsettled.setdefault(mine, []).append(i)
-                results[i] = SimpleNamespace(hypotheses=[], scores=[], attention=None)
-        again: dict[int, Decoded] = {}
-        for mine, group in unsettled.items():
-            searched = self._translate_batch(translator, [src_ids[i] for i in group], mine, None, cfg, free,
-                                             attention, ranks="heed", suppress=suppress,
-                                             whole=True)
-            again.update(zip(group, searched))
-        return again
+                results[i] = _nothing()
+        return self._searched_whole(translator, src_ids, unsettled, None, cfg, free, attention, suppress)
 
     def _beam_raw(self, result: Any, cfg: DecodeConfig, own: int, limit: int, *, empty_ok: bool = False) -> Any:
         """CTranslate2's result of a stopping "beam" search (patience 1, its `beam` best, at call limit
