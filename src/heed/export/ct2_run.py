@@ -188,6 +188,12 @@ class BeamStops:
         return min(limit, max(least, math.ceil(share * limit)))
 
 
+def _without(log_p: float) -> float:
+    """log(1 - p) of a log-probability: the log of the mass a step leaves to the rest once a token
+    (EOS) is taken out; -inf where it had it all. Its negative is what renormalising without it adds."""
+    return math.log1p(-math.exp(log_p)) if log_p < 0 else -math.inf
+
+
 def _nothing() -> SimpleNamespace:
     """A result with no hypotheses: where a source's are those of a search again, kept apart."""
     return SimpleNamespace(hypotheses=[], scores=[], attention=None)
@@ -506,8 +512,7 @@ class CT2Seq2Seq:
         step = translator.translate_batch(source, **{**options, "max_decoding_length": 1, "min_decoding_length": 0,
                                                      "num_hypotheses": beam, "length_penalty": 0.0,
                                                      "return_attention": False})
-        shifts = {i: next(-math.log1p(-math.exp(s)) if s < 0 else math.inf
-                          for tokens, s in zip(r.hypotheses, r.scores) if tokens == eos)
+        shifts = {i: -_without(next(s for tokens, s in zip(r.hypotheses, r.scores) if tokens == eos))
                   for i, r in enumerate(step) if eos in r.hypotheses}
         self.first_step_ends.add(len(shifts), len(source))
         return shifts
@@ -589,7 +594,7 @@ class CT2Seq2Seq:
         it renormalises the first step without EOS, where heed forbids EOS without, so
         delta = -log(1 - p(EOS first)) (one teacher-forced step, score_batch)."""
         first = translator.score_batch(source, [[] for _ in source])
-        return [-math.log1p(-math.exp(s.log_probs[-1])) if s.log_probs[-1] < 0 else math.inf for s in first]
+        return [-_without(s.log_probs[-1]) for s in first]
 
     def _beam_shifted(self, result: Any, delta: float, cfg: DecodeConfig, own: int, limit: int) -> Any:
         """`_beam_raw` for a stopping "beam" search with min_decoding_length 1 (the empty hypothesis
@@ -686,7 +691,7 @@ class CT2Seq2Seq:
                     beam_size=1, num_hypotheses=2 * beam + len(banned), max_decoding_length=t + 1,
                     min_decoding_length=0, max_input_length=0, return_scores=True)
                 for (log_prob, tokens), end, alt in zip(live, ends, alternatives):
-                    rest = math.log1p(-math.exp(end)) if end < 0 else -math.inf  # log(1 - p(EOS))
+                    rest = _without(end)
                     candidates += [(log_prob + score + rest, tokens + [h[t]])
                                    for h, score in zip(alt.hypotheses, alt.scores) if h[t] not in banned]
             candidates = sorted(candidates, key=lambda c: -c[0])[: 2 * beam]
